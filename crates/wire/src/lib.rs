@@ -1,0 +1,2 @@
+//! RoCEv2 wire format (being built).
+#![forbid(unsafe_code)]
