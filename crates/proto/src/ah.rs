@@ -1,0 +1,48 @@
+//! Address vectors: the checks shared by `ibv_create_ah` and modify-QP's
+//! `IBV_QP_AV`, and the address-handle object.
+
+use crate::device::DeviceInfo;
+use crate::error::{Error, ModifyError};
+use crate::types::AhAttr;
+
+/// The largest IPv6 flow label (20 bits).
+pub const MAX_FLOW_LABEL: u32 = 0xf_ffff;
+
+/// Checks an address vector for a RoCE port. `which` names it in messages
+/// (`"ah_attr"`, `"alt_ah_attr"`).
+///
+/// Linux: `rdma_is_port_valid` (uverbs), `rdma_check_ah_attr` (GRH required on
+/// RoCE), GID-table lookup (`EINVAL` beyond the table, `ENODATA` for an empty
+/// entry). Our additions, both of which Linux only discovers later as a
+/// routing failure: an all-zero destination GID, and a flow label wider than
+/// 20 bits.
+pub fn check_av(which: &'static str, av: &AhAttr, dev: &DeviceInfo) -> Result<(), ModifyError> {
+    dev.check_port(av.port_num)?;
+    if av.is_global == 0 {
+        return Err(ModifyError::NoGrh { which });
+    }
+    dev.query_gid(av.port_num, u32::from(av.grh.sgid_index))?;
+    if av.grh.dgid.is_zero() {
+        return Err(ModifyError::ZeroDgid { which });
+    }
+    if av.grh.flow_label > MAX_FLOW_LABEL {
+        return Err(Error::Range(crate::error::RangeError {
+            what: "grh.flow_label",
+            value: u64::from(av.grh.flow_label),
+            min: 0,
+            max: u64::from(MAX_FLOW_LABEL),
+            note: "; a flow label is 20 bits",
+        })
+        .into());
+    }
+    Ok(())
+}
+
+/// An address handle: a checked address vector in a protection domain.
+#[derive(Debug, Clone)]
+pub struct Ah {
+    /// Owning PD.
+    pub pd: crate::engine::PdHandle,
+    /// The address vector.
+    pub attr: AhAttr,
+}

@@ -1,0 +1,519 @@
+//! One device's object tables and the verbs that create, change, query and
+//! destroy objects.
+//!
+//! The engine owns every object of a device: contexts, PDs, MRs, CQs, SRQs, AHs
+//! and QPs, each in a [`Table`] and named by a typed [`Handle`]. It keeps a use
+//! count per object, so destroying a PD, CQ or SRQ that something still uses is
+//! refused with `EBUSY`, as in Linux. Closing a context destroys everything it
+//! created, as the kernel does when a verbs file is closed.
+
+use crate::ah::{check_av, Ah};
+use crate::cq::{self, Cq};
+use crate::device::{DeviceConfig, DeviceInfo, FIRST_QPN};
+use crate::error::{Error, ObjectKind};
+use crate::mask::AttrMask;
+use crate::mr::{self, Mr};
+use crate::qp::create::{self, QpRequest};
+use crate::qp::modify::{ModifyEnv, Transition};
+use crate::qp::QpControl;
+use crate::srq::{self, Srq, SrqAttr};
+use crate::table::{Handle, Table};
+use crate::types::{AhAttr, QpAttr, QpCap, QpType, MASK_24};
+use std::collections::HashMap;
+
+/// How many objects of each kind use an object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Users([u32; 7]);
+
+impl Users {
+    fn add(&mut self, k: ObjectKind) {
+        self.0[k as usize] += 1;
+    }
+    fn remove(&mut self, k: ObjectKind) {
+        self.0[k as usize] = self.0[k as usize].saturating_sub(1);
+    }
+    /// Total number of users.
+    pub fn total(&self) -> usize {
+        self.0.iter().map(|n| *n as usize).sum()
+    }
+    fn busy(&self, kind: ObjectKind) -> Result<(), Error> {
+        const KINDS: [ObjectKind; 7] = [
+            ObjectKind::Context, ObjectKind::Pd, ObjectKind::Mr, ObjectKind::Cq,
+            ObjectKind::Srq, ObjectKind::Ah, ObjectKind::Qp,
+        ];
+        match KINDS.iter().zip(self.0).find(|(_, n)| *n > 0) {
+            Some((user_kind, _)) => {
+                Err(Error::Busy { kind, users: self.total(), user_kind: *user_kind })
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// An open device context.
+#[derive(Debug, Default)]
+pub struct Ctx {
+    users: Users,
+}
+
+/// A protection domain.
+#[derive(Debug)]
+pub struct Pd {
+    /// Owning context.
+    pub ctx: CtxHandle,
+    users: Users,
+}
+
+/// A queue pair: its control state and the objects it uses.
+#[derive(Debug)]
+pub struct Qp {
+    /// Protection domain.
+    pub pd: PdHandle,
+    /// Send CQ.
+    pub send_cq: CqHandle,
+    /// Receive CQ.
+    pub recv_cq: CqHandle,
+    /// SRQ, if receives come from one.
+    pub srq: Option<SrqHandle>,
+    /// The control-path state.
+    pub ctl: QpControl,
+}
+
+/// Handle of a context.
+pub type CtxHandle = Handle<Ctx>;
+/// Handle of a PD.
+pub type PdHandle = Handle<Pd>;
+/// Handle of an MR.
+pub type MrHandle = Handle<Mr>;
+/// Handle of a CQ.
+pub type CqHandle = Handle<CqEntry>;
+/// Handle of an SRQ.
+pub type SrqHandle = Handle<SrqEntry>;
+/// Handle of an AH.
+pub type AhHandle = Handle<Ah>;
+/// Handle of a QP.
+pub type QpHandle = Handle<Qp>;
+
+/// A CQ with its use count.
+#[derive(Debug)]
+pub struct CqEntry {
+    /// The CQ.
+    pub cq: Cq,
+    users: Users,
+}
+
+/// An SRQ with its use count.
+#[derive(Debug)]
+pub struct SrqEntry {
+    /// The SRQ.
+    pub srq: Srq,
+    users: Users,
+}
+
+/// Everything `create_qp` needs besides the request itself.
+#[derive(Debug, Clone, Copy)]
+pub struct QpCreate {
+    /// The PD.
+    pub pd: PdHandle,
+    /// Send CQ (required).
+    pub send_cq: Option<CqHandle>,
+    /// Receive CQ (required).
+    pub recv_cq: Option<CqHandle>,
+    /// SRQ.
+    pub srq: Option<SrqHandle>,
+    /// Type, capacities, ex fields.
+    pub req: QpRequest,
+    /// Signal every send WR.
+    pub sq_sig_all: bool,
+}
+
+/// What `create_qp` returns.
+#[derive(Debug, Clone, Copy)]
+pub struct QpCreated {
+    /// The handle.
+    pub handle: QpHandle,
+    /// The QP number.
+    pub qpn: u32,
+    /// Its type.
+    pub qp_type: QpType,
+    /// Capacities granted.
+    pub cap: QpCap,
+}
+
+/// The `init_attr` half of `ibv_query_qp`.
+#[derive(Debug, Clone, Copy)]
+pub struct QpInitInfo {
+    /// QP type.
+    pub qp_type: QpType,
+    /// Send CQ.
+    pub send_cq: CqHandle,
+    /// Receive CQ.
+    pub recv_cq: CqHandle,
+    /// SRQ.
+    pub srq: Option<SrqHandle>,
+    /// Capacities.
+    pub cap: QpCap,
+    /// Signal all send WRs.
+    pub sq_sig_all: bool,
+}
+
+/// One device's objects.
+pub struct Engine {
+    info: DeviceInfo,
+    ctxs: Table<Ctx>,
+    pds: Table<Pd>,
+    mrs: Table<Mr>,
+    cqs: Table<CqEntry>,
+    srqs: Table<SrqEntry>,
+    ahs: Table<Ah>,
+    qps: Table<Qp>,
+    qpns: HashMap<u32, QpHandle>,
+    next_qpn: u32,
+    mr_serial: u32,
+}
+
+fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
+    Error::NoSuchObject { kind, handle: h.raw() }
+}
+
+impl Engine {
+    /// A device with no objects.
+    pub fn new(config: &DeviceConfig) -> Engine {
+        let info = DeviceInfo::new(config);
+        let a = &info.attr;
+        Engine {
+            ctxs: Table::new(usize::MAX),
+            pds: Table::new(a.max_pd as usize),
+            mrs: Table::new(a.max_mr as usize),
+            cqs: Table::new(a.max_cq as usize),
+            srqs: Table::new(a.max_srq as usize),
+            ahs: Table::new(a.max_ah as usize),
+            qps: Table::new(a.max_qp as usize),
+            info,
+            qpns: HashMap::new(),
+            next_qpn: FIRST_QPN,
+            mr_serial: 0,
+        }
+    }
+
+    /// The device description (query verbs).
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Opens a context.
+    pub fn open_context(&mut self) -> CtxHandle {
+        self.ctxs.insert(Ctx::default()).expect("context table has no limit")
+    }
+
+    /// Closes a context, destroying every object it created (QPs first).
+    pub fn close_context(&mut self, ctx: CtxHandle) -> Result<(), Error> {
+        self.ctxs.get(ctx).ok_or_else(|| missing(ObjectKind::Context, ctx))?;
+        let pds: Vec<PdHandle> = self.pds.iter().filter(|(_, p)| p.ctx == ctx).map(|(h, _)| h).collect();
+        let in_pd = |pd: &PdHandle| pds.contains(pd);
+        let qps: Vec<_> = self.qps.iter().filter(|(_, q)| in_pd(&q.pd)).map(|(h, _)| h).collect();
+        for h in qps {
+            self.destroy_qp(h)?;
+        }
+        let ahs: Vec<_> = self.ahs.iter().filter(|(_, a)| in_pd(&a.pd)).map(|(h, _)| h).collect();
+        for h in ahs {
+            self.destroy_ah(h)?;
+        }
+        let mrs: Vec<_> = self.mrs.iter().filter(|(_, m)| in_pd(&m.pd)).map(|(h, _)| h).collect();
+        for h in mrs {
+            self.dereg_mr(h)?;
+        }
+        let srqs: Vec<_> = self.srqs.iter().filter(|(_, s)| in_pd(&s.srq.pd)).map(|(h, _)| h).collect();
+        for h in srqs {
+            self.destroy_srq(h)?;
+        }
+        let cqs: Vec<_> = self.cqs.iter().filter(|(_, c)| c.cq.ctx == ctx).map(|(h, _)| h).collect();
+        for h in cqs {
+            self.destroy_cq(h)?;
+        }
+        for h in pds {
+            self.dealloc_pd(h)?;
+        }
+        self.ctxs.remove(ctx);
+        Ok(())
+    }
+
+    // ---- protection domains ----
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self, ctx: CtxHandle) -> Result<PdHandle, Error> {
+        let c = self.ctxs.get_mut(ctx).ok_or_else(|| missing(ObjectKind::Context, ctx))?;
+        c.users.add(ObjectKind::Pd);
+        let limit = u64::from(self.info.attr.max_pd);
+        self.pds
+            .insert(Pd { ctx, users: Users::default() })
+            .ok_or(Error::TooMany { kind: ObjectKind::Pd, limit })
+    }
+
+    /// `ibv_dealloc_pd`: `EBUSY` while MRs, SRQs, AHs or QPs use it.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), Error> {
+        let p = self.pds.get(pd).ok_or_else(|| missing(ObjectKind::Pd, pd))?;
+        p.users.busy(ObjectKind::Pd)?;
+        let ctx = p.ctx;
+        self.pds.remove(pd);
+        if let Some(c) = self.ctxs.get_mut(ctx) {
+            c.users.remove(ObjectKind::Pd);
+        }
+        Ok(())
+    }
+
+    fn pd_use(&mut self, pd: PdHandle, user: ObjectKind, add: bool) -> Result<(), Error> {
+        let p = self.pds.get_mut(pd).ok_or_else(|| missing(ObjectKind::Pd, pd))?;
+        if add {
+            p.users.add(user)
+        } else {
+            p.users.remove(user)
+        }
+        Ok(())
+    }
+
+    /// The context a PD belongs to.
+    pub fn pd_ctx(&self, pd: PdHandle) -> Result<CtxHandle, Error> {
+        self.pds.get(pd).map(|p| p.ctx).ok_or_else(|| missing(ObjectKind::Pd, pd))
+    }
+
+    // ---- memory regions ----
+
+    /// `ibv_reg_mr` over `[addr, addr + length)`.
+    pub fn reg_mr(&mut self, pd: PdHandle, addr: u64, length: u64, access: u32) -> Result<(MrHandle, &Mr), Error> {
+        let flags = mr::check_reg(addr, length, access)?;
+        self.pd_ctx(pd)?;
+        let limit = u64::from(self.info.attr.max_mr);
+        let h = self
+            .mrs
+            .insert(Mr { pd, addr, length, access: flags, lkey: 0, rkey: 0 })
+            .ok_or(Error::TooMany { kind: ObjectKind::Mr, limit })?;
+        self.mr_serial = self.mr_serial.wrapping_add(1);
+        let (lkey, rkey) = mr::keys(h.index(), self.mr_serial);
+        let m = self.mrs.get_mut(h).expect("just inserted");
+        m.lkey = lkey;
+        m.rkey = rkey;
+        self.pd_use(pd, ObjectKind::Mr, true)?;
+        Ok((h, self.mrs.get(h).expect("just inserted")))
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, h: MrHandle) -> Result<Mr, Error> {
+        let m = self.mrs.remove(h).ok_or_else(|| missing(ObjectKind::Mr, h))?;
+        self.pd_use(m.pd, ObjectKind::Mr, false)?;
+        Ok(m)
+    }
+
+    /// The MR an lkey names.
+    pub fn mr_by_lkey(&self, lkey: u32) -> Option<&Mr> {
+        let (_, m) = self.mrs.get_by_index(mr::key_index(lkey)?)?;
+        (m.lkey == lkey).then_some(m)
+    }
+
+    /// The MR an rkey names.
+    pub fn mr_by_rkey(&self, rkey: u32) -> Option<&Mr> {
+        let (_, m) = self.mrs.get_by_index(mr::key_index(rkey)?)?;
+        (m.rkey == rkey).then_some(m)
+    }
+
+    // ---- completion queues ----
+
+    /// `ibv_create_cq`; returns the handle and the capacity granted.
+    pub fn create_cq(&mut self, ctx: CtxHandle, cqe: i32, comp_vector: i32) -> Result<(CqHandle, u32), Error> {
+        let cqe = cq::check_create(cqe, comp_vector, &self.info.attr)?;
+        let c = self.ctxs.get_mut(ctx).ok_or_else(|| missing(ObjectKind::Context, ctx))?;
+        c.users.add(ObjectKind::Cq);
+        let limit = u64::from(self.info.attr.max_cq);
+        let entry = CqEntry { cq: Cq { ctx, cqe, comp_vector: comp_vector as u32 }, users: Users::default() };
+        let h = self.cqs.insert(entry).ok_or(Error::TooMany { kind: ObjectKind::Cq, limit })?;
+        Ok((h, cqe))
+    }
+
+    /// `ibv_destroy_cq`: `EBUSY` while a QP uses it.
+    pub fn destroy_cq(&mut self, h: CqHandle) -> Result<(), Error> {
+        let c = self.cqs.get(h).ok_or_else(|| missing(ObjectKind::Cq, h))?;
+        c.users.busy(ObjectKind::Cq)?;
+        let ctx = c.cq.ctx;
+        self.cqs.remove(h);
+        if let Some(c) = self.ctxs.get_mut(ctx) {
+            c.users.remove(ObjectKind::Cq);
+        }
+        Ok(())
+    }
+
+    /// A CQ.
+    pub fn cq(&self, h: CqHandle) -> Result<&Cq, Error> {
+        self.cqs.get(h).map(|c| &c.cq).ok_or_else(|| missing(ObjectKind::Cq, h))
+    }
+
+    // ---- shared receive queues ----
+
+    /// `ibv_create_srq`; returns the handle and the attributes granted.
+    pub fn create_srq(&mut self, pd: PdHandle, attr: &SrqAttr) -> Result<(SrqHandle, SrqAttr), Error> {
+        let granted = srq::check_create(attr, &self.info.attr)?;
+        self.pd_ctx(pd)?;
+        let limit = u64::from(self.info.attr.max_srq);
+        let entry = SrqEntry { srq: Srq { pd, attr: granted, posted: 0 }, users: Users::default() };
+        let h = self.srqs.insert(entry).ok_or(Error::TooMany { kind: ObjectKind::Srq, limit })?;
+        self.pd_use(pd, ObjectKind::Srq, true)?;
+        Ok((h, granted))
+    }
+
+    /// `ibv_modify_srq`.
+    pub fn modify_srq(&mut self, h: SrqHandle, attr: &SrqAttr, mask: u32) -> Result<(), Error> {
+        let s = self.srqs.get_mut(h).ok_or_else(|| missing(ObjectKind::Srq, h))?;
+        s.srq.modify(attr, mask, &self.info.attr)
+    }
+
+    /// `ibv_query_srq`.
+    pub fn query_srq(&self, h: SrqHandle) -> Result<SrqAttr, Error> {
+        self.srqs.get(h).map(|s| s.srq.attr).ok_or_else(|| missing(ObjectKind::Srq, h))
+    }
+
+    /// `ibv_destroy_srq`: `EBUSY` while a QP uses it.
+    pub fn destroy_srq(&mut self, h: SrqHandle) -> Result<(), Error> {
+        let s = self.srqs.get(h).ok_or_else(|| missing(ObjectKind::Srq, h))?;
+        s.users.busy(ObjectKind::Srq)?;
+        let pd = s.srq.pd;
+        self.srqs.remove(h);
+        self.pd_use(pd, ObjectKind::Srq, false)
+    }
+
+    // ---- address handles ----
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&mut self, pd: PdHandle, attr: &AhAttr) -> Result<AhHandle, Error> {
+        check_av("ah_attr", attr, &self.info)?;
+        self.pd_ctx(pd)?;
+        let limit = u64::from(self.info.attr.max_ah);
+        let h = self.ahs.insert(Ah { pd, attr: *attr }).ok_or(Error::TooMany { kind: ObjectKind::Ah, limit })?;
+        self.pd_use(pd, ObjectKind::Ah, true)?;
+        Ok(h)
+    }
+
+    /// `ibv_destroy_ah`.
+    pub fn destroy_ah(&mut self, h: AhHandle) -> Result<(), Error> {
+        let a = self.ahs.remove(h).ok_or_else(|| missing(ObjectKind::Ah, h))?;
+        self.pd_use(a.pd, ObjectKind::Ah, false)
+    }
+
+    /// An AH.
+    pub fn ah(&self, h: AhHandle) -> Result<&Ah, Error> {
+        self.ahs.get(h).ok_or_else(|| missing(ObjectKind::Ah, h))
+    }
+
+    // ---- queue pairs ----
+
+    /// `ibv_create_qp` / `ibv_create_qp_ex`. The QP starts in RESET.
+    pub fn create_qp(&mut self, c: &QpCreate) -> Result<QpCreated, Error> {
+        let ctx = self.pd_ctx(c.pd)?;
+        let (qp_type, cap) = create::check(&c.req, &self.info.attr)?;
+        let (send_cq, recv_cq) = match (c.send_cq, c.recv_cq) {
+            (Some(s), Some(r)) => (s, r),
+            _ => return Err(Error::invalid("create_qp: send_cq and recv_cq must both be given (they may be the same CQ)")),
+        };
+        for h in [send_cq, recv_cq] {
+            if self.cq(h)?.ctx != ctx {
+                return Err(Error::Mismatch { what: "create_qp: a CQ belongs to a different context than the PD" });
+            }
+        }
+        if let Some(s) = c.srq {
+            self.srqs.get(s).ok_or_else(|| missing(ObjectKind::Srq, s))?;
+        }
+        let qpn = self.alloc_qpn()?;
+        let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
+        let qp = Qp { pd: c.pd, send_cq, recv_cq, srq: c.srq, ctl };
+        let limit = u64::from(self.info.attr.max_qp);
+        let handle = self.qps.insert(qp).ok_or(Error::TooMany { kind: ObjectKind::Qp, limit })?;
+        self.qpns.insert(qpn, handle);
+        self.qp_uses(handle, true);
+        Ok(QpCreated { handle, qpn, qp_type, cap })
+    }
+
+    /// Adds or drops the use counts a QP holds on its PD, CQs and SRQ.
+    fn qp_uses(&mut self, h: QpHandle, add: bool) {
+        let Some(q) = self.qps.get(h) else { return };
+        let (pd, cqs, srq) = (q.pd, [q.send_cq, q.recv_cq], q.srq);
+        let step = |u: &mut Users| if add { u.add(ObjectKind::Qp) } else { u.remove(ObjectKind::Qp) };
+        if let Some(p) = self.pds.get_mut(pd) {
+            step(&mut p.users);
+        }
+        for c in cqs {
+            if let Some(c) = self.cqs.get_mut(c) {
+                step(&mut c.users);
+            }
+        }
+        if let Some(s) = srq.and_then(|s| self.srqs.get_mut(s)) {
+            step(&mut s.users);
+        }
+    }
+
+    /// Next free QPN: 24 bits, never 0 or 1 (SMI/GSI), never the multicast QPN.
+    fn alloc_qpn(&mut self) -> Result<u32, Error> {
+        for _ in 0..=MASK_24 {
+            let qpn = self.next_qpn;
+            self.next_qpn = if qpn >= MASK_24 - 1 { FIRST_QPN } else { qpn + 1 };
+            if !self.qpns.contains_key(&qpn) {
+                return Ok(qpn);
+            }
+        }
+        let limit = u64::from(self.info.attr.max_qp);
+        Err(Error::TooMany { kind: ObjectKind::Qp, limit })
+    }
+
+    /// `ibv_modify_qp`. All-or-nothing: on `Err` the QP is unchanged.
+    pub fn modify_qp(&mut self, h: QpHandle, attr: &QpAttr, mask: AttrMask) -> Result<Transition, Error> {
+        let q = self.qps.get_mut(h).ok_or_else(|| missing(ObjectKind::Qp, h))?;
+        let env = ModifyEnv { dev: &self.info, privileged: false };
+        let t = q.ctl.modify(attr, mask, env)?;
+        // No data path yet: nothing is ever outstanding, so an SQD drain ends at once.
+        if t.to == crate::types::QpState::Sqd {
+            q.ctl.drain_finished();
+        }
+        Ok(t)
+    }
+
+    /// `ibv_query_qp`: the attributes, which of them are valid, and `init_attr`.
+    pub fn query_qp(&self, h: QpHandle) -> Result<(QpAttr, AttrMask, QpInitInfo), Error> {
+        let q = self.qp(h)?;
+        let (attr, valid) = q.ctl.query();
+        let init = QpInitInfo {
+            qp_type: q.ctl.qp_type(),
+            send_cq: q.send_cq,
+            recv_cq: q.recv_cq,
+            srq: q.srq,
+            cap: q.ctl.cap(),
+            sq_sig_all: q.ctl.sq_sig_all(),
+        };
+        Ok((attr, valid, init))
+    }
+
+    /// A QP.
+    pub fn qp(&self, h: QpHandle) -> Result<&Qp, Error> {
+        self.qps.get(h).ok_or_else(|| missing(ObjectKind::Qp, h))
+    }
+
+    /// The QP with number `qpn`.
+    pub fn qp_by_qpn(&self, qpn: u32) -> Option<QpHandle> {
+        self.qpns.get(&qpn).copied()
+    }
+
+    /// `ibv_destroy_qp`: allowed in any state; queued WRs are discarded without
+    /// completions. (Multicast attachment, the one `EBUSY` case in Linux, does not
+    /// exist on softverbs: `ibv_attach_mcast` is not supported.)
+    pub fn destroy_qp(&mut self, h: QpHandle) -> Result<(), Error> {
+        self.qp(h)?;
+        self.qp_uses(h, false);
+        let q = self.qps.remove(h).expect("checked above");
+        self.qpns.remove(&q.ctl.qpn());
+        Ok(())
+    }
+
+    /// Number of live objects of each table (for leak checks).
+    pub fn object_counts(&self) -> [usize; 7] {
+        [
+            self.ctxs.len(), self.pds.len(), self.mrs.len(), self.cqs.len(),
+            self.srqs.len(), self.ahs.len(), self.qps.len(),
+        ]
+    }
+}

@@ -1,0 +1,337 @@
+//! Errors: one enum per concern, each variant carrying the context needed to say
+//! in words what was wrong, and each mapping to the errno Linux returns.
+
+use crate::mask::AttrMask;
+use crate::types::{QpState, QpType};
+use std::fmt;
+
+/// The errno values softverbs returns (Linux numbering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Errno {
+    /// Operation not permitted (1).
+    EPERM,
+    /// No such entry (2).
+    ENOENT,
+    /// Out of memory / queue full (12).
+    ENOMEM,
+    /// Resource busy: still in use (16).
+    EBUSY,
+    /// Invalid argument (22).
+    EINVAL,
+    /// No data: e.g. an empty GID-table entry (61).
+    ENODATA,
+    /// Operation not supported (95).
+    EOPNOTSUPP,
+}
+
+impl Errno {
+    /// The numeric value on Linux.
+    pub const fn raw(self) -> i32 {
+        match self {
+            Errno::EPERM => 1,
+            Errno::ENOENT => 2,
+            Errno::ENOMEM => 12,
+            Errno::EBUSY => 16,
+            Errno::EINVAL => 22,
+            Errno::ENODATA => 61,
+            Errno::EOPNOTSUPP => 95,
+        }
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Which kind of object an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// Device context.
+    Context,
+    /// Protection domain.
+    Pd,
+    /// Memory region.
+    Mr,
+    /// Completion queue.
+    Cq,
+    /// Shared receive queue.
+    Srq,
+    /// Address handle.
+    Ah,
+    /// Queue pair.
+    Qp,
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ObjectKind::Context => "context",
+            ObjectKind::Pd => "protection domain",
+            ObjectKind::Mr => "memory region",
+            ObjectKind::Cq => "completion queue",
+            ObjectKind::Srq => "shared receive queue",
+            ObjectKind::Ah => "address handle",
+            ObjectKind::Qp => "queue pair",
+        })
+    }
+}
+
+/// A value outside its allowed range. `what` names the field as verbs.h does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} = {value} is out of range (allowed {min}..={max}{note})")]
+pub struct RangeError {
+    /// The field, e.g. `"attr.timeout"` or `"cap.max_send_wr"`.
+    pub what: &'static str,
+    /// The value given.
+    pub value: u64,
+    /// Smallest allowed value.
+    pub min: u64,
+    /// Largest allowed value.
+    pub max: u64,
+    /// Extra words, e.g. `"; device limit max_qp_wr"`; may be empty.
+    pub note: &'static str,
+}
+
+/// Everything that can go wrong in the control path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A modify-QP call was refused.
+    #[error(transparent)]
+    Modify(#[from] ModifyError),
+    /// A value is out of range.
+    #[error(transparent)]
+    Range(#[from] RangeError),
+    /// A handle does not name a live object (destroyed, or never created).
+    #[error("no such {kind} (handle {handle:#x})")]
+    NoSuchObject {
+        /// What the handle should have named.
+        kind: ObjectKind,
+        /// The raw handle.
+        handle: u64,
+    },
+    /// An object is still referenced by others and cannot be destroyed.
+    #[error("cannot destroy this {kind}: still used by {users} {user_kind}(s); destroy those first")]
+    Busy {
+        /// The object being destroyed.
+        kind: ObjectKind,
+        /// How many objects still reference it.
+        users: usize,
+        /// What kind of object references it (the first found).
+        user_kind: ObjectKind,
+    },
+    /// Two objects given together belong to different contexts or PDs.
+    #[error("{what}")]
+    Mismatch {
+        /// What does not match, in words.
+        what: &'static str,
+    },
+    /// A feature or value this device does not support.
+    #[error("not supported: {what}")]
+    NotSupported {
+        /// What is unsupported, in words.
+        what: String,
+    },
+    /// A bad argument that is not a simple range error.
+    #[error("{what}")]
+    Invalid {
+        /// What is wrong, in words.
+        what: String,
+    },
+    /// A device-wide object limit was reached.
+    #[error("too many {kind}s: device limit is {limit}")]
+    TooMany {
+        /// The kind of object.
+        kind: ObjectKind,
+        /// The device limit.
+        limit: u64,
+    },
+    /// Port number not present on the device.
+    #[error("port {port} does not exist (this device has port 1 only)")]
+    NoSuchPort {
+        /// The port asked for.
+        port: u8,
+    },
+    /// GID index beyond the GID table.
+    #[error("GID index {index} is beyond the GID table (gid_tbl_len = {len})")]
+    GidIndex {
+        /// Index asked for.
+        index: u32,
+        /// Table length.
+        len: u32,
+    },
+    /// GID-table entry exists but is empty.
+    #[error("GID index {index} is an empty GID-table entry")]
+    GidEmpty {
+        /// Index asked for.
+        index: u32,
+    },
+    /// P_Key index beyond the P_Key table.
+    #[error("P_Key index {index} is beyond the P_Key table (pkey_tbl_len = {len})")]
+    PkeyIndex {
+        /// Index asked for.
+        index: u32,
+        /// Table length.
+        len: u32,
+    },
+}
+
+impl Error {
+    /// The errno Linux returns for the same refusal.
+    pub fn errno(&self) -> Errno {
+        match self {
+            Error::Modify(e) => e.errno(),
+            Error::Range(_) | Error::Mismatch { .. } | Error::Invalid { .. } => Errno::EINVAL,
+            Error::NoSuchObject { .. } | Error::NoSuchPort { .. } => Errno::EINVAL,
+            Error::GidIndex { .. } | Error::PkeyIndex { .. } => Errno::EINVAL,
+            Error::Busy { .. } => Errno::EBUSY,
+            Error::NotSupported { .. } => Errno::EOPNOTSUPP,
+            Error::TooMany { .. } => Errno::ENOMEM,
+            Error::GidEmpty { .. } => Errno::ENODATA,
+        }
+    }
+
+    pub(crate) fn invalid(what: impl Into<String>) -> Self {
+        Error::Invalid { what: what.into() }
+    }
+
+    pub(crate) fn unsupported(what: impl Into<String>) -> Self {
+        Error::NotSupported { what: what.into() }
+    }
+}
+
+/// Why a modify-QP call was refused. A refused call changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModifyError {
+    /// Mask bits outside the standard set (bits 0..=20, and 25 = RATE_LIMIT).
+    #[error("attr_mask has bits this device does not know: {bits:#x}")]
+    UnknownMaskBits {
+        /// The unknown bits.
+        bits: u32,
+    },
+    /// `qp_state` or `cur_qp_state` is not a state value (0..=6).
+    #[error("attr.{field} = {value} is not a QP state (0..=6)")]
+    BadStateValue {
+        /// `"qp_state"` or `"cur_qp_state"`.
+        field: &'static str,
+        /// The value given.
+        value: u32,
+    },
+    /// IBV_QP_CUR_STATE given with a state other than RTR, RTS, SQD or SQE.
+    #[error("attr.cur_qp_state = {cur} is not allowed: IBV_QP_CUR_STATE may only name RTR, RTS, SQD or SQE")]
+    CurStateNotAllowed {
+        /// The value given.
+        cur: QpState,
+    },
+    /// The (from, to) pair is not a legal transition.
+    #[error("{from}→{to} is not a legal QP state transition{hint}")]
+    IllegalTransition {
+        /// The (assumed) current state.
+        from: QpState,
+        /// The requested state.
+        to: QpState,
+        /// Extra words for well-known traps; may be empty.
+        hint: &'static str,
+    },
+    /// Required attributes missing from the mask.
+    #[error("{from}→{to} on {qp_type} QP requires {required}; missing: {missing}")]
+    MissingRequired {
+        /// QP type.
+        qp_type: QpType,
+        /// From state.
+        from: QpState,
+        /// To state.
+        to: QpState,
+        /// The full required set.
+        required: AttrMask,
+        /// The required bits that were absent.
+        missing: AttrMask,
+    },
+    /// Attributes given that this transition does not accept.
+    #[error("{from}→{to} on {qp_type} QP does not accept {extra} (required: {required}; optional: {optional})")]
+    NotAccepted {
+        /// QP type.
+        qp_type: QpType,
+        /// From state.
+        from: QpState,
+        /// To state.
+        to: QpState,
+        /// The required set.
+        required: AttrMask,
+        /// The optional set.
+        optional: AttrMask,
+        /// The bits given outside required ∪ optional.
+        extra: AttrMask,
+    },
+    /// An attribute value is invalid.
+    #[error("{0}")]
+    Value(#[source] Box<Error>),
+    /// RoCE needs a GRH.
+    #[error("RoCE needs a GRH: {which}.is_global must be 1 (most tools: pass a GID index, e.g. -g 0)")]
+    NoGrh {
+        /// `"ah_attr"` or `"alt_ah_attr"`.
+        which: &'static str,
+    },
+    /// The destination GID is all zeros.
+    #[error("{which}.grh.dgid is all zeros: the peer's GID is unknown (did the peer run with a GID index, e.g. -g 0?)")]
+    ZeroDgid {
+        /// `"ah_attr"` or `"alt_ah_attr"`.
+        which: &'static str,
+    },
+    /// ah_attr.port_num differs from the QP's port in INIT→RTR.
+    #[error("ah_attr.port_num = {ah_port} differs from the QP's port {qp_port} (set at RESET→INIT)")]
+    AvPortMismatch {
+        /// Port in the AH.
+        ah_port: u8,
+        /// The QP's port.
+        qp_port: u8,
+    },
+    /// Alternate paths (APM) do not exist on RoCE.
+    #[error("IBV_QP_ALT_PATH: alternate paths (APM) are not available on RoCE ports")]
+    AltPathOnRoce,
+    /// Unsupported access-flag bits.
+    #[error("attr.qp_access_flags = {flags:#x} has unsupported bits {unsupported:#x} (allowed: LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC)")]
+    AccessFlags {
+        /// Flags given.
+        flags: u32,
+        /// The unsupported bits.
+        unsupported: u32,
+    },
+    /// A controlled Q_Key (bit 31) from an unprivileged user.
+    #[error("attr.qkey = {qkey:#x} is a controlled Q_Key (bit 31 set): only privileged users may set it")]
+    ControlledQkey {
+        /// The Q_Key given.
+        qkey: u32,
+    },
+    /// The SQ is still draining; only a move to ERR is possible.
+    #[error("the send queue is still draining (SQD, sq_draining = 1): only a move to ERR is allowed until the drain finishes")]
+    StillDraining,
+}
+
+impl ModifyError {
+    /// The errno Linux returns for this refusal.
+    pub fn errno(&self) -> Errno {
+        match self {
+            ModifyError::UnknownMaskBits { .. } => Errno::EOPNOTSUPP,
+            ModifyError::Value(e) => e.errno(),
+            ModifyError::ControlledQkey { .. } => Errno::EPERM,
+            _ => Errno::EINVAL,
+        }
+    }
+}
+
+impl From<RangeError> for ModifyError {
+    fn from(e: RangeError) -> Self {
+        ModifyError::Value(Box::new(Error::Range(e)))
+    }
+}
+
+impl From<Error> for ModifyError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Modify(m) => m,
+            other => ModifyError::Value(Box::new(other)),
+        }
+    }
+}
