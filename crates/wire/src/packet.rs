@@ -1,0 +1,310 @@
+//! A whole transport packet: the UDP payload `BTH … payload … pad … ICRC`.
+//!
+//! Owns: [`TransportRepr`] (parse, `buffer_len`, emit, one-line `Display`).
+//! Promises: `parse` never allocates and never panics on any input; it checks
+//! the opcode (§4), every header length, the pad count (§6) and the opcode's
+//! payload rule, but not the ICRC (that needs the IP header: see [`crate::icrc`]).
+//! `emit` writes exactly `buffer_len()` bytes and returns an error instead of
+//! panicking when the buffer, payload or headers do not fit the representation.
+
+use core::fmt;
+
+use crate::opcode::{pad_len, PayloadRule};
+use crate::{
+    aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, icrc, ieth, immdt, rdeth, reth, xrceth,
+    Encap, Error, HeaderSet, Opcode,
+};
+
+/// Every field of a transport packet except the payload bytes themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportRepr {
+    pub bth: bth::Repr,
+    pub rdeth: Option<rdeth::Repr>,
+    pub deth: Option<deth::Repr>,
+    pub xrceth: Option<xrceth::Repr>,
+    pub feth: Option<feth::Repr>,
+    pub reth: Option<reth::Repr>,
+    pub atomic_eth: Option<atomic_eth::Repr>,
+    pub immdt: Option<immdt::Repr>,
+    pub ieth: Option<ieth::Repr>,
+    pub aeth: Option<aeth::Repr>,
+    pub atomic_ack_eth: Option<atomic_ack_eth::Repr>,
+    /// Payload bytes, without pad.
+    pub payload_len: usize,
+}
+
+impl TransportRepr {
+    /// A packet with only a BTH and no payload; set the extension headers the
+    /// opcode needs (see [`Opcode::headers`]) before emitting.
+    pub const fn new(bth: bth::Repr) -> TransportRepr {
+        TransportRepr {
+            bth,
+            rdeth: None,
+            deth: None,
+            xrceth: None,
+            feth: None,
+            reth: None,
+            atomic_eth: None,
+            immdt: None,
+            ieth: None,
+            aeth: None,
+            atomic_ack_eth: None,
+            payload_len: 0,
+        }
+    }
+
+    pub const fn opcode(&self) -> Opcode {
+        self.bth.opcode
+    }
+
+    /// Parses a UDP payload. Does not check the ICRC.
+    pub fn parse(bytes: &[u8]) -> Result<TransportRepr, Error> {
+        let bth = bth::Repr::parse(&bth::Packet::new_unchecked(bytes))?;
+        let opcode = bth.opcode;
+        check_header_room(opcode, bytes.len())?;
+        let payload_len = check_payload(opcode, bth.pad_count, bytes.len())?;
+        let mut repr = TransportRepr { payload_len, ..TransportRepr::new(bth) };
+        let mut at = bth::LEN;
+        for (header, name, size) in opcode.headers().iter() {
+            let b = bytes.get(at..at + size).ok_or(Error::Truncated {
+                header: name,
+                need: at + size,
+                have: bytes.len(),
+            })?;
+            repr.parse_header(header, b)?;
+            at += size;
+        }
+        Ok(repr)
+    }
+
+    fn parse_header(&mut self, header: HeaderSet, b: &[u8]) -> Result<(), Error> {
+        match header {
+            HeaderSet::RDETH => self.rdeth = Some(rdeth::Repr::parse(&rdeth::Packet::new_unchecked(b))?),
+            HeaderSet::DETH => self.deth = Some(deth::Repr::parse(&deth::Packet::new_unchecked(b))?),
+            HeaderSet::XRCETH => self.xrceth = Some(xrceth::Repr::parse(&xrceth::Packet::new_unchecked(b))?),
+            HeaderSet::FETH => self.feth = Some(feth::Repr::parse(&feth::Packet::new_unchecked(b))?),
+            HeaderSet::RETH => self.reth = Some(reth::Repr::parse(&reth::Packet::new_unchecked(b))?),
+            HeaderSet::ATOMIC_ETH => {
+                self.atomic_eth = Some(atomic_eth::Repr::parse(&atomic_eth::Packet::new_unchecked(b))?)
+            }
+            HeaderSet::IMMDT => self.immdt = Some(immdt::Repr::parse(&immdt::Packet::new_unchecked(b))?),
+            HeaderSet::IETH => self.ieth = Some(ieth::Repr::parse(&ieth::Packet::new_unchecked(b))?),
+            HeaderSet::AETH => self.aeth = Some(aeth::Repr::parse(&aeth::Packet::new_unchecked(b))?),
+            HeaderSet::ATOMIC_ACK_ETH => {
+                self.atomic_ack_eth =
+                    Some(atomic_ack_eth::Repr::parse(&atomic_ack_eth::Packet::new_unchecked(b))?)
+            }
+            // §4.6: the CNP's 16 reserved bytes carry nothing.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The extension headers this representation holds.
+    pub fn header_set(&self) -> HeaderSet {
+        let present = [
+            (self.rdeth.is_some(), HeaderSet::RDETH),
+            (self.deth.is_some(), HeaderSet::DETH),
+            (self.xrceth.is_some(), HeaderSet::XRCETH),
+            (self.feth.is_some(), HeaderSet::FETH),
+            (self.reth.is_some(), HeaderSet::RETH),
+            (self.atomic_eth.is_some(), HeaderSet::ATOMIC_ETH),
+            (self.immdt.is_some(), HeaderSet::IMMDT),
+            (self.ieth.is_some(), HeaderSet::IETH),
+            (self.aeth.is_some(), HeaderSet::AETH),
+            (self.atomic_ack_eth.is_some(), HeaderSet::ATOMIC_ACK_ETH),
+        ];
+        let cnp = self.opcode().headers().contains(HeaderSet::CNP_RESERVED);
+        let base = if cnp { HeaderSet::CNP_RESERVED } else { HeaderSet::EMPTY };
+        present.iter().filter(|(p, _)| *p).fold(base, |acc, (_, h)| acc.with(*h))
+    }
+
+    /// Bytes from the BTH to the payload.
+    pub const fn header_len(&self) -> usize {
+        self.opcode().header_len()
+    }
+
+    /// Pad bytes after the payload (§6).
+    pub const fn pad_len(&self) -> usize {
+        pad_len(self.payload_len) as usize
+    }
+
+    /// Where the payload lies in the parsed or emitted packet.
+    pub const fn payload_range(&self) -> core::ops::Range<usize> {
+        self.header_len()..self.header_len() + self.payload_len
+    }
+
+    /// The payload inside `packet` (the bytes this was parsed from); empty if
+    /// `packet` is too short.
+    pub fn payload<'a>(&self, packet: &'a [u8]) -> &'a [u8] {
+        packet.get(self.payload_range()).unwrap_or(&[])
+    }
+
+    /// Total UDP payload length: headers + payload + pad + ICRC.
+    pub const fn buffer_len(&self) -> usize {
+        self.header_len() + self.payload_len + self.pad_len() + icrc::LEN
+    }
+
+    /// Emits into `buf[..buffer_len()]` and fills in the ICRC for `encap`.
+    pub fn emit(&self, buf: &mut [u8], payload: &[u8], encap: &Encap) -> Result<usize, Error> {
+        let len = self.emit_unsealed(buf, payload)?;
+        icrc::seal(encap, &mut buf[..len])?;
+        Ok(len)
+    }
+
+    /// Emits into `buf[..buffer_len()]` with a zero ICRC (seal later with
+    /// [`icrc::seal`]). PadCnt is derived from the payload length (§6).
+    pub fn emit_unsealed(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize, Error> {
+        self.check_emit(buf.len(), payload.len())?;
+        let len = self.buffer_len();
+        let buf = &mut buf[..len];
+        let bth = bth::Repr { pad_count: pad_len(self.payload_len), ..self.bth };
+        bth.emit(&mut bth::Packet::new_unchecked(&mut buf[..bth::LEN]));
+        let mut at = bth::LEN;
+        for (header, _, size) in self.opcode().headers().iter() {
+            self.emit_header(header, &mut buf[at..at + size]);
+            at += size;
+        }
+        buf[at..at + payload.len()].copy_from_slice(payload);
+        buf[at + payload.len()..].fill(0); // §6: zero pad; ICRC slot zero until sealed
+        Ok(len)
+    }
+
+    fn check_emit(&self, buf_len: usize, payload_len: usize) -> Result<(), Error> {
+        let (opcode, got) = (self.opcode(), self.header_set());
+        if got != opcode.headers() {
+            return Err(Error::HeaderMismatch { opcode, expected: opcode.headers(), got });
+        }
+        if payload_len != self.payload_len {
+            return Err(Error::PayloadLenMismatch { expected: self.payload_len, got: payload_len });
+        }
+        check_payload_rule(opcode, payload_len)?;
+        if buf_len < self.buffer_len() {
+            return Err(Error::BufferTooSmall { need: self.buffer_len(), have: buf_len });
+        }
+        Ok(())
+    }
+
+    fn emit_header(&self, header: HeaderSet, b: &mut [u8]) {
+        match header {
+            HeaderSet::RDETH => emit_opt(self.rdeth, |r| r.emit(&mut rdeth::Packet::new_unchecked(b))),
+            HeaderSet::DETH => emit_opt(self.deth, |r| r.emit(&mut deth::Packet::new_unchecked(b))),
+            HeaderSet::XRCETH => emit_opt(self.xrceth, |r| r.emit(&mut xrceth::Packet::new_unchecked(b))),
+            HeaderSet::FETH => emit_opt(self.feth, |r| r.emit(&mut feth::Packet::new_unchecked(b))),
+            HeaderSet::RETH => emit_opt(self.reth, |r| r.emit(&mut reth::Packet::new_unchecked(b))),
+            HeaderSet::ATOMIC_ETH => {
+                emit_opt(self.atomic_eth, |r| r.emit(&mut atomic_eth::Packet::new_unchecked(b)))
+            }
+            HeaderSet::IMMDT => emit_opt(self.immdt, |r| r.emit(&mut immdt::Packet::new_unchecked(b))),
+            HeaderSet::IETH => emit_opt(self.ieth, |r| r.emit(&mut ieth::Packet::new_unchecked(b))),
+            HeaderSet::AETH => emit_opt(self.aeth, |r| r.emit(&mut aeth::Packet::new_unchecked(b))),
+            HeaderSet::ATOMIC_ACK_ETH => {
+                emit_opt(self.atomic_ack_eth, |r| r.emit(&mut atomic_ack_eth::Packet::new_unchecked(b)))
+            }
+            _ => b.fill(0), // §4.6: CNP reserved bytes are zero
+        }
+    }
+}
+
+fn emit_opt<R>(repr: Option<R>, emit: impl FnOnce(R)) {
+    if let Some(r) = repr {
+        emit(r);
+    }
+}
+
+/// `Truncated` naming the first header (or the ICRC) that does not fit in `len` bytes.
+fn check_header_room(opcode: Opcode, len: usize) -> Result<(), Error> {
+    let mut end = bth::LEN;
+    for (_, name, size) in opcode.headers().iter() {
+        end += size;
+        if end + icrc::LEN > len {
+            return Err(Error::Truncated { header: name, need: end + icrc::LEN, have: len });
+        }
+    }
+    if end + icrc::LEN > len {
+        return Err(Error::Truncated { header: "ICRC", need: end + icrc::LEN, have: len });
+    }
+    Ok(())
+}
+
+/// Payload length from the packet length (§6: `len − hdr_len − PadCnt − 4`),
+/// after checking the pad and the opcode's payload rule.
+fn check_payload(opcode: Opcode, pad: u8, len: usize) -> Result<usize, Error> {
+    let data_len = len - opcode.header_len() - icrc::LEN; // check_header_room ran first
+    // §6: payload + pad is a multiple of 4 and the pad fits.
+    if usize::from(pad) > data_len || data_len & 3 != 0 {
+        return Err(Error::BadPad { pad, data_len });
+    }
+    let payload_len = data_len - usize::from(pad);
+    if opcode.payload_rule() == PayloadRule::None && pad != 0 {
+        return Err(Error::BadPad { pad, data_len });
+    }
+    check_payload_rule(opcode, payload_len)?;
+    Ok(payload_len)
+}
+
+fn check_payload_rule(opcode: Opcode, len: usize) -> Result<(), Error> {
+    match opcode.payload_rule() {
+        PayloadRule::None if len != 0 => Err(Error::UnexpectedPayload { opcode, len }),
+        PayloadRule::Exactly(expected) if len != expected => {
+            Err(Error::BadPayloadLen { opcode, expected, len })
+        }
+        _ => Ok(()),
+    }
+}
+
+impl fmt::Display for TransportRepr {
+    /// One line for logs, e.g.
+    /// `RC_RDMA_WRITE_FIRST qpn=0x000011 psn=0x00007b A=0 SE=0 pad=0 RETH{va=0x1000, rkey=0x00001043, len=3000} payload=1024`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.bth;
+        write!(f, "{} qpn={} psn={} A={} SE={} pad={}", b.opcode, b.dest_qp, b.psn, b.ack_req as u8, b.solicited as u8, self.pad_len())?;
+        if b.mig_req {
+            f.write_str(" M=1")?;
+        }
+        if b.fecn || b.becn {
+            write!(f, " FECN={} BECN={}", b.fecn as u8, b.becn as u8)?;
+        }
+        if b.pkey != crate::PKey::DEFAULT {
+            write!(f, " pkey={}", b.pkey)?;
+        }
+        self.fmt_headers(f)?;
+        write!(f, " payload={}", self.payload_len)
+    }
+}
+
+impl TransportRepr {
+    fn fmt_headers(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(h) = self.rdeth {
+            write!(f, " RDETH{{eecn={}}}", h.eecn)?;
+        }
+        if let Some(h) = self.deth {
+            write!(f, " DETH{{qkey={}, src_qp={}}}", h.qkey, h.src_qp)?;
+        }
+        if let Some(h) = self.xrceth {
+            write!(f, " XRCETH{{srqn={}}}", h.xrc_srqn)?;
+        }
+        if let Some(h) = self.feth {
+            write!(f, " FETH{{sel={}, placement={}}}", h.selectivity, h.placement)?;
+        }
+        if let Some(h) = self.reth {
+            write!(f, " RETH{{va=0x{:x}, rkey={}, len={}}}", h.va, h.rkey, h.dma_len)?;
+        }
+        if let Some(h) = self.atomic_eth {
+            write!(f, " AtomicETH{{va=0x{:x}, rkey={}, swap_add=0x{:x}, compare=0x{:x}}}", h.va, h.rkey, h.swap_add, h.compare)?;
+        }
+        if let Some(h) = self.immdt {
+            write!(f, " ImmDt{{0x{:08x}}}", h.imm)?;
+        }
+        if let Some(h) = self.ieth {
+            write!(f, " IETH{{rkey={}}}", h.rkey)?;
+        }
+        if let Some(h) = self.aeth {
+            write!(f, " AETH{{{}, msn={}}}", h.syndrome, h.msn.get())?;
+        }
+        if let Some(h) = self.atomic_ack_eth {
+            write!(f, " AtomicAckETH{{orig=0x{:x}}}", h.orig)?;
+        }
+        Ok(())
+    }
+}
