@@ -345,6 +345,19 @@ pub struct AhAttr {
     pub port_num: u8,
 }
 
+impl AhAttr {
+    /// A RoCE address vector: to `dgid`, from local GID `sgid_index`, on port 1,
+    /// hop limit 64 (the GRH is mandatory on RoCE).
+    pub fn roce(dgid: Gid, sgid_index: u8) -> AhAttr {
+        AhAttr {
+            grh: GlobalRoute { dgid, flow_label: 0, sgid_index, hop_limit: 64, traffic_class: 0 },
+            is_global: 1,
+            port_num: 1,
+            ..AhAttr::default()
+        }
+    }
+}
+
 /// `struct ibv_qp_cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpCap {

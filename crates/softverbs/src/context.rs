@@ -1,0 +1,91 @@
+//! Device contexts: the query verbs and the factories for PDs and CQs.
+
+use crate::config::Shared;
+use crate::cq::CompletionQueue;
+use crate::error::{logged, Error};
+use crate::pd::ProtectionDomain;
+use proto::device::{DeviceAttr, PortAttr};
+use proto::engine::CtxHandle;
+use proto::Gid;
+use std::sync::Arc;
+
+/// An open device (`struct ibv_context`). Cheap to clone; the context closes
+/// (destroying whatever it still owns, as the kernel does when a program exits)
+/// when the last clone and the last object created from it are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<CtxInner>,
+}
+
+pub(crate) struct CtxInner {
+    pub(crate) dev: Arc<Shared>,
+    pub(crate) h: CtxHandle,
+}
+
+impl Drop for CtxInner {
+    fn drop(&mut self) {
+        if let Err(e) = self.dev.with(|e| e.close_context(self.h)) {
+            tracing::error!(target: "softverbs", "closing context: {e}");
+        }
+    }
+}
+
+impl Context {
+    pub(crate) fn new(dev: Arc<Shared>) -> Context {
+        let h = dev.with(|e| e.open_context());
+        Context { inner: Arc::new(CtxInner { dev, h }) }
+    }
+
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut proto::Engine) -> R) -> R {
+        self.inner.dev.with(f)
+    }
+
+    /// The device name.
+    pub fn device_name(&self) -> String {
+        self.with(|e| e.info().name.clone())
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        self.with(|e| e.info().attr.clone())
+    }
+
+    /// `ibv_query_port`: port 1 only (`EINVAL` otherwise).
+    pub fn query_port(&self, port: u8) -> Result<PortAttr, Error> {
+        logged("query_port", self.with(|e| e.info().query_port(port)))
+    }
+
+    /// `ibv_query_gid`: an IPv4-mapped (or IPv6) GID of type RoCE v2.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid, Error> {
+        logged("query_gid", self.with(|e| e.info().query_gid(port, index)))
+    }
+
+    /// `ibv_query_pkey`: index 0 is 0xffff.
+    pub fn query_pkey(&self, port: u8, index: u32) -> Result<u16, Error> {
+        logged("query_pkey", self.with(|e| e.info().query_pkey(port, index)))
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        let h = logged("alloc_pd", self.with(|e| e.alloc_pd(self.inner.h)))?;
+        Ok(ProtectionDomain::new(self.inner.clone(), h))
+    }
+
+    /// `ibv_create_cq` with `cqe` entries on completion vector 0.
+    pub fn create_cq(&self, cqe: i32) -> Result<CompletionQueue, Error> {
+        self.create_cq_on(cqe, 0)
+    }
+
+    /// `ibv_create_cq` on a given completion vector.
+    pub fn create_cq_on(&self, cqe: i32, comp_vector: i32) -> Result<CompletionQueue, Error> {
+        let (h, granted) =
+            logged("create_cq", self.with(|e| e.create_cq(self.inner.h, cqe, comp_vector)))?;
+        Ok(CompletionQueue::new(self.inner.clone(), h, granted))
+    }
+
+    /// How many contexts, PDs, MRs, CQs, SRQs, AHs and QPs the device holds now
+    /// (all contexts of this process together): for leak checks.
+    pub fn device_object_counts(&self) -> [usize; 7] {
+        self.with(|e| e.object_counts())
+    }
+}

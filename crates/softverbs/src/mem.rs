@@ -1,0 +1,105 @@
+//! Memory that the device reads and writes behind the program's back.
+//!
+//! Memory behind a memory region is shared, mutable and raced by the program,
+//! exactly as with a NIC doing DMA. It is therefore never touched through Rust
+//! references: only through raw-pointer copies, in this module, after a bounds
+//! check. This module and the C-ABI crate are the only places with `unsafe`.
+#![allow(unsafe_code)]
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+
+/// Page alignment for registered buffers.
+const ALIGN: usize = 4096;
+
+/// A zeroed, page-aligned heap buffer owned by a memory region.
+pub(crate) struct Buffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain bytes; all access goes through raw copies below
+// whose bounds are checked, and concurrent access is the documented contract of
+// registered memory (as with DMA).
+unsafe impl Send for Buffer {}
+// SAFETY: as above: `&Buffer` only offers bounds-checked raw copies.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// Allocates `len` zeroed bytes; `None` if the allocation fails.
+    pub(crate) fn zeroed(len: usize) -> Option<Buffer> {
+        if len == 0 {
+            return Some(Buffer { ptr: NonNull::dangling(), len: 0 });
+        }
+        let layout = Layout::from_size_align(len, ALIGN).ok()?;
+        // SAFETY: `layout` has non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        NonNull::new(ptr).map(|ptr| Buffer { ptr, len })
+    }
+
+    /// The address of the first byte, as the device sees it.
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn range(&self, offset: usize, n: usize) -> Option<usize> {
+        let end = offset.checked_add(n)?;
+        (end <= self.len).then_some(offset)
+    }
+
+    /// Copies `dst.len()` bytes from `offset`; `false` if out of bounds.
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
+        let Some(off) = self.range(offset, dst.len()) else { return false };
+        // SAFETY: `off + dst.len() <= self.len`, so the source lies inside our
+        // allocation; `dst` is a distinct Rust slice, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    /// Copies `src` to `offset`; `false` if out of bounds.
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) -> bool {
+        let Some(off) = self.range(offset, src.len()) else { return false };
+        // SAFETY: `off + src.len() <= self.len`, so the destination lies inside
+        // our allocation; `src` is a distinct Rust slice, so no overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
+        true
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        if let Ok(layout) = Layout::from_size_align(self.len, ALIGN) {
+            // SAFETY: allocated in `zeroed` with exactly this layout, freed once.
+            unsafe { dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_checked() {
+        let b = Buffer::zeroed(100).unwrap();
+        assert_eq!(b.addr() % ALIGN as u64, 0);
+        assert!(b.write(90, &[7; 10]));
+        assert!(!b.write(91, &[7; 10]));
+        assert!(!b.write(usize::MAX, &[1]));
+        let mut out = [0u8; 11];
+        assert!(!b.read(90, &mut out));
+        assert!(b.read(89, &mut out));
+        assert_eq!(out, [0, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7]);
+        let empty = Buffer::zeroed(0).unwrap();
+        assert!(empty.read(0, &mut []));
+        assert!(!empty.read(0, &mut [0]));
+    }
+}

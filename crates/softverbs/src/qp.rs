@@ -1,0 +1,227 @@
+//! Queue pairs: creation, the general modify, query and destroy. The typed
+//! transitions are in `transition.rs`.
+
+use crate::cq::{CompletionQueue, CqInner};
+use crate::error::{logged, DestroyError, Error};
+use crate::pd::PdInner;
+use crate::srq::{SharedReceiveQueue, SrqInner};
+use proto::engine::{QpCreate, QpHandle};
+use proto::qp::create::{comp_mask, QpRequest};
+use proto::{AttrMask, QpAttr, QpCap, QpState, QpType};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A transport, as a type: what a [`QueuePair`] is statically known to be.
+pub trait Transport: Send + Sync + 'static {
+    /// The QP type, when statically known.
+    const TYPE: Option<QpType>;
+}
+
+/// Reliable connection.
+pub enum Rc {}
+/// Unreliable connection.
+pub enum Uc {}
+/// Unreliable datagram.
+pub enum Ud {}
+/// A QP whose type is only known at run time.
+pub enum AnyTransport {}
+
+impl Transport for Rc {
+    const TYPE: Option<QpType> = Some(QpType::Rc);
+}
+impl Transport for Uc {
+    const TYPE: Option<QpType> = Some(QpType::Uc);
+}
+impl Transport for Ud {
+    const TYPE: Option<QpType> = Some(QpType::Ud);
+}
+impl Transport for AnyTransport {
+    const TYPE: Option<QpType> = None;
+}
+
+/// What a QP is created with (`struct ibv_qp_init_attr(_ex)`).
+#[derive(Clone, Copy)]
+pub struct QpInit<'a> {
+    /// CQ for send completions.
+    pub send_cq: &'a CompletionQueue,
+    /// CQ for receive completions (also with an SRQ).
+    pub recv_cq: &'a CompletionQueue,
+    /// Receive from this SRQ instead of an own receive queue (RC, UD).
+    pub srq: Option<&'a SharedReceiveQueue>,
+    /// Requested capacities; the QP gets at least these.
+    pub cap: QpCap,
+    /// Every send WR generates a completion.
+    pub sq_sig_all: bool,
+    /// `ibv_create_qp_ex` comp_mask (`IBV_QP_INIT_ATTR_PD` for the plain call).
+    pub comp_mask: u32,
+    /// `create_flags` (with `IBV_QP_INIT_ATTR_CREATE_FLAGS`); none are supported.
+    pub create_flags: u32,
+    /// `send_ops_flags` (with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`).
+    pub send_ops_flags: u64,
+}
+
+impl<'a> QpInit<'a> {
+    /// Defaults: 16 send and 16 receive WRs, one SGE each, no inline data, no SRQ,
+    /// only signaled WRs complete.
+    pub fn new(send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> Self {
+        QpInit {
+            send_cq,
+            recv_cq,
+            srq: None,
+            cap: QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            sq_sig_all: false,
+            comp_mask: comp_mask::PD,
+            create_flags: 0,
+            send_ops_flags: 0,
+        }
+    }
+}
+
+/// A queue pair (`struct ibv_qp`) of transport `T`.
+pub struct QueuePair<T: Transport = AnyTransport> {
+    inner: Arc<QpInner>,
+    _transport: PhantomData<T>,
+}
+
+struct QpInner {
+    pd: Arc<PdInner>,
+    _cqs: [Arc<CqInner>; 2],
+    _srq: Option<Arc<SrqInner>>,
+    h: QpHandle,
+    qpn: u32,
+    qp_type: QpType,
+    cap: QpCap,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let _ = self.pd.with(|e| e.destroy_qp(self.h));
+    }
+}
+
+/// What `ibv_query_qp` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInfo {
+    /// The attributes; fields not in `valid` are zero.
+    pub attr: QpAttr,
+    /// Which attributes are valid in the current state.
+    pub valid: AttrMask,
+    /// QP type (`init_attr.qp_type`).
+    pub qp_type: QpType,
+    /// Capacities (`init_attr.cap`).
+    pub cap: QpCap,
+    /// `init_attr.sq_sig_all`.
+    pub sq_sig_all: bool,
+    /// Whether the QP receives through an SRQ.
+    pub has_srq: bool,
+}
+
+impl QpInfo {
+    /// The state.
+    pub fn state(&self) -> QpState {
+        QpState::from_raw(self.attr.qp_state).unwrap_or(QpState::Err)
+    }
+}
+
+impl QueuePair<AnyTransport> {
+    pub(crate) fn create(pd: Arc<PdInner>, init: &QpInit<'_>, qp_type: u32) -> Result<Self, Error> {
+        let req = QpRequest {
+            qp_type,
+            cap: init.cap,
+            has_srq: init.srq.is_some(),
+            comp_mask: init.comp_mask,
+            create_flags: init.create_flags,
+            send_ops_flags: init.send_ops_flags,
+        };
+        let c = QpCreate {
+            pd: pd.h,
+            send_cq: Some(init.send_cq.inner.h),
+            recv_cq: Some(init.recv_cq.inner.h),
+            srq: init.srq.map(|s| s.inner.h),
+            req,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let created = logged("create_qp", pd.with(|e| e.create_qp(&c)))?;
+        let inner = QpInner {
+            pd,
+            _cqs: [init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
+            _srq: init.srq.map(|s| s.inner.clone()),
+            h: created.handle,
+            qpn: created.qpn,
+            qp_type: created.qp_type,
+            cap: created.cap,
+        };
+        Ok(QueuePair { inner: Arc::new(inner), _transport: PhantomData })
+    }
+
+    /// The typed view of this QP, if it is of transport `T`.
+    pub fn typed<T: Transport>(self) -> Result<QueuePair<T>, Self> {
+        if T::TYPE.is_none() || T::TYPE == Some(self.inner.qp_type) {
+            Ok(self.retype())
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl<T: Transport> QueuePair<T> {
+    pub(crate) fn retype<U: Transport>(self) -> QueuePair<U> {
+        QueuePair { inner: self.inner, _transport: PhantomData }
+    }
+
+    /// Forgets the static transport.
+    pub fn untyped(self) -> QueuePair<AnyTransport> {
+        self.retype()
+    }
+
+    /// The 24-bit QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    /// The QP type.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// The capacities granted at creation (each ≥ the request).
+    pub fn cap(&self) -> QpCap {
+        self.inner.cap
+    }
+
+    /// `ibv_modify_qp`: the general form. Checked completely against the verbs
+    /// table and every value rule before anything changes; a refused call
+    /// changes nothing, not even the state.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), Error> {
+        let h = self.inner.h;
+        logged("modify_qp", self.inner.pd.with(|e| e.modify_qp(h, attr, mask).map(drop)))
+    }
+
+    /// `ibv_query_qp`: every attribute valid in the current state, and init_attr.
+    pub fn query(&self) -> Result<QpInfo, Error> {
+        let h = self.inner.h;
+        let (attr, valid, init) = logged("query_qp", self.inner.pd.with(|e| e.query_qp(h)))?;
+        Ok(QpInfo {
+            attr,
+            valid,
+            qp_type: init.qp_type,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            has_srq: init.srq.is_some(),
+        })
+    }
+
+    /// The current state (as `ibv_query_qp` reports it).
+    pub fn state(&self) -> Result<QpState, Error> {
+        Ok(self.query()?.state())
+    }
+
+    /// `ibv_destroy_qp`: allowed in any state; queued work requests are discarded
+    /// without completions.
+    pub fn destroy(self) -> Result<(), DestroyError<Self>> {
+        // The engine refuses only for multicast attachments, which softverbs does
+        // not offer; dropping the last handle destroys the QP.
+        drop(self);
+        Ok(())
+    }
+}

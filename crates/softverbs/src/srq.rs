@@ -1,0 +1,52 @@
+//! Shared receive queues.
+
+use crate::error::{finish_destroy, logged, DestroyError, Error};
+use crate::pd::PdInner;
+use proto::engine::SrqHandle;
+use proto::srq::SrqAttr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// A shared receive queue (`struct ibv_srq`).
+pub struct SharedReceiveQueue {
+    pub(crate) inner: Arc<SrqInner>,
+}
+
+pub(crate) struct SrqInner {
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) h: SrqHandle,
+    destroyed: AtomicBool,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        if !self.destroyed.load(Ordering::Acquire) {
+            let _ = self.pd.with(|e| e.destroy_srq(self.h));
+        }
+    }
+}
+
+impl SharedReceiveQueue {
+    pub(crate) fn create(pd: Arc<PdInner>, attr: SrqAttr) -> Result<Self, Error> {
+        let (h, _) = logged("create_srq", pd.with(|e| e.create_srq(pd.h, &attr)))?;
+        Ok(SharedReceiveQueue { inner: Arc::new(SrqInner { pd, h, destroyed: AtomicBool::new(false) }) })
+    }
+
+    /// `ibv_query_srq`.
+    pub fn query(&self) -> Result<SrqAttr, Error> {
+        logged("query_srq", self.inner.pd.with(|e| e.query_srq(self.inner.h)))
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_MAX_WR` (resize) and/or `IBV_SRQ_LIMIT`
+    /// (arm the limit event) in `mask`.
+    pub fn modify(&self, attr: &SrqAttr, mask: u32) -> Result<(), Error> {
+        logged("modify_srq", self.inner.pd.with(|e| e.modify_srq(self.inner.h, attr, mask)))
+    }
+
+    /// `ibv_destroy_srq`: refused with `EBUSY` while a QP uses it.
+    pub fn destroy(self) -> Result<(), DestroyError<Self>> {
+        let r = self.inner.pd.with(|e| e.destroy_srq(self.inner.h));
+        let inner = self.inner.clone();
+        finish_destroy("destroy_srq", r, &inner.destroyed, self)
+    }
+}
