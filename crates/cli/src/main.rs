@@ -1,1 +1,109 @@
-fn main() {}
+//! The `softverbs` command.
+//!
+//! - `softverbs devinfo` — what `ibv_devinfo -v` shows, for the softverbs device.
+//! - `softverbs demo` — the control path end to end: two RC queue pairs brought
+//!   RESET→INIT→RTR→RTS, connected to each other, each then queried; and one
+//!   refused modify, to show how softverbs explains a mistake.
+#![forbid(unsafe_code)]
+
+mod render;
+
+use softverbs::*;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("devinfo") => devinfo(),
+        Some("demo") | None => demo(),
+        Some("-h") | Some("--help") | Some("help") => {
+            println!("{}", USAGE);
+            Ok(())
+        }
+        Some(other) => {
+            eprintln!("softverbs: unknown command {other:?}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softverbs: {e} (errno {})", e.errno());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: softverbs [demo | devinfo]
+  demo     connect two RC queue pairs (RESET→INIT→RTR→RTS) and query them
+  devinfo  show the device, its limits, port and GID table
+environment: SOFTVERBS_ADDR, SOFTVERBS_DEVICE, SOFTVERBS_MTU";
+
+fn open() -> Result<(Device, Context), Error> {
+    let dev = devices()?.remove(0);
+    let ctx = dev.open()?;
+    Ok((dev, ctx))
+}
+
+fn devinfo() -> Result<(), Error> {
+    let (dev, ctx) = open()?;
+    print!("{}", render::device(dev.name(), &ctx)?);
+    Ok(())
+}
+
+fn demo() -> Result<(), Error> {
+    let (dev, ctx) = open()?;
+    let gid = ctx.query_gid(1, 0)?;
+    println!("opened {} — GID[0] {} ({})\n", dev.name(), gid, gid.ip());
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(64)?;
+    let a = pd.create_rc_qp(&QpInit::new(&cq, &cq))?;
+    let b = pd.create_rc_qp(&QpInit::new(&cq, &cq))?;
+    println!("created RC QPs {:#08x} and {:#08x} (state {})", a.qp_num(), b.qp_num(), a.state()?);
+
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let mtu = ctx.query_port(1)?.active_mtu;
+    for (qp, peer, psn) in [(&a, &b, 0x1000), (&b, &a, 0x2000)] {
+        qp.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access })?;
+        qp.to_rtr(RcRtr {
+            ah: AhAttr::roce(gid, 0),
+            path_mtu: mtu,
+            dest_qp_num: peer.qp_num(),
+            rq_psn: psn ^ 0x3000,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 12,
+        })?;
+        qp.to_rts(RcRts { sq_psn: psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 16 })?;
+        println!("QP {:#08x}: RESET→INIT→RTR→RTS, connected to {:#08x}", qp.qp_num(), peer.qp_num());
+    }
+    println!();
+    for qp in [&a, &b] {
+        print!("{}", render::qp(qp.qp_num(), &qp.query()?));
+        println!();
+    }
+
+    // One mistake, on purpose: a fresh QP asked to go INIT→RTR without DEST_QPN.
+    let c = pd.create_rc_qp(&QpInit::new(&cq, &cq))?;
+    c.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access })?;
+    let attr = QpAttr {
+        qp_state: QpState::Rtr as u32,
+        ah_attr: AhAttr::roce(gid, 0),
+        path_mtu: mtu as u32,
+        ..QpAttr::default()
+    };
+    let mask = AttrMask::STATE
+        | AttrMask::AV
+        | AttrMask::PATH_MTU
+        | AttrMask::RQ_PSN
+        | AttrMask::MAX_DEST_RD_ATOMIC
+        | AttrMask::MIN_RNR_TIMER;
+    match c.modify(&attr, mask) {
+        Err(e) => println!("a modify with a mistake is refused, and says why:\n  {} — {e}", e.errno()),
+        Ok(()) => println!("unexpected: the faulty modify was accepted"),
+    }
+    println!("  (QP {:#08x} is still {})", c.qp_num(), c.state()?);
+    Ok(())
+}
