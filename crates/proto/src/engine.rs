@@ -407,7 +407,10 @@ impl Engine {
     /// `ibv_create_qp` / `ibv_create_qp_ex`. The QP starts in RESET.
     pub fn create_qp(&mut self, c: &QpCreate) -> Result<QpCreated, Error> {
         let ctx = self.pd_ctx(c.pd)?;
-        let (qp_type, cap) = create::check(&c.req, &self.info.attr)?;
+        // The SRQ handle, not the request's flag, says whether there is an SRQ: a
+        // disagreeing flag must not let UC + SRQ through or keep receive capacities.
+        let req = QpRequest { has_srq: c.srq.is_some(), ..c.req };
+        let (qp_type, cap) = create::check(&req, &self.info.attr)?;
         let (send_cq, recv_cq) = match (c.send_cq, c.recv_cq) {
             (Some(s), Some(r)) => (s, r),
             _ => return Err(Error::invalid("create_qp: send_cq and recv_cq must both be given (they may be the same CQ)")),
@@ -418,7 +421,12 @@ impl Engine {
             }
         }
         if let Some(s) = c.srq {
-            self.srqs.get(s).ok_or_else(|| missing(ObjectKind::Srq, s))?;
+            let srq_pd = self.srqs.get(s).ok_or_else(|| missing(ObjectKind::Srq, s))?.srq.pd;
+            // uverbs looks the SRQ up in the caller's own context; a foreign one would
+            // also make close_context of its owner fail half-way (EBUSY).
+            if self.pd_ctx(srq_pd)? != ctx {
+                return Err(Error::Mismatch { what: "create_qp: the SRQ belongs to a different context than the PD" });
+            }
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
@@ -438,8 +446,10 @@ impl Engine {
         if let Some(p) = self.pds.get_mut(pd) {
             step(&mut p.users);
         }
+        // A QP using one CQ for both queues counts once.
+        let cqs = if cqs[0] == cqs[1] { &cqs[..1] } else { &cqs[..] };
         for c in cqs {
-            if let Some(c) = self.cqs.get_mut(c) {
+            if let Some(c) = self.cqs.get_mut(*c) {
                 step(&mut c.users);
             }
         }
@@ -486,6 +496,15 @@ impl Engine {
             sq_sig_all: q.ctl.sq_sig_all(),
         };
         Ok((attr, valid, init))
+    }
+
+    /// A state change the device makes by itself, as the data path reports it:
+    /// to ERR after a fatal error, to SQE after a send error on a UC/UD QP (see
+    /// [`QpControl::device_move`]). No modify-table check applies: SQE can only be
+    /// entered this way. Returns the previous state.
+    pub fn qp_device_move(&mut self, h: QpHandle, to: crate::types::QpState) -> Result<crate::types::QpState, Error> {
+        let q = self.qps.get_mut(h).ok_or_else(|| missing(ObjectKind::Qp, h))?;
+        Ok(q.ctl.device_move(to))
     }
 
     /// A QP.

@@ -28,3 +28,9 @@ impl Drop for AddressHandle {
         let _ = self.pd.with(|e| e.destroy_ah(self.h));
     }
 }
+
+impl std::fmt::Debug for AddressHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddressHandle").field("attr", &self.attr).finish()
+    }
+}

@@ -89,3 +89,9 @@ impl Context {
         self.with(|e| e.object_counts())
     }
 }
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("device", &self.device_name()).finish()
+    }
+}

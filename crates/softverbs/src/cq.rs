@@ -43,3 +43,9 @@ impl CompletionQueue {
         finish_destroy("destroy_cq", r, &inner.destroyed, self)
     }
 }
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue").field("cqe", &self.inner.cqe).finish()
+    }
+}

@@ -68,7 +68,7 @@ pub use transition::{
     ToInit, ToRtr, ToRts, Transition, UcRtr, UdRtr,
 };
 
-pub use proto::device::{AtomicCap, DeviceAttr, PortAttr, PortState};
+pub use proto::device::{AtomicCap, DeviceAttr, DeviceConfig, PortAttr, PortState};
 pub use proto::srq::SrqAttr;
 pub use proto::{
     AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, Mtu, QpAttr, QpCap, QpState, QpType,

@@ -93,3 +93,9 @@ impl ProtectionDomain {
         finish_destroy("dealloc_pd", r, &inner.destroyed, self)
     }
 }
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtectionDomain").field("handle", &self.inner.h).finish()
+    }
+}

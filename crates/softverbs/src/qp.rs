@@ -225,3 +225,9 @@ impl<T: Transport> QueuePair<T> {
         Ok(())
     }
 }
+
+impl<T: Transport> std::fmt::Debug for QueuePair<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair").field("qp_num", &self.inner.qpn).field("qp_type", &self.inner.qp_type).finish()
+    }
+}

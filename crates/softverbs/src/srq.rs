@@ -50,3 +50,9 @@ impl SharedReceiveQueue {
         finish_destroy("destroy_srq", r, &inner.destroyed, self)
     }
 }
+
+impl std::fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReceiveQueue").field("handle", &self.inner.h).finish()
+    }
+}
