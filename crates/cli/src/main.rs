@@ -12,6 +12,7 @@ use softverbs::*;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    init_log();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("devinfo") => devinfo(),
@@ -34,10 +35,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// `SOFTVERBS_LOG=error|warn|info|debug|trace` sends the library's log to stderr;
+/// refused verbs are logged at `warn` with the reason in words.
+fn init_log() {
+    let Ok(level) = std::env::var("SOFTVERBS_LOG") else { return };
+    let Ok(level) = level.trim().parse::<tracing::Level>() else {
+        eprintln!("softverbs: SOFTVERBS_LOG={level:?} is not error, warn, info, debug or trace");
+        return;
+    };
+    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
+}
+
 const USAGE: &str = "usage: softverbs [demo | devinfo]
   demo     connect two RC queue pairs (RESET→INIT→RTR→RTS) and query them
   devinfo  show the device, its limits, port and GID table
-environment: SOFTVERBS_ADDR, SOFTVERBS_DEVICE, SOFTVERBS_MTU";
+environment: SOFTVERBS_ADDR, SOFTVERBS_DEVICE, SOFTVERBS_MTU, SOFTVERBS_LOG";
 
 fn open() -> Result<(Device, Context), Error> {
     let dev = devices()?.remove(0);

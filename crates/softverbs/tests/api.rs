@@ -264,3 +264,37 @@ fn contexts_share_the_device_and_clean_up_when_closed() {
 fn proto_config(name: &str) -> DeviceConfig {
     DeviceConfig { name: name.into(), addrs: vec!["127.9.9.9".parse().unwrap()], active_mtu: Mtu::Mtu1024 }
 }
+
+#[test]
+fn refusals_are_logged_with_their_reason() {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let ctx = ctx();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        let qp = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
+        let _ = qp.modify(&QpAttr { qp_state: 3, ..QpAttr::default() }, AttrMask::STATE);
+    });
+    let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("WARN"), "{log}");
+    assert!(log.contains("modify_qp refused (EINVAL): RESET→RTS is not a legal QP state transition"), "{log}");
+}
