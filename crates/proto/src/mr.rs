@@ -30,6 +30,120 @@ impl Mr {
     }
 }
 
+/// What an access wants to do with memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The device reads local memory (send/write source, via lkey).
+    LocalRead,
+    /// The device writes local memory (receive buffer, READ response, atomic result).
+    LocalWrite,
+    /// A peer reads (RDMA READ, via rkey).
+    RemoteRead,
+    /// A peer writes (RDMA WRITE, via rkey).
+    RemoteWrite,
+    /// A peer performs an atomic (via rkey; 8 bytes, 8-byte aligned).
+    RemoteAtomic,
+}
+
+impl Access {
+    /// The flag the MR must carry; `None` for local reads, always allowed.
+    pub fn needs(self) -> Option<AccessFlags> {
+        match self {
+            Access::LocalRead => None,
+            Access::LocalWrite => Some(AccessFlags::LOCAL_WRITE),
+            Access::RemoteRead => Some(AccessFlags::REMOTE_READ),
+            Access::RemoteWrite => Some(AccessFlags::REMOTE_WRITE),
+            Access::RemoteAtomic => Some(AccessFlags::REMOTE_ATOMIC),
+        }
+    }
+
+    /// Whether the key is an rkey (remote) or an lkey (local).
+    pub fn is_remote(self) -> bool {
+        matches!(self, Access::RemoteRead | Access::RemoteWrite | Access::RemoteAtomic)
+    }
+}
+
+/// Why a memory access was refused. The data path maps local refusals to
+/// `IBV_WC_LOC_PROT_ERR` and remote ones to a remote-access-error NAK.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// No MR has this key.
+    #[error("{} {key:#x} names no memory region", if *.remote { "rkey" } else { "lkey" })]
+    NoSuchKey {
+        /// The key.
+        key: u32,
+        /// rkey (true) or lkey.
+        remote: bool,
+    },
+    /// The MR belongs to another protection domain than the QP.
+    #[error("key {key:#x} belongs to a different protection domain than the QP")]
+    WrongPd {
+        /// The key.
+        key: u32,
+    },
+    /// The range is not inside the MR.
+    #[error("[{addr:#x}, +{len}) is outside memory region [{mr_addr:#x}, +{mr_len}) of key {key:#x}")]
+    OutOfBounds {
+        /// The key.
+        key: u32,
+        /// Start of the access.
+        addr: u64,
+        /// Length of the access.
+        len: u64,
+        /// Start of the MR.
+        mr_addr: u64,
+        /// Length of the MR.
+        mr_len: u64,
+    },
+    /// The MR lacks the access flag the operation needs.
+    #[error("memory region of key {key:#x} does not allow {needed} (it has {has})")]
+    NotPermitted {
+        /// The key.
+        key: u32,
+        /// The flag needed.
+        needed: AccessFlags,
+        /// The flags the MR has.
+        has: AccessFlags,
+    },
+    /// An atomic whose address is not 8-byte aligned or whose length is not 8.
+    #[error("atomic access at {addr:#x} length {len}: atomics need 8 bytes at an 8-byte-aligned address")]
+    Misaligned {
+        /// Address.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+}
+
+impl Mr {
+    /// The security boundary: may `pd` do `access` on `[addr, addr + len)` through
+    /// `key` in this MR? Checks, in order: the key matches (lkey or rkey by
+    /// `access`), the PD matches, the range lies inside, the flag is present.
+    pub fn check(&self, pd: PdHandle, key: u32, addr: u64, len: u64, access: Access) -> Result<(), AccessError> {
+        let remote = access.is_remote();
+        let own_key = if remote { self.rkey } else { self.lkey };
+        if own_key != key {
+            return Err(AccessError::NoSuchKey { key, remote });
+        }
+        if self.pd != pd {
+            return Err(AccessError::WrongPd { key });
+        }
+        if access == Access::RemoteAtomic && (len != 8 || addr % 8 != 0) {
+            return Err(AccessError::Misaligned { addr, len });
+        }
+        if !self.contains(addr, len) {
+            let (mr_addr, mr_len) = (self.addr, self.length);
+            return Err(AccessError::OutOfBounds { key, addr, len, mr_addr, mr_len });
+        }
+        match access.needs() {
+            Some(needed) if !self.access.contains(needed) => {
+                Err(AccessError::NotPermitted { key, needed, has: self.access })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Flags softverbs accepts and honours; the optional range (bits 20..=29) is
 /// accepted and ignored as the man page allows.
 const ACCEPTED: u32 = AccessFlags::LOCAL_WRITE.0
@@ -106,6 +220,37 @@ mod tests {
         assert_eq!(check_reg(0x1000, 64, 1 << 6).unwrap_err().errno(), crate::Errno::EOPNOTSUPP);
         assert_eq!(check_reg(0x1000, 64, 1 << 12).unwrap_err().errno(), crate::Errno::EINVAL);
         assert_eq!(check_reg(u64::MAX, 2, 0).unwrap_err().errno(), crate::Errno::EINVAL);
+    }
+
+    fn mr(access: u32) -> Mr {
+        let pd = crate::table::Handle::from_raw(1);
+        let (lkey, rkey) = keys(3, 1);
+        Mr { pd, addr: 0x1000, length: 0x100, access: AccessFlags(access), lkey, rkey }
+    }
+
+    #[test]
+    fn access_check_refuses_everything_outside_key_pd_bounds_and_flags() {
+        let m = mr(1 | 2 | 4 | 8);
+        let pd = m.pd;
+        let other_pd = crate::table::Handle::from_raw(2);
+        assert_eq!(m.check(pd, m.rkey, 0x1000, 0x100, Access::RemoteWrite), Ok(()));
+        assert_eq!(m.check(pd, m.lkey, 0x10ff, 1, Access::LocalWrite), Ok(()));
+        assert_eq!(m.check(pd, m.rkey, 0x1008, 8, Access::RemoteAtomic), Ok(()));
+        // An lkey is not an rkey, and the reverse.
+        assert!(matches!(m.check(pd, m.lkey, 0x1000, 1, Access::RemoteRead), Err(AccessError::NoSuchKey { remote: true, .. })));
+        assert!(matches!(m.check(pd, m.rkey, 0x1000, 1, Access::LocalRead), Err(AccessError::NoSuchKey { remote: false, .. })));
+        assert!(matches!(m.check(other_pd, m.rkey, 0x1000, 1, Access::RemoteRead), Err(AccessError::WrongPd { .. })));
+        for (addr, len) in [(0xfff, 1), (0x10ff, 2), (0x1100, 1), (u64::MAX, 2)] {
+            let r = m.check(pd, m.rkey, addr, len, Access::RemoteRead);
+            assert!(matches!(r, Err(AccessError::OutOfBounds { .. })), "{addr:#x}+{len}: {r:?}");
+        }
+        assert!(matches!(m.check(pd, m.rkey, 0x1004, 8, Access::RemoteAtomic), Err(AccessError::Misaligned { .. })));
+        assert!(matches!(m.check(pd, m.rkey, 0x1000, 4, Access::RemoteAtomic), Err(AccessError::Misaligned { .. })));
+        let ro = mr(4);
+        let e = ro.check(pd, ro.rkey, 0x1000, 1, Access::RemoteWrite).unwrap_err();
+        assert!(e.to_string().contains("does not allow REMOTE_WRITE (it has REMOTE_READ)"), "{e}");
+        assert!(ro.check(pd, ro.lkey, 0x1000, 1, Access::LocalWrite).is_err());
+        assert!(ro.check(pd, ro.lkey, 0x1000, 1, Access::LocalRead).is_ok());
     }
 
     #[test]
