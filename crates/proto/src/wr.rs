@@ -1,0 +1,1177 @@
+//! Work requests and the rules for posting them.
+//!
+//! This module owns the verbs work-request types ([`SendWr`], [`RecvWr`], [`Sge`],
+//! [`WrOpcode`], [`SendFlags`], [`ImmData`]), the WR-opcode × QP-type matrix
+//! ([`OPCODE_MATRIX`]), the per-state posting table ([`POST_TABLE`]) and the
+//! pure checks that `ibv_post_send` / `ibv_post_recv` / `ibv_post_srq_recv`
+//! run on each WR before it is queued ([`check_post_send`], [`check_post_recv`],
+//! [`check_post_srq_recv`]).
+//!
+//! Promises:
+//! - Every refusal is a [`PostError`] that says in words what was wrong and maps
+//!   to the errno Linux returns in the same case ([`PostError::errno`]); the
+//!   facts are `spec/qp-state-machine.md` §7 (both tables) and the
+//!   `ibv_post_send(3)` opcode table. A refused WR changes nothing.
+//! - No allocation: a WR *borrows* its scatter/gather list (`&[Sge]`, as
+//!   `ibv_send_wr` points at its `sg_list`). The engine copies an accepted WR
+//!   into a WQE slot of its send/receive ring, allocated once at QP creation with
+//!   room for `max_send_sge` / `max_recv_sge` entries, so posting and the packet
+//!   path never allocate.
+//! - `IBV_SEND_INLINE` data is gathered from the SGE addresses by the memory
+//!   module at post time (its L_Key is not checked, `ibv_post_send(3)`); this
+//!   module checks only its length and opcode.
+#![forbid(unsafe_code)]
+
+use crate::engine::{AhHandle, PdHandle};
+use crate::error::Errno;
+use crate::types::{QpState, QpType};
+use std::fmt;
+
+/// `struct ibv_sge`: one local buffer of a WR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Start address (or offset into a zero-based MR).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// L_Key of the MR that covers the buffer.
+    pub lkey: u32,
+}
+
+/// Total byte length of a scatter/gather list (u64: 32 SGEs of 4 GiB do not overflow).
+pub fn sg_total_len(sg_list: &[Sge]) -> u64 {
+    sg_list.iter().map(|s| u64::from(s.length)).sum()
+}
+
+/// `enum ibv_wr_opcode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WrOpcode {
+    /// `IBV_WR_RDMA_WRITE` (0).
+    RdmaWrite,
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM` (1).
+    RdmaWriteWithImm,
+    /// `IBV_WR_SEND` (2).
+    Send,
+    /// `IBV_WR_SEND_WITH_IMM` (3).
+    SendWithImm,
+    /// `IBV_WR_RDMA_READ` (4).
+    RdmaRead,
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP` (5).
+    AtomicCmpAndSwp,
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD` (6).
+    AtomicFetchAndAdd,
+    /// `IBV_WR_LOCAL_INV` (7).
+    LocalInv,
+    /// `IBV_WR_BIND_MW` (8).
+    BindMw,
+    /// `IBV_WR_SEND_WITH_INV` (9).
+    SendWithInv,
+    /// `IBV_WR_TSO` (10).
+    Tso,
+    /// `IBV_WR_DRIVER1` (11).
+    Driver1,
+    /// `IBV_WR_FLUSH` (14).
+    Flush,
+    /// `IBV_WR_ATOMIC_WRITE` (15).
+    AtomicWrite,
+}
+
+/// Every WR opcode with its verbs value and name (spec completions.md §2,
+/// "`enum ibv_wr_opcode` for reference"; rdma-core `verbs.h`).
+pub const WR_OPCODES: [(WrOpcode, u32, &str); 14] = [
+    (WrOpcode::RdmaWrite, 0, "IBV_WR_RDMA_WRITE"),
+    (WrOpcode::RdmaWriteWithImm, 1, "IBV_WR_RDMA_WRITE_WITH_IMM"),
+    (WrOpcode::Send, 2, "IBV_WR_SEND"),
+    (WrOpcode::SendWithImm, 3, "IBV_WR_SEND_WITH_IMM"),
+    (WrOpcode::RdmaRead, 4, "IBV_WR_RDMA_READ"),
+    (WrOpcode::AtomicCmpAndSwp, 5, "IBV_WR_ATOMIC_CMP_AND_SWP"),
+    (WrOpcode::AtomicFetchAndAdd, 6, "IBV_WR_ATOMIC_FETCH_AND_ADD"),
+    (WrOpcode::LocalInv, 7, "IBV_WR_LOCAL_INV"),
+    (WrOpcode::BindMw, 8, "IBV_WR_BIND_MW"),
+    (WrOpcode::SendWithInv, 9, "IBV_WR_SEND_WITH_INV"),
+    (WrOpcode::Tso, 10, "IBV_WR_TSO"),
+    (WrOpcode::Driver1, 11, "IBV_WR_DRIVER1"),
+    (WrOpcode::Flush, 14, "IBV_WR_FLUSH"),
+    (WrOpcode::AtomicWrite, 15, "IBV_WR_ATOMIC_WRITE"),
+];
+
+impl WrOpcode {
+    fn row(self) -> &'static (WrOpcode, u32, &'static str) {
+        // Every variant has exactly one row (test `wr_opcode_rows_complete`).
+        let i = WR_OPCODES.iter().position(|r| r.0 == self).unwrap_or(0);
+        &WR_OPCODES[i]
+    }
+
+    /// From the `ibv_wr_opcode` value; `None` for values verbs.h does not define.
+    pub fn from_raw(v: u32) -> Option<WrOpcode> {
+        WR_OPCODES.iter().find(|r| r.1 == v).map(|r| r.0)
+    }
+
+    /// The `ibv_wr_opcode` value.
+    pub fn raw(self) -> u32 {
+        self.row().1
+    }
+
+    /// The verbs name (`"IBV_WR_SEND"`).
+    pub fn name(self) -> &'static str {
+        self.row().2
+    }
+
+    /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
+    pub fn is_send(self) -> bool {
+        matches!(self, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv)
+    }
+
+    /// RDMA_WRITE, RDMA_WRITE_WITH_IMM.
+    pub fn is_rdma_write(self) -> bool {
+        matches!(self, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm)
+    }
+
+    /// The two 8-byte atomics (CMP_AND_SWP, FETCH_AND_ADD).
+    pub fn is_atomic(self) -> bool {
+        matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    }
+
+    /// Carries immediate data (`imm_data` is read).
+    pub fn has_imm(self) -> bool {
+        matches!(self, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
+    }
+
+    /// Counts against the initiator depth `max_rd_atomic` (spec rc-reliability.md §1.2).
+    pub fn needs_rd_atomic(self) -> bool {
+        self == WrOpcode::RdmaRead || self.is_atomic()
+    }
+
+    /// May be posted with `IBV_SEND_INLINE`: only SEND* and RDMA_WRITE*
+    /// (`ibv_post_send(3)`; spec qp-state-machine.md §7).
+    pub fn allows_inline(self) -> bool {
+        self.is_send() || self.is_rdma_write()
+    }
+}
+
+impl fmt::Display for WrOpcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One row of the WR-opcode × QP-type matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpcodeSupport {
+    /// The opcode.
+    pub opcode: WrOpcode,
+    /// Valid on UD / UC / RC per verbs (`ibv_post_send(3)` table; FLUSH and
+    /// ATOMIC_WRITE are RC-only, spec rc-reliability.md §1.1).
+    pub verbs: [bool; 3],
+    /// Executed by softverbs on UD / UC / RC. Valid-but-not-offered is
+    /// refused with `EOPNOTSUPP`, never accepted and dropped.
+    pub softverbs: [bool; 3],
+}
+
+const fn row(opcode: WrOpcode, verbs: [bool; 3], softverbs: [bool; 3]) -> OpcodeSupport {
+    OpcodeSupport { opcode, verbs, softverbs }
+}
+
+const N: bool = false;
+const Y: bool = true;
+
+/// The WR-opcode × QP-type matrix, columns `[UD, UC, RC]`. Not offered by
+/// softverbs: LOCAL_INV, BIND_MW (no memory windows), SEND_WITH_INV (no
+/// invalidation; and UC has no wire opcode for it, spec roce-wire.md §4.2),
+/// TSO (no offloads), FLUSH and ATOMIC_WRITE (IBA 1.5 extensions, not yet).
+/// DRIVER1 is valid on no type.
+pub const OPCODE_MATRIX: [OpcodeSupport; 14] = [
+    row(WrOpcode::Send, [Y, Y, Y], [Y, Y, Y]),
+    row(WrOpcode::SendWithImm, [Y, Y, Y], [Y, Y, Y]),
+    row(WrOpcode::RdmaWrite, [N, Y, Y], [N, Y, Y]),
+    row(WrOpcode::RdmaWriteWithImm, [N, Y, Y], [N, Y, Y]),
+    row(WrOpcode::RdmaRead, [N, N, Y], [N, N, Y]),
+    row(WrOpcode::AtomicCmpAndSwp, [N, N, Y], [N, N, Y]),
+    row(WrOpcode::AtomicFetchAndAdd, [N, N, Y], [N, N, Y]),
+    row(WrOpcode::LocalInv, [N, Y, Y], [N, N, N]),
+    row(WrOpcode::BindMw, [N, Y, Y], [N, N, N]),
+    row(WrOpcode::SendWithInv, [N, Y, Y], [N, N, N]),
+    row(WrOpcode::Tso, [Y, N, N], [N, N, N]),
+    row(WrOpcode::Driver1, [N, N, N], [N, N, N]),
+    row(WrOpcode::Flush, [N, N, Y], [N, N, N]),
+    row(WrOpcode::AtomicWrite, [N, N, Y], [N, N, N]),
+];
+
+fn matrix_column(qp_type: QpType) -> Option<usize> {
+    match qp_type {
+        QpType::Ud => Some(0),
+        QpType::Uc => Some(1),
+        QpType::Rc => Some(2),
+        _ => None,
+    }
+}
+
+/// Checks `opcode` against [`OPCODE_MATRIX`] for a QP of `qp_type`.
+pub fn check_opcode(opcode: WrOpcode, qp_type: QpType) -> Result<(), PostError> {
+    let col = matrix_column(qp_type);
+    let support = OPCODE_MATRIX.iter().find(|r| r.opcode == opcode);
+    let (verbs, ours) = match (support, col) {
+        (Some(r), Some(c)) => (r.verbs[c], r.softverbs[c]),
+        _ => (false, false),
+    };
+    match (verbs, ours) {
+        (_, true) => Ok(()),
+        (true, false) => Err(PostError::OpcodeNotOffered { opcode, qp_type }),
+        (false, false) => Err(PostError::OpcodeForQpType { opcode, qp_type }),
+    }
+}
+
+/// `enum ibv_send_flags` bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    /// `IBV_SEND_FENCE`: wait for earlier READ/atomic WRs (RC only; ignored elsewhere).
+    pub const FENCE: SendFlags = SendFlags(1);
+    /// `IBV_SEND_SIGNALED`: generate a completion on success.
+    pub const SIGNALED: SendFlags = SendFlags(1 << 1);
+    /// `IBV_SEND_SOLICITED`: set the SE bit (SEND*, RDMA_WRITE_WITH_IMM; ignored elsewhere).
+    pub const SOLICITED: SendFlags = SendFlags(1 << 2);
+    /// `IBV_SEND_INLINE`: the data is copied at post time.
+    pub const INLINE: SendFlags = SendFlags(1 << 3);
+    /// `IBV_SEND_IP_CSUM`: checksum offload (not offered).
+    pub const IP_CSUM: SendFlags = SendFlags(1 << 4);
+    /// Every bit verbs.h defines.
+    pub const ALL: SendFlags = SendFlags(0x1f);
+
+    /// True if every bit of `other` is set.
+    pub const fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    fn bitor(self, rhs: SendFlags) -> SendFlags {
+        SendFlags(self.0 | rhs.0)
+    }
+}
+
+/// Immediate data: the four bytes exactly as they travel in the ImmDt header.
+///
+/// Byte-order convention: `ibv_send_wr.imm_data` and `ibv_wc.imm_data` are
+/// `__be32`, i.e. the bytes in memory are already in network order and are
+/// delivered unchanged (spec roce-wire.md §5, completions.md §1). Keeping the
+/// bytes, not a number, makes the convention impossible to apply twice. A C
+/// caller's field maps with [`ImmData::from_c_field`] / [`ImmData::to_c_field`]
+/// (a plain native-endian reinterpretation); a Rust caller who means the number
+/// `v` (what C writes as `htonl(v)`) uses [`ImmData::from_value`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ImmData(pub [u8; 4]);
+
+impl ImmData {
+    /// The immediate whose wire bytes are `v` in big-endian (C: `htonl(v)`).
+    pub const fn from_value(v: u32) -> ImmData {
+        ImmData(v.to_be_bytes())
+    }
+
+    /// The number the wire bytes spell in big-endian (C: `ntohl(imm_data)`).
+    pub const fn value(self) -> u32 {
+        u32::from_be_bytes(self.0)
+    }
+
+    /// From the raw `__be32` field of a C struct, read as a native `u32`.
+    pub const fn from_c_field(raw: u32) -> ImmData {
+        ImmData(raw.to_ne_bytes())
+    }
+
+    /// The raw `__be32` field for a C struct (native `u32` over the wire bytes).
+    pub const fn to_c_field(self) -> u32 {
+        u32::from_ne_bytes(self.0)
+    }
+}
+
+/// `wr.rdma` of `ibv_send_wr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RdmaTarget {
+    /// Remote virtual address.
+    pub remote_addr: u64,
+    /// R_Key of the remote MR.
+    pub rkey: u32,
+}
+
+/// `wr.atomic` of `ibv_send_wr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AtomicTarget {
+    /// Remote virtual address (8-byte aligned).
+    pub remote_addr: u64,
+    /// Compare operand (CMP_AND_SWP) or addend (FETCH_AND_ADD).
+    pub compare_add: u64,
+    /// Swap operand (CMP_AND_SWP).
+    pub swap: u64,
+    /// R_Key of the remote MR.
+    pub rkey: u32,
+}
+
+/// `wr.ud` of `ibv_send_wr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdTarget {
+    /// The address handle of the destination.
+    pub ah: AhHandle,
+    /// Destination QPN (24 bits).
+    pub remote_qpn: u32,
+    /// Destination Q_Key (bit 31 set: use the QP's own Q_Key, spec rc-reliability.md §7).
+    pub remote_qkey: u32,
+}
+
+/// The `wr` union of `ibv_send_wr`, as the member the opcode and QP type select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WrTarget {
+    /// No remote part (SEND on RC/UC).
+    #[default]
+    None,
+    /// `wr.rdma` (RDMA_WRITE*, RDMA_READ).
+    Rdma(RdmaTarget),
+    /// `wr.atomic` (the atomics).
+    Atomic(AtomicTarget),
+    /// `wr.ud` (every WR on a UD QP).
+    Ud(UdTarget),
+}
+
+impl WrTarget {
+    fn kind(&self) -> &'static str {
+        match self {
+            WrTarget::None => "none",
+            WrTarget::Rdma(_) => "wr.rdma",
+            WrTarget::Atomic(_) => "wr.atomic",
+            WrTarget::Ud(_) => "wr.ud",
+        }
+    }
+}
+
+/// The `wr` member an opcode needs on a QP type.
+fn target_kind_for(opcode: WrOpcode, qp_type: QpType) -> &'static str {
+    if qp_type == QpType::Ud {
+        "wr.ud"
+    } else if opcode.is_rdma_write() || opcode == WrOpcode::RdmaRead {
+        "wr.rdma"
+    } else if opcode.is_atomic() {
+        "wr.atomic"
+    } else {
+        "none"
+    }
+}
+
+/// `struct ibv_send_wr` (without `next`: a list is posted WR by WR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// `send_flags`.
+    pub flags: SendFlags,
+    /// Local buffers (gather for SEND/WRITE, scatter for READ/atomic results).
+    pub sg_list: &'a [Sge],
+    /// Immediate data (read for the `*_WITH_IMM` opcodes only).
+    pub imm_data: ImmData,
+    /// The remote part.
+    pub target: WrTarget,
+}
+
+/// `struct ibv_recv_wr` (without `next`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Local buffers the incoming message is scattered into.
+    pub sg_list: &'a [Sge],
+}
+
+/// What happens to a WR posted in a given state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Disposition {
+    /// Refused at once with `EINVAL`.
+    Refused,
+    /// Accepted and queued, not processed until the QP changes state
+    /// (receives in INIT; sends in SQD, held until RTS).
+    Queued,
+    /// Accepted and processed.
+    Processed,
+    /// Accepted and completed with `IBV_WC_WR_FLUSH_ERR` (IBA C10-96).
+    Flushed,
+}
+
+/// One row of [`POST_TABLE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostRule {
+    /// The QP state.
+    pub state: QpState,
+    /// `ibv_post_recv` on the QP's own RQ.
+    pub recv: Disposition,
+    /// `ibv_post_send`.
+    pub send: Disposition,
+}
+
+const fn rule(state: QpState, recv: Disposition, send: Disposition) -> PostRule {
+    PostRule { state, recv, send }
+}
+
+/// Which states accept posting, and what becomes of the WR
+/// (spec qp-state-machine.md §7, first table; rdmavt `ib_rvt_state_ops`).
+pub const POST_TABLE: [PostRule; 7] = {
+    use Disposition::*;
+    [
+        rule(QpState::Reset, Refused, Refused),
+        rule(QpState::Init, Queued, Refused),
+        rule(QpState::Rtr, Processed, Refused),
+        rule(QpState::Rts, Processed, Processed),
+        rule(QpState::Sqd, Processed, Queued),
+        rule(QpState::Sqe, Processed, Flushed),
+        rule(QpState::Err, Flushed, Flushed),
+    ]
+};
+
+/// What `ibv_post_send` does in `state`.
+pub fn post_send_disposition(state: QpState) -> Disposition {
+    POST_TABLE[state as usize].send
+}
+
+/// What `ibv_post_recv` (own RQ) does in `state`.
+pub fn post_recv_disposition(state: QpState) -> Disposition {
+    POST_TABLE[state as usize].recv
+}
+
+/// Which queue a posting error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    /// The send queue (`ibv_post_send`).
+    Send,
+    /// The QP's receive queue (`ibv_post_recv`).
+    Recv,
+    /// A shared receive queue (`ibv_post_srq_recv`).
+    Srq,
+}
+
+impl Queue {
+    fn verb(self) -> &'static str {
+        match self {
+            Queue::Send => "ibv_post_send",
+            Queue::Recv => "ibv_post_recv",
+            Queue::Srq => "ibv_post_srq_recv",
+        }
+    }
+    fn depth_attr(self) -> &'static str {
+        match self {
+            Queue::Send => "cap.max_send_wr",
+            Queue::Recv => "cap.max_recv_wr",
+            Queue::Srq => "srq_attr.max_wr",
+        }
+    }
+    fn sge_attr(self) -> &'static str {
+        match self {
+            Queue::Send => "cap.max_send_sge",
+            Queue::Recv => "cap.max_recv_sge",
+            Queue::Srq => "srq_attr.max_sge",
+        }
+    }
+}
+
+impl fmt::Display for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.verb())
+    }
+}
+
+/// The largest message: 2^31 bytes (IBA; spec roce-wire.md §6, qp-state-machine.md §7).
+pub const MAX_MESSAGE_LEN: u64 = 1 << 31;
+
+/// The local buffer length of an 8-byte atomic.
+pub const ATOMIC_LEN: u64 = 8;
+
+/// Why a WR was refused. The WR is not posted; earlier WRs of the same list stay posted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The QP state does not accept this kind of WR.
+    #[error("{queue} in state {state}: {hint}")]
+    BadState {
+        /// Which verb.
+        queue: Queue,
+        /// The QP state.
+        state: QpState,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// `opcode` is not an `ibv_wr_opcode` value.
+    #[error("opcode = {raw} is not an ibv_wr_opcode value (0..=11, 14, 15)")]
+    UnknownOpcode {
+        /// The value given.
+        raw: u32,
+    },
+    /// The opcode is not valid for the QP type (`ibv_post_send(3)` table).
+    #[error("{opcode} is not valid on {qp_type} QP (see the opcode table in ibv_post_send(3))")]
+    OpcodeForQpType {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// The QP type.
+        qp_type: QpType,
+    },
+    /// Verbs allows the opcode on this QP type, softverbs does not offer it.
+    #[error("{opcode} on {qp_type} QP is not supported by softverbs")]
+    OpcodeNotOffered {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// The QP type.
+        qp_type: QpType,
+    },
+    /// `send_flags` has bits verbs.h does not define.
+    #[error("send_flags = {flags:#x} has unknown bits {unknown:#x} (known: FENCE, SIGNALED, SOLICITED, INLINE, IP_CSUM)")]
+    UnknownSendFlags {
+        /// Flags given.
+        flags: u32,
+        /// The unknown bits.
+        unknown: u32,
+    },
+    /// `IBV_SEND_IP_CSUM` without checksum offload.
+    #[error("IBV_SEND_IP_CSUM: this device has no checksum offload (device_cap_flags lacks IBV_DEVICE_UD_IP_CSUM)")]
+    IpCsum,
+    /// More SGEs than the queue was created for.
+    #[error("{queue}: num_sge = {num_sge} exceeds {attr} = {max}")]
+    TooManySge {
+        /// Which verb.
+        queue: Queue,
+        /// SGEs given.
+        num_sge: usize,
+        /// The capacity attribute's name.
+        attr: &'static str,
+        /// Its value.
+        max: u32,
+    },
+    /// The message is longer than 2^31 bytes.
+    #[error("{opcode}: total length {len} exceeds the largest message (2^31 bytes, port max_msg_sz)")]
+    MessageTooLong {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// Sum of the SGE lengths.
+        len: u64,
+    },
+    /// Inline data longer than the QP allows.
+    #[error("IBV_SEND_INLINE with {len} bytes exceeds cap.max_inline_data = {max}")]
+    InlineTooLong {
+        /// Sum of the SGE lengths.
+        len: u64,
+        /// The QP's `max_inline_data`.
+        max: u32,
+    },
+    /// Inline on an opcode that carries no outgoing data.
+    #[error("IBV_SEND_INLINE is valid only for SEND and RDMA_WRITE opcodes, not {opcode}")]
+    InlineOpcode {
+        /// The opcode.
+        opcode: WrOpcode,
+    },
+    /// An atomic whose local buffer is not 8 bytes.
+    #[error("{opcode}: the local buffer must be exactly 8 bytes, the sg_list has {len}")]
+    AtomicLength {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// Sum of the SGE lengths.
+        len: u64,
+    },
+    /// An atomic to a remote address that is not 8-byte aligned.
+    #[error("{opcode}: wr.atomic.remote_addr = {remote_addr:#x} is not 8-byte aligned")]
+    AtomicAlignment {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// The address given.
+        remote_addr: u64,
+    },
+    /// READ/atomic on a QP that may have none outstanding.
+    #[error("{opcode} on a QP with max_rd_atomic = 0 could never be sent; set attr.max_rd_atomic (IBV_QP_MAX_QP_RD_ATOMIC) at RTR→RTS")]
+    NoRdAtomic {
+        /// The opcode.
+        opcode: WrOpcode,
+    },
+    /// The `wr` union member does not match what the opcode and QP type read.
+    #[error("{opcode} on {qp_type} QP reads {expected}, but the WR carries {given}")]
+    WrongTarget {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// The QP type.
+        qp_type: QpType,
+        /// The member the WR must carry.
+        expected: &'static str,
+        /// The member it carries.
+        given: &'static str,
+    },
+    /// `wr.ud.ah` names no live address handle.
+    #[error("wr.ud.ah ({ah:#x}) is not a live address handle")]
+    NoSuchAh {
+        /// The raw handle.
+        ah: u64,
+    },
+    /// `wr.ud.ah` belongs to another protection domain.
+    #[error("wr.ud.ah belongs to another protection domain than the QP")]
+    AhPd,
+    /// A UD message longer than the MTU (one packet per message).
+    #[error("UD {opcode} of {len} bytes exceeds the port MTU {mtu} (a UD message is one packet)")]
+    UdTooLong {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// Sum of the SGE lengths.
+        len: u64,
+        /// The MTU in bytes.
+        mtu: u32,
+    },
+    /// `ibv_post_recv` on a QP that receives through an SRQ.
+    #[error("ibv_post_recv on a QP created with an SRQ: post receives with ibv_post_srq_recv")]
+    HasSrq,
+    /// The queue already holds as many WRs as it was created for.
+    #[error("{queue}: the queue is full ({depth} outstanding = {attr}); poll completions first")]
+    QueueFull {
+        /// Which verb.
+        queue: Queue,
+        /// The depth.
+        depth: u32,
+        /// The capacity attribute's name.
+        attr: &'static str,
+    },
+}
+
+impl PostError {
+    /// The errno Linux returns for the same refusal (spec qp-state-machine.md §7).
+    pub fn errno(&self) -> Errno {
+        match self {
+            PostError::QueueFull { .. } => Errno::ENOMEM,
+            PostError::OpcodeNotOffered { .. } => Errno::EOPNOTSUPP,
+            _ => Errno::EINVAL,
+        }
+    }
+}
+
+/// What `ibv_post_send` checks a WR against: the QP as it is at the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendQueueCtx {
+    /// QP type.
+    pub qp_type: QpType,
+    /// QP state.
+    pub state: QpState,
+    /// The QP's protection domain (UD: the AH must share it).
+    pub pd: PdHandle,
+    /// `cap.max_send_wr`.
+    pub max_send_wr: u32,
+    /// `cap.max_send_sge`.
+    pub max_send_sge: u32,
+    /// `cap.max_inline_data`.
+    pub max_inline_data: u32,
+    /// `max_rd_atomic` as set (0 until RTR→RTS sets it).
+    pub max_rd_atomic: u8,
+    /// MTU of a UD message in bytes (the port's active MTU, spec rc-reliability.md §1.1).
+    pub ud_mtu: u32,
+    /// Send WRs posted and not yet retired.
+    pub outstanding: u32,
+}
+
+/// What `ibv_post_recv` checks a WR against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvQueueCtx {
+    /// QP state.
+    pub state: QpState,
+    /// The QP receives through an SRQ.
+    pub has_srq: bool,
+    /// `cap.max_recv_wr`.
+    pub max_recv_wr: u32,
+    /// `cap.max_recv_sge`.
+    pub max_recv_sge: u32,
+    /// Receive WRs posted and not yet completed.
+    pub outstanding: u32,
+}
+
+/// Checks one send WR. `ah_pd` resolves an address handle to its PD (`None`:
+/// no such AH). On success returns what becomes of the WR in this state.
+pub fn check_post_send(
+    q: &SendQueueCtx,
+    wr: &SendWr<'_>,
+    ah_pd: impl Fn(AhHandle) -> Option<PdHandle>,
+) -> Result<Disposition, PostError> {
+    let disposition = send_state(q.state)?;
+    check_opcode(wr.opcode, q.qp_type)?;
+    check_send_flags(wr.flags)?;
+    check_num_sge(Queue::Send, wr.sg_list.len(), q.max_send_sge)?;
+    let len = sg_total_len(wr.sg_list);
+    if len > MAX_MESSAGE_LEN {
+        return Err(PostError::MessageTooLong { opcode: wr.opcode, len });
+    }
+    check_inline(wr, len, q.max_inline_data)?;
+    check_target(wr, q.qp_type)?;
+    check_atomic(wr, len, q.max_rd_atomic)?;
+    if let WrTarget::Ud(ud) = wr.target {
+        check_ud(q, wr.opcode, &ud, len, ah_pd)?;
+    }
+    check_room(Queue::Send, q.outstanding, q.max_send_wr)?;
+    Ok(disposition)
+}
+
+fn send_state(state: QpState) -> Result<Disposition, PostError> {
+    // IBA / kernel post_send rejects state < RTS (spec qp-state-machine.md §7).
+    match post_send_disposition(state) {
+        Disposition::Refused => Err(PostError::BadState {
+            queue: Queue::Send,
+            state,
+            hint: "sends may be posted only in RTS, SQD, SQE or ERR; move the QP to RTS first",
+        }),
+        d => Ok(d),
+    }
+}
+
+fn check_send_flags(flags: SendFlags) -> Result<(), PostError> {
+    let unknown = flags.0 & !SendFlags::ALL.0;
+    if unknown != 0 {
+        return Err(PostError::UnknownSendFlags { flags: flags.0, unknown });
+    }
+    // ibv_post_send(3): IP_CSUM only with checksum-offload device caps, which we lack.
+    if flags.contains(SendFlags::IP_CSUM) {
+        return Err(PostError::IpCsum);
+    }
+    Ok(())
+}
+
+fn check_num_sge(queue: Queue, num_sge: usize, max: u32) -> Result<(), PostError> {
+    if num_sge > max as usize {
+        return Err(PostError::TooManySge { queue, num_sge, attr: queue.sge_attr(), max });
+    }
+    Ok(())
+}
+
+fn check_inline(wr: &SendWr<'_>, len: u64, max: u32) -> Result<(), PostError> {
+    if !wr.flags.contains(SendFlags::INLINE) {
+        return Ok(());
+    }
+    if !wr.opcode.allows_inline() {
+        return Err(PostError::InlineOpcode { opcode: wr.opcode });
+    }
+    if len > u64::from(max) {
+        return Err(PostError::InlineTooLong { len, max });
+    }
+    Ok(())
+}
+
+fn check_target(wr: &SendWr<'_>, qp_type: QpType) -> Result<(), PostError> {
+    let expected = target_kind_for(wr.opcode, qp_type);
+    // A SEND on RC/UC reads no union member, so any content is fine.
+    if expected == "none" || wr.target.kind() == expected {
+        return Ok(());
+    }
+    Err(PostError::WrongTarget { opcode: wr.opcode, qp_type, expected, given: wr.target.kind() })
+}
+
+fn check_atomic(wr: &SendWr<'_>, len: u64, max_rd_atomic: u8) -> Result<(), PostError> {
+    let opcode = wr.opcode;
+    if let WrTarget::Atomic(a) = wr.target {
+        // spec qp-state-machine.md §7: local length ≠ 8 or remote_addr not 8-aligned → EINVAL.
+        if len != ATOMIC_LEN {
+            return Err(PostError::AtomicLength { opcode, len });
+        }
+        if a.remote_addr % 8 != 0 {
+            return Err(PostError::AtomicAlignment { opcode, remote_addr: a.remote_addr });
+        }
+    }
+    // spec rc-reliability.md §1.2: with max_rd_atomic == 0 such WRs can never be
+    // sent; rdmavt rejects at post time (recommended). We do so for READ too.
+    if opcode.needs_rd_atomic() && max_rd_atomic == 0 {
+        return Err(PostError::NoRdAtomic { opcode });
+    }
+    Ok(())
+}
+
+fn check_ud(
+    q: &SendQueueCtx,
+    opcode: WrOpcode,
+    ud: &UdTarget,
+    len: u64,
+    ah_pd: impl Fn(AhHandle) -> Option<PdHandle>,
+) -> Result<(), PostError> {
+    // spec qp-state-machine.md §7: AH of another PD → EINVAL (rdmavt).
+    match ah_pd(ud.ah) {
+        None => return Err(PostError::NoSuchAh { ah: ud.ah.raw() }),
+        Some(pd) if pd != q.pd => return Err(PostError::AhPd),
+        Some(_) => {}
+    }
+    // spec rc-reliability.md §1.1/§7: one packet per UD message. IBA C10-93.1.1
+    // (rxe) drops it silently with a success completion; we refuse at post time
+    // as qib/hfi1 do, so the mistake is seen and explained.
+    if len > u64::from(q.ud_mtu) {
+        return Err(PostError::UdTooLong { opcode, len, mtu: q.ud_mtu });
+    }
+    Ok(())
+}
+
+fn check_room(queue: Queue, outstanding: u32, depth: u32) -> Result<(), PostError> {
+    // spec qp-state-machine.md §7: queue full → ENOMEM.
+    if outstanding >= depth {
+        return Err(PostError::QueueFull { queue, depth, attr: queue.depth_attr() });
+    }
+    Ok(())
+}
+
+/// Checks one receive WR for the QP's own RQ; returns what becomes of it.
+pub fn check_post_recv(q: &RecvQueueCtx, wr: &RecvWr<'_>) -> Result<Disposition, PostError> {
+    // spec qp-state-machine.md §7: QP with an SRQ → EINVAL.
+    if q.has_srq {
+        return Err(PostError::HasSrq);
+    }
+    // IBA C10-97.2.1 (rxe): post_recv rejects state < INIT.
+    let disposition = match post_recv_disposition(q.state) {
+        Disposition::Refused => {
+            return Err(PostError::BadState {
+                queue: Queue::Recv,
+                state: q.state,
+                hint: "receives may be posted from INIT on; move the QP to INIT first",
+            })
+        }
+        d => d,
+    };
+    check_num_sge(Queue::Recv, wr.sg_list.len(), q.max_recv_sge)?;
+    check_room(Queue::Recv, q.outstanding, q.max_recv_wr)?;
+    Ok(disposition)
+}
+
+/// Checks one receive WR for an SRQ with `max_wr` / `max_sge` and `outstanding` WRs queued.
+pub fn check_post_srq_recv(
+    wr: &RecvWr<'_>,
+    max_wr: u32,
+    max_sge: u32,
+    outstanding: u32,
+) -> Result<(), PostError> {
+    check_num_sge(Queue::Srq, wr.sg_list.len(), max_sge)?;
+    check_room(Queue::Srq, outstanding, max_wr)
+}
+
+/// Reading `spec/` markdown in tests: shared by the table cross-checks.
+#[cfg(test)]
+pub(crate) mod spec_md {
+    /// The rows of the first markdown table after the line starting with `heading`,
+    /// as trimmed cells (header and separator rows skipped).
+    pub fn table_after(md: &str, heading: &str) -> Vec<Vec<String>> {
+        let start = md.find(heading).unwrap_or_else(|| panic!("spec heading {heading:?} not found"));
+        let rows: Vec<Vec<String>> = md[start..]
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
+            .collect();
+        rows.into_iter().skip(2).collect()
+    }
+
+    /// `s` without markdown emphasis and code marks.
+    pub fn plain(s: &str) -> String {
+        s.replace("**", "").replace('`', "")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spec_md::{plain, table_after};
+    use super::*;
+    use crate::table::Handle;
+
+    const QP_SM: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/qp-state-machine.md"));
+    const COMPLETIONS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/completions.md"));
+    const QP_QUERY: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/qp-query.md"));
+
+    fn pd(i: u64) -> PdHandle {
+        Handle::from_raw(i)
+    }
+    fn ah(i: u64) -> AhHandle {
+        Handle::from_raw(i)
+    }
+
+    #[test]
+    fn wr_opcode_rows_complete() {
+        for (i, r) in WR_OPCODES.iter().enumerate() {
+            assert_eq!(WR_OPCODES.iter().filter(|s| s.0 == r.0).count(), 1, "{}", r.2);
+            assert_eq!(WrOpcode::from_raw(r.1), Some(r.0));
+            assert_eq!((r.0.raw(), r.0.name()), (r.1, r.2), "row {i}");
+            assert_eq!(OPCODE_MATRIX.iter().filter(|m| m.opcode == r.0).count(), 1, "{}", r.2);
+        }
+        for v in [12, 13, 16, 128, u32::MAX] {
+            assert_eq!(WrOpcode::from_raw(v), None);
+        }
+    }
+
+    /// completions.md §2: "`enum ibv_wr_opcode` for reference: RDMA_WRITE 0, ...".
+    #[test]
+    fn wr_opcodes_match_spec() {
+        let at = COMPLETIONS.find("`enum ibv_wr_opcode` for reference:").expect("paragraph");
+        let para = &COMPLETIONS[at..COMPLETIONS[at..].find("\n\n").map_or(COMPLETIONS.len(), |e| at + e)];
+        let list = para.split_once(':').expect("colon").1.replace('\n', " ");
+        let mut seen = 0;
+        for item in list.trim().trim_end_matches('.').split(',') {
+            let (name, value) = item.trim().rsplit_once(' ').expect("name value");
+            let value: u32 = value.parse().expect("number");
+            let op = WrOpcode::from_raw(value).unwrap_or_else(|| panic!("{name} = {value} missing"));
+            assert_eq!(op.name(), format!("IBV_WR_{name}"));
+            seen += 1;
+        }
+        assert_eq!(seen, WR_OPCODES.len());
+    }
+
+    /// The `ibv_post_send(3)` opcode table (rdma-core man page), re-typed here:
+    /// (opcode, UD, UC, RC). FLUSH/ATOMIC_WRITE are absent from the man page;
+    /// spec rc-reliability.md §1.1 makes them RC-only.
+    const MAN_PAGE: [(&str, [bool; 3]); 11] = [
+        ("IBV_WR_SEND", [Y, Y, Y]),
+        ("IBV_WR_SEND_WITH_IMM", [Y, Y, Y]),
+        ("IBV_WR_RDMA_WRITE", [N, Y, Y]),
+        ("IBV_WR_RDMA_WRITE_WITH_IMM", [N, Y, Y]),
+        ("IBV_WR_RDMA_READ", [N, N, Y]),
+        ("IBV_WR_ATOMIC_CMP_AND_SWP", [N, N, Y]),
+        ("IBV_WR_ATOMIC_FETCH_AND_ADD", [N, N, Y]),
+        ("IBV_WR_LOCAL_INV", [N, Y, Y]),
+        ("IBV_WR_BIND_MW", [N, Y, Y]),
+        ("IBV_WR_SEND_WITH_INV", [N, Y, Y]),
+        ("IBV_WR_TSO", [Y, N, N]),
+    ];
+
+    #[test]
+    fn matrix_matches_man_page() {
+        for (name, cols) in MAN_PAGE {
+            let r = OPCODE_MATRIX.iter().find(|r| r.opcode.name() == name).expect(name);
+            assert_eq!(r.verbs, cols, "{name}");
+        }
+        for op in [WrOpcode::Flush, WrOpcode::AtomicWrite] {
+            let r = OPCODE_MATRIX.iter().find(|r| r.opcode == op).expect("row");
+            assert_eq!(r.verbs, [N, N, Y]);
+        }
+        // We never offer what verbs forbids.
+        for r in OPCODE_MATRIX {
+            for c in 0..3 {
+                assert!(r.verbs[c] || !r.softverbs[c], "{} col {c}", r.opcode);
+            }
+        }
+    }
+
+    /// Our offer is inside rxe's supported send-op sets (spec qp-query.md §2).
+    #[test]
+    fn offer_within_rxe() {
+        let text = plain(QP_QUERY);
+        let at = text.find("rxe's supported sets:").expect("sentence");
+        let s = &text[at..at + 300];
+        assert!(s.contains("UD = SEND, SEND_WITH_IMM"));
+        assert!(s.contains("UC = WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM"));
+        let ud: Vec<_> = OPCODE_MATRIX.iter().filter(|r| r.softverbs[0]).map(|r| r.opcode).collect();
+        assert_eq!(ud, [WrOpcode::Send, WrOpcode::SendWithImm]);
+    }
+
+    #[test]
+    fn opcode_check_words_and_errno() {
+        assert_eq!(check_opcode(WrOpcode::RdmaRead, QpType::Rc), Ok(()));
+        let e = check_opcode(WrOpcode::RdmaRead, QpType::Uc).unwrap_err();
+        assert_eq!(e.errno(), Errno::EINVAL);
+        assert_eq!(e.to_string(), "IBV_WR_RDMA_READ is not valid on a UC QP (see the opcode table in ibv_post_send(3))");
+        for op in [WrOpcode::LocalInv, WrOpcode::BindMw, WrOpcode::SendWithInv, WrOpcode::Flush, WrOpcode::AtomicWrite] {
+            assert_eq!(check_opcode(op, QpType::Rc).unwrap_err().errno(), Errno::EOPNOTSUPP, "{op}");
+        }
+        assert_eq!(check_opcode(WrOpcode::Tso, QpType::Ud).unwrap_err().errno(), Errno::EOPNOTSUPP);
+        assert_eq!(check_opcode(WrOpcode::Driver1, QpType::Rc).unwrap_err().errno(), Errno::EINVAL);
+        assert_eq!(check_opcode(WrOpcode::Send, QpType::XrcSend).unwrap_err().errno(), Errno::EINVAL);
+    }
+
+    fn cell_disposition(cell: &str) -> Disposition {
+        match plain(cell).as_str() {
+            "error EINVAL" => Disposition::Refused,
+            "accepted (queued)" | "accepted (held until RTS)" => Disposition::Queued,
+            "accepted" => Disposition::Processed,
+            "accepted → flushed" => Disposition::Flushed,
+            other => panic!("unknown cell {other:?}"),
+        }
+    }
+
+    /// qp-state-machine.md §7, first table, cell by cell.
+    #[test]
+    fn post_table_matches_spec() {
+        let rows = table_after(QP_SM, "## 7. Which states accept posting");
+        assert_eq!(rows.len(), 7);
+        for (r, rule) in rows.iter().zip(POST_TABLE) {
+            assert_eq!(r[0], rule.state.name());
+            assert_eq!(cell_disposition(&r[1]), rule.recv, "recv in {}", r[0]);
+            assert_eq!(cell_disposition(&r[2]), rule.send, "send in {}", r[0]);
+        }
+        for s in QpState::ALL {
+            assert_eq!(POST_TABLE[s as usize].state, s);
+        }
+    }
+
+    /// Every errno in §7's "other post_* errors" table is one we return.
+    #[test]
+    fn other_errors_table_errnos() {
+        let rows = table_after(QP_SM, "Other `post_*` errors");
+        assert!(rows.len() >= 9);
+        let full = rows.iter().find(|r| r[0].contains("queue full")).expect("queue full row");
+        assert!(full[1].contains("ENOMEM"));
+        assert!(rows.iter().filter(|r| !r[0].contains("queue full")).all(|r| r[1].starts_with("`EINVAL`")));
+    }
+
+    const SGE8: [Sge; 1] = [Sge { addr: 0x1000, length: 8, lkey: 1 }];
+
+    fn rc() -> SendQueueCtx {
+        SendQueueCtx {
+            qp_type: QpType::Rc,
+            state: QpState::Rts,
+            pd: pd(1),
+            max_send_wr: 4,
+            max_send_sge: 2,
+            max_inline_data: 64,
+            max_rd_atomic: 1,
+            ud_mtu: 1024,
+            outstanding: 0,
+        }
+    }
+
+    fn send(sg: &[Sge]) -> SendWr<'_> {
+        SendWr { wr_id: 7, opcode: WrOpcode::Send, flags: SendFlags::SIGNALED, sg_list: sg, imm_data: ImmData::default(), target: WrTarget::None }
+    }
+
+    fn no_ah(_: AhHandle) -> Option<PdHandle> {
+        None
+    }
+
+    fn post(q: &SendQueueCtx, wr: &SendWr<'_>) -> Result<Disposition, PostError> {
+        check_post_send(q, wr, |h| (h.raw() < 10).then(|| pd(h.raw())))
+    }
+
+    #[test]
+    fn send_states() {
+        let wr = send(&SGE8);
+        for s in QpState::ALL {
+            let q = SendQueueCtx { state: s, ..rc() };
+            let got = check_post_send(&q, &wr, no_ah);
+            assert_eq!(got.as_ref().ok().copied(), Some(post_send_disposition(s)).filter(|d| *d != Disposition::Refused), "{s}");
+        }
+        let e = check_post_send(&SendQueueCtx { state: QpState::Init, ..rc() }, &wr, no_ah).unwrap_err();
+        assert_eq!(e.errno(), Errno::EINVAL);
+        assert!(e.to_string().starts_with("ibv_post_send in state INIT: "), "{e}");
+    }
+
+    #[test]
+    fn send_sge_length_inline() {
+        let three = [SGE8[0]; 3];
+        let e = post(&rc(), &send(&three)).unwrap_err();
+        assert_eq!(e.to_string(), "ibv_post_send: num_sge = 3 exceeds cap.max_send_sge = 2");
+        let big = [Sge { length: u32::MAX, ..SGE8[0] }; 2];
+        assert!(matches!(post(&SendQueueCtx { max_send_sge: 2, ..rc() }, &send(&big)), Err(PostError::MessageTooLong { len, .. }) if len == 2 * u64::from(u32::MAX)));
+        let exact = [Sge { length: 1 << 30, ..SGE8[0] }; 2];
+        assert_eq!(post(&rc(), &send(&exact)), Ok(Disposition::Processed)); // 2^31 is allowed
+        let mut wr = send(&exact);
+        wr.flags = SendFlags::INLINE;
+        assert!(matches!(post(&rc(), &wr), Err(PostError::InlineTooLong { max: 64, .. })));
+        let mut wr = send(&SGE8);
+        wr.flags = SendFlags::INLINE;
+        assert_eq!(post(&rc(), &wr), Ok(Disposition::Processed));
+        wr.opcode = WrOpcode::RdmaRead;
+        wr.target = WrTarget::Rdma(RdmaTarget::default());
+        assert_eq!(post(&rc(), &wr), Err(PostError::InlineOpcode { opcode: WrOpcode::RdmaRead }));
+    }
+
+    #[test]
+    fn send_flags_checked() {
+        let mut wr = send(&SGE8);
+        wr.flags = SendFlags(0x20);
+        assert_eq!(post(&rc(), &wr).unwrap_err().errno(), Errno::EINVAL);
+        wr.flags = SendFlags::IP_CSUM;
+        assert_eq!(post(&rc(), &wr), Err(PostError::IpCsum));
+        wr.flags = SendFlags::FENCE | SendFlags::SOLICITED | SendFlags::SIGNALED;
+        assert!(post(&rc(), &wr).is_ok());
+    }
+
+    fn atomic(addr: u64, sg: &[Sge]) -> SendWr<'_> {
+        SendWr {
+            opcode: WrOpcode::AtomicFetchAndAdd,
+            target: WrTarget::Atomic(AtomicTarget { remote_addr: addr, compare_add: 1, swap: 0, rkey: 9 }),
+            ..send(sg)
+        }
+    }
+
+    #[test]
+    fn atomics() {
+        assert_eq!(post(&rc(), &atomic(0x2000, &SGE8)), Ok(Disposition::Processed));
+        let e = post(&rc(), &atomic(0x2004, &SGE8)).unwrap_err();
+        assert_eq!(e.to_string(), "IBV_WR_ATOMIC_FETCH_AND_ADD: wr.atomic.remote_addr = 0x2004 is not 8-byte aligned");
+        let four = [Sge { length: 4, ..SGE8[0] }];
+        assert!(matches!(post(&rc(), &atomic(0x2000, &four)), Err(PostError::AtomicLength { len: 4, .. })));
+        let halves = [four[0], four[0]];
+        assert!(post(&rc(), &atomic(0x2000, &halves)).is_ok()); // total 8
+        let q = SendQueueCtx { max_rd_atomic: 0, ..rc() };
+        assert_eq!(post(&q, &atomic(0x2000, &SGE8)).unwrap_err().errno(), Errno::EINVAL);
+        let read = SendWr { opcode: WrOpcode::RdmaRead, target: WrTarget::Rdma(RdmaTarget::default()), ..send(&SGE8) };
+        assert_eq!(post(&q, &read), Err(PostError::NoRdAtomic { opcode: WrOpcode::RdmaRead }));
+    }
+
+    #[test]
+    fn wrong_target() {
+        let wr = SendWr { opcode: WrOpcode::RdmaWrite, ..send(&SGE8) };
+        let e = post(&rc(), &wr).unwrap_err();
+        assert_eq!(e.to_string(), "IBV_WR_RDMA_WRITE on an RC QP reads wr.rdma, but the WR carries none");
+        let ud = SendQueueCtx { qp_type: QpType::Ud, ..rc() };
+        assert!(matches!(post(&ud, &send(&SGE8)), Err(PostError::WrongTarget { expected: "wr.ud", .. })));
+    }
+
+    fn ud_send(len: u32) -> [Sge; 1] {
+        [Sge { length: len, ..SGE8[0] }]
+    }
+
+    #[test]
+    fn ud_rules() {
+        let q = SendQueueCtx { qp_type: QpType::Ud, ..rc() };
+        let sg = ud_send(1024);
+        let mut wr = send(&sg);
+        wr.target = WrTarget::Ud(UdTarget { ah: ah(1), remote_qpn: 0x11, remote_qkey: 0x1111 });
+        assert_eq!(post(&q, &wr), Ok(Disposition::Processed));
+        wr.target = WrTarget::Ud(UdTarget { ah: ah(2), remote_qpn: 0x11, remote_qkey: 0 });
+        assert_eq!(post(&q, &wr), Err(PostError::AhPd));
+        wr.target = WrTarget::Ud(UdTarget { ah: ah(77), remote_qpn: 0x11, remote_qkey: 0 });
+        assert_eq!(post(&q, &wr), Err(PostError::NoSuchAh { ah: 77 }));
+        let sg = ud_send(1025);
+        let wr = SendWr { sg_list: &sg, target: WrTarget::Ud(UdTarget { ah: ah(1), remote_qpn: 0x11, remote_qkey: 0 }), ..send(&sg) };
+        assert_eq!(post(&q, &wr), Err(PostError::UdTooLong { opcode: WrOpcode::Send, len: 1025, mtu: 1024 }));
+        let w = SendWr { opcode: WrOpcode::RdmaWrite, ..wr };
+        assert!(matches!(post(&q, &w), Err(PostError::OpcodeForQpType { .. })));
+    }
+
+    #[test]
+    fn queue_full_is_enomem() {
+        let q = SendQueueCtx { outstanding: 4, ..rc() };
+        let e = post(&q, &send(&SGE8)).unwrap_err();
+        assert_eq!(e.errno(), Errno::ENOMEM);
+        assert_eq!(e.to_string(), "ibv_post_send: the queue is full (4 outstanding = cap.max_send_wr); poll completions first");
+        // Posting into ERR still checks the WR and the room, then flushes it.
+        let q = SendQueueCtx { state: QpState::Err, outstanding: 3, ..rc() };
+        assert_eq!(post(&q, &send(&SGE8)), Ok(Disposition::Flushed));
+    }
+
+    fn rq() -> RecvQueueCtx {
+        RecvQueueCtx { state: QpState::Init, has_srq: false, max_recv_wr: 2, max_recv_sge: 1, outstanding: 0 }
+    }
+
+    #[test]
+    fn recv_rules() {
+        let wr = RecvWr { wr_id: 1, sg_list: &SGE8 };
+        assert_eq!(check_post_recv(&rq(), &wr), Ok(Disposition::Queued));
+        assert_eq!(check_post_recv(&RecvQueueCtx { state: QpState::Rtr, ..rq() }, &wr), Ok(Disposition::Processed));
+        assert_eq!(check_post_recv(&RecvQueueCtx { state: QpState::Err, ..rq() }, &wr), Ok(Disposition::Flushed));
+        let e = check_post_recv(&RecvQueueCtx { state: QpState::Reset, ..rq() }, &wr).unwrap_err();
+        assert_eq!(e.to_string(), "ibv_post_recv in state RESET: receives may be posted from INIT on; move the QP to INIT first");
+        assert_eq!(check_post_recv(&RecvQueueCtx { has_srq: true, ..rq() }, &wr), Err(PostError::HasSrq));
+        let two = RecvWr { wr_id: 1, sg_list: &[SGE8[0]; 2] };
+        assert_eq!(check_post_recv(&rq(), &two).unwrap_err().errno(), Errno::EINVAL);
+        assert_eq!(check_post_recv(&RecvQueueCtx { outstanding: 2, ..rq() }, &wr).unwrap_err().errno(), Errno::ENOMEM);
+        assert_eq!(check_post_srq_recv(&wr, 1, 1, 1).unwrap_err().errno(), Errno::ENOMEM);
+        assert!(check_post_srq_recv(&two, 4, 1, 0).unwrap_err().to_string().contains("srq_attr.max_sge = 1"));
+        assert_eq!(check_post_srq_recv(&wr, 4, 1, 0), Ok(()));
+    }
+
+    #[test]
+    fn imm_data_byte_order() {
+        let imm = ImmData::from_value(0x0102_0304);
+        assert_eq!(imm.0, [1, 2, 3, 4]);
+        assert_eq!(imm.value(), 0x0102_0304);
+        // A C field holding htonl(0x01020304) has the bytes 01 02 03 04 in memory.
+        let c_field = u32::from_ne_bytes([1, 2, 3, 4]);
+        assert_eq!(ImmData::from_c_field(c_field), imm);
+        assert_eq!(imm.to_c_field(), c_field);
+    }
+}
