@@ -287,6 +287,14 @@ pub enum ModifyError {
         /// The QP's port.
         qp_port: u8,
     },
+    /// A port number that does not exist on the device, naming the field.
+    #[error("{owner}.port_num = {port}: no such port (this device has port 1 only)")]
+    BadPort {
+        /// The structure the field belongs to: `"attr"` or `"ah_attr"`.
+        owner: &'static str,
+        /// The port given.
+        port: u8,
+    },
     /// Alternate paths (APM) do not exist on RoCE.
     #[error("IBV_QP_ALT_PATH: alternate paths (APM) are not available on RoCE ports")]
     AltPathOnRoce,

@@ -132,7 +132,8 @@ impl QpControl {
         let dev = env.dev;
         let has = |bit| mask.contains(bit);
         if has(AttrMask::PORT) {
-            dev.check_port(a.port_num)?;
+            // uverbs rdma_is_port_valid; name the field, not just the number.
+            dev.check_port(a.port_num).map_err(|_| ModifyError::BadPort { owner: "attr", port: a.port_num })?;
         }
         if has(AttrMask::PKEY_INDEX) {
             dev.query_pkey(1, u32::from(a.pkey_index))?;
