@@ -24,6 +24,7 @@ pub mod qp;
 pub mod srq;
 pub mod table;
 pub mod types;
+pub mod wc;
 pub mod wr;
 
 pub use engine::Engine;
