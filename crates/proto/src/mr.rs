@@ -128,7 +128,7 @@ impl Mr {
         if self.pd != pd {
             return Err(AccessError::WrongPd { key });
         }
-        if access == Access::RemoteAtomic && (len != 8 || addr % 8 != 0) {
+        if access == Access::RemoteAtomic && (len != 8 || !addr.is_multiple_of(8)) {
             return Err(AccessError::Misaligned { addr, len });
         }
         if !self.contains(addr, len) {

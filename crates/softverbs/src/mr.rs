@@ -24,9 +24,8 @@ pub struct MemoryRegion {
 
 impl MemoryRegion {
     pub(crate) fn register(pd: Arc<PdInner>, len: usize, access: AccessFlags) -> Result<Self, Error> {
-        let buf = Buffer::zeroed(len).ok_or_else(|| {
-            Error::Verbs(proto::Error::TooMany { kind: proto::error::ObjectKind::Mr, limit: 0 })
-        })?;
+        let buf = Buffer::zeroed(len)
+            .ok_or(Error::Verbs(proto::Error::TooMany { kind: proto::error::ObjectKind::Mr, limit: 0 }))?;
         let (addr, length) = (buf.addr(), len as u64);
         let (h, lkey, rkey, access) = logged(
             "reg_mr",

@@ -136,6 +136,9 @@ impl QpControl {
 
     /// A state change the device makes by itself: to ERR on a fatal error, to SQE
     /// after a send error on UC/UD. Returns the previous state.
+    /// No table check applies here. The data path moves only UC/UD QPs to SQE
+    /// (an RC send error is fatal and goes to ERR, qp-state-machine.md §6.4); the
+    /// tests use this to reach the table's RC SQE rows too.
     pub fn device_move(&mut self, to: QpState) -> QpState {
         let from = self.state;
         self.state = to;

@@ -11,6 +11,14 @@
 //! 5. every attribute the mask selects, range-checked → `EINVAL`
 //!    (`ENODATA` for an empty GID entry, `EPERM` for a controlled Q_Key).
 //!
+//! Decisions where the spec leaves a choice:
+//! - UC SQD→SQD with `IBV_QP_AV` is accepted (the table lists AV as optional).
+//!   Linux refuses it because uverbs silently adds `IBV_QP_PORT`, which the UC
+//!   row does not allow (qp-state-machine.md §3); we do not add bits the caller
+//!   did not ask for.
+//! - The table check runs on every call, with or without `IBV_QP_STATE` (as
+//!   mlx5 and rdmavt do; modern rxe skips it without STATE).
+//!
 //! Only when all of that passed is anything written ([`QpControl::modify`]): a
 //! refused call changes nothing, not even the state (man page `ibv_modify_qp(3)`).
 
