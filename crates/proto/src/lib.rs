@@ -23,6 +23,7 @@ pub mod mr;
 pub mod qp;
 pub mod srq;
 pub mod table;
+pub mod timers;
 pub mod types;
 pub mod wc;
 pub mod wr;
