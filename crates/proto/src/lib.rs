@@ -19,6 +19,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod mask;
+pub mod memory;
 pub mod mr;
 pub mod qp;
 pub mod srq;
