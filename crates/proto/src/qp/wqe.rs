@@ -1,0 +1,180 @@
+//! Work-queue entries: what an accepted work request becomes inside a QP, and
+//! the bounded queues that hold them in posting order.
+
+use crate::types::Gid;
+use crate::wr::{ImmData, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget};
+use std::collections::VecDeque;
+use wire::Psn;
+
+/// Where a UD send goes, resolved from its address handle at post time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Local GID index.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Destination QPN.
+    pub remote_qpn: u32,
+    /// DETH Q_Key (already substituted when the WR's had bit 31 set).
+    pub qkey: u32,
+}
+
+/// A send work request in the send queue.
+#[derive(Debug, Clone)]
+pub struct SendWqe {
+    /// From the WR.
+    pub wr_id: u64,
+    /// From the WR.
+    pub opcode: WrOpcode,
+    /// From the WR.
+    pub flags: SendFlags,
+    /// Gather list (SEND/WRITE) or scatter list (READ, atomic result).
+    pub sges: Vec<Sge>,
+    /// Inline payload copied at post time.
+    pub inline: Option<Vec<u8>>,
+    /// Immediate data.
+    pub imm: ImmData,
+    /// Remote part.
+    pub target: WrTarget,
+    /// UD destination.
+    pub ud: Option<UdDest>,
+    /// Message length in bytes.
+    pub len: u64,
+    /// Generates a completion on success.
+    pub signaled: bool,
+    /// First PSN (valid once started).
+    pub first_psn: Psn,
+    /// PSNs the message occupies (READ: its response packets).
+    pub npsn: u32,
+    /// Packets of the request sent so far (READ/atomic: 0 or 1).
+    pub sent_pkts: u32,
+    /// READ: response bytes placed so far.
+    pub read_done: u64,
+    /// Completed (acknowledged, answered, or sent for UC/UD).
+    pub done: bool,
+}
+
+impl SendWqe {
+    /// A WQE for an accepted WR. `inline` holds the gathered inline bytes.
+    pub fn new(wr: &SendWr<'_>, sq_sig_all: bool, inline: Option<Vec<u8>>, ud: Option<UdDest>) -> SendWqe {
+        SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags,
+            sges: wr.sg_list.to_vec(),
+            len: inline.as_ref().map_or_else(|| crate::wr::sg_total_len(wr.sg_list), |v| v.len() as u64),
+            inline,
+            imm: wr.imm_data,
+            target: wr.target,
+            ud,
+            signaled: sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
+            first_psn: Psn::default(),
+            npsn: 0,
+            sent_pkts: 0,
+            read_done: 0,
+            done: false,
+        }
+    }
+
+    /// Last PSN of the message.
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.wrapping_add(self.npsn.saturating_sub(1))
+    }
+
+    /// READ or atomic: answered by a response, counted against `max_rd_atomic`.
+    pub fn is_rd_atomic(&self) -> bool {
+        self.opcode == WrOpcode::RdmaRead || self.opcode.is_atomic()
+    }
+
+    /// Request packets this message needs at path MTU `mtu`.
+    pub fn request_packets(&self, mtu: u32) -> u32 {
+        if self.is_rd_atomic() {
+            1
+        } else {
+            packets_for(self.len, mtu)
+        }
+    }
+}
+
+/// Packets for a `len`-byte message at path MTU `mtu` (at least one).
+pub fn packets_for(len: u64, mtu: u32) -> u32 {
+    len.div_ceil(u64::from(mtu)).max(1) as u32
+}
+
+/// A receive work request waiting for a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWqe {
+    /// From the WR.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: Vec<Sge>,
+}
+
+impl RecvWqe {
+    /// A WQE for an accepted WR.
+    pub fn new(wr: &RecvWr<'_>) -> RecvWqe {
+        RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.to_vec() }
+    }
+
+    /// Total buffer length.
+    pub fn capacity(&self) -> u64 {
+        crate::wr::sg_total_len(&self.sges)
+    }
+}
+
+/// The send queue: WQEs in posting order. The front ones are in flight or
+/// awaiting acknowledgement; `next` indexes the first not yet fully sent.
+#[derive(Debug, Default)]
+pub struct SendQueue {
+    /// WQEs, oldest first.
+    pub wqes: VecDeque<SendWqe>,
+    /// Index of the first WQE whose request packets are not all sent.
+    pub next: usize,
+}
+
+impl SendQueue {
+    /// WQEs posted and not yet retired.
+    pub fn len(&self) -> usize {
+        self.wqes.len()
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.wqes.is_empty()
+    }
+
+    /// Removes and returns the front WQE, keeping `next` pointing at the same WQE.
+    pub fn retire(&mut self) -> Option<SendWqe> {
+        let w = self.wqes.pop_front()?;
+        self.next = self.next.saturating_sub(1);
+        Some(w)
+    }
+
+    /// True if every posted WQE has been fully sent.
+    pub fn all_sent(&self) -> bool {
+        self.next >= self.wqes.len()
+    }
+}
+
+/// A receive queue (a QP's own, or an SRQ's).
+#[derive(Debug, Default)]
+pub struct RecvQueue {
+    /// WQEs, oldest first.
+    pub wqes: VecDeque<RecvWqe>,
+}
+
+impl RecvQueue {
+    /// WQEs waiting.
+    pub fn len(&self) -> usize {
+        self.wqes.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.wqes.is_empty()
+    }
+}
