@@ -1,0 +1,75 @@
+//! Per-driver traffic counters.
+//!
+//! The progress thread increments [`Counters`] (relaxed atomics: each counter is
+//! exact, a snapshot is not a consistent cut across counters); the API reads a
+//! plain [`CounterSnapshot`].
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Live counters of one driver (atomics, written by its progress thread).
+        #[derive(Debug, Default)]
+        pub struct Counters { $($(#[$doc])* pub $name: AtomicU64,)* }
+
+        /// A copy of [`Counters`] at one moment.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct CounterSnapshot { $($(#[$doc])* pub $name: u64,)* }
+
+        impl Counters {
+            /// Reads every counter.
+            pub fn snapshot(&self) -> CounterSnapshot {
+                CounterSnapshot { $($name: self.$name.load(Relaxed),)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Datagrams handed to the kernel.
+    datagrams_sent,
+    /// Payload bytes of `datagrams_sent`.
+    bytes_sent,
+    /// Datagrams read from the socket.
+    datagrams_received,
+    /// Payload bytes of `datagrams_received`.
+    bytes_received,
+    /// Sends that failed for good (the datagram was dropped; the protocol retransmits).
+    send_errors,
+    /// Sends refused with EAGAIN/ENOBUFS and kept for a retry.
+    send_retries,
+    /// Receive calls that failed (other than "nothing to read").
+    recv_errors,
+    /// Datagrams to our own address fed straight back to the engine.
+    loopback_datagrams,
+    /// Payload bytes of `loopback_datagrams`.
+    loopback_bytes,
+    /// Notifications delivered to a completion channel or the async-event queue.
+    notifications,
+    /// Notifications lost: unknown or closed channel, or a full queue.
+    notifications_dropped,
+    /// Times the progress thread went to sleep in poll(2).
+    sleeps,
+}
+
+impl Counters {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_reads_each_counter() {
+        let c = Counters::default();
+        Counters::add(&c.datagrams_sent, 2);
+        Counters::add(&c.bytes_sent, 100);
+        Counters::add(&c.sleeps, 1);
+        let s = c.snapshot();
+        assert_eq!((s.datagrams_sent, s.bytes_sent, s.sleeps), (2, 100, 1));
+        assert_eq!(s.recv_errors, 0);
+    }
+}

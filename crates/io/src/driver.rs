@@ -1,0 +1,248 @@
+//! [`Driver`]: one UDP socket and one progress thread around an [`Engine`].
+//!
+//! The driver owns the engine (behind a mutex shared with the API layer), the
+//! socket (owned by the progress thread alone), the doorbell, the completion
+//! channels and the async-event queue of one device. It promises:
+//! - the engine lock is taken per step and never held across a system call;
+//! - datagrams to the driver's own address never touch the socket;
+//! - socket errors are logged and counted, never panics;
+//! - dropping the driver stops and joins the progress thread promptly (the
+//!   doorbell wakes it) and closes the socket.
+//!
+//! **Send policy.** A send refused for lack of room (EAGAIN, ENOBUFS) keeps that one
+//! datagram pending and stops pulling new ones from the engine until it is sent
+//! (back-pressure, never a silent drop); the thread then also waits for POLLOUT
+//! and retries at least every millisecond. Any other send error drops the
+//! datagram, counts `send_errors` and logs a warning: the reliable transport
+//! retransmits, an unreliable one (UD) loses a packet as a NIC would.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::collections::HashMap;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::clock::{Clock, Nanos};
+use crate::counters::{CounterSnapshot, Counters};
+use crate::engine::Engine;
+use crate::events::{AsyncEventQueue, CompletionChannel, DEFAULT_EVENT_CAPACITY};
+use crate::eventfd::EventFd;
+use crate::progress::Progress;
+use crate::socket;
+
+/// How a driver runs. `Default` suits one device on one host.
+#[derive(Clone, Debug)]
+pub struct DriverOptions {
+    /// How long the progress thread keeps polling after its last work before it
+    /// sleeps in poll(2) (`SOFTVERBS_BUSY_POLL_US` at the API layer). Zero: sleep at once.
+    pub busy_poll: Duration,
+    /// Kernel receive buffer asked for (SO_RCVBUF).
+    pub recv_buffer_bytes: usize,
+    /// Kernel send buffer asked for (SO_SNDBUF).
+    pub send_buffer_bytes: usize,
+    /// Largest datagram sent or received (buffer size handed to the engine).
+    pub max_datagram_bytes: usize,
+    /// Work per step and pass: datagrams received, sent, notifications delivered.
+    pub batch: usize,
+    /// Name of the progress thread.
+    pub thread_name: String,
+}
+
+impl Default for DriverOptions {
+    fn default() -> Self {
+        DriverOptions {
+            busy_poll: Duration::from_micros(50),
+            recv_buffer_bytes: 4 << 20,
+            send_buffer_bytes: 4 << 20,
+            max_datagram_bytes: 65536,
+            batch: 64,
+            thread_name: "softverbs-progress".into(),
+        }
+    }
+}
+
+/// Wakes the progress thread; cheap and callable from any thread. Rings
+/// coalesce: while one is pending the next costs an atomic swap, no syscall.
+#[derive(Clone, Debug)]
+pub struct Doorbell {
+    inner: Arc<DoorbellInner>,
+}
+
+#[derive(Debug)]
+struct DoorbellInner {
+    fd: EventFd,
+    rung: AtomicBool,
+}
+
+impl Doorbell {
+    fn new() -> io::Result<Self> {
+        let inner = DoorbellInner { fd: EventFd::new()?, rung: AtomicBool::new(false) };
+        Ok(Doorbell { inner: Arc::new(inner) })
+    }
+
+    /// Wakes the progress thread (after a post, a modify, an arm...).
+    pub fn ring(&self) {
+        if !self.inner.rung.swap(true, SeqCst) {
+            self.force();
+        }
+    }
+
+    fn force(&self) {
+        if let Err(e) = self.inner.fd.add(1) {
+            tracing::warn!(error = %e, "doorbell write failed");
+        }
+    }
+
+    /// Progress thread, after waking: drain first, then re-arm, so a ring that
+    /// saw `rung == true` happened before this clear and its work is seen by the
+    /// pass that follows (no lost wake-up).
+    pub(crate) fn clear(&self) {
+        let _ = self.inner.fd.take();
+        self.inner.rung.store(false, SeqCst);
+    }
+
+    pub(crate) fn fd(&self) -> &EventFd {
+        &self.inner.fd
+    }
+}
+
+/// State shared by the driver handle, the progress thread and the API layer.
+pub(crate) struct Shared<E> {
+    pub(crate) engine: Mutex<E>,
+    pub(crate) doorbell: Doorbell,
+    pub(crate) stop: AtomicBool,
+    pub(crate) counters: Counters,
+    pub(crate) clock: Clock,
+    pub(crate) channels: Mutex<HashMap<u32, Weak<CompletionChannel>>>,
+    pub(crate) async_events: Arc<AsyncEventQueue>,
+}
+
+impl<E> Shared<E> {
+    pub(crate) fn engine(&self) -> MutexGuard<'_, E> {
+        // A panic inside an engine call must not wedge the device forever.
+        self.engine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn channel(&self, id: u32) -> Option<Arc<CompletionChannel>> {
+        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        channels.get(&id).and_then(Weak::upgrade)
+    }
+}
+
+/// One device's socket and progress thread. See the module doc.
+pub struct Driver<E: Engine> {
+    shared: Arc<Shared<E>>,
+    local: SocketAddr,
+    next_channel: AtomicU32,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<E: Engine> Driver<E> {
+    /// Binds an unconnected UDP socket to `bind` (DF set, nonblocking) and starts
+    /// the progress thread running `engine`.
+    pub fn start(engine: E, bind: SocketAddr, opts: DriverOptions) -> io::Result<Self> {
+        let socket = socket::bind(bind, opts.recv_buffer_bytes, opts.send_buffer_bytes)?;
+        let local = socket.local_addr()?;
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(engine),
+            doorbell: Doorbell::new()?,
+            stop: AtomicBool::new(false),
+            counters: Counters::default(),
+            clock: Clock::new(),
+            channels: Mutex::new(HashMap::new()),
+            async_events: Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?),
+        });
+        let progress = Progress::new(shared.clone(), socket, local, &opts);
+        let thread = std::thread::Builder::new()
+            .name(opts.thread_name.clone())
+            .spawn(move || progress.run())?;
+        tracing::debug!(%local, "driver started");
+        Ok(Driver { shared, local, next_channel: AtomicU32::new(1), thread: Some(thread) })
+    }
+
+    /// Runs `f` with the engine locked (the API layer's way in). Keep `f` short
+    /// and free of blocking calls: the progress thread waits for the lock. Ring
+    /// the doorbell afterwards if `f` created work.
+    pub fn with<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
+        f(&mut self.shared.engine())
+    }
+
+    /// Wakes the progress thread (coalesced; see [`Doorbell`]).
+    pub fn doorbell(&self) {
+        self.shared.doorbell.ring();
+    }
+
+    /// A handle that rings this driver's doorbell, for objects that outlive a borrow.
+    pub fn waker(&self) -> Doorbell {
+        self.shared.doorbell.clone()
+    }
+
+    /// The bound address (with the port the kernel chose for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The driver's clock (the engine's `now`).
+    pub fn clock(&self) -> Clock {
+        self.shared.clock
+    }
+
+    /// The current engine time.
+    pub fn now(&self) -> Nanos {
+        self.shared.clock.now()
+    }
+
+    /// A snapshot of the traffic counters.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.shared.counters.snapshot()
+    }
+
+    /// A new completion channel, registered under a fresh id; the engine names
+    /// that id in `Notification::Completion`. Dropping every `Arc` closes its fd
+    /// and unregisters it (later notifications for it are counted as dropped).
+    pub fn create_completion_channel(&self) -> io::Result<Arc<CompletionChannel>> {
+        let id = self.next_channel.fetch_add(1, SeqCst);
+        let channel = Arc::new(CompletionChannel::new(id)?);
+        let mut channels = self.shared.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        channels.retain(|_, weak| weak.strong_count() > 0);
+        channels.insert(id, Arc::downgrade(&channel));
+        Ok(channel)
+    }
+
+    /// The device's async-event queue (its fd is `ctx->async_fd`).
+    pub fn async_events(&self) -> &Arc<AsyncEventQueue> {
+        &self.shared.async_events
+    }
+
+    /// Stops and joins the progress thread (what drop does).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let Some(thread) = self.thread.take() else { return };
+        self.shared.stop.store(true, SeqCst);
+        self.shared.doorbell.force();
+        if thread.join().is_err() {
+            tracing::error!(local = %self.local, "progress thread panicked");
+        }
+        tracing::debug!(local = %self.local, "driver stopped");
+    }
+}
+
+impl<E: Engine> Drop for Driver<E> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl<E: Engine> std::fmt::Debug for Driver<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("local", &self.local)
+            .field("running", &self.thread.is_some())
+            .finish_non_exhaustive()
+    }
+}

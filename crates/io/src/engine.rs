@@ -1,0 +1,78 @@
+//! The contract between a driver and the sans-IO protocol engine.
+//!
+//! `proto` implements [`Engine`]; this crate never looks inside it. The trait is
+//! the whole surface the progress thread uses, so the same engine can be driven
+//! by [`crate::Driver`] (real sockets and clock) or by a simulator.
+//!
+//! # Call order (what a driver promises the engine)
+//!
+//! The progress thread repeats *passes*; each pass, in this order:
+//! 1. [`Engine::handle_datagram`] for each datagram received since the last
+//!    pass, in arrival order (at most `DriverOptions::batch` per pass);
+//! 2. [`Engine::handle_timeout`] once if [`Engine::poll_timeout`] is `<= now`;
+//! 3. [`Engine::poll_transmit`] until it returns `None`, the per-pass budget is
+//!    spent, or the socket is full. A datagram addressed to the driver's own
+//!    address goes straight back into `handle_datagram` (loopback shortcut);
+//! 4. [`Engine::poll_notification`] until `None` (same budget).
+//!
+//! When a pass did nothing the thread busy-polls, then sleeps until a datagram,
+//! the doorbell, or the deadline from `poll_timeout`. Every call takes the
+//! engine lock separately, so API calls made through `Driver::with` may land
+//! between any two of them; an API call that creates work must ring the doorbell.
+//! `now` never decreases from one call to the next.
+//!
+//! # What the engine promises
+//! - `poll_transmit` writes at most `buf.len()` bytes and reports that length;
+//! - after `handle_timeout(now)`, `poll_timeout()` is `None` or `> now`
+//!   (otherwise the driver spins);
+//! - no call blocks or panics on network input.
+
+use std::net::SocketAddr;
+
+use crate::clock::Nanos;
+
+/// A datagram the engine wrote into the driver's buffer: `len` bytes to `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination (a RoCEv2 peer: its IP, UDP port 4791).
+    pub to: SocketAddr,
+    /// Bytes written at the start of the buffer.
+    pub len: usize,
+}
+
+/// An asynchronous event for the device's async-event queue (`ibv_get_async_event`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// The event type (`enum ibv_event_type` value).
+    pub kind: u32,
+    /// The object it concerns (an opaque QP/CQ/SRQ id, or the port number).
+    pub element: u64,
+}
+
+/// Something the driver must deliver outside the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notification {
+    /// A CQ armed for notification got a completion: wake its completion channel.
+    Completion {
+        /// The channel id ([`crate::CompletionChannel::id`]).
+        channel: u32,
+        /// The CQ, as an opaque id the API layer understands.
+        cq: u64,
+    },
+    /// An asynchronous event for the device's async-event queue.
+    Async(AsyncEvent),
+}
+
+/// The sans-IO protocol engine as a driver sees it. See the module doc for the call order.
+pub trait Engine: Send + 'static {
+    /// A datagram arrived: `from` is the sender, `to` the local address it was sent to.
+    fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
+    /// Writes the next datagram to send into `buf`; `None` when nothing is ready.
+    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
+    /// When the engine next needs [`Engine::handle_timeout`] (absolute), if ever.
+    fn poll_timeout(&self) -> Option<Nanos>;
+    /// Timers due at or before `now` fire.
+    fn handle_timeout(&mut self, now: Nanos);
+    /// The next notification for the driver to deliver.
+    fn poll_notification(&mut self) -> Option<Notification>;
+}
