@@ -7,6 +7,8 @@
 //! [`QpControl::drain_finished`].
 
 pub mod create;
+pub mod requester;
+pub mod responder;
 pub mod sgl;
 pub mod wqe;
 pub mod modify;

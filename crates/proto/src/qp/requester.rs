@@ -1,0 +1,297 @@
+//! The requester: turns send WQEs into request packets, in posting order.
+//!
+//! Owns the send-side PSN state (next PSN, oldest unacknowledged PSN), the
+//! initiator-depth count (`max_rd_atomic`), fences, the RC window, and the
+//! retransmission cursor. It decides *which* packet goes next and describes it
+//! ([`ReqPacket`]); the engine gathers the payload and writes the bytes.
+//! Facts: `spec/rc-reliability.md` §1, `spec/roce-wire.md` §4 and §9.
+
+use super::wqe::{SendQueue, SendWqe};
+use crate::types::QpType;
+use crate::wr::{SendFlags, WrOpcode, WrTarget};
+use wire::opcode::{MessageKind, Position, Transport};
+use wire::{aeth, atomic_eth, bth, deth, immdt, reth, Opcode, PKey, Psn, Qkey, Qpn, Rkey, TransportRepr};
+
+/// Unacknowledged PSNs an RC requester keeps in flight at most (rxe uses 128;
+/// far below 2^23, roce-wire.md §9).
+pub const WINDOW_PSNS: u32 = 1024;
+/// An AckReq at least this often inside long messages (rxe: 64).
+pub const ACK_REQ_EVERY: u32 = 64;
+
+/// Where a request packet's payload comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// No payload.
+    None,
+    /// `len` bytes of WQE `index`'s message, starting `offset` bytes in.
+    Message {
+        /// Index of the WQE in the send queue.
+        index: usize,
+        /// Byte offset into the message.
+        offset: u64,
+        /// Bytes.
+        len: usize,
+    },
+}
+
+/// A request packet the requester wants sent.
+#[derive(Debug, Clone, Copy)]
+pub struct ReqPacket {
+    /// Headers.
+    pub repr: TransportRepr,
+    /// Payload source.
+    pub payload: Payload,
+    /// Index of the WQE in the send queue.
+    pub index: usize,
+    /// True if this is the last request packet of the WQE.
+    pub last: bool,
+}
+
+/// Send-side transport state of one QP.
+#[derive(Debug, Clone, Default)]
+pub struct Requester {
+    /// Next PSN a new message starts at.
+    pub next_psn: Psn,
+    /// Oldest unacknowledged PSN (RC).
+    pub una: Psn,
+    /// READ/atomic WQEs started and not completed.
+    pub rd_atomic_inflight: u32,
+    /// Transport retries left (RC).
+    pub retry_left: u8,
+    /// RNR retries left (RC; 7 = infinite).
+    pub rnr_left: u8,
+    /// Packets sent since the last AckReq.
+    pub since_ack_req: u32,
+}
+
+/// What the requester needs to know about its QP to build a packet.
+#[derive(Debug, Clone, Copy)]
+pub struct ReqEnv {
+    /// QP type.
+    pub qp_type: QpType,
+    /// Own QPN.
+    pub qpn: u32,
+    /// Peer QPN (RC/UC).
+    pub dest_qpn: u32,
+    /// Path MTU in bytes (UD: the port MTU).
+    pub mtu: u32,
+    /// Own Q_Key (UD).
+    pub qkey: u32,
+    /// `max_rd_atomic`.
+    pub max_rd_atomic: u8,
+    /// May new messages start (RTS), or only the one in progress finish (SQD)?
+    pub may_start: bool,
+}
+
+impl Requester {
+    /// Resets for RTR→RTS with the initial PSN and retry budgets.
+    pub fn start(&mut self, sq_psn: u32, retry_cnt: u8, rnr_retry: u8) {
+        *self = Requester {
+            next_psn: Psn::from_masked(sq_psn),
+            una: Psn::from_masked(sq_psn),
+            retry_left: retry_cnt,
+            rnr_left: rnr_retry,
+            ..Requester::default()
+        };
+    }
+
+    /// The next request packet, if one may go now.
+    pub fn next_packet(&mut self, sq: &mut SendQueue, env: &ReqEnv) -> Option<ReqPacket> {
+        let index = sq.next;
+        let wqe = sq.wqes.get(index)?;
+        if wqe.sent_pkts == 0 && wqe.npsn == 0 && !self.may_begin(wqe, env) {
+            return None;
+        }
+        let reliable = env.qp_type == QpType::Rc;
+        let wqe = &mut sq.wqes[index];
+        if wqe.npsn == 0 {
+            self.assign_psns(wqe, env);
+        }
+        let psn = packet_psn(wqe, env.mtu);
+        if reliable && psn.offset_from(self.una) >= WINDOW_PSNS {
+            return None;
+        }
+        let pkt = self.build(wqe, index, psn, env);
+        wqe.sent_pkts += 1;
+        if pkt.last {
+            sq.next += 1;
+        }
+        Some(pkt)
+    }
+
+    /// May WQE `w` (not yet started) begin now?
+    fn may_begin(&self, w: &SendWqe, env: &ReqEnv) -> bool {
+        if !env.may_start {
+            return false;
+        }
+        // rc-reliability.md §1.2: initiator depth and fences.
+        if w.is_rd_atomic() && self.rd_atomic_inflight >= u32::from(env.max_rd_atomic) {
+            return false;
+        }
+        !(w.flags.contains(SendFlags::FENCE) && self.rd_atomic_inflight > 0)
+    }
+
+    fn assign_psns(&mut self, w: &mut SendWqe, env: &ReqEnv) {
+        w.first_psn = self.next_psn;
+        w.npsn = match w.opcode {
+            // A READ reserves one PSN per response packet (roce-wire.md §9).
+            WrOpcode::RdmaRead => super::wqe::packets_for(w.len, env.mtu),
+            _ => w.request_packets(env.mtu),
+        };
+        self.next_psn = self.next_psn.wrapping_add(w.npsn);
+        if w.is_rd_atomic() {
+            self.rd_atomic_inflight += 1;
+        }
+    }
+
+    fn build(&mut self, w: &SendWqe, index: usize, psn: Psn, env: &ReqEnv) -> ReqPacket {
+        let total = w.request_packets(env.mtu);
+        let i = w.sent_pkts.min(total - 1);
+        let last = i + 1 >= total;
+        let opcode = opcode_for(w, env.qp_type, Position::of(i as usize, total as usize));
+        let ack_req = env.qp_type == QpType::Rc && (last || self.since_ack_req + 1 >= ACK_REQ_EVERY);
+        self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
+        let solicited = last && w.flags.contains(SendFlags::SOLICITED) && carries_se(w.opcode);
+        let dest = w.ud.map_or(env.dest_qpn, |u| u.remote_qpn);
+        let mut repr = TransportRepr::new(bth::Repr {
+            opcode,
+            solicited,
+            mig_req: false,
+            pad_count: 0,
+            pkey: PKey::DEFAULT,
+            fecn: false,
+            becn: false,
+            dest_qp: Qpn::from_masked(dest),
+            ack_req,
+            psn,
+        });
+        let payload = self.fill_headers(&mut repr, w, index, i, env);
+        ReqPacket { repr, payload, index, last }
+    }
+
+    fn fill_headers(&self, r: &mut TransportRepr, w: &SendWqe, index: usize, i: u32, env: &ReqEnv) -> Payload {
+        let headers = r.bth.opcode.headers();
+        if headers.contains(wire::HeaderSet::DETH) {
+            let ud = w.ud.expect("UD WQEs carry a destination");
+            r.deth = Some(deth::Repr { qkey: Qkey(ud.qkey), src_qp: Qpn::from_masked(env.qpn) });
+        }
+        if headers.contains(wire::HeaderSet::IMMDT) {
+            r.immdt = Some(immdt::Repr { imm: w.imm.value() });
+        }
+        match (w.opcode, w.target) {
+            (WrOpcode::RdmaRead, WrTarget::Rdma(t)) => {
+                // A resumed READ asks only for what has not arrived (rc-reliability.md §1.3).
+                let va = t.remote_addr + w.read_done;
+                let dma_len = (w.len - w.read_done) as u32;
+                r.reth = Some(reth::Repr { va, rkey: Rkey(t.rkey), dma_len });
+                Payload::None
+            }
+            (op, WrTarget::Atomic(t)) if op.is_atomic() => {
+                let (swap_add, compare) = match op {
+                    WrOpcode::AtomicCmpAndSwp => (t.swap, t.compare_add),
+                    _ => (t.compare_add, 0),
+                };
+                r.atomic_eth = Some(atomic_eth::Repr { va: t.remote_addr, rkey: Rkey(t.rkey), swap_add, compare });
+                Payload::None
+            }
+            _ => {
+                if headers.contains(wire::HeaderSet::RETH) {
+                    if let WrTarget::Rdma(t) = w.target {
+                        r.reth = Some(reth::Repr { va: t.remote_addr, rkey: Rkey(t.rkey), dma_len: w.len as u32 });
+                    }
+                }
+                let offset = u64::from(i) * u64::from(env.mtu);
+                let len = (w.len - offset).min(u64::from(env.mtu)) as usize;
+                r.payload_len = len;
+                Payload::Message { index, offset, len }
+            }
+        }
+    }
+
+    /// Go-back-N: resend everything from PSN `from` on (RC). WQEs before it stay
+    /// sent; the one containing it resumes at that packet; later ones restart.
+    pub fn rewind(&mut self, sq: &mut SendQueue, from: Psn, mtu: u32) {
+        let mut found = None;
+        for (i, w) in sq.wqes.iter_mut().enumerate() {
+            if w.npsn == 0 {
+                break;
+            }
+            let off = from.offset_from(w.first_psn);
+            if found.is_none() && off < w.npsn {
+                found = Some(i);
+                if w.opcode == WrOpcode::RdmaRead {
+                    w.read_done = u64::from(off) * u64::from(mtu);
+                    w.sent_pkts = 0;
+                } else if w.is_rd_atomic() {
+                    w.sent_pkts = 0;
+                } else {
+                    w.sent_pkts = off;
+                }
+            } else if found.is_some() {
+                w.sent_pkts = 0;
+                w.read_done = 0;
+            }
+        }
+        if let Some(i) = found {
+            sq.next = i;
+        }
+        self.since_ack_req = 0;
+    }
+}
+
+/// PSN of the WQE's next request packet.
+fn packet_psn(w: &SendWqe, mtu: u32) -> Psn {
+    match w.opcode {
+        WrOpcode::RdmaRead => w.first_psn.wrapping_add((w.read_done / u64::from(mtu)) as u32),
+        _ => w.first_psn.wrapping_add(w.sent_pkts),
+    }
+}
+
+/// SE may be set on SEND* and RDMA_WRITE_WITH_IMM (rc-reliability.md §1.1).
+fn carries_se(op: WrOpcode) -> bool {
+    matches!(op, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
+}
+
+fn opcode_for(w: &SendWqe, t: QpType, pos: Position) -> Opcode {
+    let transport = match t {
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+        _ => Transport::Rc,
+    };
+    let kind = match w.opcode {
+        WrOpcode::Send => MessageKind::Send,
+        WrOpcode::SendWithImm => MessageKind::SendWithImm,
+        WrOpcode::RdmaWrite => MessageKind::Write,
+        WrOpcode::RdmaWriteWithImm => MessageKind::WriteWithImm,
+        WrOpcode::RdmaRead => return rc_op(0x0C),
+        WrOpcode::AtomicCmpAndSwp => return rc_op(0x13),
+        WrOpcode::AtomicFetchAndAdd => return rc_op(0x14),
+        // Posting refuses every other opcode (wr::check_opcode).
+        _ => MessageKind::Send,
+    };
+    Opcode::segment(transport, kind, pos).unwrap_or_else(|| rc_op(0x04))
+}
+
+/// An RC opcode by number (roce-wire.md §4.1): READ_REQUEST 0x0C, COMPARE_SWAP
+/// 0x13, FETCH_ADD 0x14, SEND_ONLY 0x04.
+fn rc_op(code: u8) -> Opcode {
+    Opcode::new(code).unwrap_or_else(|_| unreachable!("0x{code:02x} is in the opcode table"))
+}
+
+/// An ACKNOWLEDGE / NAK packet header set (used by the responder).
+pub fn ack_repr(dest_qpn: u32, psn: Psn, syndrome: aeth::Syndrome, msn: u32) -> TransportRepr {
+    let mut r = TransportRepr::new(bth::Repr {
+        opcode: rc_op(0x11),
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        pkey: PKey::DEFAULT,
+        fecn: false,
+        becn: false,
+        dest_qp: Qpn::from_masked(dest_qpn),
+        ack_req: false,
+        psn,
+    });
+    r.aeth = Some(aeth::Repr { syndrome, msn: wire::Msn::from_masked(msn) });
+    r
+}

@@ -1,0 +1,651 @@
+//! The responder: what a QP does with request packets addressed to it.
+//!
+//! RC follows `spec/rc-reliability.md` §3 step by step (PSN, opcode sequence,
+//! QP access flags, resources, length, R_Key, execute, MSN, ACK); UC follows §6
+//! (no ACKs, resynchronise on FIRST/ONLY, silent drops); UD follows §7 (Q_Key,
+//! the 40-byte GRH area). Each refusal is a [`Refusal`] and one function,
+//! [`Responder::refuse`], maps it to its IBA error class: silent drop, NAK with
+//! the QP unchanged, or NAK and the QP to ERR.
+//!
+//! Responses (ACK, NAK, READ responses, atomic ACKs) wait in an outbox and are
+//! written one packet at a time by [`Responder::next_response`].
+
+use super::sgl::{self, mr_by_key, SglError};
+use super::wqe::{RecvQueue, RecvWqe};
+use crate::engine::PdHandle;
+use crate::memory::{AtomicOp, Memory};
+use crate::mr::{Access, Mr};
+use crate::table::Table;
+use crate::types::{AccessFlags, QpType};
+use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::ImmData;
+use std::collections::VecDeque;
+use wire::aeth::{NakCode, Syndrome};
+use wire::opcode::{MessageKind, Operation, Position, Transport};
+use wire::{atomic_ack_eth, bth, Opcode, PKey, Psn, PsnRegion, Qpn, TransportRepr};
+
+/// The largest RDMA length (IBA: 2^31).
+const MAX_DMA_LEN: u64 = 1 << 31;
+
+/// What the responder needs to know about its QP.
+pub struct RespEnv<'a> {
+    /// QP type.
+    pub qp_type: QpType,
+    /// Own QPN.
+    pub qpn: u32,
+    /// The peer's QPN (RC/UC), where responses go.
+    pub dest_qpn: u32,
+    /// The QP's PD.
+    pub pd: PdHandle,
+    /// `qp_access_flags`.
+    pub access: AccessFlags,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// `max_dest_rd_atomic`.
+    pub max_dest_rd_atomic: u8,
+    /// `min_rnr_timer` code.
+    pub min_rnr_timer: u8,
+    /// Own Q_Key (UD).
+    pub qkey: u32,
+    /// Memory regions.
+    pub mrs: &'a Table<Mr>,
+    /// Memory.
+    pub mem: &'a dyn Memory,
+}
+
+/// A request packet as received.
+pub struct Incoming<'a> {
+    /// Headers.
+    pub repr: &'a TransportRepr,
+    /// Payload bytes.
+    pub payload: &'a [u8],
+    /// The 40-byte GRH area a UD receive buffer gets.
+    pub grh: &'a [u8; 40],
+}
+
+/// What handling a packet did besides changing the responder.
+#[derive(Debug, Default)]
+pub struct RespEffects {
+    /// Receive completions, with their "solicited" bit.
+    pub completions: Vec<(WorkCompletion, bool)>,
+    /// The responder hit an error that moves the QP to ERR.
+    pub fatal: Option<Fatal>,
+    /// A receive WQE was taken from the queue.
+    pub took_wqe: bool,
+    /// Counted drops, by reason.
+    pub dropped: Option<Drop>,
+}
+
+/// Why the QP goes to ERR, for the async event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fatal {
+    /// Invalid request (NAK invalid request sent) → `IBV_EVENT_QP_REQ_ERR`.
+    InvalidRequest,
+    /// Access violation (NAK remote access sent) → `IBV_EVENT_QP_ACCESS_ERR`.
+    AccessError,
+    /// Local problem (bad receive WQE) → `IBV_EVENT_QP_FATAL`.
+    Local,
+}
+
+/// Why a packet was dropped without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drop {
+    /// Out-of-sequence packet after the sequence NAK, or a stale duplicate.
+    Sequence,
+    /// Duplicate answered or ignored.
+    Duplicate,
+    /// No receive WQE (RC: RNR NAK sent; UC/UD: silent).
+    NoWqe,
+    /// Q_Key mismatch (UD).
+    Qkey,
+    /// A UC/UD error that IBA answers with a silent drop.
+    Unreliable,
+}
+
+/// One response waiting to go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Response {
+    Ack { psn: Psn, syndrome: Syndrome },
+    Read(ReadJob),
+    AtomicAck { psn: Psn, orig: u64 },
+}
+
+/// A READ being answered (or re-answered), one packet per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReadJob {
+    /// PSN of the next response packet.
+    psn: Psn,
+    /// First PSN of the original request (positions are relative to it).
+    first: Psn,
+    /// PSNs the whole response spans.
+    npsn: u32,
+    va: u64,
+    rkey: u32,
+    len: u64,
+    /// Bytes of the response already sent (from the original VA).
+    offset: u64,
+}
+
+/// A saved READ or atomic, to answer duplicates (rc-reliability.md §3.1, §3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Read { first: Psn, npsn: u32, va: u64, rkey: u32, len: u64 },
+    Atomic { psn: Psn, orig: u64 },
+}
+
+/// A message being received.
+#[derive(Debug, Clone, Default)]
+enum InMsg {
+    #[default]
+    Idle,
+    Send { wqe: RecvWqe, offset: u64 },
+    Write { va: u64, rkey: u32, left: u64 },
+}
+
+/// Why a request is refused, before its IBA class decides the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    OutOfSequence,
+    NoWqe,
+    InvalidRequest,
+    AccessError,
+    RecvTooSmall,
+    BadRecvWqe,
+}
+
+/// Receive-side transport state of one QP.
+#[derive(Debug, Clone, Default)]
+pub struct Responder {
+    /// Expected PSN.
+    pub epsn: Psn,
+    /// Messages completed (24 bits).
+    pub msn: u32,
+    /// A PSN-sequence NAK is outstanding (rc-reliability.md §3 step 1).
+    nak_sent: bool,
+    /// PSN of the last executed SEND/WRITE/atomic packet (ACK for duplicates).
+    ack_psn: Psn,
+    msg: InMsg,
+    /// UC: dropping until the next FIRST/ONLY.
+    uc_dropping: bool,
+    resources: VecDeque<Resource>,
+    outbox: VecDeque<Response>,
+}
+
+impl Responder {
+    /// Resets for INIT→RTR with the expected PSN.
+    pub fn start(&mut self, rq_psn: u32) {
+        let epsn = Psn::from_masked(rq_psn);
+        *self = Responder { epsn, ack_psn: epsn.wrapping_sub(1), ..Responder::default() };
+    }
+
+    /// Anything waiting to be sent?
+    pub fn has_output(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// The receive WQE of a message in progress, handed back when the QP is
+    /// flushed (its completion must be a flush too).
+    pub fn take_in_progress(&mut self) -> Option<RecvWqe> {
+        match std::mem::take(&mut self.msg) {
+            InMsg::Send { wqe, .. } => Some(wqe),
+            _ => None,
+        }
+    }
+
+    /// Handles one request packet (the QP processes requests in its state).
+    pub fn handle(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) {
+        let r = match env.qp_type {
+            QpType::Rc => self.rc(env, rq, pkt, fx),
+            QpType::Uc => self.uc(env, rq, pkt, fx),
+            _ => self.ud(env, rq, pkt, fx),
+        };
+        if let Err(refusal) = r {
+            self.refuse(env, pkt.repr.bth.psn, refusal, fx);
+        }
+    }
+
+    /// The IBA error class of a refusal (rc-reliability.md §3.2): silent drop,
+    /// NAK with the QP unchanged (class B), or NAK and ERR (class A/C).
+    fn refuse(&mut self, env: &RespEnv<'_>, psn: Psn, why: Refusal, fx: &mut RespEffects) {
+        if env.qp_type != QpType::Rc {
+            fx.dropped = Some(if why == Refusal::NoWqe { Drop::NoWqe } else { Drop::Unreliable });
+            return;
+        }
+        let (nak, fatal) = match why {
+            Refusal::OutOfSequence => (NakCode::PsnSequenceError, None),
+            Refusal::NoWqe => {
+                fx.dropped = Some(Drop::NoWqe);
+                let syndrome = Syndrome::RnrNak { timer_code: env.min_rnr_timer };
+                self.outbox.push_back(Response::Ack { psn, syndrome });
+                return;
+            }
+            Refusal::InvalidRequest => (NakCode::InvalidRequest, Some(Fatal::InvalidRequest)),
+            Refusal::RecvTooSmall => (NakCode::InvalidRequest, Some(Fatal::InvalidRequest)),
+            Refusal::AccessError => (NakCode::RemoteAccessError, Some(Fatal::AccessError)),
+            Refusal::BadRecvWqe => (NakCode::RemoteOperationalError, Some(Fatal::Local)),
+        };
+        let nak_psn = if why == Refusal::OutOfSequence { self.epsn } else { psn };
+        self.outbox.push_back(Response::Ack { psn: nak_psn, syndrome: Syndrome::Nak(nak) });
+        if let Some(f) = fatal {
+            fx.fatal = Some(f);
+            let status = match why {
+                Refusal::RecvTooSmall => WcStatus::LocLenErr,
+                Refusal::AccessError => WcStatus::RemAccessErr,
+                Refusal::BadRecvWqe => WcStatus::LocProtErr,
+                _ => WcStatus::RemInvReqErr,
+            };
+            // The receive WQE in progress completes with the error (§5); the
+            // engine flushes the rest.
+            if let Some(wqe) = self.take_in_progress() {
+                let wc = WorkCompletion::error(wqe.wr_id, env.qpn, WcOpcode::Recv, status);
+                fx.completions.push((wc, true));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- RC
+
+    fn rc(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+        let b = &pkt.repr.bth;
+        match b.psn.region(self.epsn) {
+            PsnRegion::InSequence => self.nak_sent = false,
+            PsnRegion::OutOfSequence => {
+                if self.nak_sent {
+                    fx.dropped = Some(Drop::Sequence);
+                    return Ok(());
+                }
+                self.nak_sent = true;
+                return Err(Refusal::OutOfSequence);
+            }
+            PsnRegion::Duplicate => {
+                self.duplicate(env, pkt.repr, fx);
+                return Ok(());
+            }
+        }
+        let op = b.opcode;
+        self.check_sequence(op)?;
+        check_qp_access(op.operation(), env.access)?;
+        match op.operation() {
+            Operation::ReadRequest => self.rc_read(env, pkt.repr),
+            Operation::CompareSwap | Operation::FetchAdd => self.rc_atomic(env, pkt.repr),
+            Operation::Send | Operation::SendWithImm | Operation::SendWithInv => {
+                self.place_send(env, rq, pkt, fx)?;
+                self.executed(b);
+                Ok(())
+            }
+            Operation::Write | Operation::WriteWithImm => {
+                self.place_write(env, rq, pkt, fx)?;
+                self.executed(b);
+                Ok(())
+            }
+            _ => Err(Refusal::InvalidRequest),
+        }
+    }
+
+    /// After a SEND/WRITE packet was placed: advance e; ACK if asked.
+    fn executed(&mut self, b: &bth::Repr) {
+        self.ack_psn = b.psn;
+        self.epsn = b.psn.next();
+        if b.opcode.ends_message() {
+            self.msn = (self.msn + 1) & 0xff_ffff;
+        }
+        if b.ack_req {
+            self.push_ack(b.psn);
+        }
+    }
+
+    /// Queues an ACK; a newer ACK replaces an older one still waiting (coalescing).
+    fn push_ack(&mut self, psn: Psn) {
+        let ack = Response::Ack { psn, syndrome: Syndrome::ack_unlimited() };
+        if let Some(Response::Ack { syndrome, .. }) = self.outbox.back() {
+            if syndrome.is_ack() {
+                *self.outbox.back_mut().expect("checked") = ack;
+                return;
+            }
+        }
+        self.outbox.push_back(ack);
+    }
+
+    /// rc-reliability.md §3 step 2: MIDDLE/LAST only inside a message of the same kind.
+    fn check_sequence(&self, op: Opcode) -> Result<(), Refusal> {
+        let continues = matches!(op.position(), Position::Middle | Position::Last);
+        let ok = match (&self.msg, op.operation()) {
+            (InMsg::Send { .. }, Operation::Send | Operation::SendWithImm | Operation::SendWithInv) => continues,
+            (InMsg::Write { .. }, Operation::Write | Operation::WriteWithImm) => continues,
+            (InMsg::Idle, _) => !continues,
+            _ => false,
+        };
+        ok.then_some(()).ok_or(Refusal::InvalidRequest)
+    }
+
+    fn rc_read(&mut self, env: &RespEnv<'_>, repr: &TransportRepr) -> Result<(), Refusal> {
+        let reth = repr.reth.ok_or(Refusal::InvalidRequest)?;
+        if env.max_dest_rd_atomic == 0 {
+            return Err(Refusal::InvalidRequest);
+        }
+        let len = u64::from(reth.dma_len);
+        check_remote(env, reth.rkey.0, reth.va, len, Access::RemoteRead)?;
+        let b = &repr.bth;
+        let npsn = super::wqe::packets_for(len, env.mtu);
+        let job = ReadJob { psn: b.psn, first: b.psn, npsn, va: reth.va, rkey: reth.rkey.0, len, offset: 0 };
+        self.save(env, Resource::Read { first: b.psn, npsn, va: reth.va, rkey: reth.rkey.0, len });
+        // IBA C9-148: MSN counts a READ when it is accepted.
+        self.msn = (self.msn + 1) & 0xff_ffff;
+        self.epsn = b.psn.wrapping_add(npsn);
+        self.outbox.push_back(Response::Read(job));
+        Ok(())
+    }
+
+    fn rc_atomic(&mut self, env: &RespEnv<'_>, repr: &TransportRepr) -> Result<(), Refusal> {
+        let a = repr.atomic_eth.ok_or(Refusal::InvalidRequest)?;
+        if env.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
+            return Err(Refusal::InvalidRequest);
+        }
+        check_remote(env, a.rkey.0, a.va, 8, Access::RemoteAtomic)?;
+        let op = if repr.bth.opcode.operation() == Operation::CompareSwap {
+            AtomicOp::CompareSwap { compare: a.compare, swap: a.swap_add }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add }
+        };
+        let orig = env.mem.atomic(a.va, op);
+        let psn = repr.bth.psn;
+        self.save(env, Resource::Atomic { psn, orig });
+        self.msn = (self.msn + 1) & 0xff_ffff;
+        self.ack_psn = psn;
+        self.epsn = psn.next();
+        self.outbox.push_back(Response::AtomicAck { psn, orig });
+        Ok(())
+    }
+
+    /// Keeps at most `max_dest_rd_atomic` saved resources, recycling the oldest.
+    fn save(&mut self, env: &RespEnv<'_>, r: Resource) {
+        while self.resources.len() >= usize::from(env.max_dest_rd_atomic.max(1)) {
+            self.resources.pop_front();
+        }
+        self.resources.push_back(r);
+    }
+
+    /// rc-reliability.md §3.3: duplicates are answered, never re-executed.
+    fn duplicate(&mut self, env: &RespEnv<'_>, repr: &TransportRepr, fx: &mut RespEffects) {
+        let q = repr.bth.psn;
+        fx.dropped = Some(Drop::Duplicate);
+        match repr.bth.opcode.operation() {
+            Operation::ReadRequest => {
+                let Some(reth) = repr.reth else { return };
+                let found = self.resources.iter().find_map(|r| match *r {
+                    Resource::Read { first, npsn, va, rkey, len } if q.offset_from(first) < npsn => {
+                        Some((first, npsn, va, rkey, len))
+                    }
+                    _ => None,
+                });
+                let Some((first, npsn, va, rkey, len)) = found else { return };
+                // rxe's acceptance: same R_Key, range inside the saved one.
+                let inside = reth.va >= va && reth.va + u64::from(reth.dma_len) <= va + len;
+                if reth.rkey.0 != rkey || !inside {
+                    return;
+                }
+                let offset = u64::from(q.offset_from(first)) * u64::from(env.mtu);
+                let job = ReadJob { psn: q, first, npsn, va, rkey, len, offset };
+                self.outbox.push_back(Response::Read(job));
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let orig = self.resources.iter().find_map(|r| match *r {
+                    Resource::Atomic { psn, orig } if psn == q => Some(orig),
+                    _ => None,
+                });
+                if let Some(orig) = orig {
+                    self.outbox.push_back(Response::AtomicAck { psn: q, orig });
+                }
+            }
+            _ => self.push_ack(self.ack_psn),
+        }
+    }
+
+    // ------------------------------------------------------- placement
+
+    /// SEND (RC and UC): take the WQE at FIRST/ONLY, scatter, complete at LAST/ONLY.
+    fn place_send(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+        let op = pkt.repr.bth.opcode;
+        check_payload_len(op, pkt.payload.len(), env.mtu)?;
+        if op.starts_message() {
+            let wqe = rq.wqes.pop_front().ok_or(Refusal::NoWqe)?;
+            fx.took_wqe = true;
+            self.msg = InMsg::Send { wqe, offset: 0 };
+        }
+        let InMsg::Send { wqe, offset } = &mut self.msg else { return Err(Refusal::InvalidRequest) };
+        match sgl::scatter(env.mrs, env.pd, env.mem, &wqe.sges, *offset, pkt.payload) {
+            Ok(()) => *offset += pkt.payload.len() as u64,
+            Err(SglError::Length { .. }) => return Err(Refusal::RecvTooSmall),
+            Err(SglError::Access(_)) => return Err(Refusal::BadRecvWqe),
+        }
+        if op.ends_message() {
+            let InMsg::Send { wqe, offset } = std::mem::take(&mut self.msg) else { unreachable!() };
+            let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
+            let wc = recv_completion(wqe.wr_id, env.qpn, WcOpcode::Recv, offset as u32, imm);
+            fx.completions.push((wc, pkt.repr.bth.solicited));
+        }
+        Ok(())
+    }
+
+    /// RDMA WRITE (RC and UC): check the R_Key at FIRST/ONLY, copy, and for
+    /// WRITE_WITH_IMM consume a receive WQE at the packet carrying the ImmDt.
+    fn place_write(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+        let op = pkt.repr.bth.opcode;
+        check_payload_len(op, pkt.payload.len(), env.mtu)?;
+        if op.starts_message() {
+            let reth = pkt.repr.reth.ok_or(Refusal::InvalidRequest)?;
+            let len = u64::from(reth.dma_len);
+            if len > MAX_DMA_LEN {
+                return Err(Refusal::InvalidRequest);
+            }
+            check_remote(env, reth.rkey.0, reth.va, len, Access::RemoteWrite)?;
+            self.msg = InMsg::Write { va: reth.va, rkey: reth.rkey.0, left: len };
+        }
+        let InMsg::Write { va, left, rkey } = &mut self.msg else { return Err(Refusal::InvalidRequest) };
+        let n = pkt.payload.len() as u64;
+        // The payloads must add up to the RETH length exactly (§3 step 5).
+        if n > *left || (op.ends_message() && n != *left) {
+            return Err(Refusal::InvalidRequest);
+        }
+        if op.has_immediate() && rq.is_empty() {
+            return Err(Refusal::NoWqe);
+        }
+        if n > 0 {
+            // Checked again for every packet: the MR may have been deregistered
+            // since the FIRST packet, and then its memory must not be touched.
+            check_remote(env, *rkey, *va, n, Access::RemoteWrite)?;
+            env.mem.write(*va, pkt.payload);
+        }
+        *va += n;
+        *left -= n;
+        if op.ends_message() {
+            self.msg = InMsg::Idle;
+            if op.has_immediate() {
+                let wqe = rq.wqes.pop_front().ok_or(Refusal::NoWqe)?;
+                fx.took_wqe = true;
+                let len = pkt.repr.reth.map_or(n, |r| u64::from(r.dma_len));
+                let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
+                let wc = recv_completion(wqe.wr_id, env.qpn, WcOpcode::RecvRdmaWithImm, len as u32, imm);
+                fx.completions.push((wc, pkt.repr.bth.solicited));
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------- UC, UD
+
+    /// rc-reliability.md §6: accept in sequence; otherwise only a FIRST/ONLY,
+    /// which resynchronises; every error is a silent drop.
+    fn uc(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+        let b = &pkt.repr.bth;
+        let in_seq = b.psn == self.epsn && !self.uc_dropping;
+        if !in_seq || (b.opcode.starts_message() && !matches!(self.msg, InMsg::Idle)) {
+            self.abandon(rq);
+            if !b.opcode.starts_message() {
+                self.uc_dropping = true;
+                self.epsn = b.psn.next();
+                fx.dropped = Some(Drop::Sequence);
+                return Ok(());
+            }
+        }
+        self.uc_dropping = false;
+        self.epsn = b.psn.next();
+        let r = match b.opcode.operation() {
+            Operation::Send | Operation::SendWithImm => self.place_send(env, rq, pkt, fx),
+            Operation::Write | Operation::WriteWithImm => self.place_write(env, rq, pkt, fx),
+            _ => Err(Refusal::InvalidRequest),
+        };
+        if r.is_err() {
+            // The whole message is dropped; its receive WQE is kept for the next.
+            self.abandon(rq);
+            self.uc_dropping = !b.opcode.ends_message();
+        }
+        r
+    }
+
+    /// Discards a partly received UC message; its receive WQE goes back to the
+    /// head of the queue to be reused (qib/hfi1; rc-reliability.md §6).
+    fn abandon(&mut self, rq: &mut RecvQueue) {
+        if let InMsg::Send { wqe, .. } = std::mem::take(&mut self.msg) {
+            rq.wqes.push_front(wqe);
+        }
+    }
+
+    /// rc-reliability.md §7: Q_Key, one packet, the GRH area first.
+    fn ud(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+        let deth = pkt.repr.deth.ok_or(Refusal::InvalidRequest)?;
+        if deth.qkey.0 != env.qkey {
+            fx.dropped = Some(Drop::Qkey);
+            return Ok(());
+        }
+        let wqe = rq.wqes.front().ok_or(Refusal::NoWqe)?;
+        let need = 40 + pkt.payload.len() as u64;
+        if need > wqe.capacity() {
+            // Dropped; the WQE stays for the next message (rdmavt).
+            return Err(Refusal::RecvTooSmall);
+        }
+        let scatter = sgl::scatter(env.mrs, env.pd, env.mem, &wqe.sges, 0, pkt.grh)
+            .and_then(|()| sgl::scatter(env.mrs, env.pd, env.mem, &wqe.sges, 40, pkt.payload));
+        let wqe = rq.wqes.pop_front().expect("checked above");
+        fx.took_wqe = true;
+        let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
+        let mut wc = match scatter {
+            Ok(()) => recv_completion(wqe.wr_id, env.qpn, WcOpcode::Recv, need as u32, imm),
+            Err(_) => WorkCompletion::error(wqe.wr_id, env.qpn, WcOpcode::Recv, WcStatus::LocProtErr),
+        };
+        if !wc.status.is_error() {
+            wc.src_qp = deth.src_qp.get();
+            wc.wc_flags = wc.wc_flags | WcFlags::GRH;
+        }
+        fx.completions.push((wc, pkt.repr.bth.solicited));
+        Ok(())
+    }
+
+    // ------------------------------------------------------- responses
+
+    /// Writes the next response packet: headers in the returned repr, payload
+    /// into `payload` (READ responses). `None` when nothing waits.
+    pub fn next_response(&mut self, env: &RespEnv<'_>, payload: &mut [u8]) -> Option<(TransportRepr, usize)> {
+        let resp = *self.outbox.front()?;
+        let out = match resp {
+            Response::Ack { psn, syndrome } => {
+                self.outbox.pop_front();
+                (super::requester::ack_repr(env.dest_qpn, psn, syndrome, self.msn), 0)
+            }
+            Response::AtomicAck { psn, orig } => {
+                self.outbox.pop_front();
+                let mut r = super::requester::ack_repr(env.dest_qpn, psn, Syndrome::ack_unlimited(), self.msn);
+                r.bth.opcode = rc_opcode(0x12);
+                r.atomic_ack_eth = Some(atomic_ack_eth::Repr { orig });
+                (r, 0)
+            }
+            Response::Read(job) => self.read_packet(env, job, payload),
+        };
+        Some(out)
+    }
+
+    fn read_packet(&mut self, env: &RespEnv<'_>, mut job: ReadJob, buf: &mut [u8]) -> (TransportRepr, usize) {
+        let mtu = u64::from(env.mtu);
+        let index = job.psn.offset_from(job.first) as usize;
+        let n = (job.len - job.offset).min(mtu) as usize;
+        let pos = Position::of(index, job.npsn as usize);
+        let opcode = Opcode::segment(Transport::Rc, MessageKind::ReadResponse, pos).unwrap_or(rc_opcode(0x10));
+        let mut r = TransportRepr::new(bth::Repr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: PKey::DEFAULT,
+            fecn: false,
+            becn: false,
+            dest_qp: Qpn::from_masked(env.dest_qpn),
+            ack_req: false,
+            psn: job.psn,
+        });
+        if opcode.headers().contains(wire::HeaderSet::AETH) {
+            r.aeth = Some(wire::aeth::Repr { syndrome: Syndrome::ack_unlimited(), msn: wire::Msn::from_masked(self.msn) });
+        }
+        // The memory is re-checked for every packet: the MR may have gone.
+        let va = job.va + job.offset;
+        if n > 0 && check_remote(env, job.rkey, va, n as u64, Access::RemoteRead).is_ok() {
+            env.mem.read(va, &mut buf[..n]);
+        } else if n > 0 {
+            buf[..n].fill(0);
+        }
+        r.payload_len = n;
+        job.offset += n as u64;
+        job.psn = job.psn.next();
+        if job.offset >= job.len {
+            self.outbox.pop_front();
+        } else if let Some(Response::Read(j)) = self.outbox.front_mut() {
+            *j = job;
+        }
+        (r, n)
+    }
+}
+
+/// rc-reliability.md §3 step 3: the QP's own access flags.
+fn check_qp_access(op: Operation, access: AccessFlags) -> Result<(), Refusal> {
+    let need = match op {
+        Operation::Write | Operation::WriteWithImm => AccessFlags::REMOTE_WRITE,
+        Operation::ReadRequest => AccessFlags::REMOTE_READ,
+        Operation::CompareSwap | Operation::FetchAdd => AccessFlags::REMOTE_ATOMIC,
+        _ => return Ok(()),
+    };
+    access.contains(need).then_some(()).ok_or(Refusal::InvalidRequest)
+}
+
+/// rc-reliability.md §3 step 6: R_Key, PD, bounds, rights. Zero-length READ or
+/// WRITE checks nothing (IBA C9-88).
+fn check_remote(env: &RespEnv<'_>, rkey: u32, va: u64, len: u64, access: Access) -> Result<(), Refusal> {
+    if len == 0 && access != Access::RemoteAtomic {
+        return Ok(());
+    }
+    let mr = mr_by_key(env.mrs, rkey).ok_or(Refusal::AccessError)?;
+    mr.check(env.pd, rkey, va, len, access).map_err(|_| Refusal::AccessError)
+}
+
+/// roce-wire.md §6: FIRST/MIDDLE carry exactly one MTU, LAST 1..=MTU, ONLY ≤ MTU.
+fn check_payload_len(op: Opcode, n: usize, mtu: u32) -> Result<(), Refusal> {
+    let mtu = mtu as usize;
+    let ok = match op.position() {
+        Position::First | Position::Middle => n == mtu,
+        Position::Last => (1..=mtu).contains(&n),
+        Position::Only => n <= mtu,
+    };
+    ok.then_some(()).ok_or(Refusal::InvalidRequest)
+}
+
+fn recv_completion(wr_id: u64, qpn: u32, opcode: WcOpcode, byte_len: u32, imm: Option<ImmData>) -> WorkCompletion {
+    let mut wc = WorkCompletion::error(wr_id, qpn, opcode, WcStatus::Success);
+    wc.byte_len = byte_len;
+    if let Some(imm) = imm {
+        wc.imm_data = imm;
+        wc.wc_flags = WcFlags::WITH_IMM;
+    }
+    wc
+}
+
+fn rc_opcode(code: u8) -> Opcode {
+    Opcode::new(code).unwrap_or_else(|_| unreachable!("0x{code:02x} is in the opcode table"))
+}
