@@ -48,9 +48,13 @@ pub enum NakCode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Syndrome {
     /// ACK with a credit code 0..=31 (31 = no end-to-end credit limit).
-    Ack { credit_code: u8 },
+    Ack {
+        credit_code: u8,
+    },
     /// RNR NAK with an RNR timer code 0..=31.
-    RnrNak { timer_code: u8 },
+    RnrNak {
+        timer_code: u8,
+    },
     Nak(NakCode),
 }
 
@@ -103,7 +107,9 @@ impl Syndrome {
 
     /// An ACK with no credit limit, as rxe sends (§5.1: 0x1F).
     pub const fn ack_unlimited() -> Syndrome {
-        Syndrome::Ack { credit_code: CREDITS_UNLIMITED }
+        Syndrome::Ack {
+            credit_code: CREDITS_UNLIMITED,
+        }
     }
 
     pub const fn is_ack(self) -> bool {
@@ -133,7 +139,10 @@ impl Repr {
         packet.check_len()?;
         let raw = packet.syndrome_raw();
         let syndrome = Syndrome::from_byte(raw).ok_or(Error::BadSyndrome(raw))?;
-        Ok(Repr { syndrome, msn: packet.msn() })
+        Ok(Repr {
+            syndrome,
+            msn: packet.msn(),
+        })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -152,7 +161,10 @@ mod tests {
 
     // rc_send.pcap frame 6: AETH ACK syn=0x1f MSN=2.
     const BYTES: [u8; 4] = [0x1f, 0, 0, 2];
-    const REPR: Repr = Repr { syndrome: Syndrome::Ack { credit_code: 31 }, msn: Msn::from_masked(2) };
+    const REPR: Repr = Repr {
+        syndrome: Syndrome::Ack { credit_code: 31 },
+        msn: Msn::from_masked(2),
+    };
 
     #[test]
     fn deconstruct() {

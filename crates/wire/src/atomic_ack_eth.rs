@@ -33,7 +33,9 @@ pub struct Repr {
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
-        Ok(Repr { orig: packet.orig() })
+        Ok(Repr {
+            orig: packet.orig(),
+        })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -51,7 +53,9 @@ mod tests {
 
     // rc_atomic.pcap frame 2: AtomicAckETH orig=0x20f77e249172e6e0.
     const BYTES: [u8; 8] = [0x20, 0xf7, 0x7e, 0x24, 0x91, 0x72, 0xe6, 0xe0];
-    const REPR: Repr = Repr { orig: 0x20f7_7e24_9172_e6e0 };
+    const REPR: Repr = Repr {
+        orig: 0x20f7_7e24_9172_e6e0,
+    };
 
     #[test]
     fn deconstruct() {

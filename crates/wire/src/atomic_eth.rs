@@ -100,7 +100,10 @@ mod tests {
     #[test]
     fn deconstruct() {
         let p = Packet::new_checked(&BYTES[..]).unwrap();
-        assert_eq!((p.va(), p.rkey(), p.swap_add(), p.compare()), (REPR.va, REPR.rkey, REPR.swap_add, REPR.compare));
+        assert_eq!(
+            (p.va(), p.rkey(), p.swap_add(), p.compare()),
+            (REPR.va, REPR.rkey, REPR.swap_add, REPR.compare)
+        );
     }
 
     #[test]
@@ -119,7 +122,11 @@ mod tests {
         assert_eq!(Repr::parse(&Packet::new_unchecked(&BYTES[..])), Ok(REPR));
         assert!(matches!(
             Repr::parse(&Packet::new_unchecked(&BYTES[..27])),
-            Err(Error::Truncated { header: "AtomicETH", need: 28, have: 27 })
+            Err(Error::Truncated {
+                header: "AtomicETH",
+                need: 28,
+                have: 27
+            })
         ));
     }
 

@@ -187,13 +187,19 @@ mod tests {
 
     // rc_send.pcap frame 1 (roce-wire testdata README): RC_SEND_ONLY,
     // DestQP 0x12, PSN 0x54e31e, A=1, PadCnt 3.
-    const BYTES: [u8; 12] = [0x04, 0x30, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x54, 0xe3, 0x1e];
+    const BYTES: [u8; 12] = [
+        0x04, 0x30, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x54, 0xe3, 0x1e,
+    ];
 
     fn repr() -> Repr {
         Repr {
             pad_count: 3,
             ack_req: true,
-            ..Repr::new(Opcode::RC_SEND_ONLY, Qpn::from_masked(0x12), Psn::from_masked(0x54e31e))
+            ..Repr::new(
+                Opcode::RC_SEND_ONLY,
+                Qpn::from_masked(0x12),
+                Psn::from_masked(0x54e31e),
+            )
         }
     }
 
@@ -241,7 +247,10 @@ mod tests {
         // §8.2 vector 1 BTH: CNP with B = 1.
         let cnp = [0x81, 0x00, 0xff, 0xff, 0x40, 0x00, 0x01, 0x18, 0, 0, 0, 0];
         let r = Repr::parse(&Packet::new_unchecked(&cnp[..])).unwrap();
-        assert_eq!((r.opcode, r.becn, r.fecn, r.dest_qp.get()), (Opcode::CNP, true, false, 0x118));
+        assert_eq!(
+            (r.opcode, r.becn, r.fecn, r.dest_qp.get()),
+            (Opcode::CNP, true, false, 0x118)
+        );
         // Reserved bits are ignored on receive and written as 0.
         let mut noisy = BYTES;
         noisy[4] |= 0x3F;
@@ -254,13 +263,23 @@ mod tests {
     fn rejects_short_unknown_and_tver() {
         assert_eq!(
             Repr::parse(&Packet::new_unchecked(&BYTES[..11])),
-            Err(Error::Truncated { header: "BTH", need: 12, have: 11 })
+            Err(Error::Truncated {
+                header: "BTH",
+                need: 12,
+                have: 11
+            })
         );
         let mut b = BYTES;
         b[0] = 0x15;
-        assert_eq!(Repr::parse(&Packet::new_unchecked(&b[..])), Err(Error::UnknownOpcode(0x15)));
+        assert_eq!(
+            Repr::parse(&Packet::new_unchecked(&b[..])),
+            Err(Error::UnknownOpcode(0x15))
+        );
         let mut b = BYTES;
         b[1] |= 1;
-        assert_eq!(Repr::parse(&Packet::new_unchecked(&b[..])), Err(Error::BadTver(1)));
+        assert_eq!(
+            Repr::parse(&Packet::new_unchecked(&b[..])),
+            Err(Error::BadTver(1))
+        );
     }
 }

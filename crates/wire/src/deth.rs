@@ -42,7 +42,10 @@ pub struct Repr {
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
-        Ok(Repr { qkey: packet.qkey(), src_qp: packet.src_qp() })
+        Ok(Repr {
+            qkey: packet.qkey(),
+            src_qp: packet.src_qp(),
+        })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -61,7 +64,10 @@ mod tests {
 
     // ud.pcap frame 1: DETH qkey=0x11111111 srcQP=0x000022.
     const BYTES: [u8; 8] = [0x11, 0x11, 0x11, 0x11, 0, 0, 0, 0x22];
-    const REPR: Repr = Repr { qkey: Qkey(0x1111_1111), src_qp: Qpn::from_masked(0x22) };
+    const REPR: Repr = Repr {
+        qkey: Qkey(0x1111_1111),
+        src_qp: Qpn::from_masked(0x22),
+    };
 
     #[test]
     fn deconstruct() {
@@ -86,7 +92,11 @@ mod tests {
         assert_eq!(Repr::parse(&Packet::new_unchecked(&reserved[..])), Ok(REPR));
         assert!(matches!(
             Repr::parse(&Packet::new_unchecked(&BYTES[..7])),
-            Err(Error::Truncated { header: "DETH", need: 8, have: 7 })
+            Err(Error::Truncated {
+                header: "DETH",
+                need: 8,
+                have: 7
+            })
         ));
     }
 

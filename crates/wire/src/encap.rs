@@ -48,7 +48,14 @@ impl Ipv4Info {
 
     /// What a DF UDP socket sends (§8.5): TOS 0, ID 0, DF, TTL 64.
     pub const fn new(src: Ipv4Addr, dst: Ipv4Addr) -> Ipv4Info {
-        Ipv4Info { src, dst, tos: 0, id: 0, flags_frag: Self::DF, ttl: 64 }
+        Ipv4Info {
+            src,
+            dst,
+            tos: 0,
+            id: 0,
+            flags_frag: Self::DF,
+            ttl: 64,
+        }
     }
 }
 
@@ -85,13 +92,29 @@ pub struct Encap {
 impl Encap {
     /// IPv4 with [`Ipv4Info::new`] defaults, destination port 4791, UDP checksum 0.
     pub const fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, src_port: u16) -> Encap {
-        Encap { ip: IpInfo::V4(Ipv4Info::new(src, dst)), src_port, dst_port: ROCE_UDP_PORT, udp_checksum: 0 }
+        Encap {
+            ip: IpInfo::V4(Ipv4Info::new(src, dst)),
+            src_port,
+            dst_port: ROCE_UDP_PORT,
+            udp_checksum: 0,
+        }
     }
 
     /// IPv6 with traffic class 0, flow label 0, hop limit 64, port 4791.
     pub const fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, src_port: u16) -> Encap {
-        let ip = Ipv6Info { src, dst, traffic_class: 0, flow_label: 0, hop_limit: 64 };
-        Encap { ip: IpInfo::V6(ip), src_port, dst_port: ROCE_UDP_PORT, udp_checksum: 0 }
+        let ip = Ipv6Info {
+            src,
+            dst,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        };
+        Encap {
+            ip: IpInfo::V6(ip),
+            src_port,
+            dst_port: ROCE_UDP_PORT,
+            udp_checksum: 0,
+        }
     }
 
     /// IPv4 or IPv6 from two addresses of the same family (`None` if mixed).
@@ -126,10 +149,15 @@ impl Encap {
     pub fn emit_ip_udp(&self, out: &mut [u8], transport_len: usize) -> Result<usize, Error> {
         let need = self.headers_len();
         if out.len() < need {
-            return Err(Error::BufferTooSmall { need, have: out.len() });
+            return Err(Error::BufferTooSmall {
+                need,
+                have: out.len(),
+            });
         }
-        let udp_len = u16::try_from(UDP_LEN + transport_len)
-            .map_err(|_| Error::OutOfRange { field: "UDP length", value: transport_len as u64 })?;
+        let udp_len = u16::try_from(UDP_LEN + transport_len).map_err(|_| Error::OutOfRange {
+            field: "UDP length",
+            value: transport_len as u64,
+        })?;
         let ip_len = self.ip_header_len();
         match self.ip {
             IpInfo::V4(v4) => emit_ipv4(&v4, &mut out[..IPV4_LEN], udp_len)?,
@@ -148,7 +176,10 @@ impl Encap {
     pub fn emit_frame(&self, transport: &[u8], out: &mut [u8]) -> Result<usize, Error> {
         let need = self.frame_len(transport.len());
         if out.len() < need {
-            return Err(Error::BufferTooSmall { need, have: out.len() });
+            return Err(Error::BufferTooSmall {
+                need,
+                have: out.len(),
+            });
         }
         out[0..6].copy_from_slice(&FAKE_DST_MAC);
         out[6..12].copy_from_slice(&FAKE_SRC_MAC);
@@ -166,7 +197,10 @@ impl Encap {
 fn emit_ipv4(v4: &Ipv4Info, out: &mut [u8], udp_len: u16) -> Result<(), Error> {
     let total = udp_len
         .checked_add(IPV4_LEN as u16)
-        .ok_or(Error::OutOfRange { field: "IPv4 total length", value: u64::from(udp_len) + 20 })?;
+        .ok_or(Error::OutOfRange {
+            field: "IPv4 total length",
+            value: u64::from(udp_len) + 20,
+        })?;
     out[0] = 0x45; // version 4, IHL 5 (§1)
     out[1] = v4.tos;
     write_u16(out, 2, total);
@@ -194,7 +228,10 @@ fn emit_ipv6(v6: &Ipv6Info, out: &mut [u8], udp_len: u16) {
 
 /// RFC 791 header checksum over a 20-byte header whose checksum field is 0.
 pub fn ipv4_checksum(header: &[u8]) -> u16 {
-    let sum: u32 = header.chunks(2).map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0))).sum();
+    let sum: u32 = header
+        .chunks(2)
+        .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
+        .sum();
     let folded = (sum & 0xFFFF) + (sum >> 16);
     !((folded & 0xFFFF) + (folded >> 16)) as u16
 }
@@ -227,14 +264,21 @@ pub fn parse_ip(packet: &[u8]) -> Result<(Encap, &[u8]), Error> {
         Some(4) => parse_ipv4(packet),
         Some(6) => parse_ipv6(packet),
         Some(_) => Err(malformed("IP", "version is neither 4 nor 6")),
-        None => Err(Error::Truncated { header: "IP", need: 1, have: 0 }),
+        None => Err(Error::Truncated {
+            header: "IP",
+            need: 1,
+            have: 0,
+        }),
     }
 }
 
 fn parse_ipv4(p: &[u8]) -> Result<(Encap, &[u8]), Error> {
     crate::field::check_len("IPv4", p, IPV4_LEN)?;
     if p[0] & 0x0F != 5 {
-        return Err(malformed("IPv4", "IHL is not 5 (options are not supported, §1)"));
+        return Err(malformed(
+            "IPv4",
+            "IHL is not 5 (options are not supported, §1)",
+        ));
     }
     if p[9] != PROTO_UDP {
         return Err(malformed("IPv4", "protocol is not UDP"));
@@ -257,7 +301,10 @@ fn parse_ipv4(p: &[u8]) -> Result<(Encap, &[u8]), Error> {
 fn parse_ipv6(p: &[u8]) -> Result<(Encap, &[u8]), Error> {
     crate::field::check_len("IPv6", p, IPV6_LEN)?;
     if p[6] != PROTO_UDP {
-        return Err(malformed("IPv6", "next header is not UDP (extension headers are not supported)"));
+        return Err(malformed(
+            "IPv6",
+            "next header is not UDP (extension headers are not supported)",
+        ));
     }
     let end = IPV6_LEN + usize::from(read_u16(p, 4));
     if end > p.len() {
@@ -284,7 +331,12 @@ fn parse_udp(ip: IpInfo, p: &[u8]) -> Result<(Encap, &[u8]), Error> {
     if len < UDP_LEN || len > p.len() {
         return Err(malformed("UDP", "length outside the IP payload"));
     }
-    let encap = Encap { ip, src_port: read_u16(p, 0), dst_port: read_u16(p, 2), udp_checksum: read_u16(p, 6) };
+    let encap = Encap {
+        ip,
+        src_port: read_u16(p, 0),
+        dst_port: read_u16(p, 2),
+        udp_checksum: read_u16(p, 6),
+    };
     Ok((encap, &p[UDP_LEN..len]))
 }
 
@@ -303,16 +355,27 @@ mod tests {
             flags_frag: Ipv4Info::DF,
             ttl: 64,
         };
-        let encap = Encap { ip: IpInfo::V4(v4), src_port: 0, dst_port: ROCE_UDP_PORT, udp_checksum: 0 };
+        let encap = Encap {
+            ip: IpInfo::V4(v4),
+            src_port: 0,
+            dst_port: ROCE_UDP_PORT,
+            udp_checksum: 0,
+        };
         let transport = [0u8; 32];
         let mut frame = [0u8; 128];
         let n = encap.emit_frame(&transport, &mut frame).unwrap();
         assert_eq!(n, 14 + 20 + 8 + 32);
         assert_eq!(
             frame[14..34],
-            [0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 10, 0, 17, 1, 10, 0, 18, 1]
+            [
+                0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 10, 0, 17,
+                1, 10, 0, 18, 1
+            ]
         );
-        assert_eq!(frame[34..42], [0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00]);
+        assert_eq!(
+            frame[34..42],
+            [0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00]
+        );
         let (parsed, payload) = parse_frame(&frame[..n]).unwrap();
         assert_eq!(parsed, encap);
         assert_eq!(payload, &transport[..]);
@@ -320,7 +383,11 @@ mod tests {
 
     #[test]
     fn ipv6_round_trip_and_vlan() {
-        let mut encap = Encap::ipv6("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap(), 0xc123);
+        let mut encap = Encap::ipv6(
+            "fd00::1".parse().unwrap(),
+            "fd00::2".parse().unwrap(),
+            0xc123,
+        );
         if let IpInfo::V6(v6) = &mut encap.ip {
             v6.traffic_class = 0x68;
             v6.flow_label = 0x12345;
@@ -347,6 +414,9 @@ mod tests {
             let _ = parse_frame(&frame[..cut]);
         }
         frame[14] = 0x46; // IHL 6
-        assert!(matches!(parse_frame(&frame[..n]), Err(Error::Malformed { layer: "IPv4", .. })));
+        assert!(matches!(
+            parse_frame(&frame[..n]),
+            Err(Error::Malformed { layer: "IPv4", .. })
+        ));
     }
 }

@@ -10,7 +10,11 @@ use crate::opcode::{HeaderSet, Opcode};
 pub enum Error {
     /// The buffer ended inside `header`.
     #[error("truncated {header}: need {need} bytes, have {have}")]
-    Truncated { header: &'static str, need: usize, have: usize },
+    Truncated {
+        header: &'static str,
+        need: usize,
+        have: usize,
+    },
     /// The BTH opcode is not in the opcode table (roce-wire.md §4).
     #[error("unknown opcode 0x{0:02x}")]
     UnknownOpcode(u8),
@@ -25,13 +29,21 @@ pub enum Error {
     UnexpectedPayload { opcode: Opcode, len: usize },
     /// The opcode demands an exact payload length (ATOMIC_WRITE: 8, §4.1).
     #[error("{opcode} needs a payload of exactly {expected} bytes, got {len}")]
-    BadPayloadLen { opcode: Opcode, expected: usize, len: usize },
+    BadPayloadLen {
+        opcode: Opcode,
+        expected: usize,
+        len: usize,
+    },
     /// AETH syndrome byte with reserved bits or a reserved code (§5.1).
     #[error("reserved AETH syndrome 0x{0:02x}")]
     BadSyndrome(u8),
     /// A representation's extension headers do not match its opcode.
     #[error("{opcode} needs headers {expected}, representation has {got}")]
-    HeaderMismatch { opcode: Opcode, expected: HeaderSet, got: HeaderSet },
+    HeaderMismatch {
+        opcode: Opcode,
+        expected: HeaderSet,
+        got: HeaderSet,
+    },
     /// `emit` got a payload of another length than the representation says.
     #[error("payload is {got} bytes, representation says {expected}")]
     PayloadLenMismatch { expected: usize, got: usize },
@@ -46,7 +58,10 @@ pub enum Error {
     OutOfRange { field: &'static str, value: u64 },
     /// An Ethernet/IP/UDP/pcap framing problem, named by `what`.
     #[error("malformed {layer}: {what}")]
-    Malformed { layer: &'static str, what: &'static str },
+    Malformed {
+        layer: &'static str,
+        what: &'static str,
+    },
 }
 
 /// Shorthand used throughout the crate.

@@ -43,7 +43,10 @@ pub struct Repr {
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
-        Ok(Repr { selectivity: packet.selectivity(), placement: packet.placement() })
+        Ok(Repr {
+            selectivity: packet.selectivity(),
+            placement: packet.placement(),
+        })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -60,7 +63,10 @@ mod tests {
     use super::*;
 
     const BYTES: [u8; 4] = [0, 0, 0, 0x13];
-    const REPR: Repr = Repr { selectivity: 1, placement: 3 };
+    const REPR: Repr = Repr {
+        selectivity: 1,
+        placement: 3,
+    };
 
     #[test]
     fn quartet() {

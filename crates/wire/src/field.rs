@@ -10,7 +10,11 @@ use crate::Error;
 /// Returns `Truncated` unless `buf` holds at least `need` bytes of `header`.
 pub(crate) fn check_len(header: &'static str, buf: &[u8], need: usize) -> Result<(), Error> {
     if buf.len() < need {
-        return Err(Error::Truncated { header, need, have: buf.len() });
+        return Err(Error::Truncated {
+            header,
+            need,
+            have: buf.len(),
+        });
     }
     Ok(())
 }

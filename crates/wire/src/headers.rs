@@ -59,7 +59,10 @@ impl HeaderSet {
 
     /// The headers present, in wire order, with their names and sizes.
     pub fn iter(self) -> impl Iterator<Item = (HeaderSet, &'static str, usize)> {
-        WIRE_ORDER.iter().copied().filter(move |(h, _, _)| self.contains(*h))
+        WIRE_ORDER
+            .iter()
+            .copied()
+            .filter(move |(h, _, _)| self.contains(*h))
     }
 }
 

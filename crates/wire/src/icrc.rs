@@ -21,7 +21,11 @@ const PSEUDO_MAX: usize = 8 + 40 + 8;
 
 /// Writes `0xFF×8 ‖ IP ‖ UDP` with the variant fields set to all ones (§8.1
 /// step 2) into `out`; returns its length.
-fn pseudo_header(encap: &Encap, transport_len: usize, out: &mut [u8; PSEUDO_MAX]) -> Result<usize, Error> {
+fn pseudo_header(
+    encap: &Encap,
+    transport_len: usize,
+    out: &mut [u8; PSEUDO_MAX],
+) -> Result<usize, Error> {
     out[..8].copy_from_slice(&LRH_MASK);
     let hdr = encap.emit_ip_udp(&mut out[8..], transport_len)?;
     let ip = &mut out[8..8 + hdr];
@@ -101,15 +105,17 @@ pub struct Endpoints {
 /// GF(2)); returns `Ok(Some(id))`, or `BadIcrc` if no ID fits. The check then
 /// rejects a corrupted packet with probability 1 − 2^-16.
 pub fn verify_received(ep: &Endpoints, transport: &[u8]) -> Result<Option<u16>, Error> {
-    let mut encap = Encap::from_addrs(ep.src, ep.dst, ep.src_port)
-        .ok_or(Error::Malformed { layer: "IP", what: "source and destination families differ" })?;
+    let mut encap = Encap::from_addrs(ep.src, ep.dst, ep.src_port).ok_or(Error::Malformed {
+        layer: "IP",
+        what: "source and destination families differ",
+    })?;
     encap.dst_port = ep.dst_port;
     if let IpInfo::V6(_) = encap.ip {
         return verify(&encap, transport).map(|()| None);
     }
     let found = stored(transport)?;
     let computed = compute(&encap, transport)?; // with ID 0
-    // Bytes covered after the ID field: rest of the IPv4 header (from byte 6), UDP, BTH … pad.
+                                                // Bytes covered after the ID field: rest of the IPv4 header (from byte 6), UDP, BTH … pad.
     let after_id = (IPV4_LEN - 6) + UDP_LEN + (transport.len() - LEN);
     let columns = gf2::id_columns(after_id);
     match gf2::solve(&columns, found ^ computed) {
@@ -219,7 +225,11 @@ mod gf2 {
 
         #[test]
         fn shift_matches_crc32fast_combine() {
-            for (a, n) in [(0x1234_5678u32, 1usize), (0xdead_beef, 13), (0xffff_ffff, 1500)] {
+            for (a, n) in [
+                (0x1234_5678u32, 1usize),
+                (0xdead_beef, 13),
+                (0xffff_ffff, 1500),
+            ] {
                 let mut h = crc32fast::Hasher::new_with_initial_len(a, 0);
                 h.combine(&crc32fast::Hasher::new_with_initial_len(0, n as u64));
                 assert_eq!(mul_mod(a, x_pow_8n(n)), h.finalize(), "a={a:x} n={n}");
@@ -230,7 +240,9 @@ mod gf2 {
         fn solve_finds_every_combination() {
             let cols = id_columns(100);
             for id in [0u16, 1, 0x8000, 0xc6cb, 0xffff] {
-                let target = (0..16).filter(|b| id & (1 << b) != 0).fold(0, |acc, b| acc ^ cols[b]);
+                let target = (0..16)
+                    .filter(|b| id & (1 << b) != 0)
+                    .fold(0, |acc, b| acc ^ cols[b]);
                 assert_eq!(solve(&cols, target), Some(id));
             }
         }
@@ -252,7 +264,9 @@ mod tests {
         if let IpInfo::V6(v6) = &mut encap.ip {
             (v6.traffic_class, v6.flow_label, v6.hop_limit) = (0x68, 0x12345, 64);
         }
-        let mut t = vec![0x04, 0x30, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x00, 0x01, 0x00];
+        let mut t = vec![
+            0x04, 0x30, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x00, 0x01, 0x00,
+        ];
         t.extend_from_slice(b"hello\0\0\0");
         t.extend_from_slice(&[0xfe, 0x4c, 0x28, 0x91]);
         (encap, t)

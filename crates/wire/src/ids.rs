@@ -168,7 +168,10 @@ mod tests {
         assert_eq!(Qpn::new(0xFF_FFFF).map(Qpn::get), Ok(0xFF_FFFF));
         assert_eq!(
             Qpn::new(0x100_0000),
-            Err(Error::OutOfRange { field: "QPN", value: 0x100_0000 })
+            Err(Error::OutOfRange {
+                field: "QPN",
+                value: 0x100_0000
+            })
         );
         assert_eq!(Qpn::from_masked(0x1234_5678).get(), 0x34_5678);
         assert_eq!(Msn::MAX.next(), Msn::default());

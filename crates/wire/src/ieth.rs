@@ -32,7 +32,9 @@ pub struct Repr {
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
-        Ok(Repr { rkey: packet.rkey() })
+        Ok(Repr {
+            rkey: packet.rkey(),
+        })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -49,7 +51,9 @@ mod tests {
     use super::*;
 
     const BYTES: [u8; 4] = [0x00, 0x12, 0x34, 0x56];
-    const REPR: Repr = Repr { rkey: Rkey(0x0012_3456) };
+    const REPR: Repr = Repr {
+        rkey: Rkey(0x0012_3456),
+    };
 
     #[test]
     fn deconstruct() {

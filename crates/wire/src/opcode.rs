@@ -97,7 +97,13 @@ pub struct OpcodeInfo {
 }
 
 impl OpcodeInfo {
-    const fn new(code: u8, name: &'static str, operation: Operation, position: Position, headers: HeaderSet) -> Self {
+    const fn new(
+        code: u8,
+        name: &'static str,
+        operation: Operation,
+        position: Position,
+        headers: HeaderSet,
+    ) -> Self {
         let payload = match operation {
             Operation::Send
             | Operation::SendWithImm
@@ -109,7 +115,14 @@ impl OpcodeInfo {
             Operation::AtomicWrite => PayloadRule::Exactly(8),
             _ => PayloadRule::None,
         };
-        OpcodeInfo { code, name, operation, position, headers, payload }
+        OpcodeInfo {
+            code,
+            name,
+            operation,
+            position,
+            headers,
+            payload,
+        }
     }
 }
 
@@ -362,14 +375,21 @@ impl Opcode {
     }
     /// Sent by a responder: ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE, RDMA READ responses.
     pub const fn is_response(self) -> bool {
-        matches!(self.operation(), Operation::Ack | Operation::AtomicAck | Operation::ReadResponse)
+        matches!(
+            self.operation(),
+            Operation::Ack | Operation::AtomicAck | Operation::ReadResponse
+        )
     }
 
     /// The opcode for the packet at `position` of a `kind` message on
     /// `transport`, or `None` where the transport has no such packet (e.g. UD
     /// multi-packet sends, UC read responses). FIRST/MIDDLE packets of a message
     /// with immediate or invalidate use the plain SEND/WRITE opcodes (§4.1).
-    pub const fn segment(transport: Transport, kind: MessageKind, position: Position) -> Option<Opcode> {
+    pub const fn segment(
+        transport: Transport,
+        kind: MessageKind,
+        position: Position,
+    ) -> Option<Opcode> {
         let plain = matches!(position, Position::First | Position::Middle);
         let op = match kind {
             MessageKind::Send => Operation::Send,
@@ -395,7 +415,11 @@ impl Opcode {
         if self.ends_message() {
             return None;
         }
-        let position = if is_last { Position::Last } else { Position::Middle };
+        let position = if is_last {
+            Position::Last
+        } else {
+            Position::Middle
+        };
         Opcode::segment(self.transport(), kind, position)
     }
 }

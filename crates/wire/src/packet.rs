@@ -63,7 +63,10 @@ impl TransportRepr {
         let opcode = bth.opcode;
         check_header_room(opcode, bytes.len())?;
         let payload_len = check_payload(opcode, bth.pad_count, bytes.len())?;
-        let mut repr = TransportRepr { payload_len, ..TransportRepr::new(bth) };
+        let mut repr = TransportRepr {
+            payload_len,
+            ..TransportRepr::new(bth)
+        };
         let mut at = bth::LEN;
         for (header, name, size) in opcode.headers().iter() {
             let b = bytes.get(at..at + size).ok_or(Error::Truncated {
@@ -79,20 +82,39 @@ impl TransportRepr {
 
     fn parse_header(&mut self, header: HeaderSet, b: &[u8]) -> Result<(), Error> {
         match header {
-            HeaderSet::RDETH => self.rdeth = Some(rdeth::Repr::parse(&rdeth::Packet::new_unchecked(b))?),
-            HeaderSet::DETH => self.deth = Some(deth::Repr::parse(&deth::Packet::new_unchecked(b))?),
-            HeaderSet::XRCETH => self.xrceth = Some(xrceth::Repr::parse(&xrceth::Packet::new_unchecked(b))?),
-            HeaderSet::FETH => self.feth = Some(feth::Repr::parse(&feth::Packet::new_unchecked(b))?),
-            HeaderSet::RETH => self.reth = Some(reth::Repr::parse(&reth::Packet::new_unchecked(b))?),
-            HeaderSet::ATOMIC_ETH => {
-                self.atomic_eth = Some(atomic_eth::Repr::parse(&atomic_eth::Packet::new_unchecked(b))?)
+            HeaderSet::RDETH => {
+                self.rdeth = Some(rdeth::Repr::parse(&rdeth::Packet::new_unchecked(b))?)
             }
-            HeaderSet::IMMDT => self.immdt = Some(immdt::Repr::parse(&immdt::Packet::new_unchecked(b))?),
-            HeaderSet::IETH => self.ieth = Some(ieth::Repr::parse(&ieth::Packet::new_unchecked(b))?),
-            HeaderSet::AETH => self.aeth = Some(aeth::Repr::parse(&aeth::Packet::new_unchecked(b))?),
+            HeaderSet::DETH => {
+                self.deth = Some(deth::Repr::parse(&deth::Packet::new_unchecked(b))?)
+            }
+            HeaderSet::XRCETH => {
+                self.xrceth = Some(xrceth::Repr::parse(&xrceth::Packet::new_unchecked(b))?)
+            }
+            HeaderSet::FETH => {
+                self.feth = Some(feth::Repr::parse(&feth::Packet::new_unchecked(b))?)
+            }
+            HeaderSet::RETH => {
+                self.reth = Some(reth::Repr::parse(&reth::Packet::new_unchecked(b))?)
+            }
+            HeaderSet::ATOMIC_ETH => {
+                self.atomic_eth = Some(atomic_eth::Repr::parse(
+                    &atomic_eth::Packet::new_unchecked(b),
+                )?)
+            }
+            HeaderSet::IMMDT => {
+                self.immdt = Some(immdt::Repr::parse(&immdt::Packet::new_unchecked(b))?)
+            }
+            HeaderSet::IETH => {
+                self.ieth = Some(ieth::Repr::parse(&ieth::Packet::new_unchecked(b))?)
+            }
+            HeaderSet::AETH => {
+                self.aeth = Some(aeth::Repr::parse(&aeth::Packet::new_unchecked(b))?)
+            }
             HeaderSet::ATOMIC_ACK_ETH => {
-                self.atomic_ack_eth =
-                    Some(atomic_ack_eth::Repr::parse(&atomic_ack_eth::Packet::new_unchecked(b))?)
+                self.atomic_ack_eth = Some(atomic_ack_eth::Repr::parse(
+                    &atomic_ack_eth::Packet::new_unchecked(b),
+                )?)
             }
             // §4.6: the CNP's 16 reserved bytes carry nothing.
             _ => {}
@@ -115,8 +137,15 @@ impl TransportRepr {
             (self.atomic_ack_eth.is_some(), HeaderSet::ATOMIC_ACK_ETH),
         ];
         let cnp = self.opcode().headers().contains(HeaderSet::CNP_RESERVED);
-        let base = if cnp { HeaderSet::CNP_RESERVED } else { HeaderSet::EMPTY };
-        present.iter().filter(|(p, _)| *p).fold(base, |acc, (_, h)| acc.with(*h))
+        let base = if cnp {
+            HeaderSet::CNP_RESERVED
+        } else {
+            HeaderSet::EMPTY
+        };
+        present
+            .iter()
+            .filter(|(p, _)| *p)
+            .fold(base, |acc, (_, h)| acc.with(*h))
     }
 
     /// Bytes from the BTH to the payload.
@@ -158,7 +187,10 @@ impl TransportRepr {
         self.check_emit(buf.len(), payload.len())?;
         let len = self.buffer_len();
         let buf = &mut buf[..len];
-        let bth = bth::Repr { pad_count: pad_len(self.payload_len), ..self.bth };
+        let bth = bth::Repr {
+            pad_count: pad_len(self.payload_len),
+            ..self.bth
+        };
         bth.emit(&mut bth::Packet::new_unchecked(&mut buf[..bth::LEN]));
         let mut at = bth::LEN;
         for (header, _, size) in self.opcode().headers().iter() {
@@ -173,34 +205,50 @@ impl TransportRepr {
     fn check_emit(&self, buf_len: usize, payload_len: usize) -> Result<(), Error> {
         let (opcode, got) = (self.opcode(), self.header_set());
         if got != opcode.headers() {
-            return Err(Error::HeaderMismatch { opcode, expected: opcode.headers(), got });
+            return Err(Error::HeaderMismatch {
+                opcode,
+                expected: opcode.headers(),
+                got,
+            });
         }
         if payload_len != self.payload_len {
-            return Err(Error::PayloadLenMismatch { expected: self.payload_len, got: payload_len });
+            return Err(Error::PayloadLenMismatch {
+                expected: self.payload_len,
+                got: payload_len,
+            });
         }
         check_payload_rule(opcode, payload_len)?;
         if buf_len < self.buffer_len() {
-            return Err(Error::BufferTooSmall { need: self.buffer_len(), have: buf_len });
+            return Err(Error::BufferTooSmall {
+                need: self.buffer_len(),
+                have: buf_len,
+            });
         }
         Ok(())
     }
 
     fn emit_header(&self, header: HeaderSet, b: &mut [u8]) {
         match header {
-            HeaderSet::RDETH => emit_opt(self.rdeth, |r| r.emit(&mut rdeth::Packet::new_unchecked(b))),
+            HeaderSet::RDETH => {
+                emit_opt(self.rdeth, |r| r.emit(&mut rdeth::Packet::new_unchecked(b)))
+            }
             HeaderSet::DETH => emit_opt(self.deth, |r| r.emit(&mut deth::Packet::new_unchecked(b))),
-            HeaderSet::XRCETH => emit_opt(self.xrceth, |r| r.emit(&mut xrceth::Packet::new_unchecked(b))),
+            HeaderSet::XRCETH => emit_opt(self.xrceth, |r| {
+                r.emit(&mut xrceth::Packet::new_unchecked(b))
+            }),
             HeaderSet::FETH => emit_opt(self.feth, |r| r.emit(&mut feth::Packet::new_unchecked(b))),
             HeaderSet::RETH => emit_opt(self.reth, |r| r.emit(&mut reth::Packet::new_unchecked(b))),
-            HeaderSet::ATOMIC_ETH => {
-                emit_opt(self.atomic_eth, |r| r.emit(&mut atomic_eth::Packet::new_unchecked(b)))
+            HeaderSet::ATOMIC_ETH => emit_opt(self.atomic_eth, |r| {
+                r.emit(&mut atomic_eth::Packet::new_unchecked(b))
+            }),
+            HeaderSet::IMMDT => {
+                emit_opt(self.immdt, |r| r.emit(&mut immdt::Packet::new_unchecked(b)))
             }
-            HeaderSet::IMMDT => emit_opt(self.immdt, |r| r.emit(&mut immdt::Packet::new_unchecked(b))),
             HeaderSet::IETH => emit_opt(self.ieth, |r| r.emit(&mut ieth::Packet::new_unchecked(b))),
             HeaderSet::AETH => emit_opt(self.aeth, |r| r.emit(&mut aeth::Packet::new_unchecked(b))),
-            HeaderSet::ATOMIC_ACK_ETH => {
-                emit_opt(self.atomic_ack_eth, |r| r.emit(&mut atomic_ack_eth::Packet::new_unchecked(b)))
-            }
+            HeaderSet::ATOMIC_ACK_ETH => emit_opt(self.atomic_ack_eth, |r| {
+                r.emit(&mut atomic_ack_eth::Packet::new_unchecked(b))
+            }),
             _ => b.fill(0), // §4.6: CNP reserved bytes are zero
         }
     }
@@ -218,11 +266,19 @@ fn check_header_room(opcode: Opcode, len: usize) -> Result<(), Error> {
     for (_, name, size) in opcode.headers().iter() {
         end += size;
         if end + icrc::LEN > len {
-            return Err(Error::Truncated { header: name, need: end + icrc::LEN, have: len });
+            return Err(Error::Truncated {
+                header: name,
+                need: end + icrc::LEN,
+                have: len,
+            });
         }
     }
     if end + icrc::LEN > len {
-        return Err(Error::Truncated { header: "ICRC", need: end + icrc::LEN, have: len });
+        return Err(Error::Truncated {
+            header: "ICRC",
+            need: end + icrc::LEN,
+            have: len,
+        });
     }
     Ok(())
 }
@@ -231,7 +287,7 @@ fn check_header_room(opcode: Opcode, len: usize) -> Result<(), Error> {
 /// after checking the pad and the opcode's payload rule.
 fn check_payload(opcode: Opcode, pad: u8, len: usize) -> Result<usize, Error> {
     let data_len = len - opcode.header_len() - icrc::LEN; // check_header_room ran first
-    // §6: payload + pad is a multiple of 4 and the pad fits.
+                                                          // §6: payload + pad is a multiple of 4 and the pad fits.
     if usize::from(pad) > data_len || data_len & 3 != 0 {
         return Err(Error::BadPad { pad, data_len });
     }
@@ -246,9 +302,11 @@ fn check_payload(opcode: Opcode, pad: u8, len: usize) -> Result<usize, Error> {
 fn check_payload_rule(opcode: Opcode, len: usize) -> Result<(), Error> {
     match opcode.payload_rule() {
         PayloadRule::None if len != 0 => Err(Error::UnexpectedPayload { opcode, len }),
-        PayloadRule::Exactly(expected) if len != expected => {
-            Err(Error::BadPayloadLen { opcode, expected, len })
-        }
+        PayloadRule::Exactly(expected) if len != expected => Err(Error::BadPayloadLen {
+            opcode,
+            expected,
+            len,
+        }),
         _ => Ok(()),
     }
 }
@@ -258,7 +316,16 @@ impl fmt::Display for TransportRepr {
     /// `RC_RDMA_WRITE_FIRST qpn=0x000011 psn=0x00007b A=0 SE=0 pad=0 RETH{va=0x1000, rkey=0x00001043, len=3000} payload=1024`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.bth;
-        write!(f, "{} qpn={} psn={} A={} SE={} pad={}", b.opcode, b.dest_qp, b.psn, b.ack_req as u8, b.solicited as u8, self.pad_len())?;
+        write!(
+            f,
+            "{} qpn={} psn={} A={} SE={} pad={}",
+            b.opcode,
+            b.dest_qp,
+            b.psn,
+            b.ack_req as u8,
+            b.solicited as u8,
+            self.pad_len()
+        )?;
         if b.mig_req {
             f.write_str(" M=1")?;
         }
@@ -285,13 +352,25 @@ impl TransportRepr {
             write!(f, " XRCETH{{srqn={}}}", h.xrc_srqn)?;
         }
         if let Some(h) = self.feth {
-            write!(f, " FETH{{sel={}, placement={}}}", h.selectivity, h.placement)?;
+            write!(
+                f,
+                " FETH{{sel={}, placement={}}}",
+                h.selectivity, h.placement
+            )?;
         }
         if let Some(h) = self.reth {
-            write!(f, " RETH{{va=0x{:x}, rkey={}, len={}}}", h.va, h.rkey, h.dma_len)?;
+            write!(
+                f,
+                " RETH{{va=0x{:x}, rkey={}, len={}}}",
+                h.va, h.rkey, h.dma_len
+            )?;
         }
         if let Some(h) = self.atomic_eth {
-            write!(f, " AtomicETH{{va=0x{:x}, rkey={}, swap_add=0x{:x}, compare=0x{:x}}}", h.va, h.rkey, h.swap_add, h.compare)?;
+            write!(
+                f,
+                " AtomicETH{{va=0x{:x}, rkey={}, swap_add=0x{:x}, compare=0x{:x}}}",
+                h.va, h.rkey, h.swap_add, h.compare
+            )?;
         }
         if let Some(h) = self.immdt {
             write!(f, " ImmDt{{0x{:08x}}}", h.imm)?;

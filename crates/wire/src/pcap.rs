@@ -36,24 +36,34 @@ impl<W: Write> PcapWriter<W> {
         h[16..20].copy_from_slice(&SNAPLEN.to_le_bytes());
         h[20..24].copy_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
         out.write_all(&h)?;
-        Ok(PcapWriter { out, frame: Vec::new() })
+        Ok(PcapWriter {
+            out,
+            frame: Vec::new(),
+        })
     }
 
     /// Appends one Ethernet frame with a timestamp in microseconds.
     pub fn write_frame(&mut self, ts_us: u64, frame: &[u8]) -> io::Result<()> {
-        let len = u32::try_from(frame.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too long"))?;
+        let len = u32::try_from(frame.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too long"))?;
         let mut h = [0u8; RECORD_HEADER_LEN];
         h[0..4].copy_from_slice(&((ts_us / 1_000_000) as u32).to_le_bytes());
         h[4..8].copy_from_slice(&((ts_us % 1_000_000) as u32).to_le_bytes());
         h[8..12].copy_from_slice(&len.min(SNAPLEN).to_le_bytes());
         h[12..16].copy_from_slice(&len.to_le_bytes());
         self.out.write_all(&h)?;
-        self.out.write_all(&frame[..frame.len().min(SNAPLEN as usize)])
+        self.out
+            .write_all(&frame[..frame.len().min(SNAPLEN as usize)])
     }
 
     /// Wraps `transport` (a sealed UDP payload) in Ethernet/IP/UDP per `encap`
     /// and appends it.
-    pub fn write_transport(&mut self, ts_us: u64, encap: &Encap, transport: &[u8]) -> io::Result<()> {
+    pub fn write_transport(
+        &mut self,
+        ts_us: u64,
+        encap: &Encap,
+        transport: &[u8],
+    ) -> io::Result<()> {
         let mut frame = std::mem::take(&mut self.frame);
         frame.resize(encap.frame_len(transport.len()), 0);
         let result = encap
@@ -110,18 +120,34 @@ impl<'a> PcapReader<'a> {
             MAGIC_NS => (false, true),
             m if m.swap_bytes() == MAGIC_US => (true, false),
             m if m.swap_bytes() == MAGIC_NS => (true, true),
-            _ => return Err(Error::Malformed { layer: "pcap", what: "bad magic" }),
+            _ => {
+                return Err(Error::Malformed {
+                    layer: "pcap",
+                    what: "bad magic",
+                })
+            }
         };
         let linktype = read(file, 20, big_endian);
-        Ok(PcapReader { rest: &file[FILE_HEADER_LEN..], big_endian, nanoseconds, linktype })
+        Ok(PcapReader {
+            rest: &file[FILE_HEADER_LEN..],
+            big_endian,
+            nanoseconds,
+            linktype,
+        })
     }
 
     fn next_record(&mut self) -> Result<Record<'a>, Error> {
         check_len("pcap record header", self.rest, RECORD_HEADER_LEN)?;
         let h = self.rest;
         let incl = read(h, 8, self.big_endian) as usize;
-        let end = RECORD_HEADER_LEN.checked_add(incl).filter(|&e| e <= h.len());
-        let end = end.ok_or(Error::Truncated { header: "pcap record", need: RECORD_HEADER_LEN.saturating_add(incl), have: h.len() })?;
+        let end = RECORD_HEADER_LEN
+            .checked_add(incl)
+            .filter(|&e| e <= h.len());
+        let end = end.ok_or(Error::Truncated {
+            header: "pcap record",
+            need: RECORD_HEADER_LEN.saturating_add(incl),
+            have: h.len(),
+        })?;
         let record = Record {
             ts_sec: read(h, 0, self.big_endian),
             ts_frac: read(h, 4, self.big_endian),
@@ -159,10 +185,19 @@ mod tests {
         w.write_frame(2_000_001, &[4; 70]).unwrap();
         let file = w.into_inner();
         assert_eq!(file[..4], [0xd4, 0xc3, 0xb2, 0xa1]);
-        let records: Vec<_> = PcapReader::new(&file).unwrap().collect::<Result<_, _>>().unwrap();
+        let records: Vec<_> = PcapReader::new(&file)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
         assert_eq!(records.len(), 2);
-        assert_eq!((records[0].ts_sec, records[0].ts_frac, records[0].data), (1, 500_000, &[1u8, 2, 3][..]));
-        assert_eq!((records[1].ts_sec, records[1].ts_frac, records[1].orig_len), (2, 1, 70));
+        assert_eq!(
+            (records[0].ts_sec, records[0].ts_frac, records[0].data),
+            (1, 500_000, &[1u8, 2, 3][..])
+        );
+        assert_eq!(
+            (records[1].ts_sec, records[1].ts_frac, records[1].orig_len),
+            (2, 1, 70)
+        );
     }
 
     #[test]

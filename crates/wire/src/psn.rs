@@ -37,7 +37,10 @@ impl Psn {
     /// `OutOfRange` if `value` ≥ 2^24.
     pub const fn new(value: u32) -> Result<Self, Error> {
         if value > U24_MASK {
-            return Err(Error::OutOfRange { field: "PSN", value: value as u64 });
+            return Err(Error::OutOfRange {
+                field: "PSN",
+                value: value as u64,
+            });
         }
         Ok(Psn(value))
     }

@@ -34,7 +34,9 @@ pub struct Repr {
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
-        Ok(Repr { eecn: packet.eecn() })
+        Ok(Repr {
+            eecn: packet.eecn(),
+        })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -51,7 +53,9 @@ mod tests {
     use super::*;
 
     const BYTES: [u8; 4] = [0x00, 0x01, 0x02, 0x03];
-    const REPR: Repr = Repr { eecn: Eecn::from_masked(0x010203) };
+    const REPR: Repr = Repr {
+        eecn: Eecn::from_masked(0x010203),
+    };
 
     #[test]
     fn quartet() {

@@ -50,7 +50,11 @@ pub struct Repr {
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
-        Ok(Repr { va: packet.va(), rkey: packet.rkey(), dma_len: packet.dma_len() })
+        Ok(Repr {
+            va: packet.va(),
+            rkey: packet.rkey(),
+            dma_len: packet.dma_len(),
+        })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -69,14 +73,22 @@ mod tests {
     use super::*;
 
     // uc_write.pcap frame 1: RETH va=0x55be60c39000 rkey=0x00001043 len=3000.
-    const BYTES: [u8; 16] =
-        [0, 0, 0x55, 0xbe, 0x60, 0xc3, 0x90, 0x00, 0, 0, 0x10, 0x43, 0, 0, 0x0b, 0xb8];
-    const REPR: Repr = Repr { va: 0x55be_60c3_9000, rkey: Rkey(0x1043), dma_len: 3000 };
+    const BYTES: [u8; 16] = [
+        0, 0, 0x55, 0xbe, 0x60, 0xc3, 0x90, 0x00, 0, 0, 0x10, 0x43, 0, 0, 0x0b, 0xb8,
+    ];
+    const REPR: Repr = Repr {
+        va: 0x55be_60c3_9000,
+        rkey: Rkey(0x1043),
+        dma_len: 3000,
+    };
 
     #[test]
     fn deconstruct() {
         let p = Packet::new_checked(&BYTES[..]).unwrap();
-        assert_eq!((p.va(), p.rkey(), p.dma_len()), (REPR.va, REPR.rkey, REPR.dma_len));
+        assert_eq!(
+            (p.va(), p.rkey(), p.dma_len()),
+            (REPR.va, REPR.rkey, REPR.dma_len)
+        );
     }
 
     #[test]
@@ -94,7 +106,11 @@ mod tests {
         assert_eq!(Repr::parse(&Packet::new_unchecked(&BYTES[..])), Ok(REPR));
         assert_eq!(
             Repr::parse(&Packet::new_unchecked(&BYTES[..15])),
-            Err(Error::Truncated { header: "RETH", need: 16, have: 15 })
+            Err(Error::Truncated {
+                header: "RETH",
+                need: 16,
+                have: 15
+            })
         );
     }
 

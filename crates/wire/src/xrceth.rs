@@ -35,7 +35,9 @@ pub struct Repr {
 impl Repr {
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr, Error> {
         packet.check_len()?;
-        Ok(Repr { xrc_srqn: packet.xrc_srqn() })
+        Ok(Repr {
+            xrc_srqn: packet.xrc_srqn(),
+        })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -52,11 +54,16 @@ mod tests {
     use super::*;
 
     const BYTES: [u8; 4] = [0x00, 0xab, 0xcd, 0xef];
-    const REPR: Repr = Repr { xrc_srqn: XrcSrqn::from_masked(0xabcdef) };
+    const REPR: Repr = Repr {
+        xrc_srqn: XrcSrqn::from_masked(0xabcdef),
+    };
 
     #[test]
     fn deconstruct() {
-        assert_eq!(Packet::new_checked(&BYTES[..]).unwrap().xrc_srqn(), REPR.xrc_srqn);
+        assert_eq!(
+            Packet::new_checked(&BYTES[..]).unwrap().xrc_srqn(),
+            REPR.xrc_srqn
+        );
     }
 
     #[test]

@@ -28,7 +28,10 @@ fn vector1_connectx4_cnp() {
     assert_eq!(icrc::compute(&encap, &t).unwrap(), 0x2A00_FD82);
     icrc::verify(&encap, &t).unwrap();
     let repr = TransportRepr::parse(&t).unwrap();
-    assert_eq!((repr.opcode(), repr.bth.becn, repr.payload_len), (Opcode::CNP, true, 0));
+    assert_eq!(
+        (repr.opcode(), repr.bth.becn, repr.payload_len),
+        (Opcode::CNP, true, 0)
+    );
 }
 
 #[test]
@@ -45,9 +48,22 @@ fn vector2_uc_send_only_ipv4() {
     );
     assert_eq!(icrc::compute(&encap, &t).unwrap(), 0xF353_F378);
     let repr = TransportRepr::parse(&t).unwrap();
-    assert_eq!((repr.opcode(), repr.bth.mig_req, repr.bth.pad_count, repr.payload_len), (Opcode::UC_SEND_ONLY, true, 2, 18));
+    assert_eq!(
+        (
+            repr.opcode(),
+            repr.bth.mig_req,
+            repr.bth.pad_count,
+            repr.payload_len
+        ),
+        (Opcode::UC_SEND_ONLY, true, 2, 18)
+    );
     // Receiving without the IP header recovers ID 0x0478 (DF set in this vector).
-    let ep = Endpoints { src: [192, 168, 0, 7].into(), dst: [192, 168, 0, 7].into(), src_port: 0xc000, dst_port: 4791 };
+    let ep = Endpoints {
+        src: [192, 168, 0, 7].into(),
+        dst: [192, 168, 0, 7].into(),
+        src_port: 0xc000,
+        dst_port: 4791,
+    };
     assert_eq!(icrc::verify_received(&ep, &t).unwrap(), Some(0x0478));
 }
 
@@ -63,13 +79,23 @@ fn vector3_rc_send_only_ipv6() {
          68 65 6c 6c 6f 00 00 00
          fe 4c 28 91",
     );
-    let IpInfo::V6(v6) = encap.ip else { panic!("IPv6 expected") };
-    assert_eq!((v6.traffic_class, v6.flow_label, v6.hop_limit), (0x68, 0x12345, 64));
+    let IpInfo::V6(v6) = encap.ip else {
+        panic!("IPv6 expected")
+    };
+    assert_eq!(
+        (v6.traffic_class, v6.flow_label, v6.hop_limit),
+        (0x68, 0x12345, 64)
+    );
     assert_eq!(icrc::compute(&encap, &t).unwrap(), 0x9128_4CFE);
     let repr = TransportRepr::parse(&t).unwrap();
     assert_eq!(repr.payload(&t), b"hello");
     // Masked fields do not matter: a different TC/flow label/hop limit gives the same ICRC.
-    let ep = Endpoints { src: v6.src.into(), dst: v6.dst.into(), src_port: 0xc123, dst_port: 4791 };
+    let ep = Endpoints {
+        src: v6.src.into(),
+        dst: v6.dst.into(),
+        src_port: 0xc123,
+        dst_port: 4791,
+    };
     assert_eq!(icrc::verify_received(&ep, &t).unwrap(), None);
 }
 
@@ -84,9 +110,18 @@ fn every_masked_field_is_masked_and_every_covered_field_is_covered() {
     let IpInfo::V4(v4) = encap.ip else { panic!() };
     // Masked (§8.1 step 2): TOS, TTL, UDP checksum, BTH byte 4.
     let masked = [
-        Encap { ip: IpInfo::V4(wire::Ipv4Info { tos: 0xfe, ..v4 }), ..encap },
-        Encap { ip: IpInfo::V4(wire::Ipv4Info { ttl: 1, ..v4 }), ..encap },
-        Encap { udp_checksum: 0, ..encap },
+        Encap {
+            ip: IpInfo::V4(wire::Ipv4Info { tos: 0xfe, ..v4 }),
+            ..encap
+        },
+        Encap {
+            ip: IpInfo::V4(wire::Ipv4Info { ttl: 1, ..v4 }),
+            ..encap
+        },
+        Encap {
+            udp_checksum: 0,
+            ..encap
+        },
     ];
     for e in masked {
         icrc::verify(&e, &t).unwrap();
@@ -96,9 +131,21 @@ fn every_masked_field_is_masked_and_every_covered_field_is_covered() {
     icrc::verify(&encap, &becn).unwrap();
     // Covered: ID, flags, source port, BTH Resv7.
     let covered = [
-        Encap { ip: IpInfo::V4(wire::Ipv4Info { id: 0x0479, ..v4 }), ..encap },
-        Encap { ip: IpInfo::V4(wire::Ipv4Info { flags_frag: 0, ..v4 }), ..encap },
-        Encap { src_port: 0xc001, ..encap },
+        Encap {
+            ip: IpInfo::V4(wire::Ipv4Info { id: 0x0479, ..v4 }),
+            ..encap
+        },
+        Encap {
+            ip: IpInfo::V4(wire::Ipv4Info {
+                flags_frag: 0,
+                ..v4
+            }),
+            ..encap
+        },
+        Encap {
+            src_port: 0xc001,
+            ..encap
+        },
     ];
     for e in covered {
         assert!(icrc::verify(&e, &t).is_err());

@@ -52,7 +52,10 @@ fn uc_is_rc_0x00_to_0x0b_only() {
             Ok(op) => {
                 let rc = Opcode::new(code - 0x20).unwrap();
                 assert!(code <= 0x2B, "{op:?}");
-                assert_eq!((op.headers(), op.header_len(), op.has_payload()), (rc.headers(), rc.header_len(), rc.has_payload()));
+                assert_eq!(
+                    (op.headers(), op.header_len(), op.has_payload()),
+                    (rc.headers(), rc.header_len(), rc.has_payload())
+                );
                 assert_eq!(op.name().strip_prefix("UC_"), rc.name().strip_prefix("RC_"));
             }
             Err(_) => assert!(code > 0x2B),
@@ -64,7 +67,11 @@ fn uc_is_rc_0x00_to_0x0b_only() {
 fn ud_matches_spec_4_4() {
     assert_eq!(Opcode::UD_SEND_ONLY.header_len(), 20);
     assert_eq!(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.header_len(), 24);
-    let ud: Vec<u8> = TABLE.iter().map(|r| r.code).filter(|c| c >> 5 == 3).collect();
+    let ud: Vec<u8> = TABLE
+        .iter()
+        .map(|r| r.code)
+        .filter(|c| c >> 5 == 3)
+        .collect();
     assert_eq!(ud, [0x64, 0x65]);
 }
 
@@ -77,13 +84,21 @@ fn xrc_rd_cnp_follow_4_3_to_4_6() {
             // otherwise the RC equivalent's headers.
             Transport::Xrc => {
                 let rc = Opcode::new(row.code - 0xA0).unwrap();
-                let xrc = if op.is_request() { HeaderSet::XRCETH } else { HeaderSet::EMPTY };
+                let xrc = if op.is_request() {
+                    HeaderSet::XRCETH
+                } else {
+                    HeaderSet::EMPTY
+                };
                 assert_eq!(op.headers(), rc.headers().with(xrc), "{op:?}");
             }
             // §4.3: RDETH everywhere, DETH on requests.
             Transport::Rd => {
                 assert!(op.headers().contains(HeaderSet::RDETH), "{op:?}");
-                assert_eq!(op.headers().contains(HeaderSet::DETH), op.is_request(), "{op:?}");
+                assert_eq!(
+                    op.headers().contains(HeaderSet::DETH),
+                    op.is_request(),
+                    "{op:?}"
+                );
             }
             Transport::Cnp => assert_eq!((row.code, op.header_len()), (0x81, 28)),
             Transport::Rc | Transport::Uc | Transport::Ud => {}
@@ -102,13 +117,22 @@ fn derived_properties() {
     assert!(!Opcode::CNP.is_request() && !Opcode::CNP.is_response());
     assert!(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.has_immediate());
     assert!(Opcode::RC_SEND_ONLY_WITH_INVALIDATE.has_invalidate());
-    assert_eq!(Opcode::RC_ATOMIC_WRITE.payload_rule(), PayloadRule::Exactly(8));
-    assert_eq!(Opcode::RC_FLUSH.headers(), HeaderSet::FETH.with(HeaderSet::RETH));
+    assert_eq!(
+        Opcode::RC_ATOMIC_WRITE.payload_rule(),
+        PayloadRule::Exactly(8)
+    );
+    assert_eq!(
+        Opcode::RC_FLUSH.headers(),
+        HeaderSet::FETH.with(HeaderSet::RETH)
+    );
     // Unknown: reserved RC 0x15, UC READ, manufacturer-specific.
     for code in [0x15u8, 0x18, 0x2C, 0x60, 0x66, 0x80, 0xB5, 0xE0, 0xFF] {
         assert!(Opcode::new(code).is_err(), "0x{code:02x}");
     }
-    assert_eq!(TABLE.iter().filter(|r| Opcode::new(r.code).is_ok()).count(), TABLE.len());
+    assert_eq!(
+        TABLE.iter().filter(|r| Opcode::new(r.code).is_ok()).count(),
+        TABLE.len()
+    );
 }
 
 #[test]
@@ -117,24 +141,66 @@ fn segment_selection() {
     use Position::*;
     let seg = Opcode::segment;
     assert_eq!(seg(Transport::Rc, Send, First), Some(Opcode::RC_SEND_FIRST));
-    assert_eq!(seg(Transport::Rc, SendWithImm, Middle), Some(Opcode::RC_SEND_MIDDLE));
-    assert_eq!(seg(Transport::Rc, SendWithImm, Last), Some(Opcode::RC_SEND_LAST_WITH_IMMEDIATE));
-    assert_eq!(seg(Transport::Rc, SendWithInv, Only), Some(Opcode::RC_SEND_ONLY_WITH_INVALIDATE));
-    assert_eq!(seg(Transport::Rc, WriteWithImm, First), Some(Opcode::RC_RDMA_WRITE_FIRST));
-    assert_eq!(seg(Transport::Rc, WriteWithImm, Only), Some(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE));
-    assert_eq!(seg(Transport::Rc, ReadResponse, Middle), Some(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE));
-    assert_eq!(seg(Transport::Uc, Write, Last), Some(Opcode::UC_RDMA_WRITE_LAST));
+    assert_eq!(
+        seg(Transport::Rc, SendWithImm, Middle),
+        Some(Opcode::RC_SEND_MIDDLE)
+    );
+    assert_eq!(
+        seg(Transport::Rc, SendWithImm, Last),
+        Some(Opcode::RC_SEND_LAST_WITH_IMMEDIATE)
+    );
+    assert_eq!(
+        seg(Transport::Rc, SendWithInv, Only),
+        Some(Opcode::RC_SEND_ONLY_WITH_INVALIDATE)
+    );
+    assert_eq!(
+        seg(Transport::Rc, WriteWithImm, First),
+        Some(Opcode::RC_RDMA_WRITE_FIRST)
+    );
+    assert_eq!(
+        seg(Transport::Rc, WriteWithImm, Only),
+        Some(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+    );
+    assert_eq!(
+        seg(Transport::Rc, ReadResponse, Middle),
+        Some(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)
+    );
+    assert_eq!(
+        seg(Transport::Uc, Write, Last),
+        Some(Opcode::UC_RDMA_WRITE_LAST)
+    );
     assert_eq!(seg(Transport::Uc, SendWithInv, Only), None); // §4.2: no UC SEND_WITH_INV
     assert_eq!(seg(Transport::Uc, ReadResponse, Only), None);
     assert_eq!(seg(Transport::Ud, Send, Only), Some(Opcode::UD_SEND_ONLY));
-    assert_eq!(seg(Transport::Ud, SendWithImm, Only), Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE));
+    assert_eq!(
+        seg(Transport::Ud, SendWithImm, Only),
+        Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE)
+    );
     assert_eq!(seg(Transport::Ud, Send, First), None);
-    assert_eq!(seg(Transport::Xrc, Send, First), Some(Opcode::XRC_SEND_FIRST));
+    assert_eq!(
+        seg(Transport::Xrc, Send, First),
+        Some(Opcode::XRC_SEND_FIRST)
+    );
     // A 3-packet RC SEND with immediate, packet by packet.
-    let ops: Vec<_> = (0..3).map(|i| seg(Transport::Rc, SendWithImm, Position::of(i, 3)).unwrap()).collect();
-    assert_eq!(ops, [Opcode::RC_SEND_FIRST, Opcode::RC_SEND_MIDDLE, Opcode::RC_SEND_LAST_WITH_IMMEDIATE]);
-    assert_eq!(Opcode::RC_SEND_FIRST.next_in_message(SendWithImm, false), Some(Opcode::RC_SEND_MIDDLE));
-    assert_eq!(Opcode::RC_SEND_MIDDLE.next_in_message(SendWithImm, true), Some(Opcode::RC_SEND_LAST_WITH_IMMEDIATE));
+    let ops: Vec<_> = (0..3)
+        .map(|i| seg(Transport::Rc, SendWithImm, Position::of(i, 3)).unwrap())
+        .collect();
+    assert_eq!(
+        ops,
+        [
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_SEND_MIDDLE,
+            Opcode::RC_SEND_LAST_WITH_IMMEDIATE
+        ]
+    );
+    assert_eq!(
+        Opcode::RC_SEND_FIRST.next_in_message(SendWithImm, false),
+        Some(Opcode::RC_SEND_MIDDLE)
+    );
+    assert_eq!(
+        Opcode::RC_SEND_MIDDLE.next_in_message(SendWithImm, true),
+        Some(Opcode::RC_SEND_LAST_WITH_IMMEDIATE)
+    );
     assert_eq!(Opcode::RC_SEND_LAST.next_in_message(Send, true), None);
     assert_eq!(Position::of(0, 1), Only);
 }
@@ -142,7 +208,16 @@ fn segment_selection() {
 #[test]
 fn pad_rule() {
     // §6: PadCnt = (4 − len mod 4) mod 4.
-    for (len, pad) in [(0, 0), (1, 3), (2, 2), (3, 1), (4, 0), (61, 3), (953, 3), (1024, 0)] {
+    for (len, pad) in [
+        (0, 0),
+        (1, 3),
+        (2, 2),
+        (3, 1),
+        (4, 0),
+        (61, 3),
+        (953, 3),
+        (1024, 0),
+    ] {
         assert_eq!(wire::pad_len(len), pad, "{len}");
     }
 }

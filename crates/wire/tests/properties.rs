@@ -28,18 +28,24 @@ fn syndrome() -> impl Strategy<Value = Syndrome> {
 }
 
 fn bth_for(op: Opcode) -> impl Strategy<Value = bth::Repr> {
-    (any::<[bool; 5]>(), any::<u16>(), 0u32..1 << 24, 0u32..1 << 24).prop_map(move |(f, pkey, qpn, psn)| bth::Repr {
-        opcode: op,
-        solicited: f[0],
-        mig_req: f[1],
-        pad_count: 0,
-        pkey: PKey(pkey),
-        fecn: f[2],
-        becn: f[3],
-        dest_qp: Qpn::new(qpn).unwrap(),
-        ack_req: f[4],
-        psn: Psn::new(psn).unwrap(),
-    })
+    (
+        any::<[bool; 5]>(),
+        any::<u16>(),
+        0u32..1 << 24,
+        0u32..1 << 24,
+    )
+        .prop_map(move |(f, pkey, qpn, psn)| bth::Repr {
+            opcode: op,
+            solicited: f[0],
+            mig_req: f[1],
+            pad_count: 0,
+            pkey: PKey(pkey),
+            fecn: f[2],
+            becn: f[3],
+            dest_qp: Qpn::new(qpn).unwrap(),
+            ack_req: f[4],
+            psn: Psn::new(psn).unwrap(),
+        })
 }
 
 /// Random values for every header, of which the opcode keeps the ones it carries.
@@ -52,8 +58,18 @@ struct Fields {
 }
 
 fn fields() -> impl Strategy<Value = Fields> {
-    (any::<[u64; 4]>(), any::<[u32; 6]>(), syndrome(), (0u8..4, 0u8..16))
-        .prop_map(|(u64s, u32s, syndrome, small)| Fields { u64s, u32s, syndrome, small })
+    (
+        any::<[u64; 4]>(),
+        any::<[u32; 6]>(),
+        syndrome(),
+        (0u8..4, 0u8..16),
+    )
+        .prop_map(|(u64s, u32s, syndrome, small)| Fields {
+            u64s,
+            u32s,
+            syndrome,
+            small,
+        })
 }
 
 fn payload_for(op: Opcode) -> BoxedStrategy<Vec<u8>> {
@@ -68,13 +84,30 @@ fn build(bth: bth::Repr, f: &Fields, payload_len: usize) -> TransportRepr {
     let h = bth.opcode.headers();
     let pick = |set: HeaderSet| h.contains(set);
     let m24 = |v: u32| v & 0xFF_FFFF;
-    let mut r = TransportRepr::new(bth::Repr { pad_count: pad_len(payload_len), ..bth });
+    let mut r = TransportRepr::new(bth::Repr {
+        pad_count: pad_len(payload_len),
+        ..bth
+    });
     r.payload_len = payload_len;
-    r.rdeth = pick(HeaderSet::RDETH).then(|| rdeth::Repr { eecn: Eecn::from_masked(f.u32s[0]) });
-    r.deth = pick(HeaderSet::DETH).then(|| deth::Repr { qkey: Qkey(f.u32s[1]), src_qp: Qpn::from_masked(f.u32s[2]) });
-    r.xrceth = pick(HeaderSet::XRCETH).then(|| xrceth::Repr { xrc_srqn: XrcSrqn::new(m24(f.u32s[3])).unwrap() });
-    r.feth = pick(HeaderSet::FETH).then(|| feth::Repr { selectivity: f.small.0, placement: f.small.1 });
-    r.reth = pick(HeaderSet::RETH).then(|| reth::Repr { va: f.u64s[0], rkey: Rkey(f.u32s[4]), dma_len: f.u32s[5] });
+    r.rdeth = pick(HeaderSet::RDETH).then(|| rdeth::Repr {
+        eecn: Eecn::from_masked(f.u32s[0]),
+    });
+    r.deth = pick(HeaderSet::DETH).then(|| deth::Repr {
+        qkey: Qkey(f.u32s[1]),
+        src_qp: Qpn::from_masked(f.u32s[2]),
+    });
+    r.xrceth = pick(HeaderSet::XRCETH).then(|| xrceth::Repr {
+        xrc_srqn: XrcSrqn::new(m24(f.u32s[3])).unwrap(),
+    });
+    r.feth = pick(HeaderSet::FETH).then_some(feth::Repr {
+        selectivity: f.small.0,
+        placement: f.small.1,
+    });
+    r.reth = pick(HeaderSet::RETH).then(|| reth::Repr {
+        va: f.u64s[0],
+        rkey: Rkey(f.u32s[4]),
+        dma_len: f.u32s[5],
+    });
     r.atomic_eth = pick(HeaderSet::ATOMIC_ETH).then(|| atomic_eth::Repr {
         va: f.u64s[1],
         rkey: Rkey(f.u32s[4]),
@@ -82,38 +115,55 @@ fn build(bth: bth::Repr, f: &Fields, payload_len: usize) -> TransportRepr {
         compare: f.u64s[3],
     });
     r.immdt = pick(HeaderSet::IMMDT).then(|| immdt::Repr { imm: f.u32s[5] });
-    r.ieth = pick(HeaderSet::IETH).then(|| ieth::Repr { rkey: Rkey(f.u32s[0]) });
-    r.aeth = pick(HeaderSet::AETH).then(|| aeth::Repr { syndrome: f.syndrome, msn: Msn::from_masked(f.u32s[1]) });
-    r.atomic_ack_eth = pick(HeaderSet::ATOMIC_ACK_ETH).then(|| atomic_ack_eth::Repr { orig: f.u64s[0] });
+    r.ieth = pick(HeaderSet::IETH).then(|| ieth::Repr {
+        rkey: Rkey(f.u32s[0]),
+    });
+    r.aeth = pick(HeaderSet::AETH).then(|| aeth::Repr {
+        syndrome: f.syndrome,
+        msn: Msn::from_masked(f.u32s[1]),
+    });
+    r.atomic_ack_eth =
+        pick(HeaderSet::ATOMIC_ACK_ETH).then(|| atomic_ack_eth::Repr { orig: f.u64s[0] });
     r
 }
 
 fn packet() -> impl Strategy<Value = (TransportRepr, Vec<u8>)> {
-    any_opcode().prop_flat_map(|op| (bth_for(op), fields(), payload_for(op))).prop_map(|(bth, f, payload)| {
-        (build(bth, &f, payload.len()), payload)
-    })
+    any_opcode()
+        .prop_flat_map(|op| (bth_for(op), fields(), payload_for(op)))
+        .prop_map(|(bth, f, payload)| (build(bth, &f, payload.len()), payload))
 }
 
 fn encap() -> impl Strategy<Value = Encap> {
     prop_oneof![
-        (any::<[u8; 4]>(), any::<[u8; 4]>(), any::<u16>(), any::<u16>(), any::<u8>(), any::<u8>()).prop_map(
-            |(s, d, sport, id, tos, ttl)| {
+        (
+            any::<[u8; 4]>(),
+            any::<[u8; 4]>(),
+            any::<u16>(),
+            any::<u16>(),
+            any::<u8>(),
+            any::<u8>()
+        )
+            .prop_map(|(s, d, sport, id, tos, ttl)| {
                 let mut e = Encap::ipv4(Ipv4Addr::from(s), Ipv4Addr::from(d), sport);
                 if let IpInfo::V4(v4) = &mut e.ip {
                     (v4.id, v4.tos, v4.ttl) = (id, tos, ttl);
                 }
                 e
-            }
-        ),
-        (any::<[u8; 16]>(), any::<[u8; 16]>(), any::<u16>(), any::<u8>(), 0u32..1 << 20).prop_map(
-            |(s, d, sport, tc, fl)| {
+            }),
+        (
+            any::<[u8; 16]>(),
+            any::<[u8; 16]>(),
+            any::<u16>(),
+            any::<u8>(),
+            0u32..1 << 20
+        )
+            .prop_map(|(s, d, sport, tc, fl)| {
                 let mut e = Encap::ipv6(Ipv6Addr::from(s), Ipv6Addr::from(d), sport);
                 if let IpInfo::V6(v6) = &mut e.ip {
                     (v6.traffic_class, v6.flow_label) = (tc, fl);
                 }
                 e
-            }
-        ),
+            }),
     ]
 }
 
@@ -208,7 +258,11 @@ const M: i64 = 1 << 24;
 
 fn model_distance(a: i64, b: i64) -> i64 {
     let r = (a - b).rem_euclid(M);
-    if r >= M / 2 { r - M } else { r }
+    if r >= M / 2 {
+        r - M
+    } else {
+        r
+    }
 }
 
 proptest! {

@@ -20,7 +20,8 @@ fn every_capture_has_the_documented_frame_count() {
 #[test]
 fn every_packet_parses_and_re_emits_byte_for_byte() {
     for p in load_all() {
-        let repr = TransportRepr::parse(&p.transport).unwrap_or_else(|e| panic!("{} #{}: {e}", p.file, p.frame));
+        let repr = TransportRepr::parse(&p.transport)
+            .unwrap_or_else(|e| panic!("{} #{}: {e}", p.file, p.frame));
         assert_eq!(repr.buffer_len(), p.transport.len());
         let mut out = vec![0u8; repr.buffer_len()];
         let payload = repr.payload(&p.transport);
@@ -32,7 +33,8 @@ fn every_packet_parses_and_re_emits_byte_for_byte() {
 #[test]
 fn every_packet_icrc_matches() {
     for p in load_all() {
-        icrc::verify(&p.encap, &p.transport).unwrap_or_else(|e| panic!("{} #{}: {e}", p.file, p.frame));
+        icrc::verify(&p.encap, &p.transport)
+            .unwrap_or_else(|e| panic!("{} #{}: {e}", p.file, p.frame));
         assert_eq!(p.encap.dst_port, ROCE_UDP_PORT);
     }
 }
@@ -46,14 +48,25 @@ fn ipv4_id_is_recovered_from_the_icrc_alone() {
             IpInfo::V4(ip) => (ip.src.into(), ip.dst.into(), Some(ip.id)),
             IpInfo::V6(ip) => (ip.src.into(), ip.dst.into(), None),
         };
-        let ep = Endpoints { src, dst, src_port: p.encap.src_port, dst_port: p.encap.dst_port };
+        let ep = Endpoints {
+            src,
+            dst,
+            src_port: p.encap.src_port,
+            dst_port: p.encap.dst_port,
+        };
         let got = icrc::verify_received(&ep, &p.transport).unwrap();
         assert_eq!(got, id, "{} #{}", p.file, p.frame);
         v4 += usize::from(id.is_some());
         // A corrupted payload byte is caught (with probability 1 − 2^-16; these are fixed bytes).
         let mut bad = p.transport.clone();
         bad[12] ^= 0x01;
-        assert_ne!(icrc::verify_received(&ep, &bad).ok(), Some(id), "{} #{}", p.file, p.frame);
+        assert_ne!(
+            icrc::verify_received(&ep, &bad).ok(),
+            Some(id),
+            "{} #{}",
+            p.file,
+            p.frame
+        );
     }
     assert_eq!(v4, 166);
 }
@@ -67,16 +80,28 @@ fn repr_of(file: &'static str, frame: usize) -> (TransportRepr, Vec<u8>) {
 fn decoded_fields_match_the_readme_tables() {
     // rc_send.pcap #11: RC_SEND_LAST 0x000013 0x14b377 A=1 pad 3 payload 953.
     let (r, _) = repr_of("rc_send.pcap", 11);
-    assert_eq!((r.opcode(), r.bth.dest_qp.get(), r.bth.psn.get()), (Opcode::RC_SEND_LAST, 0x13, 0x14b377));
-    assert_eq!((r.bth.ack_req, r.bth.pad_count, r.payload_len), (true, 3, 953));
+    assert_eq!(
+        (r.opcode(), r.bth.dest_qp.get(), r.bth.psn.get()),
+        (Opcode::RC_SEND_LAST, 0x13, 0x14b377)
+    );
+    assert_eq!(
+        (r.bth.ack_req, r.bth.pad_count, r.payload_len),
+        (true, 3, 953)
+    );
     // rc_imm.pcap #1: SEND_ONLY_WITH_IMMEDIATE, SE=1, PSN 0xfffffd, ImmDt 0x11223344.
     let (r, _) = repr_of("rc_imm.pcap", 1);
-    assert_eq!((r.opcode(), r.bth.solicited, r.bth.psn.get()), (Opcode::RC_SEND_ONLY_WITH_IMMEDIATE, true, 0xfffffd));
+    assert_eq!(
+        (r.opcode(), r.bth.solicited, r.bth.psn.get()),
+        (Opcode::RC_SEND_ONLY_WITH_IMMEDIATE, true, 0xfffffd)
+    );
     assert_eq!(r.immdt.unwrap().imm, 0x1122_3344);
     // uc_write.pcap #1: RETH va=0x55be60c39000 rkey=0x1043 len=3000.
     let (r, _) = repr_of("uc_write.pcap", 1);
     let reth = r.reth.unwrap();
-    assert_eq!((reth.va, reth.rkey.get(), reth.dma_len), (0x55be_60c3_9000, 0x1043, 3000));
+    assert_eq!(
+        (reth.va, reth.rkey.get(), reth.dma_len),
+        (0x55be_60c3_9000, 0x1043, 3000)
+    );
     // rc_atomic.pcap #2: ATOMIC_ACKNOWLEDGE MSN=1 orig=0x20f77e249172e6e0.
     let (r, _) = repr_of("rc_atomic.pcap", 2);
     assert_eq!(r.aeth.unwrap().msn.get(), 1);
@@ -84,16 +109,28 @@ fn decoded_fields_match_the_readme_tables() {
     // rc_atomic.pcap #1: COMPARE_SWAP va=0x561a415ac000 rkey=0xaa0.
     let (r, _) = repr_of("rc_atomic.pcap", 1);
     let a = r.atomic_eth.unwrap();
-    assert_eq!((r.opcode(), a.va, a.rkey.get()), (Opcode::RC_COMPARE_SWAP, 0x561a_415a_c000, 0xaa0));
+    assert_eq!(
+        (r.opcode(), a.va, a.rkey.get()),
+        (Opcode::RC_COMPARE_SWAP, 0x561a_415a_c000, 0xaa0)
+    );
     // rc_rnr_nak.pcap #2: RNR NAK 0x3c; rc_nak_access.pcap #2: NAK remote access.
     let (r, _) = repr_of("rc_rnr_nak.pcap", 2);
-    assert_eq!(r.aeth.unwrap().syndrome, Syndrome::RnrNak { timer_code: 28 });
+    assert_eq!(
+        r.aeth.unwrap().syndrome,
+        Syndrome::RnrNak { timer_code: 28 }
+    );
     let (r, _) = repr_of("rc_nak_access.pcap", 2);
-    assert_eq!(r.aeth.unwrap().syndrome, Syndrome::Nak(NakCode::RemoteAccessError));
+    assert_eq!(
+        r.aeth.unwrap().syndrome,
+        Syndrome::Nak(NakCode::RemoteAccessError)
+    );
     // ud.pcap #6: UD_SEND_ONLY_WITH_IMMEDIATE qkey 0x11111111 srcQP 0x23 imm 0x01020304.
     let (r, _) = repr_of("ud.pcap", 6);
     let d = r.deth.unwrap();
-    assert_eq!((d.qkey.get(), d.src_qp.get(), r.immdt.unwrap().imm), (0x1111_1111, 0x23, 0x0102_0304));
+    assert_eq!(
+        (d.qkey.get(), d.src_qp.get(), r.immdt.unwrap().imm),
+        (0x1111_1111, 0x23, 0x0102_0304)
+    );
     // rc_read.pcap #22: zero-or-more-byte READ_RESPONSE_ONLY with AETH.
     let (r, _) = repr_of("rc_read.pcap", 22);
     assert_eq!(r.opcode(), Opcode::RC_RDMA_READ_RESPONSE_ONLY);

@@ -41,27 +41,45 @@ const FIELDS: [&str; 19] = [
 const UNKNOWN_TO_WIRESHARK_4_0: [Opcode; 2] = [Opcode::RC_FLUSH, Opcode::RC_ATOMIC_WRITE];
 
 fn tshark_available() -> bool {
-    Command::new("tshark").arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("tshark")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 /// A packet of opcode number `i` with field values derived from `i`.
 fn packet(i: usize, op: Opcode) -> (TransportRepr, Vec<u8>) {
     let i32_ = i as u32;
     let i64_ = i as u64;
-    let mut bth = bth::Repr::new(op, Qpn::from_masked(0x10_0000 + i32_ * 0x111), Psn::from_masked(0xFF_FFF0 + i32_ * 3));
-    bth.ack_req = op.is_request() && i % 2 == 0;
-    let se_allowed = matches!(op.operation(), Operation::Send | Operation::SendWithImm | Operation::SendWithInv | Operation::WriteWithImm);
-    bth.solicited = se_allowed && op.ends_message() && i % 3 != 0; // §3: SE only on last/only SEND, WRITE_WITH_IMM
+    let mut bth = bth::Repr::new(
+        op,
+        Qpn::from_masked(0x10_0000 + i32_ * 0x111),
+        Psn::from_masked(0xFF_FFF0 + i32_ * 3),
+    );
+    bth.ack_req = op.is_request() && i & 1 == 0;
+    let se_allowed = matches!(
+        op.operation(),
+        Operation::Send | Operation::SendWithImm | Operation::SendWithInv | Operation::WriteWithImm
+    );
+    bth.solicited = se_allowed && op.ends_message() && !matches!(i % 3, 0); // §3: SE only on last/only SEND, WRITE_WITH_IMM
     let payload_len = match op.payload_rule() {
         PayloadRule::None => 0,
         PayloadRule::Exactly(n) => n,
         PayloadRule::Any => 20 + i % 4 * 5 + i, // exercises every pad count
     };
-    let mut r = TransportRepr::new(bth::Repr { pad_count: pad_len(payload_len), ..bth });
+    let mut r = TransportRepr::new(bth::Repr {
+        pad_count: pad_len(payload_len),
+        ..bth
+    });
     r.payload_len = payload_len;
     let h = op.headers();
     if h.contains(HeaderSet::RETH) {
-        r.reth = Some(reth::Repr { va: 0x7f00_1234_5000 + i64_ * 0x40, rkey: Rkey(0x1000 + i32_), dma_len: 70_000 + i32_ });
+        r.reth = Some(reth::Repr {
+            va: 0x7f00_1234_5000 + i64_ * 0x40,
+            rkey: Rkey(0x1000 + i32_),
+            dma_len: 70_000 + i32_,
+        });
     }
     if h.contains(HeaderSet::ATOMIC_ETH) {
         r.atomic_eth = Some(atomic_eth::Repr {
@@ -73,27 +91,46 @@ fn packet(i: usize, op: Opcode) -> (TransportRepr, Vec<u8>) {
     }
     if h.contains(HeaderSet::AETH) {
         let syndrome = match i % 4 {
-            0 => Syndrome::Ack { credit_code: (i % 32) as u8 },
-            1 => Syndrome::RnrNak { timer_code: (i % 32) as u8 },
+            0 => Syndrome::Ack {
+                credit_code: (i % 32) as u8,
+            },
+            1 => Syndrome::RnrNak {
+                timer_code: (i % 32) as u8,
+            },
             2 => Syndrome::Nak(NakCode::RemoteAccessError),
             _ => Syndrome::ack_unlimited(),
         };
-        r.aeth = Some(aeth::Repr { syndrome, msn: Msn::from_masked(0x00AB_0000 + i32_) });
+        r.aeth = Some(aeth::Repr {
+            syndrome,
+            msn: Msn::from_masked(0x00AB_0000 + i32_),
+        });
     }
     if h.contains(HeaderSet::ATOMIC_ACK_ETH) {
-        r.atomic_ack_eth = Some(atomic_ack_eth::Repr { orig: 0xdead_beef_0000_0000 + i64_ });
+        r.atomic_ack_eth = Some(atomic_ack_eth::Repr {
+            orig: 0xdead_beef_0000_0000 + i64_,
+        });
     }
     if h.contains(HeaderSet::IMMDT) {
-        r.immdt = Some(immdt::Repr { imm: 0x1122_3300 + i32_ });
+        r.immdt = Some(immdt::Repr {
+            imm: 0x1122_3300 + i32_,
+        });
     }
     if h.contains(HeaderSet::IETH) {
-        r.ieth = Some(ieth::Repr { rkey: Rkey(0x00c0_ffee + i32_) });
+        r.ieth = Some(ieth::Repr {
+            rkey: Rkey(0x00c0_ffee + i32_),
+        });
     }
     if h.contains(HeaderSet::DETH) {
-        r.deth = Some(deth::Repr { qkey: Qkey(0x1111_0000 + i32_), src_qp: Qpn::from_masked(0x00_0200 + i32_) });
+        r.deth = Some(deth::Repr {
+            qkey: Qkey(0x1111_0000 + i32_),
+            src_qp: Qpn::from_masked(0x00_0200 + i32_),
+        });
     }
     if h.contains(HeaderSet::FETH) {
-        r.feth = Some(feth::Repr { selectivity: 1, placement: 1 });
+        r.feth = Some(feth::Repr {
+            selectivity: 1,
+            placement: 1,
+        });
     }
     let payload = (0..payload_len).map(|b| b as u8).collect();
     (r, payload)
@@ -131,15 +168,30 @@ fn expected(r: &TransportRepr) -> Vec<(&'static str, Option<u64>)> {
         ("infiniband.reth.va", reth_va),
         ("infiniband.reth.r_key", reth_rkey.map(|k| k.get().into())),
         ("infiniband.reth.dmalen", r.reth.map(|h| h.dma_len.into())),
-        ("infiniband.aeth.syndrome", r.aeth.map(|h| h.syndrome.to_byte().into())),
+        (
+            "infiniband.aeth.syndrome",
+            r.aeth.map(|h| h.syndrome.to_byte().into()),
+        ),
         ("infiniband.aeth.msn", r.aeth.map(|h| h.msn.get().into())),
-        ("infiniband.atomiceth.swapdt", r.atomic_eth.map(|h| h.swap_add)),
-        ("infiniband.atomiceth.cmpdt", r.atomic_eth.map(|h| h.compare)),
-        ("infiniband.atomicacketh.origremdt", r.atomic_ack_eth.map(|h| h.orig)),
+        (
+            "infiniband.atomiceth.swapdt",
+            r.atomic_eth.map(|h| h.swap_add),
+        ),
+        (
+            "infiniband.atomiceth.cmpdt",
+            r.atomic_eth.map(|h| h.compare),
+        ),
+        (
+            "infiniband.atomicacketh.origremdt",
+            r.atomic_ack_eth.map(|h| h.orig),
+        ),
         ("infiniband.immdt", r.immdt.map(|h| h.imm.into())),
         ("infiniband.ieth", r.ieth.map(|h| h.rkey.get().into())),
         ("infiniband.deth.q_key", r.deth.map(|h| h.qkey.get().into())),
-        ("infiniband.deth.srcqp", r.deth.map(|h| h.src_qp.get().into())),
+        (
+            "infiniband.deth.srcqp",
+            r.deth.map(|h| h.src_qp.get().into()),
+        ),
         ("udp.dstport", Some(ROCE_UDP_PORT.into())),
     ]
 }
@@ -164,28 +216,56 @@ fn tshark_agrees_on_every_rc_uc_ud_opcode() {
     let ops: Vec<Opcode> = TABLE
         .iter()
         .map(|row| Opcode::new(row.code).unwrap())
-        .filter(|op| matches!(op.transport(), Transport::Rc | Transport::Uc | Transport::Ud))
+        .filter(|op| {
+            matches!(
+                op.transport(),
+                Transport::Rc | Transport::Uc | Transport::Ud
+            )
+        })
         .collect();
-    let packets: Vec<_> = ops.iter().enumerate().map(|(i, &op)| packet(i, op)).collect();
-    let encap = Encap::ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2), 0xc123);
+    let packets: Vec<_> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, &op)| packet(i, op))
+        .collect();
+    let encap = Encap::ipv4(
+        Ipv4Addr::new(198, 18, 0, 1),
+        Ipv4Addr::new(198, 18, 0, 2),
+        0xc123,
+    );
 
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("wire_every_opcode.pcap");
     let mut writer = PcapWriter::new(std::fs::File::create(&path).unwrap()).unwrap();
     for (i, (repr, payload)) in packets.iter().enumerate() {
         let mut buf = vec![0u8; repr.buffer_len()];
         repr.emit(&mut buf, payload, &encap).unwrap();
-        writer.write_transport(i as u64 * 1000, &encap, &buf).unwrap();
+        writer
+            .write_transport(i as u64 * 1000, &encap, &buf)
+            .unwrap();
     }
     writer.flush().unwrap();
     drop(writer);
 
     let mut cmd = Command::new("tshark");
-    cmd.arg("-r").arg(&path).args(["-d", "udp.port==4791,infiniband", "-T", "fields", "-E", "separator=/t", "-E", "occurrence=f"]);
+    cmd.arg("-r").arg(&path).args([
+        "-d",
+        "udp.port==4791,infiniband",
+        "-T",
+        "fields",
+        "-E",
+        "separator=/t",
+        "-E",
+        "occurrence=f",
+    ]);
     for f in FIELDS {
         cmd.args(["-e", f]);
     }
     let out = cmd.output().expect("run tshark");
-    assert!(out.status.success(), "tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), packets.len(), "one line per packet:\n{text}");
@@ -199,8 +279,17 @@ fn tshark_agrees_on_every_rc_uc_ud_opcode() {
             if unknown_to_tshark && have.is_none() && !field.starts_with("infiniband.bth") {
                 continue; // decoded as "Unknown/Vendor Specific Data": only the BTH can be compared
             }
-            assert_eq!(have, want, "{} field {field}: tshark {raw:?}, we encoded {want:?}\n{repr}", repr.opcode());
+            assert_eq!(
+                have,
+                want,
+                "{} field {field}: tshark {raw:?}, we encoded {want:?}\n{repr}",
+                repr.opcode()
+            );
         }
     }
-    eprintln!("tshark agreed on {} packets ({} opcodes)", packets.len(), ops.len());
+    eprintln!(
+        "tshark agreed on {} packets ({} opcodes)",
+        packets.len(),
+        ops.len()
+    );
 }

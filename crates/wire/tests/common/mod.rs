@@ -23,7 +23,9 @@ pub const CAPTURES: [(&str, usize); 11] = [
 ];
 
 pub fn data_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
 }
 
 /// One captured packet: its encapsulation and UDP payload.
@@ -43,7 +45,12 @@ pub fn load(file: &'static str) -> Vec<Captured> {
         .map(|(i, rec)| {
             let rec = rec.expect("pcap record");
             let (encap, transport) = parse_frame(rec.data).expect("frame");
-            Captured { file, frame: i + 1, encap, transport: transport.to_vec() }
+            Captured {
+                file,
+                frame: i + 1,
+                encap,
+                transport: transport.to_vec(),
+            }
         })
         .collect()
 }
