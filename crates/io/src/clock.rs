@@ -20,7 +20,9 @@ pub struct Clock {
 impl Clock {
     /// A clock whose origin (time 0) is now.
     pub fn new() -> Self {
-        Clock { start: Instant::now() }
+        Clock {
+            start: Instant::now(),
+        }
     }
 
     /// Nanoseconds since the origin (saturates after ~584 years).

@@ -16,19 +16,19 @@
 //! datagram, counts `send_errors` and logs a warning: the reliable transport
 //! retransmits, an unreliable one (UD) loses a packet as a NIC would.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::collections::HashMap;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};
 use crate::counters::{CounterSnapshot, Counters};
 use crate::engine::Engine;
-use crate::events::{AsyncEventQueue, CompletionChannel, DEFAULT_EVENT_CAPACITY};
 use crate::eventfd::EventFd;
+use crate::events::{AsyncEventQueue, CompletionChannel, DEFAULT_EVENT_CAPACITY};
 use crate::progress::Progress;
 use crate::socket;
 
@@ -78,8 +78,13 @@ struct DoorbellInner {
 
 impl Doorbell {
     fn new() -> io::Result<Self> {
-        let inner = DoorbellInner { fd: EventFd::new()?, rung: AtomicBool::new(false) };
-        Ok(Doorbell { inner: Arc::new(inner) })
+        let inner = DoorbellInner {
+            fd: EventFd::new()?,
+            rung: AtomicBool::new(false),
+        };
+        Ok(Doorbell {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Wakes the progress thread (after a post, a modify, an arm...).
@@ -159,7 +164,12 @@ impl<E: Engine> Driver<E> {
             .name(opts.thread_name.clone())
             .spawn(move || progress.run())?;
         tracing::debug!(%local, "driver started");
-        Ok(Driver { shared, local, next_channel: AtomicU32::new(1), thread: Some(thread) })
+        Ok(Driver {
+            shared,
+            local,
+            next_channel: AtomicU32::new(1),
+            thread: Some(thread),
+        })
     }
 
     /// Runs `f` with the engine locked (the API layer's way in). Keep `f` short
@@ -205,7 +215,11 @@ impl<E: Engine> Driver<E> {
     pub fn create_completion_channel(&self) -> io::Result<Arc<CompletionChannel>> {
         let id = self.next_channel.fetch_add(1, SeqCst);
         let channel = Arc::new(CompletionChannel::new(id)?);
-        let mut channels = self.shared.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut channels = self
+            .shared
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         channels.retain(|_, weak| weak.strong_count() > 0);
         channels.insert(id, Arc::downgrade(&channel));
         Ok(channel)
@@ -222,7 +236,9 @@ impl<E: Engine> Driver<E> {
     }
 
     fn stop(&mut self) {
-        let Some(thread) = self.thread.take() else { return };
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
         self.shared.stop.store(true, SeqCst);
         self.shared.doorbell.force();
         if thread.join().is_err() {

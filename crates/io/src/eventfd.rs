@@ -20,7 +20,9 @@ pub struct EventFd {
 impl EventFd {
     /// A new counter at zero.
     pub fn new() -> io::Result<Self> {
-        Ok(EventFd { fd: sys::eventfd()? })
+        Ok(EventFd {
+            fd: sys::eventfd()?,
+        })
     }
 
     /// Adds `n` (> 0) to the counter, making the fd readable. A counter already

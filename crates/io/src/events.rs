@@ -129,7 +129,10 @@ pub struct CompletionChannel {
 impl CompletionChannel {
     /// A channel with the given id.
     pub fn new(id: u32) -> io::Result<Self> {
-        Ok(CompletionChannel { id, events: EventQueue::new(DEFAULT_EVENT_CAPACITY)? })
+        Ok(CompletionChannel {
+            id,
+            events: EventQueue::new(DEFAULT_EVENT_CAPACITY)?,
+        })
     }
 
     /// The id the engine uses for this channel.

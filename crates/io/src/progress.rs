@@ -91,7 +91,9 @@ impl<E: Engine> Progress<E> {
                     Counters::add(&c.bytes_received, n as u64);
                     let now = self.shared.clock.now();
                     let payload = &self.rx_buf[..n];
-                    self.shared.engine().handle_datagram(now, from, self.local, payload);
+                    self.shared
+                        .engine()
+                        .handle_datagram(now, from, self.local, payload);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return i > 0,
                 Err(e) => {
@@ -126,11 +128,16 @@ impl<E: Engine> Progress<E> {
         }
         for _ in 0..self.batch {
             let now = self.shared.clock.now();
-            let Some(t) = self.shared.engine().poll_transmit(now, &mut self.tx_buf) else { break };
+            let Some(t) = self.shared.engine().poll_transmit(now, &mut self.tx_buf) else {
+                break;
+            };
             work = true;
             if t.len > self.tx_buf.len() {
                 Counters::add(&self.shared.counters.send_errors, 1);
-                tracing::error!(len = t.len, "engine reported a datagram longer than its buffer");
+                tracing::error!(
+                    len = t.len,
+                    "engine reported a datagram longer than its buffer"
+                );
             } else if t.to == self.local {
                 self.loopback(now, t.len);
             } else if !self.send(t.to, t.len) {
@@ -146,7 +153,9 @@ impl<E: Engine> Progress<E> {
         Counters::add(&c.loopback_datagrams, 1);
         Counters::add(&c.loopback_bytes, len as u64);
         let payload = &self.tx_buf[..len];
-        self.shared.engine().handle_datagram(now, self.local, self.local, payload);
+        self.shared
+            .engine()
+            .handle_datagram(now, self.local, self.local, payload);
     }
 
     /// Sends `tx_buf[..len]`; `false` if it must wait (then it is pending).
@@ -175,7 +184,9 @@ impl<E: Engine> Progress<E> {
         {
             let mut engine = self.shared.engine();
             while self.notes.len() < self.batch {
-                let Some(n) = engine.poll_notification() else { break };
+                let Some(n) = engine.poll_notification() else {
+                    break;
+                };
                 self.notes.push(n);
             }
         }
@@ -207,7 +218,9 @@ impl<E: Engine> Progress<E> {
     /// Sleeps until the socket or doorbell is ready or the next deadline.
     fn sleep(&mut self) {
         let deadline = self.shared.engine().poll_timeout();
-        let mut timeout = deadline.map_or(MAX_SLEEP, |d| self.shared.clock.until(d)).min(MAX_SLEEP);
+        let mut timeout = deadline
+            .map_or(MAX_SLEEP, |d| self.shared.clock.until(d))
+            .min(MAX_SLEEP);
         let mut sock_events = libc::POLLIN;
         if self.pending.is_some() {
             sock_events |= libc::POLLOUT;

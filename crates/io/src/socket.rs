@@ -13,7 +13,11 @@ use std::os::fd::AsFd;
 use crate::sys;
 
 /// Binds the driver's socket to `addr` (port 0 picks a free port).
-pub(crate) fn bind(addr: SocketAddr, rcvbuf_bytes: usize, sndbuf_bytes: usize) -> io::Result<UdpSocket> {
+pub(crate) fn bind(
+    addr: SocketAddr,
+    rcvbuf_bytes: usize,
+    sndbuf_bytes: usize,
+) -> io::Result<UdpSocket> {
     let socket = UdpSocket::bind(addr)?;
     socket.set_nonblocking(true)?;
     set_dont_fragment(&socket, addr)?;
@@ -26,9 +30,12 @@ pub(crate) fn bind(addr: SocketAddr, rcvbuf_bytes: usize, sndbuf_bytes: usize) -
 fn set_dont_fragment(socket: &UdpSocket, addr: SocketAddr) -> io::Result<()> {
     let fd = socket.as_fd();
     match addr {
-        SocketAddr::V4(_) => {
-            sys::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
-        }
+        SocketAddr::V4(_) => sys::setsockopt_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        ),
         SocketAddr::V6(_) => {
             sys::setsockopt_int(
                 fd,
@@ -105,7 +112,10 @@ mod tests {
             return;
         };
         let (level, name) = (libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER);
-        assert_eq!(sys::getsockopt_int(s.as_fd(), level, name).unwrap(), libc::IPV6_PMTUDISC_DO);
+        assert_eq!(
+            sys::getsockopt_int(s.as_fd(), level, name).unwrap(),
+            libc::IPV6_PMTUDISC_DO
+        );
     }
 
     #[test]

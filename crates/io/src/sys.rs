@@ -53,11 +53,18 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::R
         tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
     });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `fds` is a valid mutable slice of pollfd for the call; ts_ptr is null or points
     // to a timespec living on this stack frame; a null sigmask means "keep the current one".
     let ret = unsafe {
-        libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ts_ptr, std::ptr::null())
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            ts_ptr,
+            std::ptr::null(),
+        )
     };
     match cvt(ret) {
         Ok(n) => Ok(n as usize),
@@ -68,7 +75,11 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::R
 
 /// A `pollfd` entry for `fd` with `events`.
 pub(crate) fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
-    libc::pollfd { fd, events, revents: 0 }
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
 }
 
 /// setsockopt(2) with an `int` value.
@@ -81,7 +92,13 @@ pub(crate) fn setsockopt_int(
     let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `value` is a live c_int and `len` is its size; fd is open for the call.
     let ret = unsafe {
-        libc::setsockopt(fd.as_raw_fd(), level, name, (&value as *const libc::c_int).cast(), len)
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            len,
+        )
     };
     cvt(ret).map(drop)
 }

@@ -25,7 +25,10 @@ fn echo_engine_replies_to_a_plain_udp_client() {
     let c = d.counters();
     assert_eq!((c.datagrams_received, c.bytes_received), (10, 330));
     assert_eq!((c.datagrams_sent, c.bytes_sent), (10, 330));
-    assert_eq!((c.send_errors, c.recv_errors, c.loopback_datagrams), (0, 0, 0));
+    assert_eq!(
+        (c.send_errors, c.recv_errors, c.loopback_datagrams),
+        (0, 0, 0)
+    );
     d.with(|e| {
         assert_eq!(e.inbox[0].from, client.local_addr().unwrap());
         assert_eq!(e.inbox[0].to, d.local_addr());
@@ -35,16 +38,30 @@ fn echo_engine_replies_to_a_plain_udp_client() {
 
 /// Two drivers bounce one datagram: `a` echoes `rounds` times, `b` always.
 fn ping_pong(a_addr: &str, b_addr: &str, rounds: u64) {
-    let a = start(Fake { echo_budget: rounds, ..Fake::default() }, a_addr);
+    let a = start(
+        Fake {
+            echo_budget: rounds,
+            ..Fake::default()
+        },
+        a_addr,
+    );
     let b = start(Fake::echo(), b_addr);
     a.with(|e| e.outbox.push_back((b.local_addr(), b"ping".to_vec())));
     a.doorbell();
     // b sees the kick-off plus one per echo of a.
     assert!(wait_until(|| b.counters().datagrams_received == rounds + 1));
     assert!(wait_until(|| a.counters().datagrams_received == rounds + 1));
-    a.with(|e| assert!(e.inbox.iter().all(|r| r.from == b.local_addr() && r.payload == b"ping")));
+    a.with(|e| {
+        assert!(e
+            .inbox
+            .iter()
+            .all(|r| r.from == b.local_addr() && r.payload == b"ping"))
+    });
     assert_eq!(b.counters().datagrams_sent, rounds + 1);
-    assert_eq!(a.counters().loopback_datagrams + b.counters().loopback_datagrams, 0);
+    assert_eq!(
+        a.counters().loopback_datagrams + b.counters().loopback_datagrams,
+        0
+    );
 }
 
 #[test]
@@ -64,13 +81,22 @@ fn ping_pong_between_two_drivers_ipv6() {
 #[test]
 fn loopback_shortcut_bypasses_the_socket() {
     // An echo engine that talks to itself: 100 bounces without any socket traffic.
-    let d = start(Fake { echo_budget: 99, ..Fake::default() }, "127.0.0.31:0");
+    let d = start(
+        Fake {
+            echo_budget: 99,
+            ..Fake::default()
+        },
+        "127.0.0.31:0",
+    );
     let me = d.local_addr();
     d.with(|e| e.outbox.push_back((me, vec![7; 100])));
     d.doorbell();
     assert!(wait_until(|| d.counters().loopback_datagrams == 100));
     let c = d.counters();
-    assert_eq!((c.loopback_bytes, c.datagrams_sent, c.datagrams_received), (10_000, 0, 0));
+    assert_eq!(
+        (c.loopback_bytes, c.datagrams_sent, c.datagrams_received),
+        (10_000, 0, 0)
+    );
     d.with(|e| {
         assert_eq!(e.inbox.len(), 100);
         assert!(e.inbox.iter().all(|r| r.from == me && r.to == me));
@@ -82,7 +108,12 @@ fn timers_fire_in_order_and_not_early() {
     let d = start(Fake::default(), "127.0.0.41:0");
     let now = d.now();
     let ms = 1_000_000;
-    let deadlines = [now + 30 * ms, now + 5 * ms, now + 15 * ms, now + 15 * ms + 1];
+    let deadlines = [
+        now + 30 * ms,
+        now + 5 * ms,
+        now + 15 * ms,
+        now + 15 * ms + 1,
+    ];
     d.with(|e| e.timers.extend(deadlines));
     d.doorbell();
     assert!(wait_until(|| d.with(|e| e.timers.is_empty())));
@@ -90,7 +121,11 @@ fn timers_fire_in_order_and_not_early() {
         let mut sorted = deadlines.to_vec();
         sorted.sort();
         assert_eq!(e.fired.iter().map(|f| f.0).collect::<Vec<_>>(), sorted);
-        assert!(e.fired.iter().all(|&(deadline, at)| at >= deadline), "{:?}", e.fired);
+        assert!(
+            e.fired.iter().all(|&(deadline, at)| at >= deadline),
+            "{:?}",
+            e.fired
+        );
         assert!(e.fired.windows(2).all(|w| w[0].1 <= w[1].1));
     });
 }
@@ -107,7 +142,10 @@ fn timer_far_in_the_future_does_not_fire() {
 
 #[test]
 fn doorbell_from_another_thread_wakes_a_sleeping_driver() {
-    let opts = DriverOptions { busy_poll: Duration::ZERO, ..DriverOptions::default() };
+    let opts = DriverOptions {
+        busy_poll: Duration::ZERO,
+        ..DriverOptions::default()
+    };
     let sink = UdpSocket::bind("127.0.0.52:0").unwrap();
     sink.set_read_timeout(Some(DEADLINE)).unwrap();
     let d = Driver::start(Fake::default(), "127.0.0.51:0".parse().unwrap(), opts).unwrap();
@@ -137,8 +175,14 @@ fn completion_channel_fd_is_readable_after_notify() {
     assert_ne!(ch.id(), other.id());
     assert!(!fd_readable(ch.as_raw_fd(), 0));
     d.with(|e| {
-        e.notes.push_back(Notification::Completion { channel: ch.id(), cq: 0xC0 });
-        e.notes.push_back(Notification::Completion { channel: ch.id(), cq: 0xC1 });
+        e.notes.push_back(Notification::Completion {
+            channel: ch.id(),
+            cq: 0xC0,
+        });
+        e.notes.push_back(Notification::Completion {
+            channel: ch.id(),
+            cq: 0xC1,
+        });
     });
     d.doorbell();
     assert!(fd_readable(ch.as_raw_fd(), 20_000));
@@ -155,7 +199,10 @@ fn completion_channel_fd_is_readable_after_notify() {
 fn notification_for_a_closed_channel_is_counted_as_dropped() {
     let d = start(Fake::default(), "127.0.0.62:0");
     let id = d.create_completion_channel().unwrap().id(); // dropped at once
-    d.with(|e| e.notes.push_back(Notification::Completion { channel: id, cq: 1 }));
+    d.with(|e| {
+        e.notes
+            .push_back(Notification::Completion { channel: id, cq: 1 })
+    });
     d.doorbell();
     assert!(wait_until(|| d.counters().notifications_dropped == 1));
 }
@@ -163,7 +210,10 @@ fn notification_for_a_closed_channel_is_counted_as_dropped() {
 #[test]
 fn async_events_reach_the_async_queue_fd() {
     let d = start(Fake::default(), "127.0.0.63:0");
-    let ev = AsyncEvent { kind: 3, element: 0xAB };
+    let ev = AsyncEvent {
+        kind: 3,
+        element: 0xAB,
+    };
     d.with(|e| e.notes.push_back(Notification::Async(ev)));
     d.doorbell();
     let q = d.async_events();
@@ -191,7 +241,11 @@ fn send_to_an_unroutable_address_is_counted_not_fatal() {
 #[test]
 fn bind_errors_are_returned() {
     let taken = UdpSocket::bind("127.0.0.81:0").unwrap();
-    let err = Driver::start(Fake::default(), taken.local_addr().unwrap(), DriverOptions::default());
+    let err = Driver::start(
+        Fake::default(),
+        taken.local_addr().unwrap(),
+        DriverOptions::default(),
+    );
     assert_eq!(err.unwrap_err().kind(), std::io::ErrorKind::AddrInUse);
 }
 

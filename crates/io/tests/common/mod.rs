@@ -36,13 +36,21 @@ pub struct Fake {
 
 impl Fake {
     pub fn echo() -> Self {
-        Fake { echo_budget: u64::MAX, ..Fake::default() }
+        Fake {
+            echo_budget: u64::MAX,
+            ..Fake::default()
+        }
     }
 }
 
 impl Engine for Fake {
     fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
-        self.inbox.push(Received { now, from, to, payload: payload.to_vec() });
+        self.inbox.push(Received {
+            now,
+            from,
+            to,
+            payload: payload.to_vec(),
+        });
         if self.echo_budget > 0 {
             self.echo_budget -= 1;
             self.outbox.push_back((from, payload.to_vec()));
@@ -53,7 +61,10 @@ impl Engine for Fake {
         let (to, bytes) = self.outbox.pop_front()?;
         buf[..bytes.len()].copy_from_slice(&bytes);
         self.sent_at.push(now);
-        Some(Transmit { to, len: bytes.len() })
+        Some(Transmit {
+            to,
+            len: bytes.len(),
+        })
     }
 
     fn poll_timeout(&self) -> Option<Nanos> {
@@ -94,7 +105,11 @@ pub fn start(engine: Fake, addr: &str) -> Driver<Fake> {
 
 /// Whether `fd` is readable right now (poll(2) from "C").
 pub fn fd_readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd on the stack for the call.
     let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
     n == 1 && pfd.revents & libc::POLLIN != 0
