@@ -63,6 +63,31 @@ impl Default for DriverOptions {
     }
 }
 
+impl DriverOptions {
+    /// Environment variable overriding [`DriverOptions::busy_poll`], in microseconds.
+    pub const BUSY_POLL_ENV: &'static str = "SOFTVERBS_BUSY_POLL_US";
+
+    /// The defaults, with `SOFTVERBS_BUSY_POLL_US` applied when set. An
+    /// unparsable value is ignored with a warning (never a panic).
+    pub fn from_env() -> Self {
+        let mut opts = DriverOptions::default();
+        opts.apply_env(|name| std::env::var(name).ok());
+        opts
+    }
+
+    /// Applies the environment as seen through `get` (testable without `set_var`).
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) {
+        let Some(text) = get(Self::BUSY_POLL_ENV) else {
+            return;
+        };
+        match text.trim().parse::<u64>() {
+            Ok(us) => self.busy_poll = Duration::from_micros(us),
+            Err(e) => tracing::warn!(value = %text, error = %e,
+                "{} is not a number of microseconds; ignored", Self::BUSY_POLL_ENV),
+        }
+    }
+}
+
 /// Wakes the progress thread; cheap and callable from any thread. Rings
 /// coalesce: while one is pending the next costs an atomic swap, no syscall.
 #[derive(Clone, Debug)]
@@ -260,5 +285,22 @@ impl<E: Engine> std::fmt::Debug for Driver<E> {
             .field("local", &self.local)
             .field("running", &self.thread.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_poll_from_the_environment() {
+        let mut opts = DriverOptions::default();
+        assert_eq!(opts.busy_poll, Duration::from_micros(50));
+        opts.apply_env(|_| Some(" 0 ".into()));
+        assert_eq!(opts.busy_poll, Duration::ZERO);
+        opts.apply_env(|_| Some("fast".into()));
+        assert_eq!(opts.busy_poll, Duration::ZERO);
+        opts.apply_env(|n| (n == "SOFTVERBS_BUSY_POLL_US").then(|| "250".into()));
+        assert_eq!(opts.busy_poll, Duration::from_micros(250));
     }
 }

@@ -66,6 +66,8 @@ pub enum Notification {
 /// The sans-IO protocol engine as a driver sees it. See the module doc for the call order.
 pub trait Engine: Send + 'static {
     /// A datagram arrived: `from` is the sender, `to` the local address it was sent to.
+    /// (`to` is the driver's bound address: a wildcard bind reports the wildcard,
+    /// as IP_PKTINFO is not read yet.)
     fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
     /// Writes the next datagram to send into `buf`; `None` when nothing is ready.
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
