@@ -77,6 +77,8 @@ pub struct Qp {
     pub srq: Option<SrqHandle>,
     /// The control-path state.
     pub ctl: QpControl,
+    /// The data-path state.
+    pub dp: crate::qp::data::QpData,
 }
 
 /// Handle of a context.
@@ -99,6 +101,10 @@ pub type QpHandle = Handle<Qp>;
 pub struct CqEntry {
     /// The CQ.
     pub cq: Cq,
+    /// Its completions.
+    pub ring: crate::cq::CqRing,
+    /// Completion channel that gets its events.
+    pub channel: Option<u32>,
     users: Users,
 }
 
@@ -107,6 +113,8 @@ pub struct CqEntry {
 pub struct SrqEntry {
     /// The SRQ.
     pub srq: Srq,
+    /// Its receive WQEs.
+    pub queue: crate::qp::wqe::RecvQueue,
     users: Users,
 }
 
@@ -159,17 +167,19 @@ pub struct QpInitInfo {
 
 /// One device's objects.
 pub struct Engine {
-    info: DeviceInfo,
+    pub(crate) info: DeviceInfo,
     ctxs: Table<Ctx>,
     pds: Table<Pd>,
-    mrs: Table<Mr>,
-    cqs: Table<CqEntry>,
-    srqs: Table<SrqEntry>,
-    ahs: Table<Ah>,
-    qps: Table<Qp>,
+    pub(crate) mrs: Table<Mr>,
+    pub(crate) cqs: Table<CqEntry>,
+    pub(crate) srqs: Table<SrqEntry>,
+    pub(crate) ahs: Table<Ah>,
+    pub(crate) qps: Table<Qp>,
     qpns: HashMap<u32, QpHandle>,
     next_qpn: u32,
     mr_serial: u32,
+    /// Device-wide data-path state (schedule, events, counters).
+    pub(crate) dev: crate::datapath::DeviceData,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -193,6 +203,7 @@ impl Engine {
             qpns: HashMap::new(),
             next_qpn: FIRST_QPN,
             mr_serial: 0,
+            dev: crate::datapath::DeviceData::default(),
         }
     }
 
@@ -324,7 +335,8 @@ impl Engine {
         let c = self.ctxs.get_mut(ctx).ok_or_else(|| missing(ObjectKind::Context, ctx))?;
         c.users.add(ObjectKind::Cq);
         let limit = u64::from(self.info.attr.max_cq);
-        let entry = CqEntry { cq: Cq { ctx, cqe, comp_vector: comp_vector as u32 }, users: Users::default() };
+        let cq = Cq { ctx, cqe, comp_vector: comp_vector as u32 };
+        let entry = CqEntry { cq, ring: crate::cq::CqRing::new(cqe), channel: None, users: Users::default() };
         let h = self.cqs.insert(entry).ok_or(Error::TooMany { kind: ObjectKind::Cq, limit })?;
         Ok((h, cqe))
     }
@@ -353,7 +365,8 @@ impl Engine {
         let granted = srq::check_create(attr, &self.info.attr)?;
         self.pd_ctx(pd)?;
         let limit = u64::from(self.info.attr.max_srq);
-        let entry = SrqEntry { srq: Srq { pd, attr: granted, posted: 0 }, users: Users::default() };
+        let srq = Srq { pd, attr: granted, posted: 0 };
+        let entry = SrqEntry { srq, queue: Default::default(), users: Users::default() };
         let h = self.srqs.insert(entry).ok_or(Error::TooMany { kind: ObjectKind::Srq, limit })?;
         self.pd_use(pd, ObjectKind::Srq, true)?;
         Ok((h, granted))
@@ -362,6 +375,7 @@ impl Engine {
     /// `ibv_modify_srq`.
     pub fn modify_srq(&mut self, h: SrqHandle, attr: &SrqAttr, mask: u32) -> Result<(), Error> {
         let s = self.srqs.get_mut(h).ok_or_else(|| missing(ObjectKind::Srq, h))?;
+        s.srq.posted = s.queue.len() as u32;
         s.srq.modify(attr, mask, &self.info.attr)
     }
 
@@ -430,7 +444,7 @@ impl Engine {
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
-        let qp = Qp { pd: c.pd, send_cq, recv_cq, srq: c.srq, ctl };
+        let qp = Qp { pd: c.pd, send_cq, recv_cq, srq: c.srq, ctl, dp: Default::default() };
         let limit = u64::from(self.info.attr.max_qp);
         let handle = self.qps.insert(qp).ok_or(Error::TooMany { kind: ObjectKind::Qp, limit })?;
         self.qpns.insert(qpn, handle);
@@ -476,17 +490,21 @@ impl Engine {
         let q = self.qps.get_mut(h).ok_or_else(|| missing(ObjectKind::Qp, h))?;
         let env = ModifyEnv { dev: &self.info, privileged: false };
         let t = q.ctl.modify(attr, mask, env)?;
-        // No data path yet: nothing is ever outstanding, so an SQD drain ends at once.
-        if t.to == crate::types::QpState::Sqd {
-            q.ctl.drain_finished();
-        }
+        self.after_transition(h, t);
         Ok(t)
     }
 
     /// `ibv_query_qp`: the attributes, which of them are valid, and `init_attr`.
     pub fn query_qp(&self, h: QpHandle) -> Result<(QpAttr, AttrMask, QpInitInfo), Error> {
         let q = self.qp(h)?;
-        let (attr, valid) = q.ctl.query();
+        let (mut attr, valid) = q.ctl.query();
+        // qp-query.md §3.1: sq_psn / rq_psn are the live next-to-send and expected PSNs.
+        if valid.contains(AttrMask::SQ_PSN) {
+            attr.sq_psn = q.dp.req.next_psn.get();
+        }
+        if valid.contains(AttrMask::RQ_PSN) && q.ctl.qp_type() != QpType::Ud {
+            attr.rq_psn = q.dp.resp.epsn.get();
+        }
         let init = QpInitInfo {
             qp_type: q.ctl.qp_type(),
             send_cq: q.send_cq,

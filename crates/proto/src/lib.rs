@@ -15,6 +15,7 @@
 
 pub mod ah;
 pub mod cq;
+pub mod datapath;
 pub mod device;
 pub mod engine;
 pub mod error;

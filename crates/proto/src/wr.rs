@@ -630,6 +630,12 @@ pub enum PostError {
         /// The capacity attribute's name.
         attr: &'static str,
     },
+    /// The QP or SRQ handle names no live object.
+    #[error("{what}")]
+    NoSuchObject {
+        /// Which handle, in words.
+        what: String,
+    },
 }
 
 impl PostError {

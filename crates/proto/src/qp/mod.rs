@@ -8,6 +8,7 @@
 
 pub mod completer;
 pub mod create;
+pub mod data;
 pub mod requester;
 pub mod responder;
 pub mod sgl;
