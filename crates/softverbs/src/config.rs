@@ -18,7 +18,8 @@
 use crate::context::Context;
 use crate::error::Error;
 use proto::device::DeviceConfig;
-use proto::{Engine, Mtu};
+use crate::device::Shared;
+use proto::Mtu;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -52,33 +53,30 @@ impl Device {
 
     /// `ibv_open_device`: a new context on this device.
     pub fn open(&self) -> Result<Context, Error> {
-        Ok(Context::new(shared_for(&self.config)))
+        Ok(Context::new(shared_for(&self.config)?))
     }
 }
 
-/// The state one device shares among the contexts of a process.
-pub(crate) struct Shared {
-    pub(crate) engine: Mutex<Engine>,
-}
-
-impl Shared {
-    /// Runs `f` on the engine. A panic elsewhere must not wedge the device, so a
-    /// poisoned lock is taken over (every engine operation is all-or-nothing).
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
-        let mut guard = self.engine.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard)
-    }
-}
-
-fn shared_for(config: &DeviceConfig) -> Arc<Shared> {
+fn shared_for(config: &DeviceConfig) -> Result<Arc<Shared>, Error> {
     static OPEN: OnceLock<Mutex<HashMap<String, Weak<Shared>>>> = OnceLock::new();
     let mut open = OPEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     if let Some(s) = open.get(&config.name).and_then(Weak::upgrade) {
-        return s;
+        return Ok(s);
     }
-    let s = Arc::new(Shared { engine: Mutex::new(Engine::new(config)) });
+    let s = Arc::new(Shared::start(config).map_err(|e| start_error(config, e))?);
     open.insert(config.name.clone(), Arc::downgrade(&s));
-    s
+    Ok(s)
+}
+
+fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {
+    let addr = config.addrs.first().map_or("none".to_string(), |a| a.to_string());
+    let hint = match config.addrs.first() {
+        Some(ip) if !crate::device::bindable(*ip) => {
+            " — that address is not on this host (SOFTVERBS_ADDR must name a local address)"
+        }
+        _ => " — is another softverbs device already using this address? (set SOFTVERBS_ADDR)",
+    };
+    Error::Config(format!("cannot start device {} on {addr} port 4791: {e}{hint}", config.name))
 }
 
 fn config_from_env() -> Result<DeviceConfig, Error> {

@@ -1,6 +1,6 @@
 //! Device contexts: the query verbs and the factories for PDs and CQs.
 
-use crate::config::Shared;
+use crate::device::Shared;
 use crate::cq::CompletionQueue;
 use crate::error::{logged, Error};
 use crate::pd::ProtectionDomain;

@@ -46,6 +46,7 @@ mod ah;
 mod config;
 mod context;
 mod cq;
+mod device;
 mod error;
 mod mem;
 mod mr;

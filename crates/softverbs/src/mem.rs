@@ -103,3 +103,39 @@ mod tests {
         assert!(!empty.read(0, &mut [0]));
     }
 }
+
+/// The device's view of the program's memory: raw copies and atomics at any
+/// address. Sound only because `proto` calls it exclusively for ranges that
+/// passed the memory-region check (key, PD, bounds, access) while holding the
+/// engine lock, and an MR's memory outlives its registration: `MemoryRegion`
+/// deregisters (under that lock) before it frees its buffer, and the C ABI's
+/// callers promise the same for the memory they register (`ibv_reg_mr(3)`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct RawMemory;
+
+impl proto::memory::Memory for RawMemory {
+    fn read(&self, addr: u64, dst: &mut [u8]) {
+        // SAFETY: see the type's doc: `[addr, addr + dst.len())` lies inside a
+        // live registered region; `dst` is engine-owned, so no overlap.
+        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len()) };
+    }
+
+    fn write(&self, addr: u64, src: &[u8]) {
+        // SAFETY: as for `read`, and the region allowed this write.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as usize as *mut u8, src.len()) };
+    }
+
+    fn atomic(&self, addr: u64, op: proto::memory::AtomicOp) -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+        // SAFETY: the engine checked that these 8 bytes are 8-byte aligned and
+        // inside a live region allowing remote atomics; the program may race on
+        // them only through atomics or its own risk, as with a NIC.
+        let word = unsafe { AtomicU64::from_ptr(addr as usize as *mut u64) };
+        match op {
+            proto::memory::AtomicOp::FetchAdd { add } => word.fetch_add(add, SeqCst),
+            proto::memory::AtomicOp::CompareSwap { compare, swap } => {
+                word.compare_exchange(compare, swap, SeqCst, SeqCst).unwrap_or_else(|v| v)
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! One open device: the protocol engine driven by the I/O layer's progress
+//! thread on a UDP socket bound to the device's address, port 4791.
+
+use crate::mem::RawMemory;
+use proto::datapath::{Event, EventElement};
+use proto::device::DeviceConfig;
+use proto::Engine;
+use std::net::{SocketAddr, UdpSocket};
+use sv_io::{AsyncEvent, Driver, DriverOptions, Nanos, Notification, Transmit};
+
+/// The engine as the driver sees it.
+pub(crate) struct DeviceEngine {
+    pub(crate) engine: Engine,
+    mem: RawMemory,
+}
+
+impl sv_io::Engine for DeviceEngine {
+    fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
+        self.engine.handle_datagram(now, from, to, payload, &self.mem);
+    }
+
+    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.engine.poll_transmit(now, &self.mem, buf).map(|t| Transmit { to: t.to, len: t.len })
+    }
+
+    fn poll_timeout(&self) -> Option<Nanos> {
+        self.engine.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Nanos) {
+        self.engine.handle_timeout(now);
+    }
+
+    fn poll_notification(&mut self) -> Option<Notification> {
+        Some(match self.engine.poll_event()? {
+            Event::Completion { cq, channel } => Notification::Completion { channel, cq: cq.raw() },
+            Event::Async { kind, element } => {
+                let element = match element {
+                    EventElement::Qp(h) => h.raw(),
+                    EventElement::Cq(h) => h.raw(),
+                    EventElement::Srq(h) => h.raw(),
+                };
+                Notification::Async(AsyncEvent { kind: kind as u32, element })
+            }
+        })
+    }
+}
+
+/// The state one device shares among the contexts of a process.
+pub(crate) struct Shared {
+    pub(crate) driver: Driver<DeviceEngine>,
+}
+
+impl Shared {
+    /// Starts the device: binds `addrs[0]`:4791 and starts its progress thread.
+    pub(crate) fn start(config: &DeviceConfig) -> std::io::Result<Shared> {
+        let ip = config.addrs.first().copied().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "the device has no address")
+        })?;
+        let bind = SocketAddr::new(ip, proto::datapath::ROCE_PORT);
+        // A device closed a moment ago (its last context dropped on another
+        // thread) may still be releasing the port: retry briefly, bounded.
+        let mut tries = 0;
+        loop {
+            let mut engine = Engine::new(config);
+            engine.set_local_port(bind.port());
+            let de = DeviceEngine { engine, mem: RawMemory };
+            match Driver::start(de, bind, DriverOptions::from_env()) {
+                Ok(driver) => return Ok(Shared { driver }),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs `f` on the engine (under the engine lock).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        self.driver.with(|d| f(&mut d.engine))
+    }
+
+    /// Runs `f` on the engine with the memory accessor.
+    pub(crate) fn with_mem<R>(&self, f: impl FnOnce(&mut Engine, &RawMemory) -> R) -> R {
+        self.driver.with(|d| f(&mut d.engine, &d.mem))
+    }
+
+    /// Wakes the progress thread after new work was posted.
+    pub(crate) fn doorbell(&self) {
+        self.driver.doorbell();
+    }
+}
+
+/// Tells whether `ip` can be bound here (for clear configuration errors).
+pub(crate) fn bindable(ip: std::net::IpAddr) -> bool {
+    UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
