@@ -17,6 +17,10 @@ impl AddressHandle {
         AddressHandle { pd, h, attr }
     }
 
+    pub(crate) fn handle(&self) -> AhHandle {
+        self.h
+    }
+
     /// The address vector.
     pub fn attr(&self) -> &AhAttr {
         &self.attr

@@ -10,6 +10,12 @@ pub enum Error {
     /// A verbs rule was broken (bad attribute, illegal transition, busy object…).
     #[error(transparent)]
     Verbs(#[from] proto::Error),
+    /// A work request was refused by `post_send` / `post_recv`.
+    #[error(transparent)]
+    Post(#[from] proto::wr::PostError),
+    /// The operating system refused something (socket, file descriptor).
+    #[error("{0}")]
+    Os(String),
     /// The device configuration (environment) is not valid.
     #[error("configuration: {0}")]
     Config(String),
@@ -20,7 +26,8 @@ impl Error {
     pub fn errno(&self) -> Errno {
         match self {
             Error::Verbs(e) => e.errno(),
-            Error::Config(_) => Errno::EINVAL,
+            Error::Post(e) => e.errno(),
+            Error::Config(_) | Error::Os(_) => Errno::EINVAL,
         }
     }
 }

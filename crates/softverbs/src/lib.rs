@@ -46,6 +46,7 @@ mod ah;
 mod config;
 mod context;
 mod cq;
+mod datapath;
 mod device;
 mod error;
 mod mem;
@@ -59,6 +60,7 @@ pub use ah::AddressHandle;
 pub use config::{devices, Device};
 pub use context::Context;
 pub use cq::CompletionQueue;
+pub use datapath::{AsyncEvent, CompletionChannel};
 pub use error::{DestroyError, Error};
 pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
@@ -71,6 +73,10 @@ pub use transition::{
 
 pub use proto::device::{AtomicCap, DeviceAttr, DeviceConfig, PortAttr, PortState};
 pub use proto::srq::SrqAttr;
+pub use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use proto::wr::{
+    AtomicTarget, ImmData, PostError, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
+};
 pub use proto::{
     AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, Mtu, QpAttr, QpCap, QpState, QpType,
 };

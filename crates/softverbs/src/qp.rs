@@ -169,6 +169,19 @@ impl<T: Transport> QueuePair<T> {
         QueuePair { inner: self.inner, _transport: PhantomData }
     }
 
+    pub(crate) fn handle(&self) -> QpHandle {
+        self.inner.h
+    }
+
+    pub(crate) fn pd(&self) -> &PdInner {
+        &self.inner.pd
+    }
+
+    /// An identifier that async events name this QP by.
+    pub fn id(&self) -> u64 {
+        self.inner.h.raw()
+    }
+
     /// Forgets the static transport.
     pub fn untyped(self) -> QueuePair<AnyTransport> {
         self.retype()

@@ -58,6 +58,17 @@ impl Engine {
         Ok(PostOutcome::Queued)
     }
 
+    /// Copies the bytes of an `IBV_SEND_INLINE` WR through the memory-region
+    /// check (lkey, PD, bounds) — the safe API's way to take inline data, where
+    /// a C caller hands over plain pointers instead.
+    pub fn gather_checked(&self, h: QpHandle, sges: &[crate::wr::Sge], mem: &dyn crate::memory::Memory) -> Result<Vec<u8>, PostError> {
+        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
+        let mut out = vec![0; crate::wr::sg_total_len(sges) as usize];
+        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, &mut out)
+            .map_err(|e| PostError::NoSuchObject { what: format!("IBV_SEND_INLINE data: {e:?}") })?;
+        Ok(out)
+    }
+
     /// Resolves a UD WR's address handle; a Q_Key with bit 31 set means "use the
     /// QP's own" (IBA 10.2.5, rc-reliability.md §7).
     fn ud_dest(&self, own_qkey: u32, wr: &SendWr<'_>) -> Option<UdDest> {
