@@ -6,6 +6,8 @@
 //!   refused modify, to show how softverbs explains a mistake.
 #![forbid(unsafe_code)]
 
+mod bench;
+mod perf;
 mod render;
 
 use softverbs::*;
@@ -14,9 +16,13 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     init_log();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let port = flag(&args, "--port").unwrap_or(18515);
     let result = match args.first().map(String::as_str) {
         Some("devinfo") => devinfo(),
-        Some("demo") | None => demo(),
+        Some("control") => control_demo(),
+        Some("demo") | None => perf::run(&perf::Plan::demo(), port),
+        Some("perf") => perf::run(&perf::Plan::full(), port),
+        Some("serve") => perf::serve(port),
         Some("-h") | Some("--help") | Some("help") => {
             println!("{}", USAGE);
             Ok(())
@@ -46,9 +52,18 @@ fn init_log() {
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
 }
 
-const USAGE: &str = "usage: softverbs [demo | devinfo]
-  demo     connect two RC queue pairs (RESET→INIT→RTR→RTS) and query them
+/// The value after `name` in the arguments.
+fn flag(args: &[String], name: &str) -> Option<u16> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok())
+}
+
+const USAGE: &str = "usage: softverbs [demo | perf | control | devinfo | serve] [--port N]
+  demo     two processes, one RC connection: send latency, RDMA WRITE and READ bandwidth
+  perf     the benchmark: latency and WRITE/READ/SEND/atomic bandwidth at several sizes,
+           with memcpy and iperf3 TCP loopback measured in the same run
+  control  the control path: two RC QPs brought RESET→INIT→RTR→RTS and queried
   devinfo  show the device, its limits, port and GID table
+  serve    the server side of demo/perf (started by them; --port, default 18515)
 environment: SOFTVERBS_ADDR, SOFTVERBS_DEVICE, SOFTVERBS_MTU, SOFTVERBS_LOG";
 
 fn open() -> Result<(Device, Context), Error> {
@@ -63,7 +78,7 @@ fn devinfo() -> Result<(), Error> {
     Ok(())
 }
 
-fn demo() -> Result<(), Error> {
+fn control_demo() -> Result<(), Error> {
     let (dev, ctx) = open()?;
     let gid = ctx.query_gid(1, 0)?;
     println!("opened {} — GID[0] {} ({})\n", dev.name(), gid, gid.ip());

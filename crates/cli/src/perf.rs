@@ -1,0 +1,196 @@
+//! `softverbs demo` and `softverbs perf`: a server process and a client
+//! process, real RoCEv2 traffic between them, perftest-like results, and the
+//! baselines measured in the same run (memcpy; iperf3 TCP loopback when
+//! installed) so figures read as ratios on a noisy shared machine.
+
+use crate::bench::{self, summarize, Peer};
+use softverbs::{Error, WrOpcode};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What one run measures.
+pub struct Plan {
+    pub pingpong: Vec<(usize, u32)>,
+    /// (operation, iterations, size, depth)
+    pub streams: Vec<(WrOpcode, usize, u32, usize)>,
+    pub baselines: bool,
+}
+
+impl Plan {
+    /// The main job: a ping-pong and a WRITE bandwidth run, a few seconds.
+    pub fn demo() -> Plan {
+        Plan {
+            pingpong: vec![(2000, 64)],
+            streams: vec![(WrOpcode::RdmaWrite, 4000, 65536, 128), (WrOpcode::RdmaRead, 2000, 65536, 64)],
+            baselines: false,
+        }
+    }
+
+    /// The benchmark: every operation, several sizes, with baselines.
+    pub fn full() -> Plan {
+        let mut streams = Vec::new();
+        for size in [64u32, 4096, 65536] {
+            let iters = if size >= 65536 { 4000 } else { 20_000 };
+            streams.push((WrOpcode::RdmaWrite, iters, size, 128));
+            streams.push((WrOpcode::RdmaRead, iters / 2, size, 64));
+            streams.push((WrOpcode::Send, iters, size, 128));
+        }
+        streams.push((WrOpcode::AtomicFetchAndAdd, 20_000, 8, 16));
+        Plan { pingpong: vec![(5000, 8), (2000, 4096)], streams, baselines: true }
+    }
+}
+
+/// Runs the server side until the client says `quit`.
+pub fn serve(port: u16) -> Result<(), Error> {
+    let mut peer = bench::accept(port)?;
+    loop {
+        let line = peer.ctrl.recv().map_err(|e| Error::Os(e.to_string()))?;
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let arg = |i: usize| f.get(i).and_then(|s| s.parse::<usize>().ok()).unwrap_or(0);
+        match f.first().copied() {
+            Some("pingpong") => peer.echo(arg(1), arg(2) as u32)?,
+            Some("send") => {
+                let p = &mut peer;
+                sink_ready(p, arg(1), arg(2) as u32)?;
+            }
+            Some("quit") | None => return Ok(()),
+            _ => {}
+        }
+        peer.ctrl.send("ok").map_err(|e| Error::Os(e.to_string()))?;
+    }
+}
+
+fn sink_ready(peer: &mut Peer, iters: usize, size: u32) -> Result<(), Error> {
+    // The receives for the first window are posted inside `sink` before any
+    // completion is awaited; the client waits for "ready" first.
+    peer.ctrl.send("ready").map_err(|e| Error::Os(e.to_string()))?;
+    peer.sink(iters, size)
+}
+
+/// Spawns `softverbs serve --port PORT` as a child process.
+fn spawn_server(port: u16) -> Result<Child, Error> {
+    let exe = std::env::current_exe().map_err(|e| Error::Os(e.to_string()))?;
+    Command::new(exe)
+        .args(["serve", "--port", &port.to_string()])
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::Os(format!("starting the server process: {e}")))
+}
+
+/// Client: runs the plan against a freshly spawned server process.
+pub fn run(plan: &Plan, port: u16) -> Result<(), Error> {
+    let mut server = spawn_server(port)?;
+    let result = drive(plan, port);
+    let waited = wait_child(&mut server, Duration::from_secs(10));
+    if !waited {
+        let _ = server.kill(); // our own child, by handle
+        let _ = server.wait();
+    }
+    result
+}
+
+fn wait_child(c: &mut Child, limit: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if let Ok(Some(_)) = c.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn drive(plan: &Plan, port: u16) -> Result<(), Error> {
+    let mut peer = bench::connect(port)?;
+    let ctrl_err = |e: std::io::Error| Error::Os(e.to_string());
+    println!("two processes on this host, RC over RoCEv2/UDP, {} → peer GID {} (QPN {:#08x})",
+        peer.ctx.query_gid(1, 0)?.ip(), peer.remote.gid.ip(), peer.remote.qpn);
+    println!("path MTU {} bytes\n", peer.ctx.query_port(1)?.active_mtu);
+    println!("{:<22} {:>10} {:>10} {:>12} {:>12} {:>12}", "test", "bytes", "iters", "t_median[us]", "t_p99[us]", "t_avg[us]");
+    for &(iters, size) in &plan.pingpong {
+        peer.ctrl.send(&format!("pingpong {iters} {size}")).map_err(ctrl_err)?;
+        let mut lat = peer.pingpong(iters, size)?;
+        expect(&mut peer, "ok")?;
+        let (med, p99, avg) = summarize(&mut lat);
+        println!("{:<22} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}", "send latency (RC)", size, iters, med, p99, avg);
+    }
+    println!("\n{:<22} {:>10} {:>10} {:>12} {:>12}", "test", "bytes", "iters", "BW[MB/s]", "MsgRate[Mpps]");
+    let mut results = Vec::new();
+    for &(op, iters, size, depth) in &plan.streams {
+        if op == WrOpcode::Send {
+            peer.ctrl.send(&format!("send {iters} {size}")).map_err(ctrl_err)?;
+            expect(&mut peer, "ready")?;
+        }
+        let t = peer.stream(op, iters, size, depth)?;
+        if op == WrOpcode::Send {
+            expect(&mut peer, "ok")?;
+        }
+        let bytes = if op == WrOpcode::AtomicFetchAndAdd { 8 } else { size };
+        let mbs = (iters as f64 * f64::from(bytes)) / t.as_secs_f64() / 1e6;
+        let mpps = iters as f64 / t.as_secs_f64() / 1e6;
+        println!("{:<22} {:>10} {:>10} {:>12.1} {:>12.4}", name(op), bytes, iters, mbs, mpps);
+        results.push((op, bytes, mbs));
+    }
+    peer.ctrl.send("quit").map_err(ctrl_err)?;
+    if plan.baselines {
+        baselines(&results);
+    }
+    Ok(())
+}
+
+fn expect(peer: &mut Peer, want: &str) -> Result<(), Error> {
+    let got = peer.ctrl.recv().map_err(|e| Error::Os(e.to_string()))?;
+    if got != want {
+        return Err(Error::Os(format!("server said {got:?}, expected {want:?}")));
+    }
+    Ok(())
+}
+
+fn name(op: WrOpcode) -> &'static str {
+    match op {
+        WrOpcode::RdmaWrite => "RDMA WRITE bw",
+        WrOpcode::RdmaRead => "RDMA READ bw",
+        WrOpcode::Send => "SEND bw",
+        WrOpcode::AtomicFetchAndAdd => "FETCH_ADD rate",
+        _ => "other",
+    }
+}
+
+/// memcpy and iperf3 measured now, and our best bandwidth as a ratio of each.
+fn baselines(results: &[(WrOpcode, u32, f64)]) {
+    let best = results.iter().map(|r| r.2).fold(0.0, f64::max);
+    let memcpy = memcpy_mbs(65536, 64 << 20);
+    println!("\nbaselines measured in this run:");
+    println!("  memcpy 64 KiB blocks       {memcpy:>12.1} MB/s   softverbs best / memcpy = {:.3}", best / memcpy);
+    match iperf3_mbs() {
+        Some(tcp) => println!("  iperf3 TCP loopback        {tcp:>12.1} MB/s   softverbs best / iperf3 = {:.3}", best / tcp),
+        None => println!("  iperf3 TCP loopback        not measured (iperf3 not installed: apt-get install iperf3)"),
+    }
+}
+
+fn memcpy_mbs(block: usize, total: usize) -> f64 {
+    let src = vec![0x5au8; block];
+    let mut dst = vec![0u8; block];
+    let t0 = Instant::now();
+    for i in 0..total / block {
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&mut dst);
+        std::hint::black_box(i);
+    }
+    total as f64 / t0.elapsed().as_secs_f64() / 1e6
+}
+
+fn iperf3_mbs() -> Option<f64> {
+    let port = "15201";
+    let mut server = Command::new("iperf3").args(["-s", "-1", "-p", port]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new("iperf3").args(["-c", "127.0.0.1", "-p", port, "-t", "3", "-J"]).output().ok();
+    let _ = wait_child(&mut server, Duration::from_secs(5)) || server.kill().is_ok();
+    let text = String::from_utf8(out?.stdout).ok()?;
+    // "sum_received": { ... "bits_per_second": N ... }
+    let at = text.find("\"sum_received\"")?;
+    let rest = &text[at..];
+    let b = rest.find("\"bits_per_second\"")?;
+    let num: String = rest[b + 17..].chars().skip_while(|c| !c.is_ascii_digit()).take_while(|c| c.is_ascii_digit() || *c == '.' || *c == 'e' || *c == '+').collect();
+    num.parse::<f64>().ok().map(|bps| bps / 8e6)
+}
