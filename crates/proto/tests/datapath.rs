@@ -67,12 +67,14 @@ impl Node {
     }
 }
 
+type DropFn = Box<dyn FnMut(&[u8]) -> bool>;
+
 struct Net {
     a: Node,
     b: Node,
     now: u64,
     /// Drop every n-th packet from A (0 = none), to exercise recovery paths.
-    drop_from_a: Option<Box<dyn FnMut(&[u8]) -> bool>>,
+    drop_from_a: Option<DropFn>,
 }
 
 impl Net {

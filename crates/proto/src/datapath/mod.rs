@@ -160,6 +160,28 @@ impl crate::Engine {
         Ok(())
     }
 
+    /// What QP `q`'s responder needs to know.
+    pub(crate) fn resp_env<'a>(
+        q: &crate::engine::Qp,
+        mrs: &'a crate::table::Table<crate::mr::Mr>,
+        mem: &'a dyn crate::memory::Memory,
+    ) -> crate::qp::responder::RespEnv<'a> {
+        let a = q.ctl.attr();
+        crate::qp::responder::RespEnv {
+            qp_type: q.ctl.qp_type(),
+            qpn: q.ctl.qpn(),
+            dest_qpn: a.dest_qp_num,
+            pd: q.pd,
+            access: crate::types::AccessFlags(a.qp_access_flags),
+            mtu: tx::path_mtu(a.path_mtu),
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            qkey: q.ctl.qkey_or_zero(),
+            mrs,
+            mem,
+        }
+    }
+
     pub(crate) fn schedule(&mut self, h: QpHandle) {
         if let Some(q) = self.qps.get_mut(h) {
             if !q.dp.scheduled {

@@ -5,8 +5,8 @@ use super::{AsyncEventKind, Event, EventElement};
 use crate::engine::QpHandle;
 use crate::memory::Memory;
 use crate::qp::completer::{CompEffects, CompEnv};
-use crate::qp::responder::{Incoming, RespEffects, RespEnv};
-use crate::types::{AccessFlags, QpState, QpType};
+use crate::qp::responder::{Incoming, RespEffects};
+use crate::types::{QpState, QpType};
 use crate::Engine;
 use std::net::{IpAddr, SocketAddr};
 use wire::icrc::{self, Endpoints};
@@ -74,20 +74,7 @@ impl Engine {
             let element = EventElement::Qp(h);
             self.dev.events.push_back(Event::Async { kind: AsyncEventKind::CommEst, element });
         }
-        let a = *q.ctl.attr();
-        let env = RespEnv {
-            qp_type: q.ctl.qp_type(),
-            qpn: q.ctl.qpn(),
-            dest_qpn: a.dest_qp_num,
-            pd: q.pd,
-            access: AccessFlags(a.qp_access_flags),
-            mtu: super::tx::path_mtu(a.path_mtu),
-            max_dest_rd_atomic: a.max_dest_rd_atomic,
-            min_rnr_timer: a.min_rnr_timer,
-            qkey: q.ctl.qkey_or_zero(),
-            mrs: &self.mrs,
-            mem,
-        };
+        let env = Engine::resp_env(q, &self.mrs, mem);
         let mut fx = RespEffects::default();
         let pkt = Incoming { repr, payload: body, grh };
         let srq = q.srq;
@@ -95,10 +82,10 @@ impl Engine {
             Some(s) => q.dp.resp.handle(&env, &mut s.queue, &pkt, &mut fx),
             None => q.dp.resp.handle(&env, &mut q.dp.rq, &pkt, &mut fx),
         }
-        self.apply_responder(h, fx, repr);
+        self.apply_responder(h, fx);
     }
 
-    fn apply_responder(&mut self, h: QpHandle, fx: RespEffects, repr: &TransportRepr) {
+    fn apply_responder(&mut self, h: QpHandle, fx: RespEffects) {
         let Some(q) = self.qps.get_mut(h) else { return };
         let (cq, srq) = (q.recv_cq, q.srq);
         if let Some(d) = fx.dropped {
@@ -115,7 +102,6 @@ impl Engine {
         if q.dp.resp.has_output() {
             self.schedule(h);
         }
-        let _ = repr;
         for (wc, solicited) in fx.completions {
             self.push_completion(cq, wc, solicited, Some(h));
         }

@@ -10,7 +10,6 @@ use crate::engine::QpHandle;
 use crate::memory::Memory;
 use crate::qp::completer::success;
 use crate::qp::requester::{Payload, ReqEnv};
-use crate::qp::responder::RespEnv;
 use crate::qp::sgl;
 use crate::timers::local_ack_timeout_ns;
 use crate::types::{Gid, Mtu, QpState, QpType};
@@ -54,19 +53,7 @@ impl Engine {
             return None;
         }
         let a = *q.ctl.attr();
-        let env = RespEnv {
-            qp_type: q.ctl.qp_type(),
-            qpn: q.ctl.qpn(),
-            dest_qpn: a.dest_qp_num,
-            pd: q.pd,
-            access: crate::types::AccessFlags(a.qp_access_flags),
-            mtu: path_mtu(a.path_mtu),
-            max_dest_rd_atomic: a.max_dest_rd_atomic,
-            min_rnr_timer: a.min_rnr_timer,
-            qkey: a.qkey,
-            mrs: &self.mrs,
-            mem,
-        };
+        let env = Engine::resp_env(q, &self.mrs, mem);
         let scratch = &mut self.dev.scratch;
         let (repr, n) = q.dp.resp.next_response(&env, scratch)?;
         q.dp.counters.packets_sent += 1;

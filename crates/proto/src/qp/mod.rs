@@ -173,3 +173,20 @@ impl QpControl {
         }
     }
 }
+
+/// A BTH with the fields softverbs always sends the same way (default P_Key,
+/// no migration, no congestion marks; PadCnt is filled in by `emit`).
+pub(crate) fn bth(opcode: wire::Opcode, dest_qpn: u32, psn: wire::Psn, ack_req: bool, solicited: bool) -> wire::bth::Repr {
+    wire::bth::Repr {
+        opcode,
+        solicited,
+        mig_req: false,
+        pad_count: 0,
+        pkey: wire::PKey::DEFAULT,
+        fecn: false,
+        becn: false,
+        dest_qp: wire::Qpn::from_masked(dest_qpn),
+        ack_req,
+        psn,
+    }
+}

@@ -10,7 +10,7 @@ use super::wqe::{SendQueue, SendWqe};
 use crate::types::QpType;
 use crate::wr::{SendFlags, WrOpcode, WrTarget};
 use wire::opcode::{MessageKind, Position, Transport};
-use wire::{aeth, atomic_eth, bth, deth, immdt, reth, Opcode, PKey, Psn, Qkey, Qpn, Rkey, TransportRepr};
+use wire::{aeth, atomic_eth, deth, immdt, reth, Opcode, Psn, Qkey, Qpn, Rkey, TransportRepr};
 
 /// Unacknowledged PSNs an RC requester keeps in flight at most (rxe uses 128;
 /// far below 2^23, roce-wire.md §9).
@@ -153,18 +153,7 @@ impl Requester {
         self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
         let solicited = last && w.flags.contains(SendFlags::SOLICITED) && carries_se(w.opcode);
         let dest = w.ud.map_or(env.dest_qpn, |u| u.remote_qpn);
-        let mut repr = TransportRepr::new(bth::Repr {
-            opcode,
-            solicited,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::from_masked(dest),
-            ack_req,
-            psn,
-        });
+        let mut repr = TransportRepr::new(super::bth(opcode, dest, psn, ack_req, solicited));
         let payload = self.fill_headers(&mut repr, w, index, i, env);
         ReqPacket { repr, payload, index, last }
     }
@@ -280,18 +269,7 @@ fn rc_op(code: u8) -> Opcode {
 
 /// An ACKNOWLEDGE / NAK packet header set (used by the responder).
 pub fn ack_repr(dest_qpn: u32, psn: Psn, syndrome: aeth::Syndrome, msn: u32) -> TransportRepr {
-    let mut r = TransportRepr::new(bth::Repr {
-        opcode: rc_op(0x11),
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: PKey::DEFAULT,
-        fecn: false,
-        becn: false,
-        dest_qp: Qpn::from_masked(dest_qpn),
-        ack_req: false,
-        psn,
-    });
+    let mut r = TransportRepr::new(super::bth(rc_op(0x11), dest_qpn, psn, false, false));
     r.aeth = Some(aeth::Repr { syndrome, msn: wire::Msn::from_masked(msn) });
     r
 }

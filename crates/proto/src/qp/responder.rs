@@ -22,7 +22,7 @@ use crate::wr::ImmData;
 use std::collections::VecDeque;
 use wire::aeth::{NakCode, Syndrome};
 use wire::opcode::{MessageKind, Operation, Position, Transport};
-use wire::{atomic_ack_eth, bth, Opcode, PKey, Psn, PsnRegion, Qpn, TransportRepr};
+use wire::{atomic_ack_eth, bth, Opcode, Psn, PsnRegion, TransportRepr};
 
 /// The largest RDMA length (IBA: 2^31).
 const MAX_DMA_LEN: u64 = 1 << 31;
@@ -570,18 +570,7 @@ impl Responder {
         let n = (job.len - job.offset).min(mtu) as usize;
         let pos = Position::of(index, job.npsn as usize);
         let opcode = Opcode::segment(Transport::Rc, MessageKind::ReadResponse, pos).unwrap_or(rc_opcode(0x10));
-        let mut r = TransportRepr::new(bth::Repr {
-            opcode,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: PKey::DEFAULT,
-            fecn: false,
-            becn: false,
-            dest_qp: Qpn::from_masked(env.dest_qpn),
-            ack_req: false,
-            psn: job.psn,
-        });
+        let mut r = TransportRepr::new(super::bth(opcode, env.dest_qpn, job.psn, false, false));
         if opcode.headers().contains(wire::HeaderSet::AETH) {
             r.aeth = Some(wire::aeth::Repr { syndrome: Syndrome::ack_unlimited(), msn: wire::Msn::from_masked(self.msn) });
         }
