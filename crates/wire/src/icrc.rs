@@ -117,8 +117,7 @@ pub fn verify_received(ep: &Endpoints, transport: &[u8]) -> Result<Option<u16>, 
     let computed = compute(&encap, transport)?; // with ID 0
                                                 // Bytes covered after the ID field: rest of the IPv4 header (from byte 6), UDP, BTH … pad.
     let after_id = (IPV4_LEN - 6) + UDP_LEN + (transport.len() - LEN);
-    let columns = gf2::id_columns(after_id);
-    match gf2::solve(&columns, found ^ computed) {
+    match gf2::solve_id(found ^ computed, after_id) {
         Some(id) => Ok(Some(id)),
         None => Err(Error::BadIcrc { found, computed }),
     }
@@ -135,29 +134,31 @@ pub fn ipv4_with_id(ep: &Endpoints, id: u16) -> Option<Encap> {
 }
 
 /// GF(2) arithmetic on CRC-32 register values in zlib's reflected bit order
-/// (bit 31 = coefficient of x^0).
+/// (bit 31 = coefficient of x^0), all tables built at compile time.
 mod gf2 {
     /// The reflected IEEE 802.3 polynomial (§8.1 step 3).
     const POLY: u32 = 0xEDB8_8320;
     /// x^0 in the reflected representation.
     const ONE: u32 = 0x8000_0000;
+    /// x^-1 mod P = (P + 1) / x: every term of P shifted down one degree.
+    const X_INV: u32 = (POLY << 1) | 1;
 
     /// `a · b mod P`.
-    pub(super) fn mul_mod(a: u32, mut b: u32) -> u32 {
+    pub(super) const fn mul_mod(a: u32, mut b: u32) -> u32 {
         let mut product = 0;
-        for i in 0..32 {
+        let mut i = 0;
+        while i < 32 {
             if a & (ONE >> i) != 0 {
                 product ^= b;
             }
             b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+            i += 1;
         }
         product
     }
 
-    /// `x^(8·bytes) mod P`: what feeding `bytes` zero bytes does to a register
-    /// difference (square-and-multiply).
-    pub(super) fn x_pow_8n(bytes: usize) -> u32 {
-        let (mut result, mut base, mut e) = (ONE, ONE >> 1, (bytes as u64) * 8);
+    const fn pow(mut base: u32, mut e: u64) -> u32 {
+        let mut result = ONE;
         while e != 0 {
             if e & 1 != 0 {
                 result = mul_mod(result, base);
@@ -168,35 +169,69 @@ mod gf2 {
         result
     }
 
-    /// CRC register after feeding `bytes` to a zero register (the linear part).
-    fn crc_linear(bytes: &[u8]) -> u32 {
-        let mut c = 0u32;
-        for &b in bytes {
-            c ^= u32::from(b);
-            for _ in 0..8 {
-                c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+    /// `x^(8·bytes) mod P`: what feeding `bytes` zero bytes does to a register
+    /// difference.
+    #[cfg(test)]
+    pub(super) const fn x_pow_8n(bytes: usize) -> u32 {
+        pow(ONE >> 1, bytes as u64 * 8)
+    }
+
+    /// `NEG_POW[k] = x^-(8·2^k) mod P`.
+    const NEG_POW: [u32; 48] = {
+        let mut t = [0u32; 48];
+        t[0] = pow(X_INV, 8);
+        let mut k = 1;
+        while k < t.len() {
+            t[k] = mul_mod(t[k - 1], t[k - 1]);
+            k += 1;
+        }
+        t
+    };
+
+    /// `x^-(8·bytes) mod P`: undoes feeding `bytes` zero bytes.
+    pub(super) fn x_pow_neg_8n(bytes: usize) -> u32 {
+        let mut result = ONE;
+        for (k, &t) in NEG_POW.iter().enumerate() {
+            if (bytes as u64 >> k) & 1 != 0 {
+                result = mul_mod(result, t);
             }
+        }
+        result
+    }
+
+    /// CRC register after feeding `bytes` to a zero register (the linear part).
+    const fn crc_linear(bytes: [u8; 2]) -> u32 {
+        let mut c = 0u32;
+        let mut i = 0;
+        while i < bytes.len() {
+            c ^= bytes[i] as u32;
+            let mut bit = 0;
+            while bit < 8 {
+                c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+                bit += 1;
+            }
+            i += 1;
         }
         c
     }
 
-    /// Change of the final CRC caused by each of the 16 IPv4 ID bits, when
-    /// `after_id` covered bytes follow the ID field.
-    pub(super) fn id_columns(after_id: usize) -> [u32; 16] {
-        let shift = x_pow_8n(after_id);
+    /// Register change caused by each IPv4 ID bit, measured right after the ID field.
+    pub(super) const ID_COLUMNS: [u32; 16] = {
         let mut cols = [0u32; 16];
-        for (bit, col) in cols.iter_mut().enumerate() {
-            *col = mul_mod(crc_linear(&(1u16 << bit).to_be_bytes()), shift);
+        let mut bit = 0;
+        while bit < 16 {
+            cols[bit] = crc_linear((1u16 << bit).to_be_bytes());
+            bit += 1;
         }
         cols
-    }
+    };
 
-    /// The `x` with XOR of `cols[i]` over the set bits `i` of `x` equal to
-    /// `target`, by Gaussian elimination; `None` if there is none.
-    pub(super) fn solve(cols: &[u32; 16], target: u32) -> Option<u16> {
-        let mut basis = [(0u32, 0u16); 32]; // indexed by pivot bit: (vector, which columns)
-        for (i, &col) in cols.iter().enumerate() {
-            let (mut v, mut combo) = (col, 1u16 << i);
+    /// Echelon basis of [`ID_COLUMNS`]: per pivot bit, (vector, which columns).
+    const ID_BASIS: [(u32, u16); 32] = {
+        let mut basis = [(0u32, 0u16); 32];
+        let mut i = 0;
+        while i < 16 {
+            let (mut v, mut combo) = (ID_COLUMNS[i], 1u16 << i);
             while v != 0 {
                 let pivot = 31 - v.leading_zeros() as usize;
                 if basis[pivot].0 == 0 {
@@ -206,17 +241,27 @@ mod gf2 {
                 v ^= basis[pivot].0;
                 combo ^= basis[pivot].1;
             }
+            i += 1;
         }
-        let (mut t, mut x) = (target, 0u16);
+        basis
+    };
+
+    /// The ID whose bits, fed `after_id` bytes before the end, change the CRC
+    /// by `delta`; `None` if no ID does. Undo the shift (multiply by
+    /// x^-(8·after_id)), then express the result in the ID columns' basis.
+    pub(super) fn solve_id(delta: u32, after_id: usize) -> Option<u16> {
+        let mut t = mul_mod(delta, x_pow_neg_8n(after_id));
+        let mut id = 0u16;
         while t != 0 {
             let pivot = 31 - t.leading_zeros() as usize;
-            if basis[pivot].0 == 0 {
+            let (v, combo) = ID_BASIS[pivot];
+            if v == 0 {
                 return None;
             }
-            t ^= basis[pivot].0;
-            x ^= basis[pivot].1;
+            t ^= v;
+            id ^= combo;
         }
-        Some(x)
+        Some(id)
     }
 
     #[cfg(test)]
@@ -237,13 +282,23 @@ mod gf2 {
         }
 
         #[test]
-        fn solve_finds_every_combination() {
-            let cols = id_columns(100);
-            for id in [0u16, 1, 0x8000, 0xc6cb, 0xffff] {
-                let target = (0..16)
-                    .filter(|b| id & (1 << b) != 0)
-                    .fold(0, |acc, b| acc ^ cols[b]);
-                assert_eq!(solve(&cols, target), Some(id));
+        fn x_inverse_is_an_inverse() {
+            assert_eq!(mul_mod(X_INV, ONE >> 1), ONE);
+            for n in [0usize, 1, 22, 1080, 65535] {
+                assert_eq!(mul_mod(x_pow_8n(n), x_pow_neg_8n(n)), ONE, "n={n}");
+            }
+        }
+
+        #[test]
+        fn solve_finds_every_id() {
+            for after_id in [22usize, 100, 4118] {
+                for id in [0u16, 1, 0x8000, 0xc6cb, 0xffff] {
+                    let delta = (0..16)
+                        .filter(|b| id & (1 << b) != 0)
+                        .fold(0, |acc, b| acc ^ ID_COLUMNS[b]);
+                    let shifted = mul_mod(delta, x_pow_8n(after_id));
+                    assert_eq!(solve_id(shifted, after_id), Some(id));
+                }
             }
         }
     }
