@@ -17,7 +17,11 @@ pub const MAX_FLOW_LABEL: u32 = 0xf_ffff;
 /// routing failure: an all-zero destination GID, and a flow label wider than
 /// 20 bits.
 pub fn check_av(which: &'static str, av: &AhAttr, dev: &DeviceInfo) -> Result<(), ModifyError> {
-    dev.check_port(av.port_num).map_err(|_| ModifyError::BadPort { owner: which, port: av.port_num })?;
+    dev.check_port(av.port_num)
+        .map_err(|_| ModifyError::BadPort {
+            owner: which,
+            port: av.port_num,
+        })?;
     if av.is_global == 0 {
         return Err(ModifyError::NoGrh { which });
     }

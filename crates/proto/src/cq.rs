@@ -118,7 +118,11 @@ impl CqRing {
     /// `ibv_req_notify_cq`: arm once. "Next" upgrades an armed "solicited";
     /// "solicited" never downgrades "next" (IBA C11-31/32, completions.md §7.3).
     pub fn req_notify(&mut self, solicited_only: bool) {
-        let want = if solicited_only { Notify::Solicited } else { Notify::Next };
+        let want = if solicited_only {
+            Notify::Solicited
+        } else {
+            Notify::Next
+        };
         self.notify = self.notify.max(want);
     }
 
@@ -168,7 +172,11 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(r.poll(8, &mut out), 2);
         assert_eq!(out.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(r.push(wc(4), false), Pushed::Overrun, "an overrun CQ stays unusable");
+        assert_eq!(
+            r.push(wc(4), false),
+            Pushed::Overrun,
+            "an overrun CQ stays unusable"
+        );
         assert!(r.is_overrun());
     }
 
@@ -178,13 +186,25 @@ mod tests {
         r.req_notify(true);
         assert_eq!(r.push(wc(1), false), Pushed::Stored { event: false });
         assert_eq!(r.push(wc(2), true), Pushed::Stored { event: true });
-        assert_eq!(r.push(wc(3), true), Pushed::Stored { event: false }, "disarmed after firing");
+        assert_eq!(
+            r.push(wc(3), true),
+            Pushed::Stored { event: false },
+            "disarmed after firing"
+        );
         r.req_notify(false);
         r.req_notify(true);
-        assert_eq!(r.push(wc(4), false), Pushed::Stored { event: true }, "solicited never downgrades next");
+        assert_eq!(
+            r.push(wc(4), false),
+            Pushed::Stored { event: true },
+            "solicited never downgrades next"
+        );
         r.req_notify(true);
         let err = WorkCompletion::error(5, 1, WcOpcode::Send, WcStatus::LocProtErr);
-        assert_eq!(r.push(err, false), Pushed::Stored { event: true }, "errors count as solicited");
+        assert_eq!(
+            r.push(err, false),
+            Pushed::Stored { event: true },
+            "errors count as solicited"
+        );
         assert!(r.resize(2).is_err());
         assert!(r.resize(5).is_ok());
     }

@@ -325,7 +325,10 @@ impl DeviceInfo {
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid, Error> {
         self.check_port(port)?;
         if index >= self.port.gid_tbl_len {
-            return Err(Error::GidIndex { index, len: self.port.gid_tbl_len });
+            return Err(Error::GidIndex {
+                index,
+                len: self.port.gid_tbl_len,
+            });
         }
         match self.gids.get(index as usize) {
             Some(g) if !g.is_zero() => Ok(*g),
@@ -337,7 +340,10 @@ impl DeviceInfo {
     pub fn query_pkey(&self, port: u8, index: u32) -> Result<u16, Error> {
         self.check_port(port)?;
         if index >= u32::from(self.port.pkey_tbl_len) {
-            return Err(Error::PkeyIndex { index, len: u32::from(self.port.pkey_tbl_len) });
+            return Err(Error::PkeyIndex {
+                index,
+                len: u32::from(self.port.pkey_tbl_len),
+            });
         }
         Ok(DEFAULT_PKEY)
     }
@@ -394,9 +400,15 @@ mod tests {
         assert_eq!(d.query_gid(1, 1).unwrap_err().errno(), crate::Errno::EINVAL);
         assert_eq!(d.query_gid(2, 0).unwrap_err().errno(), crate::Errno::EINVAL);
         assert_eq!(d.query_pkey(1, 0).unwrap(), 0xffff);
-        assert_eq!(d.query_pkey(1, 1).unwrap_err().errno(), crate::Errno::EINVAL);
+        assert_eq!(
+            d.query_pkey(1, 1).unwrap_err().errno(),
+            crate::Errno::EINVAL
+        );
         let p = d.query_port(1).unwrap();
-        assert_eq!((p.state, p.max_mtu, p.link_layer), (PortState::Active, Mtu::Mtu4096, 2));
+        assert_eq!(
+            (p.state, p.max_mtu, p.link_layer),
+            (PortState::Active, Mtu::Mtu4096, 2)
+        );
         assert!(d.query_port(0).is_err());
     }
 }

@@ -38,13 +38,20 @@ impl Users {
     }
     fn busy(&self, kind: ObjectKind) -> Result<(), Error> {
         const KINDS: [ObjectKind; 7] = [
-            ObjectKind::Context, ObjectKind::Pd, ObjectKind::Mr, ObjectKind::Cq,
-            ObjectKind::Srq, ObjectKind::Ah, ObjectKind::Qp,
+            ObjectKind::Context,
+            ObjectKind::Pd,
+            ObjectKind::Mr,
+            ObjectKind::Cq,
+            ObjectKind::Srq,
+            ObjectKind::Ah,
+            ObjectKind::Qp,
         ];
         match KINDS.iter().zip(self.0).find(|(_, n)| *n > 0) {
-            Some((user_kind, _)) => {
-                Err(Error::Busy { kind, users: self.total(), user_kind: *user_kind })
-            }
+            Some((user_kind, _)) => Err(Error::Busy {
+                kind,
+                users: self.total(),
+                user_kind: *user_kind,
+            }),
             None => Ok(()),
         }
     }
@@ -183,7 +190,10 @@ pub struct Engine {
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
-    Error::NoSuchObject { kind, handle: h.raw() }
+    Error::NoSuchObject {
+        kind,
+        handle: h.raw(),
+    }
 }
 
 impl Engine {
@@ -214,31 +224,65 @@ impl Engine {
 
     /// Opens a context.
     pub fn open_context(&mut self) -> CtxHandle {
-        self.ctxs.insert(Ctx::default()).expect("context table has no limit")
+        self.ctxs
+            .insert(Ctx::default())
+            .expect("context table has no limit")
     }
 
     /// Closes a context, destroying every object it created (QPs first).
     pub fn close_context(&mut self, ctx: CtxHandle) -> Result<(), Error> {
-        self.ctxs.get(ctx).ok_or_else(|| missing(ObjectKind::Context, ctx))?;
-        let pds: Vec<PdHandle> = self.pds.iter().filter(|(_, p)| p.ctx == ctx).map(|(h, _)| h).collect();
+        self.ctxs
+            .get(ctx)
+            .ok_or_else(|| missing(ObjectKind::Context, ctx))?;
+        let pds: Vec<PdHandle> = self
+            .pds
+            .iter()
+            .filter(|(_, p)| p.ctx == ctx)
+            .map(|(h, _)| h)
+            .collect();
         let in_pd = |pd: &PdHandle| pds.contains(pd);
-        let qps: Vec<_> = self.qps.iter().filter(|(_, q)| in_pd(&q.pd)).map(|(h, _)| h).collect();
+        let qps: Vec<_> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| in_pd(&q.pd))
+            .map(|(h, _)| h)
+            .collect();
         for h in qps {
             self.destroy_qp(h)?;
         }
-        let ahs: Vec<_> = self.ahs.iter().filter(|(_, a)| in_pd(&a.pd)).map(|(h, _)| h).collect();
+        let ahs: Vec<_> = self
+            .ahs
+            .iter()
+            .filter(|(_, a)| in_pd(&a.pd))
+            .map(|(h, _)| h)
+            .collect();
         for h in ahs {
             self.destroy_ah(h)?;
         }
-        let mrs: Vec<_> = self.mrs.iter().filter(|(_, m)| in_pd(&m.pd)).map(|(h, _)| h).collect();
+        let mrs: Vec<_> = self
+            .mrs
+            .iter()
+            .filter(|(_, m)| in_pd(&m.pd))
+            .map(|(h, _)| h)
+            .collect();
         for h in mrs {
             self.dereg_mr(h)?;
         }
-        let srqs: Vec<_> = self.srqs.iter().filter(|(_, s)| in_pd(&s.srq.pd)).map(|(h, _)| h).collect();
+        let srqs: Vec<_> = self
+            .srqs
+            .iter()
+            .filter(|(_, s)| in_pd(&s.srq.pd))
+            .map(|(h, _)| h)
+            .collect();
         for h in srqs {
             self.destroy_srq(h)?;
         }
-        let cqs: Vec<_> = self.cqs.iter().filter(|(_, c)| c.cq.ctx == ctx).map(|(h, _)| h).collect();
+        let cqs: Vec<_> = self
+            .cqs
+            .iter()
+            .filter(|(_, c)| c.cq.ctx == ctx)
+            .map(|(h, _)| h)
+            .collect();
         for h in cqs {
             self.destroy_cq(h)?;
         }
@@ -253,17 +297,29 @@ impl Engine {
 
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&mut self, ctx: CtxHandle) -> Result<PdHandle, Error> {
-        let c = self.ctxs.get_mut(ctx).ok_or_else(|| missing(ObjectKind::Context, ctx))?;
+        let c = self
+            .ctxs
+            .get_mut(ctx)
+            .ok_or_else(|| missing(ObjectKind::Context, ctx))?;
         c.users.add(ObjectKind::Pd);
         let limit = u64::from(self.info.attr.max_pd);
         self.pds
-            .insert(Pd { ctx, users: Users::default() })
-            .ok_or(Error::TooMany { kind: ObjectKind::Pd, limit })
+            .insert(Pd {
+                ctx,
+                users: Users::default(),
+            })
+            .ok_or(Error::TooMany {
+                kind: ObjectKind::Pd,
+                limit,
+            })
     }
 
     /// `ibv_dealloc_pd`: `EBUSY` while MRs, SRQs, AHs or QPs use it.
     pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), Error> {
-        let p = self.pds.get(pd).ok_or_else(|| missing(ObjectKind::Pd, pd))?;
+        let p = self
+            .pds
+            .get(pd)
+            .ok_or_else(|| missing(ObjectKind::Pd, pd))?;
         p.users.busy(ObjectKind::Pd)?;
         let ctx = p.ctx;
         self.pds.remove(pd);
@@ -274,7 +330,10 @@ impl Engine {
     }
 
     fn pd_use(&mut self, pd: PdHandle, user: ObjectKind, add: bool) -> Result<(), Error> {
-        let p = self.pds.get_mut(pd).ok_or_else(|| missing(ObjectKind::Pd, pd))?;
+        let p = self
+            .pds
+            .get_mut(pd)
+            .ok_or_else(|| missing(ObjectKind::Pd, pd))?;
         if add {
             p.users.add(user)
         } else {
@@ -285,20 +344,39 @@ impl Engine {
 
     /// The context a PD belongs to.
     pub fn pd_ctx(&self, pd: PdHandle) -> Result<CtxHandle, Error> {
-        self.pds.get(pd).map(|p| p.ctx).ok_or_else(|| missing(ObjectKind::Pd, pd))
+        self.pds
+            .get(pd)
+            .map(|p| p.ctx)
+            .ok_or_else(|| missing(ObjectKind::Pd, pd))
     }
 
     // ---- memory regions ----
 
     /// `ibv_reg_mr` over `[addr, addr + length)`.
-    pub fn reg_mr(&mut self, pd: PdHandle, addr: u64, length: u64, access: u32) -> Result<(MrHandle, &Mr), Error> {
+    pub fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        addr: u64,
+        length: u64,
+        access: u32,
+    ) -> Result<(MrHandle, &Mr), Error> {
         let flags = mr::check_reg(addr, length, access)?;
         self.pd_ctx(pd)?;
         let limit = u64::from(self.info.attr.max_mr);
         let h = self
             .mrs
-            .insert(Mr { pd, addr, length, access: flags, lkey: 0, rkey: 0 })
-            .ok_or(Error::TooMany { kind: ObjectKind::Mr, limit })?;
+            .insert(Mr {
+                pd,
+                addr,
+                length,
+                access: flags,
+                lkey: 0,
+                rkey: 0,
+            })
+            .ok_or(Error::TooMany {
+                kind: ObjectKind::Mr,
+                limit,
+            })?;
         self.mr_serial = self.mr_serial.wrapping_add(1);
         let (lkey, rkey) = mr::keys(h.index(), self.mr_serial);
         let m = self.mrs.get_mut(h).expect("just inserted");
@@ -310,7 +388,10 @@ impl Engine {
 
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, h: MrHandle) -> Result<Mr, Error> {
-        let m = self.mrs.remove(h).ok_or_else(|| missing(ObjectKind::Mr, h))?;
+        let m = self
+            .mrs
+            .remove(h)
+            .ok_or_else(|| missing(ObjectKind::Mr, h))?;
         self.pd_use(m.pd, ObjectKind::Mr, false)?;
         Ok(m)
     }
@@ -330,14 +411,34 @@ impl Engine {
     // ---- completion queues ----
 
     /// `ibv_create_cq`; returns the handle and the capacity granted.
-    pub fn create_cq(&mut self, ctx: CtxHandle, cqe: i32, comp_vector: i32) -> Result<(CqHandle, u32), Error> {
+    pub fn create_cq(
+        &mut self,
+        ctx: CtxHandle,
+        cqe: i32,
+        comp_vector: i32,
+    ) -> Result<(CqHandle, u32), Error> {
         let cqe = cq::check_create(cqe, comp_vector, &self.info.attr)?;
-        let c = self.ctxs.get_mut(ctx).ok_or_else(|| missing(ObjectKind::Context, ctx))?;
+        let c = self
+            .ctxs
+            .get_mut(ctx)
+            .ok_or_else(|| missing(ObjectKind::Context, ctx))?;
         c.users.add(ObjectKind::Cq);
         let limit = u64::from(self.info.attr.max_cq);
-        let cq = Cq { ctx, cqe, comp_vector: comp_vector as u32 };
-        let entry = CqEntry { cq, ring: crate::cq::CqRing::new(cqe), channel: None, users: Users::default() };
-        let h = self.cqs.insert(entry).ok_or(Error::TooMany { kind: ObjectKind::Cq, limit })?;
+        let cq = Cq {
+            ctx,
+            cqe,
+            comp_vector: comp_vector as u32,
+        };
+        let entry = CqEntry {
+            cq,
+            ring: crate::cq::CqRing::new(cqe),
+            channel: None,
+            users: Users::default(),
+        };
+        let h = self.cqs.insert(entry).ok_or(Error::TooMany {
+            kind: ObjectKind::Cq,
+            limit,
+        })?;
         Ok((h, cqe))
     }
 
@@ -355,38 +456,65 @@ impl Engine {
 
     /// A CQ.
     pub fn cq(&self, h: CqHandle) -> Result<&Cq, Error> {
-        self.cqs.get(h).map(|c| &c.cq).ok_or_else(|| missing(ObjectKind::Cq, h))
+        self.cqs
+            .get(h)
+            .map(|c| &c.cq)
+            .ok_or_else(|| missing(ObjectKind::Cq, h))
     }
 
     // ---- shared receive queues ----
 
     /// `ibv_create_srq`; returns the handle and the attributes granted.
-    pub fn create_srq(&mut self, pd: PdHandle, attr: &SrqAttr) -> Result<(SrqHandle, SrqAttr), Error> {
+    pub fn create_srq(
+        &mut self,
+        pd: PdHandle,
+        attr: &SrqAttr,
+    ) -> Result<(SrqHandle, SrqAttr), Error> {
         let granted = srq::check_create(attr, &self.info.attr)?;
         self.pd_ctx(pd)?;
         let limit = u64::from(self.info.attr.max_srq);
-        let srq = Srq { pd, attr: granted, posted: 0 };
-        let entry = SrqEntry { srq, queue: Default::default(), users: Users::default() };
-        let h = self.srqs.insert(entry).ok_or(Error::TooMany { kind: ObjectKind::Srq, limit })?;
+        let srq = Srq {
+            pd,
+            attr: granted,
+            posted: 0,
+        };
+        let entry = SrqEntry {
+            srq,
+            queue: Default::default(),
+            users: Users::default(),
+        };
+        let h = self.srqs.insert(entry).ok_or(Error::TooMany {
+            kind: ObjectKind::Srq,
+            limit,
+        })?;
         self.pd_use(pd, ObjectKind::Srq, true)?;
         Ok((h, granted))
     }
 
     /// `ibv_modify_srq`.
     pub fn modify_srq(&mut self, h: SrqHandle, attr: &SrqAttr, mask: u32) -> Result<(), Error> {
-        let s = self.srqs.get_mut(h).ok_or_else(|| missing(ObjectKind::Srq, h))?;
+        let s = self
+            .srqs
+            .get_mut(h)
+            .ok_or_else(|| missing(ObjectKind::Srq, h))?;
         s.srq.posted = s.queue.len() as u32;
         s.srq.modify(attr, mask, &self.info.attr)
     }
 
     /// `ibv_query_srq`.
     pub fn query_srq(&self, h: SrqHandle) -> Result<SrqAttr, Error> {
-        self.srqs.get(h).map(|s| s.srq.attr).ok_or_else(|| missing(ObjectKind::Srq, h))
+        self.srqs
+            .get(h)
+            .map(|s| s.srq.attr)
+            .ok_or_else(|| missing(ObjectKind::Srq, h))
     }
 
     /// `ibv_destroy_srq`: `EBUSY` while a QP uses it.
     pub fn destroy_srq(&mut self, h: SrqHandle) -> Result<(), Error> {
-        let s = self.srqs.get(h).ok_or_else(|| missing(ObjectKind::Srq, h))?;
+        let s = self
+            .srqs
+            .get(h)
+            .ok_or_else(|| missing(ObjectKind::Srq, h))?;
         s.users.busy(ObjectKind::Srq)?;
         let pd = s.srq.pd;
         self.srqs.remove(h);
@@ -400,14 +528,23 @@ impl Engine {
         check_av("ah_attr", attr, &self.info)?;
         self.pd_ctx(pd)?;
         let limit = u64::from(self.info.attr.max_ah);
-        let h = self.ahs.insert(Ah { pd, attr: *attr }).ok_or(Error::TooMany { kind: ObjectKind::Ah, limit })?;
+        let h = self
+            .ahs
+            .insert(Ah { pd, attr: *attr })
+            .ok_or(Error::TooMany {
+                kind: ObjectKind::Ah,
+                limit,
+            })?;
         self.pd_use(pd, ObjectKind::Ah, true)?;
         Ok(h)
     }
 
     /// `ibv_destroy_ah`.
     pub fn destroy_ah(&mut self, h: AhHandle) -> Result<(), Error> {
-        let a = self.ahs.remove(h).ok_or_else(|| missing(ObjectKind::Ah, h))?;
+        let a = self
+            .ahs
+            .remove(h)
+            .ok_or_else(|| missing(ObjectKind::Ah, h))?;
         self.pd_use(a.pd, ObjectKind::Ah, false)
     }
 
@@ -423,45 +560,85 @@ impl Engine {
         let ctx = self.pd_ctx(c.pd)?;
         // The SRQ handle, not the request's flag, says whether there is an SRQ: a
         // disagreeing flag must not let UC + SRQ through or keep receive capacities.
-        let req = QpRequest { has_srq: c.srq.is_some(), ..c.req };
-        let (qp_type, cap) = create::check(&req, &self.info.attr)?;
-        let (send_cq, recv_cq) = match (c.send_cq, c.recv_cq) {
-            (Some(s), Some(r)) => (s, r),
-            _ => return Err(Error::invalid("create_qp: send_cq and recv_cq must both be given (they may be the same CQ)")),
+        let req = QpRequest {
+            has_srq: c.srq.is_some(),
+            ..c.req
         };
+        let (qp_type, cap) = create::check(&req, &self.info.attr)?;
+        let (send_cq, recv_cq) =
+            match (c.send_cq, c.recv_cq) {
+                (Some(s), Some(r)) => (s, r),
+                _ => return Err(Error::invalid(
+                    "create_qp: send_cq and recv_cq must both be given (they may be the same CQ)",
+                )),
+            };
         for h in [send_cq, recv_cq] {
             if self.cq(h)?.ctx != ctx {
-                return Err(Error::Mismatch { what: "create_qp: a CQ belongs to a different context than the PD" });
+                return Err(Error::Mismatch {
+                    what: "create_qp: a CQ belongs to a different context than the PD",
+                });
             }
         }
         if let Some(s) = c.srq {
-            let srq_pd = self.srqs.get(s).ok_or_else(|| missing(ObjectKind::Srq, s))?.srq.pd;
+            let srq_pd = self
+                .srqs
+                .get(s)
+                .ok_or_else(|| missing(ObjectKind::Srq, s))?
+                .srq
+                .pd;
             // uverbs looks the SRQ up in the caller's own context; a foreign one would
             // also make close_context of its owner fail half-way (EBUSY).
             if self.pd_ctx(srq_pd)? != ctx {
-                return Err(Error::Mismatch { what: "create_qp: the SRQ belongs to a different context than the PD" });
+                return Err(Error::Mismatch {
+                    what: "create_qp: the SRQ belongs to a different context than the PD",
+                });
             }
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
-        let qp = Qp { pd: c.pd, send_cq, recv_cq, srq: c.srq, ctl, dp: Default::default() };
+        let qp = Qp {
+            pd: c.pd,
+            send_cq,
+            recv_cq,
+            srq: c.srq,
+            ctl,
+            dp: Default::default(),
+        };
         let limit = u64::from(self.info.attr.max_qp);
-        let handle = self.qps.insert(qp).ok_or(Error::TooMany { kind: ObjectKind::Qp, limit })?;
+        let handle = self.qps.insert(qp).ok_or(Error::TooMany {
+            kind: ObjectKind::Qp,
+            limit,
+        })?;
         self.qpns.insert(qpn, handle);
         self.qp_uses(handle, true);
-        Ok(QpCreated { handle, qpn, qp_type, cap })
+        Ok(QpCreated {
+            handle,
+            qpn,
+            qp_type,
+            cap,
+        })
     }
 
     /// Adds or drops the use counts a QP holds on its PD, CQs and SRQ.
     fn qp_uses(&mut self, h: QpHandle, add: bool) {
         let Some(q) = self.qps.get(h) else { return };
         let (pd, cqs, srq) = (q.pd, [q.send_cq, q.recv_cq], q.srq);
-        let step = |u: &mut Users| if add { u.add(ObjectKind::Qp) } else { u.remove(ObjectKind::Qp) };
+        let step = |u: &mut Users| {
+            if add {
+                u.add(ObjectKind::Qp)
+            } else {
+                u.remove(ObjectKind::Qp)
+            }
+        };
         if let Some(p) = self.pds.get_mut(pd) {
             step(&mut p.users);
         }
         // A QP using one CQ for both queues counts once.
-        let cqs = if cqs[0] == cqs[1] { &cqs[..1] } else { &cqs[..] };
+        let cqs = if cqs[0] == cqs[1] {
+            &cqs[..1]
+        } else {
+            &cqs[..]
+        };
         for c in cqs {
             if let Some(c) = self.cqs.get_mut(*c) {
                 step(&mut c.users);
@@ -476,19 +653,37 @@ impl Engine {
     fn alloc_qpn(&mut self) -> Result<u32, Error> {
         for _ in 0..=MASK_24 {
             let qpn = self.next_qpn;
-            self.next_qpn = if qpn >= MASK_24 - 1 { FIRST_QPN } else { qpn + 1 };
+            self.next_qpn = if qpn >= MASK_24 - 1 {
+                FIRST_QPN
+            } else {
+                qpn + 1
+            };
             if !self.qpns.contains_key(&qpn) {
                 return Ok(qpn);
             }
         }
         let limit = u64::from(self.info.attr.max_qp);
-        Err(Error::TooMany { kind: ObjectKind::Qp, limit })
+        Err(Error::TooMany {
+            kind: ObjectKind::Qp,
+            limit,
+        })
     }
 
     /// `ibv_modify_qp`. All-or-nothing: on `Err` the QP is unchanged.
-    pub fn modify_qp(&mut self, h: QpHandle, attr: &QpAttr, mask: AttrMask) -> Result<Transition, Error> {
-        let q = self.qps.get_mut(h).ok_or_else(|| missing(ObjectKind::Qp, h))?;
-        let env = ModifyEnv { dev: &self.info, privileged: false };
+    pub fn modify_qp(
+        &mut self,
+        h: QpHandle,
+        attr: &QpAttr,
+        mask: AttrMask,
+    ) -> Result<Transition, Error> {
+        let q = self
+            .qps
+            .get_mut(h)
+            .ok_or_else(|| missing(ObjectKind::Qp, h))?;
+        let env = ModifyEnv {
+            dev: &self.info,
+            privileged: false,
+        };
         let t = q.ctl.modify(attr, mask, env)?;
         self.after_transition(h, t);
         Ok(t)
@@ -520,8 +715,15 @@ impl Engine {
     /// to ERR after a fatal error, to SQE after a send error on a UC/UD QP (see
     /// [`QpControl::device_move`]). No modify-table check applies: SQE can only be
     /// entered this way. Returns the previous state.
-    pub fn qp_device_move(&mut self, h: QpHandle, to: crate::types::QpState) -> Result<crate::types::QpState, Error> {
-        let q = self.qps.get_mut(h).ok_or_else(|| missing(ObjectKind::Qp, h))?;
+    pub fn qp_device_move(
+        &mut self,
+        h: QpHandle,
+        to: crate::types::QpState,
+    ) -> Result<crate::types::QpState, Error> {
+        let q = self
+            .qps
+            .get_mut(h)
+            .ok_or_else(|| missing(ObjectKind::Qp, h))?;
         Ok(q.ctl.device_move(to))
     }
 
@@ -549,8 +751,13 @@ impl Engine {
     /// Number of live objects of each table (for leak checks).
     pub fn object_counts(&self) -> [usize; 7] {
         [
-            self.ctxs.len(), self.pds.len(), self.mrs.len(), self.cqs.len(),
-            self.srqs.len(), self.ahs.len(), self.qps.len(),
+            self.ctxs.len(),
+            self.pds.len(),
+            self.mrs.len(),
+            self.cqs.len(),
+            self.srqs.len(),
+            self.ahs.len(),
+            self.qps.len(),
         ]
     }
 }

@@ -112,7 +112,9 @@ pub enum Error {
         handle: u64,
     },
     /// An object is still referenced by others and cannot be destroyed.
-    #[error("cannot destroy this {kind}: still used by {users} {user_kind}(s); destroy those first")]
+    #[error(
+        "cannot destroy this {kind}: still used by {users} {user_kind}(s); destroy those first"
+    )]
     Busy {
         /// The object being destroyed.
         kind: ObjectKind,
@@ -268,7 +270,9 @@ pub enum ModifyError {
     #[error("{0}")]
     Value(#[source] Box<Error>),
     /// RoCE needs a GRH.
-    #[error("RoCE needs a GRH: {which}.is_global must be 1 (most tools: pass a GID index, e.g. -g 0)")]
+    #[error(
+        "RoCE needs a GRH: {which}.is_global must be 1 (most tools: pass a GID index, e.g. -g 0)"
+    )]
     NoGrh {
         /// `"ah_attr"` or `"alt_ah_attr"`.
         which: &'static str,
@@ -280,7 +284,9 @@ pub enum ModifyError {
         which: &'static str,
     },
     /// ah_attr.port_num differs from the QP's port in INIT→RTR.
-    #[error("ah_attr.port_num = {ah_port} differs from the QP's port {qp_port} (set at RESET→INIT)")]
+    #[error(
+        "ah_attr.port_num = {ah_port} differs from the QP's port {qp_port} (set at RESET→INIT)"
+    )]
     AvPortMismatch {
         /// Port in the AH.
         ah_port: u8,

@@ -23,6 +23,8 @@ pub mod mask;
 pub mod memory;
 pub mod mr;
 pub mod qp;
+#[cfg(test)]
+mod spec_md;
 pub mod srq;
 pub mod table;
 pub mod timers;

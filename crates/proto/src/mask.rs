@@ -61,18 +61,26 @@ impl AttrMask {
 
     /// Iterates over the single-bit masks set in `self`, in bit order.
     pub fn iter(self) -> impl Iterator<Item = AttrMask> {
-        (0..32).map(|b| AttrMask(1 << b)).filter(move |m| self.contains(*m))
+        (0..32)
+            .map(|b| AttrMask(1 << b))
+            .filter(move |m| self.contains(*m))
     }
 
     /// The verbs name of a single bit, e.g. `"DEST_QPN"`.
     pub fn name(self) -> Option<&'static str> {
-        AttrMask::NAMED.iter().find(|(m, _)| *m == self).map(|(_, n)| *n)
+        AttrMask::NAMED
+            .iter()
+            .find(|(m, _)| *m == self)
+            .map(|(_, n)| *n)
     }
 
     /// Looks a bit up by its name, with or without the `IBV_QP_` prefix.
     pub fn from_name(name: &str) -> Option<AttrMask> {
         let name = name.trim().trim_start_matches("IBV_QP_");
-        AttrMask::NAMED.iter().find(|(_, n)| *n == name).map(|(m, _)| *m)
+        AttrMask::NAMED
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(m, _)| *m)
     }
 }
 

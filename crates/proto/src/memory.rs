@@ -56,7 +56,10 @@ pub struct VecMemory {
 impl VecMemory {
     /// `len` zero bytes at `base`.
     pub fn new(base: u64, len: usize) -> VecMemory {
-        VecMemory { base, bytes: std::cell::RefCell::new(vec![0; len]) }
+        VecMemory {
+            base,
+            bytes: std::cell::RefCell::new(vec![0; len]),
+        }
     }
 
     /// First address.
@@ -72,8 +75,13 @@ impl VecMemory {
     }
 
     fn offset(&self, addr: u64, len: usize) -> usize {
-        let off = addr.checked_sub(self.base).expect("address below VecMemory base") as usize;
-        assert!(off + len <= self.bytes.borrow().len(), "access beyond VecMemory: the engine skipped a bounds check");
+        let off = addr
+            .checked_sub(self.base)
+            .expect("address below VecMemory base") as usize;
+        assert!(
+            off + len <= self.bytes.borrow().len(),
+            "access beyond VecMemory: the engine skipped a bounds check"
+        );
         off
     }
 }
@@ -107,8 +115,26 @@ mod tests {
         let m = VecMemory::new(0x1000, 64);
         m.write(0x1008, &5u64.to_ne_bytes());
         assert_eq!(m.atomic(0x1008, AtomicOp::FetchAdd { add: u64::MAX }), 5);
-        assert_eq!(m.atomic(0x1008, AtomicOp::CompareSwap { compare: 3, swap: 9 }), 4);
-        assert_eq!(m.atomic(0x1008, AtomicOp::CompareSwap { compare: 4, swap: 9 }), 4);
+        assert_eq!(
+            m.atomic(
+                0x1008,
+                AtomicOp::CompareSwap {
+                    compare: 3,
+                    swap: 9
+                }
+            ),
+            4
+        );
+        assert_eq!(
+            m.atomic(
+                0x1008,
+                AtomicOp::CompareSwap {
+                    compare: 4,
+                    swap: 9
+                }
+            ),
+            4
+        );
         assert_eq!(m.snapshot(0x1008, 8), 9u64.to_ne_bytes());
     }
 }

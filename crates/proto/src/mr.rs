@@ -25,7 +25,9 @@ pub struct Mr {
 impl Mr {
     /// True if `[addr, addr + len)` lies inside the region (no overflow).
     pub fn contains(&self, addr: u64, len: u64) -> bool {
-        let Some(end) = addr.checked_add(len) else { return false };
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
         addr >= self.addr && end <= self.addr + self.length
     }
 }
@@ -59,7 +61,10 @@ impl Access {
 
     /// Whether the key is an rkey (remote) or an lkey (local).
     pub fn is_remote(self) -> bool {
-        matches!(self, Access::RemoteRead | Access::RemoteWrite | Access::RemoteAtomic)
+        matches!(
+            self,
+            Access::RemoteRead | Access::RemoteWrite | Access::RemoteAtomic
+        )
     }
 }
 
@@ -82,7 +87,9 @@ pub enum AccessError {
         key: u32,
     },
     /// The range is not inside the MR.
-    #[error("[{addr:#x}, +{len}) is outside memory region [{mr_addr:#x}, +{mr_len}) of key {key:#x}")]
+    #[error(
+        "[{addr:#x}, +{len}) is outside memory region [{mr_addr:#x}, +{mr_len}) of key {key:#x}"
+    )]
     OutOfBounds {
         /// The key.
         key: u32,
@@ -119,7 +126,14 @@ impl Mr {
     /// The security boundary: may `pd` do `access` on `[addr, addr + len)` through
     /// `key` in this MR? Checks, in order: the key matches (lkey or rkey by
     /// `access`), the PD matches, the range lies inside, the flag is present.
-    pub fn check(&self, pd: PdHandle, key: u32, addr: u64, len: u64, access: Access) -> Result<(), AccessError> {
+    pub fn check(
+        &self,
+        pd: PdHandle,
+        key: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), AccessError> {
         let remote = access.is_remote();
         let own_key = if remote { self.rkey } else { self.lkey };
         if own_key != key {
@@ -133,12 +147,20 @@ impl Mr {
         }
         if !self.contains(addr, len) {
             let (mr_addr, mr_len) = (self.addr, self.length);
-            return Err(AccessError::OutOfBounds { key, addr, len, mr_addr, mr_len });
+            return Err(AccessError::OutOfBounds {
+                key,
+                addr,
+                len,
+                mr_addr,
+                mr_len,
+            });
         }
         match access.needs() {
-            Some(needed) if !self.access.contains(needed) => {
-                Err(AccessError::NotPermitted { key, needed, has: self.access })
-            }
+            Some(needed) if !self.access.contains(needed) => Err(AccessError::NotPermitted {
+                key,
+                needed,
+                has: self.access,
+            }),
             _ => Ok(()),
         }
     }
@@ -175,7 +197,9 @@ pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Err
     }
     let unknown = flags.0 & !(ACCEPTED | UNSUPPORTED);
     if unknown != 0 {
-        return Err(Error::invalid(format!("reg_mr: unknown access flag bits {unknown:#x}")));
+        return Err(Error::invalid(format!(
+            "reg_mr: unknown access flag bits {unknown:#x}"
+        )));
     }
     // ibv_reg_mr(3): remote write or remote atomic access needs local write access.
     let needs_local = AccessFlags(AccessFlags::REMOTE_WRITE.0 | AccessFlags::REMOTE_ATOMIC.0);
@@ -216,16 +240,35 @@ mod tests {
         assert!(check_reg(0x1000, 64, 1 | 2 | 4 | 8).is_ok());
         assert!(check_reg(0x1000, 64, 4).is_ok());
         assert!(check_reg(0x1000, 64, 0).is_ok());
-        assert!(check_reg(0x1000, 64, 1 | (1 << 20)).is_ok(), "optional range is ignored");
-        assert_eq!(check_reg(0x1000, 64, 1 << 6).unwrap_err().errno(), crate::Errno::EOPNOTSUPP);
-        assert_eq!(check_reg(0x1000, 64, 1 << 12).unwrap_err().errno(), crate::Errno::EINVAL);
-        assert_eq!(check_reg(u64::MAX, 2, 0).unwrap_err().errno(), crate::Errno::EINVAL);
+        assert!(
+            check_reg(0x1000, 64, 1 | (1 << 20)).is_ok(),
+            "optional range is ignored"
+        );
+        assert_eq!(
+            check_reg(0x1000, 64, 1 << 6).unwrap_err().errno(),
+            crate::Errno::EOPNOTSUPP
+        );
+        assert_eq!(
+            check_reg(0x1000, 64, 1 << 12).unwrap_err().errno(),
+            crate::Errno::EINVAL
+        );
+        assert_eq!(
+            check_reg(u64::MAX, 2, 0).unwrap_err().errno(),
+            crate::Errno::EINVAL
+        );
     }
 
     fn mr(access: u32) -> Mr {
         let pd = crate::table::Handle::from_raw(1);
         let (lkey, rkey) = keys(3, 1);
-        Mr { pd, addr: 0x1000, length: 0x100, access: AccessFlags(access), lkey, rkey }
+        Mr {
+            pd,
+            addr: 0x1000,
+            length: 0x100,
+            access: AccessFlags(access),
+            lkey,
+            rkey,
+        }
     }
 
     #[test]
@@ -233,23 +276,52 @@ mod tests {
         let m = mr(1 | 2 | 4 | 8);
         let pd = m.pd;
         let other_pd = crate::table::Handle::from_raw(2);
-        assert_eq!(m.check(pd, m.rkey, 0x1000, 0x100, Access::RemoteWrite), Ok(()));
+        assert_eq!(
+            m.check(pd, m.rkey, 0x1000, 0x100, Access::RemoteWrite),
+            Ok(())
+        );
         assert_eq!(m.check(pd, m.lkey, 0x10ff, 1, Access::LocalWrite), Ok(()));
         assert_eq!(m.check(pd, m.rkey, 0x1008, 8, Access::RemoteAtomic), Ok(()));
         // An lkey is not an rkey, and the reverse.
-        assert!(matches!(m.check(pd, m.lkey, 0x1000, 1, Access::RemoteRead), Err(AccessError::NoSuchKey { remote: true, .. })));
-        assert!(matches!(m.check(pd, m.rkey, 0x1000, 1, Access::LocalRead), Err(AccessError::NoSuchKey { remote: false, .. })));
-        assert!(matches!(m.check(other_pd, m.rkey, 0x1000, 1, Access::RemoteRead), Err(AccessError::WrongPd { .. })));
+        assert!(matches!(
+            m.check(pd, m.lkey, 0x1000, 1, Access::RemoteRead),
+            Err(AccessError::NoSuchKey { remote: true, .. })
+        ));
+        assert!(matches!(
+            m.check(pd, m.rkey, 0x1000, 1, Access::LocalRead),
+            Err(AccessError::NoSuchKey { remote: false, .. })
+        ));
+        assert!(matches!(
+            m.check(other_pd, m.rkey, 0x1000, 1, Access::RemoteRead),
+            Err(AccessError::WrongPd { .. })
+        ));
         for (addr, len) in [(0xfff, 1), (0x10ff, 2), (0x1100, 1), (u64::MAX, 2)] {
             let r = m.check(pd, m.rkey, addr, len, Access::RemoteRead);
-            assert!(matches!(r, Err(AccessError::OutOfBounds { .. })), "{addr:#x}+{len}: {r:?}");
+            assert!(
+                matches!(r, Err(AccessError::OutOfBounds { .. })),
+                "{addr:#x}+{len}: {r:?}"
+            );
         }
-        assert!(matches!(m.check(pd, m.rkey, 0x1004, 8, Access::RemoteAtomic), Err(AccessError::Misaligned { .. })));
-        assert!(matches!(m.check(pd, m.rkey, 0x1000, 4, Access::RemoteAtomic), Err(AccessError::Misaligned { .. })));
+        assert!(matches!(
+            m.check(pd, m.rkey, 0x1004, 8, Access::RemoteAtomic),
+            Err(AccessError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            m.check(pd, m.rkey, 0x1000, 4, Access::RemoteAtomic),
+            Err(AccessError::Misaligned { .. })
+        ));
         let ro = mr(4);
-        let e = ro.check(pd, ro.rkey, 0x1000, 1, Access::RemoteWrite).unwrap_err();
-        assert!(e.to_string().contains("does not allow REMOTE_WRITE (it has REMOTE_READ)"), "{e}");
-        assert!(ro.check(pd, ro.lkey, 0x1000, 1, Access::LocalWrite).is_err());
+        let e = ro
+            .check(pd, ro.rkey, 0x1000, 1, Access::RemoteWrite)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("does not allow REMOTE_WRITE (it has REMOTE_READ)"),
+            "{e}"
+        );
+        assert!(ro
+            .check(pd, ro.lkey, 0x1000, 1, Access::LocalWrite)
+            .is_err());
         assert!(ro.check(pd, ro.lkey, 0x1000, 1, Access::LocalRead).is_ok());
     }
 

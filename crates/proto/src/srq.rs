@@ -31,9 +31,22 @@ pub struct Srq {
     pub posted: u32,
 }
 
-fn range(what: &'static str, value: u32, min: u32, max: u32, note: &'static str) -> Result<(), Error> {
+fn range(
+    what: &'static str,
+    value: u32,
+    min: u32,
+    max: u32,
+    note: &'static str,
+) -> Result<(), Error> {
     if value < min || value > max {
-        return Err(RangeError { what, value: value.into(), min: min.into(), max: max.into(), note }.into());
+        return Err(RangeError {
+            what,
+            value: value.into(),
+            min: min.into(),
+            max: max.into(),
+            note,
+        }
+        .into());
     }
     Ok(())
 }
@@ -41,9 +54,25 @@ fn range(what: &'static str, value: u32, min: u32, max: u32, note: &'static str)
 /// Checks `ibv_create_srq`; returns the attributes granted (`srq_limit` is
 /// irrelevant to create and starts at 0, not armed).
 pub fn check_create(attr: &SrqAttr, dev: &DeviceAttr) -> Result<SrqAttr, Error> {
-    range("srq_attr.max_wr", attr.max_wr, 1, dev.max_srq_wr, "; device limit max_srq_wr")?;
-    range("srq_attr.max_sge", attr.max_sge, 0, dev.max_srq_sge, "; device limit max_srq_sge")?;
-    Ok(SrqAttr { max_wr: attr.max_wr, max_sge: attr.max_sge, srq_limit: 0 })
+    range(
+        "srq_attr.max_wr",
+        attr.max_wr,
+        1,
+        dev.max_srq_wr,
+        "; device limit max_srq_wr",
+    )?;
+    range(
+        "srq_attr.max_sge",
+        attr.max_sge,
+        0,
+        dev.max_srq_sge,
+        "; device limit max_srq_sge",
+    )?;
+    Ok(SrqAttr {
+        max_wr: attr.max_wr,
+        max_sge: attr.max_sge,
+        srq_limit: 0,
+    })
 }
 
 impl Srq {
@@ -51,11 +80,19 @@ impl Srq {
     pub fn modify(&mut self, attr: &SrqAttr, mask: u32, dev: &DeviceAttr) -> Result<(), Error> {
         let unknown = mask & !(SRQ_MAX_WR | SRQ_LIMIT);
         if unknown != 0 {
-            return Err(Error::invalid(format!("modify_srq: unknown srq_attr_mask bits {unknown:#x}")));
+            return Err(Error::invalid(format!(
+                "modify_srq: unknown srq_attr_mask bits {unknown:#x}"
+            )));
         }
         let mut next = self.attr;
         if mask & SRQ_MAX_WR != 0 {
-            range("srq_attr.max_wr", attr.max_wr, 1, dev.max_srq_wr, "; device limit max_srq_wr")?;
+            range(
+                "srq_attr.max_wr",
+                attr.max_wr,
+                1,
+                dev.max_srq_wr,
+                "; device limit max_srq_wr",
+            )?;
             if attr.max_wr < self.posted {
                 return Err(Error::invalid(format!(
                     "modify_srq: max_wr {} is below the {} receive WRs already posted",
@@ -65,7 +102,13 @@ impl Srq {
             next.max_wr = attr.max_wr;
         }
         if mask & SRQ_LIMIT != 0 {
-            range("srq_attr.srq_limit", attr.srq_limit, 0, next.max_wr, "; must not exceed max_wr")?;
+            range(
+                "srq_attr.srq_limit",
+                attr.srq_limit,
+                0,
+                next.max_wr,
+                "; must not exceed max_wr",
+            )?;
             next.srq_limit = attr.srq_limit;
         }
         self.attr = next;

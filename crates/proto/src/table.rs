@@ -21,7 +21,11 @@ impl<T> Handle<T> {
 
     /// Rebuilds a handle from [`Handle::raw`]. A stale or made-up value simply names no object.
     pub fn from_raw(raw: u64) -> Self {
-        Handle { index: raw as u32, generation: (raw >> 32) as u32, _kind: PhantomData }
+        Handle {
+            index: raw as u32,
+            generation: (raw >> 32) as u32,
+            _kind: PhantomData,
+        }
     }
 
     /// The slot index (dense, reused after removal).
@@ -69,7 +73,12 @@ pub struct Table<T> {
 impl<T> Table<T> {
     /// An empty table that holds at most `limit` objects.
     pub fn new(limit: usize) -> Self {
-        Table { slots: Vec::new(), free: Vec::new(), len: 0, limit }
+        Table {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+            limit,
+        }
     }
 
     /// Number of live objects.
@@ -90,7 +99,10 @@ impl<T> Table<T> {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
-                self.slots.push(Slot { generation: 0, value: None });
+                self.slots.push(Slot {
+                    generation: 0,
+                    value: None,
+                });
                 (self.slots.len() - 1) as u32
             }
         };
@@ -98,7 +110,11 @@ impl<T> Table<T> {
         slot.generation = slot.generation.wrapping_add(1);
         slot.value = Some(value);
         self.len += 1;
-        Some(Handle { index, generation: slot.generation, _kind: PhantomData })
+        Some(Handle {
+            index,
+            generation: slot.generation,
+            _kind: PhantomData,
+        })
     }
 
     /// The object `h` names, if it is still live.
@@ -135,14 +151,22 @@ impl<T> Table<T> {
     /// key that embeds the slot index, such as an lkey or rkey).
     pub fn get_by_index(&self, index: u32) -> Option<(Handle<T>, &T)> {
         let s = self.slots.get(index as usize)?;
-        let h = Handle { index, generation: s.generation, _kind: PhantomData };
+        let h = Handle {
+            index,
+            generation: s.generation,
+            _kind: PhantomData,
+        };
         s.value.as_ref().map(|v| (h, v))
     }
 
     /// Every live object with its handle.
     pub fn iter(&self) -> impl Iterator<Item = (Handle<T>, &T)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| {
-            let h = Handle { index: i as u32, generation: s.generation, _kind: PhantomData };
+            let h = Handle {
+                index: i as u32,
+                generation: s.generation,
+                _kind: PhantomData,
+            };
             s.value.as_ref().map(|v| (h, v))
         })
     }
@@ -161,7 +185,11 @@ mod tests {
         assert_eq!(t.remove(a), Some("a"));
         let c = t.insert("c").unwrap();
         assert_eq!(c.index(), a.index());
-        assert_eq!(t.get(a), None, "stale handle must not reach the new occupant");
+        assert_eq!(
+            t.get(a),
+            None,
+            "stale handle must not reach the new occupant"
+        );
         assert_eq!(t.get(c), Some(&"c"));
         assert_eq!(t.get(Handle::from_raw(b.raw())), Some(&"b"));
         assert_eq!(t.len(), 2);

@@ -20,7 +20,13 @@ pub const RNR_RETRY_INFINITE: u8 = 7;
 
 fn code_range(what: &'static str, code: u8) -> Result<usize, RangeError> {
     if code > 31 {
-        return Err(RangeError { what, value: u64::from(code), min: 0, max: 31, note: "; a 5-bit code" });
+        return Err(RangeError {
+            what,
+            value: u64::from(code),
+            min: 0,
+            max: 31,
+            note: "; a 5-bit code",
+        });
     }
     Ok(usize::from(code))
 }
@@ -158,7 +164,9 @@ pub const NAK_RULES: [NakRule; 5] = [
         code: NakCode::PsnSequenceError,
         syndrome: 0x60,
         name: "PSN sequence error",
-        action: NakAction::Retry { exhausted: WcStatus::RetryExcErr },
+        action: NakAction::Retry {
+            exhausted: WcStatus::RetryExcErr,
+        },
     },
     NakRule {
         code: NakCode::InvalidRequest,
@@ -224,12 +232,12 @@ pub fn nak_rule(code: u8) -> NakRule {
 /// Classifies a received AETH syndrome byte for the requester.
 pub fn aeth_action(byte: u8) -> AethAction {
     match Syndrome::decode(byte) {
-        Syndrome::Ack { credit_code } => {
-            AethAction::Ack { credits: CREDIT_COUNT.get(usize::from(credit_code)).copied() }
-        }
-        Syndrome::RnrNak { timer_code } => {
-            AethAction::RnrWait { delay_us: RNR_TIMER_US[usize::from(timer_code & 0x1f)] }
-        }
+        Syndrome::Ack { credit_code } => AethAction::Ack {
+            credits: CREDIT_COUNT.get(usize::from(credit_code)).copied(),
+        },
+        Syndrome::RnrNak { timer_code } => AethAction::RnrWait {
+            delay_us: RNR_TIMER_US[usize::from(timer_code & 0x1f)],
+        },
         Syndrome::Nak { code } => AethAction::Nak(nak_rule(code)),
         Syndrome::Reserved(_) => AethAction::Ignore,
     }
@@ -238,10 +246,16 @@ pub fn aeth_action(byte: u8) -> AethAction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wr::spec_md::{plain, table_after};
+    use crate::spec_md::{plain, table_after};
 
-    const RC: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/rc-reliability.md"));
-    const WIRE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/roce-wire.md"));
+    const RC: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../spec/rc-reliability.md"
+    ));
+    const WIRE: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../spec/roce-wire.md"
+    ));
 
     /// "655.36" ms → 655360 µs, exactly (no floats).
     fn ms_to_us(s: &str) -> u32 {
@@ -271,7 +285,10 @@ mod tests {
         assert_eq!(rnr_timer_us(0), Ok(655_360));
         assert_eq!(rnr_timer_ns(1), Ok(10_000));
         let e = rnr_timer_us(32).unwrap_err();
-        assert_eq!(e.to_string(), "RNR timer code = 32 is out of range (allowed 0..=31; a 5-bit code)");
+        assert_eq!(
+            e.to_string(),
+            "RNR timer code = 32 is out of range (allowed 0..=31; a 5-bit code)"
+        );
     }
 
     /// rc-reliability.md §1.3: "Values: 1 = 8.192 µs, 4 = 65.536 µs, ... 31 = 8796 s."
@@ -291,9 +308,15 @@ mod tests {
                 "s" => 1e9,
                 other => panic!("unit {other}"),
             };
-            let ns = local_ack_timeout_ns(code.parse().expect("code")).expect("range").expect("finite");
+            let ns = local_ack_timeout_ns(code.parse().expect("code"))
+                .expect("range")
+                .expect("finite");
             let decimals = num.split_once('.').map_or(0, |(_, f)| f.len());
-            assert_eq!(format!("{:.*}", decimals, ns as f64 / scale), num, "code {code}");
+            assert_eq!(
+                format!("{:.*}", decimals, ns as f64 / scale),
+                num,
+                "code {code}"
+            );
             n += 1;
         }
         assert_eq!(n, 11);
@@ -309,25 +332,39 @@ mod tests {
         let rows = table_after(WIRE, "### 5.1 AETH syndrome byte");
         let nak = rows.iter().find(|r| r[0] == "11").expect("NAK row");
         for item in nak[2].split(", ") {
-            let Some((code, name)) = item.split_once(" = ") else { continue };
-            let Ok(code) = code.parse::<u8>() else { continue };
+            let Some((code, name)) = item.split_once(" = ") else {
+                continue;
+            };
+            let Ok(code) = code.parse::<u8>() else {
+                continue;
+            };
             if name.starts_with("reserved") || code > 4 {
                 continue;
             }
             assert_eq!(nak_rule(code).name, name.split(';').next().unwrap_or(name));
         }
-        assert!(WIRE.contains("ACK 0x00–0x1F") && WIRE.contains("RNR NAK 0x20–0x3F") && WIRE.contains("NAK 0x60–0x64"));
+        assert!(
+            WIRE.contains("ACK 0x00–0x1F")
+                && WIRE.contains("RNR NAK 0x20–0x3F")
+                && WIRE.contains("NAK 0x60–0x64")
+        );
         assert_eq!(Syndrome::Ack { credit_code: 31 }.encode(), 0x1f);
         assert_eq!(Syndrome::RnrNak { timer_code: 0 }.encode(), 0x20);
         assert_eq!(Syndrome::RnrNak { timer_code: 31 }.encode(), 0x3f);
         for (i, r) in NAK_RULES.iter().enumerate() {
             assert_eq!(Syndrome::Nak { code: i as u8 }.encode(), r.syndrome);
-            assert_eq!(Syndrome::decode(r.syndrome), Syndrome::Nak { code: i as u8 });
+            assert_eq!(
+                Syndrome::decode(r.syndrome),
+                Syndrome::Nak { code: i as u8 }
+            );
         }
         for b in 0..=255u8 {
             let s = Syndrome::decode(b);
             assert_eq!(s.encode(), b, "{b:#x} round trip");
-            assert_eq!(matches!(s, Syndrome::Reserved(_)), b & 0x80 != 0 || b >> 5 == 0b010);
+            assert_eq!(
+                matches!(s, Syndrome::Reserved(_)),
+                b & 0x80 != 0 || b >> 5 == 0b010
+            );
         }
     }
 
@@ -340,7 +377,10 @@ mod tests {
         let mut n = 0;
         for item in list.split(',') {
             let (code, credits) = item.trim().split_once('→').expect("arrow");
-            assert_eq!(CREDIT_COUNT[code.parse::<usize>().expect("code")], credits.trim().parse::<u32>().expect("n"));
+            assert_eq!(
+                CREDIT_COUNT[code.parse::<usize>().expect("code")],
+                credits.trim().parse::<u32>().expect("n")
+            );
             n += 1;
         }
         assert_eq!(n, 31);
@@ -354,13 +394,20 @@ mod tests {
         let rows = table_after(RC, "## 2. Completer");
         let mut n = 0;
         for r in &rows {
-            let Some(at) = r[0].find("(0x6") else { continue };
+            let Some(at) = r[0].find("(0x6") else {
+                continue;
+            };
             let syndrome = u8::from_str_radix(&r[0][at + 3..at + 5], 16).expect("hex");
-            let rule = NAK_RULES.iter().find(|x| x.syndrome == syndrome).expect("rule");
+            let rule = NAK_RULES
+                .iter()
+                .find(|x| x.syndrome == syndrome)
+                .expect("rule");
             let action = plain(&r[1]);
             match rule.action {
                 NakAction::Retry { .. } => assert!(action.contains("resend from q"), "{action}"),
-                NakAction::Fail(s) => assert!(action.contains(s.name()), "{:#x}: {action}", syndrome),
+                NakAction::Fail(s) => {
+                    assert!(action.contains(s.name()), "{:#x}: {action}", syndrome)
+                }
             }
             assert_eq!(aeth_action(syndrome), AethAction::Nak(*rule));
             n += 1;
@@ -376,7 +423,10 @@ mod tests {
     fn exhaustion_statuses_match_spec() {
         let rows = table_after(RC, "## 5. Work-completion status by failure");
         let status_of = |prefix: &str| {
-            let r = rows.iter().find(|r| r[0].starts_with(prefix)).expect(prefix);
+            let r = rows
+                .iter()
+                .find(|r| r[0].starts_with(prefix))
+                .expect(prefix);
             plain(&r[1])
         };
         assert_eq!(status_of("no ACK/response"), ACK_TIMEOUT_EXHAUSTED.name());

@@ -76,7 +76,10 @@ impl QpType {
 
     /// Connected transports (one fixed peer QP).
     pub fn is_connected(self) -> bool {
-        matches!(self, QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv)
+        matches!(
+            self,
+            QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv
+        )
     }
 
     /// Datagram-style QPs, which carry a Q_Key.
@@ -166,9 +169,15 @@ pub enum Mtu {
 impl Mtu {
     /// From the `ibv_mtu` value (1..=5).
     pub fn from_raw(v: u32) -> Option<Mtu> {
-        [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096]
-            .get((v as usize).wrapping_sub(1))
-            .copied()
+        [
+            Mtu::Mtu256,
+            Mtu::Mtu512,
+            Mtu::Mtu1024,
+            Mtu::Mtu2048,
+            Mtu::Mtu4096,
+        ]
+        .get((v as usize).wrapping_sub(1))
+        .copied()
     }
 
     /// The payload size in bytes.
@@ -231,8 +240,16 @@ impl std::ops::BitOr for AccessFlags {
 impl fmt::Display for AccessFlags {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const NAMES: [&str; 10] = [
-            "LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "MW_BIND",
-            "ZERO_BASED", "ON_DEMAND", "HUGETLB", "FLUSH_GLOBAL", "FLUSH_PERSISTENT",
+            "LOCAL_WRITE",
+            "REMOTE_WRITE",
+            "REMOTE_READ",
+            "REMOTE_ATOMIC",
+            "MW_BIND",
+            "ZERO_BASED",
+            "ON_DEMAND",
+            "HUGETLB",
+            "FLUSH_GLOBAL",
+            "FLUSH_PERSISTENT",
         ];
         let mut parts: Vec<String> = (0..10)
             .filter(|b| self.0 & (1 << b) != 0)
@@ -350,7 +367,13 @@ impl AhAttr {
     /// hop limit 64 (the GRH is mandatory on RoCE).
     pub fn roce(dgid: Gid, sgid_index: u8) -> AhAttr {
         AhAttr {
-            grh: GlobalRoute { dgid, flow_label: 0, sgid_index, hop_limit: 64, traffic_class: 0 },
+            grh: GlobalRoute {
+                dgid,
+                flow_label: 0,
+                sgid_index,
+                hop_limit: 64,
+                traffic_class: 0,
+            },
             is_global: 1,
             port_num: 1,
             ..AhAttr::default()

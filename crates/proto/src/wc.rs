@@ -76,29 +76,109 @@ pub enum WcStatus {
 /// `libibverbs/enum_strs.c`).
 pub const WC_STATUSES: [(WcStatus, &str, &str); 24] = [
     (WcStatus::Success, "IBV_WC_SUCCESS", "success"),
-    (WcStatus::LocLenErr, "IBV_WC_LOC_LEN_ERR", "local length error"),
-    (WcStatus::LocQpOpErr, "IBV_WC_LOC_QP_OP_ERR", "local QP operation error"),
-    (WcStatus::LocEecOpErr, "IBV_WC_LOC_EEC_OP_ERR", "local EE context operation error"),
-    (WcStatus::LocProtErr, "IBV_WC_LOC_PROT_ERR", "local protection error"),
-    (WcStatus::WrFlushErr, "IBV_WC_WR_FLUSH_ERR", "Work Request Flushed Error"),
-    (WcStatus::MwBindErr, "IBV_WC_MW_BIND_ERR", "memory management operation error"),
-    (WcStatus::BadRespErr, "IBV_WC_BAD_RESP_ERR", "bad response error"),
-    (WcStatus::LocAccessErr, "IBV_WC_LOC_ACCESS_ERR", "local access error"),
-    (WcStatus::RemInvReqErr, "IBV_WC_REM_INV_REQ_ERR", "remote invalid request error"),
-    (WcStatus::RemAccessErr, "IBV_WC_REM_ACCESS_ERR", "remote access error"),
-    (WcStatus::RemOpErr, "IBV_WC_REM_OP_ERR", "remote operation error"),
-    (WcStatus::RetryExcErr, "IBV_WC_RETRY_EXC_ERR", "transport retry counter exceeded"),
-    (WcStatus::RnrRetryExcErr, "IBV_WC_RNR_RETRY_EXC_ERR", "RNR retry counter exceeded"),
-    (WcStatus::LocRddViolErr, "IBV_WC_LOC_RDD_VIOL_ERR", "local RDD violation error"),
-    (WcStatus::RemInvRdReqErr, "IBV_WC_REM_INV_RD_REQ_ERR", "remote invalid RD request"),
-    (WcStatus::RemAbortErr, "IBV_WC_REM_ABORT_ERR", "aborted error"),
-    (WcStatus::InvEecnErr, "IBV_WC_INV_EECN_ERR", "invalid EE context number"),
-    (WcStatus::InvEecStateErr, "IBV_WC_INV_EEC_STATE_ERR", "invalid EE context state"),
+    (
+        WcStatus::LocLenErr,
+        "IBV_WC_LOC_LEN_ERR",
+        "local length error",
+    ),
+    (
+        WcStatus::LocQpOpErr,
+        "IBV_WC_LOC_QP_OP_ERR",
+        "local QP operation error",
+    ),
+    (
+        WcStatus::LocEecOpErr,
+        "IBV_WC_LOC_EEC_OP_ERR",
+        "local EE context operation error",
+    ),
+    (
+        WcStatus::LocProtErr,
+        "IBV_WC_LOC_PROT_ERR",
+        "local protection error",
+    ),
+    (
+        WcStatus::WrFlushErr,
+        "IBV_WC_WR_FLUSH_ERR",
+        "Work Request Flushed Error",
+    ),
+    (
+        WcStatus::MwBindErr,
+        "IBV_WC_MW_BIND_ERR",
+        "memory management operation error",
+    ),
+    (
+        WcStatus::BadRespErr,
+        "IBV_WC_BAD_RESP_ERR",
+        "bad response error",
+    ),
+    (
+        WcStatus::LocAccessErr,
+        "IBV_WC_LOC_ACCESS_ERR",
+        "local access error",
+    ),
+    (
+        WcStatus::RemInvReqErr,
+        "IBV_WC_REM_INV_REQ_ERR",
+        "remote invalid request error",
+    ),
+    (
+        WcStatus::RemAccessErr,
+        "IBV_WC_REM_ACCESS_ERR",
+        "remote access error",
+    ),
+    (
+        WcStatus::RemOpErr,
+        "IBV_WC_REM_OP_ERR",
+        "remote operation error",
+    ),
+    (
+        WcStatus::RetryExcErr,
+        "IBV_WC_RETRY_EXC_ERR",
+        "transport retry counter exceeded",
+    ),
+    (
+        WcStatus::RnrRetryExcErr,
+        "IBV_WC_RNR_RETRY_EXC_ERR",
+        "RNR retry counter exceeded",
+    ),
+    (
+        WcStatus::LocRddViolErr,
+        "IBV_WC_LOC_RDD_VIOL_ERR",
+        "local RDD violation error",
+    ),
+    (
+        WcStatus::RemInvRdReqErr,
+        "IBV_WC_REM_INV_RD_REQ_ERR",
+        "remote invalid RD request",
+    ),
+    (
+        WcStatus::RemAbortErr,
+        "IBV_WC_REM_ABORT_ERR",
+        "aborted error",
+    ),
+    (
+        WcStatus::InvEecnErr,
+        "IBV_WC_INV_EECN_ERR",
+        "invalid EE context number",
+    ),
+    (
+        WcStatus::InvEecStateErr,
+        "IBV_WC_INV_EEC_STATE_ERR",
+        "invalid EE context state",
+    ),
     (WcStatus::FatalErr, "IBV_WC_FATAL_ERR", "fatal error"),
-    (WcStatus::RespTimeoutErr, "IBV_WC_RESP_TIMEOUT_ERR", "response timeout error"),
+    (
+        WcStatus::RespTimeoutErr,
+        "IBV_WC_RESP_TIMEOUT_ERR",
+        "response timeout error",
+    ),
     (WcStatus::GeneralErr, "IBV_WC_GENERAL_ERR", "general error"),
     (WcStatus::TmErr, "IBV_WC_TM_ERR", "TM error"),
-    (WcStatus::TmRndvIncomplete, "IBV_WC_TM_RNDV_INCOMPLETE", "TM software rendezvous"),
+    (
+        WcStatus::TmRndvIncomplete,
+        "IBV_WC_TM_RNDV_INCOMPLETE",
+        "TM software rendezvous",
+    ),
 ];
 
 impl WcStatus {
@@ -337,19 +417,31 @@ impl WorkCompletion {
 
     /// A successful send-side completion of `op` with `byte_len` bytes; `None`
     /// for an opcode that has no WC opcode (DRIVER1).
-    pub fn send_success(wr_id: u64, qp_num: u32, op: WrOpcode, byte_len: u32) -> Option<WorkCompletion> {
+    pub fn send_success(
+        wr_id: u64,
+        qp_num: u32,
+        op: WrOpcode,
+        byte_len: u32,
+    ) -> Option<WorkCompletion> {
         let opcode = wc_opcode_for(op)?;
-        Some(WorkCompletion { byte_len, status: WcStatus::Success, ..WorkCompletion::error(wr_id, qp_num, opcode, WcStatus::Success) })
+        Some(WorkCompletion {
+            byte_len,
+            status: WcStatus::Success,
+            ..WorkCompletion::error(wr_id, qp_num, opcode, WcStatus::Success)
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wr::spec_md::{plain, table_after};
+    use crate::spec_md::{plain, table_after};
     use crate::wr::WR_OPCODES;
 
-    const COMPLETIONS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/completions.md"));
+    const COMPLETIONS: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../spec/completions.md"
+    ));
 
     #[test]
     fn statuses_are_in_value_order() {
@@ -367,8 +459,14 @@ mod tests {
         let rows = table_after(COMPLETIONS, "## 3. `enum ibv_wc_status`");
         let mut seen = 0;
         for r in rows {
-            let values: Vec<u32> = r[0].split(',').map(|v| v.trim().parse().expect("value")).collect();
-            let names: Vec<String> = plain(&r[1]).split(',').map(|n| n.trim().to_string()).collect();
+            let values: Vec<u32> = r[0]
+                .split(',')
+                .map(|v| v.trim().parse().expect("value"))
+                .collect();
+            let names: Vec<String> = plain(&r[1])
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .collect();
             assert_eq!(values.len(), names.len(), "{r:?}");
             for (v, n) in values.iter().zip(&names) {
                 assert_eq!(WcStatus::from_raw(*v).map(WcStatus::name), Some(n.as_str()));
@@ -380,8 +478,14 @@ mod tests {
 
     #[test]
     fn status_display_is_ibv_wc_status_str() {
-        assert_eq!(WcStatus::RetryExcErr.to_string(), "transport retry counter exceeded");
-        assert_eq!(WcStatus::WrFlushErr.to_string(), "Work Request Flushed Error");
+        assert_eq!(
+            WcStatus::RetryExcErr.to_string(),
+            "transport retry counter exceeded"
+        );
+        assert_eq!(
+            WcStatus::WrFlushErr.to_string(),
+            "Work Request Flushed Error"
+        );
         assert_eq!(WcStatus::Success.to_string(), "success");
         assert!(!WcStatus::Success.is_error() && WcStatus::GeneralErr.is_error());
     }
@@ -402,7 +506,11 @@ mod tests {
             seen += 1;
         }
         assert_eq!(seen, WC_OPCODES.len());
-        assert!(WcOpcode::Recv.is_recv() && WcOpcode::RecvRdmaWithImm.is_recv() && !WcOpcode::AtomicWrite.is_recv());
+        assert!(
+            WcOpcode::Recv.is_recv()
+                && WcOpcode::RecvRdmaWithImm.is_recv()
+                && !WcOpcode::AtomicWrite.is_recv()
+        );
     }
 
     /// completions.md §2 "produced by" column: every `IBV_WR_*` named there maps to that row.
@@ -410,11 +518,25 @@ mod tests {
     fn wr_to_wc_matches_spec() {
         let rows = table_after(COMPLETIONS, "## 2. `enum ibv_wc_opcode`");
         let mut seen = 0;
-        for r in rows.iter().filter(|r| r[0].parse::<u32>().is_ok_and(|v| v < 128)) {
+        for r in rows
+            .iter()
+            .filter(|r| r[0].parse::<u32>().is_ok_and(|v| v < 128))
+        {
             let wc = plain(&r[1]);
-            for word in plain(&r[2]).split([',', ' ']).filter(|w| w.starts_with("IBV_WR_")) {
-                let wr = WR_OPCODES.iter().find(|o| o.2 == word).unwrap_or_else(|| panic!("{word}")).0;
-                assert_eq!(wc_opcode_for(wr).map(WcOpcode::name), Some(wc.as_str()), "{word}");
+            for word in plain(&r[2])
+                .split([',', ' '])
+                .filter(|w| w.starts_with("IBV_WR_"))
+            {
+                let wr = WR_OPCODES
+                    .iter()
+                    .find(|o| o.2 == word)
+                    .unwrap_or_else(|| panic!("{word}"))
+                    .0;
+                assert_eq!(
+                    wc_opcode_for(wr).map(WcOpcode::name),
+                    Some(wc.as_str()),
+                    "{word}"
+                );
                 seen += 1;
             }
         }
@@ -437,11 +559,18 @@ mod tests {
             let bit = r[0].trim_start_matches("1<<");
             if name == "IBV_WC_TM_*" {
                 assert_eq!(bit, "4..6");
-                assert_eq!(WcFlags::TM_SYNC_REQ | WcFlags::TM_MATCH | WcFlags::TM_DATA_VALID, WcFlags(0b111 << 4));
+                assert_eq!(
+                    WcFlags::TM_SYNC_REQ | WcFlags::TM_MATCH | WcFlags::TM_DATA_VALID,
+                    WcFlags(0b111 << 4)
+                );
                 continue;
             }
             let shift: u32 = bit.parse().expect("bit");
-            let f = ours.iter().find(|o| o.0 == name).unwrap_or_else(|| panic!("{name}")).1;
+            let f = ours
+                .iter()
+                .find(|o| o.0 == name)
+                .unwrap_or_else(|| panic!("{name}"))
+                .1;
             assert_eq!(f, WcFlags(1 << shift), "{name}");
         }
         assert_eq!(rows.len(), 5);
@@ -451,17 +580,34 @@ mod tests {
     #[test]
     fn flush_completion_fields() {
         let wc = WorkCompletion::flush(42, 0x11, WcOpcode::Recv);
-        assert_eq!((wc.wr_id, wc.status, wc.qp_num, wc.vendor_err), (42, WcStatus::WrFlushErr, 0x11, 0));
-        assert_eq!((wc.byte_len, wc.src_qp, wc.wc_flags, wc.imm_data), (0, 0, WcFlags::NONE, ImmData::default()));
-        assert_eq!((wc.pkey_index, wc.slid, wc.sl, wc.dlid_path_bits), (0, 0, 0, 0));
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.qp_num, wc.vendor_err),
+            (42, WcStatus::WrFlushErr, 0x11, 0)
+        );
+        assert_eq!(
+            (wc.byte_len, wc.src_qp, wc.wc_flags, wc.imm_data),
+            (0, 0, WcFlags::NONE, ImmData::default())
+        );
+        assert_eq!(
+            (wc.pkey_index, wc.slid, wc.sl, wc.dlid_path_bits),
+            (0, 0, 0, 0)
+        );
         let text = plain(COMPLETIONS);
-        assert!(text.contains("On error completions only wr_id, status, qp_num and vendor_err are\nvalid"));
+        assert!(text
+            .contains("On error completions only wr_id, status, qp_num and vendor_err are\nvalid"));
     }
 
     #[test]
     fn send_success_maps_opcode() {
-        let wc = WorkCompletion::send_success(1, 2, WrOpcode::RdmaWriteWithImm, 100).expect("has wc opcode");
-        assert_eq!((wc.opcode, wc.status, wc.byte_len), (WcOpcode::RdmaWrite, WcStatus::Success, 100));
-        assert_eq!(WorkCompletion::send_success(1, 2, WrOpcode::Driver1, 0), None);
+        let wc = WorkCompletion::send_success(1, 2, WrOpcode::RdmaWriteWithImm, 100)
+            .expect("has wc opcode");
+        assert_eq!(
+            (wc.opcode, wc.status, wc.byte_len),
+            (WcOpcode::RdmaWrite, WcStatus::Success, 100)
+        );
+        assert_eq!(
+            WorkCompletion::send_success(1, 2, WrOpcode::Driver1, 0),
+            None
+        );
     }
 }

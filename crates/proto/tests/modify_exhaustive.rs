@@ -30,16 +30,33 @@ fn refused(fx: &mut Fixture, h: QpHandle, attr: &QpAttr, mask: AttrMask) -> Modi
 }
 
 /// Modifies and expects success into `to`, with the mask's attributes now valid.
-fn accepted(fx: &mut Fixture, h: QpHandle, attr: &QpAttr, mask: AttrMask, from: QpState, to: QpState) {
-    let t = fx.eng.modify_qp(h, attr, mask).unwrap_or_else(|e| panic!("{from}→{to} {mask}: {e}"));
+fn accepted(
+    fx: &mut Fixture,
+    h: QpHandle,
+    attr: &QpAttr,
+    mask: AttrMask,
+    from: QpState,
+    to: QpState,
+) {
+    let t = fx
+        .eng
+        .modify_qp(h, attr, mask)
+        .unwrap_or_else(|e| panic!("{from}→{to} {mask}: {e}"));
     assert_eq!(t, Transition { from, to });
     let (got, valid) = fx.snap(h);
     assert_eq!(got.qp_state, to as u32);
     let set = mask - AttrMask::CUR_STATE - AttrMask::EN_SQD_ASYNC_NOTIFY;
     if to == QpState::Reset {
-        assert_eq!(valid, AttrMask::STATE | AttrMask::CAP, "RESET forgets every attribute");
+        assert_eq!(
+            valid,
+            AttrMask::STATE | AttrMask::CAP,
+            "RESET forgets every attribute"
+        );
     } else {
-        assert!(valid.contains(set), "{from}→{to}: {set} set but valid = {valid}");
+        assert!(
+            valid.contains(set),
+            "{from}→{to}: {set} set but valid = {valid}"
+        );
     }
 }
 
@@ -62,7 +79,10 @@ fn illegal_pair(t: QpType, from: QpState, to: QpState) {
     for mask in [AttrMask::STATE, everything] {
         let h = fx.qp_in(t, from);
         let e = refused(&mut fx, h, &attr, mask);
-        assert!(matches!(e, ModifyError::IllegalTransition { from: f, to: n, .. } if f == from && n == to), "{e:?}");
+        assert!(
+            matches!(e, ModifyError::IllegalTransition { from: f, to: n, .. } if f == from && n == to),
+            "{e:?}"
+        );
         assert_eq!(e.errno(), Errno::EINVAL);
         assert!(e.to_string().contains(&format!("{from}→{to}")), "{e}");
     }
@@ -77,7 +97,14 @@ fn legal_pair(t: QpType, from: QpState, to: QpState, cell: Cell) {
     accepted(&mut fx, h, &attr, base, from, to);
     // Required + every optional one the value checks allow (ALT_PATH: never on RoCE).
     let h = fx.qp_in(t, from);
-    accepted(&mut fx, h, &attr, base | (cell.optional - AttrMask::ALT_PATH), from, to);
+    accepted(
+        &mut fx,
+        h,
+        &attr,
+        base | (cell.optional - AttrMask::ALT_PATH),
+        from,
+        to,
+    );
     if cell.optional.contains(AttrMask::ALT_PATH) {
         let h = fx.qp_in(t, from);
         let e = refused(&mut fx, h, &attr, base | cell.optional);
@@ -100,24 +127,46 @@ fn legal_pair(t: QpType, from: QpState, to: QpState, cell: Cell) {
 
 fn missing_one(fx: &mut Fixture, h: QpHandle, attr: &QpAttr, mask: AttrMask, bit: AttrMask) {
     let e = refused(fx, h, attr, mask);
-    assert!(matches!(e, ModifyError::MissingRequired { missing, .. } if missing == bit), "{e:?}");
+    assert!(
+        matches!(e, ModifyError::MissingRequired { missing, .. } if missing == bit),
+        "{e:?}"
+    );
     assert_eq!(e.errno(), Errno::EINVAL);
     let name = bit.name().unwrap();
     assert!(e.to_string().contains(&format!("missing: {name}")), "{e}");
 }
 
-fn extra_one(fx: &mut Fixture, h: QpHandle, attr: &QpAttr, mask: AttrMask, bit: AttrMask, from: QpState) {
+fn extra_one(
+    fx: &mut Fixture,
+    h: QpHandle,
+    attr: &QpAttr,
+    mask: AttrMask,
+    bit: AttrMask,
+    from: QpState,
+) {
     let e = refused(fx, h, attr, mask);
     assert_eq!(e.errno(), Errno::EINVAL);
-    let cur_ok = matches!(from, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe);
+    let cur_ok = matches!(
+        from,
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    );
     if bit == AttrMask::CUR_STATE && !cur_ok {
         // ib_modify_qp_is_ok checks the named current state before the table.
-        assert!(matches!(e, ModifyError::CurStateNotAllowed { cur } if cur == from), "{e:?}");
+        assert!(
+            matches!(e, ModifyError::CurStateNotAllowed { cur } if cur == from),
+            "{e:?}"
+        );
         return;
     }
-    assert!(matches!(e, ModifyError::NotAccepted { extra, .. } if extra == bit), "{e:?}");
+    assert!(
+        matches!(e, ModifyError::NotAccepted { extra, .. } if extra == bit),
+        "{e:?}"
+    );
     let name = bit.name().unwrap();
-    assert!(e.to_string().contains(&format!("does not accept {name}")), "{e}");
+    assert!(
+        e.to_string().contains(&format!("does not accept {name}")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -141,15 +190,35 @@ fn modify_without_state_bit_is_cur_to_cur() {
     let attr = good_attr(QpState::Rtr, QpState::Rtr);
     let h = fx.qp_in(QpType::Rc, QpState::Rtr);
     let e = refused(&mut fx, h, &attr, AttrMask::EMPTY);
-    assert!(matches!(e, ModifyError::IllegalTransition { from: QpState::Rtr, to: QpState::Rtr, .. }));
+    assert!(matches!(
+        e,
+        ModifyError::IllegalTransition {
+            from: QpState::Rtr,
+            to: QpState::Rtr,
+            ..
+        }
+    ));
     assert!(e.to_string().contains("RTR→RTR"), "{e}");
-    for s in [QpState::Rts, QpState::Sqd, QpState::Init, QpState::Err, QpState::Reset] {
+    for s in [
+        QpState::Rts,
+        QpState::Sqd,
+        QpState::Init,
+        QpState::Err,
+        QpState::Reset,
+    ] {
         let h = fx.qp_in(QpType::Rc, s);
         accepted(&mut fx, h, &good_attr(s, s), AttrMask::EMPTY, s, s);
     }
     let h = fx.qp_in(QpType::Ud, QpState::Sqe);
     let e = refused(&mut fx, h, &attr, AttrMask::EMPTY);
-    assert!(matches!(e, ModifyError::IllegalTransition { from: QpState::Sqe, to: QpState::Sqe, .. }));
+    assert!(matches!(
+        e,
+        ModifyError::IllegalTransition {
+            from: QpState::Sqe,
+            to: QpState::Sqe,
+            ..
+        }
+    ));
     // Without STATE the attributes still change (INIT→INIT with PKEY_INDEX, QKEY on UD RTS).
     let h = fx.qp_in(QpType::Ud, QpState::Rts);
     let mut a = good_attr(QpState::Rts, QpState::Rts);
@@ -170,7 +239,10 @@ fn cur_state_replaces_the_current_state_for_the_table() {
         let ok = matches!(e, ModifyError::MissingRequired { from: QpState::Rtr, missing, .. } if missing.contains(AttrMask::SQ_PSN));
         assert!(ok, "{t:?}: {e:?}");
         // With the RTR→RTS required set it is accepted (the QP was in RTS: from = RTS).
-        let req = spec::load().lookup(t, QpState::Rtr, QpState::Rts).unwrap().required;
+        let req = spec::load()
+            .lookup(t, QpState::Rtr, QpState::Rts)
+            .unwrap()
+            .required;
         accepted(&mut fx, h, &a, mask | req, QpState::Rts, QpState::Rts);
         // The application tells the driver the device moved the QP to SQE
         // (UC/UD only: the RC row of SQE→RTS has no optional bits, not even CUR_STATE).
@@ -178,7 +250,14 @@ fn cur_state_replaces_the_current_state_for_the_table() {
             continue;
         }
         let h = fx.qp_in(t, QpState::Rts);
-        accepted(&mut fx, h, &good_attr(QpState::Sqe, QpState::Rts), mask, QpState::Rts, QpState::Rts);
+        accepted(
+            &mut fx,
+            h,
+            &good_attr(QpState::Sqe, QpState::Rts),
+            mask,
+            QpState::Rts,
+            QpState::Rts,
+        );
     }
 }
 
@@ -198,7 +277,13 @@ fn cur_state_must_be_rtr_rts_sqd_or_sqe_and_a_state() {
         let mut a = good_attr(QpState::Rts, QpState::Rts);
         a.cur_qp_state = bad;
         let e = refused(&mut fx, h, &a, mask);
-        assert_eq!(e, ModifyError::BadStateValue { field: "cur_qp_state", value: bad });
+        assert_eq!(
+            e,
+            ModifyError::BadStateValue {
+                field: "cur_qp_state",
+                value: bad
+            }
+        );
         assert_eq!(e.errno(), Errno::EINVAL);
         assert!(e.to_string().contains("cur_qp_state"), "{e}");
     }
@@ -213,7 +298,13 @@ fn qp_state_above_6_is_einval() {
             let mut a = good_attr(s, QpState::Err);
             a.qp_state = bad;
             let e = refused(&mut fx, h, &a, AttrMask::STATE);
-            assert_eq!(e, ModifyError::BadStateValue { field: "qp_state", value: bad });
+            assert_eq!(
+                e,
+                ModifyError::BadStateValue {
+                    field: "qp_state",
+                    value: bad
+                }
+            );
             assert_eq!(e.errno(), Errno::EINVAL);
             assert!(e.to_string().contains("qp_state = "), "{e}");
         }
@@ -225,8 +316,20 @@ fn reset_to_err_is_refused_with_a_hint() {
     let mut fx = Fixture::new();
     for t in QpType::SUPPORTED {
         let h = fx.qp(t);
-        let e = refused(&mut fx, h, &good_attr(QpState::Reset, QpState::Err), AttrMask::STATE);
-        assert!(matches!(e, ModifyError::IllegalTransition { from: QpState::Reset, to: QpState::Err, .. }));
+        let e = refused(
+            &mut fx,
+            h,
+            &good_attr(QpState::Reset, QpState::Err),
+            AttrMask::STATE,
+        );
+        assert!(matches!(
+            e,
+            ModifyError::IllegalTransition {
+                from: QpState::Reset,
+                to: QpState::Err,
+                ..
+            }
+        ));
         assert!(e.to_string().contains("INIT first"), "{e}");
     }
 }
@@ -243,8 +346,24 @@ fn unknown_mask_bits_are_eopnotsupp_before_anything_else() {
         assert_eq!(e.errno(), Errno::EOPNOTSUPP);
     }
     // Bit 25 (RATE_LIMIT) is known: not a mask error but not accepted for RC.
-    let e = refused(&mut fx, h, &good_attr(QpState::Rtr, QpState::Rts), AttrMask::STATE | AttrMask::RATE_LIMIT | common::minimal(QpType::Rc, QpState::Rtr, QpState::Rts));
-    assert!(matches!(e, ModifyError::NotAccepted { extra: AttrMask::RATE_LIMIT, .. }), "{e:?}");
+    let e = refused(
+        &mut fx,
+        h,
+        &good_attr(QpState::Rtr, QpState::Rts),
+        AttrMask::STATE
+            | AttrMask::RATE_LIMIT
+            | common::minimal(QpType::Rc, QpState::Rtr, QpState::Rts),
+    );
+    assert!(
+        matches!(
+            e,
+            ModifyError::NotAccepted {
+                extra: AttrMask::RATE_LIMIT,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert_eq!(e.errno(), Errno::EINVAL);
 }
 
@@ -254,7 +373,16 @@ fn cap_is_never_accepted() {
     for s in [QpState::Reset, QpState::Init, QpState::Rts, QpState::Sqd] {
         let h = fx.qp_in(QpType::Rc, s);
         let e = refused(&mut fx, h, &good_attr(s, s), AttrMask::CAP);
-        assert!(matches!(e, ModifyError::NotAccepted { extra: AttrMask::CAP, .. }), "{s}: {e:?}");
+        assert!(
+            matches!(
+                e,
+                ModifyError::NotAccepted {
+                    extra: AttrMask::CAP,
+                    ..
+                }
+            ),
+            "{s}: {e:?}"
+        );
     }
 }
 
@@ -263,26 +391,43 @@ fn cap_is_never_accepted() {
 #[test]
 fn still_draining_allows_only_err() {
     let fx = Fixture::new();
-    let env = ModifyEnv { dev: fx.eng.info(), privileged: false };
+    let env = ModifyEnv {
+        dev: fx.eng.info(),
+        privileged: false,
+    };
     let mut qp = QpControl::new(QpType::Rc, 0x42, QpCap::default(), false, false);
     for to in [QpState::Init, QpState::Rtr, QpState::Rts] {
         let from = qp.state();
-        qp.modify(&good_attr(from, to), common::minimal(QpType::Rc, from, to) | AttrMask::STATE, env).unwrap();
+        qp.modify(
+            &good_attr(from, to),
+            common::minimal(QpType::Rc, from, to) | AttrMask::STATE,
+            env,
+        )
+        .unwrap();
     }
     let mask = AttrMask::STATE | AttrMask::EN_SQD_ASYNC_NOTIFY;
-    qp.modify(&good_attr(QpState::Rts, QpState::Sqd), mask, env).unwrap();
+    qp.modify(&good_attr(QpState::Rts, QpState::Sqd), mask, env)
+        .unwrap();
     assert!(qp.sq_draining() && qp.query().0.sq_draining == 1);
     for to in [QpState::Rts, QpState::Sqd, QpState::Reset] {
         let before = qp.query();
-        let e = qp.modify(&good_attr(QpState::Sqd, to), AttrMask::STATE, env).unwrap_err();
+        let e = qp
+            .modify(&good_attr(QpState::Sqd, to), AttrMask::STATE, env)
+            .unwrap_err();
         assert_eq!((e.errno(), e), (Errno::EINVAL, ModifyError::StillDraining));
         assert_eq!(qp.query(), before);
     }
     let mut drained = qp.clone();
-    assert!(drained.drain_finished(), "SQ_DRAINED is due: notify was requested");
+    assert!(
+        drained.drain_finished(),
+        "SQ_DRAINED is due: notify was requested"
+    );
     assert_eq!(drained.query().0.sq_draining, 0);
-    drained.modify(&good_attr(QpState::Sqd, QpState::Rts), AttrMask::STATE, env).unwrap();
-    qp.modify(&good_attr(QpState::Sqd, QpState::Err), AttrMask::STATE, env).unwrap();
+    drained
+        .modify(&good_attr(QpState::Sqd, QpState::Rts), AttrMask::STATE, env)
+        .unwrap();
+    qp.modify(&good_attr(QpState::Sqd, QpState::Err), AttrMask::STATE, env)
+        .unwrap();
     assert_eq!(qp.state(), QpState::Err);
 }
 
@@ -293,7 +438,11 @@ fn the_spec_oracle_and_sequences_agree() {
     use QpState::*;
     for t in QpType::SUPPORTED {
         for (f, to) in [(Reset, Init), (Init, Rtr), (Rtr, Rts)] {
-            assert_eq!(s.lookup(t, f, to).unwrap().required, common::minimal(t, f, to), "{t:?} {f}→{to}");
+            assert_eq!(
+                s.lookup(t, f, to).unwrap().required,
+                common::minimal(t, f, to),
+                "{t:?} {f}→{to}"
+            );
         }
     }
 }

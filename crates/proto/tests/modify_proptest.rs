@@ -21,7 +21,10 @@ fn spec_table() -> &'static SpecTable {
 
 /// Bits named in spec §2 (independent of `AttrMask::KNOWN`).
 fn spec_known() -> AttrMask {
-    spec_table().names.values().fold(AttrMask::EMPTY, |a, b| a | *b)
+    spec_table()
+        .names
+        .values()
+        .fold(AttrMask::EMPTY, |a, b| a | *b)
 }
 
 // ---- the oracle ----
@@ -36,7 +39,11 @@ fn table_verdict(t: QpType, actual: QpState, a: &QpAttr, mask: AttrMask) -> Resu
         return Err(Errno::EOPNOTSUPP);
     }
     let has = |b| mask.contains(b);
-    let next = if has(AttrMask::STATE) { Some(state(a.qp_state).ok_or(Errno::EINVAL)?) } else { None };
+    let next = if has(AttrMask::STATE) {
+        Some(state(a.qp_state).ok_or(Errno::EINVAL)?)
+    } else {
+        None
+    };
     let cur = if has(AttrMask::CUR_STATE) {
         let c = state(a.cur_qp_state).ok_or(Errno::EINVAL)?;
         if !matches!(c, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
@@ -76,19 +83,42 @@ fn value_errnos(a: &QpAttr, mask: AttrMask) -> Vec<Errno> {
         (A::PKEY_INDEX, (a.pkey_index != 0).then_some(Errno::EINVAL)),
         (A::AV, av_errno(&a.ah_attr)),
         (A::ALT_PATH, Some(Errno::EINVAL)), // no APM on RoCE
-        (A::PATH_MTU, (!(1..=5).contains(&a.path_mtu)).then_some(Errno::EINVAL)),
+        (
+            A::PATH_MTU,
+            (!(1..=5).contains(&a.path_mtu)).then_some(Errno::EINVAL),
+        ),
         (A::TIMEOUT, (a.timeout > 31).then_some(Errno::EINVAL)),
         (A::RETRY_CNT, (a.retry_cnt > 7).then_some(Errno::EINVAL)),
         (A::RNR_RETRY, (a.rnr_retry > 7).then_some(Errno::EINVAL)),
-        (A::MIN_RNR_TIMER, (a.min_rnr_timer > 31).then_some(Errno::EINVAL)),
-        (A::DEST_QPN, (a.dest_qp_num > 0xff_ffff).then_some(Errno::EINVAL)),
-        (A::MAX_QP_RD_ATOMIC, (a.max_rd_atomic > 128).then_some(Errno::EINVAL)),
-        (A::MAX_DEST_RD_ATOMIC, (a.max_dest_rd_atomic > 128).then_some(Errno::EINVAL)),
-        (A::ACCESS_FLAGS, (a.qp_access_flags & !0xf != 0).then_some(Errno::EINVAL)),
+        (
+            A::MIN_RNR_TIMER,
+            (a.min_rnr_timer > 31).then_some(Errno::EINVAL),
+        ),
+        (
+            A::DEST_QPN,
+            (a.dest_qp_num > 0xff_ffff).then_some(Errno::EINVAL),
+        ),
+        (
+            A::MAX_QP_RD_ATOMIC,
+            (a.max_rd_atomic > 128).then_some(Errno::EINVAL),
+        ),
+        (
+            A::MAX_DEST_RD_ATOMIC,
+            (a.max_dest_rd_atomic > 128).then_some(Errno::EINVAL),
+        ),
+        (
+            A::ACCESS_FLAGS,
+            (a.qp_access_flags & !0xf != 0).then_some(Errno::EINVAL),
+        ),
         (A::QKEY, (a.qkey & 0x8000_0000 != 0).then_some(Errno::EPERM)),
     ];
     let mig = (mask.contains(A::PATH_MIG_STATE) && a.path_mig_state > 2).then_some(Errno::EINVAL);
-    checks.iter().filter(|(b, _)| mask.contains(*b)).filter_map(|(_, e)| *e).chain(mig).collect()
+    checks
+        .iter()
+        .filter(|(b, _)| mask.contains(*b))
+        .filter_map(|(_, e)| *e)
+        .chain(mig)
+        .collect()
 }
 
 fn oracle(t: QpType, actual: QpState, a: &QpAttr, mask: AttrMask) -> Result<QpState, Vec<Errno>> {
@@ -133,9 +163,19 @@ fn pick<T: Clone + Debug + 'static>(good: T, bad: &[T]) -> impl Strategy<Value =
 
 fn av() -> impl Strategy<Value = AhAttr> {
     let g = good_av();
-    (pick(1u8, &[0, 2]), pick(1u8, &[0]), pick(0u8, &[1, 2]), pick(g.grh.dgid, &[Gid::ZERO]), pick(5u32, &[0xf_ffff, 1 << 20]))
+    (
+        pick(1u8, &[0, 2]),
+        pick(1u8, &[0]),
+        pick(0u8, &[1, 2]),
+        pick(g.grh.dgid, &[Gid::ZERO]),
+        pick(5u32, &[0xf_ffff, 1 << 20]),
+    )
         .prop_map(move |(port_num, is_global, sgid, dgid, flow)| {
-            let mut a = AhAttr { port_num, is_global, ..g };
+            let mut a = AhAttr {
+                port_num,
+                is_global,
+                ..g
+            };
             (a.grh.sgid_index, a.grh.dgid, a.grh.flow_label) = (sgid, dgid, flow);
             a
         })
@@ -159,11 +199,21 @@ fn attr() -> impl Strategy<Value = QpAttr> {
         (pick(4u8, &[0, 128, 129, 255]), pick(4u8, &[128, 129])),
         pick(12u8, &[0, 31, 32]),
         pick(1u8, &[0, 2]),
-        (pick(14u8, &[31, 32]), pick(7u8, &[0, 8]), pick(7u8, &[0, 8])),
+        (
+            pick(14u8, &[31, 32]),
+            pick(7u8, &[0, 8]),
+            pick(7u8, &[0, 8]),
+        ),
     );
     (words, bytes).prop_map(|(w, b)| {
         let mut a = common::good_attr(QpState::Reset, QpState::Reset);
-        (a.qp_state, a.cur_qp_state, a.path_mtu, a.path_mig_state, a.qkey) = (w.0, w.1, w.2, w.3, w.4);
+        (
+            a.qp_state,
+            a.cur_qp_state,
+            a.path_mtu,
+            a.path_mig_state,
+            a.qkey,
+        ) = (w.0, w.1, w.2, w.3, w.4);
         (a.rq_psn, a.sq_psn, a.dest_qp_num, a.qp_access_flags) = (w.5, w.6, w.7, w.8);
         (a.ah_attr, a.pkey_index, a.min_rnr_timer, a.port_num) = (b.0, b.1, b.3, b.4);
         (a.max_rd_atomic, a.max_dest_rd_atomic) = b.2;
@@ -188,24 +238,36 @@ struct MaskPlan {
 
 fn mask_plan() -> impl Strategy<Value = MaskPlan> {
     let noise = prop::collection::vec(prop_oneof![6 => 0u8..21, 1 => 21u8..32], 0..=2);
-    let flags = (prop::bool::weighted(0.7), prop::bool::weighted(0.85), prop::bool::weighted(0.75));
-    (proptest::option::weighted(0.7, 0usize..8), flags, any::<u32>(), noise).prop_map(
-        |(legal_next, (truthful_cur, state, required), optional, noise)| MaskPlan {
-            legal_next,
-            truthful_cur,
-            state,
-            required,
-            optional,
-            noise,
-        },
+    let flags = (
+        prop::bool::weighted(0.7),
+        prop::bool::weighted(0.85),
+        prop::bool::weighted(0.75),
+    );
+    (
+        proptest::option::weighted(0.7, 0usize..8),
+        flags,
+        any::<u32>(),
+        noise,
     )
+        .prop_map(
+            |(legal_next, (truthful_cur, state, required), optional, noise)| MaskPlan {
+                legal_next,
+                truthful_cur,
+                state,
+                required,
+                optional,
+                noise,
+            },
+        )
 }
 
 /// Applies the plan: returns the attributes and mask to modify with.
 fn prepare(plan: &MaskPlan, t: QpType, start: QpState, a: &QpAttr) -> (QpAttr, AttrMask) {
     let mut a = *a;
-    let legal: Vec<QpState> =
-        QpState::ALL.into_iter().filter(|n| spec_table().lookup(t, start, *n).is_some()).collect();
+    let legal: Vec<QpState> = QpState::ALL
+        .into_iter()
+        .filter(|n| spec_table().lookup(t, start, *n).is_some())
+        .collect();
     if let Some(i) = plan.legal_next {
         a.qp_state = legal[i % legal.len()] as u32;
     }
@@ -216,8 +278,16 @@ fn prepare(plan: &MaskPlan, t: QpType, start: QpState, a: &QpAttr) -> (QpAttr, A
 }
 
 fn build_mask(plan: &MaskPlan, t: QpType, start: QpState, a: &QpAttr) -> AttrMask {
-    let mut m = if plan.state { AttrMask::STATE } else { AttrMask::EMPTY };
-    let next = if plan.state { state(a.qp_state) } else { Some(start) };
+    let mut m = if plan.state {
+        AttrMask::STATE
+    } else {
+        AttrMask::EMPTY
+    };
+    let next = if plan.state {
+        state(a.qp_state)
+    } else {
+        Some(start)
+    };
     if let Some(cell) = next.and_then(|n| spec_table().lookup(t, start, n)) {
         if plan.required {
             m |= cell.required;
@@ -279,7 +349,11 @@ fn check_success(
         if set.contains(bit) {
             prop_assert!(stored(bit, &after.0, a), "{} not stored", bit);
         } else {
-            prop_assert!(stored(bit, &after.0, &before.0), "{} changed without its bit", bit);
+            prop_assert!(
+                stored(bit, &after.0, &before.0),
+                "{} changed without its bit",
+                bit
+            );
         }
     }
     Ok(())
@@ -316,8 +390,16 @@ fn generator_covers_successes_and_every_errno() {
     eprintln!("{ok} of {n} succeed; refusals {errs:?}");
     // Controlled Q_Keys and empty GID entries need a rarer combination (a UD QKEY,
     // an AV in INIT→RTR or SQD→SQD): a few in 4000 is what the weights give.
-    let floors = [(Errno::EINVAL, n / 20), (Errno::EOPNOTSUPP, n / 20), (Errno::EPERM, 3), (Errno::ENODATA, 3)];
+    let floors = [
+        (Errno::EINVAL, n / 20),
+        (Errno::EOPNOTSUPP, n / 20),
+        (Errno::EPERM, 3),
+        (Errno::ENODATA, 3),
+    ];
     for (errno, floor) in floors {
-        assert!(errs.get(&errno).copied().unwrap_or(0) >= floor, "{errno:?}: {ok} ok, {errs:?}");
+        assert!(
+            errs.get(&errno).copied().unwrap_or(0) >= floor,
+            "{errno:?}: {ok} ok, {errs:?}"
+        );
     }
 }

@@ -10,14 +10,21 @@ use proto::srq::{SrqAttr, SRQ_LIMIT, SRQ_MAX_WR};
 use proto::{Errno, Error, Gid, QpType};
 
 fn srq_attr(max_wr: u32, max_sge: u32) -> SrqAttr {
-    SrqAttr { max_wr, max_sge, srq_limit: 0 }
+    SrqAttr {
+        max_wr,
+        max_sge,
+        srq_limit: 0,
+    }
 }
 
 fn assert_busy(r: Result<(), Error>, kind: ObjectKind) {
     match r {
         Err(e @ Error::Busy { .. }) => {
             assert_eq!(e.errno(), Errno::EBUSY);
-            assert!(matches!(e, Error::Busy { kind: k, .. } if k == kind), "{e:?}");
+            assert!(
+                matches!(e, Error::Busy { kind: k, .. } if k == kind),
+                "{e:?}"
+            );
             assert!(e.to_string().contains("still used by"), "{e}");
         }
         other => panic!("expected EBUSY for {kind}, got {other:?}"),
@@ -29,14 +36,22 @@ fn pd_cq_srq_are_busy_while_a_qp_uses_them() {
     let mut fx = Fixture::new();
     let (srq, _) = fx.eng.create_srq(fx.pd, &srq_attr(8, 1)).unwrap();
     let (rcq, _) = fx.eng.create_cq(fx.ctx, 8, 0).unwrap();
-    let args = QpCreate { recv_cq: Some(rcq), srq: Some(srq), ..fx.create_args(QpType::Rc) };
+    let args = QpCreate {
+        recv_cq: Some(rcq),
+        srq: Some(srq),
+        ..fx.create_args(QpType::Rc)
+    };
     let qp = fx.eng.create_qp(&args).unwrap().handle;
     let counts = fx.eng.object_counts();
     assert_busy(fx.eng.dealloc_pd(fx.pd), ObjectKind::Pd);
     assert_busy(fx.eng.destroy_cq(fx.cq), ObjectKind::Cq);
     assert_busy(fx.eng.destroy_cq(rcq), ObjectKind::Cq);
     assert_busy(fx.eng.destroy_srq(srq), ObjectKind::Srq);
-    assert_eq!(fx.eng.object_counts(), counts, "a refused destroy destroyed something");
+    assert_eq!(
+        fx.eng.object_counts(),
+        counts,
+        "a refused destroy destroyed something"
+    );
     fx.eng.destroy_qp(qp).unwrap();
     fx.eng.destroy_srq(srq).unwrap();
     fx.eng.destroy_cq(rcq).unwrap();
@@ -81,7 +96,10 @@ fn close_context_destroys_everything_and_only_its_own() {
         fx.qp_in(t, proto::QpState::Rts);
     }
     let (srq, _) = fx.eng.create_srq(fx.pd, &srq_attr(4, 1)).unwrap();
-    let args = QpCreate { srq: Some(srq), ..fx.create_args(QpType::Rc) };
+    let args = QpCreate {
+        srq: Some(srq),
+        ..fx.create_args(QpType::Rc)
+    };
     fx.eng.create_qp(&args).unwrap();
     fx.eng.reg_mr(fx.pd, 0, 64, 0).unwrap();
     fx.eng.create_ah(fx.pd, &good_av()).unwrap();
@@ -105,7 +123,11 @@ fn srq_create_rules() {
         assert_eq!(e.errno(), Errno::EINVAL, "max_wr {wr} max_sge {sge}");
         assert!(e.to_string().contains("srq_attr.max_"), "{e}");
     }
-    let asked = SrqAttr { max_wr: dev.max_srq_wr, max_sge: dev.max_srq_sge, srq_limit: 7 };
+    let asked = SrqAttr {
+        max_wr: dev.max_srq_wr,
+        max_sge: dev.max_srq_sge,
+        srq_limit: 7,
+    };
     let (h, got) = fx.eng.create_srq(fx.pd, &asked).unwrap();
     assert!(got.max_wr >= asked.max_wr && got.max_sge >= asked.max_sge);
     assert_eq!(got.srq_limit, 0, "srq_limit is not armed by create");
@@ -119,14 +141,55 @@ fn srq_modify_rules_all_or_nothing() {
     let e = fx.eng.modify_srq(h, &srq_attr(8, 1), 1 << 2).unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL);
     // Limit above the new max_wr: nothing changes, not even max_wr.
-    let e = fx.eng.modify_srq(h, &SrqAttr { max_wr: 32, max_sge: 1, srq_limit: 33 }, SRQ_MAX_WR | SRQ_LIMIT).unwrap_err();
+    let e = fx
+        .eng
+        .modify_srq(
+            h,
+            &SrqAttr {
+                max_wr: 32,
+                max_sge: 1,
+                srq_limit: 33,
+            },
+            SRQ_MAX_WR | SRQ_LIMIT,
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("srq_limit"), "{e}");
     assert_eq!(fx.eng.query_srq(h).unwrap(), srq_attr(16, 1));
-    fx.eng.modify_srq(h, &SrqAttr { max_wr: 32, max_sge: 9, srq_limit: 20 }, SRQ_MAX_WR | SRQ_LIMIT).unwrap();
-    assert_eq!(fx.eng.query_srq(h).unwrap(), SrqAttr { max_wr: 32, max_sge: 1, srq_limit: 20 });
-    let e = fx.eng.modify_srq(h, &srq_attr(0, 1), SRQ_MAX_WR).unwrap_err();
+    fx.eng
+        .modify_srq(
+            h,
+            &SrqAttr {
+                max_wr: 32,
+                max_sge: 9,
+                srq_limit: 20,
+            },
+            SRQ_MAX_WR | SRQ_LIMIT,
+        )
+        .unwrap();
+    assert_eq!(
+        fx.eng.query_srq(h).unwrap(),
+        SrqAttr {
+            max_wr: 32,
+            max_sge: 1,
+            srq_limit: 20
+        }
+    );
+    let e = fx
+        .eng
+        .modify_srq(h, &srq_attr(0, 1), SRQ_MAX_WR)
+        .unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL);
-    fx.eng.modify_srq(h, &SrqAttr { max_wr: 0, max_sge: 0, srq_limit: 32 }, SRQ_LIMIT).unwrap();
+    fx.eng
+        .modify_srq(
+            h,
+            &SrqAttr {
+                max_wr: 0,
+                max_sge: 0,
+                srq_limit: 32,
+            },
+            SRQ_LIMIT,
+        )
+        .unwrap();
     assert_eq!(fx.eng.query_srq(h).unwrap().srq_limit, 32);
 }
 
@@ -144,8 +207,15 @@ fn cq_sizes() {
         assert!(got >= want as u32);
         assert_eq!(fx.eng.cq(h).unwrap().cqe, got);
     }
-    assert_eq!(fx.eng.create_cq(fx.ctx, 4, 1).unwrap_err().errno(), Errno::EINVAL, "comp_vector 1");
-    assert_eq!(fx.eng.create_cq(fx.ctx, 4, -1).unwrap_err().errno(), Errno::EINVAL);
+    assert_eq!(
+        fx.eng.create_cq(fx.ctx, 4, 1).unwrap_err().errno(),
+        Errno::EINVAL,
+        "comp_vector 1"
+    );
+    assert_eq!(
+        fx.eng.create_cq(fx.ctx, 4, -1).unwrap_err().errno(),
+        Errno::EINVAL
+    );
 }
 
 #[test]
@@ -156,14 +226,36 @@ fn mr_access_flag_rules() {
         let e = fx.eng.reg_mr(fx.pd, 0x1000, 64, bad).expect_err("refused");
         assert_eq!(e.errno(), Errno::EINVAL, "{bad:#x}");
     }
-    for (flags, errno) in [(1u32 << 5, Errno::EOPNOTSUPP), (1 << 6, Errno::EOPNOTSUPP), (1 << 12, Errno::EINVAL)] {
-        assert_eq!(fx.eng.reg_mr(fx.pd, 0x1000, 64, flags).err().unwrap().errno(), errno, "{flags:#x}");
+    for (flags, errno) in [
+        (1u32 << 5, Errno::EOPNOTSUPP),
+        (1 << 6, Errno::EOPNOTSUPP),
+        (1 << 12, Errno::EINVAL),
+    ] {
+        assert_eq!(
+            fx.eng
+                .reg_mr(fx.pd, 0x1000, 64, flags)
+                .err()
+                .unwrap()
+                .errno(),
+            errno,
+            "{flags:#x}"
+        );
     }
     let before = fx.eng.object_counts();
     assert!(fx.eng.reg_mr(fx.pd, u64::MAX - 10, 64, 0).is_err(), "wraps");
     assert_eq!(fx.eng.object_counts(), before);
-    for ok in [0, lw, rr, lw | rw, lw | ra, lw | rw | rr | ra, lw | (1 << 20)] {
-        fx.eng.reg_mr(fx.pd, 0x1000, 64, ok).unwrap_or_else(|e| panic!("{ok:#x}: {e}"));
+    for ok in [
+        0,
+        lw,
+        rr,
+        lw | rw,
+        lw | ra,
+        lw | rw | rr | ra,
+        lw | (1 << 20),
+    ] {
+        fx.eng
+            .reg_mr(fx.pd, 0x1000, 64, ok)
+            .unwrap_or_else(|e| panic!("{ok:#x}: {e}"));
     }
 }
 
@@ -176,17 +268,26 @@ fn mr_keys_are_distinct_and_find_their_mr() {
         let (h, mr) = fx.eng.reg_mr(fx.pd, 0x10000 * i, 4096, 1 | 2 | 4).unwrap();
         let (l, r, addr) = (mr.lkey, mr.rkey, mr.addr);
         assert_ne!(l, r);
-        assert!(keys.insert(l) && keys.insert(r), "key reused among live MRs");
+        assert!(
+            keys.insert(l) && keys.insert(r),
+            "key reused among live MRs"
+        );
         assert_eq!(fx.eng.mr_by_lkey(l).unwrap().addr, addr);
         assert_eq!(fx.eng.mr_by_rkey(r).unwrap().addr, addr);
-        assert!(fx.eng.mr_by_lkey(r).is_none() && fx.eng.mr_by_rkey(l).is_none(), "lkey ≠ rkey roles");
+        assert!(
+            fx.eng.mr_by_lkey(r).is_none() && fx.eng.mr_by_rkey(l).is_none(),
+            "lkey ≠ rkey roles"
+        );
         hs.push((h, l, r));
     }
     let (h, l, r) = hs[10];
     fx.eng.dereg_mr(h).unwrap();
     assert!(fx.eng.mr_by_lkey(l).is_none() && fx.eng.mr_by_rkey(r).is_none());
     let (_, mr) = fx.eng.reg_mr(fx.pd, 0, 64, 1).unwrap();
-    assert!(mr.lkey != l && mr.rkey != r, "a stale key must not name the slot's next MR");
+    assert!(
+        mr.lkey != l && mr.rkey != r,
+        "a stale key must not name the slot's next MR"
+    );
     assert!(fx.eng.mr_by_lkey(l).is_none());
     assert!(fx.eng.mr_by_lkey(0).is_none() && fx.eng.mr_by_rkey(u32::MAX).is_none());
 }
@@ -212,8 +313,20 @@ fn ah_checks() {
         assert!(e.to_string().contains(words), "{e}");
     }
     assert_eq!(fx.eng.object_counts(), before);
-    let e = fx.eng.create_ah(fx.pd, &proto::AhAttr { is_global: 0, ..good_av() }).unwrap_err();
-    assert!(matches!(e, Error::Modify(ModifyError::NoGrh { which: "ah_attr" })));
+    let e = fx
+        .eng
+        .create_ah(
+            fx.pd,
+            &proto::AhAttr {
+                is_global: 0,
+                ..good_av()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        Error::Modify(ModifyError::NoGrh { which: "ah_attr" })
+    ));
     let h = fx.eng.create_ah(fx.pd, &good_av()).unwrap();
     assert_eq!(fx.eng.ah(h).unwrap().attr, good_av());
     fx.eng.destroy_ah(h).unwrap();
@@ -223,6 +336,15 @@ fn ah_checks() {
 #[test]
 fn ah_on_an_empty_gid_entry_is_enodata() {
     let mut fx = Fixture::with(&common::config(true));
-    let av = proto::AhAttr { grh: proto::GlobalRoute { sgid_index: 1, ..good_av().grh }, ..good_av() };
-    assert_eq!(fx.eng.create_ah(fx.pd, &av).unwrap_err().errno(), Errno::ENODATA);
+    let av = proto::AhAttr {
+        grh: proto::GlobalRoute {
+            sgid_index: 1,
+            ..good_av().grh
+        },
+        ..good_av()
+    };
+    assert_eq!(
+        fx.eng.create_ah(fx.pd, &av).unwrap_err().errno(),
+        Errno::ENODATA
+    );
 }

@@ -26,10 +26,23 @@ fn valid_in(t: QpType, s: QpState) -> AttrMask {
     let rtr = match t {
         QpType::Ud => A::EMPTY,
         QpType::Uc => A::of(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
-        _ => A::of(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN, A::MAX_DEST_RD_ATOMIC, A::MIN_RNR_TIMER]),
+        _ => A::of(&[
+            A::AV,
+            A::PATH_MTU,
+            A::DEST_QPN,
+            A::RQ_PSN,
+            A::MAX_DEST_RD_ATOMIC,
+            A::MIN_RNR_TIMER,
+        ]),
     };
     let rts = match t {
-        QpType::Rc => A::of(&[A::SQ_PSN, A::TIMEOUT, A::RETRY_CNT, A::RNR_RETRY, A::MAX_QP_RD_ATOMIC]),
+        QpType::Rc => A::of(&[
+            A::SQ_PSN,
+            A::TIMEOUT,
+            A::RETRY_CNT,
+            A::RNR_RETRY,
+            A::MAX_QP_RD_ATOMIC,
+        ]),
         _ => A::SQ_PSN,
     };
     match s {
@@ -44,23 +57,58 @@ fn valid_in(t: QpType, s: QpState) -> AttrMask {
 /// fields as set, every other one zero.
 fn expected(valid: AttrMask, state: QpState, cap: QpCap) -> QpAttr {
     let g = good_attr(Reset, Init);
-    let mut e = QpAttr { qp_state: state as u32, cur_qp_state: state as u32, cap, ..QpAttr::default() };
+    let mut e = QpAttr {
+        qp_state: state as u32,
+        cur_qp_state: state as u32,
+        cap,
+        ..QpAttr::default()
+    };
     let has = |b| valid.contains(b);
-    if has(A::PKEY_INDEX) { e.pkey_index = g.pkey_index }
-    if has(A::PORT) { e.port_num = g.port_num }
-    if has(A::QKEY) { e.qkey = g.qkey }
-    if has(A::ACCESS_FLAGS) { e.qp_access_flags = g.qp_access_flags }
-    if has(A::AV) { e.ah_attr = g.ah_attr }
-    if has(A::PATH_MTU) { e.path_mtu = g.path_mtu }
-    if has(A::DEST_QPN) { e.dest_qp_num = g.dest_qp_num }
-    if has(A::RQ_PSN) { e.rq_psn = g.rq_psn }
-    if has(A::MAX_DEST_RD_ATOMIC) { e.max_dest_rd_atomic = g.max_dest_rd_atomic }
-    if has(A::MIN_RNR_TIMER) { e.min_rnr_timer = g.min_rnr_timer }
-    if has(A::SQ_PSN) { e.sq_psn = g.sq_psn }
-    if has(A::TIMEOUT) { e.timeout = g.timeout }
-    if has(A::RETRY_CNT) { e.retry_cnt = g.retry_cnt }
-    if has(A::RNR_RETRY) { e.rnr_retry = g.rnr_retry }
-    if has(A::MAX_QP_RD_ATOMIC) { e.max_rd_atomic = g.max_rd_atomic }
+    if has(A::PKEY_INDEX) {
+        e.pkey_index = g.pkey_index
+    }
+    if has(A::PORT) {
+        e.port_num = g.port_num
+    }
+    if has(A::QKEY) {
+        e.qkey = g.qkey
+    }
+    if has(A::ACCESS_FLAGS) {
+        e.qp_access_flags = g.qp_access_flags
+    }
+    if has(A::AV) {
+        e.ah_attr = g.ah_attr
+    }
+    if has(A::PATH_MTU) {
+        e.path_mtu = g.path_mtu
+    }
+    if has(A::DEST_QPN) {
+        e.dest_qp_num = g.dest_qp_num
+    }
+    if has(A::RQ_PSN) {
+        e.rq_psn = g.rq_psn
+    }
+    if has(A::MAX_DEST_RD_ATOMIC) {
+        e.max_dest_rd_atomic = g.max_dest_rd_atomic
+    }
+    if has(A::MIN_RNR_TIMER) {
+        e.min_rnr_timer = g.min_rnr_timer
+    }
+    if has(A::SQ_PSN) {
+        e.sq_psn = g.sq_psn
+    }
+    if has(A::TIMEOUT) {
+        e.timeout = g.timeout
+    }
+    if has(A::RETRY_CNT) {
+        e.retry_cnt = g.retry_cnt
+    }
+    if has(A::RNR_RETRY) {
+        e.rnr_retry = g.rnr_retry
+    }
+    if has(A::MAX_QP_RD_ATOMIC) {
+        e.max_rd_atomic = g.max_rd_atomic
+    }
     e
 }
 
@@ -71,7 +119,10 @@ fn seeds_example_create_query_move_query() {
     assert_eq!(fx.snap(h).0.qp_state, Reset as u32);
     fx.drive(h, QpType::Rc, Init);
     let (a, v) = fx.snap(h);
-    assert_eq!((a.qp_state, a.port_num, a.qp_access_flags), (Init as u32, 1, 0x7));
+    assert_eq!(
+        (a.qp_state, a.port_num, a.qp_access_flags),
+        (Init as u32, 1, 0x7)
+    );
     assert!(v.contains(A::PORT | A::ACCESS_FLAGS | A::PKEY_INDEX));
 }
 
@@ -127,13 +178,24 @@ fn optional_attributes_become_valid_only_when_given() {
 fn psns_are_the_live_values_masked_to_24_bits() {
     // qp-query.md §3.1: query reports the next PSN to send / expected (data path).
     let fx = Fixture::new();
-    let env = proto::qp::modify::ModifyEnv { dev: fx.eng.info(), privileged: false };
+    let env = proto::qp::modify::ModifyEnv {
+        dev: fx.eng.info(),
+        privileged: false,
+    };
     let mut qp = QpControl::new(QpType::Rc, 0x42, QpCap::default(), false, false);
     for to in [Init, Rtr, Rts] {
         let from = qp.state();
-        qp.modify(&good_attr(from, to), common::minimal(QpType::Rc, from, to) | A::STATE, env).unwrap();
+        qp.modify(
+            &good_attr(from, to),
+            common::minimal(QpType::Rc, from, to) | A::STATE,
+            env,
+        )
+        .unwrap();
     }
-    assert_eq!((qp.query().0.sq_psn, qp.query().0.rq_psn), (0x12_3456, 0xab_cdef));
+    assert_eq!(
+        (qp.query().0.sq_psn, qp.query().0.rq_psn),
+        (0x12_3456, 0xab_cdef)
+    );
     qp.set_live_psns(Some(0x0100_0005), Some(0x00ff_ffff));
     assert_eq!((qp.query().0.sq_psn, qp.query().0.rq_psn), (5, 0xff_ffff));
     qp.set_live_psns(None, Some(9));
@@ -144,14 +206,36 @@ fn psns_are_the_live_values_masked_to_24_bits() {
 fn init_attr_reports_cqs_srq_cap_and_sig_all() {
     let mut fx = Fixture::new();
     let (cq2, _) = fx.eng.create_cq(fx.ctx, 4, 0).unwrap();
-    let (srq, _) = fx.eng.create_srq(fx.pd, &SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }).unwrap();
-    let args = QpCreate { recv_cq: Some(cq2), srq: Some(srq), sq_sig_all: true, ..fx.create_args(QpType::Ud) };
+    let (srq, _) = fx
+        .eng
+        .create_srq(
+            fx.pd,
+            &SrqAttr {
+                max_wr: 4,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let args = QpCreate {
+        recv_cq: Some(cq2),
+        srq: Some(srq),
+        sq_sig_all: true,
+        ..fx.create_args(QpType::Ud)
+    };
     let made = fx.eng.create_qp(&args).unwrap();
     let (_, _, init) = fx.eng.query_qp(made.handle).unwrap();
-    assert_eq!((init.qp_type, init.send_cq, init.recv_cq, init.srq), (QpType::Ud, fx.cq, cq2, Some(srq)));
+    assert_eq!(
+        (init.qp_type, init.send_cq, init.recv_cq, init.srq),
+        (QpType::Ud, fx.cq, cq2, Some(srq))
+    );
     assert!(init.sq_sig_all);
     assert_eq!(init.cap, made.cap);
-    assert_eq!((init.cap.max_recv_wr, init.cap.max_recv_sge), (0, 0), "SRQ: receive caps are 0");
+    assert_eq!(
+        (init.cap.max_recv_wr, init.cap.max_recv_sge),
+        (0, 0),
+        "SRQ: receive caps are 0"
+    );
     let plain = fx.qp(QpType::Rc);
     let (_, _, init) = fx.eng.query_qp(plain).unwrap();
     assert!(!init.sq_sig_all && init.srq.is_none());
@@ -162,7 +246,11 @@ fn init_attr_reports_cqs_srq_cap_and_sig_all() {
 fn create_err(fx: &mut Fixture, args: &QpCreate) -> Error {
     let before = fx.eng.object_counts();
     let e = fx.eng.create_qp(args).expect_err("create should fail");
-    assert_eq!(fx.eng.object_counts(), before, "a failed create created something");
+    assert_eq!(
+        fx.eng.object_counts(),
+        before,
+        "a failed create created something"
+    );
     e
 }
 
@@ -197,10 +285,17 @@ fn caps_above_device_limits_are_einval() {
         let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| set(&mut r.cap, max + 1)));
         assert_eq!(e.errno(), Errno::EINVAL, "{name}");
         assert!(e.to_string().contains(name), "{e}");
-        let made = fx.eng.create_qp(&with_req(&fx, QpType::Rc, |r| set(&mut r.cap, max))).unwrap();
+        let made = fx
+            .eng
+            .create_qp(&with_req(&fx, QpType::Rc, |r| set(&mut r.cap, max)))
+            .unwrap();
         let mut want = request(QpType::Rc).cap;
         set(&mut want, max);
-        assert!(cap_ge(made.cap, want), "{name}: granted {:?} < asked {want:?}", made.cap);
+        assert!(
+            cap_ge(made.cap, want),
+            "{name}: granted {:?} < asked {want:?}",
+            made.cap
+        );
     }
 }
 
@@ -215,26 +310,62 @@ fn cap_ge(got: QpCap, want: QpCap) -> bool {
 #[test]
 fn granted_caps_are_at_least_the_request_and_zero_is_legal() {
     let mut fx = Fixture::new();
-    for cap in [QpCap::default(), QpCap { max_send_wr: 100, max_recv_wr: 3, max_send_sge: 2, max_recv_sge: 5, max_inline_data: 64 }] {
-        let made = fx.eng.create_qp(&with_req(&fx, QpType::Ud, |r| r.cap = cap)).unwrap();
+    for cap in [
+        QpCap::default(),
+        QpCap {
+            max_send_wr: 100,
+            max_recv_wr: 3,
+            max_send_sge: 2,
+            max_recv_sge: 5,
+            max_inline_data: 64,
+        },
+    ] {
+        let made = fx
+            .eng
+            .create_qp(&with_req(&fx, QpType::Ud, |r| r.cap = cap))
+            .unwrap();
         assert!(cap_ge(made.cap, cap));
-        assert_eq!(fx.eng.query_qp(made.handle).unwrap().2.cap, made.cap, "query agrees with create");
+        assert_eq!(
+            fx.eng.query_qp(made.handle).unwrap().2.cap,
+            made.cap,
+            "query agrees with create"
+        );
     }
 }
 
 #[test]
 fn srq_makes_receive_caps_ignored() {
     let mut fx = Fixture::new();
-    let (srq, _) = fx.eng.create_srq(fx.pd, &SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }).unwrap();
+    let (srq, _) = fx
+        .eng
+        .create_srq(
+            fx.pd,
+            &SrqAttr {
+                max_wr: 4,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
     for t in [QpType::Rc, QpType::Ud] {
-        let mut args = with_req(&fx, t, |r| (r.cap.max_recv_wr, r.cap.max_recv_sge, r.has_srq) = (u32::MAX, u32::MAX, true));
+        let mut args = with_req(&fx, t, |r| {
+            (r.cap.max_recv_wr, r.cap.max_recv_sge, r.has_srq) = (u32::MAX, u32::MAX, true)
+        });
         args.srq = Some(srq);
         let made = fx.eng.create_qp(&args).unwrap();
-        assert_eq!((made.cap.max_recv_wr, made.cap.max_recv_sge), (0, 0), "{t:?}");
+        assert_eq!(
+            (made.cap.max_recv_wr, made.cap.max_recv_sge),
+            (0, 0),
+            "{t:?}"
+        );
         // The SRQ handle decides, even if the request's flag disagrees.
         args.req.has_srq = false;
         let made = fx.eng.create_qp(&args).unwrap();
-        assert_eq!((made.cap.max_recv_wr, made.cap.max_recv_sge), (0, 0), "{t:?}, has_srq = false");
+        assert_eq!(
+            (made.cap.max_recv_wr, made.cap.max_recv_sge),
+            (0, 0),
+            "{t:?}, has_srq = false"
+        );
     }
     let mut args = fx.create_args(QpType::Uc);
     args.srq = Some(srq);
@@ -269,19 +400,31 @@ fn comp_mask_rules() {
     let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| r.comp_mask = 0));
     assert_eq!(e.errno(), Errno::EINVAL);
     assert!(e.to_string().contains("IBV_QP_INIT_ATTR_PD"), "{e}");
-    let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| (r.comp_mask, r.create_flags) = (PD | CREATE_FLAGS, 1 << 1)));
+    let e = create_err!(
+        fx,
+        &with_req(&fx, QpType::Rc, |r| (r.comp_mask, r.create_flags) =
+            (PD | CREATE_FLAGS, 1 << 1))
+    );
     assert_eq!(e.errno(), Errno::EOPNOTSUPP);
     // create_flags without its comp_mask bit is not read; zero flags with the bit are fine.
-    fx.eng.create_qp(&with_req(&fx, QpType::Rc, |r| r.create_flags = 1 << 8)).unwrap();
-    fx.eng.create_qp(&with_req(&fx, QpType::Rc, |r| r.comp_mask = PD | CREATE_FLAGS)).unwrap();
+    fx.eng
+        .create_qp(&with_req(&fx, QpType::Rc, |r| r.create_flags = 1 << 8))
+        .unwrap();
+    fx.eng
+        .create_qp(&with_req(&fx, QpType::Rc, |r| {
+            r.comp_mask = PD | CREATE_FLAGS
+        }))
+        .unwrap();
 }
 
 #[test]
 fn send_ops_flags_must_fit_the_type() {
     let mut fx = Fixture::new();
-    let with_ops = |fx: &Fixture, t, ops| with_req(fx, t, move |r| {
-        (r.comp_mask, r.send_ops_flags) = (comp_mask::PD | comp_mask::SEND_OPS_FLAGS, ops)
-    });
+    let with_ops = |fx: &Fixture, t, ops| {
+        with_req(fx, t, move |r| {
+            (r.comp_mask, r.send_ops_flags) = (comp_mask::PD | comp_mask::SEND_OPS_FLAGS, ops)
+        })
+    };
     let bad = [
         (QpType::Ud, send_ops::RDMA_WRITE),
         (QpType::Uc, send_ops::RDMA_READ),
@@ -295,27 +438,51 @@ fn send_ops_flags_must_fit_the_type() {
         assert!(e.to_string().contains("send_ops_flags"), "{e}");
     }
     for t in QpType::SUPPORTED {
-        fx.eng.create_qp(&with_ops(&fx, t, send_ops::supported(t))).unwrap();
+        fx.eng
+            .create_qp(&with_ops(&fx, t, send_ops::supported(t)))
+            .unwrap();
         fx.eng.create_qp(&with_ops(&fx, t, send_ops::SEND)).unwrap();
     }
     // Without SEND_OPS_FLAGS in comp_mask the field is not read.
-    fx.eng.create_qp(&with_req(&fx, QpType::Ud, |r| r.send_ops_flags = u64::MAX)).unwrap();
+    fx.eng
+        .create_qp(&with_req(&fx, QpType::Ud, |r| r.send_ops_flags = u64::MAX))
+        .unwrap();
 }
 
 #[test]
 fn both_cqs_are_required_and_must_share_the_context() {
     let mut fx = Fixture::new();
     for (s, r) in [(None, Some(fx.cq)), (Some(fx.cq), None), (None, None)] {
-        let args = QpCreate { send_cq: s, recv_cq: r, ..fx.create_args(QpType::Rc) };
+        let args = QpCreate {
+            send_cq: s,
+            recv_cq: r,
+            ..fx.create_args(QpType::Rc)
+        };
         assert_eq!(create_err!(fx, &args).errno(), Errno::EINVAL);
     }
     let other = fx.eng.open_context();
     let (foreign_cq, _) = fx.eng.create_cq(other, 4, 0).unwrap();
-    let args = QpCreate { recv_cq: Some(foreign_cq), ..fx.create_args(QpType::Rc) };
+    let args = QpCreate {
+        recv_cq: Some(foreign_cq),
+        ..fx.create_args(QpType::Rc)
+    };
     assert_eq!(create_err!(fx, &args).errno(), Errno::EINVAL);
     let other_pd = fx.eng.alloc_pd(other).unwrap();
-    let (foreign_srq, _) = fx.eng.create_srq(other_pd, &SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }).unwrap();
-    let args = QpCreate { srq: Some(foreign_srq), ..fx.create_args(QpType::Rc) };
+    let (foreign_srq, _) = fx
+        .eng
+        .create_srq(
+            other_pd,
+            &SrqAttr {
+                max_wr: 4,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let args = QpCreate {
+        srq: Some(foreign_srq),
+        ..fx.create_args(QpType::Rc)
+    };
     let e = create_err!(fx, &args);
     assert_eq!(e.errno(), Errno::EINVAL);
     assert!(e.to_string().contains("SRQ"), "{e}");
@@ -329,10 +496,16 @@ fn qpns_are_24_bit_unique_and_never_reserved() {
     let mut live: Vec<(QpHandle, u32)> = Vec::new();
     let mut seen = HashSet::new();
     for i in 0..3000u32 {
-        let made = fx.eng.create_qp(&fx.create_args(QpType::SUPPORTED[i as usize % 3])).unwrap();
+        let made = fx
+            .eng
+            .create_qp(&fx.create_args(QpType::SUPPORTED[i as usize % 3]))
+            .unwrap();
         let n = made.qpn;
         assert!(n <= MASK_24 && n > 1 && n != MASK_24, "qpn {n:#x}");
-        assert!(live.iter().all(|(_, q)| *q != n), "qpn {n:#x} given twice while live");
+        assert!(
+            live.iter().all(|(_, q)| *q != n),
+            "qpn {n:#x} given twice while live"
+        );
         assert_eq!(fx.eng.qp_by_qpn(n), Some(made.handle));
         assert_eq!(fx.eng.qp(made.handle).unwrap().ctl.qpn(), n);
         seen.insert(n);
@@ -354,7 +527,9 @@ fn destroy_in_every_state() {
             let base = fx.eng.object_counts();
             let h = fx.qp_in(t, s);
             let qpn = fx.eng.qp(h).unwrap().ctl.qpn();
-            fx.eng.destroy_qp(h).unwrap_or_else(|e| panic!("{t:?} in {s}: {e}"));
+            fx.eng
+                .destroy_qp(h)
+                .unwrap_or_else(|e| panic!("{t:?} in {s}: {e}"));
             assert_eq!(fx.eng.object_counts(), base);
             assert_eq!(fx.eng.qp_by_qpn(qpn), None);
             let e = fx.eng.query_qp(h).unwrap_err();

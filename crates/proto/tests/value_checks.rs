@@ -21,17 +21,41 @@ struct Case {
 
 use QpState::{Init, Reset, Rtr, Rts};
 
-const INIT_RC: Case = Case { t: QpType::Rc, from: Reset, to: Init, extra: AttrMask::EMPTY };
-const INIT_UD: Case = Case { t: QpType::Ud, from: Reset, to: Init, extra: AttrMask::EMPTY };
-const RTR_RC: Case = Case { t: QpType::Rc, from: Init, to: Rtr, extra: AttrMask::EMPTY };
-const RTS_RC: Case = Case { t: QpType::Rc, from: Rtr, to: Rts, extra: AttrMask::EMPTY };
+const INIT_RC: Case = Case {
+    t: QpType::Rc,
+    from: Reset,
+    to: Init,
+    extra: AttrMask::EMPTY,
+};
+const INIT_UD: Case = Case {
+    t: QpType::Ud,
+    from: Reset,
+    to: Init,
+    extra: AttrMask::EMPTY,
+};
+const RTR_RC: Case = Case {
+    t: QpType::Rc,
+    from: Init,
+    to: Rtr,
+    extra: AttrMask::EMPTY,
+};
+const RTS_RC: Case = Case {
+    t: QpType::Rc,
+    from: Rtr,
+    to: Rts,
+    extra: AttrMask::EMPTY,
+};
 
 impl Case {
     fn with(self, extra: AttrMask) -> Case {
         Case { extra, ..self }
     }
 
-    fn run(&self, fx: &mut Fixture, tweak: impl Fn(&mut QpAttr)) -> (Result<(), ModifyError>, QpAttr) {
+    fn run(
+        &self,
+        fx: &mut Fixture,
+        tweak: impl Fn(&mut QpAttr),
+    ) -> (Result<(), ModifyError>, QpAttr) {
         let h = fx.qp_in(self.t, self.from);
         let mut attr = good_attr(self.from, self.to);
         tweak(&mut attr);
@@ -57,10 +81,19 @@ impl Case {
         self.refuses_on(&mut Fixture::new(), tweak, errno, words)
     }
 
-    fn refuses_on(&self, fx: &mut Fixture, tweak: impl Fn(&mut QpAttr), errno: Errno, words: &str) -> ModifyError {
+    fn refuses_on(
+        &self,
+        fx: &mut Fixture,
+        tweak: impl Fn(&mut QpAttr),
+        errno: Errno,
+        words: &str,
+    ) -> ModifyError {
         let e = self.run(fx, tweak).0.expect_err("value should be refused");
         assert_eq!(e.errno(), errno, "{e}");
-        assert!(e.to_string().contains(words), "{e:?} Display {e} lacks {words:?}");
+        assert!(
+            e.to_string().contains(words),
+            "{e:?} Display {e} lacks {words:?}"
+        );
         e
     }
 
@@ -75,8 +108,18 @@ impl Case {
 #[test]
 fn port_must_exist() {
     for port in [0u8, 2, 255] {
-        let e = INIT_RC.refuses(|a| a.port_num = port, Errno::EINVAL, &format!("attr.port_num = {port}"));
-        assert_eq!(e, ModifyError::BadPort { owner: "attr", port });
+        let e = INIT_RC.refuses(
+            |a| a.port_num = port,
+            Errno::EINVAL,
+            &format!("attr.port_num = {port}"),
+        );
+        assert_eq!(
+            e,
+            ModifyError::BadPort {
+                owner: "attr",
+                port
+            }
+        );
     }
     assert_eq!(INIT_RC.accepts(|a| a.port_num = 1).port_num, 1);
 }
@@ -86,21 +129,37 @@ fn av_port_must_exist_and_be_the_qps() {
     // One port only: an AV port other than the QP's (1) is also a port that does
     // not exist, so the device-port check fires before AvPortMismatch can.
     for port in [0u8, 2] {
-        RTR_RC.refuses(|a| a.ah_attr.port_num = port, Errno::EINVAL, &format!("ah_attr.port_num = {port}"));
+        RTR_RC.refuses(
+            |a| a.ah_attr.port_num = port,
+            Errno::EINVAL,
+            &format!("ah_attr.port_num = {port}"),
+        );
     }
 }
 
 #[test]
 fn roce_needs_a_grh() {
-    let e = RTR_RC.refuses(|a| a.ah_attr.is_global = 0, Errno::EINVAL, "RoCE needs a GRH");
+    let e = RTR_RC.refuses(
+        |a| a.ah_attr.is_global = 0,
+        Errno::EINVAL,
+        "RoCE needs a GRH",
+    );
     assert_eq!(e, ModifyError::NoGrh { which: "ah_attr" });
     assert!(e.to_string().contains("ah_attr.is_global"));
 }
 
 #[test]
 fn zero_dgid_and_wide_flow_label_are_refused() {
-    RTR_RC.refuses(|a| a.ah_attr.grh.dgid = Gid::ZERO, Errno::EINVAL, "ah_attr.grh.dgid");
-    RTR_RC.refuses(|a| a.ah_attr.grh.flow_label = 1 << 20, Errno::EINVAL, "flow_label");
+    RTR_RC.refuses(
+        |a| a.ah_attr.grh.dgid = Gid::ZERO,
+        Errno::EINVAL,
+        "ah_attr.grh.dgid",
+    );
+    RTR_RC.refuses(
+        |a| a.ah_attr.grh.flow_label = 1 << 20,
+        Errno::EINVAL,
+        "flow_label",
+    );
     let got = RTR_RC.accepts(|a| a.ah_attr.grh.flow_label = 0xf_ffff);
     assert_eq!(got.ah_attr.grh.flow_label, 0xf_ffff);
 }
@@ -108,7 +167,11 @@ fn zero_dgid_and_wide_flow_label_are_refused() {
 #[test]
 fn sgid_index_beyond_the_table_is_einval() {
     for idx in [1u8, 255] {
-        RTR_RC.refuses(|a| a.ah_attr.grh.sgid_index = idx, Errno::EINVAL, &format!("GID index {idx}"));
+        RTR_RC.refuses(
+            |a| a.ah_attr.grh.sgid_index = idx,
+            Errno::EINVAL,
+            &format!("GID index {idx}"),
+        );
     }
 }
 
@@ -116,23 +179,46 @@ fn sgid_index_beyond_the_table_is_einval() {
 fn sgid_index_of_an_empty_entry_is_enodata() {
     let mut fx = Fixture::with(&config(true));
     assert_eq!(fx.eng.info().port.gid_tbl_len, 2);
-    let e = RTR_RC.refuses_on(&mut fx, |a| a.ah_attr.grh.sgid_index = 1, Errno::ENODATA, "GID index 1");
+    let e = RTR_RC.refuses_on(
+        &mut fx,
+        |a| a.ah_attr.grh.sgid_index = 1,
+        Errno::ENODATA,
+        "GID index 1",
+    );
     assert!(e.to_string().contains("empty"), "{e}");
-    RTR_RC.refuses_on(&mut fx, |a| a.ah_attr.grh.sgid_index = 2, Errno::EINVAL, "beyond the GID table");
-    RTR_RC.run(&mut fx, |a| a.ah_attr.grh.sgid_index = 0).0.expect("index 0 is filled");
+    RTR_RC.refuses_on(
+        &mut fx,
+        |a| a.ah_attr.grh.sgid_index = 2,
+        Errno::EINVAL,
+        "beyond the GID table",
+    );
+    RTR_RC
+        .run(&mut fx, |a| a.ah_attr.grh.sgid_index = 0)
+        .0
+        .expect("index 0 is filled");
 }
 
 #[test]
 fn pkey_index_beyond_the_table_is_einval() {
     INIT_RC.refuses(|a| a.pkey_index = 1, Errno::EINVAL, "P_Key index 1");
-    INIT_UD.refuses(|a| a.pkey_index = 0xffff, Errno::EINVAL, "P_Key index 65535");
-    RTR_RC.with(AttrMask::PKEY_INDEX).refuses(|a| a.pkey_index = 1, Errno::EINVAL, "P_Key index 1");
+    INIT_UD.refuses(
+        |a| a.pkey_index = 0xffff,
+        Errno::EINVAL,
+        "P_Key index 65535",
+    );
+    RTR_RC
+        .with(AttrMask::PKEY_INDEX)
+        .refuses(|a| a.pkey_index = 1, Errno::EINVAL, "P_Key index 1");
 }
 
 #[test]
 fn path_mtu_must_be_an_ibv_mtu() {
     for mtu in [0u32, 6, 7, u32::MAX] {
-        RTR_RC.refuses(|a| a.path_mtu = mtu, Errno::EINVAL, &format!("attr.path_mtu = {mtu}"));
+        RTR_RC.refuses(
+            |a| a.path_mtu = mtu,
+            Errno::EINVAL,
+            &format!("attr.path_mtu = {mtu}"),
+        );
     }
     for mtu in 1..=5 {
         assert_eq!(RTR_RC.accepts(|a| a.path_mtu = mtu).path_mtu, mtu);
@@ -144,56 +230,112 @@ fn rts_ranges() {
     RTS_RC.refuses(|a| a.timeout = 32, Errno::EINVAL, "attr.timeout = 32");
     RTS_RC.refuses(|a| a.retry_cnt = 8, Errno::EINVAL, "attr.retry_cnt = 8");
     RTS_RC.refuses(|a| a.rnr_retry = 8, Errno::EINVAL, "attr.rnr_retry = 8");
-    RTS_RC.refuses(|a| a.max_rd_atomic = 129, Errno::EINVAL, "attr.max_rd_atomic = 129");
+    RTS_RC.refuses(
+        |a| a.max_rd_atomic = 129,
+        Errno::EINVAL,
+        "attr.max_rd_atomic = 129",
+    );
     let opt = RTS_RC.with(AttrMask::MIN_RNR_TIMER | AttrMask::PATH_MIG_STATE);
-    opt.refuses(|a| a.min_rnr_timer = 32, Errno::EINVAL, "attr.min_rnr_timer = 32");
-    opt.refuses(|a| a.path_mig_state = 3, Errno::EINVAL, "attr.path_mig_state = 3");
+    opt.refuses(
+        |a| a.min_rnr_timer = 32,
+        Errno::EINVAL,
+        "attr.min_rnr_timer = 32",
+    );
+    opt.refuses(
+        |a| a.path_mig_state = 3,
+        Errno::EINVAL,
+        "attr.path_mig_state = 3",
+    );
     let got = opt.accepts(|a| {
         (a.timeout, a.retry_cnt, a.rnr_retry, a.max_rd_atomic) = (31, 7, 7, 128);
         (a.min_rnr_timer, a.path_mig_state) = (31, 2);
     });
-    assert_eq!((got.timeout, got.retry_cnt, got.rnr_retry, got.max_rd_atomic), (31, 7, 7, 128));
+    assert_eq!(
+        (got.timeout, got.retry_cnt, got.rnr_retry, got.max_rd_atomic),
+        (31, 7, 7, 128)
+    );
     assert_eq!((got.min_rnr_timer, got.path_mig_state), (31, 2));
 }
 
 #[test]
 fn rtr_ranges() {
-    RTR_RC.refuses(|a| a.min_rnr_timer = 32, Errno::EINVAL, "attr.min_rnr_timer = 32");
-    RTR_RC.refuses(|a| a.dest_qp_num = 0x100_0000, Errno::EINVAL, "attr.dest_qp_num = 16777216");
-    RTR_RC.refuses(|a| a.max_dest_rd_atomic = 129, Errno::EINVAL, "attr.max_dest_rd_atomic = 129");
-    let got = RTR_RC.accepts(|a| (a.dest_qp_num, a.max_dest_rd_atomic, a.min_rnr_timer) = (0xff_ffff, 128, 31));
-    assert_eq!((got.dest_qp_num, got.max_dest_rd_atomic, got.min_rnr_timer), (0xff_ffff, 128, 31));
+    RTR_RC.refuses(
+        |a| a.min_rnr_timer = 32,
+        Errno::EINVAL,
+        "attr.min_rnr_timer = 32",
+    );
+    RTR_RC.refuses(
+        |a| a.dest_qp_num = 0x100_0000,
+        Errno::EINVAL,
+        "attr.dest_qp_num = 16777216",
+    );
+    RTR_RC.refuses(
+        |a| a.max_dest_rd_atomic = 129,
+        Errno::EINVAL,
+        "attr.max_dest_rd_atomic = 129",
+    );
+    let got = RTR_RC
+        .accepts(|a| (a.dest_qp_num, a.max_dest_rd_atomic, a.min_rnr_timer) = (0xff_ffff, 128, 31));
+    assert_eq!(
+        (got.dest_qp_num, got.max_dest_rd_atomic, got.min_rnr_timer),
+        (0xff_ffff, 128, 31)
+    );
 }
 
 #[test]
 fn device_limits_are_the_ones_checked() {
     let fx = Fixture::new();
     let a = &fx.eng.info().attr;
-    assert_eq!((a.max_qp_init_rd_atom, a.max_qp_rd_atom), (128, 128), "the 129 cases above rely on this");
+    assert_eq!(
+        (a.max_qp_init_rd_atom, a.max_qp_rd_atom),
+        (128, 128),
+        "the 129 cases above rely on this"
+    );
 }
 
 #[test]
 fn access_flags_only_the_remote_bits() {
     for bad in [0x10u32, 0x20, 0x100, 1 << 20, 0x8000_0000] {
-        let e = INIT_RC.refuses(|a| a.qp_access_flags = bad, Errno::EINVAL, "attr.qp_access_flags");
-        assert!(matches!(e, ModifyError::AccessFlags { unsupported, .. } if unsupported == bad), "{e:?}");
+        let e = INIT_RC.refuses(
+            |a| a.qp_access_flags = bad,
+            Errno::EINVAL,
+            "attr.qp_access_flags",
+        );
+        assert!(
+            matches!(e, ModifyError::AccessFlags { unsupported, .. } if unsupported == bad),
+            "{e:?}"
+        );
     }
-    assert_eq!(INIT_RC.accepts(|a| a.qp_access_flags = 0xf).qp_access_flags, 0xf);
-    assert_eq!(INIT_RC.accepts(|a| a.qp_access_flags = 0).qp_access_flags, 0);
+    assert_eq!(
+        INIT_RC.accepts(|a| a.qp_access_flags = 0xf).qp_access_flags,
+        0xf
+    );
+    assert_eq!(
+        INIT_RC.accepts(|a| a.qp_access_flags = 0).qp_access_flags,
+        0
+    );
 }
 
 #[test]
 fn controlled_qkey_is_eperm_for_users() {
-    let e = INIT_UD.refuses(|a| a.qkey = 0x8000_0000, Errno::EPERM, "attr.qkey = 0x80000000");
+    let e = INIT_UD.refuses(
+        |a| a.qkey = 0x8000_0000,
+        Errno::EPERM,
+        "attr.qkey = 0x80000000",
+    );
     assert_eq!(e, ModifyError::ControlledQkey { qkey: 0x8000_0000 });
     assert_eq!(INIT_UD.accepts(|a| a.qkey = 0x7fff_ffff).qkey, 0x7fff_ffff);
     // A privileged caller may set it (QpControl level: the Engine is unprivileged).
     let fx = Fixture::new();
-    let env = ModifyEnv { dev: fx.eng.info(), privileged: true };
+    let env = ModifyEnv {
+        dev: fx.eng.info(),
+        privileged: true,
+    };
     let mut qp = QpControl::new(QpType::Ud, 0x42, QpCap::default(), false, false);
     let mut a = good_attr(Reset, Init);
     a.qkey = 0x8000_0001;
-    qp.modify(&a, AttrMask::STATE | minimal(QpType::Ud, Reset, Init), env).expect("privileged");
+    qp.modify(&a, AttrMask::STATE | minimal(QpType::Ud, Reset, Init), env)
+        .expect("privileged");
     assert_eq!(qp.query().0.qkey, 0x8000_0001);
 }
 
@@ -208,12 +350,27 @@ fn wide_psns_are_accepted_and_masked() {
 #[test]
 fn fields_outside_the_mask_are_ignored() {
     let bogus = |a: &mut QpAttr| {
-        (a.timeout, a.retry_cnt, a.max_rd_atomic, a.path_mtu, a.pkey_index) = (99, 99, 255, 0, 9);
+        (
+            a.timeout,
+            a.retry_cnt,
+            a.max_rd_atomic,
+            a.path_mtu,
+            a.pkey_index,
+        ) = (99, 99, 255, 0, 9);
         (a.qkey, a.qp_access_flags, a.ah_attr.is_global, a.port_num) = (0x8000_0000, 0xffff, 0, 7);
     };
-    let uc_rts = Case { t: QpType::Uc, from: Rtr, to: Rts, extra: AttrMask::EMPTY };
+    let uc_rts = Case {
+        t: QpType::Uc,
+        from: Rtr,
+        to: Rts,
+        extra: AttrMask::EMPTY,
+    };
     let got = uc_rts.accepts(bogus);
-    assert_eq!((got.timeout, got.qkey, got.pkey_index), (0, 0, 0), "not valid for UC, reported as 0");
+    assert_eq!(
+        (got.timeout, got.qkey, got.pkey_index),
+        (0, 0, 0),
+        "not valid for UC, reported as 0"
+    );
 }
 
 #[test]
@@ -223,6 +380,12 @@ fn value_checks_come_after_the_table() {
     let h = fx.qp(QpType::Rc);
     let mut a = good_attr(Reset, Init);
     a.port_num = 9;
-    let e = fx.eng.modify_qp(h, &a, AttrMask::STATE | AttrMask::PORT).unwrap_err();
-    assert!(matches!(e, Error::Modify(ModifyError::MissingRequired { .. })), "{e:?}");
+    let e = fx
+        .eng
+        .modify_qp(h, &a, AttrMask::STATE | AttrMask::PORT)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Modify(ModifyError::MissingRequired { .. })),
+        "{e:?}"
+    );
 }

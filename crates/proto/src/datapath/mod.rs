@@ -154,8 +154,15 @@ impl crate::Engine {
     }
 
     /// Attaches a completion channel id to a CQ (`None` detaches).
-    pub fn set_cq_channel(&mut self, cq: CqHandle, channel: Option<u32>) -> Result<(), crate::Error> {
-        let c = self.cqs.get_mut(cq).ok_or(crate::Error::NoSuchObject { kind: crate::error::ObjectKind::Cq, handle: cq.raw() })?;
+    pub fn set_cq_channel(
+        &mut self,
+        cq: CqHandle,
+        channel: Option<u32>,
+    ) -> Result<(), crate::Error> {
+        let c = self.cqs.get_mut(cq).ok_or(crate::Error::NoSuchObject {
+            kind: crate::error::ObjectKind::Cq,
+            handle: cq.raw(),
+        })?;
         c.channel = channel;
         Ok(())
     }

@@ -6,8 +6,8 @@ use crate::qp::wqe::{RecvWqe, SendWqe, UdDest};
 use crate::types::{QpState, QpType};
 use crate::wc::{wc_opcode_for, WcOpcode, WorkCompletion};
 use crate::wr::{
-    check_post_recv, check_post_send, check_post_srq_recv, Disposition, PostError, RecvQueueCtx, RecvWr,
-    SendFlags, SendQueueCtx, SendWr, WrTarget,
+    check_post_recv, check_post_send, check_post_srq_recv, Disposition, PostError, RecvQueueCtx,
+    RecvWr, SendFlags, SendQueueCtx, SendWr, WrTarget,
 };
 use crate::Engine;
 
@@ -21,13 +21,24 @@ pub enum PostOutcome {
 }
 
 fn no_qp(h: QpHandle) -> PostError {
-    PostError::NoSuchObject { what: Error::NoSuchObject { kind: ObjectKind::Qp, handle: h.raw() }.to_string() }
+    PostError::NoSuchObject {
+        what: Error::NoSuchObject {
+            kind: ObjectKind::Qp,
+            handle: h.raw(),
+        }
+        .to_string(),
+    }
 }
 
 impl Engine {
     /// `ibv_post_send` for one WR. `inline` holds the bytes of an
     /// `IBV_SEND_INLINE` WR (gathered by the caller from its SGE addresses).
-    pub fn post_send(&mut self, h: QpHandle, wr: &SendWr<'_>, inline: Option<&[u8]>) -> Result<PostOutcome, PostError> {
+    pub fn post_send(
+        &mut self,
+        h: QpHandle,
+        wr: &SendWr<'_>,
+        inline: Option<&[u8]>,
+    ) -> Result<PostOutcome, PostError> {
         let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
         let a = q.ctl.attr();
         let ctx = SendQueueCtx {
@@ -43,7 +54,10 @@ impl Engine {
         };
         let ahs = &self.ahs;
         let disposition = check_post_send(&ctx, wr, |ah| ahs.get(ah).map(|a| a.pd))?;
-        let inline = wr.flags.contains(SendFlags::INLINE).then(|| inline.unwrap_or(&[]).to_vec());
+        let inline = wr
+            .flags
+            .contains(SendFlags::INLINE)
+            .then(|| inline.unwrap_or(&[]).to_vec());
         let ud = self.ud_dest(q.ctl.qkey_or_zero(), wr);
         let wqe = SendWqe::new(wr, q.ctl.sq_sig_all(), inline, ud);
         if disposition == Disposition::Flushed {
@@ -61,21 +75,35 @@ impl Engine {
     /// Copies the bytes of an `IBV_SEND_INLINE` WR through the memory-region
     /// check (lkey, PD, bounds) — the safe API's way to take inline data, where
     /// a C caller hands over plain pointers instead.
-    pub fn gather_checked(&self, h: QpHandle, sges: &[crate::wr::Sge], mem: &dyn crate::memory::Memory) -> Result<Vec<u8>, PostError> {
+    pub fn gather_checked(
+        &self,
+        h: QpHandle,
+        sges: &[crate::wr::Sge],
+        mem: &dyn crate::memory::Memory,
+    ) -> Result<Vec<u8>, PostError> {
         let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
         let mut out = vec![0; crate::wr::sg_total_len(sges) as usize];
-        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, &mut out)
-            .map_err(|e| PostError::NoSuchObject { what: format!("IBV_SEND_INLINE data: {e:?}") })?;
+        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, &mut out).map_err(|e| {
+            PostError::NoSuchObject {
+                what: format!("IBV_SEND_INLINE data: {e:?}"),
+            }
+        })?;
         Ok(out)
     }
 
     /// Resolves a UD WR's address handle; a Q_Key with bit 31 set means "use the
     /// QP's own" (IBA 10.2.5, rc-reliability.md §7).
     fn ud_dest(&self, own_qkey: u32, wr: &SendWr<'_>) -> Option<UdDest> {
-        let WrTarget::Ud(t) = wr.target else { return None };
+        let WrTarget::Ud(t) = wr.target else {
+            return None;
+        };
         let ah = self.ahs.get(t.ah)?;
         let g = ah.attr.grh;
-        let qkey = if t.remote_qkey & 0x8000_0000 != 0 { own_qkey } else { t.remote_qkey };
+        let qkey = if t.remote_qkey & 0x8000_0000 != 0 {
+            own_qkey
+        } else {
+            t.remote_qkey
+        };
         Some(UdDest {
             dgid: g.dgid,
             sgid_index: g.sgid_index,
@@ -98,7 +126,12 @@ impl Engine {
         };
         if check_post_recv(&ctx, wr)? == Disposition::Flushed {
             let (qpn, cq) = (q.ctl.qpn(), q.recv_cq);
-            self.push_completion(cq, WorkCompletion::flush(wr.wr_id, qpn, WcOpcode::Recv), true, None);
+            self.push_completion(
+                cq,
+                WorkCompletion::flush(wr.wr_id, qpn, WcOpcode::Recv),
+                true,
+                None,
+            );
             return Ok(PostOutcome::Flushed);
         }
         let q = self.qps.get_mut(h).expect("checked above");
@@ -108,9 +141,16 @@ impl Engine {
 
     /// `ibv_post_srq_recv` for one WR.
     pub fn post_srq_recv(&mut self, h: SrqHandle, wr: &RecvWr<'_>) -> Result<(), PostError> {
-        let s = self.srqs.get_mut(h).ok_or_else(|| PostError::NoSuchObject {
-            what: Error::NoSuchObject { kind: ObjectKind::Srq, handle: h.raw() }.to_string(),
-        })?;
+        let s = self
+            .srqs
+            .get_mut(h)
+            .ok_or_else(|| PostError::NoSuchObject {
+                what: Error::NoSuchObject {
+                    kind: ObjectKind::Srq,
+                    handle: h.raw(),
+                }
+                .to_string(),
+            })?;
         let a = s.srq.attr;
         check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;
         s.queue.wqes.push_back(RecvWqe::new(wr));
@@ -118,14 +158,25 @@ impl Engine {
     }
 
     /// `ibv_poll_cq`: up to `max` completions, oldest first, appended to `out`.
-    pub fn poll_cq(&mut self, cq: CqHandle, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize, Error> {
-        let c = self.cqs.get_mut(cq).ok_or(Error::NoSuchObject { kind: ObjectKind::Cq, handle: cq.raw() })?;
+    pub fn poll_cq(
+        &mut self,
+        cq: CqHandle,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize, Error> {
+        let c = self.cqs.get_mut(cq).ok_or(Error::NoSuchObject {
+            kind: ObjectKind::Cq,
+            handle: cq.raw(),
+        })?;
         Ok(c.ring.poll(max, out))
     }
 
     /// `ibv_req_notify_cq`.
     pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<(), Error> {
-        let c = self.cqs.get_mut(cq).ok_or(Error::NoSuchObject { kind: ObjectKind::Cq, handle: cq.raw() })?;
+        let c = self.cqs.get_mut(cq).ok_or(Error::NoSuchObject {
+            kind: ObjectKind::Cq,
+            handle: cq.raw(),
+        })?;
         c.ring.req_notify(solicited_only);
         Ok(())
     }
@@ -133,10 +184,18 @@ impl Engine {
     /// Adds a completion to a CQ; raises the completion event if armed, and on
     /// overrun `IBV_EVENT_CQ_ERR` and (for `qp`) moves the QP to ERR
     /// (completions.md §7.2).
-    pub(crate) fn push_completion(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool, qp: Option<QpHandle>) {
-        use crate::cq::Pushed;
+    pub(crate) fn push_completion(
+        &mut self,
+        cq: CqHandle,
+        wc: WorkCompletion,
+        solicited: bool,
+        qp: Option<QpHandle>,
+    ) {
         use super::{AsyncEventKind, Event, EventElement};
-        let Some(c) = self.cqs.get_mut(cq) else { return };
+        use crate::cq::Pushed;
+        let Some(c) = self.cqs.get_mut(cq) else {
+            return;
+        };
         match c.ring.push(wc, solicited) {
             Pushed::Stored { event: true } => {
                 if let Some(channel) = c.channel {
@@ -145,7 +204,10 @@ impl Engine {
             }
             Pushed::Stored { event: false } => {}
             Pushed::Overrun => {
-                self.dev.events.push_back(Event::Async { kind: AsyncEventKind::CqErr, element: EventElement::Cq(cq) });
+                self.dev.events.push_back(Event::Async {
+                    kind: AsyncEventKind::CqErr,
+                    element: EventElement::Cq(cq),
+                });
                 if let Some(qp) = qp {
                     self.enter_error(qp, AsyncEventKind::QpFatal);
                 }
@@ -166,7 +228,10 @@ impl crate::qp::QpControl {
 
     /// Does this state process incoming requests (RTR, RTS, SQD, SQE)?
     pub fn accepts_requests(&self) -> bool {
-        matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+        matches!(
+            self.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
     }
 
     /// Does this state process responses (RTS, SQD)?

@@ -17,18 +17,32 @@ impl Engine {
     /// A datagram arrived on the device's socket: `from` is the sender, `to`
     /// the local address it was sent to. Every rejection is a silent drop,
     /// counted (roce-wire.md §7).
-    pub fn handle_datagram(&mut self, now: u64, from: SocketAddr, to: SocketAddr, payload: &[u8], mem: &dyn Memory) {
+    pub fn handle_datagram(
+        &mut self,
+        now: u64,
+        from: SocketAddr,
+        to: SocketAddr,
+        payload: &[u8],
+        mem: &dyn Memory,
+    ) {
         self.dev.counters.packets_received += 1;
         let Ok(repr) = TransportRepr::parse(payload) else {
             self.dev.counters.drop_malformed += 1;
             return;
         };
-        let ep = Endpoints { src: from.ip(), dst: to.ip(), src_port: from.port(), dst_port: to.port() };
+        let ep = Endpoints {
+            src: from.ip(),
+            dst: to.ip(),
+            src_port: from.port(),
+            dst_port: to.port(),
+        };
         let Ok(ip_id) = icrc::verify_received(&ep, payload) else {
             self.dev.counters.drop_icrc += 1;
             return;
         };
-        let Some(h) = self.accept(&repr, from.ip(), to.ip()) else { return };
+        let Some(h) = self.accept(&repr, from.ip(), to.ip()) else {
+            return;
+        };
         let body = repr.payload(payload);
         if repr.opcode().is_response() {
             self.on_response(h, now, &repr, body, mem);
@@ -53,9 +67,14 @@ impl Engine {
             _ => Transport::Ud,
         };
         let a = q.ctl.attr();
-        let ready = if repr.opcode().is_response() { q.ctl.accepts_responses() } else { q.ctl.accepts_requests() };
+        let ready = if repr.opcode().is_response() {
+            q.ctl.accepts_responses()
+        } else {
+            q.ctl.accepts_requests()
+        };
         let peer_ok = !q.ctl.qp_type().is_connected()
-            || (a.ah_attr.grh.dgid.ip() == src && super::tx::gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
+            || (a.ah_attr.grh.dgid.ip() == src
+                && super::tx::gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
         let pkey_ok = repr.bth.pkey.matches(wire::PKey::DEFAULT);
         if repr.opcode().transport() != want || !ready || !peer_ok || !pkey_ok {
             self.dev.counters.drop_not_accepted += 1;
@@ -64,7 +83,14 @@ impl Engine {
         Some(h)
     }
 
-    fn on_request(&mut self, h: QpHandle, repr: &TransportRepr, body: &[u8], grh: &[u8; 40], mem: &dyn Memory) {
+    fn on_request(
+        &mut self,
+        h: QpHandle,
+        repr: &TransportRepr,
+        body: &[u8],
+        grh: &[u8; 40],
+        mem: &dyn Memory,
+    ) {
         let Some(q) = self.qps.get_mut(h) else { return };
         q.dp.counters.packets_received += 1;
         q.dp.counters.bytes_received += body.len() as u64;
@@ -72,11 +98,18 @@ impl Engine {
             // The first packet in RTR (qp-state-machine.md §6.5).
             q.dp.comm_est = true;
             let element = EventElement::Qp(h);
-            self.dev.events.push_back(Event::Async { kind: AsyncEventKind::CommEst, element });
+            self.dev.events.push_back(Event::Async {
+                kind: AsyncEventKind::CommEst,
+                element,
+            });
         }
         let env = Engine::resp_env(q, &self.mrs, mem);
         let mut fx = RespEffects::default();
-        let pkt = Incoming { repr, payload: body, grh };
+        let pkt = Incoming {
+            repr,
+            payload: body,
+            grh,
+        };
         let srq = q.srq;
         match srq.and_then(|s| self.srqs.get_mut(s)) {
             Some(s) => q.dp.resp.handle(&env, &mut s.queue, &pkt, &mut fx),
@@ -122,16 +155,28 @@ impl Engine {
     /// rc-reliability.md §8: below the armed limit → one event, then disarmed.
     fn check_srq_limit(&mut self, srq: Option<crate::engine::SrqHandle>) {
         let Some(sh) = srq else { return };
-        let Some(s) = self.srqs.get_mut(sh) else { return };
+        let Some(s) = self.srqs.get_mut(sh) else {
+            return;
+        };
         let limit = s.srq.attr.srq_limit;
         if limit > 0 && (s.queue.len() as u32) < limit {
             s.srq.attr.srq_limit = 0;
             let element = EventElement::Srq(sh);
-            self.dev.events.push_back(Event::Async { kind: AsyncEventKind::SrqLimitReached, element });
+            self.dev.events.push_back(Event::Async {
+                kind: AsyncEventKind::SrqLimitReached,
+                element,
+            });
         }
     }
 
-    fn on_response(&mut self, h: QpHandle, now: u64, repr: &TransportRepr, body: &[u8], mem: &dyn Memory) {
+    fn on_response(
+        &mut self,
+        h: QpHandle,
+        now: u64,
+        repr: &TransportRepr,
+        body: &[u8],
+        mem: &dyn Memory,
+    ) {
         let Some(q) = self.qps.get_mut(h) else { return };
         q.dp.counters.packets_received += 1;
         q.dp.counters.bytes_received += body.len() as u64;
@@ -146,7 +191,8 @@ impl Engine {
             mem,
         };
         let mut fx = CompEffects::default();
-        q.dp.req.handle_response(&mut q.dp.sq, &env, repr, body, &mut fx);
+        q.dp.req
+            .handle_response(&mut q.dp.sq, &env, repr, body, &mut fx);
         self.apply_completer(h, now, fx);
     }
 
@@ -162,8 +208,14 @@ impl Engine {
             q.dp.req.retry_left = a.retry_cnt;
             q.dp.req.rnr_left = a.rnr_retry;
             let outstanding = q.dp.req.una != q.dp.req.next_psn;
-            let timeout = crate::timers::local_ack_timeout_ns(a.timeout).ok().flatten();
-            q.dp.ack_deadline = if outstanding { timeout.map(|t| now + t) } else { None };
+            let timeout = crate::timers::local_ack_timeout_ns(a.timeout)
+                .ok()
+                .flatten();
+            q.dp.ack_deadline = if outstanding {
+                timeout.map(|t| now + t)
+            } else {
+                None
+            };
         }
         if let Some(wait) = fx.rnr_wait_ns {
             // hfi1: the ACK timer stops while an RNR wait runs (rc-reliability.md §1.4).

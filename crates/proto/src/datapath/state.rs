@@ -20,7 +20,10 @@ impl Engine {
             (_, QpState::Reset) => {
                 // Everything queued is discarded without completions (§6.1).
                 let counters = q.dp.counters;
-                q.dp = QpData { counters, ..QpData::default() };
+                q.dp = QpData {
+                    counters,
+                    ..QpData::default()
+                };
             }
             (QpState::Init, QpState::Rtr) => q.dp.resp.start(a.rq_psn),
             (QpState::Rtr, QpState::Rts) => {
@@ -41,7 +44,10 @@ impl Engine {
             return;
         }
         q.ctl.device_move(QpState::Err);
-        self.dev.events.push_back(Event::Async { kind, element: EventElement::Qp(h) });
+        self.dev.events.push_back(Event::Async {
+            kind,
+            element: EventElement::Qp(h),
+        });
         self.flush(h);
     }
 
@@ -79,11 +85,19 @@ impl Engine {
         q.dp.ack_deadline = None;
         q.dp.rnr_until = None;
         for w in wqes {
-            self.push_completion(cq, WorkCompletion::flush(w.wr_id, qpn, WcOpcode::Recv), true, None);
+            self.push_completion(
+                cq,
+                WorkCompletion::flush(w.wr_id, qpn, WcOpcode::Recv),
+                true,
+                None,
+            );
         }
         if srq.is_some() {
             let element = EventElement::Qp(h);
-            self.dev.events.push_back(Event::Async { kind: AsyncEventKind::QpLastWqeReached, element });
+            self.dev.events.push_back(Event::Async {
+                kind: AsyncEventKind::QpLastWqeReached,
+                element,
+            });
         }
     }
 
@@ -111,7 +125,10 @@ impl Engine {
         }
         if q.ctl.drain_finished() {
             let element = EventElement::Qp(h);
-            self.dev.events.push_back(Event::Async { kind: AsyncEventKind::SqDrained, element });
+            self.dev.events.push_back(Event::Async {
+                kind: AsyncEventKind::SqDrained,
+                element,
+            });
         }
     }
 }

@@ -27,9 +27,16 @@ enum TxError {
 impl Engine {
     /// Writes the next datagram into `buf` (at least one path MTU plus 64
     /// bytes of headers). `None` when nothing is ready now.
-    pub fn poll_transmit(&mut self, now: u64, mem: &dyn Memory, buf: &mut [u8]) -> Option<Transmit> {
+    pub fn poll_transmit(
+        &mut self,
+        now: u64,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         while let Some(h) = self.dev.ready.pop_front() {
-            let Some(q) = self.qps.get_mut(h) else { continue };
+            let Some(q) = self.qps.get_mut(h) else {
+                continue;
+            };
             q.dp.scheduled = false;
             if let Some(t) = self.transmit_from(h, now, mem, buf) {
                 self.schedule(h);
@@ -40,14 +47,25 @@ impl Engine {
         None
     }
 
-    fn transmit_from(&mut self, h: QpHandle, now: u64, mem: &dyn Memory, buf: &mut [u8]) -> Option<Transmit> {
+    fn transmit_from(
+        &mut self,
+        h: QpHandle,
+        now: u64,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         if let Some(t) = self.transmit_response(h, mem, buf) {
             return Some(t);
         }
         self.transmit_request(h, now, mem, buf)
     }
 
-    fn transmit_response(&mut self, h: QpHandle, mem: &dyn Memory, buf: &mut [u8]) -> Option<Transmit> {
+    fn transmit_response(
+        &mut self,
+        h: QpHandle,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         let q = self.qps.get_mut(h)?;
         if !q.dp.resp.has_output() || q.ctl.state() == QpState::Reset {
             return None;
@@ -58,15 +76,29 @@ impl Engine {
         let (repr, n) = q.dp.resp.next_response(&env, scratch)?;
         q.dp.counters.packets_sent += 1;
         q.dp.counters.bytes_sent += n as u64;
-        let (src, dst) = (gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index), a.ah_attr.grh.dgid.ip());
-        emit(&repr, &self.dev.scratch[..n], src, dst, self.dev.local_port, buf)
+        let (src, dst) = (
+            gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index),
+            a.ah_attr.grh.dgid.ip(),
+        );
+        emit(
+            &repr,
+            &self.dev.scratch[..n],
+            src,
+            dst,
+            self.dev.local_port,
+            buf,
+        )
     }
 
     fn req_env(&self, h: QpHandle) -> Option<ReqEnv> {
         let q = self.qps.get(h)?;
         let a = q.ctl.attr();
         let t = q.ctl.qp_type();
-        let mtu = if t == QpType::Ud { self.info.port.active_mtu.bytes() } else { path_mtu(a.path_mtu) };
+        let mtu = if t == QpType::Ud {
+            self.info.port.active_mtu.bytes()
+        } else {
+            path_mtu(a.path_mtu)
+        };
         Some(ReqEnv {
             qp_type: t,
             qpn: q.ctl.qpn(),
@@ -78,10 +110,18 @@ impl Engine {
         })
     }
 
-    fn transmit_request(&mut self, h: QpHandle, now: u64, mem: &dyn Memory, buf: &mut [u8]) -> Option<Transmit> {
+    fn transmit_request(
+        &mut self,
+        h: QpHandle,
+        now: u64,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         let env = self.req_env(h)?;
         let q = self.qps.get_mut(h)?;
-        if !matches!(q.ctl.state(), QpState::Rts | QpState::Sqd) || q.dp.rnr_until.is_some_and(|t| now < t) {
+        if !matches!(q.ctl.state(), QpState::Rts | QpState::Sqd)
+            || q.dp.rnr_until.is_some_and(|t| now < t)
+        {
             return None;
         }
         q.dp.rnr_until = None;
@@ -113,7 +153,14 @@ impl Engine {
         q.dp.counters.packets_sent += 1;
         q.dp.counters.bytes_sent += n as u64;
         let src = gid_ip(&self.info.gids, sgid);
-        let out = emit(&pkt.repr, &self.dev.scratch[..n], src, dgid.ip(), self.dev.local_port, buf);
+        let out = emit(
+            &pkt.repr,
+            &self.dev.scratch[..n],
+            src,
+            dgid.ip(),
+            self.dev.local_port,
+            buf,
+        );
         self.after_request(h, now, pkt.last, pkt.index, env.qp_type);
         out
     }
@@ -152,7 +199,12 @@ impl Engine {
         if index == 0 {
             if let Some(w) = q.dp.sq.retire() {
                 let op = wc_opcode_for(w.opcode).unwrap_or(WcOpcode::Send);
-                self.push_completion(cq, WorkCompletion::error(w.wr_id, qpn, op, status), true, None);
+                self.push_completion(
+                    cq,
+                    WorkCompletion::error(w.wr_id, qpn, op, status),
+                    true,
+                    None,
+                );
             }
         }
         if t == QpType::Rc {
@@ -164,7 +216,10 @@ impl Engine {
 
     /// When [`Engine::handle_timeout`] is next due, if ever.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.qps.iter().filter_map(|(_, q)| min_opt(q.dp.ack_deadline, q.dp.rnr_until)).min()
+        self.qps
+            .iter()
+            .filter_map(|(_, q)| min_opt(q.dp.ack_deadline, q.dp.rnr_until))
+            .min()
     }
 
     /// Runs the timers that are due: RNR waits end; ACK timeouts resend from
@@ -199,7 +254,12 @@ impl Engine {
             let (qpn, cq) = (q.ctl.qpn(), q.send_cq);
             if let Some(w) = q.dp.sq.retire() {
                 let op = wc_opcode_for(w.opcode).unwrap_or(WcOpcode::Send);
-                self.push_completion(cq, WorkCompletion::error(w.wr_id, qpn, op, WcStatus::RetryExcErr), true, None);
+                self.push_completion(
+                    cq,
+                    WorkCompletion::error(w.wr_id, qpn, op, WcStatus::RetryExcErr),
+                    true,
+                    None,
+                );
             }
             self.enter_error_quiet(h);
             return;
@@ -227,15 +287,29 @@ pub(crate) fn path_mtu(raw: u32) -> u32 {
 
 /// The IP address of local GID `index` (the first one if out of range).
 pub(crate) fn gid_ip(gids: &[Gid], index: u8) -> IpAddr {
-    gids.get(usize::from(index)).or(gids.first()).copied().unwrap_or(Gid::ZERO).ip()
+    gids.get(usize::from(index))
+        .or(gids.first())
+        .copied()
+        .unwrap_or(Gid::ZERO)
+        .ip()
 }
 
 /// Writes headers + payload + pad + ICRC (over the pseudo IP/UDP header the
 /// socket will really send: ID 0, DF, our port) into `buf`.
-fn emit(repr: &TransportRepr, payload: &[u8], src: IpAddr, dst: IpAddr, port: u16, buf: &mut [u8]) -> Option<Transmit> {
+fn emit(
+    repr: &TransportRepr,
+    payload: &[u8],
+    src: IpAddr,
+    dst: IpAddr,
+    port: u16,
+    buf: &mut [u8],
+) -> Option<Transmit> {
     let encap = Encap::from_addrs(src, dst, port)?;
     let mut r = *repr;
     r.payload_len = payload.len();
     let len = r.emit(buf, payload, &encap).ok()?;
-    Some(Transmit { to: SocketAddr::new(dst, ROCE_PORT), len })
+    Some(Transmit {
+        to: SocketAddr::new(dst, ROCE_PORT),
+        len,
+    })
 }

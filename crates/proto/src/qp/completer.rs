@@ -55,7 +55,14 @@ pub struct CompEffects {
 
 impl Requester {
     /// Handles one response packet.
-    pub fn handle_response(&mut self, sq: &mut SendQueue, env: &CompEnv<'_>, repr: &TransportRepr, payload: &[u8], fx: &mut CompEffects) {
+    pub fn handle_response(
+        &mut self,
+        sq: &mut SendQueue,
+        env: &CompEnv<'_>,
+        repr: &TransportRepr,
+        payload: &[u8],
+        fx: &mut CompEffects,
+    ) {
         let q = repr.bth.psn;
         // Only PSNs that were sent and are not yet acknowledged (hfi1 rc_rcv_resp).
         let outstanding = self.next_psn.offset_from(self.una);
@@ -72,9 +79,17 @@ impl Requester {
         self.retire(sq, env, fx);
     }
 
-    fn on_ack(&mut self, sq: &mut SendQueue, env: &CompEnv<'_>, repr: &TransportRepr, fx: &mut CompEffects) {
+    fn on_ack(
+        &mut self,
+        sq: &mut SendQueue,
+        env: &CompEnv<'_>,
+        repr: &TransportRepr,
+        fx: &mut CompEffects,
+    ) {
         let q = repr.bth.psn;
-        let Some(aeth) = repr.aeth else { return fx.ignored = true };
+        let Some(aeth) = repr.aeth else {
+            return fx.ignored = true;
+        };
         match aeth_action(aeth.syndrome.to_byte()) {
             AethAction::Ack { .. } => {
                 self.acknowledge(sq, env, q.next(), fx);
@@ -114,7 +129,13 @@ impl Requester {
     /// Everything before `upto` is acknowledged: SEND/WRITE WQEs ending before it
     /// complete; an unanswered READ/atomic before it means its response was lost
     /// (an implied NAK): resend from it.
-    fn acknowledge(&mut self, sq: &mut SendQueue, env: &CompEnv<'_>, upto: Psn, fx: &mut CompEffects) {
+    fn acknowledge(
+        &mut self,
+        sq: &mut SendQueue,
+        env: &CompEnv<'_>,
+        upto: Psn,
+        fx: &mut CompEffects,
+    ) {
         for w in sq.wqes.iter_mut() {
             if w.npsn == 0 || w.done {
                 if w.npsn == 0 {
@@ -122,12 +143,15 @@ impl Requester {
                 }
                 continue;
             }
-            let ends_before = w.last_psn().next().offset_from(self.una) <= upto.offset_from(self.una);
+            let ends_before =
+                w.last_psn().next().offset_from(self.una) <= upto.offset_from(self.una);
             if !ends_before || w.sent_pkts < w.request_packets(env.mtu) {
                 break;
             }
             if w.is_rd_atomic() {
-                let from = w.first_psn.wrapping_add((w.read_done / u64::from(env.mtu)) as u32);
+                let from = w
+                    .first_psn
+                    .wrapping_add((w.read_done / u64::from(env.mtu)) as u32);
                 self.una = from;
                 self.rewind(sq, from, env.mtu);
                 return;
@@ -140,10 +164,19 @@ impl Requester {
         let _ = fx;
     }
 
-    fn on_read_response(&mut self, sq: &mut SendQueue, env: &CompEnv<'_>, repr: &TransportRepr, payload: &[u8], fx: &mut CompEffects) {
+    fn on_read_response(
+        &mut self,
+        sq: &mut SendQueue,
+        env: &CompEnv<'_>,
+        repr: &TransportRepr,
+        payload: &[u8],
+        fx: &mut CompEffects,
+    ) {
         let q = repr.bth.psn;
         self.acknowledge(sq, env, q, fx);
-        let Some(i) = first_open(sq) else { return fx.ignored = true };
+        let Some(i) = first_open(sq) else {
+            return fx.ignored = true;
+        };
         let mtu = u64::from(env.mtu);
         let w = &sq.wqes[i];
         let expected = w.first_psn.wrapping_add((w.read_done / mtu) as u32);
@@ -169,7 +202,11 @@ impl Requester {
         }
         let w = &mut sq.wqes[i];
         if let Err(e) = sgl::scatter(env.mrs, env.pd, env.mem, &w.sges, w.read_done, payload) {
-            let status = if matches!(e, SglError::Length { .. }) { WcStatus::LocLenErr } else { WcStatus::LocProtErr };
+            let status = if matches!(e, SglError::Length { .. }) {
+                WcStatus::LocLenErr
+            } else {
+                WcStatus::LocProtErr
+            };
             return self.fail_wqe(sq, env, status, fx);
         }
         w.read_done += n;
@@ -182,18 +219,39 @@ impl Requester {
         }
     }
 
-    fn on_atomic_ack(&mut self, sq: &mut SendQueue, env: &CompEnv<'_>, repr: &TransportRepr, fx: &mut CompEffects) {
+    fn on_atomic_ack(
+        &mut self,
+        sq: &mut SendQueue,
+        env: &CompEnv<'_>,
+        repr: &TransportRepr,
+        fx: &mut CompEffects,
+    ) {
         let q = repr.bth.psn;
         self.acknowledge(sq, env, q, fx);
-        let Some(i) = first_open(sq) else { return fx.ignored = true };
+        let Some(i) = first_open(sq) else {
+            return fx.ignored = true;
+        };
         let w = &sq.wqes[i];
         if !w.opcode.is_atomic() || w.first_psn != q {
             return self.fail_wqe(sq, env, WcStatus::BadRespErr, fx);
         }
-        let Some(ack) = repr.atomic_ack_eth else { return fx.ignored = true };
+        let Some(ack) = repr.atomic_ack_eth else {
+            return fx.ignored = true;
+        };
         // The original value lands in host byte order (rc-reliability.md §2).
-        if let Err(e) = sgl::scatter(env.mrs, env.pd, env.mem, &w.sges, 0, &ack.orig.to_ne_bytes()) {
-            let status = if matches!(e, SglError::Length { .. }) { WcStatus::LocLenErr } else { WcStatus::LocProtErr };
+        if let Err(e) = sgl::scatter(
+            env.mrs,
+            env.pd,
+            env.mem,
+            &w.sges,
+            0,
+            &ack.orig.to_ne_bytes(),
+        ) {
+            let status = if matches!(e, SglError::Length { .. }) {
+                WcStatus::LocLenErr
+            } else {
+                WcStatus::LocProtErr
+            };
             return self.fail_wqe(sq, env, status, fx);
         }
         sq.wqes[i].done = true;
@@ -204,10 +262,17 @@ impl Requester {
 
     /// The oldest open WQE completes with `status` (after the WQEs before it, in
     /// order); the QP goes to ERR and the engine flushes what remains.
-    fn fail_wqe(&mut self, sq: &mut SendQueue, env: &CompEnv<'_>, status: WcStatus, fx: &mut CompEffects) {
+    fn fail_wqe(
+        &mut self,
+        sq: &mut SendQueue,
+        env: &CompEnv<'_>,
+        status: WcStatus,
+        fx: &mut CompEffects,
+    ) {
         self.retire(sq, env, fx);
         if let Some(w) = sq.retire() {
-            fx.completions.push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
+            fx.completions
+                .push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
         }
         fx.fatal = true;
     }
@@ -237,6 +302,10 @@ fn wc_op(w: &SendWqe) -> crate::wc::WcOpcode {
 /// The success completion of a send WQE (byte_len: READ bytes, atomics 8, else
 /// the message length, as rxe fills it).
 pub fn success(w: &SendWqe, qpn: u32) -> Option<WorkCompletion> {
-    let len = if w.opcode.is_atomic() { 8 } else { w.len as u32 };
+    let len = if w.opcode.is_atomic() {
+        8
+    } else {
+        w.len as u32
+    };
     WorkCompletion::send_success(w.wr_id, qpn, w.opcode, len)
 }

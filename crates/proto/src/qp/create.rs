@@ -80,28 +80,62 @@ pub fn check(req: &QpRequest, dev: &DeviceAttr) -> Result<(QpType, QpCap), Error
     let c = req.cap;
     let limit = |what, value: u32, max: u32, note| {
         if value > max {
-            return Err(RangeError { what, value: value.into(), min: 0, max: max.into(), note });
+            return Err(RangeError {
+                what,
+                value: value.into(),
+                min: 0,
+                max: max.into(),
+                note,
+            });
         }
         Ok(())
     };
-    limit("cap.max_send_wr", c.max_send_wr, dev.max_qp_wr, "; device limit max_qp_wr")?;
-    limit("cap.max_send_sge", c.max_send_sge, dev.max_sge, "; device limit max_sge")?;
-    limit("cap.max_inline_data", c.max_inline_data, MAX_INLINE_DATA, "; device inline limit")?;
+    limit(
+        "cap.max_send_wr",
+        c.max_send_wr,
+        dev.max_qp_wr,
+        "; device limit max_qp_wr",
+    )?;
+    limit(
+        "cap.max_send_sge",
+        c.max_send_sge,
+        dev.max_sge,
+        "; device limit max_sge",
+    )?;
+    limit(
+        "cap.max_inline_data",
+        c.max_inline_data,
+        MAX_INLINE_DATA,
+        "; device inline limit",
+    )?;
     let mut cap = c;
     if req.has_srq {
         // With an SRQ, receive capacities are neither checked nor used (man page, rxe).
         cap.max_recv_wr = 0;
         cap.max_recv_sge = 0;
     } else {
-        limit("cap.max_recv_wr", c.max_recv_wr, dev.max_qp_wr, "; device limit max_qp_wr")?;
-        limit("cap.max_recv_sge", c.max_recv_sge, dev.max_sge, "; device limit max_sge")?;
+        limit(
+            "cap.max_recv_wr",
+            c.max_recv_wr,
+            dev.max_qp_wr,
+            "; device limit max_qp_wr",
+        )?;
+        limit(
+            "cap.max_recv_sge",
+            c.max_recv_sge,
+            dev.max_sge,
+            "; device limit max_sge",
+        )?;
     }
     Ok((qp_type, cap))
 }
 
 fn check_type(req: &QpRequest) -> Result<QpType, Error> {
     let t = QpType::from_raw(req.qp_type).ok_or_else(|| {
-        Error::unsupported(format!("qp_type {} is not a QP type softverbs knows", req.qp_type))
+        Error::unsupported(format!(
+            "qp_type {} is not a QP type softverbs knows",
+            req.qp_type
+        ))
     })?;
     match t {
         QpType::Rc | QpType::Uc | QpType::Ud => {}
@@ -120,7 +154,9 @@ fn check_type(req: &QpRequest) -> Result<QpType, Error> {
     }
     // ibv_create_qp(3): only RC and UD QPs may use an SRQ.
     if req.has_srq && t == QpType::Uc {
-        return Err(Error::invalid("a UC QP cannot use an SRQ (only RC and UD QPs can, ibv_create_qp(3))"));
+        return Err(Error::invalid(
+            "a UC QP cannot use an SRQ (only RC and UD QPs can, ibv_create_qp(3))",
+        ));
     }
     Ok(t)
 }
@@ -133,7 +169,9 @@ fn check_ex(req: &QpRequest, t: QpType) -> Result<(), Error> {
         )));
     }
     if req.comp_mask & comp_mask::PD == 0 {
-        return Err(Error::invalid("create_qp_ex: comp_mask must include IBV_QP_INIT_ATTR_PD for this QP type"));
+        return Err(Error::invalid(
+            "create_qp_ex: comp_mask must include IBV_QP_INIT_ATTR_PD for this QP type",
+        ));
     }
     if req.comp_mask & comp_mask::CREATE_FLAGS != 0 && req.create_flags != 0 {
         return Err(Error::unsupported(format!(

@@ -9,12 +9,12 @@
 pub mod completer;
 pub mod create;
 pub mod data;
+pub mod modify;
 pub mod requester;
 pub mod responder;
 pub mod sgl;
-pub mod wqe;
-pub mod modify;
 pub mod table;
+pub mod wqe;
 
 use crate::mask::AttrMask;
 use crate::types::{QpAttr, QpCap, QpState, QpType};
@@ -176,7 +176,13 @@ impl QpControl {
 
 /// A BTH with the fields softverbs always sends the same way (default P_Key,
 /// no migration, no congestion marks; PadCnt is filled in by `emit`).
-pub(crate) fn bth(opcode: wire::Opcode, dest_qpn: u32, psn: wire::Psn, ack_req: bool, solicited: bool) -> wire::bth::Repr {
+pub(crate) fn bth(
+    opcode: wire::Opcode,
+    dest_qpn: u32,
+    psn: wire::Psn,
+    ack_req: bool,
+    solicited: bool,
+) -> wire::bth::Repr {
     wire::bth::Repr {
         opcode,
         solicited,

@@ -89,7 +89,10 @@ impl QpControl {
         let cur = if mask.contains(AttrMask::CUR_STATE) {
             let cur = state_field("cur_qp_state", attr.cur_qp_state)?;
             // ib_modify_qp_is_ok: an explicit current state must be RTR, RTS, SQD or SQE.
-            if !matches!(cur, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            if !matches!(
+                cur,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            ) {
                 return Err(ModifyError::CurStateNotAllowed { cur });
             }
             cur
@@ -98,11 +101,12 @@ impl QpControl {
         };
         // A modify without IBV_QP_STATE is the transition cur→cur.
         let next = next.unwrap_or(cur);
-        let masks = table::lookup(self.qp_type, cur, next).ok_or(ModifyError::IllegalTransition {
-            from: cur,
-            to: next,
-            hint: table::illegal_hint(cur, next),
-        })?;
+        let masks =
+            table::lookup(self.qp_type, cur, next).ok_or(ModifyError::IllegalTransition {
+                from: cur,
+                to: next,
+                hint: table::illegal_hint(cur, next),
+            })?;
         self.check_masks(masks, mask, cur, next)?;
         Ok((cur, next))
     }
@@ -118,12 +122,25 @@ impl QpControl {
         let missing = masks.required - mask;
         if !missing.is_empty() {
             let required = masks.required;
-            return Err(ModifyError::MissingRequired { qp_type, from, to, required, missing });
+            return Err(ModifyError::MissingRequired {
+                qp_type,
+                from,
+                to,
+                required,
+                missing,
+            });
         }
         let extra = mask - masks.required - masks.optional - AttrMask::STATE;
         if !extra.is_empty() {
             let Masks { required, optional } = masks;
-            return Err(ModifyError::NotAccepted { qp_type, from, to, required, optional, extra });
+            return Err(ModifyError::NotAccepted {
+                qp_type,
+                from,
+                to,
+                required,
+                optional,
+                extra,
+            });
         }
         Ok(())
     }
@@ -141,7 +158,11 @@ impl QpControl {
         let has = |bit| mask.contains(bit);
         if has(AttrMask::PORT) {
             // uverbs rdma_is_port_valid; name the field, not just the number.
-            dev.check_port(a.port_num).map_err(|_| ModifyError::BadPort { owner: "attr", port: a.port_num })?;
+            dev.check_port(a.port_num)
+                .map_err(|_| ModifyError::BadPort {
+                    owner: "attr",
+                    port: a.port_num,
+                })?;
         }
         if has(AttrMask::PKEY_INDEX) {
             dev.query_pkey(1, u32::from(a.pkey_index))?;
@@ -151,7 +172,10 @@ impl QpControl {
             // uverbs: in INIT→RTR the AV's port must be the QP's (fixed at RESET→INIT).
             let qp_port = self.attr.port_num;
             if cur == QpState::Init && next == QpState::Rtr && a.ah_attr.port_num != qp_port {
-                return Err(ModifyError::AvPortMismatch { ah_port: a.ah_attr.port_num, qp_port });
+                return Err(ModifyError::AvPortMismatch {
+                    ah_port: a.ah_attr.port_num,
+                    qp_port,
+                });
             }
         }
         if has(AttrMask::ALT_PATH) {
@@ -165,7 +189,10 @@ impl QpControl {
         if has(AttrMask::ACCESS_FLAGS) {
             let unsupported = a.qp_access_flags & !AccessFlags::QP_SUPPORTED.0;
             if unsupported != 0 {
-                return Err(ModifyError::AccessFlags { flags: a.qp_access_flags, unsupported });
+                return Err(ModifyError::AccessFlags {
+                    flags: a.qp_access_flags,
+                    unsupported,
+                });
             }
         }
         // uverbs (recent kernels): a controlled Q_Key needs privilege.
@@ -216,8 +243,8 @@ impl QpControl {
         self.valid |= mask - AttrMask::CUR_STATE - AttrMask::EN_SQD_ASYNC_NOTIFY;
         if from == QpState::Rts && next == QpState::Sqd {
             self.sq_draining = true;
-            self.sqd_notify = mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY)
-                && a.en_sqd_async_notify != 0;
+            self.sqd_notify =
+                mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) && a.en_sqd_async_notify != 0;
         }
         if next != QpState::Sqd {
             self.sq_draining = false;
@@ -244,11 +271,41 @@ fn check_mtu(raw: u32, max: Mtu) -> Result<(), ModifyError> {
 fn check_ranges(a: &QpAttr, mask: AttrMask, env: ModifyEnv<'_>) -> Result<(), ModifyError> {
     let dev = &env.dev.attr;
     let rows: [(AttrMask, &'static str, u64, u64, &'static str); 8] = [
-        (AttrMask::TIMEOUT, "attr.timeout", a.timeout.into(), 31, "; ACK timeout is 4.096 µs × 2^timeout"),
-        (AttrMask::RETRY_CNT, "attr.retry_cnt", a.retry_cnt.into(), 7, "; a 3-bit count"),
-        (AttrMask::RNR_RETRY, "attr.rnr_retry", a.rnr_retry.into(), 7, "; a 3-bit count, 7 = infinite"),
-        (AttrMask::MIN_RNR_TIMER, "attr.min_rnr_timer", a.min_rnr_timer.into(), 31, "; a 5-bit timer code"),
-        (AttrMask::DEST_QPN, "attr.dest_qp_num", a.dest_qp_num.into(), MASK_24.into(), "; QP numbers are 24 bits"),
+        (
+            AttrMask::TIMEOUT,
+            "attr.timeout",
+            a.timeout.into(),
+            31,
+            "; ACK timeout is 4.096 µs × 2^timeout",
+        ),
+        (
+            AttrMask::RETRY_CNT,
+            "attr.retry_cnt",
+            a.retry_cnt.into(),
+            7,
+            "; a 3-bit count",
+        ),
+        (
+            AttrMask::RNR_RETRY,
+            "attr.rnr_retry",
+            a.rnr_retry.into(),
+            7,
+            "; a 3-bit count, 7 = infinite",
+        ),
+        (
+            AttrMask::MIN_RNR_TIMER,
+            "attr.min_rnr_timer",
+            a.min_rnr_timer.into(),
+            31,
+            "; a 5-bit timer code",
+        ),
+        (
+            AttrMask::DEST_QPN,
+            "attr.dest_qp_num",
+            a.dest_qp_num.into(),
+            MASK_24.into(),
+            "; QP numbers are 24 bits",
+        ),
         (
             AttrMask::MAX_QP_RD_ATOMIC,
             "attr.max_rd_atomic",
@@ -263,11 +320,24 @@ fn check_ranges(a: &QpAttr, mask: AttrMask, env: ModifyEnv<'_>) -> Result<(), Mo
             dev.max_qp_rd_atom.into(),
             "; device limit max_qp_rd_atom",
         ),
-        (AttrMask::PATH_MIG_STATE, "attr.path_mig_state", a.path_mig_state.into(), MAX_MIG_STATE.into(), "; MIGRATED, REARM or ARMED"),
+        (
+            AttrMask::PATH_MIG_STATE,
+            "attr.path_mig_state",
+            a.path_mig_state.into(),
+            MAX_MIG_STATE.into(),
+            "; MIGRATED, REARM or ARMED",
+        ),
     ];
     for (bit, what, value, max, note) in rows {
         if mask.contains(bit) && value > max {
-            return Err(RangeError { what, value, min: 0, max, note }.into());
+            return Err(RangeError {
+                what,
+                value,
+                min: 0,
+                max,
+                note,
+            }
+            .into());
         }
     }
     Ok(())

@@ -149,20 +149,36 @@ impl Requester {
         let i = w.sent_pkts.min(total - 1);
         let last = i + 1 >= total;
         let opcode = opcode_for(w, env.qp_type, Position::of(i as usize, total as usize));
-        let ack_req = env.qp_type == QpType::Rc && (last || self.since_ack_req + 1 >= ACK_REQ_EVERY);
+        let ack_req =
+            env.qp_type == QpType::Rc && (last || self.since_ack_req + 1 >= ACK_REQ_EVERY);
         self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
         let solicited = last && w.flags.contains(SendFlags::SOLICITED) && carries_se(w.opcode);
         let dest = w.ud.map_or(env.dest_qpn, |u| u.remote_qpn);
         let mut repr = TransportRepr::new(super::bth(opcode, dest, psn, ack_req, solicited));
         let payload = self.fill_headers(&mut repr, w, index, i, env);
-        ReqPacket { repr, payload, index, last }
+        ReqPacket {
+            repr,
+            payload,
+            index,
+            last,
+        }
     }
 
-    fn fill_headers(&self, r: &mut TransportRepr, w: &SendWqe, index: usize, i: u32, env: &ReqEnv) -> Payload {
+    fn fill_headers(
+        &self,
+        r: &mut TransportRepr,
+        w: &SendWqe,
+        index: usize,
+        i: u32,
+        env: &ReqEnv,
+    ) -> Payload {
         let headers = r.bth.opcode.headers();
         if headers.contains(wire::HeaderSet::DETH) {
             let ud = w.ud.expect("UD WQEs carry a destination");
-            r.deth = Some(deth::Repr { qkey: Qkey(ud.qkey), src_qp: Qpn::from_masked(env.qpn) });
+            r.deth = Some(deth::Repr {
+                qkey: Qkey(ud.qkey),
+                src_qp: Qpn::from_masked(env.qpn),
+            });
         }
         if headers.contains(wire::HeaderSet::IMMDT) {
             r.immdt = Some(immdt::Repr { imm: w.imm.value() });
@@ -172,7 +188,11 @@ impl Requester {
                 // A resumed READ asks only for what has not arrived (rc-reliability.md §1.3).
                 let va = t.remote_addr + w.read_done;
                 let dma_len = (w.len - w.read_done) as u32;
-                r.reth = Some(reth::Repr { va, rkey: Rkey(t.rkey), dma_len });
+                r.reth = Some(reth::Repr {
+                    va,
+                    rkey: Rkey(t.rkey),
+                    dma_len,
+                });
                 Payload::None
             }
             (op, WrTarget::Atomic(t)) if op.is_atomic() => {
@@ -180,13 +200,22 @@ impl Requester {
                     WrOpcode::AtomicCmpAndSwp => (t.swap, t.compare_add),
                     _ => (t.compare_add, 0),
                 };
-                r.atomic_eth = Some(atomic_eth::Repr { va: t.remote_addr, rkey: Rkey(t.rkey), swap_add, compare });
+                r.atomic_eth = Some(atomic_eth::Repr {
+                    va: t.remote_addr,
+                    rkey: Rkey(t.rkey),
+                    swap_add,
+                    compare,
+                });
                 Payload::None
             }
             _ => {
                 if headers.contains(wire::HeaderSet::RETH) {
                     if let WrTarget::Rdma(t) = w.target {
-                        r.reth = Some(reth::Repr { va: t.remote_addr, rkey: Rkey(t.rkey), dma_len: w.len as u32 });
+                        r.reth = Some(reth::Repr {
+                            va: t.remote_addr,
+                            rkey: Rkey(t.rkey),
+                            dma_len: w.len as u32,
+                        });
                     }
                 }
                 let offset = u64::from(i) * u64::from(env.mtu);
@@ -231,14 +260,19 @@ impl Requester {
 /// PSN of the WQE's next request packet.
 fn packet_psn(w: &SendWqe, mtu: u32) -> Psn {
     match w.opcode {
-        WrOpcode::RdmaRead => w.first_psn.wrapping_add((w.read_done / u64::from(mtu)) as u32),
+        WrOpcode::RdmaRead => w
+            .first_psn
+            .wrapping_add((w.read_done / u64::from(mtu)) as u32),
         _ => w.first_psn.wrapping_add(w.sent_pkts),
     }
 }
 
 /// SE may be set on SEND* and RDMA_WRITE_WITH_IMM (rc-reliability.md §1.1).
 fn carries_se(op: WrOpcode) -> bool {
-    matches!(op, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
+    matches!(
+        op,
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+    )
 }
 
 fn opcode_for(w: &SendWqe, t: QpType, pos: Position) -> Opcode {
@@ -270,6 +304,9 @@ fn rc_op(code: u8) -> Opcode {
 /// An ACKNOWLEDGE / NAK packet header set (used by the responder).
 pub fn ack_repr(dest_qpn: u32, psn: Psn, syndrome: aeth::Syndrome, msn: u32) -> TransportRepr {
     let mut r = TransportRepr::new(super::bth(rc_op(0x11), dest_qpn, psn, false, false));
-    r.aeth = Some(aeth::Repr { syndrome, msn: wire::Msn::from_masked(msn) });
+    r.aeth = Some(aeth::Repr {
+        syndrome,
+        msn: wire::Msn::from_masked(msn),
+    });
     r
 }

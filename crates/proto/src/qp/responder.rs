@@ -129,8 +129,17 @@ struct ReadJob {
 /// A saved READ or atomic, to answer duplicates (rc-reliability.md §3.1, §3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Resource {
-    Read { first: Psn, npsn: u32, va: u64, rkey: u32, len: u64 },
-    Atomic { psn: Psn, orig: u64 },
+    Read {
+        first: Psn,
+        npsn: u32,
+        va: u64,
+        rkey: u32,
+        len: u64,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+    },
 }
 
 /// A message being received.
@@ -138,8 +147,15 @@ enum Resource {
 enum InMsg {
     #[default]
     Idle,
-    Send { wqe: RecvWqe, offset: u64 },
-    Write { va: u64, rkey: u32, left: u64 },
+    Send {
+        wqe: RecvWqe,
+        offset: u64,
+    },
+    Write {
+        va: u64,
+        rkey: u32,
+        left: u64,
+    },
 }
 
 /// Why a request is refused, before its IBA class decides the answer.
@@ -175,7 +191,11 @@ impl Responder {
     /// Resets for INIT→RTR with the expected PSN.
     pub fn start(&mut self, rq_psn: u32) {
         let epsn = Psn::from_masked(rq_psn);
-        *self = Responder { epsn, ack_psn: epsn.wrapping_sub(1), ..Responder::default() };
+        *self = Responder {
+            epsn,
+            ack_psn: epsn.wrapping_sub(1),
+            ..Responder::default()
+        };
     }
 
     /// Anything waiting to be sent?
@@ -193,7 +213,13 @@ impl Responder {
     }
 
     /// Handles one request packet (the QP processes requests in its state).
-    pub fn handle(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) {
+    pub fn handle(
+        &mut self,
+        env: &RespEnv<'_>,
+        rq: &mut RecvQueue,
+        pkt: &Incoming<'_>,
+        fx: &mut RespEffects,
+    ) {
         let r = match env.qp_type {
             QpType::Rc => self.rc(env, rq, pkt, fx),
             QpType::Uc => self.uc(env, rq, pkt, fx),
@@ -208,14 +234,20 @@ impl Responder {
     /// NAK with the QP unchanged (class B), or NAK and ERR (class A/C).
     fn refuse(&mut self, env: &RespEnv<'_>, psn: Psn, why: Refusal, fx: &mut RespEffects) {
         if env.qp_type != QpType::Rc {
-            fx.dropped = Some(if why == Refusal::NoWqe { Drop::NoWqe } else { Drop::Unreliable });
+            fx.dropped = Some(if why == Refusal::NoWqe {
+                Drop::NoWqe
+            } else {
+                Drop::Unreliable
+            });
             return;
         }
         let (nak, fatal) = match why {
             Refusal::OutOfSequence => (NakCode::PsnSequenceError, None),
             Refusal::NoWqe => {
                 fx.dropped = Some(Drop::NoWqe);
-                let syndrome = Syndrome::RnrNak { timer_code: env.min_rnr_timer };
+                let syndrome = Syndrome::RnrNak {
+                    timer_code: env.min_rnr_timer,
+                };
                 self.outbox.push_back(Response::Ack { psn, syndrome });
                 return;
             }
@@ -224,8 +256,15 @@ impl Responder {
             Refusal::AccessError => (NakCode::RemoteAccessError, Some(Fatal::AccessError)),
             Refusal::BadRecvWqe => (NakCode::RemoteOperationalError, Some(Fatal::Local)),
         };
-        let nak_psn = if why == Refusal::OutOfSequence { self.epsn } else { psn };
-        self.outbox.push_back(Response::Ack { psn: nak_psn, syndrome: Syndrome::Nak(nak) });
+        let nak_psn = if why == Refusal::OutOfSequence {
+            self.epsn
+        } else {
+            psn
+        };
+        self.outbox.push_back(Response::Ack {
+            psn: nak_psn,
+            syndrome: Syndrome::Nak(nak),
+        });
         if let Some(f) = fatal {
             fx.fatal = Some(f);
             let status = match why {
@@ -245,7 +284,13 @@ impl Responder {
 
     // ---------------------------------------------------------------- RC
 
-    fn rc(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+    fn rc(
+        &mut self,
+        env: &RespEnv<'_>,
+        rq: &mut RecvQueue,
+        pkt: &Incoming<'_>,
+        fx: &mut RespEffects,
+    ) -> Result<(), Refusal> {
         let b = &pkt.repr.bth;
         match b.psn.region(self.epsn) {
             PsnRegion::InSequence => self.nak_sent = false,
@@ -296,7 +341,10 @@ impl Responder {
 
     /// Queues an ACK; a newer ACK replaces an older one still waiting (coalescing).
     fn push_ack(&mut self, psn: Psn) {
-        let ack = Response::Ack { psn, syndrome: Syndrome::ack_unlimited() };
+        let ack = Response::Ack {
+            psn,
+            syndrome: Syndrome::ack_unlimited(),
+        };
         if let Some(Response::Ack { syndrome, .. }) = self.outbox.back() {
             if syndrome.is_ack() {
                 *self.outbox.back_mut().expect("checked") = ack;
@@ -310,7 +358,10 @@ impl Responder {
     fn check_sequence(&self, op: Opcode) -> Result<(), Refusal> {
         let continues = matches!(op.position(), Position::Middle | Position::Last);
         let ok = match (&self.msg, op.operation()) {
-            (InMsg::Send { .. }, Operation::Send | Operation::SendWithImm | Operation::SendWithInv) => continues,
+            (
+                InMsg::Send { .. },
+                Operation::Send | Operation::SendWithImm | Operation::SendWithInv,
+            ) => continues,
             (InMsg::Write { .. }, Operation::Write | Operation::WriteWithImm) => continues,
             (InMsg::Idle, _) => !continues,
             _ => false,
@@ -327,8 +378,25 @@ impl Responder {
         check_remote(env, reth.rkey.0, reth.va, len, Access::RemoteRead)?;
         let b = &repr.bth;
         let npsn = super::wqe::packets_for(len, env.mtu);
-        let job = ReadJob { psn: b.psn, first: b.psn, npsn, va: reth.va, rkey: reth.rkey.0, len, offset: 0 };
-        self.save(env, Resource::Read { first: b.psn, npsn, va: reth.va, rkey: reth.rkey.0, len });
+        let job = ReadJob {
+            psn: b.psn,
+            first: b.psn,
+            npsn,
+            va: reth.va,
+            rkey: reth.rkey.0,
+            len,
+            offset: 0,
+        };
+        self.save(
+            env,
+            Resource::Read {
+                first: b.psn,
+                npsn,
+                va: reth.va,
+                rkey: reth.rkey.0,
+                len,
+            },
+        );
         // IBA C9-148: MSN counts a READ when it is accepted.
         self.msn = (self.msn + 1) & 0xff_ffff;
         self.epsn = b.psn.wrapping_add(npsn);
@@ -343,7 +411,10 @@ impl Responder {
         }
         check_remote(env, a.rkey.0, a.va, 8, Access::RemoteAtomic)?;
         let op = if repr.bth.opcode.operation() == Operation::CompareSwap {
-            AtomicOp::CompareSwap { compare: a.compare, swap: a.swap_add }
+            AtomicOp::CompareSwap {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
@@ -373,19 +444,33 @@ impl Responder {
             Operation::ReadRequest => {
                 let Some(reth) = repr.reth else { return };
                 let found = self.resources.iter().find_map(|r| match *r {
-                    Resource::Read { first, npsn, va, rkey, len } if q.offset_from(first) < npsn => {
-                        Some((first, npsn, va, rkey, len))
-                    }
+                    Resource::Read {
+                        first,
+                        npsn,
+                        va,
+                        rkey,
+                        len,
+                    } if q.offset_from(first) < npsn => Some((first, npsn, va, rkey, len)),
                     _ => None,
                 });
-                let Some((first, npsn, va, rkey, len)) = found else { return };
+                let Some((first, npsn, va, rkey, len)) = found else {
+                    return;
+                };
                 // rxe's acceptance: same R_Key, range inside the saved one.
                 let inside = reth.va >= va && reth.va + u64::from(reth.dma_len) <= va + len;
                 if reth.rkey.0 != rkey || !inside {
                     return;
                 }
                 let offset = u64::from(q.offset_from(first)) * u64::from(env.mtu);
-                let job = ReadJob { psn: q, first, npsn, va, rkey, len, offset };
+                let job = ReadJob {
+                    psn: q,
+                    first,
+                    npsn,
+                    va,
+                    rkey,
+                    len,
+                    offset,
+                };
                 self.outbox.push_back(Response::Read(job));
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -404,7 +489,13 @@ impl Responder {
     // ------------------------------------------------------- placement
 
     /// SEND (RC and UC): take the WQE at FIRST/ONLY, scatter, complete at LAST/ONLY.
-    fn place_send(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+    fn place_send(
+        &mut self,
+        env: &RespEnv<'_>,
+        rq: &mut RecvQueue,
+        pkt: &Incoming<'_>,
+        fx: &mut RespEffects,
+    ) -> Result<(), Refusal> {
         let op = pkt.repr.bth.opcode;
         check_payload_len(op, pkt.payload.len(), env.mtu)?;
         if op.starts_message() {
@@ -412,14 +503,18 @@ impl Responder {
             fx.took_wqe = true;
             self.msg = InMsg::Send { wqe, offset: 0 };
         }
-        let InMsg::Send { wqe, offset } = &mut self.msg else { return Err(Refusal::InvalidRequest) };
+        let InMsg::Send { wqe, offset } = &mut self.msg else {
+            return Err(Refusal::InvalidRequest);
+        };
         match sgl::scatter(env.mrs, env.pd, env.mem, &wqe.sges, *offset, pkt.payload) {
             Ok(()) => *offset += pkt.payload.len() as u64,
             Err(SglError::Length { .. }) => return Err(Refusal::RecvTooSmall),
             Err(SglError::Access(_)) => return Err(Refusal::BadRecvWqe),
         }
         if op.ends_message() {
-            let InMsg::Send { wqe, offset } = std::mem::take(&mut self.msg) else { unreachable!() };
+            let InMsg::Send { wqe, offset } = std::mem::take(&mut self.msg) else {
+                unreachable!()
+            };
             let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
             let wc = recv_completion(wqe.wr_id, env.qpn, WcOpcode::Recv, offset as u32, imm);
             fx.completions.push((wc, pkt.repr.bth.solicited));
@@ -429,7 +524,13 @@ impl Responder {
 
     /// RDMA WRITE (RC and UC): check the R_Key at FIRST/ONLY, copy, and for
     /// WRITE_WITH_IMM consume a receive WQE at the packet carrying the ImmDt.
-    fn place_write(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+    fn place_write(
+        &mut self,
+        env: &RespEnv<'_>,
+        rq: &mut RecvQueue,
+        pkt: &Incoming<'_>,
+        fx: &mut RespEffects,
+    ) -> Result<(), Refusal> {
         let op = pkt.repr.bth.opcode;
         check_payload_len(op, pkt.payload.len(), env.mtu)?;
         if op.starts_message() {
@@ -439,9 +540,15 @@ impl Responder {
                 return Err(Refusal::InvalidRequest);
             }
             check_remote(env, reth.rkey.0, reth.va, len, Access::RemoteWrite)?;
-            self.msg = InMsg::Write { va: reth.va, rkey: reth.rkey.0, left: len };
+            self.msg = InMsg::Write {
+                va: reth.va,
+                rkey: reth.rkey.0,
+                left: len,
+            };
         }
-        let InMsg::Write { va, left, rkey } = &mut self.msg else { return Err(Refusal::InvalidRequest) };
+        let InMsg::Write { va, left, rkey } = &mut self.msg else {
+            return Err(Refusal::InvalidRequest);
+        };
         let n = pkt.payload.len() as u64;
         // The payloads must add up to the RETH length exactly (§3 step 5).
         if n > *left || (op.ends_message() && n != *left) {
@@ -465,7 +572,13 @@ impl Responder {
                 fx.took_wqe = true;
                 let len = pkt.repr.reth.map_or(n, |r| u64::from(r.dma_len));
                 let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
-                let wc = recv_completion(wqe.wr_id, env.qpn, WcOpcode::RecvRdmaWithImm, len as u32, imm);
+                let wc = recv_completion(
+                    wqe.wr_id,
+                    env.qpn,
+                    WcOpcode::RecvRdmaWithImm,
+                    len as u32,
+                    imm,
+                );
                 fx.completions.push((wc, pkt.repr.bth.solicited));
             }
         }
@@ -476,7 +589,13 @@ impl Responder {
 
     /// rc-reliability.md §6: accept in sequence; otherwise only a FIRST/ONLY,
     /// which resynchronises; every error is a silent drop.
-    fn uc(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+    fn uc(
+        &mut self,
+        env: &RespEnv<'_>,
+        rq: &mut RecvQueue,
+        pkt: &Incoming<'_>,
+        fx: &mut RespEffects,
+    ) -> Result<(), Refusal> {
         let b = &pkt.repr.bth;
         let in_seq = b.psn == self.epsn && !self.uc_dropping;
         if !in_seq || (b.opcode.starts_message() && !matches!(self.msg, InMsg::Idle)) {
@@ -512,7 +631,13 @@ impl Responder {
     }
 
     /// rc-reliability.md §7: Q_Key, one packet, the GRH area first.
-    fn ud(&mut self, env: &RespEnv<'_>, rq: &mut RecvQueue, pkt: &Incoming<'_>, fx: &mut RespEffects) -> Result<(), Refusal> {
+    fn ud(
+        &mut self,
+        env: &RespEnv<'_>,
+        rq: &mut RecvQueue,
+        pkt: &Incoming<'_>,
+        fx: &mut RespEffects,
+    ) -> Result<(), Refusal> {
         let deth = pkt.repr.deth.ok_or(Refusal::InvalidRequest)?;
         if deth.qkey.0 != env.qkey {
             fx.dropped = Some(Drop::Qkey);
@@ -531,7 +656,9 @@ impl Responder {
         let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
         let mut wc = match scatter {
             Ok(()) => recv_completion(wqe.wr_id, env.qpn, WcOpcode::Recv, need as u32, imm),
-            Err(_) => WorkCompletion::error(wqe.wr_id, env.qpn, WcOpcode::Recv, WcStatus::LocProtErr),
+            Err(_) => {
+                WorkCompletion::error(wqe.wr_id, env.qpn, WcOpcode::Recv, WcStatus::LocProtErr)
+            }
         };
         if !wc.status.is_error() {
             wc.src_qp = deth.src_qp.get();
@@ -545,16 +672,28 @@ impl Responder {
 
     /// Writes the next response packet: headers in the returned repr, payload
     /// into `payload` (READ responses). `None` when nothing waits.
-    pub fn next_response(&mut self, env: &RespEnv<'_>, payload: &mut [u8]) -> Option<(TransportRepr, usize)> {
+    pub fn next_response(
+        &mut self,
+        env: &RespEnv<'_>,
+        payload: &mut [u8],
+    ) -> Option<(TransportRepr, usize)> {
         let resp = *self.outbox.front()?;
         let out = match resp {
             Response::Ack { psn, syndrome } => {
                 self.outbox.pop_front();
-                (super::requester::ack_repr(env.dest_qpn, psn, syndrome, self.msn), 0)
+                (
+                    super::requester::ack_repr(env.dest_qpn, psn, syndrome, self.msn),
+                    0,
+                )
             }
             Response::AtomicAck { psn, orig } => {
                 self.outbox.pop_front();
-                let mut r = super::requester::ack_repr(env.dest_qpn, psn, Syndrome::ack_unlimited(), self.msn);
+                let mut r = super::requester::ack_repr(
+                    env.dest_qpn,
+                    psn,
+                    Syndrome::ack_unlimited(),
+                    self.msn,
+                );
                 r.bth.opcode = rc_opcode(0x12);
                 r.atomic_ack_eth = Some(atomic_ack_eth::Repr { orig });
                 (r, 0)
@@ -564,15 +703,24 @@ impl Responder {
         Some(out)
     }
 
-    fn read_packet(&mut self, env: &RespEnv<'_>, mut job: ReadJob, buf: &mut [u8]) -> (TransportRepr, usize) {
+    fn read_packet(
+        &mut self,
+        env: &RespEnv<'_>,
+        mut job: ReadJob,
+        buf: &mut [u8],
+    ) -> (TransportRepr, usize) {
         let mtu = u64::from(env.mtu);
         let index = job.psn.offset_from(job.first) as usize;
         let n = (job.len - job.offset).min(mtu) as usize;
         let pos = Position::of(index, job.npsn as usize);
-        let opcode = Opcode::segment(Transport::Rc, MessageKind::ReadResponse, pos).unwrap_or(rc_opcode(0x10));
+        let opcode = Opcode::segment(Transport::Rc, MessageKind::ReadResponse, pos)
+            .unwrap_or(rc_opcode(0x10));
         let mut r = TransportRepr::new(super::bth(opcode, env.dest_qpn, job.psn, false, false));
         if opcode.headers().contains(wire::HeaderSet::AETH) {
-            r.aeth = Some(wire::aeth::Repr { syndrome: Syndrome::ack_unlimited(), msn: wire::Msn::from_masked(self.msn) });
+            r.aeth = Some(wire::aeth::Repr {
+                syndrome: Syndrome::ack_unlimited(),
+                msn: wire::Msn::from_masked(self.msn),
+            });
         }
         // The memory is re-checked for every packet: the MR may have gone.
         let va = job.va + job.offset;
@@ -601,17 +749,27 @@ fn check_qp_access(op: Operation, access: AccessFlags) -> Result<(), Refusal> {
         Operation::CompareSwap | Operation::FetchAdd => AccessFlags::REMOTE_ATOMIC,
         _ => return Ok(()),
     };
-    access.contains(need).then_some(()).ok_or(Refusal::InvalidRequest)
+    access
+        .contains(need)
+        .then_some(())
+        .ok_or(Refusal::InvalidRequest)
 }
 
 /// rc-reliability.md §3 step 6: R_Key, PD, bounds, rights. Zero-length READ or
 /// WRITE checks nothing (IBA C9-88).
-fn check_remote(env: &RespEnv<'_>, rkey: u32, va: u64, len: u64, access: Access) -> Result<(), Refusal> {
+fn check_remote(
+    env: &RespEnv<'_>,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    access: Access,
+) -> Result<(), Refusal> {
     if len == 0 && access != Access::RemoteAtomic {
         return Ok(());
     }
     let mr = mr_by_key(env.mrs, rkey).ok_or(Refusal::AccessError)?;
-    mr.check(env.pd, rkey, va, len, access).map_err(|_| Refusal::AccessError)
+    mr.check(env.pd, rkey, va, len, access)
+        .map_err(|_| Refusal::AccessError)
 }
 
 /// roce-wire.md §6: FIRST/MIDDLE carry exactly one MTU, LAST 1..=MTU, ONLY ≤ MTU.
@@ -625,7 +783,13 @@ fn check_payload_len(op: Opcode, n: usize, mtu: u32) -> Result<(), Refusal> {
     ok.then_some(()).ok_or(Refusal::InvalidRequest)
 }
 
-fn recv_completion(wr_id: u64, qpn: u32, opcode: WcOpcode, byte_len: u32, imm: Option<ImmData>) -> WorkCompletion {
+fn recv_completion(
+    wr_id: u64,
+    qpn: u32,
+    opcode: WcOpcode,
+    byte_len: u32,
+    imm: Option<ImmData>,
+) -> WorkCompletion {
     let mut wc = WorkCompletion::error(wr_id, qpn, opcode, WcStatus::Success);
     wc.byte_len = byte_len;
     if let Some(imm) = imm {

@@ -27,9 +27,20 @@ pub fn mr_by_key(mrs: &Table<Mr>, key: u32) -> Option<&Mr> {
     mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
 }
 
-fn check_sge(mrs: &Table<Mr>, pd: PdHandle, sge: &Sge, addr: u64, len: u64, access: Access) -> Result<(), SglError> {
-    let mr = mr_by_key(mrs, sge.lkey).ok_or(SglError::Access(AccessError::NoSuchKey { key: sge.lkey, remote: false }))?;
-    mr.check(pd, sge.lkey, addr, len, access).map_err(SglError::Access)
+fn check_sge(
+    mrs: &Table<Mr>,
+    pd: PdHandle,
+    sge: &Sge,
+    addr: u64,
+    len: u64,
+    access: Access,
+) -> Result<(), SglError> {
+    let mr = mr_by_key(mrs, sge.lkey).ok_or(SglError::Access(AccessError::NoSuchKey {
+        key: sge.lkey,
+        remote: false,
+    }))?;
+    mr.check(pd, sge.lkey, addr, len, access)
+        .map_err(SglError::Access)
 }
 
 /// Visits the pieces of `[offset, offset + len)` of the list as (sge, address, length).
@@ -41,7 +52,10 @@ fn walk(
 ) -> Result<(), SglError> {
     let have: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
     if offset + len > have {
-        return Err(SglError::Length { need: offset + len, have });
+        return Err(SglError::Length {
+            need: offset + len,
+            have,
+        });
     }
     let (mut skip, mut left, mut done) = (offset, len, 0usize);
     for sge in sges {
@@ -65,7 +79,14 @@ fn walk(
 }
 
 /// Copies `out.len()` bytes from the list, starting `offset` bytes in.
-pub fn gather(mrs: &Table<Mr>, pd: PdHandle, mem: &dyn Memory, sges: &[Sge], offset: u64, out: &mut [u8]) -> Result<(), SglError> {
+pub fn gather(
+    mrs: &Table<Mr>,
+    pd: PdHandle,
+    mem: &dyn Memory,
+    sges: &[Sge],
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(), SglError> {
     walk(sges, offset, out.len() as u64, |sge, addr, n, at| {
         check_sge(mrs, pd, sge, addr, n, Access::LocalRead)?;
         mem.read(addr, &mut out[at..at + n as usize]);
@@ -75,9 +96,18 @@ pub fn gather(mrs: &Table<Mr>, pd: PdHandle, mem: &dyn Memory, sges: &[Sge], off
 
 /// Copies `data` into the list, starting `offset` bytes in. Everything is
 /// checked before anything is written, so a failed scatter changes no memory.
-pub fn scatter(mrs: &Table<Mr>, pd: PdHandle, mem: &dyn Memory, sges: &[Sge], offset: u64, data: &[u8]) -> Result<(), SglError> {
+pub fn scatter(
+    mrs: &Table<Mr>,
+    pd: PdHandle,
+    mem: &dyn Memory,
+    sges: &[Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), SglError> {
     let len = data.len() as u64;
-    walk(sges, offset, len, |sge, addr, n, _| check_sge(mrs, pd, sge, addr, n, Access::LocalWrite))?;
+    walk(sges, offset, len, |sge, addr, n, _| {
+        check_sge(mrs, pd, sge, addr, n, Access::LocalWrite)
+    })?;
     walk(sges, offset, len, |_, addr, n, at| {
         mem.write(addr, &data[at..at + n as usize]);
         Ok(())
@@ -94,10 +124,28 @@ mod tests {
     fn setup() -> (Table<Mr>, PdHandle, u32, u32) {
         let mut mrs = Table::new(8);
         let pd: PdHandle = Handle::from_raw(7);
-        let h = mrs.insert(Mr { pd, addr: 0x1000, length: 64, access: AccessFlags(1), lkey: 0, rkey: 0 }).unwrap();
+        let h = mrs
+            .insert(Mr {
+                pd,
+                addr: 0x1000,
+                length: 64,
+                access: AccessFlags(1),
+                lkey: 0,
+                rkey: 0,
+            })
+            .unwrap();
         let (lkey, _) = crate::mr::keys(h.index(), 1);
         mrs.get_mut(h).unwrap().lkey = lkey;
-        let ro = mrs.insert(Mr { pd, addr: 0x1040, length: 64, access: AccessFlags(0), lkey: 0, rkey: 0 }).unwrap();
+        let ro = mrs
+            .insert(Mr {
+                pd,
+                addr: 0x1040,
+                length: 64,
+                access: AccessFlags(0),
+                lkey: 0,
+                rkey: 0,
+            })
+            .unwrap();
         let (ro_key, _) = crate::mr::keys(ro.index(), 2);
         mrs.get_mut(ro).unwrap().lkey = ro_key;
         (mrs, pd, lkey, ro_key)
@@ -107,7 +155,18 @@ mod tests {
     fn scatter_and_gather_across_elements() {
         let (mrs, pd, lkey, _) = setup();
         let mem = VecMemory::new(0x1000, 128);
-        let sges = [Sge { addr: 0x1000, length: 3, lkey }, Sge { addr: 0x1010, length: 10, lkey }];
+        let sges = [
+            Sge {
+                addr: 0x1000,
+                length: 3,
+                lkey,
+            },
+            Sge {
+                addr: 0x1010,
+                length: 10,
+                lkey,
+            },
+        ];
         scatter(&mrs, pd, &mem, &sges, 1, &[1, 2, 3, 4, 5]).unwrap();
         assert_eq!(mem.snapshot(0x1000, 3), [0, 1, 2]);
         assert_eq!(mem.snapshot(0x1010, 4), [3, 4, 5, 0]);
@@ -122,14 +181,35 @@ mod tests {
     fn a_failed_scatter_writes_nothing() {
         let (mrs, pd, lkey, ro_key) = setup();
         let mem = VecMemory::new(0x1000, 128);
-        let sges = [Sge { addr: 0x1000, length: 4, lkey }, Sge { addr: 0x1040, length: 4, lkey: ro_key }];
+        let sges = [
+            Sge {
+                addr: 0x1000,
+                length: 4,
+                lkey,
+            },
+            Sge {
+                addr: 0x1040,
+                length: 4,
+                lkey: ro_key,
+            },
+        ];
         let e = scatter(&mrs, pd, &mem, &sges, 0, &[9; 8]).unwrap_err();
-        assert!(matches!(e, SglError::Access(AccessError::NotPermitted { .. })), "{e:?}");
+        assert!(
+            matches!(e, SglError::Access(AccessError::NotPermitted { .. })),
+            "{e:?}"
+        );
         assert_eq!(mem.snapshot(0x1000, 4), [0; 4], "nothing written");
         // Reading needs no flag.
         let mut out = [0; 8];
         gather(&mrs, pd, &mem, &sges, 0, &mut out).unwrap();
-        let bad = [Sge { addr: 0x1000, length: 4, lkey: lkey ^ 0x80 }];
-        assert!(matches!(gather(&mrs, pd, &mem, &bad, 0, &mut out[..4]), Err(SglError::Access(_))));
+        let bad = [Sge {
+            addr: 0x1000,
+            length: 4,
+            lkey: lkey ^ 0x80,
+        }];
+        assert!(matches!(
+            gather(&mrs, pd, &mem, &bad, 0, &mut out[..4]),
+            Err(SglError::Access(_))
+        ));
     }
 }

@@ -37,14 +37,23 @@ const fn m(bits: &[AttrMask]) -> AttrMask {
 }
 
 const E: AttrMask = AttrMask::EMPTY;
-const NONE: Masks = Masks { required: E, optional: E };
+const NONE: Masks = Masks {
+    required: E,
+    optional: E,
+};
 
 const fn r(required: AttrMask) -> Masks {
-    Masks { required, optional: E }
+    Masks {
+        required,
+        optional: E,
+    }
 }
 
 const fn o(optional: AttrMask) -> Masks {
-    Masks { required: E, optional }
+    Masks {
+        required: E,
+        optional,
+    }
 }
 
 const fn ro(required: AttrMask, optional: AttrMask) -> Masks {
@@ -53,7 +62,11 @@ const fn ro(required: AttrMask, optional: AttrMask) -> Masks {
 
 /// A transition that accepts only `IBV_QP_STATE`, for every type.
 const fn bare(from: QpState, to: QpState) -> Rule {
-    Rule { from, to, per_type: [NONE; 8] }
+    Rule {
+        from,
+        to,
+        per_type: [NONE; 8],
+    }
 }
 
 use AttrMask as A;
@@ -65,16 +78,34 @@ const PKEY_PORT_ACCESS: AttrMask = m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS])
 const PKEY_QKEY: AttrMask = m(&[A::PKEY_INDEX, A::QKEY]);
 const CONN_RTR_REQ: AttrMask = m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]);
 const REL_RTR_REQ: AttrMask = m(&[
-    A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN, A::MAX_DEST_RD_ATOMIC, A::MIN_RNR_TIMER,
+    A::AV,
+    A::PATH_MTU,
+    A::DEST_QPN,
+    A::RQ_PSN,
+    A::MAX_DEST_RD_ATOMIC,
+    A::MIN_RNR_TIMER,
 ]);
 const CONN_RTR_OPT: AttrMask = m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]);
-const REL_RTS_REQ: AttrMask =
-    m(&[A::TIMEOUT, A::RETRY_CNT, A::RNR_RETRY, A::SQ_PSN, A::MAX_QP_RD_ATOMIC]);
+const REL_RTS_REQ: AttrMask = m(&[
+    A::TIMEOUT,
+    A::RETRY_CNT,
+    A::RNR_RETRY,
+    A::SQ_PSN,
+    A::MAX_QP_RD_ATOMIC,
+]);
 const CUR_QKEY: AttrMask = m(&[A::CUR_STATE, A::QKEY]);
-const CUR_ALT_ACC_MIG: AttrMask =
-    m(&[A::CUR_STATE, A::ALT_PATH, A::ACCESS_FLAGS, A::PATH_MIG_STATE]);
+const CUR_ALT_ACC_MIG: AttrMask = m(&[
+    A::CUR_STATE,
+    A::ALT_PATH,
+    A::ACCESS_FLAGS,
+    A::PATH_MIG_STATE,
+]);
 const CUR_ALT_ACC_RNR_MIG: AttrMask = m(&[
-    A::CUR_STATE, A::ALT_PATH, A::ACCESS_FLAGS, A::MIN_RNR_TIMER, A::PATH_MIG_STATE,
+    A::CUR_STATE,
+    A::ALT_PATH,
+    A::ACCESS_FLAGS,
+    A::MIN_RNR_TIMER,
+    A::PATH_MIG_STATE,
 ]);
 const SQD: AttrMask = A::EN_SQD_ASYNC_NOTIFY;
 
@@ -183,19 +214,49 @@ pub const TABLE: &[Rule] = &[
         to: Sqd,
         per_type: [
             o(PKEY_QKEY),
-            o(m(&[A::AV, A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX, A::PATH_MIG_STATE])),
             o(m(&[
-                A::PORT, A::AV, A::TIMEOUT, A::RETRY_CNT, A::RNR_RETRY, A::MAX_QP_RD_ATOMIC,
-                A::MAX_DEST_RD_ATOMIC, A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX,
-                A::MIN_RNR_TIMER, A::PATH_MIG_STATE,
+                A::AV,
+                A::ALT_PATH,
+                A::ACCESS_FLAGS,
+                A::PKEY_INDEX,
+                A::PATH_MIG_STATE,
             ])),
             o(m(&[
-                A::PORT, A::AV, A::TIMEOUT, A::RETRY_CNT, A::RNR_RETRY, A::MAX_QP_RD_ATOMIC,
-                A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX, A::PATH_MIG_STATE,
+                A::PORT,
+                A::AV,
+                A::TIMEOUT,
+                A::RETRY_CNT,
+                A::RNR_RETRY,
+                A::MAX_QP_RD_ATOMIC,
+                A::MAX_DEST_RD_ATOMIC,
+                A::ALT_PATH,
+                A::ACCESS_FLAGS,
+                A::PKEY_INDEX,
+                A::MIN_RNR_TIMER,
+                A::PATH_MIG_STATE,
             ])),
             o(m(&[
-                A::PORT, A::AV, A::TIMEOUT, A::MAX_DEST_RD_ATOMIC, A::ALT_PATH,
-                A::ACCESS_FLAGS, A::PKEY_INDEX, A::MIN_RNR_TIMER, A::PATH_MIG_STATE,
+                A::PORT,
+                A::AV,
+                A::TIMEOUT,
+                A::RETRY_CNT,
+                A::RNR_RETRY,
+                A::MAX_QP_RD_ATOMIC,
+                A::ALT_PATH,
+                A::ACCESS_FLAGS,
+                A::PKEY_INDEX,
+                A::PATH_MIG_STATE,
+            ])),
+            o(m(&[
+                A::PORT,
+                A::AV,
+                A::TIMEOUT,
+                A::MAX_DEST_RD_ATOMIC,
+                A::ALT_PATH,
+                A::ACCESS_FLAGS,
+                A::PKEY_INDEX,
+                A::MIN_RNR_TIMER,
+                A::PATH_MIG_STATE,
             ])),
             NONE,
             o(PKEY_QKEY),
@@ -287,7 +348,12 @@ mod tests {
     fn pairs_are_unique() {
         for (i, a) in TABLE.iter().enumerate() {
             for b in &TABLE[i + 1..] {
-                assert!(!(a.from == b.from && a.to == b.to), "{}→{} twice", a.from, a.to);
+                assert!(
+                    !(a.from == b.from && a.to == b.to),
+                    "{}→{} twice",
+                    a.from,
+                    a.to
+                );
             }
         }
     }

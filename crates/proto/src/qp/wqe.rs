@@ -60,13 +60,20 @@ pub struct SendWqe {
 
 impl SendWqe {
     /// A WQE for an accepted WR. `inline` holds the gathered inline bytes.
-    pub fn new(wr: &SendWr<'_>, sq_sig_all: bool, inline: Option<Vec<u8>>, ud: Option<UdDest>) -> SendWqe {
+    pub fn new(
+        wr: &SendWr<'_>,
+        sq_sig_all: bool,
+        inline: Option<Vec<u8>>,
+        ud: Option<UdDest>,
+    ) -> SendWqe {
         SendWqe {
             wr_id: wr.wr_id,
             opcode: wr.opcode,
             flags: wr.flags,
             sges: wr.sg_list.to_vec(),
-            len: inline.as_ref().map_or_else(|| crate::wr::sg_total_len(wr.sg_list), |v| v.len() as u64),
+            len: inline
+                .as_ref()
+                .map_or_else(|| crate::wr::sg_total_len(wr.sg_list), |v| v.len() as u64),
             inline,
             imm: wr.imm_data,
             target: wr.target,
@@ -117,7 +124,10 @@ pub struct RecvWqe {
 impl RecvWqe {
     /// A WQE for an accepted WR.
     pub fn new(wr: &RecvWr<'_>) -> RecvWqe {
-        RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.to_vec() }
+        RecvWqe {
+            wr_id: wr.wr_id,
+            sges: wr.sg_list.to_vec(),
+        }
     }
 
     /// Total buffer length.

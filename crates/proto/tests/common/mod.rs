@@ -18,7 +18,11 @@ pub fn config(empty_slot: bool) -> DeviceConfig {
     if empty_slot {
         addrs.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     }
-    DeviceConfig { name: "softverbs-test".into(), addrs, active_mtu: Mtu::Mtu1024 }
+    DeviceConfig {
+        name: "softverbs-test".into(),
+        addrs,
+        active_mtu: Mtu::Mtu1024,
+    }
 }
 
 /// An engine with a context, a PD and one CQ used for both queues.
@@ -111,7 +115,13 @@ impl Fixture {
 pub fn request(t: QpType) -> QpRequest {
     QpRequest {
         qp_type: t.raw(),
-        cap: QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+        cap: QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
         has_srq: false,
         comp_mask: comp_mask::PD,
         create_flags: 0,
@@ -129,10 +139,21 @@ pub fn minimal(t: QpType, from: QpState, to: QpState) -> AttrMask {
         (Reset, Init, _) => m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
         (Init, Rtr, QpType::Ud) => A::EMPTY,
         (Init, Rtr, QpType::Uc) => m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
-        (Init, Rtr, _) => m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN, A::MAX_DEST_RD_ATOMIC, A::MIN_RNR_TIMER]),
-        (Rtr, Rts, QpType::Rc) => {
-            m(&[A::SQ_PSN, A::MAX_QP_RD_ATOMIC, A::RETRY_CNT, A::RNR_RETRY, A::TIMEOUT])
-        }
+        (Init, Rtr, _) => m(&[
+            A::AV,
+            A::PATH_MTU,
+            A::DEST_QPN,
+            A::RQ_PSN,
+            A::MAX_DEST_RD_ATOMIC,
+            A::MIN_RNR_TIMER,
+        ]),
+        (Rtr, Rts, QpType::Rc) => m(&[
+            A::SQ_PSN,
+            A::MAX_QP_RD_ATOMIC,
+            A::RETRY_CNT,
+            A::RNR_RETRY,
+            A::TIMEOUT,
+        ]),
         (Rtr, Rts, _) => A::SQ_PSN,
         _ => A::EMPTY,
     }
@@ -142,7 +163,13 @@ pub fn minimal(t: QpType, from: QpState, to: QpState) -> AttrMask {
 pub fn good_av() -> AhAttr {
     let dgid = Gid::from(Ipv4Addr::new(127, 0, 0, 2));
     AhAttr {
-        grh: GlobalRoute { dgid, flow_label: 5, sgid_index: 0, hop_limit: 64, traffic_class: 0 },
+        grh: GlobalRoute {
+            dgid,
+            flow_label: 5,
+            sgid_index: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+        },
         dlid: 0,
         sl: 0,
         src_path_bits: 0,

@@ -11,7 +11,10 @@ use proto::{AttrMask, QpState, QpType};
 use std::collections::HashMap;
 
 /// The spec file, as the brief names it.
-pub const SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/qp-state-machine.md");
+pub const SPEC_PATH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../spec/qp-state-machine.md"
+);
 
 /// Required and optional bits of one cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,8 +64,16 @@ pub fn load() -> SpecTable {
 enum Section {
     None,
     MaskBits,
-    Valid { cols: Vec<QpState> },
-    Pair { from: QpState, to: QpState, r_none: bool, o_none: bool, cols: Vec<String> },
+    Valid {
+        cols: Vec<QpState>,
+    },
+    Pair {
+        from: QpState,
+        to: QpState,
+        r_none: bool,
+        o_none: bool,
+        cols: Vec<String>,
+    },
 }
 
 /// Parses the whole document.
@@ -87,9 +98,17 @@ pub fn parse(text: &str) -> SpecTable {
         match &mut sec {
             Section::None => {}
             Section::MaskBits if line.starts_with('|') => mask_row(&mut t, &cells(line)),
-            Section::Valid { cols } if line.starts_with('|') => valid_row(&mut t, cols, &cells(line)),
+            Section::Valid { cols } if line.starts_with('|') => {
+                valid_row(&mut t, cols, &cells(line))
+            }
             Section::Pair { cols, .. } if line.starts_with("| type") => *cols = cells(line),
-            Section::Pair { from, to, r_none, o_none, cols } => {
+            Section::Pair {
+                from,
+                to,
+                r_none,
+                o_none,
+                cols,
+            } => {
                 let (from, to, r_none, o_none) = (*from, *to, *r_none, *o_none);
                 if line.starts_with('|') {
                     let row = cells(line);
@@ -113,7 +132,11 @@ fn cells(line: &str) -> Vec<String> {
 fn heading(line: &str) -> Section {
     let title = line.trim_start_matches('#').trim();
     if line.starts_with("## ") {
-        return if title.starts_with("2. Mask bits") { Section::MaskBits } else { Section::None };
+        return if title.starts_with("2. Mask bits") {
+            Section::MaskBits
+        } else {
+            Section::None
+        };
     }
     if !title.starts_with("4.") {
         return Section::None;
@@ -121,11 +144,19 @@ fn heading(line: &str) -> Section {
     if title.contains("Valid pairs") {
         return Section::Valid { cols: Vec::new() };
     }
-    let Some((left, right)) = title.split_once('→') else { return Section::None };
+    let Some((left, right)) = title.split_once('→') else {
+        return Section::None;
+    };
     let from = state(left.split_whitespace().last().expect("state before →"));
     let to = state(right.split_whitespace().next().expect("state after →"));
     let notes = right;
-    Section::Pair { from, to, r_none: notes.contains("R = —"), o_none: notes.contains("O = —"), cols: Vec::new() }
+    Section::Pair {
+        from,
+        to,
+        r_none: notes.contains("R = —"),
+        o_none: notes.contains("O = —"),
+        cols: Vec::new(),
+    }
 }
 
 /// Parses a state name as the spec writes it.
@@ -153,7 +184,9 @@ pub fn qp_type(name: &str) -> Option<QpType> {
 }
 
 fn types(cell: &str) -> Vec<QpType> {
-    cell.split(',').map(|n| qp_type(n).unwrap_or_else(|| panic!("spec: unknown QP type {n:?}"))).collect()
+    cell.split(',')
+        .map(|n| qp_type(n).unwrap_or_else(|| panic!("spec: unknown QP type {n:?}")))
+        .collect()
 }
 
 fn mask_row(t: &mut SpecTable, row: &[String]) {
@@ -161,9 +194,18 @@ fn mask_row(t: &mut SpecTable, row: &[String]) {
         return;
     }
     for pair in row.chunks(2) {
-        let bit: u32 = pair[0].parse().unwrap_or_else(|_| panic!("spec §2: bad bit {:?}", pair[0]));
-        let name = pair[1].trim_matches('`').trim_start_matches("IBV_QP_").to_string();
-        assert!(t.names.insert(name, AttrMask(1 << bit)).is_none(), "spec §2: {} twice", pair[1]);
+        let bit: u32 = pair[0]
+            .parse()
+            .unwrap_or_else(|_| panic!("spec §2: bad bit {:?}", pair[0]));
+        let name = pair[1]
+            .trim_matches('`')
+            .trim_start_matches("IBV_QP_")
+            .to_string();
+        assert!(
+            t.names.insert(name, AttrMask(1 << bit)).is_none(),
+            "spec §2: {} twice",
+            pair[1]
+        );
     }
     t.mask_rows += 1;
 }
@@ -174,7 +216,11 @@ fn valid_row(t: &mut SpecTable, cols: &mut Vec<QpState>, row: &[String]) {
         return;
     }
     let from = state(&row[0]);
-    assert_eq!(row.len() - 1, cols.len(), "spec §4.1 row {from}: wrong number of cells");
+    assert_eq!(
+        row.len() - 1,
+        cols.len(),
+        "spec §4.1 row {from}: wrong number of cells"
+    );
     for (to, mark) in cols.iter().zip(&row[1..]) {
         match mark.as_str() {
             "✔" => t.valid[from as usize][*to as usize] = true,
@@ -193,7 +239,10 @@ fn bits(t: &SpecTable, cell: &str) -> AttrMask {
     }
     cell.split(',').fold(AttrMask::EMPTY, |acc, n| {
         let n = n.trim().trim_matches('`').trim_start_matches("IBV_QP_");
-        acc | *t.names.get(n).unwrap_or_else(|| panic!("spec: unknown mask bit {n:?}"))
+        acc | *t
+            .names
+            .get(n)
+            .unwrap_or_else(|| panic!("spec: unknown mask bit {n:?}"))
     })
 }
 
@@ -205,9 +254,24 @@ fn column(t: &SpecTable, cols: &[String], row: &[String], name: &str, none: bool
     }
 }
 
-fn type_row(t: &mut SpecTable, pair: (QpState, QpState), r_none: bool, o_none: bool, cols: &[String], row: &[String]) {
-    assert_eq!(cols.first().map(String::as_str), Some("type"), "spec §4 {pair:?}: row before header");
-    assert_eq!(row.len(), cols.len(), "spec §4 {pair:?}: row {row:?} has the wrong width");
+fn type_row(
+    t: &mut SpecTable,
+    pair: (QpState, QpState),
+    r_none: bool,
+    o_none: bool,
+    cols: &[String],
+    row: &[String],
+) {
+    assert_eq!(
+        cols.first().map(String::as_str),
+        Some("type"),
+        "spec §4 {pair:?}: row before header"
+    );
+    assert_eq!(
+        row.len(),
+        cols.len(),
+        "spec §4 {pair:?}: row {row:?} has the wrong width"
+    );
     let required = column(t, cols, row, "required", r_none);
     let optional = column(t, cols, row, "optional", o_none);
     for ty in types(&row[0]) {
@@ -219,19 +283,41 @@ fn type_row(t: &mut SpecTable, pair: (QpState, QpState), r_none: bool, o_none: b
 fn prose_row(t: &mut SpecTable, pair: (QpState, QpState), r_none: bool, line: &str) -> bool {
     if let Some(rest) = line.strip_prefix("Optional:") {
         assert!(r_none, "spec §4 {pair:?}: prose optional row without R = —");
-        let (b, ty) = rest.split_once(" for ").expect("Optional: <bits> for <types>.");
+        let (b, ty) = rest
+            .split_once(" for ")
+            .expect("Optional: <bits> for <types>.");
         let optional = bits(t, b);
         for ty in types(ty.trim().trim_end_matches('.')) {
-            insert(t, ty, pair, Cell { required: AttrMask::EMPTY, optional });
+            insert(
+                t,
+                ty,
+                pair,
+                Cell {
+                    required: AttrMask::EMPTY,
+                    optional,
+                },
+            );
         }
         return true;
     }
-    let Some((head, value)) = line.split_once(':') else { return false };
-    let Some(tys) = head.split(',').map(qp_type).collect::<Option<Vec<_>>>() else { return false };
+    let Some((head, value)) = line.split_once(':') else {
+        return false;
+    };
+    let Some(tys) = head.split(',').map(qp_type).collect::<Option<Vec<_>>>() else {
+        return false;
+    };
     assert!(r_none, "spec §4 {pair:?}: prose row without R = —");
     let optional = bits(t, value);
     for ty in tys {
-        insert(t, ty, pair, Cell { required: AttrMask::EMPTY, optional });
+        insert(
+            t,
+            ty,
+            pair,
+            Cell {
+                required: AttrMask::EMPTY,
+                optional,
+            },
+        );
     }
     true
 }
