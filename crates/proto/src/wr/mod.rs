@@ -890,7 +890,5 @@ pub fn check_post_srq_recv(
     check_room(Queue::Srq, outstanding, max_wr)
 }
 
-/// Reading `spec/` markdown in tests: shared by the table cross-checks.
-
 #[cfg(test)]
 mod tests;
