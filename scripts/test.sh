@@ -15,6 +15,7 @@ fi
 
 # Tests that compare against external tools fail (instead of skipping) here.
 export SOFTVERBS_REQUIRE_TOOLS=1
+mkdir -p target
 echo "== cargo test --workspace"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
 echo "== summary"
