@@ -242,9 +242,13 @@ impl Engine {
         if q.dp.rnr_until.is_some_and(|t| t <= now) {
             q.dp.rnr_until = None;
             self.schedule(h);
+        }
+        // Both timers may be due at once: the ACK timer is handled too, so that
+        // poll_timeout() is past `now` afterwards (the driver's contract).
+        let Some(q) = self.qps.get_mut(h) else { return };
+        if q.dp.ack_deadline.is_none_or(|t| t > now) {
             return;
         }
-        let Some(q) = self.qps.get_mut(h) else { return };
         q.dp.ack_deadline = None;
         if q.dp.req.una == q.dp.req.next_psn {
             return;

@@ -155,6 +155,7 @@ enum InMsg {
         va: u64,
         rkey: u32,
         left: u64,
+        total: u64,
     },
 }
 
@@ -515,9 +516,7 @@ impl Responder {
             let InMsg::Send { wqe, offset } = std::mem::take(&mut self.msg) else {
                 unreachable!()
             };
-            let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
-            let wc = recv_completion(wqe.wr_id, env.qpn, WcOpcode::Recv, offset as u32, imm);
-            fx.completions.push((wc, pkt.repr.bth.solicited));
+            complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::Recv, offset);
         }
         Ok(())
     }
@@ -544,9 +543,16 @@ impl Responder {
                 va: reth.va,
                 rkey: reth.rkey.0,
                 left: len,
+                total: len,
             };
         }
-        let InMsg::Write { va, left, rkey } = &mut self.msg else {
+        let InMsg::Write {
+            va,
+            left,
+            rkey,
+            total,
+        } = &mut self.msg
+        else {
             return Err(Refusal::InvalidRequest);
         };
         let n = pkt.payload.len() as u64;
@@ -565,21 +571,14 @@ impl Responder {
         }
         *va += n;
         *left -= n;
+        let total = *total;
         if op.ends_message() {
             self.msg = InMsg::Idle;
             if op.has_immediate() {
                 let wqe = rq.wqes.pop_front().ok_or(Refusal::NoWqe)?;
                 fx.took_wqe = true;
-                let len = pkt.repr.reth.map_or(n, |r| u64::from(r.dma_len));
-                let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
-                let wc = recv_completion(
-                    wqe.wr_id,
-                    env.qpn,
-                    WcOpcode::RecvRdmaWithImm,
-                    len as u32,
-                    imm,
-                );
-                fx.completions.push((wc, pkt.repr.bth.solicited));
+                // byte_len is the RDMA length (completions.md §1), not this packet's.
+                complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::RecvRdmaWithImm, total);
             }
         }
         Ok(())
@@ -781,6 +780,20 @@ fn check_payload_len(op: Opcode, n: usize, mtu: u32) -> Result<(), Refusal> {
         Position::Only => n <= mtu,
     };
     ok.then_some(()).ok_or(Refusal::InvalidRequest)
+}
+
+/// A successful receive completion for the message `pkt` ends.
+fn complete_recv(
+    env: &RespEnv<'_>,
+    pkt: &Incoming<'_>,
+    fx: &mut RespEffects,
+    wr_id: u64,
+    op: WcOpcode,
+    len: u64,
+) {
+    let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
+    let wc = recv_completion(wr_id, env.qpn, op, len as u32, imm);
+    fx.completions.push((wc, pkt.repr.bth.solicited));
 }
 
 fn recv_completion(
