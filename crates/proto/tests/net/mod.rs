@@ -1,0 +1,252 @@
+//! The test harness: two engines with their own memory on a perfect virtual
+//! network, a virtual clock, and an optional filter dropping A's packets.
+#![allow(dead_code, unused_imports)]
+
+pub use proto::datapath::Event;
+pub use proto::device::DeviceConfig;
+pub use proto::engine::{CqHandle, PdHandle, QpCreate, QpHandle};
+pub use proto::memory::{Memory, VecMemory};
+pub use proto::qp::create::QpRequest;
+pub use proto::wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use proto::wr::{
+    AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, UdTarget, WrOpcode, WrTarget,
+};
+pub use proto::*;
+pub use std::net::{IpAddr, SocketAddr};
+
+pub const BASE: u64 = 0x10_0000;
+pub const MEM: usize = 1 << 20;
+
+pub struct Node {
+    pub e: Engine,
+    pub mem: VecMemory,
+    pub ip: IpAddr,
+    pub pd: PdHandle,
+    pub cq: CqHandle,
+}
+
+impl Node {
+    pub fn new(ip: &str) -> Node {
+        let ip: IpAddr = ip.parse().unwrap();
+        let cfg = DeviceConfig {
+            name: format!("t-{ip}"),
+            addrs: vec![ip],
+            active_mtu: Mtu::Mtu1024,
+        };
+        let mut e = Engine::new(&cfg);
+        let ctx = e.open_context();
+        let pd = e.alloc_pd(ctx).unwrap();
+        let (cq, _) = e.create_cq(ctx, 4096, 0).unwrap();
+        Node {
+            e,
+            mem: VecMemory::new(BASE, MEM),
+            ip,
+            pd,
+            cq,
+        }
+    }
+
+    /// An MR over `[BASE + off, + len)`; returns (lkey, rkey).
+    pub fn mr(&mut self, off: u64, len: u64, access: u32) -> (u32, u32) {
+        let (_, m) = self.e.reg_mr(self.pd, BASE + off, len, access).unwrap();
+        (m.lkey, m.rkey)
+    }
+
+    pub fn qp(&mut self, t: QpType) -> (QpHandle, u32) {
+        let req = QpRequest {
+            qp_type: t.raw(),
+            cap: QpCap {
+                max_send_wr: 256,
+                max_recv_wr: 256,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 256,
+            },
+            comp_mask: 1,
+            ..QpRequest::default()
+        };
+        let c = QpCreate {
+            pd: self.pd,
+            send_cq: Some(self.cq),
+            recv_cq: Some(self.cq),
+            srq: None,
+            req,
+            sq_sig_all: true,
+        };
+        let q = self.e.create_qp(&c).unwrap();
+        (q.handle, q.qpn)
+    }
+
+    pub fn gid(&self) -> Gid {
+        Gid::from(self.ip)
+    }
+
+    pub fn poll(&mut self) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        self.e.poll_cq(self.cq, 1024, &mut out).unwrap();
+        out
+    }
+
+    pub fn state(&self, qp: QpHandle) -> QpState {
+        self.e.qp(qp).unwrap().ctl.state()
+    }
+}
+
+pub type DropFn = Box<dyn FnMut(&[u8]) -> bool>;
+
+pub struct Net {
+    pub a: Node,
+    pub b: Node,
+    pub now: u64,
+    /// Drop every n-th packet from A (0 = none), to exercise recovery paths.
+    pub drop_from_a: Option<DropFn>,
+}
+
+impl Net {
+    pub fn new() -> Net {
+        Net {
+            a: Node::new("127.0.0.1"),
+            b: Node::new("127.0.0.2"),
+            now: 0,
+            drop_from_a: None,
+        }
+    }
+
+    /// One exchange round without timers: everything A sends reaches B, then
+    /// everything B sends reaches A.
+    pub fn pump_once(&mut self) -> bool {
+        let mut buf = vec![0u8; 9000];
+        let mut moved = false;
+        for from_a in [true, false] {
+            let (src, dst) = if from_a {
+                (&mut self.a, &mut self.b)
+            } else {
+                (&mut self.b, &mut self.a)
+            };
+            while let Some(t) = src.e.poll_transmit(self.now, &src.mem, &mut buf) {
+                moved = true;
+                assert_eq!(t.to.ip(), dst.ip, "packet addressed to the peer");
+                let dropped = from_a && self.drop_from_a.as_mut().is_some_and(|f| f(&buf[..t.len]));
+                if dropped {
+                    continue;
+                }
+                let (from, to) = (SocketAddr::new(src.ip, 4791), SocketAddr::new(dst.ip, 4791));
+                dst.e
+                    .handle_datagram(self.now, from, to, &buf[..t.len], &dst.mem);
+            }
+        }
+        moved
+    }
+
+    /// Moves packets until both sides are quiet, firing timers as virtual time
+    /// advances. Bounded in rounds.
+    pub fn run(&mut self) {
+        for _ in 0..100_000 {
+            if self.pump_once() {
+                continue;
+            }
+            let next = [self.a.e.poll_timeout(), self.b.e.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            match next {
+                Some(t) => {
+                    self.now = self.now.max(t);
+                    self.a.e.handle_timeout(self.now);
+                    self.b.e.handle_timeout(self.now);
+                }
+                None => return,
+            }
+        }
+        panic!("the network never went quiet");
+    }
+}
+
+pub fn modify(n: &mut Node, qp: QpHandle, attr: QpAttr, mask: AttrMask) {
+    n.e.modify_qp(qp, &attr, mask).unwrap();
+}
+
+/// Brings a connected pair to RTS.
+pub fn connect(net: &mut Net, t: QpType) -> (QpHandle, u32, QpHandle, u32) {
+    let (qa, na) = net.a.qp(t);
+    let (qb, nb) = net.b.qp(t);
+    let (ga, gb) = (net.a.gid(), net.b.gid());
+    for (node, qp, peer, dgid) in [(&mut net.a, qa, nb, gb), (&mut net.b, qb, na, ga)] {
+        up(node, qp, t, peer, dgid);
+    }
+    (qa, na, qb, nb)
+}
+
+pub fn up(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid) {
+    use AttrMask as M;
+    let init = QpAttr {
+        qp_state: 1,
+        port_num: 1,
+        qp_access_flags: 0xf,
+        qkey: 0x1111,
+        ..QpAttr::default()
+    };
+    let mask = if t == QpType::Ud {
+        M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY
+    } else {
+        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+    };
+    modify(node, qp, init, mask);
+    let rtr = QpAttr {
+        qp_state: 2,
+        ah_attr: AhAttr::roce(dgid, 0),
+        path_mtu: Mtu::Mtu1024 as u32,
+        dest_qp_num: peer,
+        rq_psn: 100,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+        ..QpAttr::default()
+    };
+    let mask = match t {
+        QpType::Ud => M::STATE,
+        QpType::Uc => M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
+        _ => {
+            M::STATE
+                | M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER
+        }
+    };
+    modify(node, qp, rtr, mask);
+    let rts = QpAttr {
+        qp_state: 3,
+        sq_psn: 100,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 4,
+        ..QpAttr::default()
+    };
+    let mask = match t {
+        QpType::Rc => {
+            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
+        }
+        _ => M::STATE | M::SQ_PSN,
+    };
+    modify(node, qp, rts, mask);
+}
+
+pub fn send_wr(wr_id: u64, opcode: WrOpcode, sg: &[Sge], target: WrTarget) -> SendWr<'_> {
+    SendWr {
+        wr_id,
+        opcode,
+        flags: SendFlags::SIGNALED,
+        sg_list: sg,
+        imm_data: ImmData::from_value(0xdead_beef),
+        target,
+    }
+}
+
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
