@@ -29,18 +29,38 @@ impl Drop for SrqInner {
 impl SharedReceiveQueue {
     pub(crate) fn create(pd: Arc<PdInner>, attr: SrqAttr) -> Result<Self, Error> {
         let (h, _) = logged("create_srq", pd.with(|e| e.create_srq(pd.h, &attr)))?;
-        Ok(SharedReceiveQueue { inner: Arc::new(SrqInner { pd, h, destroyed: AtomicBool::new(false) }) })
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(SrqInner {
+                pd,
+                h,
+                destroyed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// An identifier that async events (`IBV_EVENT_SRQ_LIMIT_REACHED`) name
+    /// this SRQ by.
+    pub fn id(&self) -> u64 {
+        self.inner.h.raw()
     }
 
     /// `ibv_query_srq`.
     pub fn query(&self) -> Result<SrqAttr, Error> {
-        logged("query_srq", self.inner.pd.with(|e| e.query_srq(self.inner.h)))
+        logged(
+            "query_srq",
+            self.inner.pd.with(|e| e.query_srq(self.inner.h)),
+        )
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_MAX_WR` (resize) and/or `IBV_SRQ_LIMIT`
     /// (arm the limit event) in `mask`.
     pub fn modify(&self, attr: &SrqAttr, mask: u32) -> Result<(), Error> {
-        logged("modify_srq", self.inner.pd.with(|e| e.modify_srq(self.inner.h, attr, mask)))
+        logged(
+            "modify_srq",
+            self.inner
+                .pd
+                .with(|e| e.modify_srq(self.inner.h, attr, mask)),
+        )
     }
 
     /// `ibv_destroy_srq`: refused with `EBUSY` while a QP uses it.
@@ -53,6 +73,8 @@ impl SharedReceiveQueue {
 
 impl std::fmt::Debug for SharedReceiveQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedReceiveQueue").field("handle", &self.inner.h).finish()
+        f.debug_struct("SharedReceiveQueue")
+            .field("handle", &self.inner.h)
+            .finish()
     }
 }

@@ -1,0 +1,217 @@
+//! Two devices in one process, each with its own loopback address and UDP
+//! socket, and helpers to connect QPs between them.
+
+#![allow(dead_code)]
+
+use softverbs::*;
+use std::time::Duration;
+
+pub const T: Duration = Duration::from_secs(10);
+pub const ALL: AccessFlags = AccessFlags(0xf);
+pub const QKEY: u32 = 0x11;
+
+pub fn device(name: &str, ip: &str, mtu: Mtu) -> Context {
+    let cfg = DeviceConfig {
+        name: name.into(),
+        addrs: vec![ip.parse().unwrap()],
+        active_mtu: mtu,
+    };
+    Device::with_config(cfg).open().unwrap()
+}
+
+/// One side: a PD, a send CQ, a receive CQ and a registered buffer.
+pub struct Side {
+    pub ctx: Context,
+    pub pd: ProtectionDomain,
+    pub scq: CompletionQueue,
+    pub rcq: CompletionQueue,
+    pub mr: MemoryRegion,
+}
+
+impl Side {
+    pub fn new(ctx: Context, mr_len: usize) -> Side {
+        let pd = ctx.alloc_pd().unwrap();
+        let scq = ctx.create_cq(1024).unwrap();
+        let rcq = ctx.create_cq(1024).unwrap();
+        let mr = pd.reg_mr(mr_len, ALL).unwrap();
+        Side {
+            ctx,
+            pd,
+            scq,
+            rcq,
+            mr,
+        }
+    }
+
+    pub fn init(&self) -> QpInit<'_> {
+        let mut i = QpInit::new(&self.scq, &self.rcq);
+        i.cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        };
+        i
+    }
+
+    pub fn gid(&self) -> Gid {
+        self.ctx.query_gid(1, 0).unwrap()
+    }
+}
+
+/// Exactly `n` completions on `cq` within `T`.
+pub fn wait(cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let wc = cq.wait(n, T);
+    assert_eq!(
+        wc.len(),
+        n,
+        "{} of {n} completions within {T:?}: {wc:?}",
+        wc.len()
+    );
+    wc
+}
+
+/// Nothing more on `cq` right now.
+pub fn empty(cq: &CompletionQueue) {
+    let mut v = Vec::new();
+    assert_eq!(cq.poll(16, &mut v), 0, "unexpected completions {v:?}");
+}
+
+pub struct RcOpts {
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub mtu: Mtu,
+}
+
+impl Default for RcOpts {
+    fn default() -> Self {
+        RcOpts {
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            mtu: Mtu::Mtu1024,
+        }
+    }
+}
+
+/// Brings `qp` to RTS connected to `peer_qpn` at `peer_gid`.
+pub fn rc_connect(qp: &QueuePair<Rc>, peer_gid: Gid, peer_qpn: u32, o: &RcOpts) {
+    qp.to_init(ConnectedInit {
+        pkey_index: 0,
+        port_num: 1,
+        access: ALL,
+    })
+    .unwrap();
+    qp.to_rtr(RcRtr {
+        ah: AhAttr::roce(peer_gid, 0),
+        path_mtu: o.mtu,
+        dest_qp_num: peer_qpn,
+        rq_psn: 0,
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: o.min_rnr_timer,
+    })
+    .unwrap();
+    qp.to_rts(RcRts {
+        sq_psn: 0,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: o.rnr_retry,
+        max_rd_atomic: 16,
+    })
+    .unwrap();
+}
+
+/// A connected RC pair with the given init attributes.
+pub fn rc_pair_with(
+    a: &Side,
+    ia: &QpInit<'_>,
+    b: &Side,
+    ib: &QpInit<'_>,
+    o: &RcOpts,
+) -> (QueuePair<Rc>, QueuePair<Rc>) {
+    let qa = a.pd.create_rc_qp(ia).unwrap();
+    let qb = b.pd.create_rc_qp(ib).unwrap();
+    rc_connect(&qa, b.gid(), qb.qp_num(), o);
+    rc_connect(&qb, a.gid(), qa.qp_num(), o);
+    (qa, qb)
+}
+
+pub fn rc_pair(a: &Side, b: &Side) -> (QueuePair<Rc>, QueuePair<Rc>) {
+    rc_pair_with(a, &a.init(), b, &b.init(), &RcOpts::default())
+}
+
+pub fn uc_pair(a: &Side, b: &Side) -> (QueuePair<Uc>, QueuePair<Uc>) {
+    let qa = a.pd.create_uc_qp(&a.init()).unwrap();
+    let qb = b.pd.create_uc_qp(&b.init()).unwrap();
+    for (qp, gid, peer) in [(&qa, b.gid(), qb.qp_num()), (&qb, a.gid(), qa.qp_num())] {
+        qp.to_init(ConnectedInit {
+            pkey_index: 0,
+            port_num: 1,
+            access: ALL,
+        })
+        .unwrap();
+        qp.to_rtr(UcRtr {
+            ah: AhAttr::roce(gid, 0),
+            path_mtu: Mtu::Mtu1024,
+            dest_qp_num: peer,
+            rq_psn: 0,
+        })
+        .unwrap();
+        qp.to_rts(SqPsnRts { sq_psn: 0 }).unwrap();
+    }
+    (qa, qb)
+}
+
+pub fn ud_qp(s: &Side) -> QueuePair<Ud> {
+    let q = s.pd.create_ud_qp(&s.init()).unwrap();
+    q.to_init(DatagramInit {
+        pkey_index: 0,
+        port_num: 1,
+        qkey: QKEY,
+    })
+    .unwrap();
+    q.to_rtr(UdRtr).unwrap();
+    q.to_rts(SqPsnRts { sq_psn: 0 }).unwrap();
+    q
+}
+
+pub fn send_wr<'a>(
+    id: u64,
+    op: WrOpcode,
+    sg: &'a [Sge],
+    target: WrTarget,
+    flags: SendFlags,
+) -> SendWr<'a> {
+    SendWr {
+        wr_id: id,
+        opcode: op,
+        flags,
+        sg_list: sg,
+        imm_data: ImmData::from_value(0x1234),
+        target,
+    }
+}
+
+pub fn recv_wr(id: u64, sg: &[Sge]) -> RecvWr<'_> {
+    RecvWr {
+        wr_id: id,
+        sg_list: sg,
+    }
+}
+
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i * 31 + (i >> 8) * 7) as u8) ^ seed)
+        .collect()
+}
+
+pub fn read(mr: &MemoryRegion, off: usize, n: usize) -> Vec<u8> {
+    let mut v = vec![0; n];
+    assert!(mr.read(off, &mut v));
+    v
+}
+
+/// (wr_id, status) of each completion.
+pub fn ids(wc: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
+    wc.iter().map(|w| (w.wr_id, w.status)).collect()
+}
