@@ -50,6 +50,22 @@ counters! {
     notifications_dropped,
     /// Times the progress thread went to sleep in poll(2).
     sleeps,
+    /// Fault injection: datagrams dropped.
+    fault_drops,
+    /// Fault injection: datagrams with one bit flipped.
+    fault_corruptions,
+    /// Fault injection: extra copies delivered.
+    fault_duplicates,
+    /// Fault injection: datagrams held back behind later ones.
+    fault_reorders,
+    /// Fault injection: datagrams delayed by the fixed delay.
+    fault_delays,
+    /// Fault injection: datagrams let through unheld (or copies not made) because the hold queue was full.
+    fault_hold_overflows,
+    /// Packet capture: records written.
+    pcap_records,
+    /// Packet capture: records that could not be written (the first write error stops the capture).
+    pcap_errors,
 }
 
 impl Counters {

@@ -22,71 +22,17 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::SystemTime;
 
+use crate::capture::Capture;
 use crate::clock::{Clock, Nanos};
 use crate::counters::{CounterSnapshot, Counters};
 use crate::engine::Engine;
 use crate::eventfd::EventFd;
 use crate::events::{AsyncEventQueue, CompletionChannel, DEFAULT_EVENT_CAPACITY};
+use crate::options::DriverOptions;
 use crate::progress::Progress;
 use crate::socket;
-
-/// How a driver runs. `Default` suits one device on one host.
-#[derive(Clone, Debug)]
-pub struct DriverOptions {
-    /// How long the progress thread keeps polling after its last work before it
-    /// sleeps in poll(2) (`SOFTVERBS_BUSY_POLL_US` at the API layer). Zero: sleep at once.
-    pub busy_poll: Duration,
-    /// Kernel receive buffer asked for (SO_RCVBUF).
-    pub recv_buffer_bytes: usize,
-    /// Kernel send buffer asked for (SO_SNDBUF).
-    pub send_buffer_bytes: usize,
-    /// Largest datagram sent or received (buffer size handed to the engine).
-    pub max_datagram_bytes: usize,
-    /// Work per step and pass: datagrams received, sent, notifications delivered.
-    pub batch: usize,
-    /// Name of the progress thread.
-    pub thread_name: String,
-}
-
-impl Default for DriverOptions {
-    fn default() -> Self {
-        DriverOptions {
-            busy_poll: Duration::from_micros(50),
-            recv_buffer_bytes: 4 << 20,
-            send_buffer_bytes: 4 << 20,
-            max_datagram_bytes: 65536,
-            batch: 64,
-            thread_name: "softverbs-progress".into(),
-        }
-    }
-}
-
-impl DriverOptions {
-    /// Environment variable overriding [`DriverOptions::busy_poll`], in microseconds.
-    pub const BUSY_POLL_ENV: &'static str = "SOFTVERBS_BUSY_POLL_US";
-
-    /// The defaults, with `SOFTVERBS_BUSY_POLL_US` applied when set. An
-    /// unparsable value is ignored with a warning (never a panic).
-    pub fn from_env() -> Self {
-        let mut opts = DriverOptions::default();
-        opts.apply_env(|name| std::env::var(name).ok());
-        opts
-    }
-
-    /// Applies the environment as seen through `get` (testable without `set_var`).
-    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) {
-        let Some(text) = get(Self::BUSY_POLL_ENV) else {
-            return;
-        };
-        match text.trim().parse::<u64>() {
-            Ok(us) => self.busy_poll = Duration::from_micros(us),
-            Err(e) => tracing::warn!(value = %text, error = %e,
-                "{} is not a number of microseconds; ignored", Self::BUSY_POLL_ENV),
-        }
-    }
-}
 
 /// Wakes the progress thread; cheap and callable from any thread. Rings
 /// coalesce: while one is pending the next costs an atomic swap, no syscall.
@@ -170,21 +116,27 @@ pub struct Driver<E: Engine> {
 }
 
 impl<E: Engine> Driver<E> {
-    /// Binds an unconnected UDP socket to `bind` (DF set, nonblocking) and starts
-    /// the progress thread running `engine`.
+    /// Binds an unconnected UDP socket to `bind` (DF set, nonblocking), creates
+    /// the capture file if `opts.capture` names one, and starts the progress
+    /// thread running `engine` (with `opts.faults` injected).
     pub fn start(engine: E, bind: SocketAddr, opts: DriverOptions) -> io::Result<Self> {
         let socket = socket::bind(bind, opts.recv_buffer_bytes, opts.send_buffer_bytes)?;
         let local = socket.local_addr()?;
+        let (clock, origin) = (Clock::new(), SystemTime::now());
+        let capture = match &opts.capture {
+            Some(path) => Some(Capture::create(path, origin)?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
             doorbell: Doorbell::new()?,
             stop: AtomicBool::new(false),
             counters: Counters::default(),
-            clock: Clock::new(),
+            clock,
             channels: Mutex::new(HashMap::new()),
             async_events: Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?),
         });
-        let progress = Progress::new(shared.clone(), socket, local, &opts);
+        let progress = Progress::new(shared.clone(), socket, local, &opts, capture);
         let thread = std::thread::Builder::new()
             .name(opts.thread_name.clone())
             .spawn(move || progress.run())?;
@@ -285,22 +237,5 @@ impl<E: Engine> std::fmt::Debug for Driver<E> {
             .field("local", &self.local)
             .field("running", &self.thread.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn busy_poll_from_the_environment() {
-        let mut opts = DriverOptions::default();
-        assert_eq!(opts.busy_poll, Duration::from_micros(50));
-        opts.apply_env(|_| Some(" 0 ".into()));
-        assert_eq!(opts.busy_poll, Duration::ZERO);
-        opts.apply_env(|_| Some("fast".into()));
-        assert_eq!(opts.busy_poll, Duration::ZERO);
-        opts.apply_env(|n| (n == "SOFTVERBS_BUSY_POLL_US").then(|| "250".into()));
-        assert_eq!(opts.busy_poll, Duration::from_micros(250));
     }
 }

@@ -4,7 +4,8 @@
 //! device: the RoCEv2 UDP socket (set up per `spec/roce-wire.md` §8.4–8.5:
 //! unconnected, DF set, IP ID 0), the per-device progress thread ([`Driver`]), the only real clock ([`Clock`]), and the
 //! pollable file descriptors C programs see ([`EventFd`], [`CompletionChannel`],
-//! [`AsyncEventQueue`]). It does not depend on the engine: [`Engine`] is the
+//! [`AsyncEventQueue`]), fault injection on the real path ([`faults`],
+//! `SOFTVERBS_FAULTS`) and packet capture to pcap ([`capture`], `SOFTVERBS_PCAP`). It does not depend on the engine: [`Engine`] is the
 //! contract the engine implements, and its doc states the call order.
 //!
 //! Unsafe code lives only in the private `sys` module (libc calls, each with a
@@ -12,20 +13,26 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod capture;
 mod clock;
 mod counters;
 mod driver;
 mod engine;
 mod eventfd;
 mod events;
+pub mod faults;
+mod hold;
+mod options;
 mod progress;
 mod socket;
 mod sys;
 
 pub use clock::{Clock, Nanos};
 pub use counters::{CounterSnapshot, Counters};
-pub use driver::{Doorbell, Driver, DriverOptions};
+pub use driver::{Doorbell, Driver};
 pub use engine::{AsyncEvent, Engine, Notification, Transmit};
 pub use eventfd::EventFd;
 pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_CAPACITY};
+pub use faults::{FaultConfig, FaultConfigError, FaultDirection};
+pub use options::{DriverOptions, OptionsError};
 pub use progress::MAX_SLEEP;

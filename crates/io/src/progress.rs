@@ -7,6 +7,14 @@
 //! pass with no work it busy-polls for `busy_poll`, then sleeps in ppoll(2) on
 //! the socket and the doorbell until the engine's next deadline (at most
 //! [`MAX_SLEEP`]). It exits when the stop flag is set.
+//!
+//! Fault injection and capture sit at the socket boundary: a datagram from
+//! the engine passes the transmit faults (drop, corrupt, duplicate, hold for
+//! delay or reordering) and is captured when it really leaves; a datagram from
+//! the socket is captured as read, then passes the receive faults. The
+//! loopback shortcut is a send followed by a receive, so both apply to it. Held
+//! datagrams are released by the pass after their time (the sleep wakes for
+//! them).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -14,9 +22,14 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::capture::Capture;
+use crate::clock::Nanos;
 use crate::counters::Counters;
-use crate::driver::{DriverOptions, Shared};
+use crate::driver::Shared;
 use crate::engine::{Engine, Notification};
+use crate::faults::{flip_bit, Decision, FaultModel};
+use crate::hold::{Dir, Held, Hold, HoldQueue};
+use crate::options::DriverOptions;
 use crate::socket::{self, SendOutcome};
 use crate::sys;
 
@@ -24,6 +37,66 @@ use crate::sys;
 pub const MAX_SLEEP: Duration = Duration::from_secs(1);
 /// Longest sleep while a datagram waits for room in the socket (ENOBUFS gives no POLLOUT).
 const RETRY_SLEEP: Duration = Duration::from_millis(1);
+/// Longest a reordered datagram waits for later ones (beyond the fixed delay).
+const REORDER_MAX_HOLD: Duration = Duration::from_millis(1);
+
+/// The fault models of a driver and the datagrams they hold.
+struct Faults {
+    tx: Option<FaultModel>,
+    rx: Option<FaultModel>,
+    delay_ns: u64,
+    hold: HoldQueue,
+    /// A held datagram is waiting for room in the socket.
+    blocked: bool,
+}
+
+impl Faults {
+    fn new(opts: &DriverOptions) -> Self {
+        let c = opts.faults;
+        let on = c.is_active();
+        Faults {
+            tx: (on && c.dir.tx()).then(|| FaultModel::tx(c)),
+            rx: (on && c.dir.rx()).then(|| FaultModel::rx(c)),
+            delay_ns: c.delay.as_nanos() as u64,
+            hold: HoldQueue::new(opts.max_held),
+            blocked: false,
+        }
+    }
+
+    fn decide(&mut self, dir: Dir, len: usize) -> Option<Decision> {
+        let model = match dir {
+            Dir::Tx => self.tx.as_mut(),
+            Dir::Rx => self.rx.as_mut(),
+        };
+        model.map(|m| m.decide(len))
+    }
+
+    /// How long a datagram decided at `now` is held (`None`: not held).
+    fn hold_for(&self, now: Nanos, d: &Decision) -> Option<Hold> {
+        let not_before = now + self.delay_ns;
+        match d.reorder_after {
+            Some(after) => Some(Hold {
+                not_before,
+                after,
+                deadline: not_before + REORDER_MAX_HOLD.as_nanos() as u64,
+            }),
+            None if self.delay_ns > 0 => Some(Hold {
+                not_before,
+                after: 0,
+                deadline: not_before,
+            }),
+            None => None,
+        }
+    }
+}
+
+/// What the faults made of one datagram.
+enum Fate {
+    /// Dropped, or now held: nothing more to do.
+    Gone,
+    /// Goes on now (possibly corrupted in place).
+    Pass,
+}
 
 pub(crate) struct Progress<E> {
     shared: Arc<Shared<E>>,
@@ -36,6 +109,8 @@ pub(crate) struct Progress<E> {
     notes: Vec<Notification>,
     batch: usize,
     busy_poll: Duration,
+    faults: Faults,
+    capture: Option<Capture>,
 }
 
 impl<E: Engine> Progress<E> {
@@ -44,6 +119,7 @@ impl<E: Engine> Progress<E> {
         socket: UdpSocket,
         local: SocketAddr,
         opts: &DriverOptions,
+        capture: Option<Capture>,
     ) -> Self {
         let max = opts.max_datagram_bytes.max(1);
         Progress {
@@ -56,6 +132,8 @@ impl<E: Engine> Progress<E> {
             notes: Vec::with_capacity(opts.batch.max(1)),
             batch: opts.batch.max(1),
             busy_poll: opts.busy_poll,
+            faults: Faults::new(opts),
+            capture,
         }
     }
 
@@ -71,39 +149,133 @@ impl<E: Engine> Progress<E> {
                 last_work = Instant::now();
             }
         }
+        self.flush_capture();
     }
 
     /// One pass; whether it did anything.
     fn pass(&mut self) -> bool {
         let received = self.receive();
         let fired = self.timers();
+        let released = self.release();
         let sent = self.transmit();
         let notified = self.notify();
-        received || fired || sent || notified
+        received || fired || released || sent || notified
     }
 
     fn receive(&mut self) -> bool {
-        let c = &self.shared.counters;
         for i in 0..self.batch {
             match self.socket.recv_from(&mut self.rx_buf) {
                 Ok((n, from)) => {
+                    let c = &self.shared.counters;
                     Counters::add(&c.datagrams_received, 1);
                     Counters::add(&c.bytes_received, n as u64);
                     let now = self.shared.clock.now();
-                    let payload = &self.rx_buf[..n];
-                    self.shared
-                        .engine()
-                        .handle_datagram(now, from, self.local, payload);
+                    if let Some(cap) = self.capture.as_mut() {
+                        cap.record(now, from, self.local, &self.rx_buf[..n], c);
+                    }
+                    let mut buf = std::mem::take(&mut self.rx_buf);
+                    self.arrive(now, from, &mut buf[..n]);
+                    self.rx_buf = buf;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return i > 0,
                 Err(e) => {
-                    Counters::add(&c.recv_errors, 1);
+                    Counters::add(&self.shared.counters.recv_errors, 1);
                     tracing::warn!(local = %self.local, error = %e, "receive failed");
                     return true;
                 }
             }
         }
         true
+    }
+
+    /// A datagram reached the device (socket or loopback): receive faults, then the engine.
+    fn arrive(&mut self, now: Nanos, from: SocketAddr, bytes: &mut [u8]) {
+        if let Fate::Pass = self.inject(Dir::Rx, now, from, bytes) {
+            self.deliver_datagram(now, from, bytes);
+        }
+    }
+
+    fn deliver_datagram(&mut self, now: Nanos, from: SocketAddr, bytes: &[u8]) {
+        self.shared
+            .engine()
+            .handle_datagram(now, from, self.local, bytes);
+        self.faults.hold.passed(Dir::Rx);
+    }
+
+    /// Applies the faults of `dir` to `bytes` (to or from `peer`).
+    fn inject(&mut self, dir: Dir, now: Nanos, peer: SocketAddr, bytes: &mut [u8]) -> Fate {
+        let Some(d) = self.faults.decide(dir, bytes.len()) else {
+            return Fate::Pass;
+        };
+        let c = &self.shared.counters;
+        if d.drop {
+            Counters::add(&c.fault_drops, 1);
+            return Fate::Gone;
+        }
+        if let Some(bit) = d.corrupt_bit {
+            Counters::add(&c.fault_corruptions, 1);
+            flip_bit(bytes, bit);
+        }
+        let hold = self.faults.hold_for(now, &d);
+        if d.duplicate {
+            // The copy follows the original (same delay, never reordered).
+            let at = now + self.faults.delay_ns;
+            let copy = Hold {
+                not_before: at,
+                after: 0,
+                deadline: at,
+            };
+            if self.faults.hold.push(dir, peer, bytes, copy) {
+                Counters::add(&c.fault_duplicates, 1);
+            } else {
+                Counters::add(&c.fault_hold_overflows, 1);
+            }
+        }
+        let Some(hold) = hold else {
+            return Fate::Pass;
+        };
+        if !self.faults.hold.push(dir, peer, bytes, hold) {
+            Counters::add(&c.fault_hold_overflows, 1);
+            return Fate::Pass;
+        }
+        let kind = if d.reorder_after.is_some() {
+            &c.fault_reorders
+        } else {
+            &c.fault_delays
+        };
+        Counters::add(kind, 1);
+        Fate::Gone
+    }
+
+    /// Sends or delivers the held datagrams that are due (at most `batch`).
+    fn release(&mut self) -> bool {
+        let mut work = false;
+        self.faults.blocked = false;
+        for _ in 0..self.batch {
+            let now = self.shared.clock.now();
+            let Some(mut held) = self.faults.hold.pop_due(now) else {
+                break;
+            };
+            work = true;
+            match held.dir {
+                Dir::Rx => self.deliver_datagram(now, held.peer, &held.bytes),
+                Dir::Tx => {
+                    if !self.release_tx(now, &mut held) {
+                        self.faults.hold.unpop(held);
+                        self.faults.blocked = true;
+                        break;
+                    }
+                }
+            }
+            self.faults.hold.recycle(held);
+        }
+        work
+    }
+
+    /// A held datagram leaves; `false` if the socket is full (keep it).
+    fn release_tx(&mut self, now: Nanos, held: &mut Held) -> bool {
+        let out = self.wire_out(now, held.peer, &mut held.bytes);
+        !matches!(out, SendOutcome::Retry)
     }
 
     fn timers(&mut self) -> bool {
@@ -120,8 +292,9 @@ impl<E: Engine> Progress<E> {
 
     fn transmit(&mut self) -> bool {
         let mut work = false;
-        if let Some((to, len)) = self.pending {
-            if !self.send(to, len) {
+        if let Some((to, len)) = self.pending.take() {
+            // Already through the faults: it only waited for room.
+            if !self.send_tx_buf(to, len, false) {
                 return false;
             }
             work = true;
@@ -138,46 +311,74 @@ impl<E: Engine> Progress<E> {
                     len = t.len,
                     "engine reported a datagram longer than its buffer"
                 );
-            } else if t.to == self.local {
-                self.loopback(now, t.len);
-            } else if !self.send(t.to, t.len) {
+            } else if !self.send_tx_buf(t.to, t.len, true) {
                 break;
             }
         }
         work
     }
 
-    /// Loopback shortcut: our own address, so no socket.
-    fn loopback(&mut self, now: u64, len: usize) {
-        let c = &self.shared.counters;
-        Counters::add(&c.loopback_datagrams, 1);
-        Counters::add(&c.loopback_bytes, len as u64);
-        let payload = &self.tx_buf[..len];
-        self.shared
-            .engine()
-            .handle_datagram(now, self.local, self.local, payload);
-    }
-
-    /// Sends `tx_buf[..len]`; `false` if it must wait (then it is pending).
-    fn send(&mut self, to: SocketAddr, len: usize) -> bool {
-        let c = &self.shared.counters;
-        self.pending = None;
-        match socket::send(&self.socket, to, &self.tx_buf[..len]) {
-            SendOutcome::Sent => {
-                Counters::add(&c.datagrams_sent, 1);
-                Counters::add(&c.bytes_sent, len as u64);
-            }
-            SendOutcome::Retry => {
-                Counters::add(&c.send_retries, 1);
-                self.pending = Some((to, len));
-                return false;
-            }
-            SendOutcome::Failed(e) => {
-                Counters::add(&c.send_errors, 1);
-                tracing::warn!(local = %self.local, %to, len, error = %e, "send failed; dropped");
-            }
+    /// Sends `tx_buf[..len]` (after the transmit faults if `fresh`); `false`
+    /// if it must wait for room (then it is pending).
+    fn send_tx_buf(&mut self, to: SocketAddr, len: usize, fresh: bool) -> bool {
+        let now = self.shared.clock.now();
+        let mut buf = std::mem::take(&mut self.tx_buf);
+        let out = if !fresh || matches!(self.inject(Dir::Tx, now, to, &mut buf[..len]), Fate::Pass)
+        {
+            self.wire_out(now, to, &mut buf[..len])
+        } else {
+            SendOutcome::Sent
+        };
+        self.tx_buf = buf;
+        if let SendOutcome::Retry = out {
+            self.pending = Some((to, len));
+            return false;
         }
         true
+    }
+
+    /// Puts one datagram on the wire: the socket, or the loopback shortcut for
+    /// our own address. Captured when it really leaves.
+    fn wire_out(&mut self, now: Nanos, to: SocketAddr, bytes: &mut [u8]) -> SendOutcome {
+        let c = &self.shared.counters;
+        let outcome = if to == self.local {
+            Counters::add(&c.loopback_datagrams, 1);
+            Counters::add(&c.loopback_bytes, bytes.len() as u64);
+            SendOutcome::Sent
+        } else {
+            match socket::send(&self.socket, to, bytes) {
+                SendOutcome::Sent => {
+                    Counters::add(&c.datagrams_sent, 1);
+                    Counters::add(&c.bytes_sent, bytes.len() as u64);
+                    SendOutcome::Sent
+                }
+                SendOutcome::Retry => {
+                    Counters::add(&c.send_retries, 1);
+                    return SendOutcome::Retry;
+                }
+                SendOutcome::Failed(e) => {
+                    Counters::add(&c.send_errors, 1);
+                    let len = bytes.len();
+                    tracing::warn!(local = %self.local, %to, len, error = %e, "send failed; dropped");
+                    return SendOutcome::Failed(e);
+                }
+            }
+        };
+        if let Some(cap) = self.capture.as_mut() {
+            cap.record(now, self.local, to, bytes, c);
+        }
+        self.faults.hold.passed(Dir::Tx);
+        if to == self.local {
+            self.arrive(now, self.local, bytes);
+        }
+        outcome
+    }
+
+    fn flush_capture(&mut self) {
+        let now = self.shared.clock.now();
+        if let Some(cap) = self.capture.as_mut() {
+            cap.flush(now, &self.shared.counters);
+        }
     }
 
     fn notify(&mut self) -> bool {
@@ -217,12 +418,17 @@ impl<E: Engine> Progress<E> {
 
     /// Sleeps until the socket or doorbell is ready or the next deadline.
     fn sleep(&mut self) {
-        let deadline = self.shared.engine().poll_timeout();
+        self.flush_capture();
+        let engine_deadline = self.shared.engine().poll_timeout();
+        let deadline = match (engine_deadline, self.faults.hold.next_wake()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let mut timeout = deadline
             .map_or(MAX_SLEEP, |d| self.shared.clock.until(d))
             .min(MAX_SLEEP);
         let mut sock_events = libc::POLLIN;
-        if self.pending.is_some() {
+        if self.pending.is_some() || self.faults.blocked {
             sock_events |= libc::POLLOUT;
             timeout = timeout.min(RETRY_SLEEP);
         }

@@ -12,33 +12,68 @@
 //! - `SOFTVERBS_DEVICE`: the device name (default `softverbs0`).
 //! - `SOFTVERBS_MTU`: the active MTU, 256..=4096 (default 4096 on loopback, 1024
 //!   otherwise, which fits a 1500-byte Ethernet MTU).
+//! - `SOFTVERBS_FAULTS`: faults injected into the device's datagrams, e.g.
+//!   `loss=0.05,dup=0.01,reorder=0.02,delay=200us,corrupt=0.001,seed=7,dir=tx`
+//!   (every key: [`sv_io::faults`]). Read by every device, including those made
+//!   with [`Device::with_config`]; [`Device::with_faults`] overrides it.
+//! - `SOFTVERBS_PCAP`: write every datagram the device sends and receives to
+//!   this pcap file; `%p` becomes the process ID, `%d` the device name (needed
+//!   when a process opens several devices). [`Device::with_capture`] overrides it.
+//! - `SOFTVERBS_BUSY_POLL_US`: the progress thread's busy-poll window.
 //!
-//! Contexts opened on the same device in one process share one engine.
+//! Bad values are refused when the device opens ([`Error::Config`], naming the
+//! variable and the key). Contexts opened on the same device in one process
+//! share one engine: the settings of the first open apply.
 
 use crate::context::Context;
+use crate::device::Shared;
 use crate::error::Error;
 use proto::device::DeviceConfig;
-use crate::device::Shared;
 use proto::Mtu;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use sv_io::{DriverOptions, FaultConfig};
 
 /// A device that can be opened.
 #[derive(Debug, Clone)]
 pub struct Device {
     config: DeviceConfig,
+    /// Overrides `SOFTVERBS_FAULTS` when set.
+    faults: Option<FaultConfig>,
+    /// Overrides `SOFTVERBS_PCAP` when set (`Some(None)`: no capture).
+    capture: Option<Option<PathBuf>>,
 }
 
 /// The devices of this process: one, configured from the environment.
 pub fn devices() -> Result<Vec<Device>, Error> {
-    Ok(vec![Device { config: config_from_env()? }])
+    Ok(vec![Device::with_config(config_from_env()?)])
 }
 
 impl Device {
-    /// A device with an explicit configuration (tests, embedding).
+    /// A device with an explicit configuration (tests, embedding). Fault
+    /// injection and capture still come from the environment unless set with
+    /// [`Device::with_faults`] and [`Device::with_capture`].
     pub fn with_config(config: DeviceConfig) -> Device {
-        Device { config }
+        Device {
+            config,
+            faults: None,
+            capture: None,
+        }
+    }
+
+    /// Injects these faults instead of `SOFTVERBS_FAULTS` (parse one with
+    /// `"loss=0.05,seed=7".parse()`; `FaultConfig::default()` means none).
+    pub fn with_faults(mut self, faults: FaultConfig) -> Device {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// Captures to `path` (no `%` expansion; `None`: no capture) instead of `SOFTVERBS_PCAP`.
+    pub fn with_capture(mut self, path: Option<PathBuf>) -> Device {
+        self.capture = Some(path);
+        self
     }
 
     /// The device name (`ibv_get_device_name`).
@@ -52,31 +87,60 @@ impl Device {
     }
 
     /// `ibv_open_device`: a new context on this device.
+    /// If the device is already open in this process, the new context shares
+    /// it (and its fault and capture settings).
     pub fn open(&self) -> Result<Context, Error> {
-        Ok(Context::new(shared_for(&self.config)?))
+        Ok(Context::new(self.shared()?))
     }
-}
 
-fn shared_for(config: &DeviceConfig) -> Result<Arc<Shared>, Error> {
-    static OPEN: OnceLock<Mutex<HashMap<String, Weak<Shared>>>> = OnceLock::new();
-    let mut open = OPEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = open.get(&config.name).and_then(Weak::upgrade) {
-        return Ok(s);
+    /// Driver options: the environment, then this device's overrides.
+    fn driver_options(&self) -> Result<DriverOptions, Error> {
+        let mut opts = DriverOptions::try_from_env(&self.config.name)
+            .map_err(|e| Error::Config(format!("device {}: {e}", self.config.name)))?;
+        if let Some(f) = self.faults {
+            opts.faults = f;
+        }
+        if let Some(c) = &self.capture {
+            opts.capture = c.clone();
+        }
+        Ok(opts)
     }
-    let s = Arc::new(Shared::start(config).map_err(|e| start_error(config, e))?);
-    open.insert(config.name.clone(), Arc::downgrade(&s));
-    Ok(s)
+
+    fn shared(&self) -> Result<Arc<Shared>, Error> {
+        static OPEN: OnceLock<Mutex<HashMap<String, Weak<Shared>>>> = OnceLock::new();
+        let config = &self.config;
+        let mut open = OPEN
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = open.get(&config.name).and_then(Weak::upgrade) {
+            return Ok(s);
+        }
+        let opts = self.driver_options()?;
+        let s = Arc::new(Shared::start(config, &opts).map_err(|e| start_error(config, e))?);
+        open.insert(config.name.clone(), Arc::downgrade(&s));
+        Ok(s)
+    }
 }
 
 fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {
-    let addr = config.addrs.first().map_or("none".to_string(), |a| a.to_string());
+    let addr = config
+        .addrs
+        .first()
+        .map_or("none".to_string(), |a| a.to_string());
     let hint = match config.addrs.first() {
         Some(ip) if !crate::device::bindable(*ip) => {
             " — that address is not on this host (SOFTVERBS_ADDR must name a local address)"
         }
-        _ => " — is another softverbs device already using this address? (set SOFTVERBS_ADDR)",
+        _ if e.kind() == std::io::ErrorKind::AddrInUse => {
+            " — is another softverbs device already using this address? (set SOFTVERBS_ADDR)"
+        }
+        _ => "",
     };
-    Error::Config(format!("cannot start device {} on {addr} port 4791: {e}{hint}", config.name))
+    Error::Config(format!(
+        "cannot start device {} on {addr} port 4791: {e}{hint}",
+        config.name
+    ))
 }
 
 fn config_from_env() -> Result<DeviceConfig, Error> {
@@ -86,19 +150,29 @@ fn config_from_env() -> Result<DeviceConfig, Error> {
         Some(list) => parse_addrs(&list)?,
         None => vec![IpAddr::V4(process_loopback_addr(std::process::id()))],
     };
-    let default_mtu = if addrs.iter().all(IpAddr::is_loopback) { Mtu::Mtu4096 } else { Mtu::Mtu1024 };
+    let default_mtu = if addrs.iter().all(IpAddr::is_loopback) {
+        Mtu::Mtu4096
+    } else {
+        Mtu::Mtu1024
+    };
     let active_mtu = match var("SOFTVERBS_MTU") {
         Some(m) => parse_mtu(&m)?,
         None => default_mtu,
     };
-    Ok(DeviceConfig { name, addrs, active_mtu })
+    Ok(DeviceConfig {
+        name,
+        addrs,
+        active_mtu,
+    })
 }
 
 fn parse_addrs(list: &str) -> Result<Vec<IpAddr>, Error> {
     list.split(',')
         .map(|a| {
             a.trim().parse::<IpAddr>().map_err(|_| {
-                Error::Config(format!("SOFTVERBS_ADDR: {a:?} is not an IPv4 or IPv6 address"))
+                Error::Config(format!(
+                    "SOFTVERBS_ADDR: {a:?} is not an IPv4 or IPv6 address"
+                ))
             })
         })
         .collect()
@@ -109,7 +183,11 @@ fn parse_mtu(s: &str) -> Result<Mtu, Error> {
     (1..=5)
         .filter_map(Mtu::from_raw)
         .find(|m| m.bytes() == bytes)
-        .ok_or_else(|| Error::Config(format!("SOFTVERBS_MTU: {s:?} is not 256, 512, 1024, 2048 or 4096")))
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "SOFTVERBS_MTU: {s:?} is not 256, 512, 1024, 2048 or 4096"
+            ))
+        })
 }
 
 /// This process's own loopback address: `127.(1 + pid>>16).(pid>>8).(pid)`.
@@ -129,7 +207,10 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.is_loopback() && b.is_loopback());
         assert_ne!(a.octets()[1], 0);
-        assert_eq!(process_loopback_addr(0x3f_ffff).octets(), [127, 64, 255, 255]);
+        assert_eq!(
+            process_loopback_addr(0x3f_ffff).octets(),
+            [127, 64, 255, 255]
+        );
     }
 
     #[test]
@@ -137,6 +218,9 @@ mod tests {
         assert_eq!(parse_mtu("2048").unwrap(), Mtu::Mtu2048);
         assert!(parse_mtu("1500").is_err());
         assert_eq!(parse_addrs("10.0.0.1, ::1").unwrap().len(), 2);
-        assert!(parse_addrs("nope").unwrap_err().to_string().contains("SOFTVERBS_ADDR"));
+        assert!(parse_addrs("nope")
+            .unwrap_err()
+            .to_string()
+            .contains("SOFTVERBS_ADDR"));
     }
 }

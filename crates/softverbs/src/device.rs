@@ -16,11 +16,17 @@ pub(crate) struct DeviceEngine {
 
 impl sv_io::Engine for DeviceEngine {
     fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
-        self.engine.handle_datagram(now, from, to, payload, &self.mem);
+        self.engine
+            .handle_datagram(now, from, to, payload, &self.mem);
     }
 
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        self.engine.poll_transmit(now, &self.mem, buf).map(|t| Transmit { to: t.to, len: t.len })
+        self.engine
+            .poll_transmit(now, &self.mem, buf)
+            .map(|t| Transmit {
+                to: t.to,
+                len: t.len,
+            })
     }
 
     fn poll_timeout(&self) -> Option<Nanos> {
@@ -33,14 +39,20 @@ impl sv_io::Engine for DeviceEngine {
 
     fn poll_notification(&mut self) -> Option<Notification> {
         Some(match self.engine.poll_event()? {
-            Event::Completion { cq, channel } => Notification::Completion { channel, cq: cq.raw() },
+            Event::Completion { cq, channel } => Notification::Completion {
+                channel,
+                cq: cq.raw(),
+            },
             Event::Async { kind, element } => {
                 let element = match element {
                     EventElement::Qp(h) => h.raw(),
                     EventElement::Cq(h) => h.raw(),
                     EventElement::Srq(h) => h.raw(),
                 };
-                Notification::Async(AsyncEvent { kind: kind as u32, element })
+                Notification::Async(AsyncEvent {
+                    kind: kind as u32,
+                    element,
+                })
             }
         })
     }
@@ -52,20 +64,31 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Starts the device: binds `addrs[0]`:4791 and starts its progress thread.
-    pub(crate) fn start(config: &DeviceConfig) -> std::io::Result<Shared> {
+    /// Starts the device: binds `addrs[0]`:4791 and starts its progress thread
+    /// with `opts` (faults, capture, busy-poll window).
+    pub(crate) fn start(config: &DeviceConfig, opts: &DriverOptions) -> std::io::Result<Shared> {
         let ip = config.addrs.first().copied().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "the device has no address")
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the device has no address",
+            )
         })?;
         let bind = SocketAddr::new(ip, proto::datapath::ROCE_PORT);
+        let opts = DriverOptions {
+            thread_name: format!("{}-progress", config.name),
+            ..opts.clone()
+        };
         // A device closed a moment ago (its last context dropped on another
         // thread) may still be releasing the port: retry briefly, bounded.
         let mut tries = 0;
         loop {
             let mut engine = Engine::new(config);
             engine.set_local_port(bind.port());
-            let de = DeviceEngine { engine, mem: RawMemory };
-            match Driver::start(de, bind, DriverOptions::from_env()) {
+            let de = DeviceEngine {
+                engine,
+                mem: RawMemory,
+            };
+            match Driver::start(de, bind, opts.clone()) {
                 Ok(driver) => return Ok(Shared { driver }),
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 50 => {
                     tries += 1;

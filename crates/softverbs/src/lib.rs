@@ -45,6 +45,7 @@
 mod ah;
 mod config;
 mod context;
+mod counters;
 mod cq;
 mod datapath;
 mod device;
@@ -59,6 +60,7 @@ mod transition;
 pub use ah::AddressHandle;
 pub use config::{devices, Device};
 pub use context::Context;
+pub use counters::{DeviceCounters, EngineCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;
 pub use datapath::{AsyncEvent, CompletionChannel};
 pub use error::{DestroyError, Error};
@@ -72,6 +74,7 @@ pub use transition::{
 };
 
 pub use proto::device::{AtomicCap, DeviceAttr, DeviceConfig, PortAttr, PortState};
+pub use sv_io::{FaultConfig, FaultConfigError, FaultDirection};
 pub use proto::srq::SrqAttr;
 pub use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use proto::wr::{

@@ -1,0 +1,361 @@
+//! Fault injection on the real UDP path: a seeded fault model and its configuration.
+//!
+//! Owns [`FaultConfig`] (the parsed `SOFTVERBS_FAULTS` value), [`Rng`] (a small
+//! seeded generator, no global state) and [`FaultModel`] (one per direction of
+//! one driver: it decides, packet by packet, what happens to each datagram).
+//! The progress thread applies the decisions (see `progress.rs` and `hold.rs`).
+//!
+//! # `SOFTVERBS_FAULTS`
+//!
+//! A comma-separated list of `key=value`; empty, `off` or `none` mean no faults.
+//!
+//! | key       | value                                   | effect on each datagram                                   |
+//! |-----------|-----------------------------------------|-----------------------------------------------------------|
+//! | `loss`    | probability (`0.05` or `5%`)            | dropped                                                   |
+//! | `dup`     | probability                             | delivered twice (the copy right after the original)       |
+//! | `reorder` | probability                             | held back until 1–3 later datagrams of the same direction passed (at most `delay` + 1 ms) |
+//! | `delay`   | duration (`200us`, `1ms`, `0`; units `ns`,`us`,`ms`,`s`) | every datagram of the direction is held this long |
+//! | `corrupt` | probability                             | one bit flipped (never in BTH byte 4, which the ICRC masks), so the receiver's ICRC check drops it |
+//! | `seed`    | unsigned integer (default 0)            | seeds the generator                                       |
+//! | `dir`     | `tx` (default), `rx` or `both`          | which datagrams are faulted: sent, received, or both       |
+//!
+//! Decisions are made in this order: loss (a lost datagram gets nothing else),
+//! corruption, duplication, reordering. Faults hit every datagram of the
+//! direction, including those the loopback shortcut delivers inside the process.
+//!
+//! **Determinism.** Each direction has its own generator, seeded from `seed` and
+//! the direction, and draws the same number of values for every datagram, so
+//! the *n*-th datagram sent (or received) always gets the same decision for a
+//! given seed, whatever the other direction does. (Which datagram is the *n*-th
+//! still depends on the real network's timing.)
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Which datagrams a [`FaultConfig`] applies to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FaultDirection {
+    /// Datagrams the device sends (the default).
+    #[default]
+    Tx,
+    /// Datagrams the device receives.
+    Rx,
+    /// Both.
+    Both,
+}
+
+impl FaultDirection {
+    /// Whether sent datagrams are faulted.
+    pub fn tx(self) -> bool {
+        matches!(self, FaultDirection::Tx | FaultDirection::Both)
+    }
+
+    /// Whether received datagrams are faulted.
+    pub fn rx(self) -> bool {
+        matches!(self, FaultDirection::Rx | FaultDirection::Both)
+    }
+}
+
+/// The faults a driver injects (`SOFTVERBS_FAULTS`; see the module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FaultConfig {
+    /// Probability that a datagram is dropped.
+    pub loss: f64,
+    /// Probability that a datagram is delivered twice.
+    pub dup: f64,
+    /// Probability that a datagram is held back behind later ones.
+    pub reorder: f64,
+    /// Probability that one bit of a datagram is flipped.
+    pub corrupt: f64,
+    /// Fixed delay of every datagram of the faulted direction(s).
+    pub delay: Duration,
+    /// Generator seed.
+    pub seed: u64,
+    /// Which datagrams are faulted.
+    pub dir: FaultDirection,
+}
+
+/// A `SOFTVERBS_FAULTS` value that cannot be used: which key, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultConfigError {
+    /// The key (or the whole item when it has no `=`).
+    pub key: String,
+    /// What was wrong, in words.
+    pub reason: String,
+}
+
+impl fmt::Display for FaultConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SOFTVERBS_FAULTS: {:?}: {}", self.key, self.reason)
+    }
+}
+
+impl std::error::Error for FaultConfigError {}
+
+const KEYS: &str = "loss, dup, reorder, corrupt, delay, seed, dir";
+
+impl FaultConfig {
+    /// Environment variable read by [`crate::DriverOptions::try_from_env`].
+    pub const ENV: &'static str = "SOFTVERBS_FAULTS";
+
+    /// Whether this configuration changes anything at all.
+    pub fn is_active(&self) -> bool {
+        self.loss > 0.0
+            || self.dup > 0.0
+            || self.reorder > 0.0
+            || self.corrupt > 0.0
+            || !self.delay.is_zero()
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match key {
+            "loss" => self.loss = probability(value)?,
+            "dup" => self.dup = probability(value)?,
+            "reorder" => self.reorder = probability(value)?,
+            "corrupt" => self.corrupt = probability(value)?,
+            "delay" => self.delay = duration(value)?,
+            "seed" => {
+                self.seed = value
+                    .parse()
+                    .map_err(|_| format!("{value:?} is not an unsigned integer"))?
+            }
+            "dir" => {
+                self.dir = match value {
+                    "tx" => FaultDirection::Tx,
+                    "rx" => FaultDirection::Rx,
+                    "both" => FaultDirection::Both,
+                    _ => return Err(format!("{value:?} is not tx, rx or both")),
+                }
+            }
+            _ => return Err(format!("unknown key (the keys are: {KEYS})")),
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for FaultConfig {
+    type Err = FaultConfigError;
+
+    /// Parses strictly: an unknown key, a repeated key, or a bad value is an error.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut config = FaultConfig::default();
+        let text = s.trim();
+        if text.is_empty() || text == "off" || text == "none" {
+            return Ok(config);
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for item in text.split(',').map(str::trim) {
+            let err = |key: &str, reason: String| FaultConfigError {
+                key: key.to_string(),
+                reason,
+            };
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(err(item, format!("expected key=value (keys: {KEYS})")));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if seen.contains(&key) {
+                return Err(err(key, "given twice".into()));
+            }
+            config.set(key, value).map_err(|reason| err(key, reason))?;
+            seen.push(key);
+        }
+        Ok(config)
+    }
+}
+
+/// `0.05` or `5%`, within 0..=1.
+fn probability(value: &str) -> Result<f64, String> {
+    let (number, scale) = match value.strip_suffix('%') {
+        Some(n) => (n.trim(), 100.0),
+        None => (value, 1.0),
+    };
+    let p = number
+        .parse::<f64>()
+        .map(|p| p / scale)
+        .map_err(|_| format!("{value:?} is not a probability (like 0.05 or 5%)"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{value:?} is not between 0 and 1 (0% and 100%)"))
+    }
+}
+
+/// `200us`, `1ms`, `1.5ms`, `0`; units ns, us, ms, s. At most 10 s.
+fn duration(value: &str) -> Result<Duration, String> {
+    if value == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = value
+        .rfind(|c: char| !c.is_ascii_alphabetic())
+        .map_or(0, |i| i + 1);
+    if split == value.len() {
+        return Err(format!("{value:?} has no unit (ns, us, ms or s)"));
+    }
+    if split == 0 {
+        return Err(format!("{value:?} is not a duration (like 200us)"));
+    }
+    let (number, unit) = value.split_at(split);
+    let scale_ns = match unit {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => {
+            return Err(format!(
+                "{value:?}: unknown unit {unit:?} (ns, us, ms or s)"
+            ))
+        }
+    };
+    let n: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{value:?} is not a duration (like 200us)"))?;
+    let ns = n * scale_ns;
+    if !(0.0..=10e9).contains(&ns) {
+        return Err(format!("{value:?} is not between 0 and 10 s"));
+    }
+    Ok(Duration::from_nanos(ns.round() as u64))
+}
+
+/// SplitMix64: a small, fast, well-distributed generator with one word of state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rng {
+    state: u64,
+}
+
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng { state: seed }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// `true` with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+
+    /// Uniform in `0..n` (`n > 0`); the tiny modulo bias is irrelevant here.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// What happens to one datagram.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Dropped (nothing else applies).
+    pub drop: bool,
+    /// Flip bit `bit % 8` of byte `bit / 8`.
+    pub corrupt_bit: Option<usize>,
+    /// Deliver a second copy.
+    pub duplicate: bool,
+    /// Hold back until this many later datagrams passed (1..=3).
+    pub reorder_after: Option<u8>,
+}
+
+/// Byte of the UDP payload that the ICRC does not cover (BTH byte 4: F, B, Resv6a).
+const ICRC_MASKED_BYTE: usize = 4;
+
+/// The fault decisions of one direction of one driver.
+#[derive(Clone, Debug)]
+pub struct FaultModel {
+    config: FaultConfig,
+    rng: Rng,
+}
+
+impl FaultModel {
+    /// Direction salts, so tx and rx draw independent streams from one seed.
+    const TX_SALT: u64 = 0x7478_0000_0000_0001;
+    const RX_SALT: u64 = 0x7278_0000_0000_0002;
+
+    /// The model for sent datagrams.
+    pub fn tx(config: FaultConfig) -> Self {
+        Self::with_salt(config, Self::TX_SALT)
+    }
+
+    /// The model for received datagrams.
+    pub fn rx(config: FaultConfig) -> Self {
+        Self::with_salt(config, Self::RX_SALT)
+    }
+
+    fn with_salt(config: FaultConfig, salt: u64) -> Self {
+        let mut seeder = Rng::new(config.seed ^ salt);
+        FaultModel {
+            config,
+            rng: Rng::new(seeder.next_u64()),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FaultConfig {
+        &self.config
+    }
+
+    /// Decides the fate of the next datagram, `len` bytes long. Always draws
+    /// six values, so decision *n* depends on the seed and *n* alone.
+    pub fn decide(&mut self, len: usize) -> Decision {
+        let c = self.config;
+        let r = &mut self.rng;
+        let (lost, corrupt, dup, reorder) = (
+            r.chance(c.loss),
+            r.chance(c.corrupt),
+            r.chance(c.dup),
+            r.chance(c.reorder),
+        );
+        let (bit_draw, after_draw) = (r.next_u64(), r.below(3) as u8 + 1);
+        if lost {
+            return Decision {
+                drop: true,
+                ..Decision::default()
+            };
+        }
+        Decision {
+            drop: false,
+            corrupt_bit: if corrupt {
+                corrupt_bit(bit_draw, len)
+            } else {
+                None
+            },
+            duplicate: dup,
+            reorder_after: reorder.then_some(after_draw),
+        }
+    }
+}
+
+/// A bit of a `len`-byte datagram outside the ICRC-masked byte (`None` if there is none).
+fn corrupt_bit(draw: u64, len: usize) -> Option<usize> {
+    let usable = if len > ICRC_MASKED_BYTE { len - 1 } else { len };
+    if usable == 0 {
+        return None;
+    }
+    let mut byte = (draw >> 3) as usize % usable;
+    if len > ICRC_MASKED_BYTE && byte >= ICRC_MASKED_BYTE {
+        byte += 1;
+    }
+    Some(byte * 8 + (draw & 7) as usize)
+}
+
+/// Flips `bit` of `bytes` (no-op when out of range).
+pub fn flip_bit(bytes: &mut [u8], bit: usize) {
+    if let Some(b) = bytes.get_mut(bit / 8) {
+        *b ^= 1 << (bit % 8);
+    }
+}
+
+#[cfg(test)]
+mod tests;

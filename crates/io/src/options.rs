@@ -1,0 +1,198 @@
+//! [`DriverOptions`]: how a driver runs, and how the environment sets it.
+//!
+//! Environment variables read by [`DriverOptions::try_from_env`]:
+//! - `SOFTVERBS_BUSY_POLL_US`: busy-poll window in microseconds (lenient: a bad
+//!   value is ignored with a warning, as before);
+//! - `SOFTVERBS_FAULTS`: fault injection, strict (see [`crate::faults`]);
+//! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::capture::capture_path;
+use crate::faults::{FaultConfig, FaultConfigError};
+
+/// How a driver runs. `Default` suits one device on one host.
+#[derive(Clone, Debug)]
+pub struct DriverOptions {
+    /// How long the progress thread keeps polling after its last work before it
+    /// sleeps in poll(2) (`SOFTVERBS_BUSY_POLL_US`). Zero: sleep at once.
+    pub busy_poll: Duration,
+    /// Kernel receive buffer asked for (SO_RCVBUF).
+    pub recv_buffer_bytes: usize,
+    /// Kernel send buffer asked for (SO_SNDBUF).
+    pub send_buffer_bytes: usize,
+    /// Largest datagram sent or received (buffer size handed to the engine).
+    pub max_datagram_bytes: usize,
+    /// Work per step and pass: datagrams received, sent, notifications delivered.
+    pub batch: usize,
+    /// Name of the progress thread.
+    pub thread_name: String,
+    /// Faults injected into the datagrams (`SOFTVERBS_FAULTS`); default none.
+    pub faults: FaultConfig,
+    /// Datagrams held at once for delay and reordering; beyond it they go unheld.
+    pub max_held: usize,
+    /// Capture file (`SOFTVERBS_PCAP`, expanded); created, truncated, at start.
+    pub capture: Option<PathBuf>,
+}
+
+impl Default for DriverOptions {
+    fn default() -> Self {
+        DriverOptions {
+            busy_poll: Duration::from_micros(50),
+            recv_buffer_bytes: 4 << 20,
+            send_buffer_bytes: 4 << 20,
+            max_datagram_bytes: 65536,
+            batch: 64,
+            thread_name: "softverbs-progress".into(),
+            faults: FaultConfig::default(),
+            max_held: 4096,
+            capture: None,
+        }
+    }
+}
+
+/// An environment setting that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OptionsError {
+    /// `SOFTVERBS_FAULTS` is not valid.
+    Faults(FaultConfigError),
+    /// `SOFTVERBS_PCAP` is not a valid template.
+    Capture {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for OptionsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionsError::Faults(e) => e.fmt(f),
+            OptionsError::Capture { value, reason } => {
+                write!(f, "{}: {value:?}: {reason}", DriverOptions::PCAP_ENV)
+            }
+        }
+    }
+}
+
+impl std::error::Error for OptionsError {}
+
+impl DriverOptions {
+    /// Environment variable overriding [`DriverOptions::busy_poll`], in microseconds.
+    pub const BUSY_POLL_ENV: &'static str = "SOFTVERBS_BUSY_POLL_US";
+    /// Environment variable setting [`DriverOptions::faults`].
+    pub const FAULTS_ENV: &'static str = FaultConfig::ENV;
+    /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
+    pub const PCAP_ENV: &'static str = "SOFTVERBS_PCAP";
+
+    /// The defaults with `SOFTVERBS_BUSY_POLL_US` applied; ignores fault and
+    /// capture settings (see [`DriverOptions::try_from_env`]).
+    pub fn from_env() -> Self {
+        let mut opts = DriverOptions::default();
+        opts.apply_busy_poll(|name| std::env::var(name).ok());
+        opts
+    }
+
+    /// The defaults with every environment setting applied, for the device
+    /// named `device` (the `%d` of `SOFTVERBS_PCAP`).
+    pub fn try_from_env(device: &str) -> Result<Self, OptionsError> {
+        let mut opts = DriverOptions::default();
+        opts.apply_env(device, |name| std::env::var(name).ok())?;
+        Ok(opts)
+    }
+
+    /// Applies the environment as seen through `get` (testable without `set_var`).
+    /// Empty values count as unset.
+    pub fn apply_env(
+        &mut self,
+        device: &str,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), OptionsError> {
+        let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        self.apply_busy_poll(get);
+        if let Some(text) = get(Self::FAULTS_ENV) {
+            self.faults = text.parse().map_err(OptionsError::Faults)?;
+        }
+        if let Some(template) = get(Self::PCAP_ENV) {
+            let path =
+                capture_path(template.trim(), device).map_err(|reason| OptionsError::Capture {
+                    value: template.clone(),
+                    reason,
+                })?;
+            self.capture = Some(path);
+        }
+        Ok(())
+    }
+
+    fn apply_busy_poll(&mut self, get: impl Fn(&str) -> Option<String>) {
+        let Some(text) = get(Self::BUSY_POLL_ENV) else {
+            return;
+        };
+        match text.trim().parse::<u64>() {
+            Ok(us) => self.busy_poll = Duration::from_micros(us),
+            Err(e) => tracing::warn!(value = %text, error = %e,
+                "{} is not a number of microseconds; ignored", Self::BUSY_POLL_ENV),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn busy_poll_from_the_environment() {
+        let mut opts = DriverOptions::default();
+        assert_eq!(opts.busy_poll, Duration::from_micros(50));
+        opts.apply_env("d", env(&[("SOFTVERBS_BUSY_POLL_US", " 0 ")]))
+            .unwrap();
+        assert_eq!(opts.busy_poll, Duration::ZERO);
+        opts.apply_env("d", env(&[("SOFTVERBS_BUSY_POLL_US", "fast")]))
+            .unwrap();
+        assert_eq!(opts.busy_poll, Duration::ZERO);
+        opts.apply_env("d", env(&[("SOFTVERBS_BUSY_POLL_US", "250")]))
+            .unwrap();
+        assert_eq!(opts.busy_poll, Duration::from_micros(250));
+    }
+
+    #[test]
+    fn faults_and_capture_from_the_environment() {
+        let mut opts = DriverOptions::default();
+        let vars = [
+            ("SOFTVERBS_FAULTS", "loss=0.5,seed=3"),
+            ("SOFTVERBS_PCAP", "/tmp/%d.pcap"),
+        ];
+        opts.apply_env("dev1", env(&vars)).unwrap();
+        assert_eq!((opts.faults.loss, opts.faults.seed), (0.5, 3));
+        assert_eq!(opts.capture, Some(PathBuf::from("/tmp/dev1.pcap")));
+
+        let mut opts = DriverOptions::default();
+        opts.apply_env(
+            "d",
+            env(&[("SOFTVERBS_FAULTS", " "), ("SOFTVERBS_PCAP", "")]),
+        )
+        .unwrap();
+        assert!(!opts.faults.is_active() && opts.capture.is_none());
+
+        let e = opts
+            .apply_env("d", env(&[("SOFTVERBS_FAULTS", "loss=2")]))
+            .unwrap_err();
+        assert!(e.to_string().contains("\"loss\""), "{e}");
+        let e = opts
+            .apply_env("d", env(&[("SOFTVERBS_PCAP", "/tmp/%x")]))
+            .unwrap_err();
+        assert!(e.to_string().starts_with("SOFTVERBS_PCAP"), "{e}");
+    }
+}

@@ -1,0 +1,35 @@
+//! Counters readable through the API: per device and per QP.
+//!
+//! The structs are the engine's and the driver's own, re-exported (not
+//! copied), so every counter they gain appears here too:
+//! - [`EngineCounters`] (`proto`): packets in and out, drops by reason;
+//! - [`IoCounters`] (`sv_io`): datagrams and bytes on the socket, send
+//!   errors, loopback traffic, injected faults by kind, capture records;
+//! - [`QpCounters`] (`proto`, from [`crate::QueuePair::counters`]):
+//!   retransmissions, timeouts, RNR and sequence NAKs, duplicates, drops.
+
+use crate::context::Context;
+
+pub use proto::datapath::DeviceCounters as EngineCounters;
+pub use proto::qp::data::QpCounters;
+pub use sv_io::CounterSnapshot as IoCounters;
+
+/// The counters of one device at one moment (each counter is exact; the two
+/// parts are read one after the other, not as one consistent cut).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// The protocol engine's counters.
+    pub engine: EngineCounters,
+    /// The I/O driver's counters (socket, faults, capture).
+    pub io: IoCounters,
+}
+
+impl Context {
+    /// The device's counters (all contexts of this process share them).
+    pub fn counters(&self) -> DeviceCounters {
+        DeviceCounters {
+            engine: self.with(|e| e.counters()),
+            io: self.inner.dev.driver.counters(),
+        }
+    }
+}
