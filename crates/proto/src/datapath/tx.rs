@@ -194,8 +194,18 @@ impl Engine {
         let TxError::Wqe(status) = e;
         let Some(q) = self.qps.get_mut(h) else { return };
         let (qpn, cq, t) = (q.ctl.qpn(), q.send_cq, q.ctl.qp_type());
-        // Earlier WQEs are still in flight on RC; the failing one is reported in order
-        // by flushing: complete it now only if it is the oldest.
+        if index != 0 && t == QpType::Rc {
+            // Older WQEs are still outstanding: they complete first (in order), then
+            // this one with its own status (completer::complete_failed), then the QP
+            // goes to ERR. Its PSNs are taken back so nothing waits for them.
+            let w = &mut q.dp.sq.wqes[index];
+            q.dp.req.next_psn = w.first_psn;
+            w.npsn = 0;
+            w.sent_pkts = 0;
+            w.failed = Some(status);
+            q.dp.sq.next = index;
+            return;
+        }
         if index == 0 {
             if let Some(w) = q.dp.sq.retire() {
                 let op = wc_opcode_for(w.opcode).unwrap_or(WcOpcode::Send);

@@ -77,6 +77,9 @@ impl Requester {
             _ => fx.ignored = true,
         }
         self.retire(sq, env, fx);
+        if !fx.fatal {
+            complete_failed(sq, env, fx);
+        }
     }
 
     fn on_ack(
@@ -287,6 +290,20 @@ impl Requester {
                 }
             }
         }
+    }
+}
+
+/// A WQE that failed locally behind older outstanding ones completes with its
+/// status once those are retired; then the QP goes to ERR (rxe: the completer
+/// meets the WQE in its error state at the head of the queue).
+fn complete_failed(sq: &mut SendQueue, env: &CompEnv<'_>, fx: &mut CompEffects) {
+    let Some(status) = sq.wqes.front().and_then(|w| w.failed) else {
+        return;
+    };
+    if let Some(w) = sq.retire() {
+        fx.completions
+            .push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
+        fx.fatal = true;
     }
 }
 

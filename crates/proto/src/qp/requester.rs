@@ -99,6 +99,9 @@ impl Requester {
     pub fn next_packet(&mut self, sq: &mut SendQueue, env: &ReqEnv) -> Option<ReqPacket> {
         let index = sq.next;
         let wqe = sq.wqes.get(index)?;
+        if wqe.failed.is_some() {
+            return None;
+        }
         if wqe.sent_pkts == 0 && wqe.npsn == 0 && !self.may_begin(wqe, env) {
             return None;
         }

@@ -56,6 +56,9 @@ pub struct SendWqe {
     pub read_done: u64,
     /// Completed (acknowledged, answered, or sent for UC/UD).
     pub done: bool,
+    /// Failed locally (RC gather error) while older WQEs were still
+    /// outstanding: it completes with this status once it reaches the front.
+    pub failed: Option<crate::wc::WcStatus>,
 }
 
 impl SendWqe {
@@ -84,6 +87,7 @@ impl SendWqe {
             sent_pkts: 0,
             read_done: 0,
             done: false,
+            failed: None,
         }
     }
 
