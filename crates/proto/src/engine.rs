@@ -454,6 +454,16 @@ impl Engine {
         Ok(())
     }
 
+    /// `ibv_resize_cq`: a new capacity (≥ the request, within `max_cqe`), refused
+    /// with `EINVAL` below the completions already queued. Returns the capacity.
+    pub fn resize_cq(&mut self, h: CqHandle, cqe: i32) -> Result<u32, Error> {
+        let granted = cq::check_create(cqe, 0, &self.info.attr)?;
+        let c = self.cqs.get_mut(h).ok_or_else(|| missing(ObjectKind::Cq, h))?;
+        c.ring.resize(granted)?;
+        c.cq.cqe = granted;
+        Ok(granted)
+    }
+
     /// A CQ.
     pub fn cq(&self, h: CqHandle) -> Result<&Cq, Error> {
         self.cqs

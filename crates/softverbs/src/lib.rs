@@ -42,6 +42,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod abi;
 mod ah;
 mod config;
 mod context;
@@ -57,6 +58,7 @@ mod qp;
 mod srq;
 mod transition;
 
+pub use abi::ExternalMemoryRegion;
 pub use ah::AddressHandle;
 pub use config::{devices, Device};
 pub use context::Context;

@@ -1,0 +1,551 @@
+//! The device list and the device-level queries: `ibv_get_device_list`,
+//! `ibv_open_device`, `ibv_query_device(_ex)`, `ibv_query_port`, the GID and
+//! P_Key tables.
+
+use crate::context::{ctx_block, open_context, CtxBlock};
+use crate::ffi::*;
+use crate::util::*;
+use proto::device::{DeviceAttr, PortAttr};
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+/// An `ibv_device` inside a block shaped like rdma-core's private
+/// `verbs_device` (712 bytes) so that provider libraries loaded by perftest
+/// (libmlx5, libefa) read a NULL ops pointer at offset 664 and leave it alone.
+#[repr(C)]
+pub(crate) struct DeviceBlock {
+    pub dev: ibv_device,
+    provider_ops: *const c_void,
+    _verbs_device_rest: [u64; 5],
+    magic: u64,
+    pub index: u32,
+    pub device: softverbs::Device,
+}
+impl_block!(DeviceBlock, ibv_device, "device", 0x736f_6674_6465_7631);
+
+// SAFETY: the raw pointer field is always NULL; the rest is Send + Sync.
+unsafe impl Send for DeviceBlock {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceBlock {}
+
+/// The devices of this process, made once (from the environment) and kept for
+/// the life of the process, as contexts may outlive `ibv_free_device_list`.
+fn devices() -> Result<&'static [DeviceBlock], c_int> {
+    static DEVICES: OnceLock<Result<Vec<DeviceBlock>, c_int>> = OnceLock::new();
+    init_log();
+    DEVICES
+        .get_or_init(|| {
+            let list = softverbs::devices()
+                .map_err(|e| refuse("ibv_get_device_list", errno_of(&e), &e))?;
+            Ok(list
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| device_block(i as u32, d))
+                .collect())
+        })
+        .as_deref()
+        .map_err(|e| *e)
+}
+
+fn device_block(index: u32, device: softverbs::Device) -> DeviceBlock {
+    let mut dev = ibv_device {
+        _ops: [std::ptr::null(); 2],
+        node_type: 1,      // IBV_NODE_CA
+        transport_type: 0, // IBV_TRANSPORT_IB (RoCE reports IB transport)
+        name: [0; 64],
+        dev_name: [0; 64],
+        dev_path: [0; 256],
+        ibdev_path: [0; 256],
+    };
+    let name = device.name().to_string();
+    fill_c_str(&mut dev.name, &name);
+    fill_c_str(&mut dev.dev_name, &format!("uverbs{index}"));
+    fill_c_str(
+        &mut dev.dev_path,
+        &format!("/sys/class/infiniband_verbs/uverbs{index}"),
+    );
+    fill_c_str(
+        &mut dev.ibdev_path,
+        &format!("/sys/class/infiniband/{name}"),
+    );
+    DeviceBlock {
+        dev,
+        provider_ops: std::ptr::null(),
+        _verbs_device_rest: [0; 5],
+        magic: <DeviceBlock as Block>::MAGIC,
+        index,
+        device,
+    }
+}
+
+/// The device block behind a pointer, if it is one of ours.
+pub(crate) fn device_block_of(
+    verb: &str,
+    p: *const ibv_device,
+) -> Result<&'static DeviceBlock, c_int> {
+    let list = devices()?;
+    list.iter()
+        .find(|b| std::ptr::eq(&b.dev, p))
+        .ok_or_else(|| {
+            refuse(
+                verb,
+                EINVAL,
+                format_args!("{p:?} is not a device of this library"),
+            )
+        })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    let list = match devices() {
+        Ok(l) => l,
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    if !num_devices.is_null() {
+        // SAFETY: the caller passes a valid out-pointer or NULL.
+        unsafe { *num_devices = list.len() as c_int };
+    }
+    let mut ptrs: Vec<*mut ibv_device> = list
+        .iter()
+        .map(|b| &b.dev as *const _ as *mut ibv_device)
+        .collect();
+    ptrs.push(std::ptr::null_mut());
+    Box::into_raw(ptrs.into_boxed_slice()) as *mut *mut ibv_device
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    if list.is_null() {
+        return;
+    }
+    let n = devices().map(|l| l.len()).unwrap_or(0) + 1;
+    // SAFETY: `list` came from `ibv_get_device_list`, a boxed slice of n pointers.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n)) });
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    match device_block_of("ibv_get_device_name", device) {
+        Ok(b) => b.dev.name.as_ptr(),
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null()
+        }
+    }
+}
+
+/// The node GUID, in network byte order (`__be64`).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    match device_block_of("ibv_get_device_guid", device) {
+        Ok(b) => b.device.node_guid().to_be(),
+        Err(e) => {
+            set_errno(e);
+            0
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
+    match device_block_of("ibv_get_device_index", device) {
+        Ok(b) => b.index as c_int,
+        Err(_) => -1,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    let opened = device_block_of("ibv_open_device", device).and_then(|b| {
+        let ctx = b.device.open().map_err(|e| errno_of(&e))?;
+        open_context(b, ctx)
+    });
+    match opened {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+pub(crate) fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
+    let i = |v: u32| v.min(i32::MAX as u32) as c_int;
+    let mut fw_ver = [0; 64];
+    fill_c_str(&mut fw_ver, &a.fw_ver);
+    ibv_device_attr {
+        fw_ver,
+        node_guid: a.node_guid.to_be(),
+        sys_image_guid: a.sys_image_guid.to_be(),
+        max_mr_size: a.max_mr_size,
+        page_size_cap: a.page_size_cap,
+        vendor_id: a.vendor_id,
+        vendor_part_id: a.vendor_part_id,
+        hw_ver: a.hw_ver,
+        max_qp: i(a.max_qp),
+        max_qp_wr: i(a.max_qp_wr),
+        device_cap_flags: a.device_cap_flags,
+        max_sge: i(a.max_sge),
+        max_sge_rd: i(a.max_sge_rd),
+        max_cq: i(a.max_cq),
+        max_cqe: i(a.max_cqe),
+        max_mr: i(a.max_mr),
+        max_pd: i(a.max_pd),
+        max_qp_rd_atom: i(a.max_qp_rd_atom),
+        max_ee_rd_atom: i(a.max_ee_rd_atom),
+        max_res_rd_atom: i(a.max_res_rd_atom),
+        max_qp_init_rd_atom: i(a.max_qp_init_rd_atom),
+        max_ee_init_rd_atom: i(a.max_ee_init_rd_atom),
+        atomic_cap: a.atomic_cap as u32,
+        max_ee: i(a.max_ee),
+        max_rdd: i(a.max_rdd),
+        max_mw: i(a.max_mw),
+        max_raw_ipv6_qp: i(a.max_raw_ipv6_qp),
+        max_raw_ethy_qp: i(a.max_raw_ethy_qp),
+        max_mcast_grp: i(a.max_mcast_grp),
+        max_mcast_qp_attach: i(a.max_mcast_qp_attach),
+        max_total_mcast_qp_attach: i(a.max_total_mcast_qp_attach),
+        max_ah: i(a.max_ah),
+        max_fmr: i(a.max_fmr),
+        max_map_per_fmr: i(a.max_map_per_fmr),
+        max_srq: i(a.max_srq),
+        max_srq_wr: i(a.max_srq_wr),
+        max_srq_sge: i(a.max_srq_sge),
+        max_pkeys: a.max_pkeys,
+        local_ca_ack_delay: a.local_ca_ack_delay,
+        phys_port_cnt: a.phys_port_cnt,
+    }
+}
+
+pub(crate) fn port_attr(p: &PortAttr) -> ibv_port_attr {
+    ibv_port_attr {
+        state: p.state as u32,
+        max_mtu: p.max_mtu as u32,
+        active_mtu: p.active_mtu as u32,
+        gid_tbl_len: p.gid_tbl_len as c_int,
+        port_cap_flags: p.port_cap_flags,
+        max_msg_sz: p.max_msg_sz,
+        bad_pkey_cntr: p.bad_pkey_cntr,
+        qkey_viol_cntr: p.qkey_viol_cntr,
+        pkey_tbl_len: p.pkey_tbl_len,
+        lid: p.lid,
+        sm_lid: p.sm_lid,
+        lmc: p.lmc,
+        max_vl_num: p.max_vl_num,
+        sm_sl: p.sm_sl,
+        subnet_timeout: p.subnet_timeout,
+        init_type_reply: p.init_type_reply,
+        active_width: p.active_width,
+        active_speed: p.active_speed,
+        phys_state: p.phys_state,
+        link_layer: p.link_layer,
+        flags: 0,
+        port_cap_flags2: 0,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    context: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    let b = match ctx_block("ibv_query_device", context) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if attr.is_null() {
+        return refuse("ibv_query_device", EINVAL, "device_attr is NULL");
+    }
+    // SAFETY: non-NULL out-pointer from the caller.
+    unsafe { attr.write(device_attr(&b.ctx.query_device())) };
+    0
+}
+
+/// `verbs_context.query_device_ex`: the classic attributes plus the extended
+/// part, which reports no optional features. Writes at most `attr_size` bytes.
+pub(crate) unsafe extern "C" fn query_device_ex(
+    context: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    let b = match ctx_block("ibv_query_device_ex", context) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    // SAFETY: NULL or the caller's input struct.
+    if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+        return refuse("ibv_query_device_ex", EINVAL, "input->comp_mask must be 0");
+    }
+    if attr.is_null() || attr_size < std::mem::size_of::<ibv_device_attr>() {
+        return refuse(
+            "ibv_query_device_ex",
+            EINVAL,
+            format_args!("attr is NULL or attr_size {attr_size} too small"),
+        );
+    }
+    let full = ibv_device_attr_ex {
+        orig_attr: device_attr(&b.ctx.query_device()),
+        comp_mask: 0,
+        _ext: [0; 160],
+        phys_port_cnt_ex: 1,
+    };
+    let n = attr_size.min(std::mem::size_of::<ibv_device_attr_ex>());
+    // SAFETY: the caller's buffer holds `attr_size` ≥ n bytes; `full` holds n.
+    unsafe { std::ptr::copy_nonoverlapping(&full as *const _ as *const u8, attr as *mut u8, n) };
+    0
+}
+
+fn query_port_into(
+    verb: &str,
+    context: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    size: usize,
+) -> c_int {
+    // SAFETY: ctx_block checks the pointer.
+    let b = match unsafe { ctx_block(verb, context) } {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if attr.is_null() {
+        return refuse(verb, EINVAL, "port_attr is NULL");
+    }
+    match b.ctx.query_port(port) {
+        Ok(p) => {
+            let full = port_attr(&p);
+            let n = size.min(std::mem::size_of::<ibv_port_attr>());
+            // SAFETY: the caller's buffer holds at least `size` ≥ n bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(&full as *const _ as *const u8, attr as *mut u8, n)
+            };
+            0
+        }
+        Err(e) => errno_of(&e),
+    }
+}
+
+/// The exported `ibv_query_port` writes only the compat part (48 bytes): the
+/// header's inline version zeroes the rest and calls the op when present.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(
+    context: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+) -> c_int {
+    query_port_into("ibv_query_port", context, port, attr, COMPAT_PORT_ATTR_SIZE)
+}
+
+/// `verbs_context.query_port`: writes `min(attr_size, sizeof)` bytes.
+pub(crate) unsafe extern "C" fn query_port_op(
+    context: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    attr_size: usize,
+) -> c_int {
+    query_port_into("ibv_query_port", context, port, attr, attr_size)
+}
+
+/// `ibv_query_gid`: −1 on error (not an errno); an empty slot reads as zeros.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    let b = match ctx_block("ibv_query_gid", context) {
+        Ok(b) => b,
+        Err(_) => return -1,
+    };
+    if gid.is_null() || index < 0 {
+        refuse("ibv_query_gid", EINVAL, "gid is NULL or index negative");
+        return -1;
+    }
+    let raw = match b.ctx.query_gid(port, index as u32) {
+        Ok(g) => g.0,
+        Err(e) if errno_of(&e) == ENODATA => [0; 16],
+        Err(_) => return -1,
+    };
+    // SAFETY: non-NULL out-pointer.
+    unsafe { (*gid).raw = raw };
+    0
+}
+
+/// `IBV_GID_TYPE_ROCE_V2`.
+const GID_TYPE_ROCE_V2: u32 = 2;
+
+fn gid_entry(b: &CtxBlock, port: u8, index: u32) -> Result<ibv_gid_entry, c_int> {
+    let g = b.ctx.query_gid(port, index).map_err(|e| errno_of(&e))?;
+    Ok(ibv_gid_entry {
+        gid: ibv_gid { raw: g.0 },
+        gid_index: index,
+        port_num: u32::from(port),
+        gid_type: GID_TYPE_ROCE_V2,
+        ndev_ifindex: 0,
+    })
+}
+
+/// `ibv_query_gid_ex`: returns an errno value (`ENODATA` for an empty slot).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    let b = match ctx_block("ibv_query_gid_ex", context) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if entry.is_null()
+        || flags != 0
+        || entry_size < std::mem::size_of::<ibv_gid_entry>()
+        || port_num > 255
+    {
+        return refuse(
+            "ibv_query_gid_ex",
+            EINVAL,
+            "entry NULL, flags not 0, entry_size too small or bad port",
+        );
+    }
+    match gid_entry(b, port_num as u8, gid_index) {
+        Ok(g) => {
+            // SAFETY: the caller's entry holds at least sizeof(ibv_gid_entry).
+            unsafe { entry.write(g) };
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// `ibv_query_gid_table`: the valid entries, or a negative errno (`-EINVAL`
+/// when the buffer is too small).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    let b = match ctx_block("ibv_query_gid_table", context) {
+        Ok(b) => b,
+        Err(e) => return -(e as isize),
+    };
+    if entries.is_null() || flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() {
+        return -(refuse(
+            "ibv_query_gid_table",
+            EINVAL,
+            "entries NULL, flags not 0 or entry_size too small",
+        ) as isize);
+    }
+    let len = b.ctx.query_port(1).map(|p| p.gid_tbl_len).unwrap_or(0);
+    let valid: Vec<ibv_gid_entry> = (0..len).filter_map(|i| gid_entry(b, 1, i).ok()).collect();
+    if valid.len() > max_entries {
+        return -(refuse(
+            "ibv_query_gid_table",
+            EINVAL,
+            format_args!("{} entries do not fit in {max_entries}", valid.len()),
+        ) as isize);
+    }
+    for (i, g) in valid.iter().enumerate() {
+        // SAFETY: entry i < max_entries of `entry_size` bytes each.
+        unsafe {
+            (entries as *mut u8)
+                .add(i * entry_size)
+                .cast::<ibv_gid_entry>()
+                .write_unaligned(*g)
+        };
+    }
+    valid.len() as isize
+}
+
+/// `ibv_query_gid_type` (private ABI): `IBV_GID_TYPE_SYSFS_ROCE_V2` (1).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: u32,
+    gid_type: *mut u32,
+) -> c_int {
+    let b = match ctx_block("ibv_query_gid_type", context) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if gid_type.is_null() {
+        return refuse("ibv_query_gid_type", EINVAL, "type is NULL");
+    }
+    if let Err(e) = b.ctx.query_port(port_num) {
+        return errno_of(&e);
+    }
+    let len = b
+        .ctx
+        .query_port(port_num)
+        .map(|p| p.gid_tbl_len)
+        .unwrap_or(0);
+    if index >= len {
+        return refuse(
+            "ibv_query_gid_type",
+            EINVAL,
+            format_args!("GID index {index} beyond the table ({len})"),
+        );
+    }
+    // SAFETY: non-NULL out-pointer.
+    unsafe { *gid_type = 1 };
+    0
+}
+
+/// `ibv_query_pkey`: the P_Key in network byte order; −1 on error.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    let b = match ctx_block("ibv_query_pkey", context) {
+        Ok(b) => b,
+        Err(_) => return -1,
+    };
+    if pkey.is_null() || index < 0 {
+        refuse("ibv_query_pkey", EINVAL, "pkey is NULL or index negative");
+        return -1;
+    }
+    match b.ctx.query_pkey(port, index as u32) {
+        Ok(p) => {
+            // SAFETY: non-NULL out-pointer.
+            unsafe { *pkey = p.to_be() };
+            0
+        }
+        Err(_) => -1,
+    }
+}
+
+/// `ibv_get_pkey_index`: the index of a P_Key (network byte order), or −1.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    context: *mut ibv_context,
+    port: u8,
+    pkey: u16,
+) -> c_int {
+    let b = match ctx_block("ibv_get_pkey_index", context) {
+        Ok(b) => b,
+        Err(_) => return -1,
+    };
+    let len = b.ctx.query_port(port).map(|p| p.pkey_tbl_len).unwrap_or(0);
+    (0..len)
+        .find(|&i| {
+            b.ctx
+                .query_pkey(port, u32::from(i))
+                .is_ok_and(|p| p.to_be() == pkey)
+        })
+        .map_or(-1, c_int::from)
+}
+
+crate::symver!("device");

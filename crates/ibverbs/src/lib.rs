@@ -1,0 +1,42 @@
+//! A drop-in `libibverbs.so.1`: the verbs C ABI of rdma-core 44 over softverbs.
+//!
+//! Programs built against rdma-core (ibv_rc_pingpong, perftest, pyverbs, …) load
+//! this library instead of the system one, through `LD_LIBRARY_PATH=<dir>` or
+//! `LD_PRELOAD=<dir>/libibverbs.so.1` (`scripts/build-ibverbs.sh` builds it).
+//! Every public symbol and version node of the real library is exported
+//! (`exports.txt`), the context is an extended `verbs_context` so the header's
+//! inline functions (`ibv_post_send`, `ibv_poll_cq`, `ibv_create_qp_ex`,
+//! `ibv_wr_*`, `ibv_start_poll`, …) reach this code, and each function reports
+//! errors the way rdma-core documents for it (return value or errno). A refused
+//! call is logged with its reason in words when `SOFTVERBS_LOG=warn` (or finer).
+//!
+//! Objects handed to C are `repr(C)` blocks: the public verbs struct first, then
+//! a magic word and the softverbs object behind it. Every entry point checks the
+//! pointer (NULL, magic) before use, so a wrong or stale pointer gets `EINVAL`
+//! instead of a crash whenever the memory is still mapped.
+#![allow(clippy::missing_safety_doc)] // C entry points: the man pages are the contract
+
+pub mod ffi;
+
+mod ah;
+mod context;
+mod cq;
+mod device;
+mod memory;
+mod misc;
+mod post;
+mod qp;
+mod srq;
+mod stubs;
+mod util;
+
+/// Gives the exports a module defines their default versions (the
+/// `.symver` directives build.rs generated for it from `exports.txt`). Not in
+/// unit-test builds, which link without the version script.
+macro_rules! symver {
+    ($module:literal) => {
+        #[cfg(not(test))]
+        include!(concat!(env!("OUT_DIR"), "/symver_", $module, ".rs"));
+    };
+}
+pub(crate) use symver;

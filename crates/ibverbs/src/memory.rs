@@ -1,0 +1,199 @@
+//! Protection domains and memory regions over the program's own memory.
+
+use crate::context::ctx_block;
+use crate::ffi::*;
+use crate::util::*;
+use softverbs::AccessFlags;
+use std::ffi::{c_int, c_uint, c_void};
+
+#[repr(C)]
+pub(crate) struct PdBlock {
+    pub c: ibv_pd,
+    magic: u64,
+    pub inner: Option<softverbs::ProtectionDomain>,
+}
+impl_block!(PdBlock, ibv_pd, "protection domain", 0x736f_6674_7064_3031);
+
+impl PdBlock {
+    pub(crate) fn pd(&self) -> &softverbs::ProtectionDomain {
+        self.inner.as_ref().expect("a live PD block holds its PD")
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    let made = ctx_block("ibv_alloc_pd", context).and_then(|b| {
+        let pd = b.ctx.alloc_pd().map_err(|e| errno_of(&e))?;
+        Ok(into_c(PdBlock {
+            c: ibv_pd { context, handle: 0 },
+            magic: PdBlock::MAGIC,
+            inner: Some(pd),
+        }))
+    });
+    made.unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
+}
+
+/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs or AHs use it.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    let b = match block::<PdBlock>("ibv_dealloc_pd", pd) {
+        Ok(b) => b as *const PdBlock as *mut PdBlock,
+        Err(e) => return e,
+    };
+    // SAFETY: a live block; only the destroy path takes the PD out.
+    let inner = unsafe { (*b).inner.take() }.expect("live PD");
+    match inner.destroy() {
+        Ok(()) => {
+            free::<PdBlock>(pd);
+            0
+        }
+        Err(refused) => {
+            // SAFETY: as above: put it back unchanged.
+            unsafe { (*b).inner = Some(refused.object) };
+            errno_of(&refused.error)
+        }
+    }
+}
+
+#[repr(C)]
+pub(crate) struct MrBlock {
+    pub c: ibv_mr,
+    magic: u64,
+    _inner: softverbs::ExternalMemoryRegion,
+}
+impl_block!(MrBlock, ibv_mr, "memory region", 0x736f_6674_6d72_3031);
+
+/// `IBV_ACCESS_OPTIONAL_RANGE`: hints a provider may ignore.
+const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
+
+fn reg_mr(
+    verb: &str,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    // SAFETY: `block` checks the pointer.
+    let made = unsafe { block::<PdBlock>(verb, pd) }.and_then(|b| {
+        if addr.is_null() && length > 0 {
+            return Err(refuse(verb, EINVAL, "addr is NULL"));
+        }
+        if iova != addr as u64 {
+            return Err(refuse(
+                verb,
+                EOPNOTSUPP,
+                format_args!("iova {iova:#x} differs from addr {addr:?}: softverbs regions are addressed by their virtual address"),
+            ));
+        }
+        let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
+        // SAFETY: ibv_reg_mr(3): the caller keeps the memory mapped until
+        // ibv_dereg_mr, which drops the region (deregistering it) first.
+        let mr = unsafe { b.pd().reg_external_mr(addr as u64, length as u64, access) }.map_err(|e| errno_of(&e))?;
+        let c = ibv_mr {
+            context: b.c.context,
+            pd,
+            addr,
+            length,
+            handle: 0,
+            lkey: mr.lkey(),
+            rkey: mr.rkey(),
+        };
+        Ok(into_c(MrBlock { c, magic: MrBlock::MAGIC, _inner: mr }))
+    });
+    made.unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    reg_mr(
+        "ibv_reg_mr",
+        pd,
+        addr,
+        length,
+        addr as u64,
+        access as c_uint,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    reg_mr("ibv_reg_mr_iova", pd, addr, length, iova, access as c_uint)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    reg_mr("ibv_reg_mr_iova2", pd, addr, length, iova, access)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if let Err(e) = block::<MrBlock>("ibv_dereg_mr", mr) {
+        return e;
+    }
+    free::<MrBlock>(mr);
+    0
+}
+
+/// `ibv_rereg_mr`: not offered (deregister and register again instead).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    _flags: c_int,
+    _pd: *mut ibv_pd,
+    _addr: *mut c_void,
+    _length: usize,
+    _access: c_int,
+) -> c_int {
+    if let Err(e) = block::<MrBlock>("ibv_rereg_mr", mr) {
+        return e;
+    }
+    refuse(
+        "ibv_rereg_mr",
+        EOPNOTSUPP,
+        "re-registration is not offered; use ibv_dereg_mr and ibv_reg_mr",
+    )
+}
+
+/// `ibv_reg_dmabuf_mr`: no dma-buf support.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    _pd: *mut ibv_pd,
+    _offset: u64,
+    _length: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ibv_mr {
+    set_errno(refuse(
+        "ibv_reg_dmabuf_mr",
+        EOPNOTSUPP,
+        "dma-buf memory regions are not offered",
+    ));
+    std::ptr::null_mut()
+}
+
+crate::symver!("memory");

@@ -1,0 +1,443 @@
+//! Queue pairs: `ibv_create_qp(_ex)`, `ibv_modify_qp`, `ibv_query_qp`,
+//! `ibv_destroy_qp`, `ibv_qp_to_qp_ex`. softverbs checks every rule (the
+//! kernel's modify table, required and optional attributes, values) and says
+//! in words what was wrong; this layer converts the C structs.
+
+use crate::cq::CqBlock;
+use crate::ffi::*;
+use crate::memory::PdBlock;
+use crate::post::Batch;
+use crate::srq::SrqBlock;
+use crate::util::*;
+use proto::types::{AhAttr, GlobalRoute};
+use proto::{Gid, QpCap};
+use softverbs::{AttrMask, QpAttr, QpInit};
+use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+#[repr(C)]
+pub(crate) struct QpBlock {
+    pub c: ibv_qp_ex,
+    magic: u64,
+    pub inner: softverbs::QueuePair,
+    /// The `ibv_wr_*` batch being built (between `wr_start` and `wr_complete`).
+    batch: Mutex<Batch>,
+}
+impl_block!(QpBlock, ibv_qp, "queue pair", 0x736f_6674_7170_3031);
+
+impl QpBlock {
+    pub(crate) fn batch(&self) -> MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `IBV_QP_INIT_ATTR_PD`.
+const QP_INIT_ATTR_PD: u32 = 1;
+/// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
+const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+
+fn cap_of(c: &ibv_qp_cap) -> QpCap {
+    QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+fn c_cap(c: &QpCap) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+pub(crate) fn ah_of(a: &ibv_ah_attr) -> AhAttr {
+    AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid(a.grh.dgid.raw),
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.is_global,
+        port_num: a.port_num,
+    }
+}
+
+pub(crate) fn c_ah(a: &AhAttr) -> ibv_ah_attr {
+    ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: ibv_gid { raw: a.grh.dgid.0 },
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.is_global,
+        port_num: a.port_num,
+    }
+}
+
+fn attr_of(a: &ibv_qp_attr) -> QpAttr {
+    QpAttr {
+        qp_state: a.qp_state,
+        cur_qp_state: a.cur_qp_state,
+        path_mtu: a.path_mtu,
+        path_mig_state: a.path_mig_state,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags as u32,
+        cap: cap_of(&a.cap),
+        ah_attr: ah_of(&a.ah_attr),
+        alt_ah_attr: ah_of(&a.alt_ah_attr),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: a.alt_pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify,
+        sq_draining: a.sq_draining,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        rate_limit: a.rate_limit,
+    }
+}
+
+fn c_attr(a: &QpAttr) -> ibv_qp_attr {
+    ibv_qp_attr {
+        qp_state: a.qp_state,
+        cur_qp_state: a.cur_qp_state,
+        path_mtu: a.path_mtu,
+        path_mig_state: a.path_mig_state,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags as c_int,
+        cap: c_cap(&a.cap),
+        ah_attr: c_ah(&a.ah_attr),
+        alt_ah_attr: c_ah(&a.alt_ah_attr),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: a.alt_pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify,
+        sq_draining: a.sq_draining,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        rate_limit: a.rate_limit,
+    }
+}
+
+/// Creates a QP from an `ibv_qp_init_attr_ex` whose fields past `sq_sig_all`
+/// are read only when `ext` (the plain `ibv_qp_init_attr` is a prefix of it).
+unsafe fn create(
+    verb: &str,
+    pd: *mut ibv_pd,
+    a: *mut ibv_qp_init_attr_ex,
+    ext: bool,
+) -> Result<*mut ibv_qp, c_int> {
+    if a.is_null() {
+        return Err(refuse(verb, EINVAL, "qp_init_attr is NULL"));
+    }
+    // SAFETY: non-NULL attributes from the caller; `ext` says how long they are.
+    let (comp_mask, create_flags, send_ops_flags) = if ext {
+        let a = unsafe { &*a };
+        let has = |bit: u32| a.comp_mask & bit != 0;
+        let create_flags = if has(QP_INIT_ATTR_CREATE_FLAGS) {
+            a.create_flags
+        } else {
+            0
+        };
+        let send_ops_flags = if has(QP_INIT_ATTR_SEND_OPS_FLAGS) {
+            a.send_ops_flags
+        } else {
+            0
+        };
+        (a.comp_mask, create_flags, send_ops_flags)
+    } else {
+        (QP_INIT_ATTR_PD, 0, 0)
+    };
+    // SAFETY: the common prefix is valid in both forms.
+    let (qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all) = unsafe {
+        let a = &*a;
+        (
+            a.qp_context,
+            a.send_cq,
+            a.recv_cq,
+            a.srq,
+            a.cap,
+            a.qp_type,
+            a.sq_sig_all,
+        )
+    };
+    let pdb = block::<PdBlock>(verb, pd)?;
+    if send_cq.is_null() || recv_cq.is_null() {
+        return Err(refuse(
+            verb,
+            EINVAL,
+            "send_cq and recv_cq are required (NULL given)",
+        ));
+    }
+    let scq = block::<CqBlock>(verb, send_cq)?;
+    let rcq = block::<CqBlock>(verb, recv_cq)?;
+    let srqb = if srq.is_null() {
+        None
+    } else {
+        Some(block::<SrqBlock>(verb, srq)?)
+    };
+    let init = QpInit {
+        send_cq: scq.cq(),
+        recv_cq: rcq.cq(),
+        srq: srqb.map(|s| s.srq()),
+        cap: cap_of(&cap),
+        sq_sig_all: sq_sig_all != 0,
+        comp_mask,
+        create_flags,
+        send_ops_flags,
+    };
+    let qp = pdb
+        .pd()
+        .create_qp(&init, qp_type)
+        .map_err(|e| errno_of(&e))?;
+    // The capacities granted go back to the caller, as the kernel's do.
+    // SAFETY: the caller's attributes, writable.
+    unsafe { (*a).cap = c_cap(&qp.cap()) };
+    let context = pdb.c.context;
+    let id = qp.id();
+    let c = ibv_qp_ex {
+        qp_base: ibv_qp {
+            context,
+            qp_context,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            handle: 0,
+            qp_num: qp.qp_num(),
+            state: 0,
+            qp_type,
+            mutex: [0; 5],
+            cond: [0; 6],
+            events_completed: 0,
+        },
+        comp_mask: 0,
+        wr_id: 0,
+        wr_flags: 0,
+        ..crate::post::qp_ex_ops()
+    };
+    let p = into_c(QpBlock {
+        c,
+        magic: QpBlock::MAGIC,
+        inner: qp,
+        batch: Mutex::default(),
+    });
+    if let Ok(ctx) = crate::context::ctx_block(verb, context) {
+        ctx.objects().qps.insert(id, p as usize);
+    }
+    Ok(p)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    create("ibv_create_qp", pd, attr as *mut ibv_qp_init_attr_ex, false).unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
+}
+
+/// `verbs_context.create_qp_ex`.
+pub(crate) unsafe extern "C" fn create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    const VERB: &str = "ibv_create_qp_ex";
+    let r = (|| {
+        if attr.is_null() {
+            return Err(refuse(VERB, EINVAL, "qp_init_attr_ex is NULL"));
+        }
+        // SAFETY: non-NULL attributes from the caller.
+        let (mask, pd) = unsafe { ((*attr).comp_mask, (*attr).pd) };
+        if mask & QP_INIT_ATTR_PD == 0 {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                "comp_mask lacks IBV_QP_INIT_ATTR_PD: a PD is required",
+            ));
+        }
+        let pdb = block::<PdBlock>(VERB, pd)?;
+        if pdb.c.context != context {
+            return Err(refuse(VERB, EINVAL, "the PD belongs to another context"));
+        }
+        create(VERB, pd, attr, true)
+    })();
+    r.unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    let b = match block::<QpBlock>("ibv_modify_qp", qp) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if attr.is_null() {
+        return refuse("ibv_modify_qp", EINVAL, "attr is NULL");
+    }
+    // SAFETY: non-NULL attributes from the caller.
+    let a = attr_of(unsafe { &*attr });
+    match b.inner.modify(&a, AttrMask(attr_mask as u32)) {
+        Ok(()) => {
+            if let Ok(info) = b.inner.query() {
+                // SAFETY: the live QP's public field, which programs read.
+                unsafe { (*qp).state = info.attr.qp_state };
+            }
+            0
+        }
+        Err(e) => errno_of(&e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    let b = match block::<QpBlock>("ibv_query_qp", qp) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if attr.is_null() || init_attr.is_null() {
+        return refuse("ibv_query_qp", EINVAL, "attr or init_attr is NULL");
+    }
+    let info = match b.inner.query() {
+        Ok(i) => i,
+        Err(e) => return errno_of(&e),
+    };
+    let base = &b.c.qp_base;
+    // SAFETY: non-NULL out-pointers from the caller; `qp` is live.
+    unsafe {
+        attr.write(c_attr(&info.attr));
+        init_attr.write(ibv_qp_init_attr {
+            qp_context: base.qp_context,
+            send_cq: base.send_cq,
+            recv_cq: base.recv_cq,
+            srq: base.srq,
+            cap: c_cap(&info.cap),
+            qp_type: info.qp_type.raw(),
+            sq_sig_all: c_int::from(info.sq_sig_all),
+        });
+        (*qp).state = info.attr.qp_state;
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    let b = match block::<QpBlock>("ibv_destroy_qp", qp) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if let Ok(ctx) = crate::context::ctx_block("ibv_destroy_qp", b.c.qp_base.context) {
+        ctx.objects().qps.remove(&b.inner.id());
+    }
+    free::<QpBlock>(qp);
+    0
+}
+
+/// `ibv_qp_to_qp_ex`: every QP of this library is an `ibv_qp_ex`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    match block::<QpBlock>("ibv_qp_to_qp_ex", qp) {
+        Ok(_) => qp as *mut ibv_qp_ex,
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+pub(crate) unsafe fn ack_async(qp: *mut ibv_qp) {
+    if let Ok(b) = block::<QpBlock>("ibv_ack_async_event", qp) {
+        let _guard = b.batch();
+        // SAFETY: the live QP's public counter, updated under its lock.
+        unsafe { (*qp).events_completed += 1 };
+    }
+}
+
+/// `ibv_query_ece` / `ibv_set_ece`: no enhanced connection establishment.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_ece(qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
+    match block::<QpBlock>("ibv_query_ece", qp) {
+        Ok(_) => refuse(
+            "ibv_query_ece",
+            EOPNOTSUPP,
+            "enhanced connection establishment is not offered",
+        ),
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_set_ece(qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
+    match block::<QpBlock>("ibv_set_ece", qp) {
+        Ok(_) => refuse(
+            "ibv_set_ece",
+            EOPNOTSUPP,
+            "enhanced connection establishment is not offered",
+        ),
+        Err(e) => e,
+    }
+}
+
+/// `ibv_query_qp_data_in_order`: 0, i.e. no promise that data lands in order
+/// before the completion (the portable answer; programs then poll the CQ).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp_data_in_order(
+    qp: *mut ibv_qp,
+    _op: u32,
+    _flags: u32,
+) -> c_int {
+    let _ = block::<QpBlock>("ibv_query_qp_data_in_order", qp);
+    0
+}
+
+crate::symver!("qp");
