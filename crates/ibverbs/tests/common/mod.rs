@@ -1,0 +1,41 @@
+//! What the ibverbs tests share: where the library is, and whether a tool
+//! they need is installed.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The directory holding `libibverbs.so.1`: `SOFTVERBS_LIBIBVERBS_DIR` (the
+/// release build `scripts/build-ibverbs.sh` makes; the test script sets it),
+/// else the library cargo built next to this test (debug).
+pub fn lib_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SOFTVERBS_LIBIBVERBS_DIR") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
+    let so = target.join("libibverbs.so");
+    assert!(so.exists(), "{} not built", so.display());
+    let dir = target.join("libibverbs-test");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&so, &link).unwrap();
+    dir
+}
+
+/// The library file itself.
+pub fn lib_path() -> PathBuf {
+    lib_dir().join("libibverbs.so.1")
+}
+
+/// True if `tool` runs; otherwise the test skips, or fails when the suite
+/// requires every tool (`SOFTVERBS_REQUIRE_TOOLS=1`, as under CI).
+pub fn have(tool: &str) -> bool {
+    let ok = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(std::env::var_os("SOFTVERBS_REQUIRE_TOOLS").is_none(), "{tool} is required but not installed");
+        eprintln!("skipping: {tool} not installed");
+    }
+    ok
+}
