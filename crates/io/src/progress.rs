@@ -143,7 +143,10 @@ impl<E: Engine> Progress<E> {
             if self.pass() {
                 last_work = Instant::now();
             } else if last_work.elapsed() < self.busy_poll {
-                std::hint::spin_loop();
+                // Yield rather than spin: on a machine with few cores the
+                // application's poller and the peer's progress thread need the
+                // CPU (two processes on 2 cores: 152 µs → ~18 µs median latency).
+                std::thread::yield_now();
             } else {
                 self.sleep();
                 last_work = Instant::now();

@@ -68,18 +68,15 @@ impl CompletionQueue {
         self.inner.ctx.dev.with(|e| e.poll_cq(h, max, out)).unwrap_or(0)
     }
 
-    /// Polls until `n` completions arrived or `timeout` passed (busy-polls,
-    /// then yields). Returns what arrived.
+    /// Polls until `n` completions arrived or `timeout` passed, yielding the
+    /// CPU between empty polls (the progress thread that produces the
+    /// completions may need this core). Returns what arrived.
     pub fn wait(&self, n: usize, timeout: Duration) -> Vec<WorkCompletion> {
         let deadline = std::time::Instant::now() + timeout;
         let mut out = Vec::with_capacity(n);
-        let mut spins = 0u32;
         while out.len() < n && std::time::Instant::now() < deadline {
             if self.poll(n - out.len(), &mut out) == 0 {
-                spins += 1;
-                if spins > 1000 {
-                    std::thread::yield_now();
-                }
+                std::thread::yield_now();
             }
         }
         out
