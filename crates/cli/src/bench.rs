@@ -167,23 +167,43 @@ impl Peer {
         Ok(())
     }
 
-    /// Streams `iters` one-sided (or SEND) operations of `size` bytes with up to
-    /// `depth` outstanding; returns the elapsed time. Every 16th WR is signaled.
-    pub fn stream(&self, op: WrOpcode, iters: usize, size: u32, depth: usize) -> Result<Duration, Error> {
-        let target = |i: usize| match op {
+    /// Where operation `i` of a run of `op` with `size` bytes goes: one-sided
+    /// operations walk through the peer's first half; atomics hit one word.
+    fn target(&self, op: WrOpcode, i: usize, size: u32) -> WrTarget {
+        match op {
             WrOpcode::RdmaWrite | WrOpcode::RdmaRead => {
                 let slot = (i * size as usize) % (MR_BYTES / 2 - size as usize).max(1);
                 WrTarget::Rdma(RdmaTarget { remote_addr: self.remote.addr + slot as u64, rkey: self.remote.rkey })
             }
-            WrOpcode::AtomicFetchAndAdd => WrTarget::Atomic(AtomicTarget {
+            WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp => WrTarget::Atomic(AtomicTarget {
                 remote_addr: self.remote.addr,
-                compare_add: 1,
-                swap: 0,
+                compare_add: if op == WrOpcode::AtomicFetchAndAdd { 1 } else { i as u64 },
+                swap: i as u64 + 1,
                 rkey: self.remote.rkey,
             }),
             _ => WrTarget::None,
-        };
-        let len = if op == WrOpcode::AtomicFetchAndAdd { 8 } else { size };
+        }
+    }
+
+    /// Latency of a one-sided operation the peer's CPU never sees (READ,
+    /// atomics): `iters` operations one at a time, each a full round trip.
+    pub fn op_latency(&self, op: WrOpcode, iters: usize, size: u32) -> Result<Vec<Duration>, Error> {
+        let len = if op.is_atomic() { 8 } else { size };
+        let mut lat = Vec::with_capacity(iters);
+        for i in 0..iters {
+            let t0 = Instant::now();
+            self.post(i as u64, op, len, 0, self.target(op, i, size), true)?;
+            self.reap(1)?;
+            lat.push(t0.elapsed());
+        }
+        Ok(lat)
+    }
+
+    /// Streams `iters` one-sided (or SEND) operations of `size` bytes with up to
+    /// `depth` outstanding; returns the elapsed time. Every 16th WR is signaled.
+    pub fn stream(&self, op: WrOpcode, iters: usize, size: u32, depth: usize) -> Result<Duration, Error> {
+        let target = |i: usize| self.target(op, i, size);
+        let len = if op.is_atomic() { 8 } else { size };
         let (mut posted, mut signaled_out) = (0usize, 0usize);
         let t0 = Instant::now();
         while posted < iters {

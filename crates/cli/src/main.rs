@@ -59,8 +59,9 @@ fn flag(args: &[String], name: &str) -> Option<u16> {
 
 const USAGE: &str = "usage: softverbs [demo | perf | control | devinfo | serve] [--port N]
   demo     two processes, one RC connection: send latency, RDMA WRITE and READ bandwidth
-  perf     the benchmark: latency and WRITE/READ/SEND/atomic bandwidth at several sizes,
-           with memcpy and iperf3 TCP loopback measured in the same run
+  perf     the benchmark: SEND, READ and atomic latency; WRITE/READ/SEND bandwidth and
+           message rate at several sizes; FETCH_ADD and CMP_SWAP rates; each bandwidth also
+           as a ratio of memcpy and iperf3 TCP loopback measured in the same run
   control  the control path: two RC QPs brought RESET→INIT→RTR→RTS and queried
   devinfo  show the device, its limits, port and GID table
   serve    the server side of demo/perf (started by them; --port, default 18515)

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 /// What one run measures.
 pub struct Plan {
     pub pingpong: Vec<(usize, u32)>,
+    /// One-sided operations timed one at a time: (operation, iterations, size).
+    pub op_latency: Vec<(WrOpcode, usize, u32)>,
     /// (operation, iterations, size, depth)
     pub streams: Vec<(WrOpcode, usize, u32, usize)>,
     pub baselines: bool,
@@ -21,6 +23,7 @@ impl Plan {
     pub fn demo() -> Plan {
         Plan {
             pingpong: vec![(2000, 64)],
+            op_latency: vec![],
             streams: vec![(WrOpcode::RdmaWrite, 4000, 65536, 128), (WrOpcode::RdmaRead, 2000, 65536, 64)],
             baselines: false,
         }
@@ -36,7 +39,13 @@ impl Plan {
             streams.push((WrOpcode::Send, iters, size, 128));
         }
         streams.push((WrOpcode::AtomicFetchAndAdd, 20_000, 8, 16));
-        Plan { pingpong: vec![(5000, 8), (2000, 4096)], streams, baselines: true }
+        streams.push((WrOpcode::AtomicCmpAndSwp, 20_000, 8, 16));
+        let op_latency = vec![
+            (WrOpcode::RdmaRead, 5000, 8),
+            (WrOpcode::RdmaRead, 2000, 4096),
+            (WrOpcode::AtomicFetchAndAdd, 5000, 8),
+        ];
+        Plan { pingpong: vec![(5000, 8), (2000, 4096)], op_latency, streams, baselines: true }
     }
 }
 
@@ -101,6 +110,8 @@ fn wait_child(c: &mut Child, limit: Duration) -> bool {
 }
 
 fn drive(plan: &Plan, port: u16) -> Result<(), Error> {
+    // The baselines first, so every row can be read against them.
+    let base = plan.baselines.then(Baselines::measure);
     let mut peer = bench::connect(port)?;
     let ctrl_err = |e: std::io::Error| Error::Os(e.to_string());
     println!("two processes on this host, RC over RoCEv2/UDP, {} → peer GID {} (QPN {:#08x})",
@@ -114,7 +125,17 @@ fn drive(plan: &Plan, port: u16) -> Result<(), Error> {
         let (med, p99, avg) = summarize(&mut lat);
         println!("{:<22} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}", "send latency (RC)", size, iters, med, p99, avg);
     }
-    println!("\n{:<22} {:>10} {:>10} {:>12} {:>12}", "test", "bytes", "iters", "BW[MB/s]", "MsgRate[Mpps]");
+    for &(op, iters, size) in &plan.op_latency {
+        let mut lat = peer.op_latency(op, iters, size)?;
+        let (med, p99, avg) = summarize(&mut lat);
+        let bytes = if op.is_atomic() { 8 } else { size };
+        println!("{:<22} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}", latency_name(op), bytes, iters, med, p99, avg);
+    }
+    if !plan.pingpong.is_empty() {
+        println!("(send latency is half a round trip, as ib_send_lat reports it; READ and atomic latency a full one, as ib_read_lat / ib_atomic_lat)");
+    }
+    let ratio_head = if base.is_some() { format!(" {:>10} {:>10}", "/iperf3", "/memcpy") } else { String::new() };
+    println!("\n{:<22} {:>10} {:>10} {:>12} {:>12}{ratio_head}", "test", "bytes", "iters", "BW[MB/s]", "MsgRate[Mpps]");
     let mut results = Vec::new();
     for &(op, iters, size, depth) in &plan.streams {
         if op == WrOpcode::Send {
@@ -125,15 +146,16 @@ fn drive(plan: &Plan, port: u16) -> Result<(), Error> {
         if op == WrOpcode::Send {
             expect(&mut peer, "ok")?;
         }
-        let bytes = if op == WrOpcode::AtomicFetchAndAdd { 8 } else { size };
+        let bytes = if op.is_atomic() { 8 } else { size };
         let mbs = (iters as f64 * f64::from(bytes)) / t.as_secs_f64() / 1e6;
         let mpps = iters as f64 / t.as_secs_f64() / 1e6;
-        println!("{:<22} {:>10} {:>10} {:>12.1} {:>12.4}", name(op), bytes, iters, mbs, mpps);
+        let ratios = base.as_ref().map_or(String::new(), |b| b.ratios(mbs));
+        println!("{:<22} {:>10} {:>10} {:>12.1} {:>12.4}{ratios}", name(op), bytes, iters, mbs, mpps);
         results.push((op, bytes, mbs));
     }
     peer.ctrl.send("quit").map_err(ctrl_err)?;
-    if plan.baselines {
-        baselines(&results);
+    if let Some(b) = base {
+        b.report(&results);
     }
     Ok(())
 }
@@ -152,19 +174,45 @@ fn name(op: WrOpcode) -> &'static str {
         WrOpcode::RdmaRead => "RDMA READ bw",
         WrOpcode::Send => "SEND bw",
         WrOpcode::AtomicFetchAndAdd => "FETCH_ADD rate",
+        WrOpcode::AtomicCmpAndSwp => "CMP_SWAP rate",
         _ => "other",
     }
 }
 
-/// memcpy and iperf3 measured now, and our best bandwidth as a ratio of each.
-fn baselines(results: &[(WrOpcode, u32, f64)]) {
-    let best = results.iter().map(|r| r.2).fold(0.0, f64::max);
-    let memcpy = memcpy_mbs(65536, 64 << 20);
-    println!("\nbaselines measured in this run:");
-    println!("  memcpy 64 KiB blocks       {memcpy:>12.1} MB/s   softverbs best / memcpy = {:.3}", best / memcpy);
-    match iperf3_mbs() {
-        Some(tcp) => println!("  iperf3 TCP loopback        {tcp:>12.1} MB/s   softverbs best / iperf3 = {:.3}", best / tcp),
-        None => println!("  iperf3 TCP loopback        not measured (iperf3 not installed: apt-get install iperf3)"),
+fn latency_name(op: WrOpcode) -> &'static str {
+    match op {
+        WrOpcode::RdmaRead => "RDMA READ latency",
+        WrOpcode::AtomicFetchAndAdd => "FETCH_ADD latency",
+        WrOpcode::AtomicCmpAndSwp => "CMP_SWAP latency",
+        _ => "other latency",
+    }
+}
+
+/// memcpy and iperf3 TCP loopback, measured in this run.
+struct Baselines {
+    memcpy: f64,
+    iperf3: Result<f64, String>,
+}
+
+impl Baselines {
+    fn measure() -> Baselines {
+        Baselines { memcpy: memcpy_mbs(65536, 1 << 30), iperf3: iperf3_mbs() }
+    }
+
+    /// " x/iperf3 x/memcpy" for a bandwidth in MB/s.
+    fn ratios(&self, mbs: f64) -> String {
+        let tcp = self.iperf3.as_ref().map_or("-".to_string(), |t| format!("{:.3}", mbs / t));
+        format!(" {tcp:>10} {:>10.4}", mbs / self.memcpy)
+    }
+
+    fn report(&self, results: &[(WrOpcode, u32, f64)]) {
+        let best = results.iter().map(|r| r.2).fold(0.0, f64::max);
+        println!("\nbaselines measured in this run (before the RDMA tests):");
+        println!("  memcpy 64 KiB blocks       {:>12.1} MB/s   softverbs best / memcpy = {:.4}", self.memcpy, best / self.memcpy);
+        match &self.iperf3 {
+            Ok(tcp) => println!("  iperf3 TCP loopback        {tcp:>12.1} MB/s   softverbs best / iperf3 = {:.3}", best / tcp),
+            Err(why) => println!("  iperf3 TCP loopback        NOT MEASURED: {why}"),
+        }
     }
 }
 
@@ -180,17 +228,33 @@ fn memcpy_mbs(block: usize, total: usize) -> f64 {
     total as f64 / t0.elapsed().as_secs_f64() / 1e6
 }
 
-fn iperf3_mbs() -> Option<f64> {
+/// iperf3 TCP over 127.0.0.1 for 3 s, in MB/s; why not, if it cannot run.
+fn iperf3_mbs() -> Result<f64, String> {
     let port = "15201";
-    let mut server = Command::new("iperf3").args(["-s", "-1", "-p", port]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok()?;
+    let mut server = Command::new("iperf3")
+        .args(["-s", "-1", "-p", port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("iperf3 is not installed or cannot start ({e}); apt-get install -y iperf3"))?;
     std::thread::sleep(Duration::from_millis(300));
-    let out = Command::new("iperf3").args(["-c", "127.0.0.1", "-p", port, "-t", "3", "-J"]).output().ok();
-    let _ = wait_child(&mut server, Duration::from_secs(5)) || server.kill().is_ok();
-    let text = String::from_utf8(out?.stdout).ok()?;
+    let out = Command::new("iperf3").args(["-c", "127.0.0.1", "-p", port, "-t", "3", "-J"]).output();
+    if !wait_child(&mut server, Duration::from_secs(5)) {
+        let _ = server.kill(); // our own child, by handle
+        let _ = server.wait();
+    }
+    let out = out.map_err(|e| format!("iperf3 client: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
     // "sum_received": { ... "bits_per_second": N ... }
-    let at = text.find("\"sum_received\"")?;
-    let rest = &text[at..];
-    let b = rest.find("\"bits_per_second\"")?;
-    let num: String = rest[b + 17..].chars().skip_while(|c| !c.is_ascii_digit()).take_while(|c| c.is_ascii_digit() || *c == '.' || *c == 'e' || *c == '+').collect();
-    num.parse::<f64>().ok().map(|bps| bps / 8e6)
+    let parse = || {
+        let rest = &text[text.find("\"sum_received\"")?..];
+        let b = rest.find("\"bits_per_second\"")?;
+        let num: String = rest[b + 17..]
+            .chars()
+            .skip_while(|c| !c.is_ascii_digit())
+            .take_while(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+'))
+            .collect();
+        num.parse::<f64>().ok()
+    };
+    parse().map(|bps| bps / 8e6).ok_or_else(|| format!("could not read iperf3's result (exit {})", out.status))
 }
