@@ -755,6 +755,7 @@ impl Engine {
         self.qp_uses(h, false);
         let q = self.qps.remove(h).expect("checked above");
         self.qpns.remove(&q.ctl.qpn());
+        self.dev.retired.add(&q.dp.counters);
         Ok(())
     }
 

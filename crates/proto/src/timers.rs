@@ -1,6 +1,8 @@
-//! IBA timer and acknowledgement encodings: the local ACK timeout, the RNR NAK
-//! timer table, the AETH syndrome byte, the end-to-end credit table, and what
-//! a requester does with each AETH (which NAK ends a WQE with which status).
+//! IBA timer and acknowledgement rules: the local ACK timeout, the RNR NAK
+//! timer table, and what a requester does with each AETH syndrome (which NAK
+//! ends a WQE with which status). The syndrome byte itself and the credit
+//! table are `wire::aeth`'s ([`Syndrome`], [`NakCode`]); this module adds the
+//! requester's side of them.
 //!
 //! This module owns numbers only; no clocks (time is nanoseconds passed in by
 //! the engine's caller). Promises: each table equals the spec table it cites
@@ -11,6 +13,7 @@
 
 use crate::error::RangeError;
 use crate::wc::WcStatus;
+pub use wire::aeth::{NakCode, Syndrome};
 
 /// The local ACK timeout unit: 4.096 µs (spec rc-reliability.md §1.3).
 pub const ACK_TIMEOUT_UNIT_NS: u64 = 4096;
@@ -56,78 +59,6 @@ pub fn rnr_timer_us(code: u8) -> Result<u32, RangeError> {
 /// The RNR wait for timer `code` in nanoseconds.
 pub fn rnr_timer_ns(code: u8) -> Result<u64, RangeError> {
     rnr_timer_us(code).map(|us| u64::from(us) * 1000)
-}
-
-/// End-to-end credit code (ACK syndrome bits 4..0) → credits, codes 0..=30;
-/// code 31 = no credit limit (spec roce-wire.md §5.1; rdmavt `credit_table`).
-pub const CREDIT_COUNT: [u32; 31] = [
-    0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
-    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
-];
-
-/// The credit code that means "no end-to-end credit limit" (rxe always sends it;
-/// QPs on an SRQ must, spec roce-wire.md §5.1).
-pub const CREDIT_UNLIMITED: u8 = 31;
-
-/// The AETH syndrome byte, decoded (spec roce-wire.md §5.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Syndrome {
-    /// Bits 6..5 = 00: ACK with a credit code (0..=31).
-    Ack {
-        /// Credit code; 31 = unlimited.
-        credit_code: u8,
-    },
-    /// Bits 6..5 = 01: RNR NAK with an RNR timer code (0..=31).
-    RnrNak {
-        /// Timer code, see [`RNR_TIMER_US`].
-        timer_code: u8,
-    },
-    /// Bits 6..5 = 11: NAK with a code (0..=4 defined, 5..=31 reserved).
-    Nak {
-        /// NAK code, see [`NAK_RULES`].
-        code: u8,
-    },
-    /// Bits 6..5 = 10, or the reserved bit 7 set: the whole byte.
-    Reserved(u8),
-}
-
-impl Syndrome {
-    /// Decodes a syndrome byte. Bit 7 is reserved (0); a byte with it set is
-    /// [`Syndrome::Reserved`], as rxe's type mask 0xE0 also treats it.
-    pub fn decode(byte: u8) -> Syndrome {
-        let low = byte & 0x1f;
-        match byte >> 5 {
-            0b000 => Syndrome::Ack { credit_code: low },
-            0b001 => Syndrome::RnrNak { timer_code: low },
-            0b011 => Syndrome::Nak { code: low },
-            _ => Syndrome::Reserved(byte),
-        }
-    }
-
-    /// The syndrome byte. Only the low five bits of a code are used.
-    pub fn encode(self) -> u8 {
-        match self {
-            Syndrome::Ack { credit_code } => credit_code & 0x1f,
-            Syndrome::RnrNak { timer_code } => 0x20 | (timer_code & 0x1f),
-            Syndrome::Nak { code } => 0x60 | (code & 0x1f),
-            Syndrome::Reserved(b) => b,
-        }
-    }
-}
-
-/// The NAK codes IBA defines (AETH bits 6..5 = 11).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NakCode {
-    /// 0: PSN sequence error.
-    PsnSequenceError,
-    /// 1: invalid request.
-    InvalidRequest,
-    /// 2: remote access error.
-    RemoteAccessError,
-    /// 3: remote operational error.
-    RemoteOperationalError,
-    /// 4: invalid RD request (RD only).
-    InvalidRdRequest,
 }
 
 /// What the requester does with a NAK for its oldest outstanding WQE.
@@ -218,28 +149,24 @@ pub enum AethAction {
     },
     /// A NAK with a defined code.
     Nak(NakRule),
-    /// A reserved syndrome: ignore the packet (hfi1 ignores AETH type 10).
-    Ignore,
 }
 
-/// The defined NAK rule for `code`; reserved codes 5..=31 map to code 3's rule
-/// (remote operational error), as rxe does for any unknown NAK code.
-pub fn nak_rule(code: u8) -> NakRule {
-    let i = usize::from(code).min(NAK_RULES.len());
-    NAK_RULES.get(i).copied().unwrap_or(NAK_RULES[3])
+/// The rule for NAK `code`. (Reserved syndromes never get here: `wire`
+/// rejects an AETH carrying one, and the packet is dropped as malformed.)
+pub fn nak_rule(code: NakCode) -> NakRule {
+    NAK_RULES[code as usize]
 }
 
-/// Classifies a received AETH syndrome byte for the requester.
-pub fn aeth_action(byte: u8) -> AethAction {
-    match Syndrome::decode(byte) {
+/// Classifies a received AETH syndrome for the requester.
+pub fn aeth_action(s: Syndrome) -> AethAction {
+    match s {
         Syndrome::Ack { credit_code } => AethAction::Ack {
-            credits: CREDIT_COUNT.get(usize::from(credit_code)).copied(),
+            credits: wire::aeth::credit_count(credit_code).map(u32::from),
         },
         Syndrome::RnrNak { timer_code } => AethAction::RnrWait {
             delay_us: RNR_TIMER_US[usize::from(timer_code & 0x1f)],
         },
-        Syndrome::Nak { code } => AethAction::Nak(nak_rule(code)),
-        Syndrome::Reserved(_) => AethAction::Ignore,
+        Syndrome::Nak(code) => AethAction::Nak(nak_rule(code)),
     }
 }
 
@@ -341,31 +268,30 @@ mod tests {
             if name.starts_with("reserved") || code > 4 {
                 continue;
             }
-            assert_eq!(nak_rule(code).name, name.split(';').next().unwrap_or(name));
+            assert_eq!(rule_for(code).name, name.split(';').next().unwrap_or(name));
         }
         assert!(
             WIRE.contains("ACK 0x00–0x1F")
                 && WIRE.contains("RNR NAK 0x20–0x3F")
                 && WIRE.contains("NAK 0x60–0x64")
         );
-        assert_eq!(Syndrome::Ack { credit_code: 31 }.encode(), 0x1f);
-        assert_eq!(Syndrome::RnrNak { timer_code: 0 }.encode(), 0x20);
-        assert_eq!(Syndrome::RnrNak { timer_code: 31 }.encode(), 0x3f);
+        // The rules are indexed by wire's NAK code and carry its syndrome byte.
         for (i, r) in NAK_RULES.iter().enumerate() {
-            assert_eq!(Syndrome::Nak { code: i as u8 }.encode(), r.syndrome);
-            assert_eq!(
-                Syndrome::decode(r.syndrome),
-                Syndrome::Nak { code: i as u8 }
-            );
+            assert_eq!(r.code as usize, i);
+            assert_eq!(Syndrome::Nak(r.code).to_byte(), r.syndrome);
+            assert_eq!(Syndrome::from_byte(r.syndrome), Some(Syndrome::Nak(r.code)));
         }
-        for b in 0..=255u8 {
-            let s = Syndrome::decode(b);
-            assert_eq!(s.encode(), b, "{b:#x} round trip");
-            assert_eq!(
-                matches!(s, Syndrome::Reserved(_)),
-                b & 0x80 != 0 || b >> 5 == 0b010
-            );
+    }
+
+    fn rule_for(code: u8) -> NakRule {
+        match Syndrome::from_byte(0x60 | code) {
+            Some(Syndrome::Nak(c)) => nak_rule(c),
+            other => panic!("NAK code {code}: {other:?}"),
         }
+    }
+
+    fn action_of(byte: u8) -> AethAction {
+        aeth_action(Syndrome::from_byte(byte).expect("a defined syndrome"))
     }
 
     /// roce-wire.md §5.1: "Credit code → number of credits: 0→0, 1→1, ..., 30→32768".
@@ -378,14 +304,14 @@ mod tests {
         for item in list.split(',') {
             let (code, credits) = item.trim().split_once('→').expect("arrow");
             assert_eq!(
-                CREDIT_COUNT[code.parse::<usize>().expect("code")],
-                credits.trim().parse::<u32>().expect("n")
+                wire::aeth::CREDIT_TABLE[code.parse::<usize>().expect("code")],
+                credits.trim().parse::<u16>().expect("n")
             );
             n += 1;
         }
         assert_eq!(n, 31);
-        assert_eq!(aeth_action(0x1f), AethAction::Ack { credits: None });
-        assert_eq!(aeth_action(0x05), AethAction::Ack { credits: Some(6) });
+        assert_eq!(action_of(0x1f), AethAction::Ack { credits: None });
+        assert_eq!(action_of(0x05), AethAction::Ack { credits: Some(6) });
     }
 
     /// rc-reliability.md §2: each "NAK ... (0x6N)" row names our status (or a resend).
@@ -409,13 +335,14 @@ mod tests {
                     assert!(action.contains(s.name()), "{:#x}: {action}", syndrome)
                 }
             }
-            assert_eq!(aeth_action(syndrome), AethAction::Nak(*rule));
+            assert_eq!(action_of(syndrome), AethAction::Nak(*rule));
             n += 1;
         }
         assert_eq!(n, NAK_RULES.len());
-        assert_eq!(nak_rule(17).action, NakAction::Fail(WcStatus::RemOpErr));
-        assert_eq!(aeth_action(0x40), AethAction::Ignore);
-        assert_eq!(aeth_action(0x3d), AethAction::RnrWait { delay_us: 245_760 });
+        // Reserved syndromes (class 10, NAK codes 5..31) never reach the completer.
+        assert_eq!(Syndrome::from_byte(0x40), None);
+        assert_eq!(Syndrome::from_byte(0x71), None);
+        assert_eq!(action_of(0x3d), AethAction::RnrWait { delay_us: 245_760 });
     }
 
     /// rc-reliability.md §5: the two exhaustion statuses.

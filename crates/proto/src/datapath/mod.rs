@@ -86,23 +86,69 @@ pub struct Transmit {
     pub len: usize,
 }
 
-/// Device-wide counters.
+/// Device-wide counters. The `drop_*` fields count datagrams the device
+/// dropped before any QP saw them (roce-wire.md §7, in the order the checks
+/// run); `qps` sums the counters of every QP the device has had, destroyed
+/// ones included.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeviceCounters {
     /// Datagrams handed to the driver.
     pub packets_sent: u64,
     /// Datagrams received.
     pub packets_received: u64,
-    /// Dropped: not a valid transport packet.
+    /// UDP payload bytes handed to the driver.
+    pub bytes_sent: u64,
+    /// UDP payload bytes received.
+    pub bytes_received: u64,
+    /// Dropped: not a valid transport packet (bad header, unknown or reserved
+    /// opcode, lengths that do not add up).
     pub drop_malformed: u64,
-    /// Dropped: ICRC mismatch.
+    /// Dropped: ICRC mismatch (corrupted on the way).
     pub drop_icrc: u64,
     /// Dropped: no QP with that number.
     pub drop_no_qp: u64,
-    /// Dropped: QP state, type, address or P_Key do not accept it.
+    /// Dropped: the QP does not accept this packet (the sum of the four
+    /// reasons below).
     pub drop_not_accepted: u64,
-    /// Dropped by a QP (see the QP's counters).
+    /// Dropped: the opcode's transport (RC/UC/UD) is not the QP's type.
+    pub drop_wrong_transport: u64,
+    /// Dropped: the QP's state does not take this packet (requests need
+    /// RTR/RTS/SQD/SQE, responses RTS/SQD).
+    pub drop_qp_state: u64,
+    /// Dropped: a connected QP got a packet from an address that is not its peer's.
+    pub drop_wrong_peer: u64,
+    /// Dropped: P_Key mismatch.
+    pub drop_pkey: u64,
+    /// Dropped by a QP (see the `drop_*` counters of the QPs).
     pub drop_by_qp: u64,
+    /// The sum of all QPs' counters (retransmissions, timeouts, NAKs,
+    /// duplicates, per-QP drops).
+    pub qps: crate::qp::data::QpCounters,
+}
+
+impl DeviceCounters {
+    /// Field-wise sum (totals over several devices).
+    pub fn add(&mut self, o: &DeviceCounters) {
+        macro_rules! sum {
+            ($($f:ident),+) => { $(self.$f += o.$f;)+ };
+        }
+        sum!(
+            packets_sent,
+            packets_received,
+            bytes_sent,
+            bytes_received,
+            drop_malformed,
+            drop_icrc,
+            drop_no_qp,
+            drop_not_accepted,
+            drop_wrong_transport,
+            drop_qp_state,
+            drop_wrong_peer,
+            drop_pkey,
+            drop_by_qp
+        );
+        self.qps.add(&o.qps);
+    }
 }
 
 /// Device-wide data-path state.
@@ -118,6 +164,8 @@ pub struct DeviceData {
     pub(crate) scratch: Vec<u8>,
     /// Counters.
     pub(crate) counters: DeviceCounters,
+    /// Counters of destroyed QPs.
+    pub(crate) retired: crate::qp::data::QpCounters,
 }
 
 impl Default for DeviceData {
@@ -128,6 +176,7 @@ impl Default for DeviceData {
             local_port: ROCE_PORT,
             scratch: vec![0; 4096],
             counters: DeviceCounters::default(),
+            retired: Default::default(),
         }
     }
 }
@@ -138,9 +187,14 @@ impl crate::Engine {
         self.dev.local_port = port;
     }
 
-    /// Device counters.
+    /// Device counters, with the sum of every QP's counters.
     pub fn counters(&self) -> DeviceCounters {
-        self.dev.counters
+        let mut c = self.dev.counters;
+        c.qps = self.dev.retired;
+        for (_, q) in self.qps.iter() {
+            c.qps.add(&q.dp.counters);
+        }
+        c
     }
 
     /// A QP's counters.

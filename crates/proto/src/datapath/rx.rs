@@ -5,7 +5,7 @@ use super::{AsyncEventKind, Event, EventElement};
 use crate::engine::QpHandle;
 use crate::memory::Memory;
 use crate::qp::completer::{CompEffects, CompEnv};
-use crate::qp::responder::{Incoming, RespEffects};
+use crate::qp::responder::{Drop, Incoming, RespEffects};
 use crate::types::{QpState, QpType};
 use crate::Engine;
 use std::net::{IpAddr, SocketAddr};
@@ -26,6 +26,7 @@ impl Engine {
         mem: &dyn Memory,
     ) {
         self.dev.counters.packets_received += 1;
+        self.dev.counters.bytes_received += payload.len() as u64;
         let Ok(repr) = TransportRepr::parse(payload) else {
             self.dev.counters.drop_malformed += 1;
             return;
@@ -76,11 +77,21 @@ impl Engine {
             || (a.ah_attr.grh.dgid.ip() == src
                 && super::tx::gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
         let pkey_ok = repr.bth.pkey.matches(wire::PKey::DEFAULT);
-        if repr.opcode().transport() != want || !ready || !peer_ok || !pkey_ok {
-            self.dev.counters.drop_not_accepted += 1;
-            return None;
-        }
-        Some(h)
+        let c = &mut self.dev.counters;
+        let reason = if repr.opcode().transport() != want {
+            &mut c.drop_wrong_transport
+        } else if !ready {
+            &mut c.drop_qp_state
+        } else if !peer_ok {
+            &mut c.drop_wrong_peer
+        } else if !pkey_ok {
+            &mut c.drop_pkey
+        } else {
+            return Some(h);
+        };
+        *reason += 1;
+        c.drop_not_accepted += 1;
+        None
     }
 
     fn on_request(
@@ -121,16 +132,13 @@ impl Engine {
     fn apply_responder(&mut self, h: QpHandle, fx: RespEffects) {
         let Some(q) = self.qps.get_mut(h) else { return };
         let (cq, srq) = (q.recv_cq, q.srq);
-        if let Some(d) = fx.dropped {
-            use crate::qp::responder::Drop;
-            match d {
-                Drop::Duplicate => q.dp.counters.duplicates += 1,
-                Drop::NoWqe if q.ctl.qp_type() == QpType::Rc => q.dp.counters.rnr_naks_sent += 1,
-                _ => {
-                    q.dp.counters.dropped += 1;
-                    self.dev.counters.drop_by_qp += 1;
-                }
-            }
+        count_responder(&mut q.dp.counters, &fx, q.ctl.qp_type());
+        if fx
+            .dropped
+            .is_some_and(|d| !d.is_duplicate() && d != Drop::NoWqe)
+            || (fx.dropped == Some(Drop::NoWqe) && q.ctl.qp_type() != QpType::Rc)
+        {
+            self.dev.counters.drop_by_qp += 1;
         }
         if q.dp.resp.has_output() {
             self.schedule(h);
@@ -201,12 +209,16 @@ impl Engine {
         let c = &mut q.dp.counters;
         c.rnr_naks_received += u64::from(fx.rnr_nak);
         c.seq_naks_received += u64::from(fx.seq_nak);
-        c.duplicates += u64::from(fx.ignored);
+        c.error_naks_received += u64::from(fx.error_nak);
+        c.stale_responses += u64::from(fx.ignored);
+        c.implied_naks += u64::from(fx.implied_nak);
+        c.retransmit_rounds += u64::from(fx.implied_nak && !fx.fatal);
         if fx.progress {
             // Forward progress restores both budgets (rxe reset_retry_counters).
             let a = q.ctl.attr();
             q.dp.req.retry_left = a.retry_cnt;
             q.dp.req.rnr_left = a.rnr_retry;
+            q.dp.req.retrying = None;
             let outstanding = q.dp.req.una != q.dp.req.next_psn;
             let timeout = crate::timers::local_ack_timeout_ns(a.timeout)
                 .ok()
@@ -221,7 +233,7 @@ impl Engine {
             // hfi1: the ACK timer stops while an RNR wait runs (rc-reliability.md §1.4).
             q.dp.rnr_until = Some(now + wait);
             q.dp.ack_deadline = None;
-            c.retransmit_rounds += 1;
+            q.dp.counters.retransmit_rounds += 1;
         }
         if fx.seq_nak {
             q.dp.counters.retransmit_rounds += 1;
@@ -236,6 +248,34 @@ impl Engine {
             self.schedule(h);
             self.check_drained(h);
         }
+    }
+}
+
+/// Counts what the responder did with one request packet.
+fn count_responder(c: &mut crate::qp::data::QpCounters, fx: &RespEffects, t: QpType) {
+    use wire::aeth::NakCode;
+    match fx.nak_sent {
+        Some(NakCode::PsnSequenceError) => c.seq_naks_sent += 1,
+        Some(_) => c.error_naks_sent += 1,
+        None => {}
+    }
+    let Some(d) = fx.dropped else { return };
+    let field = match d {
+        Drop::DupAcked => &mut c.dup_acked,
+        Drop::DupRead => &mut c.dup_reads_answered,
+        Drop::DupAtomic => &mut c.dup_atomics_answered,
+        Drop::DupDropped => &mut c.dup_dropped,
+        Drop::NoWqe if t == QpType::Rc => &mut c.rnr_naks_sent,
+        Drop::NoWqe => &mut c.drop_no_recv_wqe,
+        Drop::Sequence => &mut c.drop_sequence,
+        Drop::Qkey => &mut c.drop_qkey,
+        Drop::Unreliable => &mut c.drop_invalid,
+    };
+    *field += 1;
+    if d.is_duplicate() {
+        c.duplicates += 1;
+    } else if d != Drop::NoWqe || t != QpType::Rc {
+        c.dropped += 1;
     }
 }
 

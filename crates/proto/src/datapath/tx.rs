@@ -41,6 +41,7 @@ impl Engine {
             if let Some(t) = self.transmit_from(h, now, mem, buf) {
                 self.schedule(h);
                 self.dev.counters.packets_sent += 1;
+                self.dev.counters.bytes_sent += t.len as u64;
                 return Some(t);
             }
         }
@@ -152,6 +153,7 @@ impl Engine {
         };
         q.dp.counters.packets_sent += 1;
         q.dp.counters.bytes_sent += n as u64;
+        q.dp.counters.retransmitted_packets += u64::from(pkt.retransmit);
         let src = gid_ip(&self.info.gids, sgid);
         let out = emit(
             &pkt.repr,
@@ -279,6 +281,7 @@ impl Engine {
             return;
         }
         q.dp.req.retry_left -= 1;
+        q.dp.req.retrying = None;
         q.dp.counters.retransmit_rounds += 1;
         let (una, mtu) = (q.dp.req.una, path_mtu(q.ctl.attr().path_mtu));
         q.dp.req.rewind(&mut q.dp.sq, una, mtu);

@@ -51,6 +51,10 @@ pub struct CompEffects {
     pub rnr_nak: bool,
     /// A PSN-sequence NAK arrived.
     pub seq_nak: bool,
+    /// An ACK implied that a READ/atomic response was lost (retry round started).
+    pub implied_nak: bool,
+    /// A fatal NAK (invalid request, remote access, remote operational) arrived.
+    pub error_nak: bool,
 }
 
 impl Requester {
@@ -70,11 +74,20 @@ impl Requester {
             fx.ignored = true;
             return;
         }
+        let before = self.una;
         match repr.bth.opcode.operation() {
             Operation::Ack => self.on_ack(sq, env, repr, fx),
             Operation::ReadResponse => self.on_read_response(sq, env, repr, payload, fx),
             Operation::AtomicAck => self.on_atomic_ack(sq, env, repr, fx),
             _ => fx.ignored = true,
+        }
+        // Anything newly acknowledged is forward progress: the ACK timer restarts
+        // and the budgets are restored — also when a sequence NAK acknowledges
+        // the PSNs before it (hfi1 restores both counters after a NAK, §1.3).
+        // An RNR NAK does not restore the RNR budget (§1.4), and its wait stops
+        // the ACK timer anyway.
+        if self.una != before && !fx.rnr_nak {
+            fx.progress = true;
         }
         self.retire(sq, env, fx);
         if !fx.fatal {
@@ -93,11 +106,8 @@ impl Requester {
         let Some(aeth) = repr.aeth else {
             return fx.ignored = true;
         };
-        match aeth_action(aeth.syndrome.to_byte()) {
-            AethAction::Ack { .. } => {
-                self.acknowledge(sq, env, q.next(), fx);
-                fx.progress = true;
-            }
+        match aeth_action(aeth.syndrome) {
+            AethAction::Ack { .. } => self.acknowledge(sq, env, q.next(), fx),
             AethAction::RnrWait { delay_us } => {
                 // Every NAK acknowledges the PSNs before it (§1.4).
                 self.acknowledge(sq, env, q, fx);
@@ -121,11 +131,11 @@ impl Requester {
                         self.rewind(sq, q, env.mtu);
                     }
                     (_, NakAction::Fail(status)) | (_, NakAction::Retry { exhausted: status }) => {
+                        fx.error_nak = true;
                         self.fail_wqe(sq, env, status, fx)
                     }
                 }
             }
-            AethAction::Ignore => fx.ignored = true,
         }
     }
 
@@ -139,6 +149,7 @@ impl Requester {
         upto: Psn,
         fx: &mut CompEffects,
     ) {
+        let mut upto = upto;
         for w in sq.wqes.iter_mut() {
             if w.npsn == 0 || w.done {
                 if w.npsn == 0 {
@@ -146,9 +157,23 @@ impl Requester {
                 }
                 continue;
             }
+            // Every PSN before `upto` reached the responder, so a WQE ending
+            // before it was fully sent once, even if a rewind since then reset
+            // its packet count for a resend.
             let ends_before =
                 w.last_psn().next().offset_from(self.una) <= upto.offset_from(self.una);
-            if !ends_before || w.sent_pkts < w.request_packets(env.mtu) {
+            if !ends_before {
+                // Inside an unanswered READ/atomic only its own responses
+                // acknowledge anything: a later response packet of the same READ
+                // does not make the missing earlier ones arrive.
+                if w.is_rd_atomic() {
+                    let resume = w
+                        .first_psn
+                        .wrapping_add((w.read_done / u64::from(env.mtu)) as u32);
+                    if resume.offset_from(self.una) < upto.offset_from(self.una) {
+                        upto = resume;
+                    }
+                }
                 break;
             }
             if w.is_rd_atomic() {
@@ -156,15 +181,37 @@ impl Requester {
                     .first_psn
                     .wrapping_add((w.read_done / u64::from(env.mtu)) as u32);
                 self.una = from;
-                self.rewind(sq, from, env.mtu);
-                return;
+                return self.implied_nak(sq, env, from, fx);
             }
             w.done = true;
         }
         if upto.offset_from(self.una) <= self.next_psn.offset_from(self.una) {
             self.una = upto;
         }
-        let _ = fx;
+    }
+
+    /// An acknowledgement beyond an unanswered READ/atomic: its response was
+    /// lost. Resend from it, counted against `retry_cnt` like an ACK timeout
+    /// (rc-reliability.md §1.3, §2; rxe `check_psn`, hfi1 `do_rc_ack`), at most
+    /// once per retry round: the ACKs of the packets already in flight behind
+    /// it say the same thing again and must not spend the budget.
+    fn implied_nak(
+        &mut self,
+        sq: &mut SendQueue,
+        env: &CompEnv<'_>,
+        from: Psn,
+        fx: &mut CompEffects,
+    ) {
+        if self.retrying == Some(from) {
+            return;
+        }
+        fx.implied_nak = true;
+        if self.retry_left == 0 {
+            return self.fail_wqe(sq, env, WcStatus::RetryExcErr, fx);
+        }
+        self.retry_left -= 1;
+        self.retrying = Some(from);
+        self.rewind(sq, from, env.mtu);
     }
 
     fn on_read_response(
@@ -183,7 +230,13 @@ impl Requester {
         let mtu = u64::from(env.mtu);
         let w = &sq.wqes[i];
         let expected = w.first_psn.wrapping_add((w.read_done / mtu) as u32);
-        if w.opcode != WrOpcode::RdmaRead || q.offset_from(w.first_psn) >= w.npsn {
+        if q.offset_from(w.first_psn) >= w.npsn {
+            // A response for a later WQE: an earlier READ/atomic's response was
+            // lost and `acknowledge` started the retry from it. This one will
+            // come again after the resend.
+            return fx.ignored = true;
+        }
+        if w.opcode != WrOpcode::RdmaRead {
             return self.fail_wqe(sq, env, WcStatus::BadRespErr, fx);
         }
         if q != expected {
@@ -235,7 +288,11 @@ impl Requester {
             return fx.ignored = true;
         };
         let w = &sq.wqes[i];
-        if !w.opcode.is_atomic() || w.first_psn != q {
+        if w.first_psn != q {
+            // For a later WQE, after an implied NAK (as for READ responses).
+            return fx.ignored = true;
+        }
+        if !w.opcode.is_atomic() {
             return self.fail_wqe(sq, env, WcStatus::BadRespErr, fx);
         }
         let Some(ack) = repr.atomic_ack_eth else {

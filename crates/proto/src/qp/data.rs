@@ -5,33 +5,103 @@ use super::requester::Requester;
 use super::responder::Responder;
 use super::wqe::{RecvQueue, SendQueue};
 
-/// Per-QP counters, readable through the API.
+/// Per-QP counters, readable through the API. All count since the QP was
+/// created (a move to RESET keeps them). Requester-side counters are about the
+/// requests this QP sends and the responses it gets; responder-side ones about
+/// the requests it receives.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QpCounters {
-    /// Packets sent (requests and responses).
+    /// Packets sent (requests and responses, retransmissions included).
     pub packets_sent: u64,
-    /// Packets received and accepted for this QP.
+    /// Packets received and accepted for this QP (before the QP's own checks).
     pub packets_received: u64,
     /// Payload bytes sent.
     pub bytes_sent: u64,
     /// Payload bytes received.
     pub bytes_received: u64,
-    /// Go-back-N rounds (timeouts, sequence NAKs, RNR waits, implied NAKs).
+    /// Requester: request packets sent again by go-back-N (each resent packet).
+    pub retransmitted_packets: u64,
+    /// Requester: go-back-N rounds started (ACK timeouts with budget left,
+    /// sequence NAKs, RNR NAKs, implied NAKs).
     pub retransmit_rounds: u64,
-    /// Local ACK timeouts that fired.
+    /// Requester: local ACK timeouts that fired with PSNs outstanding.
     pub timeouts: u64,
-    /// RNR NAKs sent by the responder.
+    /// Requester: ACKs beyond an unanswered READ/atomic (its response was lost)
+    /// that started a retry round.
+    pub implied_naks: u64,
+    /// Responder: RNR NAKs sent (no receive WQE).
     pub rnr_naks_sent: u64,
-    /// RNR NAKs received by the requester.
+    /// Requester: RNR NAKs received.
     pub rnr_naks_received: u64,
-    /// PSN-sequence NAKs sent.
+    /// Responder: PSN-sequence-error NAKs sent.
     pub seq_naks_sent: u64,
-    /// PSN-sequence NAKs received.
+    /// Requester: PSN-sequence-error NAKs received.
     pub seq_naks_received: u64,
-    /// Duplicate requests seen by the responder.
+    /// Responder: fatal NAKs sent (invalid request, remote access, remote operational).
+    pub error_naks_sent: u64,
+    /// Requester: fatal NAKs received.
+    pub error_naks_received: u64,
+    /// Responder: duplicate requests received (the sum of the four kinds below).
     pub duplicates: u64,
-    /// Packets dropped by this QP (sequence, Q_Key, no WQE on UC/UD, errors).
+    /// Responder: duplicate SEND/WRITE packets, re-ACKed, not executed again.
+    pub dup_acked: u64,
+    /// Responder: duplicate READ requests answered again from memory.
+    pub dup_reads_answered: u64,
+    /// Responder: duplicate atomics answered from the saved original value.
+    pub dup_atomics_answered: u64,
+    /// Responder: duplicate READ/atomic requests with no matching saved
+    /// resource, dropped.
+    pub dup_dropped: u64,
+    /// Requester: responses ignored (stale or duplicate ACKs, responses for PSNs
+    /// not outstanding, out-of-order READ response packets).
+    pub stale_responses: u64,
+    /// Packets this QP dropped (the sum of the `drop_*` reasons below).
     pub dropped: u64,
+    /// Dropped: PSN out of sequence after the one NAK (RC), or a UC sequence break.
+    pub drop_sequence: u64,
+    /// Dropped: Q_Key mismatch (UD).
+    pub drop_qkey: u64,
+    /// Dropped: no receive WQE on UC/UD (RC answers with an RNR NAK instead).
+    pub drop_no_recv_wqe: u64,
+    /// Dropped: a UC/UD request IBA answers with a silent drop (bad opcode for
+    /// the state, length, access, receive buffer too small).
+    pub drop_invalid: u64,
+}
+
+impl QpCounters {
+    /// Field-wise sum (device totals).
+    pub fn add(&mut self, o: &QpCounters) {
+        macro_rules! sum {
+            ($($f:ident),+) => { $(self.$f += o.$f;)+ };
+        }
+        sum!(
+            packets_sent,
+            packets_received,
+            bytes_sent,
+            bytes_received,
+            retransmitted_packets,
+            retransmit_rounds,
+            timeouts,
+            implied_naks,
+            rnr_naks_sent,
+            rnr_naks_received,
+            seq_naks_sent,
+            seq_naks_received,
+            error_naks_sent,
+            error_naks_received,
+            duplicates,
+            dup_acked,
+            dup_reads_answered,
+            dup_atomics_answered,
+            dup_dropped,
+            stale_responses,
+            dropped,
+            drop_sequence,
+            drop_qkey,
+            drop_no_recv_wqe,
+            drop_invalid
+        );
+    }
 }
 
 /// Queues, transport state and timers of one QP.

@@ -45,6 +45,8 @@ pub struct ReqPacket {
     pub index: usize,
     /// True if this is the last request packet of the WQE.
     pub last: bool,
+    /// True if this PSN was sent before (go-back-N).
+    pub retransmit: bool,
 }
 
 /// Send-side transport state of one QP.
@@ -62,6 +64,12 @@ pub struct Requester {
     pub rnr_left: u8,
     /// Packets sent since the last AckReq.
     pub since_ack_req: u32,
+    /// One past the highest PSN ever sent (a READ counts its whole reserved
+    /// range): a request packet before it is a retransmission.
+    pub high_psn: Psn,
+    /// An implied-NAK retry from this PSN is under way (cleared by progress
+    /// and by an ACK timeout), so further implied NAKs for it are not counted.
+    pub retrying: Option<Psn>,
 }
 
 /// What the requester needs to know about its QP to build a packet.
@@ -89,6 +97,7 @@ impl Requester {
         *self = Requester {
             next_psn: Psn::from_masked(sq_psn),
             una: Psn::from_masked(sq_psn),
+            high_psn: Psn::from_masked(sq_psn),
             retry_left: retry_cnt,
             rnr_left: rnr_retry,
             ..Requester::default()
@@ -114,7 +123,17 @@ impl Requester {
         if reliable && psn.offset_from(self.una) >= WINDOW_PSNS {
             return None;
         }
-        let pkt = self.build(wqe, index, psn, env);
+        let mut pkt = self.build(wqe, index, psn, env);
+        let una = self.una;
+        pkt.retransmit = psn.offset_from(una) < self.high_psn.offset_from(una);
+        let end = if wqe.opcode == WrOpcode::RdmaRead {
+            wqe.first_psn.wrapping_add(wqe.npsn)
+        } else {
+            psn.next()
+        };
+        if end.offset_from(una) > self.high_psn.offset_from(una) {
+            self.high_psn = end;
+        }
         wqe.sent_pkts += 1;
         if pkt.last {
             sq.next += 1;
@@ -164,6 +183,7 @@ impl Requester {
             payload,
             index,
             last,
+            retransmit: false,
         }
     }
 
@@ -229,8 +249,9 @@ impl Requester {
         }
     }
 
-    /// Go-back-N: resend everything from PSN `from` on (RC). WQEs before it stay
-    /// sent; the one containing it resumes at that packet; later ones restart.
+    /// Go-back-N: resend everything from PSN `from` on (RC). WQEs before it keep
+    /// their state; the one containing it resumes at that packet; later ones
+    /// restart.
     pub fn rewind(&mut self, sq: &mut SendQueue, from: Psn, mtu: u32) {
         let mut found = None;
         for (i, w) in sq.wqes.iter_mut().enumerate() {
@@ -253,8 +274,11 @@ impl Requester {
                 w.read_done = 0;
             }
         }
+        // Never forward: a WQE before `found` may still wait for its resend
+        // from an earlier rewind (e.g. an implied NAK, then an RNR NAK for a
+        // later PSN).
         if let Some(i) = found {
-            sq.next = i;
+            sq.next = sq.next.min(i);
         }
         self.since_ack_req = 0;
     }

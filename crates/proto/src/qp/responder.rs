@@ -74,6 +74,8 @@ pub struct RespEffects {
     pub took_wqe: bool,
     /// Counted drops, by reason.
     pub dropped: Option<Drop>,
+    /// A PSN-sequence or fatal NAK was queued (RNR NAKs: [`Drop::NoWqe`] on RC).
+    pub nak_sent: Option<NakCode>,
 }
 
 /// Why the QP goes to ERR, for the async event.
@@ -90,16 +92,32 @@ pub enum Fatal {
 /// Why a packet was dropped without an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Drop {
-    /// Out-of-sequence packet after the sequence NAK, or a stale duplicate.
+    /// Out-of-sequence packet after the sequence NAK, or a UC sequence break.
     Sequence,
-    /// Duplicate answered or ignored.
-    Duplicate,
+    /// Duplicate SEND/WRITE packet: re-ACKed, not executed.
+    DupAcked,
+    /// Duplicate READ request: answered again.
+    DupRead,
+    /// Duplicate atomic: answered from the saved value.
+    DupAtomic,
+    /// Duplicate READ/atomic with no matching saved resource: dropped.
+    DupDropped,
     /// No receive WQE (RC: RNR NAK sent; UC/UD: silent).
     NoWqe,
     /// Q_Key mismatch (UD).
     Qkey,
     /// A UC/UD error that IBA answers with a silent drop.
     Unreliable,
+}
+
+impl Drop {
+    /// A duplicate request (answered or not), rather than a drop.
+    pub fn is_duplicate(self) -> bool {
+        matches!(
+            self,
+            Drop::DupAcked | Drop::DupRead | Drop::DupAtomic | Drop::DupDropped
+        )
+    }
 }
 
 /// One response waiting to go out.
@@ -266,6 +284,7 @@ impl Responder {
             psn: nak_psn,
             syndrome: Syndrome::Nak(nak),
         });
+        fx.nak_sent = Some(nak);
         if let Some(f) = fatal {
             fx.fatal = Some(f);
             let status = match why {
@@ -440,7 +459,7 @@ impl Responder {
     /// rc-reliability.md §3.3: duplicates are answered, never re-executed.
     fn duplicate(&mut self, env: &RespEnv<'_>, repr: &TransportRepr, fx: &mut RespEffects) {
         let q = repr.bth.psn;
-        fx.dropped = Some(Drop::Duplicate);
+        fx.dropped = Some(Drop::DupDropped);
         match repr.bth.opcode.operation() {
             Operation::ReadRequest => {
                 let Some(reth) = repr.reth else { return };
@@ -473,6 +492,7 @@ impl Responder {
                     offset,
                 };
                 self.outbox.push_back(Response::Read(job));
+                fx.dropped = Some(Drop::DupRead);
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let orig = self.resources.iter().find_map(|r| match *r {
@@ -481,9 +501,13 @@ impl Responder {
                 });
                 if let Some(orig) = orig {
                     self.outbox.push_back(Response::AtomicAck { psn: q, orig });
+                    fx.dropped = Some(Drop::DupAtomic);
                 }
             }
-            _ => self.push_ack(self.ack_psn),
+            _ => {
+                fx.dropped = Some(Drop::DupAcked);
+                self.push_ack(self.ack_psn)
+            }
         }
     }
 
@@ -532,6 +556,12 @@ impl Responder {
     ) -> Result<(), Refusal> {
         let op = pkt.repr.bth.opcode;
         check_payload_len(op, pkt.payload.len(), env.mtu)?;
+        // RNR before any state changes: the requester resends this very packet,
+        // which must then find the responder as it was (a WRITE_ONLY_WITH_IMM
+        // must not leave a WRITE "in progress" behind).
+        if op.has_immediate() && rq.is_empty() {
+            return Err(Refusal::NoWqe);
+        }
         if op.starts_message() {
             let reth = pkt.repr.reth.ok_or(Refusal::InvalidRequest)?;
             let len = u64::from(reth.dma_len);
@@ -559,9 +589,6 @@ impl Responder {
         // The payloads must add up to the RETH length exactly (§3 step 5).
         if n > *left || (op.ends_message() && n != *left) {
             return Err(Refusal::InvalidRequest);
-        }
-        if op.has_immediate() && rq.is_empty() {
-            return Err(Refusal::NoWqe);
         }
         if n > 0 {
             // Checked again for every packet: the MR may have been deregistered

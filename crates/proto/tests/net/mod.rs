@@ -98,8 +98,10 @@ pub struct Net {
     pub a: Node,
     pub b: Node,
     pub now: u64,
-    /// Drop every n-th packet from A (0 = none), to exercise recovery paths.
+    /// Drops chosen packets from A, to exercise recovery paths.
     pub drop_from_a: Option<DropFn>,
+    /// Drops chosen packets from B.
+    pub drop_from_b: Option<DropFn>,
 }
 
 impl Net {
@@ -109,6 +111,7 @@ impl Net {
             b: Node::new("127.0.0.2"),
             now: 0,
             drop_from_a: None,
+            drop_from_b: None,
         }
     }
 
@@ -126,7 +129,12 @@ impl Net {
             while let Some(t) = src.e.poll_transmit(self.now, &src.mem, &mut buf) {
                 moved = true;
                 assert_eq!(t.to.ip(), dst.ip, "packet addressed to the peer");
-                let dropped = from_a && self.drop_from_a.as_mut().is_some_and(|f| f(&buf[..t.len]));
+                let filter = if from_a {
+                    &mut self.drop_from_a
+                } else {
+                    &mut self.drop_from_b
+                };
+                let dropped = filter.as_mut().is_some_and(|f| f(&buf[..t.len]));
                 if dropped {
                     continue;
                 }
@@ -166,18 +174,47 @@ pub fn modify(n: &mut Node, qp: QpHandle, attr: QpAttr, mask: AttrMask) {
     n.e.modify_qp(qp, &attr, mask).unwrap();
 }
 
+/// RC transport settings of a connected pair.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+}
+
+impl Default for Params {
+    fn default() -> Params {
+        Params {
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+        }
+    }
+}
+
 /// Brings a connected pair to RTS.
 pub fn connect(net: &mut Net, t: QpType) -> (QpHandle, u32, QpHandle, u32) {
+    connect_with(net, t, Params::default())
+}
+
+/// Brings a connected pair to RTS with `p` on both sides.
+pub fn connect_with(net: &mut Net, t: QpType, p: Params) -> (QpHandle, u32, QpHandle, u32) {
     let (qa, na) = net.a.qp(t);
     let (qb, nb) = net.b.qp(t);
     let (ga, gb) = (net.a.gid(), net.b.gid());
     for (node, qp, peer, dgid) in [(&mut net.a, qa, nb, gb), (&mut net.b, qb, na, ga)] {
-        up(node, qp, t, peer, dgid);
+        up_with(node, qp, t, peer, dgid, p);
     }
     (qa, na, qb, nb)
 }
 
 pub fn up(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid) {
+    up_with(node, qp, t, peer, dgid, Params::default())
+}
+
+pub fn up_with(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid, p: Params) {
     use AttrMask as M;
     let init = QpAttr {
         qp_state: 1,
@@ -199,7 +236,7 @@ pub fn up(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid) {
         dest_qp_num: peer,
         rq_psn: 100,
         max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
+        min_rnr_timer: p.min_rnr_timer,
         ..QpAttr::default()
     };
     let mask = match t {
@@ -219,9 +256,9 @@ pub fn up(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid) {
     let rts = QpAttr {
         qp_state: 3,
         sq_psn: 100,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
         max_rd_atomic: 4,
         ..QpAttr::default()
     };

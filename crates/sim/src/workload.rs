@@ -1,0 +1,197 @@
+//! The workload and its shadow model.
+//!
+//! Every RC QP is a requester towards its peer: it posts a random mix of SEND,
+//! SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ, FETCH_ADD and
+//! COMPARE_SWAP of random sizes (0 to four MTUs), signaled and unsignaled.
+//! What each WR must produce is decided when it is posted, from a model of the
+//! responder's memory in which writes are applied in posting order:
+//! - a READ returns the model's bytes at posting time (WRITEs posted while a
+//!   READ is outstanding carry `IBV_SEND_FENCE`, so they cannot overtake it —
+//!   without the fence IBA lets them, and a retried READ would see them);
+//! - a COMPARE_SWAP on the peer's per-QP word returns the model value;
+//! - FETCH_ADDs of all requesters on a device's shared word are checked for
+//!   linearizability when the run ends;
+//! - SEND / WRITE_WITH_IMM consume the peer's receives in posting order.
+
+use crate::device::{Area, SLOT, SLOTS, WINDOW};
+use crate::rng::Rng;
+use proto::engine::QpHandle;
+use proto::wc::WcOpcode;
+use proto::wr::WrOpcode;
+use std::collections::VecDeque;
+
+/// What a posted send WR must produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// Nothing to check locally (SEND, WRITE).
+    Nothing,
+    /// The READ destination must hold these bytes.
+    Read(Vec<u8>),
+    /// FETCH_ADD: the original value is recorded for the linearizability check.
+    FetchAdd {
+        /// The addend.
+        add: u64,
+        /// Device whose word it hit.
+        target: usize,
+    },
+    /// COMPARE_SWAP: the original value must be this.
+    CompareSwap(u64),
+}
+
+/// A send WR not yet known to be complete.
+#[derive(Debug, Clone)]
+pub struct Posted {
+    /// Sequence number (the low bits of `wr_id`).
+    pub seq: u64,
+    /// The WR opcode.
+    pub op: WrOpcode,
+    /// Message length.
+    pub len: u32,
+    /// Signaled?
+    pub signaled: bool,
+    /// Local slot address.
+    pub slot: u64,
+    /// The result to check.
+    pub expect: Expect,
+}
+
+/// A receive the peer's next consuming message must complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvExpect {
+    /// `IBV_WC_RECV` or `IBV_WC_RECV_RDMA_WITH_IMM`.
+    pub opcode: WcOpcode,
+    /// `byte_len`.
+    pub len: u32,
+    /// Immediate data, if any.
+    pub imm: Option<u32>,
+    /// Bytes placed in the receive buffer (SEND only).
+    pub data: Vec<u8>,
+}
+
+/// One simulated RC QP: requester state, responder expectations, models.
+#[derive(Debug)]
+pub struct SimQp {
+    /// Device index.
+    pub dev: usize,
+    /// Handle on its device.
+    pub h: QpHandle,
+    /// QPN.
+    pub qpn: u32,
+    /// Its memory area.
+    pub area: Area,
+    /// Global index of the peer QP.
+    pub peer: usize,
+    /// WRs still to post.
+    pub to_post: u64,
+    /// Next sequence number.
+    pub next_seq: u64,
+    /// Posted, not yet known complete, in posting order.
+    pub outstanding: VecDeque<Posted>,
+    /// An error completion was seen: only flushes may follow.
+    pub failed: bool,
+    /// When the next WR may be posted.
+    pub next_post_ns: u64,
+    /// READs among `outstanding`.
+    pub reads_outstanding: usize,
+    /// Messages this QP must receive, in order.
+    pub recv_expect: VecDeque<RecvExpect>,
+    /// Receives posted so far.
+    pub recvs_posted: u64,
+    /// Receive completions seen.
+    pub recvs_done: u64,
+    /// Times at which the next receives get posted (in order).
+    pub recv_due: VecDeque<u64>,
+    /// Model of this QP's window (what the peer wrote).
+    pub window: Vec<u8>,
+    /// Model of this QP's COMPARE_SWAP word.
+    pub cas: u64,
+    /// Send completions seen (signaled or error).
+    pub completions: u64,
+    /// WRs known complete (explicitly or implied by a later completion).
+    pub completed: u64,
+    /// The first error completion: (status, time, WR sequence number).
+    pub error: Option<(proto::wc::WcStatus, u64, u64)>,
+}
+
+impl SimQp {
+    /// A QP with `wrs` WRs to post.
+    pub fn new(dev: usize, h: QpHandle, qpn: u32, area: Area, peer: usize, wrs: u64) -> SimQp {
+        SimQp {
+            dev,
+            h,
+            qpn,
+            area,
+            peer,
+            to_post: wrs,
+            next_seq: 0,
+            outstanding: VecDeque::new(),
+            failed: false,
+            next_post_ns: 0,
+            reads_outstanding: 0,
+            recv_expect: VecDeque::new(),
+            recvs_posted: 0,
+            recvs_done: 0,
+            recv_due: VecDeque::new(),
+            window: vec![0; WINDOW as usize],
+            cas: 0,
+            completions: 0,
+            completed: 0,
+            error: None,
+        }
+    }
+
+    /// May another WR be posted now (a free slot, nothing failed)?
+    pub fn may_post(&self, now: u64) -> bool {
+        self.to_post > 0
+            && !self.failed
+            && now >= self.next_post_ns
+            && (self.outstanding.len() as u64) < SLOTS
+    }
+}
+
+/// The relative weights of the WR opcodes in a workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mix {
+    /// SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM, READ, FETCH_ADD, CMP_SWAP.
+    pub weights: [u32; 7],
+}
+
+impl Mix {
+    /// Every opcode.
+    pub const ALL: Mix = Mix {
+        weights: [3, 2, 3, 2, 3, 1, 1],
+    };
+
+    /// Draws an opcode.
+    pub fn pick(&self, rng: &mut Rng) -> WrOpcode {
+        const OPS: [WrOpcode; 7] = [
+            WrOpcode::Send,
+            WrOpcode::SendWithImm,
+            WrOpcode::RdmaWrite,
+            WrOpcode::RdmaWriteWithImm,
+            WrOpcode::RdmaRead,
+            WrOpcode::AtomicFetchAndAdd,
+            WrOpcode::AtomicCmpAndSwp,
+        ];
+        let total: u32 = self.weights.iter().sum();
+        let mut x = rng.below(u64::from(total)) as u32;
+        for (op, w) in OPS.iter().zip(self.weights) {
+            if x < w {
+                return *op;
+            }
+            x -= w;
+        }
+        WrOpcode::Send
+    }
+}
+
+/// A message length: 0, small, around one MTU, or up to four MTUs.
+pub fn draw_len(rng: &mut Rng) -> u32 {
+    match rng.below(8) {
+        0 => 0,
+        1 | 2 => rng.range(1, 64) as u32,
+        3 => rng.range(1000, 1100) as u32,
+        4 => 1024 * rng.range(1, 4) as u32,
+        _ => rng.range(1, SLOT) as u32,
+    }
+}

@@ -1,0 +1,863 @@
+//! The simulation loop: devices, the network, the virtual clock, the workload
+//! and the invariant checks that run after every step.
+
+use crate::device::{Device, QpParams, SLOT, WINDOW};
+use crate::net::{Faults, Network};
+use crate::rng::Rng;
+use crate::workload::{draw_len, Expect, Mix, Posted, RecvExpect, SimQp};
+use proto::memory::Memory;
+use proto::timers::local_ack_timeout_ns;
+use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use proto::wr::{
+    AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
+};
+use std::net::{IpAddr, SocketAddr};
+
+/// The RoCEv2 port.
+const PORT: u16 = 4791;
+/// Steps a run may take before it is declared stuck.
+const MAX_STEPS: u64 = 5_000_000;
+
+/// Everything a run needs besides its seed.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Scenario name (for messages).
+    pub name: String,
+    /// Number of devices.
+    pub devices: usize,
+    /// Link faults during the fault phase.
+    pub faults: Faults,
+    /// Partitions during the fault phase, `[from_ns, until_ns)`.
+    pub partitions: Vec<(u64, u64)>,
+    /// Length of the fault phase.
+    pub fault_phase_ns: u64,
+    /// Send WRs each QP posts.
+    pub wrs_per_qp: u64,
+    /// Mean gap between a QP's posts.
+    pub post_gap_ns: u64,
+    /// A receive is posted up to this long after the message it is for (0 =
+    /// before it can arrive; larger values provoke RNR NAKs).
+    pub recv_lag_ns: u64,
+    /// QP transport settings.
+    pub qp: QpParams,
+    /// The opcode mix.
+    pub mix: Mix,
+    /// IPv6 device addresses (exact ICRC check; IPv4 solves for the IP ID).
+    pub ipv6: bool,
+    /// Only the first QP of each pair posts send WRs.
+    pub one_way: bool,
+    /// Error completions are expected (recorded, not failures).
+    pub expect_errors: bool,
+    /// No receive is posted before this time (`u64::MAX`: never).
+    pub recv_not_before_ns: u64,
+}
+
+/// Totals reported at the end of a run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Summary {
+    /// Send WRs completed.
+    pub wrs: u64,
+    /// Receives completed.
+    pub recvs: u64,
+    /// Virtual time at quiescence.
+    pub end_ns: u64,
+    /// Network statistics.
+    pub net: crate::net::NetStats,
+    /// Sum of the device counters.
+    pub dev: proto::datapath::DeviceCounters,
+}
+
+/// A simulation run.
+pub struct World {
+    /// Seed (every failure message names it).
+    pub seed: u64,
+    /// Configuration.
+    pub cfg: Config,
+    /// Virtual time in ns.
+    pub now: u64,
+    /// Devices.
+    pub devs: Vec<Device>,
+    /// All QPs.
+    pub qps: Vec<SimQp>,
+    /// The network.
+    pub net: Network,
+    rng: Rng,
+    /// (orig, add) of every FETCH_ADD, per target device.
+    faa: Vec<Vec<(u64, u64)>>,
+    /// Per QP: (last una, time it last moved, timeouts since, timeouts counter seen).
+    watch: Vec<Watch>,
+    steps: u64,
+    buf: Vec<u8>,
+    /// Every datagram sent: (time, device, opcode, PSN).
+    pub tx_log: Vec<(u64, usize, u8, u32)>,
+    /// Print every delivered datagram and timer (`SIM_TRACE=1`).
+    trace: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Watch {
+    una: u32,
+    progress_ns: u64,
+    streak: u64,
+    timeouts: u64,
+}
+
+/// Panics with the seed and the replay command.
+#[macro_export]
+macro_rules! fail {
+    ($w:expr, $($arg:tt)*) => {
+        panic!(
+            "[sim scenario={} seed={} t={}ns] {}\n  replay: cargo run -p softverbs-sim --bin sim -- --seed {} --scenario {}",
+            $w.cfg.name, $w.seed, $w.now, format!($($arg)*), $w.seed, $w.cfg.name
+        )
+    };
+}
+
+impl World {
+    /// Devices fully connected by one RC QP pair per device pair.
+    pub fn new(cfg: Config, seed: u64) -> World {
+        let mut rng = Rng::new(seed);
+        let n = cfg.devices;
+        let ip = |i: usize| -> IpAddr {
+            if cfg.ipv6 {
+                format!("fd00::{}", i + 1).parse().expect("ip")
+            } else {
+                format!("127.0.0.{}", i + 1).parse().expect("ip")
+            }
+        };
+        let mut devs: Vec<Device> = (0..n).map(|i| Device::new(ip(i), n - 1)).collect();
+        let mut qps = Vec::new();
+        let mut areas = vec![0usize; n];
+        for a in 0..n {
+            for b in a + 1..n {
+                let (ha, na) = devs[a].create_rc_qp();
+                let (hb, nb) = devs[b].create_rc_qp();
+                let (ipa, ipb) = (devs[a].ip, devs[b].ip);
+                devs[a].connect(ha, nb, ipb, &cfg.qp);
+                devs[b].connect(hb, na, ipa, &cfg.qp);
+                let (ia, ib) = (qps.len(), qps.len() + 1);
+                let area_a = devs[a].area(areas[a]);
+                let area_b = devs[b].area(areas[b]);
+                areas[a] += 1;
+                areas[b] += 1;
+                let back = if cfg.one_way { 0 } else { cfg.wrs_per_qp };
+                qps.push(SimQp::new(a, ha, na, area_a, ib, cfg.wrs_per_qp));
+                qps.push(SimQp::new(b, hb, nb, area_b, ia, back));
+            }
+        }
+        let mut net = Network::new(cfg.faults, rng.fork());
+        net.partitions = cfg.partitions.clone();
+        let watch = vec![Watch::default(); qps.len()];
+        let mut w = World {
+            seed,
+            cfg,
+            now: 0,
+            devs,
+            qps,
+            net,
+            rng,
+            faa: vec![Vec::new(); n],
+            watch,
+            steps: 0,
+            buf: vec![0; 9000],
+            tx_log: Vec::new(),
+            trace: std::env::var_os("SIM_TRACE").is_some(),
+        };
+        for i in 0..w.qps.len() {
+            w.watch[i].una = w.una(i);
+        }
+        w
+    }
+
+    /// The fault phase, then the heal phase to quiescence, then the final
+    /// checks. Returns the totals.
+    pub fn run(&mut self) -> Summary {
+        let until = self.cfg.fault_phase_ns;
+        self.run_until(Some(until));
+        self.net.faults = Faults::clean(self.cfg.faults.delay_ns);
+        self.net.partitions.clear();
+        self.run_until(None);
+        self.check_quiescent();
+        self.summary()
+    }
+
+    /// Steps until `until` (or, with `None`, until nothing can happen any more).
+    pub fn run_until(&mut self, until: Option<u64>) {
+        loop {
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                fail!(self, "no quiescence after {MAX_STEPS} steps");
+            }
+            self.post_due();
+            self.transmit_all();
+            self.poll_all();
+            let next = self.next_event();
+            let Some(t) = next else { return };
+            if until.is_some_and(|u| t > u) {
+                self.now = until.unwrap_or(t);
+                return;
+            }
+            self.now = self.now.max(t);
+            self.deliver_due();
+            self.observe_progress();
+            self.fire_timers();
+        }
+    }
+
+    fn next_event(&self) -> Option<u64> {
+        let mut t = self.net.next_arrival();
+        let mut take = |x: Option<u64>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |y: u64| y.min(x)));
+            }
+        };
+        for d in &self.devs {
+            take(d.engine.poll_timeout());
+        }
+        for q in &self.qps {
+            if q.to_post > 0 && !q.failed && (q.outstanding.len() as u64) < crate::device::SLOTS {
+                take(Some(q.next_post_ns.max(self.now)));
+            }
+            take(q.recv_due.front().copied().filter(|&t| t != u64::MAX));
+        }
+        t
+    }
+
+    fn addr(&self, d: usize) -> SocketAddr {
+        SocketAddr::new(self.devs[d].ip, PORT)
+    }
+
+    fn transmit_all(&mut self) {
+        for d in 0..self.devs.len() {
+            loop {
+                let dev = &mut self.devs[d];
+                let Some(t) = dev.engine.poll_transmit(self.now, &dev.mem, &mut self.buf) else {
+                    break;
+                };
+                let Some(to) = self.devs.iter().position(|x| x.ip == t.to.ip()) else {
+                    fail!(self, "device {d} sent to unknown address {}", t.to);
+                };
+                if t.to.port() != PORT {
+                    fail!(self, "sent to port {}", t.to.port());
+                }
+                let bytes = self.buf[..t.len].to_vec();
+                let bth = wire::bth::Packet::new_checked(&bytes[..])
+                    .and_then(|p| wire::bth::Repr::parse(&p));
+                if let Ok(b) = bth {
+                    self.tx_log.push((self.now, d, b.opcode.get(), b.psn.get()));
+                }
+                self.net.send(self.now, d, to, &bytes);
+            }
+        }
+    }
+
+    fn deliver_due(&mut self) {
+        while let Some(a) = self.net.pop_due(self.now) {
+            let (from, to) = (self.addr(a.from), self.addr(a.to));
+            if self.trace {
+                let line = wire::TransportRepr::parse(&a.bytes)
+                    .map_or_else(|e| format!("unparsable: {e}"), |r| r.to_string());
+                println!("{:>10} {} -> {}: {line}", self.now, a.from, a.to);
+            }
+            let dev = &mut self.devs[a.to];
+            dev.engine
+                .handle_datagram(self.now, from, to, &a.bytes, &dev.mem);
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        for d in 0..self.devs.len() {
+            if self.devs[d]
+                .engine
+                .poll_timeout()
+                .is_some_and(|t| t <= self.now)
+            {
+                if self.trace {
+                    println!("{:>10} device {d}: timers", self.now);
+                }
+                self.devs[d].engine.handle_timeout(self.now);
+                if self.devs[d]
+                    .engine
+                    .poll_timeout()
+                    .is_some_and(|t| t <= self.now)
+                {
+                    fail!(self, "device {d}: a timer still due after handle_timeout");
+                }
+                self.check_timeouts(d);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ posting
+
+    fn post_due(&mut self) {
+        for i in 0..self.qps.len() {
+            while self.qps[i].recv_due.front().is_some_and(|&t| t <= self.now) {
+                self.qps[i].recv_due.pop_front();
+                self.post_recv(i);
+            }
+            while self.qps[i].may_post(self.now) {
+                self.post_one(i);
+            }
+        }
+    }
+
+    fn post_recv(&mut self, i: usize) {
+        let q = &mut self.qps[i];
+        let seq = q.recvs_posted;
+        if seq >= q.recvs_done + crate::device::SLOTS {
+            fail!(self, "QP {i}: receive slot {seq} still in use");
+        }
+        let q = &mut self.qps[i];
+        q.recvs_posted += 1;
+        let dev = &mut self.devs[q.dev];
+        let sge = [Sge {
+            addr: q.area.recv_slot(seq),
+            length: SLOT as u32,
+            lkey: dev.lkey,
+        }];
+        let wr = RecvWr {
+            wr_id: wr_id(i, seq),
+            sg_list: &sge,
+        };
+        if let Err(e) = dev.engine.post_recv(q.h, &wr) {
+            fail!(self, "post_recv on QP {i}: {e}");
+        }
+    }
+
+    fn post_one(&mut self, i: usize) {
+        let op = self.cfg.mix.pick(&mut self.rng);
+        let seq = self.qps[i].next_seq;
+        let q = &self.qps[i];
+        let last = q.to_post == 1 || q.outstanding.len() as u64 + 1 >= crate::device::SLOTS;
+        let signaled = last || self.rng.chance(0.7);
+        let slot = q.area.send_slot(seq);
+        let (peer, dev) = (q.peer, q.dev);
+        let pdev = self.qps[peer].dev;
+        let len = match op {
+            WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp => 8,
+            _ => draw_len(&mut self.rng),
+        };
+        let mut data = vec![0u8; len as usize];
+        self.rng.fill(&mut data);
+        let mut flags = if signaled { SendFlags::SIGNALED.0 } else { 0 };
+        let mut target = WrTarget::None;
+        let mut expect = Expect::Nothing;
+        let imm = self.rng.next_u64() as u32;
+        let rkey = self.devs[pdev].rkey;
+        let (off, rlen) = self.window_range(len);
+        let window = self.qps[peer].area.window() + off;
+        match op {
+            WrOpcode::Send | WrOpcode::SendWithImm => {
+                self.devs[dev].mem.write(slot, &data);
+                self.expect_recv(
+                    peer,
+                    WcOpcode::Recv,
+                    len,
+                    (op == WrOpcode::SendWithImm).then_some(imm),
+                    data,
+                );
+            }
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
+                self.devs[dev].mem.write(slot, &data);
+                self.qps[peer].window[off as usize..][..rlen].copy_from_slice(&data);
+                target = WrTarget::Rdma(RdmaTarget {
+                    remote_addr: window,
+                    rkey,
+                });
+                if self.qps[i].reads_outstanding > 0 {
+                    flags |= SendFlags::FENCE.0;
+                }
+                if op == WrOpcode::RdmaWriteWithImm {
+                    self.expect_recv(peer, WcOpcode::RecvRdmaWithImm, len, Some(imm), Vec::new());
+                }
+            }
+            WrOpcode::RdmaRead => {
+                // Poison the destination so a missing placement shows.
+                self.devs[dev].mem.write(slot, &vec![0xa5; len as usize]);
+                expect = Expect::Read(self.qps[peer].window[off as usize..][..rlen].to_vec());
+                target = WrTarget::Rdma(RdmaTarget {
+                    remote_addr: window,
+                    rkey,
+                });
+                self.qps[i].reads_outstanding += 1;
+            }
+            WrOpcode::AtomicFetchAndAdd => {
+                let add = self.rng.range(1, 1 << 20);
+                target = WrTarget::Atomic(AtomicTarget {
+                    remote_addr: self.devs[pdev].faa_word(),
+                    compare_add: add,
+                    swap: 0,
+                    rkey,
+                });
+                expect = Expect::FetchAdd { add, target: pdev };
+            }
+            _ => {
+                let model = self.qps[peer].cas;
+                let compare = if self.rng.chance(0.5) {
+                    model
+                } else {
+                    self.rng.next_u64()
+                };
+                let swap = self.rng.next_u64();
+                if compare == model {
+                    self.qps[peer].cas = swap;
+                }
+                target = WrTarget::Atomic(AtomicTarget {
+                    remote_addr: self.qps[peer].area.cas_word(),
+                    compare_add: compare,
+                    swap,
+                    rkey,
+                });
+                expect = Expect::CompareSwap(model);
+            }
+        }
+        let sge = [Sge {
+            addr: slot,
+            length: len,
+            lkey: self.devs[dev].lkey,
+        }];
+        let wr = SendWr {
+            wr_id: wr_id(i, seq),
+            opcode: op,
+            flags: SendFlags(flags),
+            sg_list: &sge,
+            imm_data: ImmData::from_value(imm),
+            target,
+        };
+        let h = self.qps[i].h;
+        if let Err(e) = self.devs[dev].engine.post_send(h, &wr, None) {
+            fail!(self, "post_send {op:?} on QP {i}: {e}");
+        }
+        let q = &mut self.qps[i];
+        q.outstanding.push_back(Posted {
+            seq,
+            op,
+            len,
+            signaled,
+            slot,
+            expect,
+        });
+        q.next_seq += 1;
+        q.to_post -= 1;
+        q.next_post_ns = self.now + self.rng.range(0, 2 * self.cfg.post_gap_ns);
+    }
+
+    /// An offset and length inside the window for a `len`-byte RDMA.
+    fn window_range(&mut self, len: u32) -> (u64, usize) {
+        let len = u64::from(len).min(WINDOW);
+        (self.rng.range(0, WINDOW - len), len as usize)
+    }
+
+    fn expect_recv(
+        &mut self,
+        peer: usize,
+        opcode: WcOpcode,
+        len: u32,
+        imm: Option<u32>,
+        data: Vec<u8>,
+    ) {
+        let lag = self.rng.range(0, self.cfg.recv_lag_ns);
+        let q = &mut self.qps[peer];
+        q.recv_expect.push_back(RecvExpect {
+            opcode,
+            len,
+            imm,
+            data,
+        });
+        let due = q
+            .recv_due
+            .back()
+            .copied()
+            .unwrap_or(0)
+            .max(self.now + lag)
+            .max(self.cfg.recv_not_before_ns);
+        if self.cfg.recv_lag_ns == 0 && self.cfg.recv_not_before_ns == 0 {
+            // Posted at once, before the message can be sent.
+            self.post_recv(peer);
+        } else {
+            self.qps[peer].recv_due.push_back(due);
+        }
+    }
+
+    // --------------------------------------------------------- completions
+
+    fn poll_all(&mut self) {
+        let mut wcs = Vec::new();
+        for d in 0..self.devs.len() {
+            wcs.clear();
+            let cq = self.devs[d].cq;
+            if let Err(e) = self.devs[d].engine.poll_cq(cq, 65536, &mut wcs) {
+                fail!(self, "poll_cq: {e}");
+            }
+            for wc in wcs.drain(..) {
+                if self.trace {
+                    println!(
+                        "{:>10} device {d} CQE qp={:#x} wr={}:{} {} {:?} len={}",
+                        self.now,
+                        wc.qp_num,
+                        wc.wr_id >> 40,
+                        wc.wr_id & ((1 << 40) - 1),
+                        wc.status.name(),
+                        wc.opcode,
+                        wc.byte_len
+                    );
+                }
+                self.on_completion(d, wc);
+            }
+        }
+    }
+
+    fn on_completion(&mut self, d: usize, wc: WorkCompletion) {
+        let i = (wc.wr_id >> 40) as usize;
+        if i >= self.qps.len() || self.qps[i].dev != d || self.qps[i].qpn != wc.qp_num {
+            fail!(self, "completion for an unknown WR/QP: {wc:?}");
+        }
+        if wc.opcode.is_recv() {
+            self.on_recv(i, wc);
+        } else {
+            self.on_send(i, wc);
+        }
+    }
+
+    fn on_send(&mut self, i: usize, wc: WorkCompletion) {
+        let seq = wc.wr_id & ((1 << 40) - 1);
+        self.qps[i].completions += 1;
+        if self.qps[i].failed {
+            let front = self.qps[i].outstanding.pop_front();
+            if wc.status != WcStatus::WrFlushErr || front.as_ref().map(|p| p.seq) != Some(seq) {
+                fail!(self, "QP {i}: after an error expected flushes in order, got {wc:?} (front {front:?})");
+            }
+            self.qps[i].completed += 1;
+            return;
+        }
+        loop {
+            let Some(p) = self.qps[i].outstanding.pop_front() else {
+                fail!(
+                    self,
+                    "QP {i}: completion for a WR not outstanding (twice?): {wc:?}"
+                );
+            };
+            self.qps[i].completed += 1;
+            if p.op == WrOpcode::RdmaRead {
+                self.qps[i].reads_outstanding -= 1;
+            }
+            if p.seq == seq {
+                return self.check_send(i, &p, &wc);
+            }
+            if p.signaled {
+                fail!(
+                    self,
+                    "QP {i}: WR {} completed before signaled WR {} posted earlier: {wc:?}",
+                    seq,
+                    p.seq
+                );
+            }
+            // An unsignaled WR before it is complete too (completion order).
+            self.check_result(i, &p);
+        }
+    }
+
+    fn check_send(&mut self, i: usize, p: &Posted, wc: &WorkCompletion) {
+        if wc.status.is_error() {
+            self.qps[i].failed = true;
+            self.qps[i].error = Some((wc.status, self.now, p.seq));
+            if !self.error_allowed(wc.status) {
+                fail!(
+                    self,
+                    "QP {i}: WR {} ({:?}) failed: {}",
+                    p.seq,
+                    p.op,
+                    wc.status.name()
+                );
+            }
+            return;
+        }
+        if !p.signaled {
+            fail!(self, "QP {i}: a completion for unsignaled WR {}", p.seq);
+        }
+        let want_op = proto::wc::wc_opcode_for(p.op).expect("opcode");
+        let want_len = p.len;
+        if wc.opcode != want_op || wc.byte_len != want_len {
+            fail!(
+                self,
+                "QP {i}: WR {} {:?}: got {:?} byte_len {}, want {:?} {}",
+                p.seq,
+                p.op,
+                wc.opcode,
+                wc.byte_len,
+                want_op,
+                want_len
+            );
+        }
+        self.check_result(i, p);
+    }
+
+    /// Errors a scenario expects (none in the random ones).
+    fn error_allowed(&self, _status: WcStatus) -> bool {
+        self.cfg.expect_errors
+    }
+
+    /// A completed WR's local result: READ bytes, atomic original values.
+    fn check_result(&mut self, i: usize, p: &Posted) {
+        let d = self.qps[i].dev;
+        match &p.expect {
+            Expect::Nothing => {}
+            Expect::Read(want) => {
+                let got = self.devs[d].mem.snapshot(p.slot, want.len());
+                if &got != want {
+                    let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+                    fail!(
+                        self,
+                        "QP {i}: READ {} ({} bytes) differs from the model at byte {at}",
+                        p.seq,
+                        want.len()
+                    );
+                }
+            }
+            Expect::FetchAdd { add, target } => {
+                let orig = self.word(d, p.slot);
+                self.faa[*target].push((orig, *add));
+            }
+            Expect::CompareSwap(want) => {
+                let orig = self.word(d, p.slot);
+                if orig != *want {
+                    fail!(
+                        self,
+                        "QP {i}: CMP_SWAP {} returned {orig:#x}, model {want:#x}",
+                        p.seq
+                    );
+                }
+            }
+        }
+    }
+
+    fn word(&self, d: usize, addr: u64) -> u64 {
+        let b = self.devs[d].mem.snapshot(addr, 8);
+        u64::from_ne_bytes(b.try_into().expect("8 bytes"))
+    }
+
+    fn on_recv(&mut self, i: usize, wc: WorkCompletion) {
+        let seq = wc.wr_id & ((1 << 40) - 1);
+        if wc.status.is_error() {
+            if !self.error_allowed(wc.status) {
+                fail!(self, "QP {i}: receive {seq} failed: {}", wc.status.name());
+            }
+            self.qps[i].recvs_done += 1;
+            return;
+        }
+        let q = &mut self.qps[i];
+        let Some(e) = q.recv_expect.pop_front() else {
+            fail!(
+                self,
+                "QP {i}: a receive completed with no message sent: {wc:?}"
+            );
+        };
+        let q = &mut self.qps[i];
+        if seq != q.recvs_done {
+            fail!(
+                self,
+                "QP {i}: receive {seq} completed, expected receive {}",
+                q.recvs_done
+            );
+        }
+        q.recvs_done += 1;
+        let imm = wc
+            .wc_flags
+            .contains(WcFlags::WITH_IMM)
+            .then(|| wc.imm_data.value());
+        if wc.opcode != e.opcode || wc.byte_len != e.len || imm != e.imm {
+            fail!(
+                self,
+                "QP {i}: receive {seq}: got {:?} len {} imm {imm:?}, want {:?} len {} imm {:?}",
+                wc.opcode,
+                wc.byte_len,
+                e.opcode,
+                e.len,
+                e.imm
+            );
+        }
+        let got = self.devs[q.dev]
+            .mem
+            .snapshot(q.area.recv_slot(seq), e.data.len());
+        if got != e.data {
+            fail!(
+                self,
+                "QP {i}: receive {seq}: the {} bytes differ from what was sent",
+                e.data.len()
+            );
+        }
+    }
+
+    // ------------------------------------------------- retry and timeouts
+
+    fn una(&self, i: usize) -> u32 {
+        let q = &self.qps[i];
+        self.devs[q.dev]
+            .engine
+            .qp(q.h)
+            .map_or(0, |x| x.dp.req.una.get())
+    }
+
+    fn observe_progress(&mut self) {
+        for i in 0..self.qps.len() {
+            let una = self.una(i);
+            if una != self.watch[i].una {
+                self.watch[i] = Watch {
+                    una,
+                    progress_ns: self.now,
+                    streak: 0,
+                    ..self.watch[i]
+                };
+            }
+        }
+    }
+
+    /// After device `d`'s timers ran: every ACK timeout came at least one
+    /// timeout period after the last progress, and no QP timed out more than
+    /// `retry_cnt` + 1 times in a row (the last one failing it).
+    fn check_timeouts(&mut self, d: usize) {
+        let period = local_ack_timeout_ns(self.cfg.qp.timeout).ok().flatten();
+        for i in 0..self.qps.len() {
+            let q = &self.qps[i];
+            if q.dev != d {
+                continue;
+            }
+            let c = self.devs[d].engine.qp_counters(q.h).unwrap_or_default();
+            let delta = c.timeouts - self.watch[i].timeouts;
+            if delta == 0 {
+                continue;
+            }
+            self.watch[i].timeouts = c.timeouts;
+            self.watch[i].streak += delta;
+            let Some(p) = period else {
+                fail!(self, "QP {i}: an ACK timeout with timeout = 0 (no timer)");
+            };
+            if self.now < self.watch[i].progress_ns + p {
+                fail!(
+                    self,
+                    "QP {i}: ACK timeout {} ns after progress, period {p} ns",
+                    self.now - self.watch[i].progress_ns
+                );
+            }
+            let budget = u64::from(self.cfg.qp.retry_cnt) + 1;
+            if self.watch[i].streak > budget {
+                fail!(
+                    self,
+                    "QP {i}: {} timeouts in a row, retry_cnt {}",
+                    self.watch[i].streak,
+                    self.cfg.qp.retry_cnt
+                );
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ the end
+
+    /// Quiescence: every WR complete, nothing in flight, memory equals the
+    /// model, FETCH_ADDs linearizable.
+    pub fn check_quiescent(&mut self) {
+        if self.net.in_flight() > 0 {
+            fail!(self, "{} datagrams still in flight", self.net.in_flight());
+        }
+        for i in 0..self.qps.len() {
+            let q = &self.qps[i];
+            if q.to_post > 0 || !q.outstanding.is_empty() {
+                fail!(
+                    self,
+                    "QP {i}: {} WRs never posted, {} never completed (next: {:?})",
+                    q.to_post,
+                    q.outstanding.len(),
+                    q.outstanding.front()
+                );
+            }
+            if !q.recv_expect.is_empty() || q.recvs_done != q.recvs_posted {
+                fail!(
+                    self,
+                    "QP {i}: {} messages never received",
+                    q.recv_expect.len()
+                );
+            }
+            let dev = &self.devs[q.dev];
+            let got = dev.mem.snapshot(q.area.window(), WINDOW as usize);
+            if got != q.window {
+                let at = got
+                    .iter()
+                    .zip(&q.window)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+                fail!(self, "QP {i}: window differs from the model at byte {at}");
+            }
+            let cas = self.word(q.dev, q.area.cas_word());
+            if cas != q.cas {
+                fail!(self, "QP {i}: CMP_SWAP word {cas:#x}, model {:#x}", q.cas);
+            }
+        }
+        for d in 0..self.devs.len() {
+            self.check_faa(d);
+        }
+        self.check_corruption();
+    }
+
+    /// Every datagram with a flipped bit the ICRC covers was dropped (as ICRC
+    /// mismatch, or earlier as malformed when the flip broke a header); flips
+    /// in the masked BTH byte may pass.
+    fn check_corruption(&mut self) {
+        let mut c = proto::datapath::DeviceCounters::default();
+        for d in &self.devs {
+            c.add(&d.engine.counters());
+        }
+        let dropped = c.drop_icrc + c.drop_malformed;
+        let (hit, masked) = (self.net.stats.corrupted, self.net.stats.corrupted_masked);
+        if dropped < hit || dropped > hit + masked {
+            fail!(self, "{hit} corrupted datagrams (+{masked} in masked bits), but {dropped} dropped as bad ICRC/malformed");
+        }
+    }
+
+    /// The FETCH_ADDs on device `d`'s word form one sequence from 0: sorted by
+    /// the value each saw, each saw the previous value plus the previous add,
+    /// and the word ends at the sum.
+    fn check_faa(&mut self, d: usize) {
+        let mut ops = self.faa[d].clone();
+        ops.sort_unstable();
+        let mut v = 0u64;
+        for (orig, add) in &ops {
+            if *orig != v {
+                fail!(
+                    self,
+                    "device {d}: FETCH_ADDs not linearizable: one saw {orig:#x}, expected {v:#x}"
+                );
+            }
+            v = v.wrapping_add(*add);
+        }
+        let end = self.word(d, self.devs[d].faa_word());
+        if end != v {
+            fail!(
+                self,
+                "device {d}: FETCH_ADD word is {end:#x}, the adds sum to {v:#x}"
+            );
+        }
+    }
+
+    /// Totals.
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary {
+            end_ns: self.now,
+            net: self.net.stats,
+            ..Summary::default()
+        };
+        for q in &self.qps {
+            s.wrs += q.completed;
+            s.recvs += q.recvs_done;
+        }
+        for d in &self.devs {
+            s.dev.add(&d.engine.counters());
+        }
+        s
+    }
+}
+
+/// `wr_id` = QP index << 40 | sequence number.
+pub fn wr_id(qp: usize, seq: u64) -> u64 {
+    ((qp as u64) << 40) | seq
+}
