@@ -93,10 +93,22 @@ impl Device {
         Ok(Context::new(self.shared()?))
     }
 
-    /// Driver options: the environment, then this device's overrides.
+    /// Driver options: the environment, except what this device overrides
+    /// (an overridden variable is not even parsed).
     fn driver_options(&self) -> Result<DriverOptions, Error> {
-        let mut opts = DriverOptions::try_from_env(&self.config.name)
-            .map_err(|e| Error::Config(format!("device {}: {e}", self.config.name)))?;
+        let overridden = |name: &str| {
+            (name == DriverOptions::FAULTS_ENV && self.faults.is_some())
+                || (name == DriverOptions::PCAP_ENV && self.capture.is_some())
+        };
+        let mut opts = DriverOptions::default();
+        opts.apply_env(&self.config.name, |name| {
+            if overridden(name) {
+                None
+            } else {
+                std::env::var(name).ok()
+            }
+        })
+        .map_err(|e| Error::Config(format!("device {}: {e}", self.config.name)))?;
         if let Some(f) = self.faults {
             opts.faults = f;
         }

@@ -39,6 +39,30 @@
 //!
 //! The general [`QueuePair::modify`] (attributes plus mask, as `ibv_modify_qp`)
 //! is there too, for code that needs every knob (and for the C ABI).
+//!
+//! # Faults, capture and counters
+//!
+//! A device can inject faults into its own traffic and write every packet to
+//! a pcap file, configured by the environment (every device reads it) or per
+//! device:
+//! - `SOFTVERBS_FAULTS="loss=0.05,dup=0.01,reorder=0.02,delay=200us,corrupt=0.001,seed=7,dir=tx"`
+//!   — every key, and what each does, in [`sv_io::faults`]; or
+//!   [`Device::with_faults`] with a parsed [`FaultConfig`]. Deterministic for a
+//!   seed (the n-th datagram of a direction always gets the same fate); applies
+//!   to the datagrams the device sends (`dir=tx`, the default), receives
+//!   (`rx`) or both, including those between QPs of one device.
+//! - `SOFTVERBS_PCAP=/tmp/%d-%p.pcap` (`%d` device name, `%p` process ID) or
+//!   [`Device::with_capture`]: sent datagrams are recorded after transmit
+//!   faults (what went on the wire), received ones before receive faults;
+//!   Wireshark/tshark decode them as RoCEv2 (`-d udp.port==4791,infiniband`).
+//!   The file is flushed when the device is idle and complete once it closes.
+//!
+//! A bad value is an [`Error::Config`] naming the variable and the key, when
+//! the device opens. What happened is counted: [`Context::counters`] gives the
+//! engine's device counters (drops by reason, the sum over QPs) and the
+//! driver's (datagrams, send errors, faults injected by kind, pcap records);
+//! [`QueuePair::counters`] gives one QP's (retransmissions, timeouts, RNR and
+//! sequence NAKs, duplicates, drops).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

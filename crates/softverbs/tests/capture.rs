@@ -82,7 +82,14 @@ fn tshark_decodes_a_captured_rc_exchange() {
         }
         (a_records, b_records) = (a.ctx.counters().io.pcap_records, b.ctx.counters().io.pcap_records);
         assert!(a_records > 0);
-        assert_eq!(a.ctx.counters().io.pcap_errors, 0);
+        for side in [&a, &b] {
+            // Engine and driver agree; with no faults nothing is lost or added.
+            let c = side.ctx.counters();
+            assert_eq!(c.engine.packets_sent, c.io.datagrams_sent, "{c:?}");
+            assert_eq!(c.engine.packets_received, c.io.datagrams_received, "{c:?}");
+            assert_eq!(c.io.pcap_records, c.io.datagrams_sent + c.io.datagrams_received);
+            assert_eq!((c.io.pcap_errors, c.io.fault_drops, c.io.loopback_datagrams), (0, 0, 0));
+        }
     } // devices closed: files complete
     if !tshark::available() {
         eprintln!("skipped: tshark not found");
