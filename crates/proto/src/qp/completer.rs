@@ -243,7 +243,13 @@ impl Requester {
             // A gap (lost response) or an old copy: resume from what is missing.
             fx.ignored = true;
             if q.is_after(expected) {
-                self.rewind(sq, expected, env.mtu);
+                // Every later packet of the lost stream lands here too: ask
+                // again once per gap, not once per stale packet.
+                let w = &mut sq.wqes[i];
+                if w.read_reasked != Some(w.read_done) {
+                    w.read_reasked = Some(w.read_done);
+                    self.rewind(sq, expected, env.mtu);
+                }
             }
             return;
         }

@@ -481,6 +481,10 @@ impl Responder {
                 if reth.rkey.0 != rkey || !inside {
                     return;
                 }
+                // The requester asks again from q: a READ response still being
+                // sent is stale (go-back-N resends everything after q too), so
+                // it stops here instead of streaming on ahead of the new one.
+                self.outbox.retain(|r| !matches!(r, Response::Read(_)));
                 let offset = u64::from(q.offset_from(first)) * u64::from(env.mtu);
                 let job = ReadJob {
                     psn: q,

@@ -56,6 +56,9 @@ pub struct SendWqe {
     pub read_done: u64,
     /// Completed (acknowledged, answered, or sent for UC/UD).
     pub done: bool,
+    /// READ: the `read_done` at which responses were found missing and asked
+    /// for again (once per gap, not once per stale packet behind it).
+    pub read_reasked: Option<u64>,
     /// Failed locally (RC gather error) while older WQEs were still
     /// outstanding: it completes with this status once it reaches the front.
     pub failed: Option<crate::wc::WcStatus>,
@@ -87,6 +90,7 @@ impl SendWqe {
             sent_pkts: 0,
             read_done: 0,
             done: false,
+            read_reasked: None,
             failed: None,
         }
     }
