@@ -6,6 +6,7 @@
 //! between two processes. The matrix and its checks are in `matrix/mod.rs`.
 
 mod matrix;
+mod pair;
 use matrix::*;
 use softverbs::*;
 use std::process::{Child, Command};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 fn device(name: &str, ip: &str) -> Context {
     let cfg = DeviceConfig {
         name: name.into(),
-        addrs: vec![ip.parse().unwrap()],
+        addrs: vec![pair::private_addr(ip)],
         active_mtu: Mtu::Mtu1024,
     };
     Device::with_config(cfg).open().unwrap()

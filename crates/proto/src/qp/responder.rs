@@ -482,9 +482,14 @@ impl Responder {
                     return;
                 }
                 // The requester asks again from q: a READ response still being
-                // sent is stale (go-back-N resends everything after q too), so
-                // it stops here instead of streaming on ahead of the new one.
-                self.outbox.retain(|r| !matches!(r, Response::Read(_)));
+                // sent from q or beyond is stale (go-back-N asks for everything
+                // after q again), so it stops instead of streaming on ahead of
+                // the new one. Earlier responses (asked for again just before)
+                // stay.
+                self.outbox.retain(|r| match r {
+                    Response::Read(j) => !j.psn.is_after(q) && j.psn != q,
+                    _ => true,
+                });
                 let offset = u64::from(q.offset_from(first)) * u64::from(env.mtu);
                 let job = ReadJob {
                     psn: q,

@@ -10,13 +10,29 @@ pub const T: Duration = Duration::from_secs(10);
 pub const ALL: AccessFlags = AccessFlags(0xf);
 pub const QKEY: u32 = 0x11;
 
+/// A device on a loopback address of its own. `ip` (127.7.X.Y) names the
+/// device within the test binary; the address really used mixes in the
+/// process ID, so copies of the suite running at once on one host (other
+/// worktrees, CI jobs) do not take each other's addresses.
 pub fn device(name: &str, ip: &str, mtu: Mtu) -> Context {
     let cfg = DeviceConfig {
         name: name.into(),
-        addrs: vec![ip.parse().unwrap()],
+        addrs: vec![private_addr(ip)],
         active_mtu: mtu,
     };
     Device::with_config(cfg).open().unwrap()
+}
+
+/// 127.7.X.Y → 127.(128 + Y).(8X + pid/256 mod 8).(pid mod 256), X < 32, Y < 128.
+pub fn private_addr(ip: &str) -> std::net::IpAddr {
+    let o: std::net::Ipv4Addr = ip.parse().unwrap();
+    let [_, _, x, y] = o.octets();
+    assert!(
+        x < 32 && y < 128,
+        "test address {ip} out of the mapped range"
+    );
+    let pid = std::process::id();
+    std::net::Ipv4Addr::new(127, 128 + y, x * 8 + ((pid >> 8) % 8) as u8, pid as u8).into()
 }
 
 /// One side: a PD, a send CQ, a receive CQ and a registered buffer.
@@ -79,6 +95,8 @@ pub fn empty(cq: &CompletionQueue) {
 }
 
 pub struct RcOpts {
+    /// Local ACK timeout exponent (4.096 µs × 2^timeout).
+    pub timeout: u8,
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
     pub mtu: Mtu,
@@ -87,6 +105,7 @@ pub struct RcOpts {
 impl Default for RcOpts {
     fn default() -> Self {
         RcOpts {
+            timeout: 14,
             rnr_retry: 7,
             min_rnr_timer: 1,
             mtu: Mtu::Mtu1024,
@@ -113,7 +132,7 @@ pub fn rc_connect(qp: &QueuePair<Rc>, peer_gid: Gid, peer_qpn: u32, o: &RcOpts) 
     .unwrap();
     qp.to_rts(RcRts {
         sq_psn: 0,
-        timeout: 14,
+        timeout: o.timeout,
         retry_cnt: 7,
         rnr_retry: o.rnr_retry,
         max_rd_atomic: 16,
