@@ -287,13 +287,18 @@ fn refusals_are_logged_with_their_reason() {
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    tracing::subscriber::with_default(subscriber, || {
+    // The process-wide default, not a scoped one: a scoped subscriber misses
+    // events whose callsite another test's thread (with no subscriber) has
+    // already cached as uninteresting. Other tests' log lines land in the sink
+    // too, which does not matter here.
+    tracing::subscriber::set_global_default(subscriber).expect("only this test installs a subscriber");
+    {
         let ctx = ctx();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(8).unwrap();
         let qp = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
         let _ = qp.modify(&QpAttr { qp_state: 3, ..QpAttr::default() }, AttrMask::STATE);
-    });
+    }
     let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
     assert!(log.contains("WARN"), "{log}");
     assert!(log.contains("modify_qp refused (EINVAL): RESET→RTS is not a legal QP state transition"), "{log}");
