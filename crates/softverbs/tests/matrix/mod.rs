@@ -723,6 +723,9 @@ impl End {
                 &data[..placed],
                 &format!("{what}: received bytes"),
             );
+            if grh > 0 {
+                self.check_grh(&got[..40], c, &what);
+            }
             assert!(
                 got[grh + placed..].iter().all(|&b| b == 0),
                 "{what}: receive buffer bytes past the message written"
@@ -808,6 +811,47 @@ impl End {
             (wc.src_qp, wc.vendor_err, wc.pkey_index, wc.slid, wc.sl),
             (src_qp, 0, 0, 0, 0),
             "{what}: {wc:?}"
+        );
+    }
+
+    /// The GRH area of a UD receive over IPv4 (rc-reliability.md §7): 20 zero
+    /// bytes, then the IPv4 header as received — version 4, IHL 5, UDP, total
+    /// length = IP + UDP + BTH + DETH (+ ImmDt) + padded payload + ICRC, the peer's
+    /// address as source and ours as destination, a valid checksum.
+    fn check_grh(&self, g: &[u8], c: &Case, what: &str) {
+        let (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) =
+            (self.peer.gid.ip(), self.me.gid.ip())
+        else {
+            return; // IPv6 devices: the area is the IPv6 header (not used by these tests)
+        };
+        assert_eq!(
+            &g[..20],
+            &[0u8; 20],
+            "{what}: GRH area starts with 20 zero bytes"
+        );
+        let h = &g[20..40];
+        assert_eq!((h[0], h[9]), (0x45, 17), "{what}: IPv4, IHL 5, UDP");
+        let imm = if c.op.has_imm() { 4 } else { 0 };
+        let total = 20 + 8 + 12 + 8 + imm + c.len.next_multiple_of(4) + 4; // payload padded to 4
+        assert_eq!(
+            u16::from_be_bytes([h[2], h[3]]) as usize,
+            total,
+            "{what}: IPv4 total length"
+        );
+        assert_eq!(
+            (&h[12..16], &h[16..20]),
+            (&src.octets()[..], &dst.octets()[..]),
+            "{what}: addresses"
+        );
+        let sum: u32 = h
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        assert_eq!(
+            (folded & 0xffff) + (folded >> 16),
+            0xffff,
+            "{what}: IPv4 header checksum"
         );
     }
 
