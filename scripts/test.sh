@@ -4,8 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# tshark: the Wireshark agreement tests; libibverbs-dev (verbs.h): the C-ABI
+# layout test; ibverbs-utils, perftest, python3-pyverbs: the unmodified
+# programs run on the drop-in libibverbs.so.1; iproute2: the two-host test in
+# network namespaces; binutils: readelf for the export check.
 need_pkgs=()
-command -v tshark >/dev/null || need_pkgs+=(tshark)
+for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs iproute2 binutils; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "== installing ${need_pkgs[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -16,6 +22,11 @@ fi
 # Tests that compare against external tools fail (instead of skipping) here.
 export SOFTVERBS_REQUIRE_TOOLS=1
 mkdir -p target
+# The drop-in library the real-program tests load (release: perftest's
+# default runs move hundreds of megabytes).
+echo "== building libibverbs.so.1"
+SOFTVERBS_LIBIBVERBS_DIR="$(scripts/build-ibverbs.sh)"
+export SOFTVERBS_LIBIBVERBS_DIR
 echo "== cargo test --workspace"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
 echo "== summary"
