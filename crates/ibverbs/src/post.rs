@@ -305,6 +305,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     if let Some(e) = batch.error {
         return e;
     }
+    let mut gathered = Vec::new();
     for p in &batch.wrs {
         let wr = SendWr {
             wr_id: p.wr_id,
@@ -314,7 +315,18 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
             imm_data: p.imm,
             target: p.target,
         };
-        if let Err(e) = b.inner.post_send_gathered(&wr, p.inline.as_deref()) {
+        // IBV_SEND_INLINE in wr_flags with ibv_wr_set_sge: the SGEs' bytes are the inline data.
+        let inline = match &p.inline {
+            Some(bytes) => Some(bytes.as_slice()),
+            None if p.flags.contains(SendFlags::INLINE) && p.opcode.allows_inline() => {
+                if let Err(e) = gather_inline("ibv_wr_complete", b, &p.sges, &mut gathered) {
+                    return e;
+                }
+                Some(gathered.as_slice())
+            }
+            None => None,
+        };
+        if let Err(e) = b.inner.post_send_gathered(&wr, inline) {
             return errno_of(&e);
         }
     }

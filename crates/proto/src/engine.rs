@@ -695,7 +695,7 @@ impl Engine {
             privileged: false,
         };
         let t = q.ctl.modify(attr, mask, env)?;
-        self.after_transition(h, t);
+        self.after_transition(h, t, mask);
         Ok(t)
     }
 

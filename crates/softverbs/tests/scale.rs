@@ -56,7 +56,8 @@ fn round(a: &Side, b: &Side, r: usize) {
     let sb = wait(&b.rcq, QPS);
     assert!(
         sa.iter().chain(&sb).all(|w| w.status == WcStatus::Success),
-        "round {r}"
+        "round {r}: {:?}",
+        sa.iter().chain(&sb).filter(|w| w.status != WcStatus::Success).take(3).collect::<Vec<_>>()
     );
     for i in 0..QPS {
         let o = i * MSG;

@@ -5,6 +5,7 @@
 
 use super::{AsyncEventKind, Event, EventElement};
 use crate::engine::QpHandle;
+use crate::mask::AttrMask;
 use crate::qp::data::QpData;
 use crate::qp::modify::Transition;
 use crate::types::{QpState, QpType};
@@ -13,7 +14,7 @@ use crate::Engine;
 
 impl Engine {
     /// Side effects of a successful modify.
-    pub(crate) fn after_transition(&mut self, h: QpHandle, t: Transition) {
+    pub(crate) fn after_transition(&mut self, h: QpHandle, t: Transition, mask: AttrMask) {
         let Some(q) = self.qps.get_mut(h) else { return };
         let a = *q.ctl.attr();
         match (t.from, t.to) {
@@ -27,6 +28,12 @@ impl Engine {
             }
             (QpState::Init, QpState::Rtr) => q.dp.resp.start(a.rq_psn),
             (QpState::Rtr, QpState::Rts) => {
+                q.dp.req.start(a.sq_psn, a.retry_cnt, a.rnr_retry);
+                self.schedule(h);
+            }
+            // SQ_PSN into RTS from elsewhere (SQD→RTS, or RTS→RTS under
+            // CUR_STATE = RTR): the send PSN restarts there, as RTR→RTS does.
+            (_, QpState::Rts) if mask.contains(AttrMask::SQ_PSN) => {
                 q.dp.req.start(a.sq_psn, a.retry_cnt, a.rnr_retry);
                 self.schedule(h);
             }
