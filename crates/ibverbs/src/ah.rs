@@ -4,7 +4,7 @@
 use crate::context::ctx_block;
 use crate::ffi::*;
 use crate::memory::PdBlock;
-use crate::qp::ah_of;
+use crate::convert::ah_attr;
 use crate::util::*;
 use std::ffi::c_int;
 
@@ -31,7 +31,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         // SAFETY: non-NULL attributes from the caller.
         let ah = pdb
             .pd()
-            .create_ah(&ah_of(unsafe { &*attr }))
+            .create_ah(&ah_attr(unsafe { &*attr }))
             .map_err(|e| errno_of(&e))?;
         Ok(into_c(AhBlock {
             c: ibv_ah {

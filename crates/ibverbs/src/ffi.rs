@@ -363,7 +363,7 @@ pub struct ibv_qp_attr {
     pub rq_psn: u32,
     pub sq_psn: u32,
     pub dest_qp_num: u32,
-    pub qp_access_flags: c_int,
+    pub qp_access_flags: u32,
     pub cap: ibv_qp_cap,
     pub ah_attr: ibv_ah_attr,
     pub alt_ah_attr: ibv_ah_attr,

@@ -20,6 +20,7 @@ pub mod ffi;
 
 mod ah;
 mod context;
+mod convert;
 mod cq;
 mod device;
 mod memory;

@@ -3,15 +3,14 @@
 //! kernel's modify table, required and optional attributes, values) and says
 //! in words what was wrong; this layer converts the C structs.
 
+use crate::convert::{c_qp_attr, c_qp_cap, qp_attr, qp_cap};
 use crate::cq::CqBlock;
 use crate::ffi::*;
 use crate::memory::PdBlock;
 use crate::post::Batch;
 use crate::srq::SrqBlock;
 use crate::util::*;
-use proto::types::{AhAttr, GlobalRoute};
-use proto::{Gid, QpCap};
-use softverbs::{AttrMask, QpAttr, QpInit};
+use softverbs::{AttrMask, QpInit};
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -37,124 +36,6 @@ const QP_INIT_ATTR_PD: u32 = 1;
 const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
-
-fn cap_of(c: &ibv_qp_cap) -> QpCap {
-    QpCap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
-}
-
-fn c_cap(c: &QpCap) -> ibv_qp_cap {
-    ibv_qp_cap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
-}
-
-pub(crate) fn ah_of(a: &ibv_ah_attr) -> AhAttr {
-    AhAttr {
-        grh: GlobalRoute {
-            dgid: Gid(a.grh.dgid.raw),
-            flow_label: a.grh.flow_label,
-            sgid_index: a.grh.sgid_index,
-            hop_limit: a.grh.hop_limit,
-            traffic_class: a.grh.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: a.is_global,
-        port_num: a.port_num,
-    }
-}
-
-pub(crate) fn c_ah(a: &AhAttr) -> ibv_ah_attr {
-    ibv_ah_attr {
-        grh: ibv_global_route {
-            dgid: ibv_gid { raw: a.grh.dgid.0 },
-            flow_label: a.grh.flow_label,
-            sgid_index: a.grh.sgid_index,
-            hop_limit: a.grh.hop_limit,
-            traffic_class: a.grh.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: a.is_global,
-        port_num: a.port_num,
-    }
-}
-
-fn attr_of(a: &ibv_qp_attr) -> QpAttr {
-    QpAttr {
-        qp_state: a.qp_state,
-        cur_qp_state: a.cur_qp_state,
-        path_mtu: a.path_mtu,
-        path_mig_state: a.path_mig_state,
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags as u32,
-        cap: cap_of(&a.cap),
-        ah_attr: ah_of(&a.ah_attr),
-        alt_ah_attr: ah_of(&a.alt_ah_attr),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: a.alt_pkey_index,
-        en_sqd_async_notify: a.en_sqd_async_notify,
-        sq_draining: a.sq_draining,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: a.alt_port_num,
-        alt_timeout: a.alt_timeout,
-        rate_limit: a.rate_limit,
-    }
-}
-
-fn c_attr(a: &QpAttr) -> ibv_qp_attr {
-    ibv_qp_attr {
-        qp_state: a.qp_state,
-        cur_qp_state: a.cur_qp_state,
-        path_mtu: a.path_mtu,
-        path_mig_state: a.path_mig_state,
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags as c_int,
-        cap: c_cap(&a.cap),
-        ah_attr: c_ah(&a.ah_attr),
-        alt_ah_attr: c_ah(&a.alt_ah_attr),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: a.alt_pkey_index,
-        en_sqd_async_notify: a.en_sqd_async_notify,
-        sq_draining: a.sq_draining,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: a.alt_port_num,
-        alt_timeout: a.alt_timeout,
-        rate_limit: a.rate_limit,
-    }
-}
 
 /// Creates a QP from an `ibv_qp_init_attr_ex` whose fields past `sq_sig_all`
 /// are read only when `ext` (the plain `ibv_qp_init_attr` is a prefix of it).
@@ -217,7 +98,7 @@ unsafe fn create(
         send_cq: scq.cq(),
         recv_cq: rcq.cq(),
         srq: srqb.map(|s| s.srq()),
-        cap: cap_of(&cap),
+        cap: qp_cap(&cap),
         sq_sig_all: sq_sig_all != 0,
         comp_mask,
         create_flags,
@@ -229,7 +110,7 @@ unsafe fn create(
         .map_err(|e| errno_of(&e))?;
     // The capacities granted go back to the caller, as the kernel's do.
     // SAFETY: the caller's attributes, writable.
-    unsafe { (*a).cap = c_cap(&qp.cap()) };
+    unsafe { (*a).cap = c_qp_cap(&qp.cap()) };
     let context = pdb.c.context;
     let id = qp.id();
     let c = ibv_qp_ex {
@@ -321,7 +202,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         return refuse("ibv_modify_qp", EINVAL, "attr is NULL");
     }
     // SAFETY: non-NULL attributes from the caller.
-    let a = attr_of(unsafe { &*attr });
+    let a = qp_attr(unsafe { &*attr });
     match b.inner.modify(&a, AttrMask(attr_mask as u32)) {
         Ok(()) => {
             if let Ok(info) = b.inner.query() {
@@ -355,13 +236,13 @@ pub unsafe extern "C" fn ibv_query_qp(
     let base = &b.c.qp_base;
     // SAFETY: non-NULL out-pointers from the caller; `qp` is live.
     unsafe {
-        attr.write(c_attr(&info.attr));
+        attr.write(c_qp_attr(&info.attr));
         init_attr.write(ibv_qp_init_attr {
             qp_context: base.qp_context,
             send_cq: base.send_cq,
             recv_cq: base.recv_cq,
             srq: base.srq,
-            cap: c_cap(&info.cap),
+            cap: c_qp_cap(&info.cap),
             qp_type: info.qp_type.raw(),
             sq_sig_all: c_int::from(info.sq_sig_all),
         });

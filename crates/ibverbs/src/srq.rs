@@ -1,10 +1,10 @@
 //! Shared receive queues.
 
 use crate::context::ctx_block;
+use crate::convert::{c_srq_attr, srq_attr};
 use crate::ffi::*;
 use crate::memory::PdBlock;
 use crate::util::*;
-use softverbs::SrqAttr;
 use std::ffi::c_int;
 
 #[repr(C)]
@@ -26,22 +26,6 @@ impl SrqBlock {
     }
 }
 
-fn attr_of(a: &ibv_srq_attr) -> SrqAttr {
-    SrqAttr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    }
-}
-
-fn c_attr(a: &SrqAttr) -> ibv_srq_attr {
-    ibv_srq_attr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_srq(
     pd: *mut ibv_pd,
@@ -56,7 +40,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         let (ctx_ptr, a) = (pdb.c.context, unsafe { &mut *init });
         let srq = pdb
             .pd()
-            .create_srq(attr_of(&a.attr))
+            .create_srq(srq_attr(&a.attr))
             .map_err(|e| errno_of(&e))?;
         // The sizes granted go back to the caller, as the kernel's do.
         if let Ok(granted) = srq.query() {
@@ -103,7 +87,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
         return refuse("ibv_modify_srq", EINVAL, "attr is NULL");
     }
     // SAFETY: non-NULL attributes from the caller.
-    let a = attr_of(unsafe { &*attr });
+    let a = srq_attr(unsafe { &*attr });
     b.srq()
         .modify(&a, mask as u32)
         .err()
@@ -122,7 +106,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
     match b.srq().query() {
         Ok(a) => {
             // SAFETY: non-NULL out-pointer.
-            unsafe { attr.write(c_attr(&a)) };
+            unsafe { attr.write(c_srq_attr(&a)) };
             0
         }
         Err(e) => errno_of(&e),

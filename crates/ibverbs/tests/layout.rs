@@ -2,7 +2,7 @@
 //! a C program compiled here prints each struct's size and alignment and each
 //! field's offset and size, and they must equal Rust's.
 
-#[allow(dead_code, non_camel_case_types)]
+#[allow(dead_code)]
 #[path = "../src/ffi.rs"]
 mod ffi;
 
