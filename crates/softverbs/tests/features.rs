@@ -883,3 +883,76 @@ fn reads_recover_from_lost_responses() {
         );
     }
 }
+
+/// Ordering (completions.md §6): send completions come in posting order
+/// whatever the mix of operations; when a SEND's receive completion is polled,
+/// every earlier RDMA WRITE on the connection is already in memory.
+#[test]
+fn completions_in_posting_order_and_writes_placed_before_a_later_send() {
+    let (a, b) = sides(10, 1 << 20);
+    let (qa, qb) = rc_pair(&a, &b);
+    let sig = SendFlags::SIGNALED;
+    let ops = [
+        WrOpcode::RdmaRead,
+        WrOpcode::RdmaWrite,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::Send,
+        WrOpcode::RdmaRead,
+        WrOpcode::RdmaWriteWithImm,
+        WrOpcode::AtomicCmpAndSwp,
+        WrOpcode::RdmaWrite,
+    ];
+    for round in 0..4u64 {
+        for i in 0..2 {
+            qb.post_recv(&recv_wr(round * 10 + i, &[b.mr.sge(900 << 10, 32 << 10)]))
+                .unwrap();
+        }
+        for (k, &op) in ops.iter().enumerate() {
+            let id = round * 100 + k as u64;
+            let o = k * 32 << 10;
+            let (sg, t) = match op {
+                WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp => (
+                    a.mr.sge(o, 8),
+                    WrTarget::Atomic(AtomicTarget {
+                        remote_addr: b.mr.addr() + 1000,
+                        compare_add: 1,
+                        swap: 2,
+                        rkey: b.mr.rkey(),
+                    }),
+                ),
+                _ => (a.mr.sge(o, 20_000), WrTarget::Rdma(b.mr.remote(o))),
+            };
+            let t = if op == WrOpcode::Send {
+                WrTarget::None
+            } else {
+                t
+            };
+            if op.is_rdma_write() {
+                a.mr.write(o, &pattern(20_000, (round * 8 + k as u64) as u8));
+            }
+            qa.post_send(&send_wr(id, op, &[sg], t, sig)).unwrap();
+        }
+        let wc = wait(&a.scq, ops.len());
+        let want: Vec<_> = (0..ops.len())
+            .map(|k| (round * 100 + k as u64, WcStatus::Success))
+            .collect();
+        assert_eq!(ids(&wc), want, "round {round}: posting order");
+        let r = wait(&b.rcq, 2);
+        assert_eq!(
+            ids(&r),
+            [
+                (round * 10, WcStatus::Success),
+                (round * 10 + 1, WcStatus::Success)
+            ]
+        );
+        // The WRITE before the SEND (k = 1) is in place.
+        assert!(
+            read(&b.mr, 32 << 10, 20_000) == pattern(20_000, (round * 8 + 1) as u8),
+            "round {round}"
+        );
+        assert!(
+            read(&b.mr, 5 * 32 << 10, 20_000) == pattern(20_000, (round * 8 + 5) as u8),
+            "round {round}"
+        );
+    }
+}
