@@ -909,7 +909,7 @@ fn completions_in_posting_order_and_writes_placed_before_a_later_send() {
         }
         for (k, &op) in ops.iter().enumerate() {
             let id = round * 100 + k as u64;
-            let o = k * 32 << 10;
+            let o = (k * 32) << 10;
             let (sg, t) = match op {
                 WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp => (
                     a.mr.sge(o, 8),
@@ -951,7 +951,7 @@ fn completions_in_posting_order_and_writes_placed_before_a_later_send() {
             "round {round}"
         );
         assert!(
-            read(&b.mr, 5 * 32 << 10, 20_000) == pattern(20_000, (round * 8 + 5) as u8),
+            read(&b.mr, (5 * 32) << 10, 20_000) == pattern(20_000, (round * 8 + 5) as u8),
             "round {round}"
         );
     }
