@@ -633,3 +633,69 @@ fn posting_in_the_wrong_state_is_einval_with_a_reason() {
     assert_eq!(e.errno(), Errno::EINVAL);
     assert!(e.to_string().contains("INIT"), "{e}");
 }
+
+/// UD send-side errors are local too: LOC_PROT_ERR, the QP goes to SQE, the
+/// WRs behind flush, receives still complete, SQE→RTS resumes.
+#[test]
+fn ud_local_error_moves_the_qp_to_sqe() {
+    let (a, b) = sides(10);
+    let ua = ud_qp(&a);
+    let ub = ud_qp(&b);
+    let to_b = a.pd.create_ah(&AhAttr::roce(b.gid(), 0)).unwrap();
+    let to_a = b.pd.create_ah(&AhAttr::roce(a.gid(), 0)).unwrap();
+    let bad = Sge {
+        lkey: a.mr.lkey() ^ 0x100,
+        ..a.mr.sge(0, 8)
+    };
+    ua.post_send(&send_wr(
+        1,
+        WrOpcode::Send,
+        &[bad],
+        to_b.ud(ub.qp_num(), QKEY),
+        SIG,
+    ))
+    .unwrap();
+    ua.post_send(&send_wr(
+        2,
+        WrOpcode::Send,
+        &[a.mr.sge(0, 8)],
+        to_b.ud(ub.qp_num(), QKEY),
+        SendFlags(0),
+    ))
+    .unwrap();
+    assert_eq!(
+        ids(&wait(&a.scq, 2)),
+        [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(state(&ua), QpState::Sqe);
+    // Receiving goes on in SQE.
+    ua.post_recv(&recv_wr(3, &[a.mr.sge(4096, 128)])).unwrap();
+    b.mr.write(0, b"hello a");
+    ub.post_send(&send_wr(
+        4,
+        WrOpcode::Send,
+        &[b.mr.sge(0, 7)],
+        to_a.ud(ua.qp_num(), QKEY),
+        SIG,
+    ))
+    .unwrap();
+    let r = wait(&a.rcq, 1)[0];
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len, r.src_qp),
+        (3, WcStatus::Success, 47, ub.qp_num())
+    );
+    assert_eq!(read(&a.mr, 4096 + 40, 7), b"hello a");
+    // SQE → RTS.
+    ua.apply(Resume).unwrap();
+    ub.post_recv(&recv_wr(5, &[b.mr.sge(4096, 128)])).unwrap();
+    ua.post_send(&send_wr(
+        6,
+        WrOpcode::Send,
+        &[a.mr.sge(0, 8)],
+        to_b.ud(ub.qp_num(), QKEY),
+        SIG,
+    ))
+    .unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), [(6, WcStatus::Success)]);
+    assert_eq!(ids(&wait(&b.rcq, 1)), [(5, WcStatus::Success)]);
+}
