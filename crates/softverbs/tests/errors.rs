@@ -699,3 +699,127 @@ fn ud_local_error_moves_the_qp_to_sqe() {
     assert_eq!(ids(&wait(&a.scq, 1)), [(6, WcStatus::Success)]);
     assert_eq!(ids(&wait(&b.rcq, 1)), [(5, WcStatus::Success)]);
 }
+
+/// A region deregistered while the peer still holds its rkey: the next WRITE
+/// is NAKed (REM_ACCESS_ERR), and the bytes where the region was are not
+/// touched (the buffer is gone; B's other region stays as it was).
+#[test]
+fn a_deregistered_region_is_out_of_reach() {
+    let (a, b) = sides(11);
+    let (qa, qb) = rc_pair(&a, &b);
+    let mr = b.pd.reg_mr(4096, ALL).unwrap();
+    let target = WrTarget::Rdma(mr.remote(0));
+    a.mr.write(0, &[7; 64]);
+    qa.post_send(&send_wr(
+        1,
+        WrOpcode::RdmaWrite,
+        &[a.mr.sge(0, 64)],
+        target,
+        SIG,
+    ))
+    .unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), [(1, WcStatus::Success)]);
+    assert_eq!(read(&mr, 0, 64), [7; 64]);
+    mr.dereg();
+    qa.post_send(&send_wr(
+        2,
+        WrOpcode::RdmaWrite,
+        &[a.mr.sge(0, 64)],
+        target,
+        SIG,
+    ))
+    .unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), [(2, WcStatus::RemAccessErr)]);
+    await_state(&qb, QpState::Err);
+    assert!(read(&b.mr, 0, 1 << 20).iter().all(|&x| x == 0));
+}
+
+/// RESET discards everything queued without completions; the QP can then be
+/// brought up again and carries traffic as new (spec qp-state-machine.md §6.1).
+#[test]
+fn reset_discards_queued_work_and_the_qp_is_reusable() {
+    let (a, b) = sides(12);
+    let (qa, qb) = rc_pair(&a, &b);
+    // Sends stuck in RNR retries (no receives), receives waiting on A.
+    for i in 0..4 {
+        qa.post_send(&send_wr(
+            i,
+            WrOpcode::Send,
+            &[a.mr.sge(0, 8)],
+            WrTarget::None,
+            SIG,
+        ))
+        .unwrap();
+        qa.post_recv(&recv_wr(10 + i, &[a.mr.sge(4096, 64)]))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    qa.apply(ToReset).unwrap();
+    assert_eq!(
+        a.scq.wait(1, Duration::from_millis(30)).len(),
+        0,
+        "RESET completes nothing"
+    );
+    empty(&a.rcq);
+    // Bring both sides up again from scratch (B too: its PSNs moved on).
+    qb.apply(ToReset).unwrap();
+    rc_connect(&qa, b.gid(), qb.qp_num(), &RcOpts::default());
+    rc_connect(&qb, a.gid(), qa.qp_num(), &RcOpts::default());
+    a.mr.write(0, b"fresh");
+    qb.post_recv(&recv_wr(20, &[b.mr.sge(0, 64)])).unwrap();
+    qa.post_send(&send_wr(
+        21,
+        WrOpcode::Send,
+        &[a.mr.sge(0, 5)],
+        WrTarget::None,
+        SIG,
+    ))
+    .unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), [(21, WcStatus::Success)]);
+    let r = wait(&b.rcq, 1)[0];
+    assert_eq!((r.wr_id, r.byte_len), (20, 5));
+    assert_eq!(read(&b.mr, 0, 5), b"fresh");
+    empty(&a.scq);
+}
+
+/// Destroying objects in use is refused (EBUSY) and changes nothing; a QP
+/// destroyed with work outstanding leaves no completions behind and the CQ
+/// can then go.
+#[test]
+fn destroy_in_use_is_ebusy_and_destroying_a_busy_qp_is_clean() {
+    let (a, b) = sides(13);
+    let (qa, _qb) = rc_pair(&a, &b);
+    for i in 0..3 {
+        qa.post_send(&send_wr(
+            i,
+            WrOpcode::Send,
+            &[a.mr.sge(0, 8)],
+            WrTarget::None,
+            SIG,
+        ))
+        .unwrap();
+    }
+    let Side {
+        ctx,
+        pd,
+        scq,
+        rcq,
+        mr,
+    } = a;
+    let scq = scq.destroy().unwrap_err();
+    assert_eq!(scq.error.errno(), Errno::EBUSY);
+    let pd = pd.destroy().unwrap_err();
+    assert_eq!(pd.error.errno(), Errno::EBUSY);
+    qa.destroy().unwrap();
+    empty(&scq.object);
+    let before = ctx.device_object_counts();
+    scq.object.destroy().unwrap();
+    rcq.destroy().unwrap();
+    drop(mr);
+    pd.object.destroy().unwrap();
+    let after = ctx.device_object_counts();
+    assert!(
+        after.iter().zip(&before).all(|(x, y)| x <= y) && after != before,
+        "{before:?} -> {after:?}"
+    );
+}
