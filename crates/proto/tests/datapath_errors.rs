@@ -301,3 +301,54 @@ fn a_lost_packet_is_recovered_by_sequence_nak() {
     let c = net.a.e.qp_counters(qa).unwrap();
     assert_eq!(c.seq_naks_received, 1);
 }
+
+/// The WR whose gather fails is not the oldest outstanding one: the READ ahead
+/// of it is still waiting for its response. The READ completes normally, the
+/// failing SEND with LOC_PROT_ERR (not a flush), the WR behind it flushes,
+/// and only then is the QP in ERR.
+#[test]
+fn bad_lkey_behind_an_outstanding_read_is_loc_prot_err() {
+    let mut net = Net::new();
+    let (qa, _, qb, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 65536, 1);
+    let (_, rb) = net.b.mr(0, 65536, 1 | 4);
+    net.b.mem.write(BASE, &pattern(8000, 4));
+    let read = [Sge {
+        addr: BASE,
+        length: 8000,
+        lkey: la,
+    }];
+    let bad = [Sge {
+        addr: BASE,
+        length: 16,
+        lkey: la ^ 0x80,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey: rb,
+    });
+    let a = &mut net.a.e;
+    a.post_send(qa, &send_wr(1, WrOpcode::RdmaRead, &read, t), None)
+        .unwrap();
+    a.post_send(qa, &send_wr(2, WrOpcode::Send, &bad, WrTarget::None), None)
+        .unwrap();
+    a.post_send(
+        qa,
+        &send_wr(3, WrOpcode::Send, &read[..0], WrTarget::None),
+        None,
+    )
+    .unwrap();
+    net.run();
+    let wc: Vec<_> = net.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        wc,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::LocProtErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(net.a.mem.snapshot(BASE, 8000), pattern(8000, 4));
+    assert_eq!(net.a.state(qa), QpState::Err);
+    assert_eq!(net.b.state(qb), QpState::Rts);
+}
