@@ -86,6 +86,7 @@ pub(crate) fn open_context(
     }
     // SAFETY: `fd` is a new descriptor we own.
     let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    make_blocking(ctx.async_event_fd());
     let context = ibv_context {
         device: &dev.dev as *const ibv_device as *mut ibv_device,
         ops: ibv_context_ops {
@@ -207,6 +208,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
 ) -> *mut ibv_comp_channel {
     let made = ctx_block("ibv_create_comp_channel", context).and_then(|b| {
         let inner = b.ctx.create_comp_channel().map_err(|e| errno_of(&e))?;
+        make_blocking(inner.fd());
         let c = ibv_comp_channel {
             context,
             fd: inner.fd(),
@@ -242,6 +244,21 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     }
     free::<ChannelBlock>(channel);
     0
+}
+
+/// Clears `O_NONBLOCK` on an event fd handed to C. As with rdma-core, the
+/// channel and async fds start blocking and `ibv_get_*_event` waits; a caller
+/// that wants `EAGAIN` sets `O_NONBLOCK` itself, which [`nonblocking`] sees.
+/// (The engine's eventfd is only read when it is known to be non-zero, so
+/// blocking mode never makes our own side wait.)
+fn make_blocking(fd: c_int) {
+    // SAFETY: fcntl on a descriptor we own; failure leaves it as it was.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
 }
 
 /// Whether the caller made `fd` non-blocking (then reads must not wait).
