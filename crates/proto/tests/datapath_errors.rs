@@ -352,3 +352,60 @@ fn bad_lkey_behind_an_outstanding_read_is_loc_prot_err() {
     assert_eq!(net.a.state(qa), QpState::Err);
     assert_eq!(net.b.state(qb), QpState::Rts);
 }
+
+/// A peer's atomic at a VA that is not 8-byte aligned (our own post refuses
+/// one, so the packet is altered on the wire, ICRC recomputed): NAK invalid
+/// request (rc-reliability.md §3 step 6): REM_INV_REQ_ERR, both QPs in ERR,
+/// memory untouched.
+#[test]
+fn misaligned_atomic_from_a_peer_is_an_invalid_request() {
+    use std::cell::RefCell;
+    let mut net = Net::new();
+    let (qa, _, qb, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 4096, 1);
+    let (_, rb) = net.b.mr(0, 4096, 1 | 8);
+    net.b.mem.write(BASE + 64, &[0x33; 16]);
+    let caught = std::rc::Rc::new(RefCell::new(Vec::new()));
+    let c = caught.clone();
+    net.drop_from_a = Some(Box::new(move |p| {
+        *c.borrow_mut() = p.to_vec();
+        true
+    }));
+    let sg = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: la,
+    }];
+    let t = WrTarget::Atomic(AtomicTarget {
+        remote_addr: BASE + 64,
+        compare_add: 1,
+        swap: 0,
+        rkey: rb,
+    });
+    net.a
+        .e
+        .post_send(qa, &send_wr(1, WrOpcode::AtomicFetchAndAdd, &sg, t), None)
+        .unwrap();
+    net.pump_once();
+    net.drop_from_a = None;
+    let mut r = wire::TransportRepr::parse(&caught.borrow()).unwrap();
+    r.atomic_eth.as_mut().unwrap().va += 4;
+    let encap = wire::Encap::from_addrs(net.a.ip, net.b.ip, 4791).unwrap();
+    let mut out = vec![0u8; 256];
+    let n = r.emit(&mut out, &[], &encap).unwrap();
+    let (from, to) = (
+        SocketAddr::new(net.a.ip, 4791),
+        SocketAddr::new(net.b.ip, 4791),
+    );
+    net.b
+        .e
+        .handle_datagram(net.now, from, to, &out[..n], &net.b.mem);
+    net.run();
+    let wc: Vec<_> = net.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(wc, [(1, WcStatus::RemInvReqErr)]);
+    assert_eq!(
+        (net.a.state(qa), net.b.state(qb)),
+        (QpState::Err, QpState::Err)
+    );
+    assert_eq!(net.b.mem.snapshot(BASE + 64, 16), [0x33; 16]);
+}

@@ -823,3 +823,125 @@ fn destroy_in_use_is_ebusy_and_destroying_a_busy_qp_is_clean() {
         "{before:?} -> {after:?}"
     );
 }
+
+/// Zero-length READ and WRITE(+IMM) do not check VA or R_Key (IBA C9-88,
+/// rc-reliability.md §3 step 6): they succeed with a bogus rkey. A misaligned
+/// atomic is refused at post.
+#[test]
+fn zero_length_skips_the_rkey_check_and_misaligned_atomics_are_refused() {
+    let (a, b) = sides(14);
+    let (qa, qb) = rc_pair(&a, &b);
+    let bogus = WrTarget::Rdma(RdmaTarget {
+        remote_addr: 0xdead_0000,
+        rkey: 0x1234_5678,
+    });
+    qb.post_recv(&recv_wr(5, &[b.mr.sge(0, 64)])).unwrap();
+    for (id, op) in [
+        (1, WrOpcode::RdmaWrite),
+        (2, WrOpcode::RdmaRead),
+        (3, WrOpcode::RdmaWriteWithImm),
+    ] {
+        qa.post_send(&send_wr(id, op, &[], bogus, SIG)).unwrap();
+    }
+    let wc = wait(&a.scq, 3);
+    assert_eq!(
+        ids(&wc),
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::Success)
+        ]
+    );
+    assert!(wc.iter().all(|w| w.byte_len == 0));
+    let r = wait(&b.rcq, 1)[0];
+    assert_eq!(
+        (r.wr_id, r.opcode, r.byte_len, r.imm_data.value()),
+        (5, WcOpcode::RecvRdmaWithImm, 0, 0x1234)
+    );
+    assert_eq!((state(&qa), state(&qb)), (QpState::Rts, QpState::Rts));
+    // A misaligned atomic is refused at post (EINVAL) — before any packet;
+    // the responder's own alignment check is covered by the proto tests.
+    let t = WrTarget::Atomic(AtomicTarget {
+        remote_addr: b.mr.addr() + 68,
+        compare_add: 1,
+        swap: 0,
+        rkey: b.mr.rkey(),
+    });
+    let e = qa
+        .post_send(&send_wr(
+            6,
+            WrOpcode::AtomicFetchAndAdd,
+            &[a.mr.sge(0, 8)],
+            t,
+            SIG,
+        ))
+        .unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL, "{e}");
+    assert_eq!(state(&qa), QpState::Rts);
+}
+
+/// More READs and atomics than max_rd_atomic (16 here) posted at once: the
+/// requester keeps at most that many in flight and every one completes, in
+/// order, with its data.
+#[test]
+fn more_reads_and_atomics_than_the_initiator_depth() {
+    let (a, b) = sides(15);
+    let mut ia = a.init();
+    ia.cap.max_send_wr = 64;
+    let (qa, _qb) = rc_pair_with(&a, &ia, &b, &b.init(), &RcOpts::default());
+    let data = pattern(48 * 1000, 8);
+    b.mr.write(0, &data);
+    b.mr.write(100_000, &0u64.to_ne_bytes());
+    for i in 0..48u64 {
+        let o = i as usize * 1000;
+        if i % 3 == 2 {
+            let t = WrTarget::Atomic(AtomicTarget {
+                remote_addr: b.mr.addr() + 100_000,
+                compare_add: 1,
+                swap: 0,
+                rkey: b.mr.rkey(),
+            });
+            qa.post_send(&send_wr(
+                i,
+                WrOpcode::AtomicFetchAndAdd,
+                &[a.mr.sge(200_000 + o, 8)],
+                t,
+                SIG,
+            ))
+            .unwrap();
+        } else {
+            let t = WrTarget::Rdma(b.mr.remote(o));
+            qa.post_send(&send_wr(
+                i,
+                WrOpcode::RdmaRead,
+                &[a.mr.sge(o, 1000)],
+                t,
+                SIG,
+            ))
+            .unwrap();
+        }
+    }
+    let wc = wait(&a.scq, 48);
+    assert_eq!(
+        ids(&wc),
+        (0..48).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+    for i in 0..48usize {
+        if i % 3 == 2 {
+            let mut w = [0u8; 8];
+            a.mr.read(200_000 + i * 1000, &mut w);
+            assert_eq!(
+                u64::from_ne_bytes(w),
+                (i / 3) as u64,
+                "FETCH_ADD {i} saw the adds before it"
+            );
+        } else {
+            assert_eq!(
+                read(&a.mr, i * 1000, 1000),
+                data[i * 1000..(i + 1) * 1000],
+                "READ {i}"
+            );
+        }
+    }
+    assert_eq!(read(&b.mr, 100_000, 8), 16u64.to_ne_bytes());
+}
