@@ -956,3 +956,67 @@ fn completions_in_posting_order_and_writes_placed_before_a_later_send() {
         );
     }
 }
+
+/// UD QPs on one SRQ: each datagram takes the next SRQ WQE, with the GRH area
+/// first, and the completion names the QP that took it and the sender.
+#[test]
+fn ud_qps_sharing_an_srq() {
+    let (a, b) = sides(11, 1 << 16);
+    let srq =
+        b.pd.create_srq(SrqAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let mut ib = b.init();
+    ib.srq = Some(&srq);
+    let ubs: Vec<_> = (0..2)
+        .map(|_| {
+            let q = b.pd.create_ud_qp(&ib).unwrap();
+            q.to_init(DatagramInit {
+                pkey_index: 0,
+                port_num: 1,
+                qkey: QKEY,
+            })
+            .unwrap();
+            q.to_rtr(UdRtr).unwrap();
+            q.to_rts(SqPsnRts { sq_psn: 0 }).unwrap();
+            q
+        })
+        .collect();
+    let ua = ud_qp(&a);
+    let ah = a.pd.create_ah(&AhAttr::roce(b.gid(), 0)).unwrap();
+    for i in 0..4u64 {
+        srq.post_recv(&recv_wr(i, &[b.mr.sge(i as usize * 1024, 1024)]))
+            .unwrap();
+    }
+    for i in 0..4usize {
+        let msg = pattern(100, i as u8);
+        a.mr.write(i * 128, &msg);
+        let to = &ubs[i % 2];
+        let sg = [a.mr.sge(i * 128, 100)];
+        ua.post_send(&send_wr(
+            i as u64,
+            WrOpcode::Send,
+            &sg,
+            ah.ud(to.qp_num(), QKEY),
+            SendFlags::SIGNALED,
+        ))
+        .unwrap();
+        wait(&a.scq, 1);
+        let r = wait(&b.rcq, 1)[0];
+        assert_eq!(
+            (r.wr_id, r.status, r.qp_num, r.src_qp, r.byte_len, r.wc_flags),
+            (
+                i as u64,
+                WcStatus::Success,
+                to.qp_num(),
+                ua.qp_num(),
+                140,
+                WcFlags::GRH
+            )
+        );
+        assert_eq!(read(&b.mr, i * 1024 + 40, 100), msg);
+    }
+}
