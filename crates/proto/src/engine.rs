@@ -18,6 +18,7 @@ use crate::qp::modify::{ModifyEnv, Transition};
 use crate::qp::QpControl;
 use crate::srq::{self, Srq, SrqAttr};
 use crate::table::{Handle, Table};
+use crate::types::QpState;
 use crate::types::{AhAttr, QpAttr, QpCap, QpType, MASK_24};
 use std::collections::HashMap;
 
@@ -458,7 +459,10 @@ impl Engine {
     /// with `EINVAL` below the completions already queued. Returns the capacity.
     pub fn resize_cq(&mut self, h: CqHandle, cqe: i32) -> Result<u32, Error> {
         let granted = cq::check_create(cqe, 0, &self.info.attr)?;
-        let c = self.cqs.get_mut(h).ok_or_else(|| missing(ObjectKind::Cq, h))?;
+        let c = self
+            .cqs
+            .get_mut(h)
+            .ok_or_else(|| missing(ObjectKind::Cq, h))?;
         c.ring.resize(granted)?;
         c.cq.cqe = granted;
         Ok(granted)
@@ -695,6 +699,17 @@ impl Engine {
             privileged: false,
         };
         let t = q.ctl.modify(attr, mask, env)?;
+        // A new retry_cnt / rnr_retry (SQD→SQD, SQD→RTS) is the budget from
+        // now on; RTR→RTS sets both when the requester starts.
+        if matches!(t.from, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            let a = *q.ctl.attr();
+            if mask.contains(AttrMask::RETRY_CNT) {
+                q.dp.req.retry_left = a.retry_cnt;
+            }
+            if mask.contains(AttrMask::RNR_RETRY) {
+                q.dp.req.rnr_left = a.rnr_retry;
+            }
+        }
         self.after_transition(h, t, mask);
         Ok(t)
     }

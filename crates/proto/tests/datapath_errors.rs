@@ -78,6 +78,8 @@ fn rnr_with_retry_zero_fails_and_seven_waits() {
             net.run();
             let wc = net.a.poll();
             assert_eq!(wc[0].status, WcStatus::RnrRetryExcErr, "{wc:?}");
+            // rnr_retry = 0 set at SQD→SQD is the budget: the first RNR NAK fails.
+            assert_eq!(net.a.e.qp_counters(qa).unwrap().rnr_naks_received, 1);
             assert_eq!(net.a.state(qa), QpState::Err);
             assert_eq!(net.b.state(qb), QpState::Rts, "the responder is unaffected");
         }

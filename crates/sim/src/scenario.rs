@@ -7,7 +7,7 @@ use crate::workload::Mix;
 use crate::world::Config;
 
 /// Names of the random-workload scenarios, in the order `--seeds` runs them.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "clean",
     "loss1",
     "loss5",
@@ -16,6 +16,7 @@ pub const NAMES: [&str; 8] = [
     "corrupt",
     "partition",
     "mixed",
+    "stress",
 ];
 
 /// Link latency of every scenario.
@@ -83,6 +84,19 @@ pub fn config(name: &str) -> Option<Config> {
         "mixed" => Config {
             faults: f(0.05, 0.02, 0.05, 0.02),
             ipv6: true,
+            ..base
+        },
+        "stress" => Config {
+            faults: f(0.10, 0.05, 0.30, 0.02),
+            ipv6: true,
+            // One READ/atomic in flight at a time, receives often late.
+            qp: QpParams {
+                rd_atomic: 1,
+                min_rnr_timer: 1,
+                ..QP
+            },
+            recv_lag_ns: 100_000,
+            post_gap_ns: 2_000,
             ..base
         },
         _ => return None,

@@ -148,6 +148,19 @@ fn everything_at_once() {
     each("mixed", completed_all);
 }
 
+/// Heavy faults, one READ/atomic in flight at a time, late receives.
+#[test]
+fn stress() {
+    each("stress", |seed, s| {
+        completed_all(seed, s);
+        let q = &s.dev.qps;
+        assert!(
+            q.rnr_naks_received > 0 && q.implied_naks + q.timeouts > 0,
+            "seed {seed}: {q:?}"
+        );
+    });
+}
+
 /// A dead link ends in RETRY_EXC_ERR after exactly retry_cnt retransmissions,
 /// at t0 + (retry_cnt + 1) × 4.096 µs × 2^timeout; the rest is flushed.
 #[test]
