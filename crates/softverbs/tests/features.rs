@@ -1020,3 +1020,72 @@ fn ud_qps_sharing_an_srq() {
         assert_eq!(read(&b.mr, i * 1024 + 40, 100), msg);
     }
 }
+
+/// RC on an empty SRQ: RNR NAKs until a WQE is posted to the SRQ (then the
+/// SEND lands); a QP on an SRQ that enters ERR raises
+/// IBV_EVENT_QP_LAST_WQE_REACHED (16), and the SRQ's WQEs stay for others.
+#[test]
+fn rc_on_an_empty_srq_waits_and_last_wqe_reached_on_error() {
+    let (a, b) = sides(12, 1 << 16);
+    let srq =
+        b.pd.create_srq(SrqAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let mut ib = b.init();
+    ib.srq = Some(&srq);
+    let (qa, qb) = rc_pair_with(&a, &a.init(), &b, &ib, &RcOpts::default());
+    a.mr.write(0, b"late wqe");
+    qa.post_send(&send_wr(
+        1,
+        WrOpcode::Send,
+        &[a.mr.sge(0, 8)],
+        WrTarget::None,
+        SendFlags::SIGNALED,
+    ))
+    .unwrap();
+    let deadline = std::time::Instant::now() + T;
+    while qb.counters().unwrap().rnr_naks_sent < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        qb.counters().unwrap().rnr_naks_sent >= 2,
+        "RNR NAKs while the SRQ is empty"
+    );
+    empty(&a.scq);
+    srq.post_recv(&recv_wr(7, &[b.mr.sge(0, 64)])).unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), [(1, WcStatus::Success)]);
+    let r = wait(&b.rcq, 1)[0];
+    assert_eq!((r.wr_id, r.qp_num, r.byte_len), (7, qb.qp_num(), 8));
+    assert_eq!(read(&b.mr, 0, 8), b"late wqe");
+    // Into ERR: the event, and the SRQ's WQE is not flushed.
+    srq.post_recv(&recv_wr(8, &[b.mr.sge(0, 64)])).unwrap();
+    qb.apply(ToError).unwrap();
+    let e = b
+        .ctx
+        .get_async_event(Some(T))
+        .unwrap()
+        .expect("LAST_WQE_REACHED");
+    assert_eq!((e.kind, e.element), (16, qb.id()));
+    assert_eq!(
+        b.rcq.wait(1, Duration::from_millis(20)).len(),
+        0,
+        "SRQ WQEs are not flushed"
+    );
+    let (qa2, _qb2) = rc_pair_with(&a, &a.init(), &b, &ib, &RcOpts::default());
+    qa2.post_send(&send_wr(
+        2,
+        WrOpcode::Send,
+        &[a.mr.sge(0, 8)],
+        WrTarget::None,
+        SendFlags::SIGNALED,
+    ))
+    .unwrap();
+    assert_eq!(
+        ids(&wait(&b.rcq, 1)),
+        [(8, WcStatus::Success)],
+        "another QP takes the kept WQE"
+    );
+}
