@@ -9,7 +9,9 @@ mod matrix;
 mod pair;
 use matrix::*;
 use softverbs::*;
-use std::process::{Child, Command};
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn device(name: &str, ip: &str) -> Context {
@@ -45,64 +47,94 @@ fn matrix_within_one_device() {
 
 const PEER_ENV: &str = "SOFTVERBS_TEST_MATRIX_PEER";
 
-/// Kills the child (by its PID, through its handle) if the test fails.
-struct Reap(Child);
+/// The child process: killed (by its PID, through its handle) if the test
+/// fails; its output is collected rather than passed through (so its own test
+/// summary line does not count twice) and shown when the test fails.
+struct Peer {
+    child: Child,
+    output: Arc<Mutex<String>>,
+}
 
-impl Drop for Reap {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
+impl Peer {
+    fn spawn(mut cmd: Command) -> Peer {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the peer process");
+        let output = Arc::new(Mutex::new(String::new()));
+        let pipes: [Box<dyn Read + Send>; 2] = [
+            Box::new(child.stdout.take().unwrap()),
+            Box::new(child.stderr.take().unwrap()),
+        ];
+        for mut pipe in pipes {
+            let out = output.clone();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = pipe.read_to_string(&mut s);
+                out.lock().unwrap().push_str(&s);
+            });
         }
-        let _ = self.0.wait();
+        Peer { child, output }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            std::thread::sleep(Duration::from_millis(50)); // let the readers drain the pipes
+            eprintln!(
+                "--- the peer process said:\n{}",
+                self.output.lock().unwrap()
+            );
+        }
     }
 }
 
 /// The responder in a second process: this test binary again, running only
-/// `matrix_peer_process` with the control port in the environment. Each
-/// process opens the default device, which takes a loopback address derived
-/// from its PID: real RoCEv2 over UDP between two processes.
+/// this test, with the control port in the environment (which makes it the
+/// peer). Each process opens the default device, which takes a loopback
+/// address derived from its PID: real RoCEv2 over UDP between two processes.
 #[test]
 fn matrix_between_two_processes() {
+    if let Ok(port) = std::env::var(PEER_ENV) {
+        // The child: the responder role.
+        let port: u16 = port.parse().expect("control port");
+        let ctx = devices().unwrap()[0].open().unwrap();
+        let n = End::setup(ctx, Ctrl::connect(port)).run_responder();
+        assert!(n >= 30);
+        return;
+    }
     let (listener, port) = Ctrl::listen();
     let exe = std::env::current_exe().unwrap();
-    let child = Command::new(exe)
-        .args([
-            "--exact",
-            "matrix_peer_process",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(PEER_ENV, port.to_string())
-        .env_remove("SOFTVERBS_ADDR") // the parent may hold that address; the child takes its own
-        .spawn()
-        .expect("start the peer process");
-    let mut child = Reap(child);
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--exact",
+        "matrix_between_two_processes",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ])
+    .env(PEER_ENV, port.to_string())
+    .env_remove("SOFTVERBS_ADDR"); // the parent may hold that address; the child takes its own
+    let mut peer = Peer::spawn(cmd);
     let ctx = devices().unwrap()[0].open().unwrap();
     let mut end = End::setup(ctx, Ctrl::accept(listener));
     let n = end.run_requester();
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
-        if let Some(s) = child.0.try_wait().unwrap() {
+        if let Some(s) = peer.child.try_wait().unwrap() {
             break s;
         }
         assert!(Instant::now() < deadline, "the peer process did not exit");
         std::thread::sleep(Duration::from_millis(10));
     };
     assert!(status.success(), "the peer process failed: {status}");
-    assert!(n >= 30);
-}
-
-/// The peer role of `matrix_between_two_processes` (run by it; ignored otherwise).
-#[test]
-#[ignore = "started by matrix_between_two_processes in a child process"]
-fn matrix_peer_process() {
-    let port: u16 = std::env::var(PEER_ENV)
-        .expect("run by matrix_between_two_processes")
-        .parse()
-        .unwrap();
-    let ctx = devices().unwrap()[0].open().unwrap();
-    let n = End::setup(ctx, Ctrl::connect(port)).run_responder();
+    let said = peer.output.lock().unwrap().clone();
+    assert!(said.contains("1 passed"), "the peer ran its role: {said}");
     assert!(n >= 30);
 }
