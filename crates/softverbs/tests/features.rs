@@ -1168,3 +1168,52 @@ fn uc_discards_damaged_messages_and_reuses_the_wqe() {
     }
     assert_eq!(state(&qb), QpState::Rts);
 }
+
+/// One completion channel, two CQs: each event names the CQ it is for. Arming
+/// "solicited only" and then "next" upgrades to "next" (completions.md §7.3):
+/// an unsolicited completion then fires.
+#[test]
+fn one_channel_two_cqs_and_the_arming_upgrade() {
+    let (a, b) = sides(13, 1 << 16);
+    let ch = b.ctx.create_comp_channel().unwrap();
+    let cq1 = b.ctx.create_cq_with_channel(16, &ch).unwrap();
+    let cq2 = b.ctx.create_cq_with_channel(16, &ch).unwrap();
+    let mut i1 = b.init();
+    i1.recv_cq = &cq1;
+    let mut i2 = b.init();
+    i2.recv_cq = &cq2;
+    let (qa1, qb1) = rc_pair_with(&a, &a.init(), &b, &i1, &RcOpts::default());
+    let (qa2, qb2) = rc_pair_with(&a, &a.init(), &b, &i2, &RcOpts::default());
+    for i in 0..4 {
+        qb1.post_recv(&recv_wr(i, &[b.mr.sge(0, 64)])).unwrap();
+        qb2.post_recv(&recv_wr(10 + i, &[b.mr.sge(0, 64)])).unwrap();
+    }
+    let sg = [a.mr.sge(0, 8)];
+    let sig = SendFlags::SIGNALED;
+    cq1.req_notify(false).unwrap();
+    cq2.req_notify(false).unwrap();
+    qa2.post_send(&send_wr(1, WrOpcode::Send, &sg, WrTarget::None, sig))
+        .unwrap();
+    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq2.id()));
+    assert_eq!(ids(&wait(&cq2, 1)), [(10, WcStatus::Success)]);
+    qa1.post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, sig))
+        .unwrap();
+    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
+    assert_eq!(ids(&wait(&cq1, 1)), [(0, WcStatus::Success)]);
+    // Solicited, then next: the unsolicited SEND fires the event.
+    cq1.req_notify(true).unwrap();
+    cq1.req_notify(false).unwrap();
+    qa1.post_send(&send_wr(3, WrOpcode::Send, &sg, WrTarget::None, sig))
+        .unwrap();
+    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
+    assert_eq!(ids(&wait(&cq1, 1)), [(1, WcStatus::Success)]);
+    // Next, then solicited: stays "next" (never downgraded).
+    cq1.req_notify(false).unwrap();
+    cq1.req_notify(true).unwrap();
+    qa1.post_send(&send_wr(4, WrOpcode::Send, &sg, WrTarget::None, sig))
+        .unwrap();
+    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
+    assert_eq!(ids(&wait(&cq1, 1)), [(2, WcStatus::Success)]);
+    wait(&a.scq, 4);
+    assert_eq!(ch.get_event(Some(Duration::from_millis(20))).unwrap(), None);
+}
