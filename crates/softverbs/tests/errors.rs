@@ -945,3 +945,79 @@ fn more_reads_and_atomics_than_the_initiator_depth() {
     }
     assert_eq!(read(&b.mr, 100_000, 8), 16u64.to_ne_bytes());
 }
+
+/// Responder resources (rc-reliability.md §3 step 4): with max_dest_rd_atomic
+/// = 0 a READ or atomic is an invalid request (REM_INV_REQ_ERR, both QPs in
+/// ERR); with 1, many READs in flight still all complete (the resources only
+/// keep answers for duplicates).
+#[test]
+fn responder_resources_for_reads_and_atomics() {
+    let (a, b) = sides(16);
+    for (op, what) in [
+        (WrOpcode::RdmaRead, "READ"),
+        (WrOpcode::AtomicFetchAndAdd, "FETCH_ADD"),
+    ] {
+        let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+        let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+        rc_connect(&qa, b.gid(), qb.qp_num(), &RcOpts::default());
+        rc_connect(
+            &qb,
+            a.gid(),
+            qa.qp_num(),
+            &RcOpts {
+                max_dest_rd_atomic: 0,
+                ..RcOpts::default()
+            },
+        );
+        let t = if op.is_atomic() {
+            WrTarget::Atomic(AtomicTarget {
+                remote_addr: b.mr.addr(),
+                compare_add: 1,
+                swap: 0,
+                rkey: b.mr.rkey(),
+            })
+        } else {
+            WrTarget::Rdma(b.mr.remote(0))
+        };
+        qa.post_send(&send_wr(1, op, &[a.mr.sge(0, 8)], t, SIG))
+            .unwrap();
+        assert_eq!(
+            ids(&wait(&a.scq, 1)),
+            [(1, WcStatus::RemInvReqErr)],
+            "{what}"
+        );
+        assert_eq!(state(&qa), QpState::Err, "{what}");
+        await_state(&qb, QpState::Err);
+        assert_eq!(read(&b.mr, 0, 8), [0; 8], "{what}");
+    }
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+    rc_connect(&qa, b.gid(), qb.qp_num(), &RcOpts::default());
+    rc_connect(
+        &qb,
+        a.gid(),
+        qa.qp_num(),
+        &RcOpts {
+            max_dest_rd_atomic: 1,
+            ..RcOpts::default()
+        },
+    );
+    let data = pattern(16 * 2000, 2);
+    b.mr.write(0, &data);
+    for i in 0..16u64 {
+        let o = i as usize * 2000;
+        qa.post_send(&send_wr(
+            i,
+            WrOpcode::RdmaRead,
+            &[a.mr.sge(o, 2000)],
+            WrTarget::Rdma(b.mr.remote(o)),
+            SIG,
+        ))
+        .unwrap();
+    }
+    assert_eq!(
+        ids(&wait(&a.scq, 16)),
+        (0..16).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+    assert_eq!(read(&a.mr, 0, 16 * 2000), data);
+}

@@ -100,6 +100,8 @@ pub struct RcOpts {
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
     pub mtu: Mtu,
+    /// Responder resources for incoming READs/atomics.
+    pub max_dest_rd_atomic: u8,
 }
 
 impl Default for RcOpts {
@@ -109,6 +111,7 @@ impl Default for RcOpts {
             rnr_retry: 7,
             min_rnr_timer: 1,
             mtu: Mtu::Mtu1024,
+            max_dest_rd_atomic: 16,
         }
     }
 }
@@ -126,7 +129,7 @@ pub fn rc_connect(qp: &QueuePair<Rc>, peer_gid: Gid, peer_qpn: u32, o: &RcOpts) 
         path_mtu: o.mtu,
         dest_qp_num: peer_qpn,
         rq_psn: 0,
-        max_dest_rd_atomic: 16,
+        max_dest_rd_atomic: o.max_dest_rd_atomic,
         min_rnr_timer: o.min_rnr_timer,
     })
     .unwrap();
