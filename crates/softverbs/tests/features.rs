@@ -1217,3 +1217,65 @@ fn one_channel_two_cqs_and_the_arming_upgrade() {
     wait(&a.scq, 4);
     assert_eq!(ch.get_event(Some(Duration::from_millis(20))).unwrap(), None);
 }
+
+/// A device on IPv6 (::1; both QPs on it, so the datagrams take the device's
+/// loopback path, fully encoded and parsed): RC data intact, and the UD GRH
+/// area holds the IPv6 header as received (rc-reliability.md §7).
+#[test]
+fn ipv6_device_rc_and_ud_grh_area() {
+    let cfg = DeviceConfig {
+        name: "feat-v6".into(),
+        addrs: vec!["::1".parse().unwrap()],
+        active_mtu: Mtu::Mtu1024,
+    };
+    let ctx = Device::with_config(cfg).open().unwrap();
+    let gid = ctx.query_gid(1, 0).unwrap();
+    assert_eq!(gid.ip(), "::1".parse::<std::net::IpAddr>().unwrap());
+    let a = Side::new(ctx.clone(), 1 << 16);
+    let b = Side::new(ctx, 1 << 16);
+    let (qa, qb) = rc_pair(&a, &b);
+    let data = pattern(5000, 6);
+    a.mr.write(0, &data);
+    qb.post_recv(&recv_wr(1, &[b.mr.sge(0, 8192)])).unwrap();
+    qa.post_send(&send_wr(
+        1,
+        WrOpcode::Send,
+        &[a.mr.sge(0, 5000)],
+        WrTarget::None,
+        SendFlags::SIGNALED,
+    ))
+    .unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), [(1, WcStatus::Success)]);
+    assert_eq!(wait(&b.rcq, 1)[0].byte_len, 5000);
+    assert_eq!(read(&b.mr, 0, 5000), data);
+    let ua = ud_qp(&a);
+    let ub = ud_qp(&b);
+    let ah = a.pd.create_ah(&AhAttr::roce(gid, 0)).unwrap();
+    ub.post_recv(&recv_wr(2, &[b.mr.sge(16384, 1024)])).unwrap();
+    ua.post_send(&send_wr(
+        2,
+        WrOpcode::SendWithImm,
+        &[a.mr.sge(0, 100)],
+        ah.ud(ub.qp_num(), QKEY),
+        SendFlags::SIGNALED,
+    ))
+    .unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), [(2, WcStatus::Success)]);
+    let r = wait(&b.rcq, 1)[0];
+    assert_eq!(
+        (r.byte_len, r.src_qp, r.wc_flags.0),
+        (140, ua.qp_num(), WcFlags::GRH.0 | WcFlags::WITH_IMM.0)
+    );
+    let g = read(&b.mr, 16384, 40);
+    assert_eq!(g[0] >> 4, 6, "IPv6 version");
+    assert_eq!(g[6], 17, "next header: UDP");
+    // Payload length: UDP 8 + BTH 12 + DETH 8 + ImmDt 4 + 100 + ICRC 4.
+    assert_eq!(u16::from_be_bytes([g[4], g[5]]), 8 + 12 + 8 + 4 + 100 + 4);
+    let one = std::net::Ipv6Addr::LOCALHOST.octets();
+    assert_eq!(
+        (&g[8..24], &g[24..40]),
+        (&one[..], &one[..]),
+        "source and destination ::1"
+    );
+    assert_eq!(read(&b.mr, 16384 + 40, 100), data[..100]);
+}
