@@ -35,7 +35,10 @@ fn main() {
         })
         .collect();
     for (node, sym, _) in &exports {
-        assert!(NODES.contains(node) || *node == PRIVATE, "unknown version node {node} for {sym}");
+        assert!(
+            NODES.contains(node) || *node == PRIVATE,
+            "unknown version node {node} for {sym}"
+        );
     }
 
     let mut map = String::new();

@@ -2,9 +2,9 @@
 //! (`ibv_init_ah_from_wc`, `ibv_create_ah_from_wc`).
 
 use crate::context::ctx_block;
+use crate::convert::ah_attr;
 use crate::ffi::*;
 use crate::memory::PdBlock;
-use crate::convert::ah_attr;
 use crate::util::*;
 use std::ffi::c_int;
 

@@ -11,7 +11,10 @@ use std::process::Command;
 #[test]
 fn c_program_drives_the_abi() {
     if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        assert!(std::env::var_os("SOFTVERBS_REQUIRE_TOOLS").is_none(), "libibverbs-dev is required");
+        assert!(
+            std::env::var_os("SOFTVERBS_REQUIRE_TOOLS").is_none(),
+            "libibverbs-dev is required"
+        );
         eprintln!("skipping: verbs.h not installed (libibverbs-dev)");
         return;
     }
@@ -21,8 +24,18 @@ fn c_program_drives_the_abi() {
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/api_checks.c");
     let exe = std::env::temp_dir().join(format!("softverbs-api-checks-{}", std::process::id()));
     let lib = common::lib_path();
-    let cc = Command::new("cc").args(["-std=gnu11", "-Wall", "-O1", "-o"]).arg(&exe).arg(src).arg(&lib).output().unwrap();
-    assert!(cc.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&cc.stderr));
+    let cc = Command::new("cc")
+        .args(["-std=gnu11", "-Wall", "-O1", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg(&lib)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     let out = Command::new(&exe)
         .env("LD_LIBRARY_PATH", common::lib_dir())
         .env("SOFTVERBS_LOG", "warn")
@@ -30,9 +43,19 @@ fn c_program_drives_the_abi() {
         .unwrap();
     let _ = std::fs::remove_file(&exe);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "api_checks failed ({}):\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "api_checks failed ({}):\n{stderr}",
+        out.status
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
     // Refusals are logged with their reason in words.
-    assert!(stderr.contains("ibv_alloc_pd refused (EINVAL): the context pointer is NULL"), "log:\n{stderr}");
-    assert!(stderr.contains("DEST_QPN"), "the missing attribute is named:\n{stderr}");
+    assert!(
+        stderr.contains("ibv_alloc_pd refused (EINVAL): the context pointer is NULL"),
+        "log:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("DEST_QPN"),
+        "the missing attribute is named:\n{stderr}"
+    );
 }

@@ -9,8 +9,18 @@ use std::process::Command;
 
 /// `symbol@@NODE` for every default-version export the spec lists.
 fn spec_exports() -> BTreeSet<String> {
-    let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/ibverbs-abi.md")).unwrap();
-    let table = spec.split("### 1.1").nth(1).unwrap().split("###").next().unwrap();
+    let spec = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../spec/ibverbs-abi.md"
+    ))
+    .unwrap();
+    let table = spec
+        .split("### 1.1")
+        .nth(1)
+        .unwrap()
+        .split("###")
+        .next()
+        .unwrap();
     let mut out = BTreeSet::new();
     for row in table.lines().filter(|l| l.starts_with("| IBVERBS_")) {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
@@ -25,7 +35,11 @@ fn spec_exports() -> BTreeSet<String> {
 
 fn readelf(args: &[&str]) -> String {
     let lib = common::lib_path();
-    let out = Command::new("readelf").args(args).arg(&lib).output().expect("readelf (binutils) runs");
+    let out = Command::new("readelf")
+        .args(args)
+        .arg(&lib)
+        .output()
+        .expect("readelf (binutils) runs");
     assert!(out.status.success(), "readelf {args:?} failed");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -36,7 +50,11 @@ fn exports_cover_the_spec_list_with_versions() {
         return;
     }
     let want = spec_exports();
-    assert_eq!(want.len(), 146, "the spec lists 146 default-version symbols");
+    assert_eq!(
+        want.len(),
+        146,
+        "the spec lists 146 default-version symbols"
+    );
 
     // Defined global symbols, as `name@@VERSION` (readelf -W --dyn-syms).
     let syms = readelf(&["-W", "--dyn-syms"]);
@@ -51,7 +69,10 @@ fn exports_cover_the_spec_list_with_versions() {
     let missing: Vec<_> = want.difference(&have).collect();
     let extra: Vec<_> = have.difference(&want).collect();
     assert!(missing.is_empty(), "missing exports: {missing:?}");
-    assert!(extra.is_empty(), "exports the real library does not have (or unversioned): {extra:?}");
+    assert!(
+        extra.is_empty(),
+        "exports the real library does not have (or unversioned): {extra:?}"
+    );
 }
 
 #[test]
@@ -60,16 +81,34 @@ fn soname_and_version_nodes() {
         return;
     }
     let dynamic = readelf(&["-d"]);
-    assert!(dynamic.contains("Library soname: [libibverbs.so.1]"), "SONAME:\n{dynamic}");
+    assert!(
+        dynamic.contains("Library soname: [libibverbs.so.1]"),
+        "SONAME:\n{dynamic}"
+    );
     let versions = readelf(&["-V"]);
-    let defs = versions.split("Version definition section").nth(1).expect(".gnu.version_d present");
+    let defs = versions
+        .split("Version definition section")
+        .nth(1)
+        .expect(".gnu.version_d present");
     let defs = defs.split("Version needs section").next().unwrap();
     for node in [
-        "IBVERBS_1.0", "IBVERBS_1.1", "IBVERBS_1.5", "IBVERBS_1.6", "IBVERBS_1.7", "IBVERBS_1.8", "IBVERBS_1.9",
-        "IBVERBS_1.10", "IBVERBS_1.11", "IBVERBS_1.12", "IBVERBS_1.13", "IBVERBS_1.14", "IBVERBS_PRIVATE_34",
+        "IBVERBS_1.0",
+        "IBVERBS_1.1",
+        "IBVERBS_1.5",
+        "IBVERBS_1.6",
+        "IBVERBS_1.7",
+        "IBVERBS_1.8",
+        "IBVERBS_1.9",
+        "IBVERBS_1.10",
+        "IBVERBS_1.11",
+        "IBVERBS_1.12",
+        "IBVERBS_1.13",
+        "IBVERBS_1.14",
+        "IBVERBS_PRIVATE_34",
     ] {
         assert!(
-            defs.lines().any(|l| l.split_whitespace().last() == Some(node)),
+            defs.lines()
+                .any(|l| l.split_whitespace().last() == Some(node)),
             "version node {node} not defined:\n{defs}"
         );
     }

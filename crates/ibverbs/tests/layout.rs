@@ -228,14 +228,38 @@ fn every_mirror_matches_verbs_h() {
         ibv_query_device_ex_input = "struct ibv_query_device_ex_input" { comp_mask = "comp_mask" }
     );
     // The embedded bases and the unions of ibv_send_wr's `wr`.
-    checks.push(Check { c_expr: "sizeof(((struct ibv_send_wr *)0)->wr)".into(), rust: std::mem::size_of::<ibv_send_wr_wr>() });
-    checks.push(Check { c_expr: "offsetof(struct ibv_send_wr, wr.rdma.rkey)".into(), rust: 40 + std::mem::offset_of!(ibv_rdma, rkey) });
-    checks.push(Check { c_expr: "offsetof(struct ibv_send_wr, wr.atomic.rkey)".into(), rust: 40 + std::mem::offset_of!(ibv_atomic, rkey) });
-    checks.push(Check { c_expr: "offsetof(struct ibv_send_wr, wr.ud.remote_qkey)".into(), rust: 40 + std::mem::offset_of!(ibv_ud, remote_qkey) });
-    checks.push(Check { c_expr: "offsetof(struct ibv_cq_ex, comp_mask) == sizeof(struct ibv_cq)".into(), rust: 1 });
-    checks.push(Check { c_expr: "offsetof(struct verbs_context, context) + sizeof(struct ibv_context)".into(), rust: std::mem::size_of::<verbs_context>() });
-    checks.push(Check { c_expr: "(size_t)__VERBS_ABI_IS_EXTENDED".into(), rust: VERBS_ABI_IS_EXTENDED as usize });
-    checks.push(Check { c_expr: "offsetof(struct ibv_port_attr, port_cap_flags2)".into(), rust: COMPAT_PORT_ATTR_SIZE });
+    checks.push(Check {
+        c_expr: "sizeof(((struct ibv_send_wr *)0)->wr)".into(),
+        rust: std::mem::size_of::<ibv_send_wr_wr>(),
+    });
+    checks.push(Check {
+        c_expr: "offsetof(struct ibv_send_wr, wr.rdma.rkey)".into(),
+        rust: 40 + std::mem::offset_of!(ibv_rdma, rkey),
+    });
+    checks.push(Check {
+        c_expr: "offsetof(struct ibv_send_wr, wr.atomic.rkey)".into(),
+        rust: 40 + std::mem::offset_of!(ibv_atomic, rkey),
+    });
+    checks.push(Check {
+        c_expr: "offsetof(struct ibv_send_wr, wr.ud.remote_qkey)".into(),
+        rust: 40 + std::mem::offset_of!(ibv_ud, remote_qkey),
+    });
+    checks.push(Check {
+        c_expr: "offsetof(struct ibv_cq_ex, comp_mask) == sizeof(struct ibv_cq)".into(),
+        rust: 1,
+    });
+    checks.push(Check {
+        c_expr: "offsetof(struct verbs_context, context) + sizeof(struct ibv_context)".into(),
+        rust: std::mem::size_of::<verbs_context>(),
+    });
+    checks.push(Check {
+        c_expr: "(size_t)__VERBS_ABI_IS_EXTENDED".into(),
+        rust: VERBS_ABI_IS_EXTENDED as usize,
+    });
+    checks.push(Check {
+        c_expr: "offsetof(struct ibv_port_attr, port_cap_flags2)".into(),
+        rust: COMPAT_PORT_ATTR_SIZE,
+    });
 
     let mut c = String::from("#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n");
     for k in &checks {
@@ -246,11 +270,25 @@ fn every_mirror_matches_verbs_h() {
     std::fs::create_dir_all(&dir).unwrap();
     let (src, exe) = (dir.join("layout.c"), dir.join("layout"));
     std::fs::write(&src, c).unwrap();
-    let cc = Command::new("cc").arg("-std=gnu11").arg("-o").arg(&exe).arg(&src).output().unwrap();
-    assert!(cc.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&cc.stderr));
+    let cc = Command::new("cc")
+        .arg("-std=gnu11")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     let out = Command::new(&exe).output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    let values: Vec<usize> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let values: Vec<usize> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
     assert_eq!(values.len(), checks.len());
     let wrong: Vec<String> = checks
         .iter()
@@ -258,6 +296,13 @@ fn every_mirror_matches_verbs_h() {
         .filter(|(k, v)| k.rust != **v)
         .map(|(k, v)| format!("{}: C {v}, Rust {}", k.c_expr, k.rust))
         .collect();
-    assert!(wrong.is_empty(), "layout differs from verbs.h:\n{}", wrong.join("\n"));
-    eprintln!("{} sizes, alignments and offsets match verbs.h", checks.len());
+    assert!(
+        wrong.is_empty(),
+        "layout differs from verbs.h:\n{}",
+        wrong.join("\n")
+    );
+    eprintln!(
+        "{} sizes, alignments and offsets match verbs.h",
+        checks.len()
+    );
 }

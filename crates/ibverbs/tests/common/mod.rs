@@ -13,7 +13,10 @@ pub fn lib_dir() -> PathBuf {
         return PathBuf::from(d);
     }
     let exe = std::env::current_exe().expect("test executable path");
-    let target = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
+    let target = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>/deps");
     let so = target.join("libibverbs.so");
     assert!(so.exists(), "{} not built", so.display());
     let dir = target.join("libibverbs-test");
@@ -32,9 +35,16 @@ pub fn lib_path() -> PathBuf {
 /// True if `tool` runs; otherwise the test skips, or fails when the suite
 /// requires every tool (`SOFTVERBS_REQUIRE_TOOLS=1`, as under CI).
 pub fn have(tool: &str) -> bool {
-    let ok = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
-        assert!(std::env::var_os("SOFTVERBS_REQUIRE_TOOLS").is_none(), "{tool} is required but not installed");
+        assert!(
+            std::env::var_os("SOFTVERBS_REQUIRE_TOOLS").is_none(),
+            "{tool} is required but not installed"
+        );
         eprintln!("skipping: {tool} not installed");
     }
     ok
