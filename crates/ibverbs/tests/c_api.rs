@@ -36,7 +36,10 @@ fn c_program_drives_the_abi() {
         "cc failed:\n{}",
         String::from_utf8_lossy(&cc.stderr)
     );
-    let out = Command::new(&exe)
+    // Bounded: a hang is a failure, not a stuck suite.
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&exe)
         .env("LD_LIBRARY_PATH", common::lib_dir())
         .env("SOFTVERBS_LOG", "warn")
         .output()
