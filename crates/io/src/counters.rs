@@ -34,6 +34,10 @@ counters! {
     datagrams_received,
     /// Payload bytes of `datagrams_received`.
     bytes_received,
+    /// Send system calls made (one sendmmsg carries many datagrams).
+    send_calls,
+    /// Receive system calls that returned datagrams (one recvmmsg reads many).
+    recv_calls,
     /// Sends that failed for good (the datagram was dropped; the protocol retransmits).
     send_errors,
     /// Sends refused with EAGAIN/ENOBUFS and kept for a retry.

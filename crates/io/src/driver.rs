@@ -9,10 +9,13 @@
 //! - dropping the driver stops and joins the progress thread promptly (the
 //!   doorbell wakes it) and closes the socket.
 //!
-//! **Send policy.** A send refused for lack of room (EAGAIN, ENOBUFS) keeps that one
-//! datagram pending and stops pulling new ones from the engine until it is sent
-//! (back-pressure, never a silent drop); the thread then also waits for POLLOUT
-//! and retries at least every millisecond. Any other send error drops the
+//! **Send policy.** Datagrams go out in batches: up to `batch` are collected from
+//! the engine (one lock) and sent with one sendmmsg(2) per run of socket-bound
+//! ones; a partial send resends the rest. A send refused for lack of room (EAGAIN,
+//! ENOBUFS) keeps that datagram and the ones after it pending and stops pulling
+//! new ones from the engine until they are sent (back-pressure, never a silent
+//! drop); the thread then also waits for POLLOUT and retries at least every
+//! millisecond. Any other send error drops the
 //! datagram, counts `send_errors` and logs a warning: the reliable transport
 //! retransmits, an unreliable one (UD) loses a packet as a NIC would.
 

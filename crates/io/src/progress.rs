@@ -16,12 +16,14 @@
 //! datagrams are released by the pass after their time (the sleep wakes for
 //! them).
 
+use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::batch::{self, Item, TxBatch, TxSink};
 use crate::capture::Capture;
 use crate::clock::Nanos;
 use crate::counters::Counters;
@@ -102,10 +104,16 @@ pub(crate) struct Progress<E> {
     shared: Arc<Shared<E>>,
     socket: UdpSocket,
     local: SocketAddr,
-    rx_buf: Vec<u8>,
-    /// Holds the pending datagram (if any) until it is sent.
-    tx_buf: Vec<u8>,
-    pending: Option<(SocketAddr, usize)>,
+    /// Receive slots (`rx_meta.len()` of `rx_slot` bytes) for one recvmmsg.
+    rx_mem: Vec<u8>,
+    rx_slot: usize,
+    rx_meta: Vec<sys::Received>,
+    /// (index, time read, sender) of the received datagrams that go to the engine.
+    rx_passed: Vec<(usize, Nanos, SocketAddr)>,
+    /// Datagrams collected from the engine; what it still holds waits for room.
+    txq: TxBatch,
+    /// (slot, datagram, time polled) of one collection, reused.
+    collected: Vec<(usize, crate::engine::Transmit, Nanos)>,
     notes: Vec<Notification>,
     batch: usize,
     busy_poll: Duration,
@@ -122,13 +130,19 @@ impl<E: Engine> Progress<E> {
         capture: Option<Capture>,
     ) -> Self {
         let max = opts.max_datagram_bytes.max(1);
+        let batch = opts.batch.max(1);
+        let rx_slots = batch.min(sys::MMSG_MAX);
         Progress {
             shared,
             socket,
             local,
-            rx_buf: vec![0; max],
-            tx_buf: vec![0; max],
-            pending: None,
+            // One zeroed allocation (from mmap when large): untouched pages cost nothing.
+            rx_mem: vec![0; rx_slots * max],
+            rx_slot: max,
+            rx_meta: vec![sys::Received::default(); rx_slots],
+            rx_passed: Vec::with_capacity(rx_slots),
+            txq: TxBatch::new(batch, max),
+            collected: Vec::with_capacity(batch),
             notes: Vec::with_capacity(opts.batch.max(1)),
             batch: opts.batch.max(1),
             busy_poll: opts.busy_poll,
@@ -165,30 +179,83 @@ impl<E: Engine> Progress<E> {
         received || fired || released || sent || notified
     }
 
+    /// Reads up to `batch` datagrams, as many per recvmmsg(2) as are queued.
     fn receive(&mut self) -> bool {
-        for i in 0..self.batch {
-            match self.socket.recv_from(&mut self.rx_buf) {
-                Ok((n, from)) => {
-                    let c = &self.shared.counters;
-                    Counters::add(&c.datagrams_received, 1);
-                    Counters::add(&c.bytes_received, n as u64);
-                    let now = self.shared.clock.now();
-                    if let Some(cap) = self.capture.as_mut() {
-                        cap.record(now, from, self.local, &self.rx_buf[..n], c);
-                    }
-                    let mut buf = std::mem::take(&mut self.rx_buf);
-                    self.arrive(now, from, &mut buf[..n]);
-                    self.rx_buf = buf;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return i > 0,
+        let mut mem = std::mem::take(&mut self.rx_mem);
+        let mut meta = std::mem::take(&mut self.rx_meta);
+        let slot = self.rx_slot;
+        let mut budget = self.batch;
+        let mut work = false;
+        while budget > 0 {
+            let want = budget.min(meta.len());
+            let got = match sys::recvmmsg(self.socket.as_fd(), &mut mem, slot, &mut meta[..want]) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
                 Err(e) => {
                     Counters::add(&self.shared.counters.recv_errors, 1);
                     tracing::warn!(local = %self.local, error = %e, "receive failed");
-                    return true;
+                    work = true;
+                    break;
+                }
+            };
+            Counters::add(&self.shared.counters.recv_calls, 1);
+            work |= got > 0;
+            let mut passed = std::mem::take(&mut self.rx_passed);
+            for (i, (r, chunk)) in meta[..got]
+                .iter()
+                .zip(mem.chunks_exact_mut(slot))
+                .enumerate()
+            {
+                if let Some((now, from)) = self.received(r, &mut chunk[..r.len]) {
+                    passed.push((i, now, from));
                 }
             }
+            if !passed.is_empty() {
+                // One lock for the batch, in arrival order.
+                let mut engine = self.shared.engine();
+                for &(i, now, from) in &passed {
+                    let bytes = &mem[i * slot..][..meta[i].len];
+                    engine.handle_datagram(now, from, self.local, bytes);
+                }
+            }
+            passed.clear();
+            self.rx_passed = passed;
+            budget = budget.saturating_sub(got);
+            if got < want {
+                break;
+            }
         }
-        true
+        self.rx_mem = mem;
+        self.rx_meta = meta;
+        work
+    }
+
+    /// One datagram read from the socket: counted, captured, then the receive
+    /// faults. `Some((now, from))`: it goes on to the engine now (the caller
+    /// delivers it, as [`Self::arrive`] would).
+    fn received(&mut self, r: &sys::Received, bytes: &mut [u8]) -> Option<(Nanos, SocketAddr)> {
+        let c = &self.shared.counters;
+        let Some(from) = r.from.filter(|_| !r.truncated) else {
+            Counters::add(&c.recv_errors, 1);
+            tracing::warn!(local = %self.local, len = r.len, truncated = r.truncated,
+                "unusable datagram (cut to the buffer, or an unknown sender address); dropped");
+            return None;
+        };
+        Counters::add(&c.datagrams_received, 1);
+        Counters::add(&c.bytes_received, bytes.len() as u64);
+        let now = self.shared.clock.now();
+        if let Some(cap) = self.capture.as_mut() {
+            cap.record(now, from, self.local, bytes, c);
+        }
+        match self.inject(Dir::Rx, now, from, bytes) {
+            Fate::Pass => {
+                // Counted as passed now, as `deliver_datagram` does right after the engine.
+                self.faults.hold.passed(Dir::Rx);
+                Some((now, from))
+            }
+            Fate::Gone => None,
+        }
     }
 
     /// A datagram reached the device (socket or loopback): receive faults, then the engine.
@@ -293,88 +360,113 @@ impl<E: Engine> Progress<E> {
         }
     }
 
+    /// Sends what waited for room; if all of it left, collects up to `batch` new
+    /// datagrams from the engine (one lock), passes them through the transmit
+    /// faults and sends them (see [`crate::batch`]).
     fn transmit(&mut self) -> bool {
+        let mut q = std::mem::take(&mut self.txq);
+        let work = self.transmit_with(&mut q);
+        self.txq = q;
+        work
+    }
+
+    fn transmit_with(&mut self, q: &mut TxBatch) -> bool {
         let mut work = false;
-        if let Some((to, len)) = self.pending.take() {
-            // Already through the faults: it only waited for room.
-            if !self.send_tx_buf(to, len, false) {
-                return false;
+        if !q.is_empty() {
+            // Already through the faults: they only waited for room.
+            let f = batch::flush(q, &mut Wire(self));
+            work = f.done > 0;
+            if f.blocked {
+                return work;
             }
-            work = true;
         }
-        for _ in 0..self.batch {
-            let now = self.shared.clock.now();
-            let Some(t) = self.shared.engine().poll_transmit(now, &mut self.tx_buf) else {
-                break;
-            };
-            work = true;
-            if t.len > self.tx_buf.len() {
+        q.reset();
+        let mut collected = std::mem::take(&mut self.collected);
+        {
+            let mut engine = self.shared.engine();
+            for i in 0..q.slots() {
+                let now = self.shared.clock.now();
+                let Some(t) = engine.poll_transmit(now, q.slot_mut(i)) else {
+                    break;
+                };
+                collected.push((i, t, now));
+            }
+        }
+        work |= !collected.is_empty();
+        for (slot, t, now) in collected.drain(..) {
+            let bytes = q.slot_mut(slot);
+            if t.len > bytes.len() {
                 Counters::add(&self.shared.counters.send_errors, 1);
                 tracing::error!(
                     len = t.len,
                     "engine reported a datagram longer than its buffer"
                 );
-            } else if !self.send_tx_buf(t.to, t.len, true) {
-                break;
+                continue;
+            }
+            if let Fate::Pass = self.inject(Dir::Tx, now, t.to, &mut bytes[..t.len]) {
+                q.push(Item {
+                    slot,
+                    to: t.to,
+                    len: t.len,
+                });
             }
         }
+        self.collected = collected;
+        batch::flush(q, &mut Wire(self));
         work
     }
 
-    /// Sends `tx_buf[..len]` (after the transmit faults if `fresh`); `false`
-    /// if it must wait for room (then it is pending).
-    fn send_tx_buf(&mut self, to: SocketAddr, len: usize, fresh: bool) -> bool {
-        let now = self.shared.clock.now();
-        let mut buf = std::mem::take(&mut self.tx_buf);
-        let out = if !fresh || matches!(self.inject(Dir::Tx, now, to, &mut buf[..len]), Fate::Pass)
-        {
-            self.wire_out(now, to, &mut buf[..len])
-        } else {
-            SendOutcome::Sent
-        };
-        self.tx_buf = buf;
-        if let SendOutcome::Retry = out {
-            self.pending = Some((to, len));
-            return false;
-        }
-        true
-    }
-
-    /// Puts one datagram on the wire: the socket, or the loopback shortcut for
-    /// our own address. Captured when it really leaves.
-    fn wire_out(&mut self, now: Nanos, to: SocketAddr, bytes: &mut [u8]) -> SendOutcome {
+    /// A datagram left through the socket: counted and captured.
+    fn sent(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) {
         let c = &self.shared.counters;
-        let outcome = if to == self.local {
-            Counters::add(&c.loopback_datagrams, 1);
-            Counters::add(&c.loopback_bytes, bytes.len() as u64);
-            SendOutcome::Sent
-        } else {
-            match socket::send(&self.socket, to, bytes) {
-                SendOutcome::Sent => {
-                    Counters::add(&c.datagrams_sent, 1);
-                    Counters::add(&c.bytes_sent, bytes.len() as u64);
-                    SendOutcome::Sent
-                }
-                SendOutcome::Retry => {
-                    Counters::add(&c.send_retries, 1);
-                    return SendOutcome::Retry;
-                }
-                SendOutcome::Failed(e) => {
-                    Counters::add(&c.send_errors, 1);
-                    let len = bytes.len();
-                    tracing::warn!(local = %self.local, %to, len, error = %e, "send failed; dropped");
-                    return SendOutcome::Failed(e);
-                }
-            }
-        };
+        Counters::add(&c.datagrams_sent, 1);
+        Counters::add(&c.bytes_sent, bytes.len() as u64);
         if let Some(cap) = self.capture.as_mut() {
             cap.record(now, self.local, to, bytes, c);
         }
         self.faults.hold.passed(Dir::Tx);
-        if to == self.local {
-            self.arrive(now, self.local, bytes);
+    }
+
+    /// A datagram to our own address: counted, captured, and it arrives.
+    fn looped_back(&mut self, now: Nanos, bytes: &mut [u8]) {
+        let c = &self.shared.counters;
+        Counters::add(&c.loopback_datagrams, 1);
+        Counters::add(&c.loopback_bytes, bytes.len() as u64);
+        if let Some(cap) = self.capture.as_mut() {
+            cap.record(now, self.local, self.local, bytes, c);
         }
-        outcome
+        self.faults.hold.passed(Dir::Tx);
+        self.arrive(now, self.local, bytes);
+    }
+
+    fn send_failed(&self, to: SocketAddr, len: usize, e: &io::Error) {
+        Counters::add(&self.shared.counters.send_errors, 1);
+        tracing::warn!(local = %self.local, %to, len, error = %e, "send failed; dropped");
+    }
+
+    /// Puts one datagram on the wire: the socket, or the loopback shortcut for
+    /// our own address. Captured when it really leaves. (The held datagrams of
+    /// fault injection go this way, one by one; the others go in batches.)
+    fn wire_out(&mut self, now: Nanos, to: SocketAddr, bytes: &mut [u8]) -> SendOutcome {
+        if to == self.local {
+            self.looped_back(now, bytes);
+            return SendOutcome::Sent;
+        }
+        Counters::add(&self.shared.counters.send_calls, 1);
+        match socket::send(&self.socket, to, bytes) {
+            SendOutcome::Sent => {
+                self.sent(now, to, bytes);
+                SendOutcome::Sent
+            }
+            SendOutcome::Retry => {
+                Counters::add(&self.shared.counters.send_retries, 1);
+                SendOutcome::Retry
+            }
+            SendOutcome::Failed(e) => {
+                self.send_failed(to, bytes.len(), &e);
+                SendOutcome::Failed(e)
+            }
+        }
     }
 
     fn flush_capture(&mut self) {
@@ -431,7 +523,7 @@ impl<E: Engine> Progress<E> {
             .map_or(MAX_SLEEP, |d| self.shared.clock.until(d))
             .min(MAX_SLEEP);
         let mut sock_events = libc::POLLIN;
-        if self.pending.is_some() || self.faults.blocked {
+        if !self.txq.is_empty() || self.faults.blocked {
             sock_events |= libc::POLLOUT;
             timeout = timeout.min(RETRY_SLEEP);
         }
@@ -447,5 +539,41 @@ impl<E: Engine> Progress<E> {
         if fds[1].revents != 0 {
             self.shared.doorbell.clear();
         }
+    }
+}
+
+/// The progress thread as the sink of a [`TxBatch`] flush.
+struct Wire<'a, E>(&'a mut Progress<E>);
+
+impl<E: Engine> TxSink for Wire<'_, E> {
+    fn is_local(&self, to: SocketAddr) -> bool {
+        to == self.0.local
+    }
+
+    fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+        Counters::add(&self.0.shared.counters.send_calls, 1);
+        match run {
+            // One datagram: sendto(2), a little cheaper in the kernel (latency).
+            [(to, bytes)] => self.0.socket.send_to(bytes, *to).map(|_| 1),
+            _ => sys::sendmmsg(self.0.socket.as_fd(), run),
+        }
+    }
+
+    fn sent(&mut self, to: SocketAddr, bytes: &[u8]) {
+        let now = self.0.shared.clock.now();
+        self.0.sent(now, to, bytes);
+    }
+
+    fn loopback(&mut self, _to: SocketAddr, bytes: &mut [u8]) {
+        let now = self.0.shared.clock.now();
+        self.0.looped_back(now, bytes);
+    }
+
+    fn failed(&mut self, to: SocketAddr, len: usize, error: io::Error) {
+        self.0.send_failed(to, len, &error);
+    }
+
+    fn blocked(&mut self) {
+        Counters::add(&self.0.shared.counters.send_retries, 1);
     }
 }

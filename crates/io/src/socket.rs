@@ -86,7 +86,7 @@ pub(crate) fn send(socket: &UdpSocket, to: SocketAddr, payload: &[u8]) -> SendOu
     }
 }
 
-fn is_retryable(e: &io::Error) -> bool {
+pub(crate) fn is_retryable(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
         || e.kind() == io::ErrorKind::Interrupted
         || e.raw_os_error() == Some(libc::ENOBUFS)

@@ -5,6 +5,7 @@
 //! return convention into `io::Result`; nothing here keeps state.
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -122,4 +123,322 @@ pub(crate) fn getsockopt_int(
         )
     };
     cvt(ret).map(|_| value)
+}
+
+/// Most datagrams one [`sendmmsg`] or [`recvmmsg`] call moves.
+pub(crate) const MMSG_MAX: usize = 64;
+
+/// A socket address as the kernel reads and writes it (IPv4 or IPv6).
+#[repr(C)]
+#[derive(Clone, Copy)]
+union RawAddr {
+    v4: libc::sockaddr_in,
+    v6: libc::sockaddr_in6,
+}
+
+impl RawAddr {
+    fn zeroed() -> Self {
+        RawAddr {
+            v6: libc::sockaddr_in6 {
+                sin6_family: 0,
+                sin6_port: 0,
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr { s6_addr: [0; 16] },
+                sin6_scope_id: 0,
+            },
+        }
+    }
+
+    fn new(addr: &SocketAddr) -> (Self, libc::socklen_t) {
+        match addr {
+            SocketAddr::V4(a) => {
+                let v4 = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: a.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(a.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                };
+                let len = std::mem::size_of::<libc::sockaddr_in>();
+                (RawAddr { v4 }, len as libc::socklen_t)
+            }
+            SocketAddr::V6(a) => {
+                let v6 = libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: a.port().to_be(),
+                    sin6_flowinfo: a.flowinfo().to_be(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: a.ip().octets(),
+                    },
+                    sin6_scope_id: a.scope_id(),
+                };
+                let len = std::mem::size_of::<libc::sockaddr_in6>();
+                (RawAddr { v6 }, len as libc::socklen_t)
+            }
+        }
+    }
+
+    /// The address the kernel wrote (`len` bytes of it); `None` for another family.
+    fn get(&self, len: libc::socklen_t) -> Option<SocketAddr> {
+        let len = len as usize;
+        // SAFETY: both members are plain integers (every bit pattern is valid) and the
+        // union is always fully initialized (zeroed() or new()); the family field is at
+        // the same offset in both.
+        let family = unsafe { self.v4.sin_family } as libc::c_int;
+        if family == libc::AF_INET && len >= std::mem::size_of::<libc::sockaddr_in>() {
+            // SAFETY: as above.
+            let a = unsafe { self.v4 };
+            let ip = std::net::Ipv4Addr::from(a.sin_addr.s_addr.to_ne_bytes());
+            return Some(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)));
+        }
+        if family == libc::AF_INET6 && len >= std::mem::size_of::<libc::sockaddr_in6>() {
+            // SAFETY: as above.
+            let a = unsafe { self.v6 };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            let port = u16::from_be(a.sin6_port);
+            let flow = u32::from_be(a.sin6_flowinfo);
+            return Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                port,
+                flow,
+                a.sin6_scope_id,
+            )));
+        }
+        None
+    }
+}
+
+/// `n` all-zero `mmsghdr`s, `iovec`s and addresses (null pointers, zero lengths),
+/// sized to the call so a short batch does not clear a long array.
+fn zeroed_arrays(n: usize) -> (Vec<libc::mmsghdr>, Vec<libc::iovec>, Vec<RawAddr>) {
+    // SAFETY: mmsghdr and iovec are C structs of integers and raw pointers, for which
+    // all-zero bytes (null pointers, zero lengths and flags) is a valid value.
+    let hdrs = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+    // SAFETY: as above.
+    let iovs = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+    (hdrs, iovs, vec![RawAddr::zeroed(); n])
+}
+
+/// sendmmsg(2): sends the first [`MMSG_MAX`] of `msgs` (each one datagram to its
+/// address) in one call. `Ok(n)`: the first `n` were sent (the rest were not; a
+/// partial send reports no error for the one that stopped it). `Err`: the first
+/// was not sent. Nonblocking (`MSG_DONTWAIT`).
+pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    let n = msgs.len().min(MMSG_MAX);
+    if n == 0 {
+        return Ok(0);
+    }
+    let (mut hdrs, mut iovs, mut names) = zeroed_arrays(n);
+    for (i, (to, bytes)) in msgs[..n].iter().enumerate() {
+        let (name, len) = RawAddr::new(to);
+        names[i] = name;
+        // The kernel only reads through iov_base on send.
+        iovs[i].iov_base = bytes.as_ptr() as *mut libc::c_void;
+        iovs[i].iov_len = bytes.len();
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = (&mut names[i] as *mut RawAddr).cast();
+        h.msg_namelen = len;
+        h.msg_iov = &mut iovs[i];
+        h.msg_iovlen = 1;
+    }
+    // SAFETY: hdrs[..n] point into names and iovs (live vectors, not resized or moved
+    // during the call) and each iovec into a datagram borrowed from `msgs` for the call; the
+    // kernel writes only msg_len; fd is borrowed, so open.
+    let ret = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    cvt(ret).map(|sent| sent as usize)
+}
+
+/// One datagram read by [`recvmmsg`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Received {
+    /// Bytes written at the start of its slot.
+    pub(crate) len: usize,
+    /// The sender (`None` if the kernel reported an address we do not know).
+    pub(crate) from: Option<SocketAddr>,
+    /// The datagram was longer than its slot and was cut.
+    pub(crate) truncated: bool,
+}
+
+/// recvmmsg(2) without waiting: reads up to `out.len()` (at most [`MMSG_MAX`])
+/// datagrams into consecutive `slot`-byte slots of `mem`, describing datagram `i`
+/// in `out[i]`. `Ok(n)`: `n >= 1` datagrams read; "nothing to read" is `WouldBlock`.
+pub(crate) fn recvmmsg(
+    fd: BorrowedFd<'_>,
+    mem: &mut [u8],
+    slot: usize,
+    out: &mut [Received],
+) -> io::Result<usize> {
+    let n = out
+        .len()
+        .min(MMSG_MAX)
+        .min(mem.len().checked_div(slot).unwrap_or(0));
+    if n == 0 {
+        return Ok(0);
+    }
+    let (mut hdrs, mut iovs, mut names) = zeroed_arrays(n);
+    for (i, chunk) in mem.chunks_exact_mut(slot).take(n).enumerate() {
+        iovs[i].iov_base = chunk.as_mut_ptr().cast();
+        iovs[i].iov_len = chunk.len();
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = (&mut names[i] as *mut RawAddr).cast();
+        h.msg_namelen = std::mem::size_of::<RawAddr>() as libc::socklen_t;
+        h.msg_iov = &mut iovs[i];
+        h.msg_iovlen = 1;
+    }
+    // SAFETY: hdrs[..n] point into names and iovs (live vectors, not resized or moved
+    // during the call) and each iovec into a distinct `slot`-byte chunk of `mem`, exclusively
+    // borrowed for the call; the kernel writes at most iov_len bytes per chunk and at
+    // most msg_namelen bytes per name; a null timeout means none; fd is open.
+    let ret = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    let got = cvt(ret)? as usize;
+    for (i, r) in out.iter_mut().take(got).enumerate() {
+        let h = &hdrs[i];
+        *r = Received {
+            len: (h.msg_len as usize).min(slot),
+            from: names[i].get(h.msg_hdr.msg_namelen),
+            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        };
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
+
+    fn pair(addr: &str) -> Option<(UdpSocket, UdpSocket)> {
+        let a = UdpSocket::bind(addr).ok()?;
+        let b = UdpSocket::bind(addr).ok()?;
+        b.set_nonblocking(true).ok()?;
+        Some((a, b))
+    }
+
+    /// Reads everything queued on `b` with recvmmsg, bounded by a count of calls.
+    fn drain(b: &UdpSocket, want: usize) -> Vec<(Vec<u8>, SocketAddr)> {
+        let slot = 2048;
+        let mut mem = vec![0u8; 8 * slot];
+        let mut meta = [Received::default(); 8];
+        let mut got = Vec::new();
+        for _ in 0..10_000 {
+            if got.len() >= want {
+                break;
+            }
+            let mut fds = [pollfd(b.as_raw_fd(), libc::POLLIN)];
+            poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
+            match recvmmsg(b.as_fd(), &mut mem, slot, &mut meta) {
+                Ok(n) => {
+                    assert!((1..=8).contains(&n));
+                    for (i, r) in meta[..n].iter().enumerate() {
+                        assert!(!r.truncated);
+                        got.push((mem[i * slot..][..r.len].to_vec(), r.from.unwrap()));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => panic!("recvmmsg: {e}"),
+            }
+        }
+        got
+    }
+
+    fn round_trip(addr: &str) {
+        let Some((a, b)) = pair(addr) else {
+            eprintln!("skipped: cannot bind {addr}");
+            return;
+        };
+        let to = b.local_addr().unwrap();
+        let datagrams: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
+        let msgs: Vec<(SocketAddr, &[u8])> = datagrams.iter().map(|d| (to, &d[..])).collect();
+        let mut sent = 0;
+        for _ in 0..1000 {
+            if sent == msgs.len() {
+                break;
+            }
+            sent += sendmmsg(a.as_fd(), &msgs[sent..]).unwrap();
+        }
+        assert_eq!(sent, msgs.len());
+        let got = drain(&b, datagrams.len());
+        let from = a.local_addr().unwrap();
+        assert_eq!(got.len(), datagrams.len());
+        for (g, d) in got.iter().zip(&datagrams) {
+            assert_eq!(&g.0, d);
+            assert_eq!(g.1, from);
+        }
+    }
+
+    #[test]
+    fn sendmmsg_and_recvmmsg_move_datagrams_intact_ipv4() {
+        round_trip("127.0.0.1:0");
+    }
+
+    #[test]
+    fn sendmmsg_and_recvmmsg_move_datagrams_intact_ipv6() {
+        round_trip("[::1]:0");
+    }
+
+    #[test]
+    fn recvmmsg_reports_a_datagram_longer_than_its_slot() {
+        let Some((a, b)) = pair("127.0.0.1:0") else {
+            return;
+        };
+        a.send_to(&[7u8; 300], b.local_addr().unwrap()).unwrap();
+        let mut mem = vec![0u8; 2 * 100];
+        let mut meta = [Received::default(); 2];
+        let mut fds = [pollfd(b.as_raw_fd(), libc::POLLIN)];
+        poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
+        let n = recvmmsg(b.as_fd(), &mut mem, 100, &mut meta).unwrap();
+        assert_eq!(n, 1);
+        assert!(meta[0].truncated);
+        assert_eq!(meta[0].len, 100);
+    }
+
+    #[test]
+    fn recvmmsg_with_nothing_queued_would_block() {
+        let Some((_a, b)) = pair("127.0.0.1:0") else {
+            return;
+        };
+        let mut mem = vec![0u8; 100];
+        let mut meta = [Received::default(); 1];
+        let e = recvmmsg(b.as_fd(), &mut mem, 100, &mut meta).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    #[test]
+    fn sendmmsg_error_on_the_first_datagram_is_reported() {
+        let Some((a, b)) = pair("127.0.0.1:0") else {
+            return;
+        };
+        let big = vec![0u8; 70_000]; // beyond any UDP datagram
+        let to = b.local_addr().unwrap();
+        let e = sendmmsg(a.as_fd(), &[(to, &big[..]), (to, &[1u8][..])]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EMSGSIZE));
+    }
+
+    #[test]
+    fn raw_addresses_round_trip() {
+        for s in ["127.1.2.3:4791", "[::1]:4791", "[fe80::1%3]:9"] {
+            let addr: SocketAddr = s.parse().unwrap();
+            let (raw, len) = RawAddr::new(&addr);
+            assert_eq!(raw.get(len), Some(addr));
+            assert_eq!(raw.get(len - 1), None, "short length");
+        }
+        assert_eq!(RawAddr::zeroed().get(28), None, "AF_UNSPEC");
+    }
 }
