@@ -108,6 +108,8 @@ pub(crate) struct Progress<E> {
     rx_mem: Vec<u8>,
     rx_slot: usize,
     rx_meta: Vec<sys::Received>,
+    /// Datagrams the next recvmmsg asks for (1..=`rx_meta.len()`).
+    rx_want: usize,
     /// (index, time read, sender) of the received datagrams that go to the engine.
     rx_passed: Vec<(usize, Nanos, SocketAddr)>,
     /// Datagrams collected from the engine; what it still holds waits for room.
@@ -141,6 +143,7 @@ impl<E: Engine> Progress<E> {
             rx_slot: max,
             rx_meta: vec![sys::Received::default(); rx_slots],
             rx_passed: Vec::with_capacity(rx_slots),
+            rx_want: 1,
             txq: TxBatch::new(batch, max),
             collected: Vec::with_capacity(batch),
             notes: Vec::with_capacity(opts.batch.max(1)),
@@ -187,10 +190,16 @@ impl<E: Engine> Progress<E> {
         let mut budget = self.batch;
         let mut work = false;
         while budget > 0 {
-            let want = budget.min(meta.len());
+            // Ask for about as many as came last time, doubling while calls come back
+            // full: a call's set-up grows with its size, and a latency-bound exchange
+            // reads one datagram at a time.
+            let want = budget.min(self.rx_want);
             let got = match sys::recvmmsg(self.socket.as_fd(), &mut mem, slot, &mut meta[..want]) {
                 Ok(got) => got,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.rx_want = (self.rx_want / 2).max(1);
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
                 Err(e) => {
                     Counters::add(&self.shared.counters.recv_errors, 1);
@@ -200,6 +209,11 @@ impl<E: Engine> Progress<E> {
                 }
             };
             Counters::add(&self.shared.counters.recv_calls, 1);
+            self.rx_want = if got == want {
+                (want * 2).min(meta.len())
+            } else {
+                got.max(1)
+            };
             work |= got > 0;
             let mut passed = std::mem::take(&mut self.rx_passed);
             for (i, (r, chunk)) in meta[..got]
@@ -380,11 +394,32 @@ impl<E: Engine> Progress<E> {
                 return work;
             }
         }
-        q.reset();
+        // Rounds of collect-then-send until the engine has nothing or `batch`
+        // datagrams went: what the engine queues while a round is sent (a reply
+        // posted the moment a completion appeared) leaves in the same pass.
+        let mut budget = q.slots();
+        while budget > 0 {
+            q.reset();
+            let n = self.collect(q, budget);
+            if n == 0 {
+                break;
+            }
+            work = true;
+            budget -= n;
+            if batch::flush(q, &mut Wire(self)).blocked {
+                break;
+            }
+        }
+        work
+    }
+
+    /// Polls up to `max` datagrams from the engine (one lock) into the slots of
+    /// `q` and queues those the transmit faults let pass; how many were polled.
+    fn collect(&mut self, q: &mut TxBatch, max: usize) -> usize {
         let mut collected = std::mem::take(&mut self.collected);
         {
             let mut engine = self.shared.engine();
-            for i in 0..q.slots() {
+            for i in 0..max.min(q.slots()) {
                 let now = self.shared.clock.now();
                 let Some(t) = engine.poll_transmit(now, q.slot_mut(i)) else {
                     break;
@@ -392,7 +427,7 @@ impl<E: Engine> Progress<E> {
                 collected.push((i, t, now));
             }
         }
-        work |= !collected.is_empty();
+        let n = collected.len();
         for (slot, t, now) in collected.drain(..) {
             let bytes = q.slot_mut(slot);
             if t.len > bytes.len() {
@@ -412,8 +447,7 @@ impl<E: Engine> Progress<E> {
             }
         }
         self.collected = collected;
-        batch::flush(q, &mut Wire(self));
-        work
+        n
     }
 
     /// A datagram left through the socket: counted and captured.
