@@ -419,8 +419,13 @@ fn a_gap_in_a_long_read_is_recovered_with_one_resend() {
         net.b.e.qp_counters(qb).unwrap(),
     );
     assert_eq!(
-        (ca.retransmitted_packets, cb.dup_reads_answered),
-        (1, 1),
+        (
+            ca.retransmitted_packets,
+            ca.read_gaps,
+            ca.retransmit_rounds,
+            cb.dup_reads_answered
+        ),
+        (1, 1, 1, 1),
         "{ca:?} {cb:?}"
     );
 }

@@ -213,6 +213,8 @@ impl Engine {
         c.stale_responses += u64::from(fx.ignored);
         c.implied_naks += u64::from(fx.implied_nak);
         c.retransmit_rounds += u64::from(fx.implied_nak && !fx.fatal);
+        c.retransmit_rounds += u64::from(fx.read_gap);
+        c.read_gaps += u64::from(fx.read_gap);
         if fx.progress {
             // Forward progress restores both budgets (rxe reset_retry_counters).
             let a = q.ctl.attr();

@@ -55,6 +55,8 @@ pub struct CompEffects {
     pub implied_nak: bool,
     /// A fatal NAK (invalid request, remote access, remote operational) arrived.
     pub error_nak: bool,
+    /// A READ response after a gap: the READ is asked for again from the gap.
+    pub read_gap: bool,
 }
 
 impl Requester {
@@ -248,6 +250,7 @@ impl Requester {
                 let w = &mut sq.wqes[i];
                 if w.read_reasked != Some(w.read_done) {
                     w.read_reasked = Some(w.read_done);
+                    fx.read_gap = true;
                     self.rewind(sq, expected, env.mtu);
                 }
             }

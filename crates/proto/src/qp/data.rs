@@ -22,13 +22,16 @@ pub struct QpCounters {
     /// Requester: request packets sent again by go-back-N (each resent packet).
     pub retransmitted_packets: u64,
     /// Requester: go-back-N rounds started (ACK timeouts with budget left,
-    /// sequence NAKs, RNR NAKs, implied NAKs).
+    /// sequence NAKs, RNR NAKs, implied NAKs, READ response gaps).
     pub retransmit_rounds: u64,
     /// Requester: local ACK timeouts that fired with PSNs outstanding.
     pub timeouts: u64,
     /// Requester: ACKs beyond an unanswered READ/atomic (its response was lost)
     /// that started a retry round.
     pub implied_naks: u64,
+    /// Requester: READ responses that arrived after a gap and started a
+    /// resend of the READ from the missing packet (once per gap).
+    pub read_gaps: u64,
     /// Responder: RNR NAKs sent (no receive WQE).
     pub rnr_naks_sent: u64,
     /// Requester: RNR NAKs received.
@@ -83,6 +86,7 @@ impl QpCounters {
             retransmit_rounds,
             timeouts,
             implied_naks,
+            read_gaps,
             rnr_naks_sent,
             rnr_naks_received,
             seq_naks_sent,
