@@ -429,3 +429,60 @@ fn a_gap_in_a_long_read_is_recovered_with_one_resend() {
         "{ca:?} {cb:?}"
     );
 }
+
+/// A gap in a READ's response stream is a sequence error on the requester's
+/// side and spends a transport retry like an implied NAK (rc-reliability.md
+/// §1.3; rxe COMPST_ERROR_RETRY, hfi1 rdma_seq_err). With `retry_cnt` 0 the
+/// first gap ends the READ in RETRY_EXC_ERR at once, before any ACK timeout;
+/// with budget left, the same gap is resumed (the test above).
+#[test]
+fn a_read_gap_spends_the_retry_budget() {
+    let mut net = Net::new();
+    let p = Params {
+        retry_cnt: 0,
+        ..Params::default()
+    };
+    let (qa, _, _, _) = connect_with(&mut net, QpType::Rc, p);
+    let len = 64 * 1024u32;
+    let (la, _) = net.a.mr(0, 2 * u64::from(len), 1);
+    let (_, rb) = net.b.mr(0, u64::from(len), 1 | 4);
+    let sg = [Sge {
+        addr: BASE + u64::from(len),
+        length: len,
+        lkey: la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey: rb,
+    });
+    post(&mut net.a, qa, 1, WrOpcode::RdmaRead, &sg, t);
+    let (from_a, from_b) = (
+        SocketAddr::new(net.a.ip, 4791),
+        SocketAddr::new(net.b.ip, 4791),
+    );
+    let mut buf = vec![0u8; 9000];
+    let mut responses = 0u32;
+    for _ in 0..1000 {
+        while let Some(tx) = net.a.e.poll_transmit(net.now, &net.a.mem, &mut buf) {
+            net.b
+                .e
+                .handle_datagram(net.now, from_a, from_b, &buf[..tx.len], &net.b.mem);
+        }
+        let Some(tx) = net.b.e.poll_transmit(net.now, &net.b.mem, &mut buf) else {
+            break;
+        };
+        responses += 1;
+        if responses != 3 {
+            net.a
+                .e
+                .handle_datagram(net.now, from_b, from_a, &buf[..tx.len], &net.a.mem);
+        }
+    }
+    let wa = net.a.poll();
+    assert_eq!(
+        wa.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::RetryExcErr)]
+    );
+    let c = net.a.e.qp_counters(qa).unwrap();
+    assert_eq!((c.read_gaps, c.timeouts), (1, 0), "{c:?}");
+}

@@ -208,6 +208,18 @@ impl Requester {
             return;
         }
         fx.implied_nak = true;
+        self.spend_retry(sq, env, from, fx);
+    }
+
+    /// One transport retry round from `from`: spends `retry_cnt` (or fails the
+    /// WQE with RETRY_EXC_ERR when none is left) and resends from there.
+    fn spend_retry(
+        &mut self,
+        sq: &mut SendQueue,
+        env: &CompEnv<'_>,
+        from: Psn,
+        fx: &mut CompEffects,
+    ) {
         if self.retry_left == 0 {
             return self.fail_wqe(sq, env, WcStatus::RetryExcErr, fx);
         }
@@ -246,12 +258,15 @@ impl Requester {
             fx.ignored = true;
             if q.is_after(expected) {
                 // Every later packet of the lost stream lands here too: ask
-                // again once per gap, not once per stale packet.
+                // again once per gap, not once per stale packet. A gap is a
+                // sequence error in the responses and spends a transport retry,
+                // like an implied NAK (rc-reliability.md §1.3; rxe
+                // COMPST_ERROR_RETRY, hfi1 rdma_seq_err); progress restores it.
                 let w = &mut sq.wqes[i];
-                if w.read_reasked != Some(w.read_done) {
+                if w.read_reasked != Some(w.read_done) && self.retrying != Some(expected) {
                     w.read_reasked = Some(w.read_done);
                     fx.read_gap = true;
-                    self.rewind(sq, expected, env.mtu);
+                    self.spend_retry(sq, env, expected, fx);
                 }
             }
             return;
