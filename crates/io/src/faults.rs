@@ -1,8 +1,8 @@
 //! Fault injection on the real UDP path: a seeded fault model and its configuration.
 //!
-//! Owns [`FaultConfig`] (the parsed `SOFTVERBS_FAULTS` value), [`Rng`] (a small
-//! seeded generator, no global state) and [`FaultModel`] (one per direction of
-//! one driver: it decides, packet by packet, what happens to each datagram).
+//! Owns [`FaultConfig`] (the parsed `SOFTVERBS_FAULTS` value) and [`FaultModel`]
+//! (one per direction of one driver, drawing from proto's seeded [`Rng`], no global
+//! state: it decides, packet by packet, what happens to each datagram).
 //! The progress thread applies the decisions (see `progress.rs` and `hold.rs`).
 //!
 //! # `SOFTVERBS_FAULTS`
@@ -218,42 +218,7 @@ fn duration(value: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(ns.round() as u64))
 }
 
-/// SplitMix64: a small, fast, well-distributed generator with one word of state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rng {
-    state: u64,
-}
-
-impl Rng {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng { state: seed }
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// `true` with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-
-    /// Uniform in `0..n` (`n > 0`); the tiny modulo bias is irrelevant here.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
+pub use proto::rng::Rng;
 
 /// What happens to one datagram.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

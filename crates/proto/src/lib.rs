@@ -28,6 +28,7 @@ mod spec_md;
 pub mod srq;
 pub mod table;
 pub mod timers;
+pub mod rng;
 pub mod types;
 pub mod wc;
 pub mod wr;

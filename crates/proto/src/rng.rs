@@ -1,10 +1,10 @@
-//! The simulator's only source of randomness: SplitMix64, seeded.
-//!
-//! Written here (a dozen lines) so that a seed means the same run on every
-//! platform and every version of every dependency.
+//! The seeded randomness of everything that must replay: SplitMix64, one word
+//! of state. Written here (a dozen lines) so a seed means the same sequence on
+//! every platform and with every version of every dependency. The simulator's
+//! networks and workloads and the real path's fault injection draw from it.
 
 /// A seeded SplitMix64 generator.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rng {
     state: u64,
 }
@@ -24,7 +24,18 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    /// Uniform in `0..n` (`n` > 0; tiny modulo bias is irrelevant here).
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// True with probability `p`. Always draws once, whatever `p`, so the n-th
+    /// decision depends on the seed alone, not on the probabilities before it.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+
+    /// Uniform in `0..n` (`n` > 0; the tiny modulo bias is irrelevant here).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
@@ -32,11 +43,6 @@ impl Rng {
     /// Uniform in `lo..=hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.below(hi - lo + 1)
-    }
-
-    /// True with probability `p` (0.0..=1.0).
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 
     /// Fills `buf` with random bytes.
@@ -69,5 +75,7 @@ mod tests {
         assert!((1700..2300).contains(&hits), "{hits}");
         assert!((0..1000).all(|_| r.range(3, 5) >= 3 && r.range(3, 5) <= 5));
         assert!(!r.chance(0.0));
+        let u = r.unit();
+        assert!((0.0..1.0).contains(&u));
     }
 }
