@@ -49,3 +49,17 @@ pub fn have(tool: &str) -> bool {
     }
     ok
 }
+
+/// True if the system `<infiniband/verbs.h>` (libibverbs-dev) and a C compiler
+/// are installed; otherwise skip, or fail under `SOFTVERBS_REQUIRE_TOOLS=1`.
+pub fn have_verbs_h() -> bool {
+    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
+        assert!(
+            std::env::var_os("SOFTVERBS_REQUIRE_TOOLS").is_none(),
+            "libibverbs-dev (verbs.h) is required but not installed"
+        );
+        eprintln!("skipping: /usr/include/infiniband/verbs.h not installed (libibverbs-dev)");
+        return false;
+    }
+    have("cc")
+}
