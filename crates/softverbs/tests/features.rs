@@ -1,7 +1,8 @@
 //! Data-path features through the public API, two devices in one process over
-//! UDP: signaled and unsignaled WRs, fences, solicited events, SRQs shared by
-//! several QPs with the limit event, large messages, posting rules per QP
-//! state, and the per-WR limits checked at post time.
+//! UDP: signaled and unsignaled WRs, fences, solicited events and CQ arming,
+//! large messages, posting rules per QP state, the per-WR limits checked at
+//! post time, completion order. SRQs are in `srq.rs`; events and the other
+//! paths (UD, UC, lossy READs, IPv6) in `paths.rs`.
 
 mod pair;
 use pair::*;
@@ -9,23 +10,7 @@ use softverbs::*;
 use std::time::Duration;
 
 fn sides(tag: u8, mr_len: usize) -> (Side, Side) {
-    let a = Side::new(
-        device(
-            &format!("feat-{tag}-a"),
-            &format!("127.7.2.{}", 2 * tag),
-            Mtu::Mtu1024,
-        ),
-        mr_len,
-    );
-    let b = Side::new(
-        device(
-            &format!("feat-{tag}-b"),
-            &format!("127.7.2.{}", 2 * tag + 1),
-            Mtu::Mtu1024,
-        ),
-        mr_len,
-    );
-    (a, b)
+    sides_on("feat", 2, tag, mr_len)
 }
 
 /// sq_sig_all = 0: only WRs with IBV_SEND_SIGNALED complete; sq_sig_all = 1:
@@ -253,105 +238,53 @@ fn solicited_only_notification_fires_on_solicited_and_error_completions() {
     );
 }
 
-/// One SRQ behind three RC QPs: every QP's SENDs land in SRQ WQEs, taken in
-/// SRQ posting order; qp_num tells which QP consumed each. The limit event
-/// fires once when the count drops below the armed limit, then disarms.
+/// One completion channel, two CQs: each event names the CQ it is for. Arming
+/// "solicited only" and then "next" upgrades to "next" (completions.md §7.3):
+/// an unsolicited completion then fires.
 #[test]
-fn srq_shared_by_three_qps_with_the_limit_event() {
-    let (a, b) = sides(4, 1 << 16);
-    let srq =
-        b.pd.create_srq(SrqAttr {
-            max_wr: 16,
-            max_sge: 2,
-            srq_limit: 0,
-        })
+fn one_channel_two_cqs_and_the_arming_upgrade() {
+    let (a, b) = sides(13, 1 << 16);
+    let ch = b.ctx.create_comp_channel().unwrap();
+    let cq1 = b.ctx.create_cq_with_channel(16, &ch).unwrap();
+    let cq2 = b.ctx.create_cq_with_channel(16, &ch).unwrap();
+    let mut i1 = b.init();
+    i1.recv_cq = &cq1;
+    let mut i2 = b.init();
+    i2.recv_cq = &cq2;
+    let (qa1, qb1) = rc_pair_with(&a, &a.init(), &b, &i1, &RcOpts::default());
+    let (qa2, qb2) = rc_pair_with(&a, &a.init(), &b, &i2, &RcOpts::default());
+    for i in 0..4 {
+        qb1.post_recv(&recv_wr(i, &[b.mr.sge(0, 64)])).unwrap();
+        qb2.post_recv(&recv_wr(10 + i, &[b.mr.sge(0, 64)])).unwrap();
+    }
+    let sg = [a.mr.sge(0, 8)];
+    let sig = SendFlags::SIGNALED;
+    cq1.req_notify(false).unwrap();
+    cq2.req_notify(false).unwrap();
+    qa2.post_send(&send_wr(1, WrOpcode::Send, &sg, WrTarget::None, sig))
         .unwrap();
-    let mut ib = b.init();
-    ib.srq = Some(&srq);
-    let pairs: Vec<_> = (0..3)
-        .map(|_| rc_pair_with(&a, &a.init(), &b, &ib, &RcOpts::default()))
-        .collect();
-    for i in 0..8u64 {
-        // Two SGEs each: 16 + 48 bytes.
-        let o = i as usize * 128;
-        srq.post_recv(&recv_wr(i, &[b.mr.sge(o, 16), b.mr.sge(o + 64, 48)]))
-            .unwrap();
-    }
-    // Per-WR limits of the SRQ: max_sge, then its depth.
-    let three = [b.mr.sge(0, 1), b.mr.sge(0, 1), b.mr.sge(0, 1)];
-    assert_eq!(
-        srq.post_recv(&recv_wr(99, &three)).unwrap_err().errno(),
-        Errno::EINVAL
-    );
-    srq.modify(
-        &SrqAttr {
-            max_wr: 0,
-            max_sge: 0,
-            srq_limit: 3,
-        },
-        2,
-    )
-    .unwrap();
-    assert_eq!(srq.query().unwrap().srq_limit, 3);
-    for (k, (qa, _)) in pairs.iter().enumerate() {
-        for j in 0..2u8 {
-            let msg = pattern(40, 16 * k as u8 + j);
-            a.mr.write(4096 + 64 * (2 * k + j as usize), &msg);
-            let sg = [a.mr.sge(4096 + 64 * (2 * k + j as usize), 40)];
-            qa.post_send(&send_wr(
-                j.into(),
-                WrOpcode::Send,
-                &sg,
-                WrTarget::None,
-                SendFlags::SIGNALED,
-            ))
-            .unwrap();
-            let wc = wait(&b.rcq, 1)[0];
-            let taken = (2 * k + j as usize) as u64;
-            assert_eq!(
-                (wc.wr_id, wc.status, wc.qp_num, wc.byte_len),
-                (taken, WcStatus::Success, pairs[k].1.qp_num(), 40)
-            );
-            let o = taken as usize * 128;
-            let mut got = read(&b.mr, o, 16);
-            got.extend(read(&b.mr, o + 64, 24));
-            assert_eq!(got, msg, "scattered over the SRQ WQE's two SGEs");
-        }
-        wait(&a.scq, 2);
-    }
-    // 8 posted, 6 taken: 2 left < 3 → the event fired once (when 2 remained),
-    // and the limit is disarmed.
-    let e = b
-        .ctx
-        .get_async_event(Some(T))
-        .unwrap()
-        .expect("SRQ limit event");
-    assert_eq!((e.kind, e.element), (15, srq.id()));
-    assert_eq!(
-        srq.query().unwrap().srq_limit,
-        0,
-        "the limit disarms itself"
-    );
-    assert_eq!(
-        b.ctx
-            .get_async_event(Some(Duration::from_millis(30)))
-            .unwrap(),
-        None
-    );
-    // The SRQ's depth: 16 outstanding at most (2 are posted).
-    for i in 0..14u64 {
-        srq.post_recv(&recv_wr(100 + i, &[b.mr.sge(0, 8)])).unwrap();
-    }
-    assert_eq!(
-        srq.post_recv(&recv_wr(200, &[b.mr.sge(0, 8)]))
-            .unwrap_err()
-            .errno(),
-        Errno::ENOMEM
-    );
-    // An SRQ in use cannot be destroyed.
-    let srq = srq.destroy().unwrap_err().object;
-    drop(pairs);
-    srq.destroy().unwrap();
+    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq2.id()));
+    assert_eq!(ids(&wait(&cq2, 1)), [(10, WcStatus::Success)]);
+    qa1.post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, sig))
+        .unwrap();
+    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
+    assert_eq!(ids(&wait(&cq1, 1)), [(0, WcStatus::Success)]);
+    // Solicited, then next: the unsolicited SEND fires the event.
+    cq1.req_notify(true).unwrap();
+    cq1.req_notify(false).unwrap();
+    qa1.post_send(&send_wr(3, WrOpcode::Send, &sg, WrTarget::None, sig))
+        .unwrap();
+    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
+    assert_eq!(ids(&wait(&cq1, 1)), [(1, WcStatus::Success)]);
+    // Next, then solicited: stays "next" (never downgraded).
+    cq1.req_notify(false).unwrap();
+    cq1.req_notify(true).unwrap();
+    qa1.post_send(&send_wr(4, WrOpcode::Send, &sg, WrTarget::None, sig))
+        .unwrap();
+    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
+    assert_eq!(ids(&wait(&cq1, 1)), [(2, WcStatus::Success)]);
+    wait(&a.scq, 4);
+    assert_eq!(ch.get_event(Some(Duration::from_millis(20))).unwrap(), None);
 }
 
 /// Large messages, segmented at the path MTU. The device's max_msg_sz is 2^31;
@@ -692,198 +625,6 @@ fn per_wr_limits_are_checked_at_post() {
     );
 }
 
-/// RTS→SQD with en_sqd_async_notify: once the messages in flight are
-/// acknowledged, IBV_EVENT_SQ_DRAINED (5) names the QP; sends posted in SQD wait
-/// for SQD→RTS.
-#[test]
-fn sq_drained_event_after_the_messages_in_flight_complete() {
-    let (a, b) = sides(7, 1 << 20);
-    let (qa, qb) = rc_pair(&a, &b);
-    let n = 512 << 10;
-    qb.post_recv(&recv_wr(1, &[b.mr.sge(0, n)])).unwrap();
-    qb.post_recv(&recv_wr(2, &[b.mr.sge(0, 64)])).unwrap();
-    qa.post_send(&send_wr(
-        1,
-        WrOpcode::Send,
-        &[a.mr.sge(0, n)],
-        WrTarget::None,
-        SendFlags::SIGNALED,
-    ))
-    .unwrap();
-    // SQD holds messages not yet started: drain once this one is under way.
-    let deadline = std::time::Instant::now() + T;
-    while qa.counters().unwrap().packets_sent == 0 && std::time::Instant::now() < deadline {
-        std::thread::yield_now();
-    }
-    qa.apply(Drain { notify: true }).unwrap();
-    qa.post_send(&send_wr(
-        2,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 8)],
-        WrTarget::None,
-        SendFlags::SIGNALED,
-    ))
-    .unwrap();
-    let e = a
-        .ctx
-        .get_async_event(Some(T))
-        .unwrap()
-        .expect("SQ drained event");
-    assert_eq!((e.kind, e.element), (5, qa.id()));
-    assert_eq!(
-        ids(&wait(&a.scq, 1)),
-        [(1, WcStatus::Success)],
-        "the message in flight finished"
-    );
-    assert_eq!(qa.query().unwrap().attr.sq_draining, 0);
-    assert_eq!(state(&qa), QpState::Sqd);
-    empty(&a.scq);
-    qa.apply(Resume).unwrap();
-    assert_eq!(ids(&wait(&a.scq, 1)), [(2, WcStatus::Success)]);
-    assert_eq!(
-        ids(&wait(&b.rcq, 2)),
-        [(1, WcStatus::Success), (2, WcStatus::Success)]
-    );
-}
-
-fn state<T: Transport>(q: &QueuePair<T>) -> QpState {
-    q.state().unwrap()
-}
-
-/// More completions than the CQ holds: the overrun raises IBV_EVENT_CQ_ERR (0)
-/// for the CQ, and the QP whose completion was lost goes to ERR
-/// (completions.md §7.2, the recommended rdmavt behaviour).
-#[test]
-fn cq_overrun_raises_cq_err_and_the_qp_goes_to_err() {
-    let (a, b) = sides(8, 1 << 16);
-    let small = b.ctx.create_cq(1).unwrap();
-    let mut ib = b.init();
-    ib.recv_cq = &small;
-    let (qa, qb) = rc_pair_with(&a, &a.init(), &b, &ib, &RcOpts::default());
-    let cap = small.cqe() as u64;
-    for i in 0..cap + 2 {
-        qb.post_recv(&recv_wr(i, &[b.mr.sge(0, 64)])).unwrap();
-    }
-    for i in 0..=cap {
-        qa.post_send(&send_wr(
-            i,
-            WrOpcode::Send,
-            &[a.mr.sge(0, 8)],
-            WrTarget::None,
-            SendFlags(0),
-        ))
-        .unwrap();
-    }
-    let e = b
-        .ctx
-        .get_async_event(Some(T))
-        .unwrap()
-        .expect("CQ error event");
-    assert_eq!((e.kind, e.element), (0, small.id()));
-    let deadline = std::time::Instant::now() + T;
-    while state(&qb) != QpState::Err && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(state(&qb), QpState::Err);
-}
-
-/// UD messages are limited to the path MTU: one byte more is refused at post.
-#[test]
-fn ud_messages_up_to_the_mtu() {
-    let (a, b) = sides(9, 1 << 16);
-    let ua = ud_qp(&a);
-    let ub = ud_qp(&b);
-    let mtu = a.ctx.query_port(1).unwrap().active_mtu.bytes();
-    let ah = a.pd.create_ah(&AhAttr::roce(b.gid(), 0)).unwrap();
-    let sig = SendFlags::SIGNALED;
-    let e = ua
-        .post_send(&send_wr(
-            1,
-            WrOpcode::Send,
-            &[a.mr.sge(0, mtu + 1)],
-            ah.ud(ub.qp_num(), QKEY),
-            sig,
-        ))
-        .unwrap_err();
-    assert_eq!(e.errno(), Errno::EINVAL, "{e}");
-    a.mr.write(0, &pattern(mtu as usize, 3));
-    ub.post_recv(&recv_wr(1, &[b.mr.sge(0, mtu + 40)])).unwrap();
-    ua.post_send(&send_wr(
-        2,
-        WrOpcode::Send,
-        &[a.mr.sge(0, mtu)],
-        ah.ud(ub.qp_num(), QKEY),
-        sig,
-    ))
-    .unwrap();
-    assert_eq!(ids(&wait(&a.scq, 1)), [(2, WcStatus::Success)]);
-    assert_eq!(wait(&b.rcq, 1)[0].byte_len, mtu + 40);
-    assert_eq!(read(&b.mr, 40, mtu as usize), pattern(mtu as usize, 3));
-}
-
-/// READ responses lost on the way (the responder's device drops 5 % of what
-/// it sends, seeded): the requester asks again from the first missing
-/// response, the responder drops the stale stream, and every READ completes
-/// with every byte right — never a success with a hole in it. (A long ACK
-/// timeout keeps a busy machine's scheduling delays from looking like a dead
-/// link; recovery from loss inside a stream does not wait for it.)
-#[test]
-fn reads_recover_from_lost_responses() {
-    for seed in [3u64, 5] {
-        let faults: FaultConfig = format!("loss=0.05,seed={seed},dir=tx").parse().unwrap();
-        let cfg = |n: &str, ip: &str| DeviceConfig {
-            name: format!("{n}-{seed}"),
-            addrs: vec![private_addr(ip)],
-            active_mtu: Mtu::Mtu1024,
-        };
-        let a = Side::new(
-            Device::with_config(cfg("feat-loss-a", "127.7.2.30"))
-                .open()
-                .unwrap(),
-            1 << 20,
-        );
-        let b_dev = Device::with_config(cfg("feat-loss-b", "127.7.2.31")).with_faults(faults);
-        let b = Side::new(b_dev.open().unwrap(), 1 << 20);
-        let o = RcOpts {
-            timeout: 17,
-            ..RcOpts::default()
-        };
-        let (qa, _qb) = rc_pair_with(&a, &a.init(), &b, &b.init(), &o);
-        let n = 256 << 10;
-        let data = pattern(n, seed as u8);
-        b.mr.write(0, &data);
-        let sig = SendFlags::SIGNALED;
-        for (id, off) in [(1u64, 0usize), (2, n)] {
-            let t = WrTarget::Rdma(b.mr.remote(0));
-            qa.post_send(&send_wr(
-                id,
-                WrOpcode::RdmaRead,
-                &[a.mr.sge(off, n as u32)],
-                t,
-                sig,
-            ))
-            .unwrap();
-        }
-        assert_eq!(
-            ids(&wait(&a.scq, 2)),
-            [(1, WcStatus::Success), (2, WcStatus::Success)],
-            "seed {seed}"
-        );
-        assert!(
-            read(&a.mr, 0, n) == data,
-            "seed {seed}: first READ data intact"
-        );
-        assert!(
-            read(&a.mr, n, n) == data,
-            "seed {seed}: second READ data intact"
-        );
-        assert!(
-            b.ctx.counters().io.fault_drops > 0,
-            "seed {seed}: the path did lose packets"
-        );
-    }
-}
-
 /// Ordering (completions.md §6): send completions come in posting order
 /// whatever the mix of operations; when a SEND's receive completion is polled,
 /// every earlier RDMA WRITE on the connection is already in memory.
@@ -955,327 +696,4 @@ fn completions_in_posting_order_and_writes_placed_before_a_later_send() {
             "round {round}"
         );
     }
-}
-
-/// UD QPs on one SRQ: each datagram takes the next SRQ WQE, with the GRH area
-/// first, and the completion names the QP that took it and the sender.
-#[test]
-fn ud_qps_sharing_an_srq() {
-    let (a, b) = sides(11, 1 << 16);
-    let srq =
-        b.pd.create_srq(SrqAttr {
-            max_wr: 8,
-            max_sge: 1,
-            srq_limit: 0,
-        })
-        .unwrap();
-    let mut ib = b.init();
-    ib.srq = Some(&srq);
-    let ubs: Vec<_> = (0..2)
-        .map(|_| {
-            let q = b.pd.create_ud_qp(&ib).unwrap();
-            q.to_init(DatagramInit {
-                pkey_index: 0,
-                port_num: 1,
-                qkey: QKEY,
-            })
-            .unwrap();
-            q.to_rtr(UdRtr).unwrap();
-            q.to_rts(SqPsnRts { sq_psn: 0 }).unwrap();
-            q
-        })
-        .collect();
-    let ua = ud_qp(&a);
-    let ah = a.pd.create_ah(&AhAttr::roce(b.gid(), 0)).unwrap();
-    for i in 0..4u64 {
-        srq.post_recv(&recv_wr(i, &[b.mr.sge(i as usize * 1024, 1024)]))
-            .unwrap();
-    }
-    for i in 0..4usize {
-        let msg = pattern(100, i as u8);
-        a.mr.write(i * 128, &msg);
-        let to = &ubs[i % 2];
-        let sg = [a.mr.sge(i * 128, 100)];
-        ua.post_send(&send_wr(
-            i as u64,
-            WrOpcode::Send,
-            &sg,
-            ah.ud(to.qp_num(), QKEY),
-            SendFlags::SIGNALED,
-        ))
-        .unwrap();
-        wait(&a.scq, 1);
-        let r = wait(&b.rcq, 1)[0];
-        assert_eq!(
-            (r.wr_id, r.status, r.qp_num, r.src_qp, r.byte_len, r.wc_flags),
-            (
-                i as u64,
-                WcStatus::Success,
-                to.qp_num(),
-                ua.qp_num(),
-                140,
-                WcFlags::GRH
-            )
-        );
-        assert_eq!(read(&b.mr, i * 1024 + 40, 100), msg);
-    }
-}
-
-/// RC on an empty SRQ: RNR NAKs until a WQE is posted to the SRQ (then the
-/// SEND lands); a QP on an SRQ that enters ERR raises
-/// IBV_EVENT_QP_LAST_WQE_REACHED (16), and the SRQ's WQEs stay for others.
-#[test]
-fn rc_on_an_empty_srq_waits_and_last_wqe_reached_on_error() {
-    let (a, b) = sides(12, 1 << 16);
-    let srq =
-        b.pd.create_srq(SrqAttr {
-            max_wr: 8,
-            max_sge: 1,
-            srq_limit: 0,
-        })
-        .unwrap();
-    let mut ib = b.init();
-    ib.srq = Some(&srq);
-    let (qa, qb) = rc_pair_with(&a, &a.init(), &b, &ib, &RcOpts::default());
-    a.mr.write(0, b"late wqe");
-    qa.post_send(&send_wr(
-        1,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 8)],
-        WrTarget::None,
-        SendFlags::SIGNALED,
-    ))
-    .unwrap();
-    let deadline = std::time::Instant::now() + T;
-    while qb.counters().unwrap().rnr_naks_sent < 2 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert!(
-        qb.counters().unwrap().rnr_naks_sent >= 2,
-        "RNR NAKs while the SRQ is empty"
-    );
-    empty(&a.scq);
-    srq.post_recv(&recv_wr(7, &[b.mr.sge(0, 64)])).unwrap();
-    assert_eq!(ids(&wait(&a.scq, 1)), [(1, WcStatus::Success)]);
-    let r = wait(&b.rcq, 1)[0];
-    assert_eq!((r.wr_id, r.qp_num, r.byte_len), (7, qb.qp_num(), 8));
-    assert_eq!(read(&b.mr, 0, 8), b"late wqe");
-    // Into ERR: the event, and the SRQ's WQE is not flushed.
-    srq.post_recv(&recv_wr(8, &[b.mr.sge(0, 64)])).unwrap();
-    qb.apply(ToError).unwrap();
-    let e = b
-        .ctx
-        .get_async_event(Some(T))
-        .unwrap()
-        .expect("LAST_WQE_REACHED");
-    assert_eq!((e.kind, e.element), (16, qb.id()));
-    assert_eq!(
-        b.rcq.wait(1, Duration::from_millis(20)).len(),
-        0,
-        "SRQ WQEs are not flushed"
-    );
-    let (qa2, _qb2) = rc_pair_with(&a, &a.init(), &b, &ib, &RcOpts::default());
-    qa2.post_send(&send_wr(
-        2,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 8)],
-        WrTarget::None,
-        SendFlags::SIGNALED,
-    ))
-    .unwrap();
-    assert_eq!(
-        ids(&wait(&b.rcq, 1)),
-        [(8, WcStatus::Success)],
-        "another QP takes the kept WQE"
-    );
-}
-
-/// UC over a lossy path (the sender's device drops 10 % of its packets,
-/// seeded): a message that lost a packet is discarded whole and its receive
-/// WQE reused for the next one (rc-reliability.md §6); every message that
-/// completes is intact, in order, and nothing is ever completed half-filled.
-#[test]
-fn uc_discards_damaged_messages_and_reuses_the_wqe() {
-    let faults: FaultConfig = "loss=0.1,seed=11,dir=tx".parse().unwrap();
-    let cfg = |n: &str, ip: &str| DeviceConfig {
-        name: n.into(),
-        addrs: vec![private_addr(ip)],
-        active_mtu: Mtu::Mtu1024,
-    };
-    let a = Side::new(
-        Device::with_config(cfg("feat-ucloss-a", "127.7.2.40"))
-            .with_faults(faults)
-            .open()
-            .unwrap(),
-        1 << 20,
-    );
-    let b = Side::new(
-        Device::with_config(cfg("feat-ucloss-b", "127.7.2.41"))
-            .open()
-            .unwrap(),
-        1 << 20,
-    );
-    let (qa, qb) = uc_pair(&a, &b);
-    let (msgs, len) = (40usize, 3000usize);
-    for k in 0..msgs {
-        a.mr.write(k * 4096, &pattern(len, k as u8));
-        qb.post_recv(&recv_wr(k as u64, &[b.mr.sge(k * 4096, 4096)]))
-            .unwrap();
-    }
-    for k in 0..msgs {
-        let sg = [a.mr.sge(k * 4096, len as u32)];
-        qa.post_send(&send_wr(
-            k as u64,
-            WrOpcode::Send,
-            &sg,
-            WrTarget::None,
-            SendFlags::SIGNALED,
-        ))
-        .unwrap();
-        if k % 16 == 15 {
-            wait(&a.scq, 16);
-        }
-    }
-    wait(&a.scq, msgs % 16);
-    // The sender is done; collect what arrives until the receiver is quiet.
-    let mut got = Vec::new();
-    loop {
-        let more = b.rcq.wait(msgs, Duration::from_millis(200));
-        if more.is_empty() {
-            break;
-        }
-        got.extend(more);
-    }
-    assert!(a.ctx.counters().io.fault_drops > 0, "the path lost packets");
-    assert!(
-        !got.is_empty() && got.len() < msgs,
-        "some messages made it, some did not: {}",
-        got.len()
-    );
-    let mut last = None;
-    for (i, w) in got.iter().enumerate() {
-        // WQEs are taken in posting order; a discarded message leaves its WQE for the next.
-        assert_eq!(
-            (w.wr_id, w.status, w.byte_len),
-            (i as u64, WcStatus::Success, len as u32)
-        );
-        let data = read(&b.mr, i * 4096, len);
-        let k = (0..msgs)
-            .find(|&k| data == pattern(len, k as u8))
-            .expect("an intact message");
-        assert!(last.is_none_or(|l| k > l), "in order");
-        last = Some(k);
-    }
-    assert_eq!(state(&qb), QpState::Rts);
-}
-
-/// One completion channel, two CQs: each event names the CQ it is for. Arming
-/// "solicited only" and then "next" upgrades to "next" (completions.md §7.3):
-/// an unsolicited completion then fires.
-#[test]
-fn one_channel_two_cqs_and_the_arming_upgrade() {
-    let (a, b) = sides(13, 1 << 16);
-    let ch = b.ctx.create_comp_channel().unwrap();
-    let cq1 = b.ctx.create_cq_with_channel(16, &ch).unwrap();
-    let cq2 = b.ctx.create_cq_with_channel(16, &ch).unwrap();
-    let mut i1 = b.init();
-    i1.recv_cq = &cq1;
-    let mut i2 = b.init();
-    i2.recv_cq = &cq2;
-    let (qa1, qb1) = rc_pair_with(&a, &a.init(), &b, &i1, &RcOpts::default());
-    let (qa2, qb2) = rc_pair_with(&a, &a.init(), &b, &i2, &RcOpts::default());
-    for i in 0..4 {
-        qb1.post_recv(&recv_wr(i, &[b.mr.sge(0, 64)])).unwrap();
-        qb2.post_recv(&recv_wr(10 + i, &[b.mr.sge(0, 64)])).unwrap();
-    }
-    let sg = [a.mr.sge(0, 8)];
-    let sig = SendFlags::SIGNALED;
-    cq1.req_notify(false).unwrap();
-    cq2.req_notify(false).unwrap();
-    qa2.post_send(&send_wr(1, WrOpcode::Send, &sg, WrTarget::None, sig))
-        .unwrap();
-    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq2.id()));
-    assert_eq!(ids(&wait(&cq2, 1)), [(10, WcStatus::Success)]);
-    qa1.post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, sig))
-        .unwrap();
-    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
-    assert_eq!(ids(&wait(&cq1, 1)), [(0, WcStatus::Success)]);
-    // Solicited, then next: the unsolicited SEND fires the event.
-    cq1.req_notify(true).unwrap();
-    cq1.req_notify(false).unwrap();
-    qa1.post_send(&send_wr(3, WrOpcode::Send, &sg, WrTarget::None, sig))
-        .unwrap();
-    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
-    assert_eq!(ids(&wait(&cq1, 1)), [(1, WcStatus::Success)]);
-    // Next, then solicited: stays "next" (never downgraded).
-    cq1.req_notify(false).unwrap();
-    cq1.req_notify(true).unwrap();
-    qa1.post_send(&send_wr(4, WrOpcode::Send, &sg, WrTarget::None, sig))
-        .unwrap();
-    assert_eq!(ch.get_event(Some(T)).unwrap(), Some(cq1.id()));
-    assert_eq!(ids(&wait(&cq1, 1)), [(2, WcStatus::Success)]);
-    wait(&a.scq, 4);
-    assert_eq!(ch.get_event(Some(Duration::from_millis(20))).unwrap(), None);
-}
-
-/// A device on IPv6 (::1; both QPs on it, so the datagrams take the device's
-/// loopback path, fully encoded and parsed): RC data intact, and the UD GRH
-/// area holds the IPv6 header as received (rc-reliability.md §7).
-#[test]
-fn ipv6_device_rc_and_ud_grh_area() {
-    let cfg = DeviceConfig {
-        name: "feat-v6".into(),
-        addrs: vec!["::1".parse().unwrap()],
-        active_mtu: Mtu::Mtu1024,
-    };
-    let ctx = Device::with_config(cfg).open().unwrap();
-    let gid = ctx.query_gid(1, 0).unwrap();
-    assert_eq!(gid.ip(), "::1".parse::<std::net::IpAddr>().unwrap());
-    let a = Side::new(ctx.clone(), 1 << 16);
-    let b = Side::new(ctx, 1 << 16);
-    let (qa, qb) = rc_pair(&a, &b);
-    let data = pattern(5000, 6);
-    a.mr.write(0, &data);
-    qb.post_recv(&recv_wr(1, &[b.mr.sge(0, 8192)])).unwrap();
-    qa.post_send(&send_wr(
-        1,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 5000)],
-        WrTarget::None,
-        SendFlags::SIGNALED,
-    ))
-    .unwrap();
-    assert_eq!(ids(&wait(&a.scq, 1)), [(1, WcStatus::Success)]);
-    assert_eq!(wait(&b.rcq, 1)[0].byte_len, 5000);
-    assert_eq!(read(&b.mr, 0, 5000), data);
-    let ua = ud_qp(&a);
-    let ub = ud_qp(&b);
-    let ah = a.pd.create_ah(&AhAttr::roce(gid, 0)).unwrap();
-    ub.post_recv(&recv_wr(2, &[b.mr.sge(16384, 1024)])).unwrap();
-    ua.post_send(&send_wr(
-        2,
-        WrOpcode::SendWithImm,
-        &[a.mr.sge(0, 100)],
-        ah.ud(ub.qp_num(), QKEY),
-        SendFlags::SIGNALED,
-    ))
-    .unwrap();
-    assert_eq!(ids(&wait(&a.scq, 1)), [(2, WcStatus::Success)]);
-    let r = wait(&b.rcq, 1)[0];
-    assert_eq!(
-        (r.byte_len, r.src_qp, r.wc_flags.0),
-        (140, ua.qp_num(), WcFlags::GRH.0 | WcFlags::WITH_IMM.0)
-    );
-    let g = read(&b.mr, 16384, 40);
-    assert_eq!(g[0] >> 4, 6, "IPv6 version");
-    assert_eq!(g[6], 17, "next header: UDP");
-    // Payload length: UDP 8 + BTH 12 + DETH 8 + ImmDt 4 + 100 + ICRC 4.
-    assert_eq!(u16::from_be_bytes([g[4], g[5]]), 8 + 12 + 8 + 4 + 100 + 4);
-    let one = std::net::Ipv6Addr::LOCALHOST.octets();
-    assert_eq!(
-        (&g[8..24], &g[24..40]),
-        (&one[..], &one[..]),
-        "source and destination ::1"
-    );
-    assert_eq!(read(&b.mr, 16384 + 40, 100), data[..100]);
 }

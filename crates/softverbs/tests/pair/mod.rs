@@ -237,3 +237,34 @@ pub fn read(mr: &MemoryRegion, off: usize, n: usize) -> Vec<u8> {
 pub fn ids(wc: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
     wc.iter().map(|w| (w.wr_id, w.status)).collect()
 }
+
+/// Signaled, the usual send flag of these tests.
+pub const SIG: SendFlags = SendFlags::SIGNALED;
+
+/// Two sides on 127.7.`net`.(2·`tag`) and .(2·`tag`+1), named
+/// `prefix-tag-a` / `-b`, each with an MR of `mr_len` bytes.
+pub fn sides_on(prefix: &str, net: u8, tag: u8, mr_len: usize) -> (Side, Side) {
+    let side = |end: &str, host: u8| {
+        let ip = format!("127.7.{net}.{host}");
+        Side::new(
+            device(&format!("{prefix}-{tag}-{end}"), &ip, Mtu::Mtu1024),
+            mr_len,
+        )
+    };
+    (side("a", 2 * tag), side("b", 2 * tag + 1))
+}
+
+/// The QP's state as `ibv_query_qp` reports it.
+pub fn state<T: Transport>(q: &QueuePair<T>) -> QpState {
+    q.state().unwrap()
+}
+
+/// Waits (bounded) until `q` reaches `want`: the peer learns of an error from a
+/// NAK it sent, so its state changes on its own progress thread.
+pub fn await_state<T: Transport>(q: &QueuePair<T>, want: QpState) {
+    let deadline = std::time::Instant::now() + T;
+    while state(q) != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(state(q), want);
+}
