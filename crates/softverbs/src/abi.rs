@@ -9,7 +9,7 @@ use crate::context::Context;
 use crate::cq::CompletionQueue;
 use crate::datapath::{AsyncEvent, CompletionChannel};
 use crate::error::{logged, Error};
-use crate::pd::{PdInner, ProtectionDomain};
+use crate::pd::PdInner;
 use crate::qp::{QueuePair, Transport};
 use proto::engine::MrHandle;
 use proto::wr::SendWr;
@@ -60,36 +60,16 @@ impl std::fmt::Debug for ExternalMemoryRegion {
     }
 }
 
-impl ProtectionDomain {
-    /// `ibv_reg_mr` over `len` bytes at `addr` in this process.
-    ///
-    /// # Safety
-    /// `[addr, addr + len)` must stay mapped (readable, and writable if the
-    /// access flags allow any write) until the returned region is dropped: the
-    /// device reads and writes it at any time, as a NIC does by DMA. This is
-    /// exactly the promise `ibv_reg_mr(3)` asks of C callers.
-    #[allow(unsafe_code)] // a contract marker only: the body does nothing unsafe
-    pub unsafe fn reg_external_mr(
-        &self,
-        addr: u64,
-        len: u64,
-        access: AccessFlags,
-    ) -> Result<ExternalMemoryRegion, Error> {
-        let pd = self.inner.clone();
+impl ExternalMemoryRegion {
+    /// Registers `[addr, addr + len)` in `pd`: the body of
+    /// [`crate::ProtectionDomain::reg_external_mr`], whose contract (in `mem.rs`, with
+    /// the crate's other memory promises) makes it sound.
+    pub(crate) fn register(pd: Arc<PdInner>, addr: u64, len: u64, access: AccessFlags) -> Result<Self, Error> {
         let (h, lkey, rkey, access) = logged(
             "reg_mr",
-            pd.with(|e| {
-                e.reg_mr(pd.h, addr, len, access.0)
-                    .map(|(h, m)| (h, m.lkey, m.rkey, m.access))
-            }),
+            pd.with(|e| e.reg_mr(pd.h, addr, len, access.0).map(|(h, m)| (h, m.lkey, m.rkey, m.access))),
         )?;
-        Ok(ExternalMemoryRegion {
-            pd,
-            h,
-            lkey,
-            rkey,
-            access,
-        })
+        Ok(ExternalMemoryRegion { pd, h, lkey, rkey, access })
     }
 }
 
