@@ -146,9 +146,9 @@ impl crate::pd::ProtectionDomain {
     /// # Safety
     /// `[addr, addr + len)` must stay mapped (readable, and writable if the
     /// access flags allow any write) until the returned region is dropped: the
-    /// device reads and writes it at any time through [`RawMemory`], as a NIC
+    /// device reads and writes it at any time (through `RawMemory`), as a NIC
     /// does by DMA. This is exactly the promise `ibv_reg_mr(3)` asks of C
-    /// callers, and what makes `RawMemory`'s accesses to this range sound.
+    /// callers, and what makes the device's raw accesses to this range sound.
     pub unsafe fn reg_external_mr(
         &self,
         addr: u64,
