@@ -4,6 +4,7 @@
  * of ibv_qp_ex, ibv_cq_ex poll-by-parts, completion channels with poll(2),
  * and async events. Prints "ok" and exits 0 when every check passed. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,8 +183,19 @@ int main(void)
 	MUST(ch);
 	struct ibv_cq_init_attr_ex cqa = {.cqe = 64, .channel = ch,
 					  .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM};
+	struct ibv_cq_init_attr_ex tsa = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
+	errno = 0;
+	CHECK(ibv_create_cq_ex(ctx, &tsa) == NULL && errno == EOPNOTSUPP, "timestamps refused, errno %d", errno);
 	struct ibv_cq_ex *scq_ex = ibv_create_cq_ex(ctx, &cqa);
 	MUST(scq_ex);
+	/* A non-blocking channel fd with no event: EAGAIN at once. */
+	int fl = fcntl(ch->fd, F_GETFL);
+	MUST(fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) == 0);
+	struct ibv_cq *none_cq;
+	void *none_ctx;
+	errno = 0;
+	CHECK(ibv_get_cq_event(ch, &none_cq, &none_ctx) == -1 && errno == EAGAIN, "non-blocking get_cq_event errno %d", errno);
+	MUST(fcntl(ch->fd, F_SETFL, fl) == 0);
 	struct ibv_cq *scq = ibv_cq_ex_to_cq(scq_ex);
 	struct ibv_cq *rcq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	MUST(rcq);
@@ -256,6 +268,12 @@ int main(void)
 	      (wc.wc_flags & IBV_WC_WITH_IMM) && ntohl(wc.imm_data) == 0x1234 && wc.qp_num == b->qp_num,
 	      "recv wc: status %d len %u flags %x imm %x qp %u", wc.status, wc.byte_len, wc.wc_flags, ntohl(wc.imm_data), wc.qp_num);
 	CHECK(memcmp(mb, msg, 10) == 0 && memcmp(mb + 100, msg + 10, sizeof msg - 10) == 0, "scattered bytes");
+
+	/* An operation softverbs does not offer: ibv_wr_complete says so, nothing is posted. */
+	ibv_wr_start(ax);
+	ax->wr_id = 12;
+	ibv_wr_local_inv(ax, 0x1234);
+	CHECK(ibv_wr_complete(ax) == EOPNOTSUPP, "local invalidate refused");
 
 	/* 2. RDMA WRITE of two SGEs with ibv_post_send, then READ it back. */
 	for (int i = 0; i < LEN / 2; i++)
