@@ -117,9 +117,9 @@ fn control_demo() -> Result<(), Error> {
     let c = pd.create_rc_qp(&QpInit::new(&cq, &cq))?;
     c.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access })?;
     let attr = QpAttr {
-        qp_state: QpState::Rtr as u32,
+        qp_state: QpState::Rtr,
         ah_attr: AhAttr::roce(gid, 0),
-        path_mtu: mtu as u32,
+        path_mtu: mtu,
         ..QpAttr::default()
     };
     let mask = AttrMask::STATE

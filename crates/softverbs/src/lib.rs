@@ -107,6 +107,7 @@ pub use proto::wr::{
     AtomicTarget, ImmData, PostError, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
 pub use proto::{
-    AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, Mtu, QpAttr, QpCap, QpState, QpType,
+    AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, MigState, Mtu, QpAttr, QpCap, QpState,
+    QpType,
 };
 

@@ -36,7 +36,7 @@ fn seed_example_query_state() {
     let qp = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
     let info = qp.query().unwrap();
     assert_eq!(info.state(), QpState::Reset);
-    assert_eq!(info.attr.qp_state, 0);
+    assert_eq!(info.attr.qp_state, QpState::Reset);
     qp.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access: ACCESS }).unwrap();
     assert_eq!(qp.state().unwrap(), QpState::Init);
 }
@@ -54,7 +54,7 @@ fn rc_pair_reaches_rts_and_query_reports_what_modify_set() {
     assert_eq!(q.attr.dest_qp_num, b.qp_num());
     assert_eq!((q.attr.timeout, q.attr.retry_cnt, q.attr.rnr_retry), (14, 7, 7));
     assert_eq!((q.attr.max_rd_atomic, q.attr.max_dest_rd_atomic, q.attr.min_rnr_timer), (4, 4, 12));
-    assert_eq!(q.attr.path_mtu, Mtu::Mtu1024 as u32);
+    assert_eq!(q.attr.path_mtu, Mtu::Mtu1024);
     assert_eq!(q.attr.ah_attr.grh.dgid, ctx.query_gid(1, 0).unwrap());
     assert_eq!(q.attr.qkey, 0, "no Q_Key on RC");
     assert!(q.valid.contains(AttrMask::SQ_PSN | AttrMask::AV | AttrMask::TIMEOUT));
@@ -297,7 +297,7 @@ fn refusals_are_logged_with_their_reason() {
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(8).unwrap();
         let qp = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
-        let _ = qp.modify(&QpAttr { qp_state: 3, ..QpAttr::default() }, AttrMask::STATE);
+        let _ = qp.modify(&QpAttr { qp_state: QpState::Rts, ..QpAttr::default() }, AttrMask::STATE);
     }
     let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
     assert!(log.contains("WARN"), "{log}");
