@@ -44,17 +44,14 @@ fn main() -> ExitCode {
 /// `SOFTVERBS_LOG=error|warn|info|debug|trace` sends the library's log to stderr;
 /// refused verbs are logged at `warn` with the reason in words.
 fn init_log() {
-    let Ok(level) = std::env::var("SOFTVERBS_LOG") else {
-        return;
-    };
-    let Ok(level) = level.trim().parse::<tracing::Level>() else {
-        eprintln!("softverbs: SOFTVERBS_LOG={level:?} is not error, warn, info, debug or trace");
-        return;
-    };
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .init();
+    match softverbs::log_level_from_env() {
+        Ok(Some(level)) => tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .init(),
+        Ok(None) => {}
+        Err(e) => eprintln!("softverbs: {e}"),
+    }
 }
 
 /// The value after `name` in the arguments.

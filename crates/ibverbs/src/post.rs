@@ -6,9 +6,10 @@ use crate::ffi::*;
 use crate::qp::QpBlock;
 use crate::srq::SrqBlock;
 use crate::util::*;
+use proto::wr::{check_inline_len, sg_total_len, TargetKind};
 use softverbs::raw;
 use softverbs::{
-    AtomicTarget, ImmData, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
+    AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
 use std::ffi::{c_int, c_void};
 
@@ -54,15 +55,9 @@ unsafe fn sges(
 /// Gathers the bytes of an inline send from the SGE addresses (inline data
 /// needs no lkey: the library copies it at post time).
 fn gather_inline(verb: &str, qp: &QpBlock, sg: &[Sge], out: &mut Vec<u8>) -> Result<(), c_int> {
-    let total: u64 = sg.iter().map(|s| u64::from(s.length)).sum();
-    let max = qp.inner.cap().max_inline_data;
-    if total > u64::from(max) {
-        return Err(refuse(
-            verb,
-            EINVAL,
-            format_args!("{total} bytes of inline data exceed max_inline_data {max}"),
-        ));
-    }
+    // proto's check, before any byte of the caller's is read.
+    check_inline_len(sg_total_len(sg), qp.inner.cap().max_inline_data)
+        .map_err(|e| refuse(verb, e.errno().raw(), e))?;
     out.clear();
     for s in sg {
         if s.length > 0 && s.addr == 0 {
@@ -104,25 +99,27 @@ unsafe fn post_one(
         )
     })?;
     sges(VERB, wr.sg_list, wr.num_sge, sg)?;
-    // SAFETY: the union member the opcode and QP type select.
+    // SAFETY: the union member the opcode and QP type select (proto's choice,
+    // the one its check_post_send holds the WR to).
     let target = unsafe {
-        if qp.inner.qp_type() == QpType::Ud {
-            ud_target(VERB, wr.wr.ud.ah, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey)?
-        } else if opcode.is_rdma_write() || opcode == WrOpcode::RdmaRead {
-            WrTarget::Rdma(RdmaTarget {
+        match TargetKind::of(opcode, qp.inner.qp_type()) {
+            TargetKind::Ud => {
+                ud_target(VERB, wr.wr.ud.ah, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey)?
+            }
+            TargetKind::Rdma => WrTarget::Rdma(RdmaTarget {
                 remote_addr: wr.wr.rdma.remote_addr,
                 rkey: wr.wr.rdma.rkey,
-            })
-        } else if opcode.is_atomic() {
-            let a = wr.wr.atomic;
-            WrTarget::Atomic(AtomicTarget {
-                remote_addr: a.remote_addr,
-                compare_add: a.compare_add,
-                swap: a.swap,
-                rkey: a.rkey,
-            })
-        } else {
-            WrTarget::None
+            }),
+            TargetKind::Atomic => {
+                let a = wr.wr.atomic;
+                WrTarget::Atomic(AtomicTarget {
+                    remote_addr: a.remote_addr,
+                    compare_add: a.compare_add,
+                    swap: a.swap,
+                    rkey: a.rkey,
+                })
+            }
+            TargetKind::None => WrTarget::None,
         }
     };
     let flags = SendFlags(wr.send_flags);

@@ -52,14 +52,15 @@ pub(crate) fn errno_of(e: &softverbs::Error) -> c_int {
 /// once, on the first entry into the library.
 pub(crate) fn init_log() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let Ok(level) = std::env::var("SOFTVERBS_LOG") else { return };
-        match level.trim().parse::<tracing::Level>() {
-            Ok(level) => {
-                let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
-            }
-            Err(_) => eprintln!("libibverbs (softverbs): SOFTVERBS_LOG={level:?} is not error, warn, info, debug or trace"),
+    ONCE.call_once(|| match softverbs::log_level_from_env() {
+        Ok(Some(level)) => {
+            let _ = tracing_subscriber::fmt()
+                .with_max_level(level)
+                .with_writer(std::io::stderr)
+                .try_init();
         }
+        Ok(None) => {}
+        Err(e) => eprintln!("libibverbs (softverbs): {e}"),
     });
 }
 

@@ -233,8 +233,8 @@ pub struct Decision {
     pub reorder_after: Option<u8>,
 }
 
-/// Byte of the UDP payload that the ICRC does not cover (BTH byte 4: F, B, Resv6a).
-const ICRC_MASKED_BYTE: usize = 4;
+/// Byte of the UDP payload that the ICRC does not cover (BTH byte 4).
+const ICRC_MASKED_BYTE: usize = wire::icrc::BTH_MASKED_BYTE;
 
 /// The fault decisions of one direction of one driver.
 #[derive(Clone, Debug)]

@@ -30,6 +30,8 @@ pub mod rng;
 mod spec_md;
 pub mod srq;
 pub mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod timers;
 pub mod types;
 pub mod wc;

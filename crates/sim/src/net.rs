@@ -10,11 +10,6 @@ use crate::rng::Rng;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-/// Transport offset of the one BTH byte the ICRC does not cover (FECN, BECN,
-/// Resv6a: masked to 0xFF, roce-wire.md §8.1). A bit flipped there is not a
-/// corruption the receiver can or must detect.
-pub const ICRC_MASKED_BTH_BYTE: usize = 4;
-
 /// Fault settings of the links (all links alike).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Faults {
@@ -154,7 +149,7 @@ impl Network {
             if !b.is_empty() && self.rng.chance(f.corrupt) {
                 let i = self.rng.below(b.len() as u64) as usize;
                 b[i] ^= 1 << self.rng.below(8);
-                if i == ICRC_MASKED_BTH_BYTE {
+                if i == wire::icrc::BTH_MASKED_BYTE {
                     self.stats.corrupted_masked += 1;
                 } else {
                     self.stats.corrupted += 1;

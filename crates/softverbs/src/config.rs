@@ -20,6 +20,9 @@
 //!   this pcap file; `%p` becomes the process ID, `%d` the device name (needed
 //!   when a process opens several devices). [`Device::with_capture`] overrides it.
 //! - `SOFTVERBS_BUSY_POLL_US`: the progress thread's busy-poll window.
+//! - `SOFTVERBS_LOG`: `error`, `warn`, `info`, `debug` or `trace`: the level
+//!   of the log the `softverbs` command and the drop-in libibverbs send to
+//!   stderr ([`log_level_from_env`]; a library never installs a logger itself).
 //!
 //! Bad values are refused when the device opens ([`Error::Config`], naming the
 //! variable and the key). Contexts opened on the same device in one process
@@ -200,6 +203,18 @@ fn parse_mtu(s: &str) -> Result<Mtu, Error> {
                 "SOFTVERBS_MTU: {s:?} is not 256, 512, 1024, 2048 or 4096"
             ))
         })
+}
+
+/// The level `SOFTVERBS_LOG` asks for; `None` when it is unset.
+pub fn log_level_from_env() -> Result<Option<tracing::Level>, Error> {
+    let Ok(value) = std::env::var("SOFTVERBS_LOG") else {
+        return Ok(None);
+    };
+    value.trim().parse().map(Some).map_err(|_| {
+        Error::Config(format!(
+            "SOFTVERBS_LOG={value:?} is not error, warn, info, debug or trace"
+        ))
+    })
 }
 
 /// This process's own loopback address: `127.(1 + pid>>16).(pid>>8).(pid)`.

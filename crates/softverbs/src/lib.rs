@@ -83,7 +83,7 @@ mod srq;
 mod transition;
 
 pub use ah::AddressHandle;
-pub use config::{devices, Device};
+pub use config::{devices, log_level_from_env, Device};
 pub use context::Context;
 pub use counters::{DeviceCounters, EngineCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;
