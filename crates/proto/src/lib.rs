@@ -25,7 +25,6 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
-pub mod rng;
 #[cfg(test)]
 mod spec_md;
 pub mod srq;

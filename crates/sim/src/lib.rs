@@ -41,7 +41,7 @@
 
 pub mod device;
 pub mod net;
-pub use proto::rng;
+pub use faults::rng;
 pub mod scenario;
 pub mod special;
 pub mod workload;
