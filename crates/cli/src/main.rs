@@ -7,9 +7,11 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod error;
 mod perf;
 mod render;
 
+use error::CliError;
 use softverbs::*;
 use std::process::ExitCode;
 
@@ -18,8 +20,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let port = flag(&args, "--port").unwrap_or(18515);
     let result = match args.first().map(String::as_str) {
-        Some("devinfo") => devinfo(),
-        Some("control") => control_demo(),
+        Some("devinfo") => devinfo().map_err(CliError::from),
+        Some("control") => control_demo().map_err(CliError::from),
         Some("demo") | None => perf::run(&perf::Plan::demo(), port),
         Some("perf") => perf::run(&perf::Plan::full(), port),
         Some("serve") => perf::serve(port),
@@ -34,8 +36,12 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(CliError::Verbs(e)) => {
             eprintln!("softverbs: {e} (errno {})", e.errno());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("softverbs: {e}");
             ExitCode::FAILURE
         }
     }

@@ -30,7 +30,7 @@
 
 use crate::context::Context;
 use crate::device::Shared;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use proto::device::DeviceConfig;
 use proto::Mtu;
 use std::collections::HashMap;
@@ -111,7 +111,10 @@ impl Device {
                 std::env::var(name).ok()
             }
         })
-        .map_err(|e| Error::Config(format!("device {}: {e}", self.config.name)))?;
+        .map_err(|source| ConfigError::Driver {
+            device: self.config.name.clone(),
+            source,
+        })?;
         if let Some(f) = self.faults {
             opts.faults = f;
         }
@@ -152,10 +155,12 @@ fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {
         }
         _ => "",
     };
-    Error::Config(format!(
-        "cannot start device {} on {addr} port 4791: {e}{hint}",
-        config.name
-    ))
+    Error::Config(ConfigError::Start {
+        device: config.name.clone(),
+        addr,
+        source: e.into(),
+        hint,
+    })
 }
 
 fn config_from_env() -> Result<DeviceConfig, Error> {
@@ -185,9 +190,9 @@ fn parse_addrs(list: &str) -> Result<Vec<IpAddr>, Error> {
     list.split(',')
         .map(|a| {
             a.trim().parse::<IpAddr>().map_err(|_| {
-                Error::Config(format!(
-                    "SOFTVERBS_ADDR: {a:?} is not an IPv4 or IPv6 address"
-                ))
+                Error::Config(ConfigError::Addr {
+                    value: a.to_string(),
+                })
             })
         })
         .collect()
@@ -199,9 +204,9 @@ fn parse_mtu(s: &str) -> Result<Mtu, Error> {
         .filter_map(Mtu::from_raw)
         .find(|m| m.bytes() == bytes)
         .ok_or_else(|| {
-            Error::Config(format!(
-                "SOFTVERBS_MTU: {s:?} is not 256, 512, 1024, 2048 or 4096"
-            ))
+            Error::Config(ConfigError::Mtu {
+                value: s.to_string(),
+            })
         })
 }
 
@@ -210,11 +215,11 @@ pub fn log_level_from_env() -> Result<Option<tracing::Level>, Error> {
     let Ok(value) = std::env::var("SOFTVERBS_LOG") else {
         return Ok(None);
     };
-    value.trim().parse().map(Some).map_err(|_| {
-        Error::Config(format!(
-            "SOFTVERBS_LOG={value:?} is not error, warn, info, debug or trace"
-        ))
-    })
+    value
+        .trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| Error::Config(ConfigError::Log { value }))
 }
 
 /// This process's own loopback address: `127.(1 + pid>>16).(pid>>8).(pid)`.

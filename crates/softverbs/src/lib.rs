@@ -88,7 +88,7 @@ pub use context::Context;
 pub use counters::{DeviceCounters, EngineCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;
 pub use datapath::{AsyncEvent, CompletionChannel};
-pub use error::{DestroyError, Error};
+pub use error::{ConfigError, DestroyError, Error, OsError};
 pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
 pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};

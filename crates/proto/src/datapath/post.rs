@@ -22,11 +22,8 @@ pub enum PostOutcome {
 
 fn no_qp(h: QpHandle) -> PostError {
     PostError::NoSuchObject {
-        what: Error::NoSuchObject {
-            kind: ObjectKind::Qp,
-            handle: h.raw(),
-        }
-        .to_string(),
+        kind: ObjectKind::Qp,
+        handle: h.raw(),
     }
 }
 
@@ -83,11 +80,8 @@ impl Engine {
     ) -> Result<Vec<u8>, PostError> {
         let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
         let mut out = vec![0; crate::wr::sg_total_len(sges) as usize];
-        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, &mut out).map_err(|e| {
-            PostError::NoSuchObject {
-                what: format!("IBV_SEND_INLINE data: {e:?}"),
-            }
-        })?;
+        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, &mut out)
+            .map_err(|e| PostError::InlineData { error: e })?;
         Ok(out)
     }
 
@@ -145,11 +139,8 @@ impl Engine {
             .srqs
             .get_mut(h)
             .ok_or_else(|| PostError::NoSuchObject {
-                what: Error::NoSuchObject {
-                    kind: ObjectKind::Srq,
-                    handle: h.raw(),
-                }
-                .to_string(),
+                kind: ObjectKind::Srq,
+                handle: h.raw(),
             })?;
         let a = s.srq.attr;
         check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;

@@ -22,8 +22,9 @@
 //!   module checks only its length and opcode.
 #![forbid(unsafe_code)]
 
-use crate::error::Errno;
+use crate::error::{Errno, ObjectKind};
 use crate::handle::{AhHandle, PdHandle};
+use crate::qp::sgl::SglError;
 use crate::types::{QpState, QpType};
 use std::fmt;
 
@@ -674,10 +675,19 @@ pub enum PostError {
         attr: &'static str,
     },
     /// The QP or SRQ handle names no live object.
-    #[error("{what}")]
+    #[error("no such {kind} (handle {handle:#x})")]
     NoSuchObject {
-        /// Which handle, in words.
-        what: String,
+        /// What the handle should have named.
+        kind: ObjectKind,
+        /// The raw handle.
+        handle: u64,
+    },
+    /// The bytes of an `IBV_SEND_INLINE` WR could not be gathered.
+    #[error("IBV_SEND_INLINE data: {error}")]
+    InlineData {
+        /// Why.
+        #[source]
+        error: SglError,
     },
 }
 
