@@ -17,7 +17,7 @@ use proto::testing;
 use proto::wr::{
     AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
-use proto::{AccessFlags, Engine, Gid, Mtu, QpCap, QpState, QpType};
+use proto::{Engine, Gid, Mtu, QpCap, QpState, QpType};
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use wire::{
@@ -105,21 +105,13 @@ impl Side {
 
     fn connect(&mut self, peer_qpn: u32, peer_ip: IpAddr, p: [u8; 4]) {
         let c = testing::Connect {
-            peer_qpn,
-            peer_gid: Gid::from(peer_ip),
-            access: AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-            qkey: 0,
-            path_mtu: Mtu::Mtu1024,
             rq_psn: 0xfffff0,
             sq_psn: 0xfffff0,
-            max_rd_atomic: 2,
-            max_dest_rd_atomic: 2,
             min_rnr_timer: p[0] & 31,
             timeout: p[1] % 20,
             retry_cnt: p[2] & 7,
             rnr_retry: p[3] & 7,
+            ..testing::Connect::rc(peer_qpn, Gid::from(peer_ip))
         };
         testing::connect(&mut self.e, self.qp, QpType::Rc, &c).unwrap();
         self.state = QpState::Rts;

@@ -16,6 +16,18 @@ pub struct Odds {
     pub corrupt: f64,
 }
 
+impl Odds {
+    /// The odds of loss, duplication, reordering and corruption.
+    pub const fn new(loss: f64, dup: f64, reorder: f64, corrupt: f64) -> Odds {
+        Odds {
+            loss,
+            dup,
+            reorder,
+            corrupt,
+        }
+    }
+}
+
 /// What happens to one datagram.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Decision {

@@ -229,12 +229,7 @@ const RX_SALT: u64 = 0x7278_0000_0000_0002;
 impl FaultConfig {
     /// The odds of the four per-datagram faults.
     pub fn odds(&self) -> Odds {
-        Odds {
-            loss: self.loss,
-            dup: self.dup,
-            reorder: self.reorder,
-            corrupt: self.corrupt,
-        }
+        Odds::new(self.loss, self.dup, self.reorder, self.corrupt)
     }
 
     /// The model for sent datagrams.

@@ -100,6 +100,32 @@ pub struct Connect {
     pub rnr_retry: u8,
 }
 
+impl Connect {
+    /// An RC connection to `peer_qpn` at `peer_gid` granting the peer remote
+    /// WRITE, READ and atomics, 1024-byte MTU, PSNs 0, two READs/atomics
+    /// each way, the longest RNR timer code, and retries off; change what a
+    /// test needs with `Connect { .., ..Connect::rc(qpn, gid) }`.
+    pub fn rc(peer_qpn: u32, peer_gid: Gid) -> Connect {
+        Connect {
+            peer_qpn,
+            peer_gid,
+            access: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            qkey: 0,
+            path_mtu: Mtu::Mtu1024,
+            rq_psn: 0,
+            sq_psn: 0,
+            max_rd_atomic: 2,
+            max_dest_rd_atomic: 2,
+            min_rnr_timer: 31,
+            timeout: 14,
+            retry_cnt: 0,
+            rnr_retry: 0,
+        }
+    }
+}
+
 /// A modify step of [`connect`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("modify_qp to {to}: {error}")]

@@ -138,12 +138,6 @@ impl Device {
     pub fn connect(&mut self, qp: QpHandle, peer_qpn: u32, peer_ip: IpAddr, p: &QpParams) {
         let own_qpn = self.engine.qp(qp).expect("QP").ctl.qpn();
         let c = Connect {
-            peer_qpn,
-            peer_gid: Gid::from(peer_ip),
-            access: AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-            qkey: 0,
             path_mtu: MTU,
             // Near the 24-bit wrap, so runs cross it (each side's sq_psn is the
             // peer's rq_psn).
@@ -155,6 +149,7 @@ impl Device {
             timeout: p.timeout,
             retry_cnt: p.retry_cnt,
             rnr_retry: p.rnr_retry,
+            ..Connect::rc(peer_qpn, Gid::from(peer_ip))
         };
         if let Err(e) = proto::testing::connect(&mut self.engine, qp, QpType::Rc, &c) {
             panic!("{e}");

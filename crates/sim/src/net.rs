@@ -49,12 +49,7 @@ impl Faults {
 
     /// The per-datagram odds the fault model draws with.
     pub fn odds(&self) -> Odds {
-        Odds {
-            loss: self.loss,
-            dup: self.dup,
-            reorder: self.reorder,
-            corrupt: self.corrupt,
-        }
+        Odds::new(self.loss, self.dup, self.reorder, self.corrupt)
     }
 }
 
