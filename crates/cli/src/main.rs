@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         Some("demo") | None => perf::run(&perf::Plan::demo(), port),
         Some("perf") => perf::run(&perf::Plan::full(), port),
         Some("serve") => perf::serve(port),
-        Some("-h") | Some("--help") | Some("help") => {
+        Some("-h" | "--help" | "help") => {
             println!("{}", USAGE);
             Ok(())
         }

@@ -96,9 +96,9 @@ mod tests {
         // Mean of 100 000 uniforms: 0.5 ± 5 standard deviations (σ = 1/sqrt(12 n)).
         let mut r = Rng::new(1);
         let n = 100_000;
-        let mean = (0..n).map(|_| r.unit()).sum::<f64>() / n as f64;
+        let mean = (0..n).map(|_| r.unit()).sum::<f64>() / f64::from(n);
         assert!(
-            (mean - 0.5).abs() < 5.0 / (12.0 * n as f64).sqrt(),
+            (mean - 0.5).abs() < 5.0 / (12.0 * f64::from(n)).sqrt(),
             "{mean}"
         );
         let mut buckets = [0u32; 3];

@@ -41,7 +41,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     let b = match block::<PdBlock>("ibv_dealloc_pd", pd) {
-        Ok(b) => b as *const PdBlock as *mut PdBlock,
+        Ok(b) => std::ptr::from_ref::<PdBlock>(b).cast_mut(),
         Err(e) => return e,
     };
     // SAFETY: a live block; only the destroy path takes the PD out.

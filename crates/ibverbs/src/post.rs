@@ -244,7 +244,7 @@ pub(crate) struct Batch {
 
 /// Runs `f` on the QP's batch.
 unsafe fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpBlock, &mut Batch)) {
-    if let Ok(b) = block::<QpBlock>("ibv_wr", qp as *mut ibv_qp) {
+    if let Ok(b) = block::<QpBlock>("ibv_wr", qp.cast::<ibv_qp>()) {
         f(b, &mut b.batch());
     }
 }
@@ -293,7 +293,7 @@ unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    let b = match block::<QpBlock>("ibv_wr_complete", qp as *mut ibv_qp) {
+    let b = match block::<QpBlock>("ibv_wr_complete", qp.cast::<ibv_qp>()) {
         Ok(b) => b,
         Err(e) => return e,
     };
@@ -470,7 +470,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
 
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
     let buf = ibv_data_buf { addr, length };
-    wr_set_inline_data_list(qp, 1, &buf);
+    wr_set_inline_data_list(qp, 1, &raw const buf);
 }
 
 unsafe extern "C" fn wr_set_inline_data_list(

@@ -95,7 +95,7 @@ pub(crate) unsafe fn block<'a, B: Block>(verb: &str, p: *const B::C) -> Result<&
         ));
     }
     // SAFETY: per the contract; the block starts with its C struct.
-    let b = unsafe { &*(p as *const B) };
+    let b = unsafe { &*p.cast::<B>() };
     if b.magic() != B::MAGIC {
         return Err(refuse(
             verb,
@@ -108,7 +108,7 @@ pub(crate) unsafe fn block<'a, B: Block>(verb: &str, p: *const B::C) -> Result<&
 
 /// Moves a block to the heap and hands out the pointer C sees.
 pub(crate) fn into_c<B: Block>(b: B) -> *mut B::C {
-    Box::into_raw(Box::new(b)) as *mut B::C
+    Box::into_raw(Box::new(b)).cast::<B::C>()
 }
 
 /// Frees a block: clears its magic first, so a stale pointer is recognised

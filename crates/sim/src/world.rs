@@ -146,7 +146,7 @@ impl World {
             }
         }
         let mut net = Network::new(cfg.faults, rng.fork());
-        net.partitions = cfg.partitions.clone();
+        net.partitions.clone_from(&cfg.partitions);
         let watch = vec![Watch::default(); qps.len()];
         let mut w = World {
             seed,

@@ -119,7 +119,7 @@ impl Device {
             opts.faults = f;
         }
         if let Some(c) = &self.capture {
-            opts.capture = c.clone();
+            opts.capture.clone_from(c);
         }
         Ok(opts)
     }
@@ -130,7 +130,7 @@ impl Device {
         let mut open = OPEN
             .get_or_init(Default::default)
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(s) = open.get(&config.name).and_then(Weak::upgrade) {
             return Ok(s);
         }
@@ -145,7 +145,7 @@ fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {
     let addr = config
         .addrs
         .first()
-        .map_or("none".to_string(), |a| a.to_string());
+        .map_or("none".to_string(), std::string::ToString::to_string);
     let hint = match config.addrs.first() {
         Some(ip) if !crate::device::bindable(*ip) => {
             " — that address is not on this host (SOFTVERBS_ADDR must name a local address)"

@@ -72,10 +72,10 @@ fn tally(model: &mut FaultModel, n: usize) -> [usize; 4] {
     let mut t = [0; 4];
     for _ in 0..n {
         let d = model.decide(100);
-        t[0] += d.drop as usize;
-        t[1] += d.corrupt_bit.is_some() as usize;
-        t[2] += d.duplicate as usize;
-        t[3] += d.reorder_after.is_some() as usize;
+        t[0] += usize::from(d.drop);
+        t[1] += usize::from(d.corrupt_bit.is_some());
+        t[2] += usize::from(d.duplicate);
+        t[3] += usize::from(d.reorder_after.is_some());
     }
     t
 }
