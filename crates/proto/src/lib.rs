@@ -24,12 +24,12 @@ pub mod mask;
 pub mod memory;
 pub mod mr;
 pub mod qp;
-pub mod rng;
 #[cfg(test)]
 mod spec_md;
 pub mod srq;
 pub mod table;
 pub mod timers;
+pub mod rng;
 pub mod types;
 pub mod wc;
 pub mod wr;
