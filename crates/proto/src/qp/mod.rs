@@ -132,8 +132,8 @@ impl QpControl {
         copy_if!(MAX_DEST_RD_ATOMIC => max_dest_rd_atomic);
         copy_if!(PATH_MIG_STATE => path_mig_state);
         copy_if!(DEST_QPN => dest_qp_num);
-        out.qp_state = self.state as u32;
-        out.cur_qp_state = self.state as u32;
+        out.qp_state = self.state;
+        out.cur_qp_state = self.state;
         out.cap = self.cap;
         out.sq_draining = u8::from(self.state == QpState::Sqd && self.sq_draining);
         out.en_sqd_async_notify = u8::from(self.sqd_notify);
@@ -160,6 +160,28 @@ impl QpControl {
         let was = self.state == QpState::Sqd && self.sq_draining;
         self.sq_draining = false;
         was && self.sqd_notify
+    }
+
+    /// The Q_Key if set, else 0.
+    pub fn qkey_or_zero(&self) -> u32 {
+        if self.valid().contains(AttrMask::QKEY) {
+            self.attr().qkey
+        } else {
+            0
+        }
+    }
+
+    /// Does this state process incoming requests (RTR, RTS, SQD, SQE)?
+    pub fn accepts_requests(&self) -> bool {
+        matches!(
+            self.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+    }
+
+    /// Does this state process responses (RTS, SQD)?
+    pub fn accepts_responses(&self) -> bool {
+        self.qp_type() == QpType::Rc && matches!(self.state(), QpState::Rts | QpState::Sqd)
     }
 
     /// Updates the live PSNs the data path reports, which query returns
