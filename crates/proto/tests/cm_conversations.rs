@@ -857,3 +857,28 @@ fn uc_connections_get_no_rdma_read_or_retry_attributes() {
     );
     assert_eq!(rts.sq_psn, Some(Psn::from_masked(2)));
 }
+
+#[test]
+fn comm_ids_are_unique_non_zero_and_tids_carry_them() {
+    let mut a = node(1, 18);
+    let mut seen = std::collections::HashSet::new();
+    let mut his = std::collections::HashSet::new();
+    for i in 0..500 {
+        let id = a
+            .connect(0, &connect_params(1, 2, 0x100 + i, 1, &[]))
+            .unwrap();
+        assert!(
+            id.0 != 0 && seen.insert(id),
+            "comm ID {id:?} reused or zero"
+        );
+        let t = tid(&drain(&mut a)[0]);
+        assert_eq!(t as u32, id.0);
+        his.insert(t >> 32);
+    }
+    assert_eq!(his.len(), 1, "one hi_tid per agent (cm_form_tid)");
+    assert_eq!(a.len(), 500);
+    // Another seed allocates other IDs (cm_alloc_id_priv's random operand).
+    let mut b = node(1, 19);
+    let other = b.connect(0, &connect_params(1, 2, 0x100, 1, &[])).unwrap();
+    assert!(!seen.contains(&other));
+}
