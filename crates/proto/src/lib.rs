@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod ah;
+pub mod cm;
 pub mod cq;
 pub mod datapath;
 pub mod device;
@@ -25,6 +26,8 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
+/// The seeded generator (crates/faults): the CM draws its IDs from it.
+pub use faults::rng;
 #[cfg(test)]
 mod spec_md;
 pub mod srq;

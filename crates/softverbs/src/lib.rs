@@ -98,7 +98,9 @@ pub use transition::{
     ToReset, ToRtr, ToRts, Transition, UcRtr, UdRtr,
 };
 
-pub use proto::device::{AtomicCap, DeviceAttr, DeviceConfig, PortAttr, PortState};
+pub use proto::device::{
+    AtomicCap, DeviceAttr, DeviceConfig, DeviceInfo, Identity, PortAttr, PortState,
+};
 pub use proto::srq::SrqAttr;
 pub use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use proto::wr::{
