@@ -169,9 +169,9 @@ fn control_demo() -> Result<(), Error> {
         access,
     })?;
     let attr = QpAttr {
-        qp_state: QpState::Rtr as u32,
+        qp_state: QpState::Rtr,
         ah_attr: AhAttr::roce(gid, 0),
-        path_mtu: mtu as u32,
+        path_mtu: mtu,
         ..QpAttr::default()
     };
     let mask = AttrMask::STATE

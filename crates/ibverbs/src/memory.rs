@@ -3,6 +3,7 @@
 use crate::context::ctx_block;
 use crate::ffi::*;
 use crate::util::*;
+use softverbs::raw;
 use softverbs::AccessFlags;
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -62,7 +63,7 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 pub(crate) struct MrBlock {
     pub c: ibv_mr,
     magic: u64,
-    _inner: softverbs::ExternalMemoryRegion,
+    _inner: raw::ExternalMemoryRegion,
 }
 impl_block!(MrBlock, ibv_mr, "memory region", 0x736f_6674_6d72_3031);
 
@@ -92,7 +93,7 @@ fn reg_mr(
         let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
         // SAFETY: ibv_reg_mr(3): the caller keeps the memory mapped until
         // ibv_dereg_mr, which drops the region (deregistering it) first.
-        let mr = unsafe { b.pd().reg_external_mr(addr as u64, length as u64, access) }.map_err(|e| errno_of(&e))?;
+        let mr = unsafe { raw::reg_external_mr(b.pd(), addr as u64, length as u64, access) }.map_err(|e| errno_of(&e))?;
         let c = ibv_mr {
             context: b.c.context,
             pd,

@@ -153,23 +153,22 @@ impl proto::memory::Memory for RawMemory {
     }
 }
 
-impl crate::pd::ProtectionDomain {
-    /// `ibv_reg_mr` over `len` bytes at `addr` in this process.
-    ///
-    /// # Safety
-    /// `[addr, addr + len)` must stay mapped (readable, and writable if the
-    /// access flags allow any write) until the returned region is dropped: the
-    /// device reads and writes it at any time (through `RawMemory`), as a NIC
-    /// does by DMA. This is exactly the promise `ibv_reg_mr(3)` asks of C
-    /// callers, and what makes the device's raw accesses to this range sound.
-    pub unsafe fn reg_external_mr(
-        &self,
-        addr: u64,
-        len: u64,
-        access: proto::AccessFlags,
-    ) -> Result<crate::ExternalMemoryRegion, crate::Error> {
-        // SAFETY: nothing unsafe happens here; the caller's promise above is
-        // what RawMemory relies on once the engine knows the range.
-        crate::abi::ExternalMemoryRegion::register(self.inner.clone(), addr, len, access)
-    }
+/// `ibv_reg_mr` over `len` bytes at `addr` in this process, in `pd` (the C
+/// ABI's; re-exported as [`crate::raw::reg_external_mr`]).
+///
+/// # Safety
+/// `[addr, addr + len)` must stay mapped (readable, and writable if the
+/// access flags allow any write) until the returned region is dropped: the
+/// device reads and writes it at any time (through `RawMemory`), as a NIC
+/// does by DMA. This is exactly the promise `ibv_reg_mr(3)` asks of C
+/// callers, and what makes the device's raw accesses to this range sound.
+pub unsafe fn reg_external_mr(
+    pd: &crate::pd::ProtectionDomain,
+    addr: u64,
+    len: u64,
+    access: proto::AccessFlags,
+) -> Result<crate::raw::ExternalMemoryRegion, crate::Error> {
+    // SAFETY: nothing unsafe happens here; the caller's promise above is
+    // what RawMemory relies on once the engine knows the range.
+    crate::raw::ExternalMemoryRegion::register(pd.inner.clone(), addr, len, access)
 }
