@@ -62,7 +62,7 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 pub(crate) struct MrBlock {
     pub c: ibv_mr,
     magic: u64,
-    _inner: softverbs::ExternalMemoryRegion,
+    inner: softverbs::ExternalMemoryRegion,
 }
 impl_block!(MrBlock, ibv_mr, "memory region", 0x736f_6674_6d72_3031);
 
@@ -102,7 +102,7 @@ fn reg_mr(
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         };
-        Ok(into_c(MrBlock { c, magic: MrBlock::MAGIC, _inner: mr }))
+        Ok(into_c(MrBlock { c, magic: MrBlock::MAGIC, inner: mr }))
     });
     made.unwrap_or_else(|e| {
         set_errno(e);
@@ -158,24 +158,100 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     0
 }
 
-/// `ibv_rereg_mr`: not offered (deregister and register again instead).
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`, `_PD`, `_ACCESS`.
+const REREG_CHANGE_TRANSLATION: c_int = 1;
+const REREG_CHANGE_PD: c_int = 2;
+const REREG_CHANGE_ACCESS: c_int = 4;
+/// `IBV_REREG_MR_ERR_INPUT`: the old MR is valid, libibverbs refused the input.
+const REREG_MR_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_ERR_CMD`: the device refused (errno says why).
+const REREG_MR_ERR_CMD: c_int = -4;
+
+/// `ibv_rereg_mr`: a new PD, translation and/or access for `mr`, all or
+/// nothing, with libibverbs' input checks (`IBV_REREG_MR_ERR_INPUT`, errno
+/// `EINVAL`) and the device's (`IBV_REREG_MR_ERR_CMD`, errno from the engine:
+/// `EINVAL`, `EOPNOTSUPP`). The keys stay (spec/mr-rereg.md). Fork needs no
+/// `madvise` here (`ibv_is_fork_initialized` is `IBV_FORK_UNNEEDED`), so
+/// `ibv_dontfork_range`/`ibv_dofork_range` cannot fail and the fork error
+/// codes (`ERR_DONT_FORK_NEW`, `ERR_DO_FORK_OLD`, `ERR_CMD_AND_DO_FORK_NEW`)
+/// never occur, as with rdma-core on a kernel with copy-on-fork. A refused
+/// command changes nothing: the MR stays valid.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
 ) -> c_int {
-    if let Err(e) = block::<MrBlock>("ibv_rereg_mr", mr) {
-        return e;
+    const VERB: &str = "ibv_rereg_mr";
+    let input = |why: &str| {
+        set_errno(refuse(VERB, EINVAL, why));
+        REREG_MR_ERR_INPUT
+    };
+    let b = match block::<MrBlock>(VERB, mr) {
+        Ok(b) => b as *const MrBlock as *mut MrBlock,
+        Err(e) => {
+            set_errno(e);
+            return REREG_MR_ERR_INPUT;
+        }
+    };
+    let all = REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS;
+    if flags & !all != 0 {
+        return input(&format!(
+            "flags {flags:#x} has bits beyond IBV_REREG_MR_FLAGS_SUPPORTED (0x7)"
+        ));
     }
-    refuse(
-        "ibv_rereg_mr",
-        EOPNOTSUPP,
-        "re-registration is not offered; use ibv_dereg_mr and ibv_reg_mr",
-    )
+    let translation = flags & REREG_CHANGE_TRANSLATION != 0;
+    if translation && (length == 0 || addr.is_null()) {
+        return input(
+            "IBV_REREG_MR_CHANGE_TRANSLATION needs a non-NULL addr and a non-zero length",
+        );
+    }
+    if access != 0 && flags & REREG_CHANGE_ACCESS == 0 {
+        return input("access is non-zero but flags lack IBV_REREG_MR_CHANGE_ACCESS");
+    }
+    let new_pd = if flags & REREG_CHANGE_PD != 0 {
+        match block::<PdBlock>(VERB, pd) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                set_errno(e);
+                return REREG_MR_ERR_CMD;
+            }
+        }
+    } else {
+        None
+    };
+    let access = (flags & REREG_CHANGE_ACCESS != 0)
+        .then(|| AccessFlags(access as c_uint & !ACCESS_OPTIONAL_RANGE));
+    // SAFETY: a live block (checked); the caller does not use `mr` concurrently
+    // with its re-registration (as with rdma-core, which writes it too).
+    let b = unsafe { &mut *b };
+    let done = if translation {
+        // SAFETY: ibv_rereg_mr(3), as ibv_reg_mr(3): the caller keeps the new
+        // range mapped until the MR is deregistered or moved again.
+        unsafe {
+            b.inner
+                .rereg_translation(addr as u64, length as u64, new_pd.map(|p| p.pd()), access)
+        }
+    } else {
+        b.inner.rereg(new_pd.map(|p| p.pd()), access)
+    };
+    if let Err(e) = done {
+        set_errno(errno_of(&e));
+        return REREG_MR_ERR_CMD;
+    }
+    if new_pd.is_some() {
+        b.c.pd = pd;
+    }
+    if translation {
+        b.c.addr = addr;
+        b.c.length = length;
+    }
+    b.c.lkey = b.inner.lkey();
+    b.c.rkey = b.inner.rkey();
+    0
 }
 
 /// `ibv_reg_dmabuf_mr`: no dma-buf support.

@@ -397,6 +397,27 @@ impl Engine {
         Ok(m)
     }
 
+    /// `ibv_rereg_mr`: changes the PD, the translation and/or the access of a
+    /// region, all or nothing; the keys stay (spec/mr-rereg.md). Every access
+    /// after this returns is checked against the new values.
+    pub fn rereg_mr(&mut self, h: MrHandle, r: &mr::Rereg) -> Result<&Mr, Error> {
+        let old = self.mrs.get(h).ok_or_else(|| missing(ObjectKind::Mr, h))?;
+        let new = mr::check_rereg(old, r)?;
+        let old_pd = old.pd;
+        if new.pd != old_pd && self.pd_ctx(new.pd)? != self.pd_ctx(old_pd)? {
+            return Err(Error::Mismatch {
+                what: "rereg_mr: the new protection domain belongs to another context",
+            });
+        }
+        if new.pd != old_pd {
+            self.pd_use(new.pd, ObjectKind::Mr, true)?;
+            self.pd_use(old_pd, ObjectKind::Mr, false)?;
+        }
+        let m = self.mrs.get_mut(h).expect("checked above");
+        *m = new;
+        Ok(m)
+    }
+
     /// The MR an lkey names.
     pub fn mr_by_lkey(&self, lkey: u32) -> Option<&Mr> {
         let (_, m) = self.mrs.get_by_index(mr::key_index(lkey)?)?;

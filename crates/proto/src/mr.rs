@@ -211,6 +211,47 @@ pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Err
     Ok(flags)
 }
 
+/// What `ibv_rereg_mr` changes; `None` keeps the region's current value
+/// (`IBV_REREG_MR_CHANGE_PD`, `_TRANSLATION`, `_ACCESS`; spec/mr-rereg.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rereg {
+    /// `IBV_REREG_MR_CHANGE_PD`: the new protection domain.
+    pub pd: Option<PdHandle>,
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`: the new `(addr, length)`.
+    pub translation: Option<(u64, u64)>,
+    /// `IBV_REREG_MR_CHANGE_ACCESS`: the new access flags (raw `ibv_access_flags`).
+    pub access: Option<u32>,
+}
+
+/// Checks a re-registration of `old`; returns the region it becomes (same
+/// keys: the kernel's in-place path and rxe keep them). The PD's existence is
+/// the engine's to check.
+pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Error> {
+    // Kernel ib_uverbs_rereg_mr: no flag at all is EINVAL.
+    if r.pd.is_none() && r.translation.is_none() && r.access.is_none() {
+        return Err(Error::invalid(
+            "rereg_mr: flags name no change (IBV_REREG_MR_CHANGE_PD, _TRANSLATION or _ACCESS)",
+        ));
+    }
+    let (addr, length) = r.translation.unwrap_or((old.addr, old.length));
+    // ibv_rereg_mr (libibverbs) and ib_uverbs_rereg_mr: a new translation needs
+    // a non-NULL address and a non-zero length.
+    if r.translation.is_some() && (addr == 0 || length == 0) {
+        return Err(Error::invalid(format!(
+            "rereg_mr: a new translation needs a non-NULL address and a non-zero length (got addr {addr:#x}, length {length})"
+        )));
+    }
+    let access = check_reg(addr, length, r.access.unwrap_or(old.access.0))?;
+    Ok(Mr {
+        pd: r.pd.unwrap_or(old.pd),
+        addr,
+        length,
+        access,
+        lkey: old.lkey,
+        rkey: old.rkey,
+    })
+}
+
 /// The (lkey, rkey) pair for the MR in table slot `index`, registration number
 /// `serial`. The slot index sits above an 8-bit tag, so a key finds its slot in
 /// O(1); the tag changes with every registration, so a stale key does not match
@@ -323,6 +364,92 @@ mod tests {
             .check(pd, ro.lkey, 0x1000, 1, Access::LocalWrite)
             .is_err());
         assert!(ro.check(pd, ro.lkey, 0x1000, 1, Access::LocalRead).is_ok());
+    }
+
+    #[test]
+    fn rereg_changes_only_what_it_names_and_keeps_the_keys() {
+        let old = mr(1 | 2);
+        let other_pd = crate::table::Handle::from_raw(2);
+        let e = check_rereg(&old, &Rereg::default()).unwrap_err();
+        assert_eq!(e.errno(), crate::Errno::EINVAL);
+        assert!(e.to_string().contains("name no change"), "{e}");
+
+        let m = check_rereg(
+            &old,
+            &Rereg {
+                access: Some(1 | 4),
+                ..Rereg::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (m.access, m.pd, m.addr, m.length),
+            (AccessFlags(1 | 4), old.pd, old.addr, old.length)
+        );
+        assert_eq!((m.lkey, m.rkey), (old.lkey, old.rkey));
+        // The access rules of reg_mr apply to the new flags.
+        let e = check_rereg(
+            &old,
+            &Rereg {
+                access: Some(2),
+                ..Rereg::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("require LOCAL_WRITE"), "{e}");
+        assert_eq!(
+            check_rereg(
+                &old,
+                &Rereg {
+                    access: Some(1 << 5),
+                    ..Rereg::default()
+                }
+            )
+            .unwrap_err()
+            .errno(),
+            crate::Errno::EOPNOTSUPP
+        );
+
+        let m = check_rereg(
+            &old,
+            &Rereg {
+                pd: Some(other_pd),
+                ..Rereg::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((m.pd, m.access, m.addr), (other_pd, old.access, old.addr));
+
+        let m = check_rereg(
+            &old,
+            &Rereg {
+                translation: Some((0x9000, 0x40)),
+                ..Rereg::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((m.addr, m.length, m.access), (0x9000, 0x40, old.access));
+        assert!(m
+            .check(old.pd, m.rkey, 0x9000, 0x40, Access::RemoteWrite)
+            .is_ok());
+        assert!(
+            matches!(
+                m.check(old.pd, m.rkey, old.addr, 1, Access::RemoteWrite),
+                Err(AccessError::OutOfBounds { .. })
+            ),
+            "the old range is out of reach"
+        );
+        for bad in [(0, 0x40), (0x9000, 0), (u64::MAX, 2)] {
+            let e = check_rereg(
+                &old,
+                &Rereg {
+                    translation: Some(bad),
+                    ..Rereg::default()
+                },
+            )
+            .unwrap_err();
+            assert_eq!(e.errno(), crate::Errno::EINVAL, "{bad:?}");
+        }
     }
 
     #[test]

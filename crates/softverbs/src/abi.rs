@@ -28,6 +28,30 @@ pub struct ExternalMemoryRegion {
 }
 
 impl ExternalMemoryRegion {
+    /// `ibv_rereg_mr` without a new translation: another PD and/or new access
+    /// flags, all or nothing, keys kept ([`crate::MemoryRegion::rereg`] has the rules).
+    pub fn rereg(
+        &mut self,
+        pd: Option<&crate::ProtectionDomain>,
+        access: Option<AccessFlags>,
+    ) -> Result<(), Error> {
+        self.rereg_parts(pd, None, access)
+    }
+
+    /// The body of [`Self::rereg`] and of the unsafe `rereg_translation` (in
+    /// `mem.rs`, whose contract covers the new range).
+    pub(crate) fn rereg_parts(
+        &mut self,
+        pd: Option<&crate::ProtectionDomain>,
+        translation: Option<(u64, u64)>,
+        access: Option<AccessFlags>,
+    ) -> Result<(), Error> {
+        let (pd, access) = crate::mr::rereg_in_engine(&self.pd, self.h, pd, translation, access)?;
+        self.pd = pd;
+        self.access = access;
+        Ok(())
+    }
+
     /// Local key.
     pub fn lkey(&self) -> u32 {
         self.lkey

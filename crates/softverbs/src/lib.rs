@@ -90,7 +90,7 @@ pub use counters::{DeviceCounters, EngineCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;
 pub use datapath::{AsyncEvent, CompletionChannel};
 pub use error::{DestroyError, Error};
-pub use mr::MemoryRegion;
+pub use mr::{MemoryRegion, Rereg};
 pub use pd::ProtectionDomain;
 pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
 pub use srq::SharedReceiveQueue;

@@ -173,3 +173,25 @@ impl crate::pd::ProtectionDomain {
         crate::abi::ExternalMemoryRegion::register(self.inner.clone(), addr, len, access)
     }
 }
+
+impl crate::abi::ExternalMemoryRegion {
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION`: the region now
+    /// covers `[addr, addr + len)` (and, if given, another PD and access flags),
+    /// all or nothing; the keys stay. Once this returns the device no longer
+    /// reaches the old range.
+    ///
+    /// # Safety
+    /// The promise of [`crate::ProtectionDomain::reg_external_mr`], for the new
+    /// range: it stays mapped until the region is dropped or moved again.
+    pub unsafe fn rereg_translation(
+        &mut self,
+        addr: u64,
+        len: u64,
+        pd: Option<&crate::ProtectionDomain>,
+        access: Option<proto::AccessFlags>,
+    ) -> Result<(), crate::Error> {
+        // SAFETY: nothing unsafe happens here; the caller's promise is what
+        // RawMemory relies on once the engine knows the new range.
+        self.rereg_parts(pd, Some((addr, len)), access)
+    }
+}

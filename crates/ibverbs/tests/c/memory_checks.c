@@ -1,0 +1,215 @@
+/* Memory through the C ABI of the drop-in libibverbs.so.1: ibv_rereg_mr with
+ * each flag, its return codes and errno, and remote access through the
+ * re-registered region checked like any MR (an RC pair of this device writes
+ * into it). Prints "ok" and exits 0 when every check passed. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+static int failures;
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			failures++;                                        \
+			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                      \
+			fprintf(stderr, "\n");                             \
+		}                                                          \
+	} while (0)
+#define MUST(cond)                                                         \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			fprintf(stderr, "FATAL %s:%d: %s (errno %d)\n", __FILE__, __LINE__, #cond, errno); \
+			exit(2);                                           \
+		}                                                          \
+	} while (0)
+
+enum { LEN = 4096 };
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static struct ibv_cq *cq;
+static union ibv_gid gid;
+
+static void connect_rc(struct ibv_qp *qp, uint32_t dest)
+{
+	struct ibv_qp_attr a = {0};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+}
+
+static struct ibv_wc wait_wc(void)
+{
+	struct ibv_wc wc;
+	for (long i = 0; i < 200000000L; i++) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		MUST(n >= 0);
+		if (n == 1)
+			return wc;
+	}
+	fprintf(stderr, "FATAL: no completion\n");
+	exit(2);
+}
+
+/* RDMA WRITEs 64 bytes of `src` (lkey `lkey`) to `raddr`/`rkey` over a new RC
+ * pair of QPs in `pd`; returns the writer's completion status. */
+static enum ibv_wc_status write_over_new_pair(void *src, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_qp_init_attr init = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+					.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *a = ibv_create_qp(pd, &init), *b = ibv_create_qp(pd, &init);
+	MUST(a && b);
+	connect_rc(a, b->qp_num);
+	connect_rc(b, a->qp_num);
+	struct ibv_sge sge = {(uintptr_t)src, 64, lkey};
+	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	MUST(ibv_post_send(a, &wr, &bad) == 0);
+	struct ibv_wc wc = wait_wc();
+	CHECK(wc.qp_num == a->qp_num, "completion of the writer");
+	MUST(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
+	/* Whatever the peer's error left (nothing for a write) is gone with it. */
+	struct ibv_wc rest;
+	while (ibv_poll_cq(cq, 1, &rest) == 1)
+		;
+	return wc.status;
+}
+
+static void rereg(void)
+{
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	char *src = aligned_alloc(4096, LEN), *mb = aligned_alloc(4096, LEN), *mc = aligned_alloc(4096, 2 * LEN);
+	MUST(src && mb && mc);
+	memset(src, 0x5a, LEN);
+	memset(mb, 0, LEN);
+	memset(mc, 0, 2 * LEN);
+	struct ibv_mr *ms = ibv_reg_mr(pd, src, LEN, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *mr = ibv_reg_mr(pd, mb, LEN, acc);
+	MUST(ms && mr);
+	uint32_t lkey = mr->lkey, rkey = mr->rkey;
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+	MUST(pd2);
+
+	/* Input errors (libibverbs' own checks): IBV_REREG_MR_ERR_INPUT, EINVAL. */
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, 1 << 3, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+	      "unknown flag: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, LEN, 0) == IBV_REREG_MR_ERR_INPUT &&
+	      errno == EINVAL, "translation to NULL: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, mc, 0, 0) == IBV_REREG_MR_ERR_INPUT &&
+	      errno == EINVAL, "translation of length 0: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, IBV_ACCESS_LOCAL_WRITE) ==
+	      IBV_REREG_MR_ERR_INPUT && errno == EINVAL, "access without CHANGE_ACCESS: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_rereg_mr(NULL, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT &&
+	      errno == EINVAL, "NULL mr: errno %d", errno);
+	/* Device refusals: IBV_REREG_MR_ERR_CMD with the kernel's errno. */
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD && errno == EINVAL,
+	      "no change: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE) ==
+	      IBV_REREG_MR_ERR_CMD && errno == EINVAL, "remote write without local write: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_ZERO_BASED) ==
+	      IBV_REREG_MR_ERR_CMD && errno == EOPNOTSUPP, "zero-based: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD && errno == EINVAL,
+	      "NULL pd: errno %d", errno);
+	/* Refusals changed nothing: the region works as registered. */
+	CHECK(mr->pd == pd && mr->addr == mb && mr->length == LEN && mr->lkey == lkey && mr->rkey == rkey,
+	      "fields after refusals");
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)mb, rkey) == IBV_WC_SUCCESS, "write after refusals");
+	CHECK(mb[0] == 0x5a && mb[63] == 0x5a, "bytes written");
+
+	/* IBV_REREG_MR_CHANGE_ACCESS: without remote write, the peer is refused. */
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) == 0, "to local");
+	CHECK(mr->lkey == lkey && mr->rkey == rkey, "keys kept");
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)mb, rkey) == IBV_WC_REM_ACCESS_ERR, "access enforced");
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, acc) == 0, "back to remote write");
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)mb, rkey) == IBV_WC_SUCCESS, "access restored");
+
+	/* IBV_REREG_MR_CHANGE_PD: the QPs are in pd, the region now in pd2. */
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0 && mr->pd == pd2, "to pd2");
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)mb, rkey) == IBV_WC_REM_ACCESS_ERR, "PD enforced");
+	CHECK(ibv_dealloc_pd(pd2) == EBUSY, "pd2 holds the region");
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == 0 && mr->pd == pd, "back to pd");
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)mb, rkey) == IBV_WC_SUCCESS, "PD restored");
+
+	/* IBV_REREG_MR_CHANGE_TRANSLATION: the old range is out of reach. */
+	memset(src, 0x77, LEN);
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, mc, 2 * LEN, 0) == 0, "to mc");
+	CHECK(mr->addr == mc && mr->length == 2 * LEN && mr->lkey == lkey && mr->rkey == rkey, "fields after move");
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)mb, rkey) == IBV_WC_REM_ACCESS_ERR, "old range refused");
+	CHECK(mb[0] == 0x5a, "old buffer untouched");
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)mc + 2 * LEN - 64, rkey) == IBV_WC_SUCCESS,
+	      "new range in reach");
+	CHECK(mc[2 * LEN - 64] == 0x77 && mc[2 * LEN - 1] == 0x77, "bytes in the new buffer");
+
+	/* All three at once, all or nothing: a bad access leaves PD and range. */
+	CHECK(ibv_rereg_mr(mr, 7, pd2, mb, LEN, IBV_ACCESS_REMOTE_WRITE) == IBV_REREG_MR_ERR_CMD, "bad combined");
+	CHECK(mr->pd == pd && mr->addr == mc, "nothing changed");
+	CHECK(ibv_rereg_mr(mr, 7, pd2, mb, LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ) == 0, "combined");
+	CHECK(mr->pd == pd2 && mr->addr == mb && mr->length == LEN, "combined fields");
+	/* Fork needs no madvise here, so the fork error codes cannot occur. */
+	CHECK(ibv_is_fork_initialized() == IBV_FORK_UNNEEDED, "fork unneeded");
+
+	CHECK(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(ms) == 0, "dereg");
+	CHECK(ibv_dealloc_pd(pd2) == 0, "pd2 free again");
+	free(src);
+	free(mb);
+	free(mc);
+}
+
+int main(void)
+{
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	MUST(list && n >= 1);
+	ctx = ibv_open_device(list[0]);
+	MUST(ctx);
+	MUST(ibv_query_gid(ctx, 1, 0, &gid) == 0);
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	MUST(pd && cq);
+
+	rereg();
+
+	MUST(ibv_destroy_cq(cq) == 0);
+	MUST(ibv_dealloc_pd(pd) == 0);
+	MUST(ibv_close_device(ctx) == 0);
+	ibv_free_device_list(list);
+	if (failures)
+		return 1;
+	printf("ok\n");
+	return 0;
+}
