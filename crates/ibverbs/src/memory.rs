@@ -224,7 +224,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         None
     };
     let access = (flags & REREG_CHANGE_ACCESS != 0)
-        .then(|| AccessFlags(access as c_uint & !ACCESS_OPTIONAL_RANGE));
+        .then_some(AccessFlags(access as c_uint & !ACCESS_OPTIONAL_RANGE));
     // SAFETY: a live block (checked); the caller does not use `mr` concurrently
     // with its re-registration (as with rdma-core, which writes it too).
     let b = unsafe { &mut *b };

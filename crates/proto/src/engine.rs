@@ -477,14 +477,15 @@ impl Engine {
     }
 
     /// `ibv_resize_cq`: a new capacity (≥ the request, within `max_cqe`), refused
-    /// with `EINVAL` below the completions already queued. Returns the capacity.
+    /// with `EINVAL` below the completions queued and owed. Returns the capacity.
     pub fn resize_cq(&mut self, h: CqHandle, cqe: i32) -> Result<u32, Error> {
         let granted = cq::check_create(cqe, 0, &self.info.attr)?;
+        let owed = self.owed_completions(h);
         let c = self
             .cqs
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Cq, h))?;
-        c.ring.resize(granted)?;
+        c.ring.resize(granted, owed)?;
         c.cq.cqe = granted;
         Ok(granted)
     }
@@ -732,6 +733,9 @@ impl Engine {
             }
         }
         self.after_transition(h, t, mask);
+        if t.to == QpState::Reset {
+            self.purge_qp_completions(h);
+        }
         Ok(t)
     }
 

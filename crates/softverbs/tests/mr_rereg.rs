@@ -1,7 +1,10 @@
 //! `ibv_rereg_mr` through the Rust API (`MemoryRegion::rereg`): a new access,
 //! PD or buffer is what every later access is checked against — a peer's
 //! RDMA WRITE with the unchanged rkey reaches the new buffer only, as the new
-//! flags and PD allow — and every refusal leaves the region as it was.
+//! flags and PD allow — and every refusal leaves the region as it was. Also
+//! the CQ rules that the pyverbs suite exercises with it: a CQ cannot shrink
+//! below the completions it holds or is owed, and a QP moved to RESET takes
+//! its completions out of its CQs.
 
 mod pair;
 
@@ -192,4 +195,54 @@ fn rereg_to_a_pd_of_another_context_is_refused() {
     })
     .unwrap();
     pd.destroy().expect("the region left it");
+}
+
+#[test]
+fn resize_cq_below_queued_or_owed_completions_is_einval() {
+    let (a, b) = sides_on("resize", 20, 5, LEN);
+    let cq = a.ctx.create_cq(8).unwrap();
+    let mut init = a.init();
+    init.send_cq = &cq;
+    let (qa, _qb) = rc_pair_with(&a, &init, &b, &b.init(), &RcOpts::default());
+    // b posts no receive and RNR retry is infinite (7): five SENDs stay owed.
+    let sg = [a.mr.sge(0, 8)];
+    for id in 0..5 {
+        qa.post_send(&send_wr(id, WrOpcode::Send, &sg, WrTarget::None, SIG))
+            .unwrap();
+    }
+    let e = cq.resize(4).unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL);
+    assert!(
+        e.to_string()
+            .contains("5 more that signaled send WRs in flight"),
+        "{e}"
+    );
+    assert_eq!(cq.resize(5).unwrap(), 5, "exactly what is owed fits");
+    assert_eq!(cq.resize(16).unwrap(), 16);
+}
+
+#[test]
+fn reset_takes_a_qps_completions_out_of_its_cqs() {
+    let (a, b) = sides_on("reset-purge", 20, 6, LEN);
+    // Two QPs on a's CQs, each with receives, both moved to ERR: five flush
+    // completions wait in a.rcq.
+    let (qa, _qb) = rc_pair(&a, &b);
+    let (qc, _qd) = rc_pair(&a, &b);
+    for (qp, n) in [(&qa, 3u64), (&qc, 2)] {
+        for id in 0..n {
+            let sg = [a.mr.sge(64 * id as usize, 64)];
+            qp.post_recv(&recv_wr(id, &sg)).unwrap();
+        }
+        qp.apply(Modify::to(QpState::Err)).unwrap();
+    }
+    // RESET takes qa's three out; qc's two stay.
+    qa.apply(Modify::to(QpState::Reset)).unwrap();
+    let wc = wait(&a.rcq, 2);
+    assert!(
+        wc.iter()
+            .all(|w| w.qp_num == qc.qp_num() && w.status == WcStatus::WrFlushErr),
+        "{wc:?}"
+    );
+    empty(&a.rcq);
+    empty(&a.scq);
 }
