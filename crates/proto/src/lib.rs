@@ -19,9 +19,11 @@ pub mod datapath;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod handle;
 pub mod mask;
 pub mod memory;
 pub mod mr;
+pub mod output;
 pub mod qp;
 pub mod rng;
 #[cfg(test)]
