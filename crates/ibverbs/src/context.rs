@@ -112,7 +112,7 @@ pub(crate) fn open_context(
     };
     let v = verbs_context {
         query_port: crate::device::query_port_op as Op,
-        advise_mr: NULL,
+        advise_mr: crate::memory::advise_mr as Op,
         alloc_null_mr: NULL,
         read_counters: NULL,
         attach_counters_point_flow: NULL,

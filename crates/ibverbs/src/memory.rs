@@ -68,6 +68,8 @@ impl_block!(MrBlock, ibv_mr, "memory region", 0x736f_6674_6d72_3031);
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: hints a provider may ignore.
 const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
+/// `IBV_ACCESS_ON_DEMAND`.
+const ACCESS_ON_DEMAND: c_uint = 0x40;
 
 fn reg_mr(
     verb: &str,
@@ -79,8 +81,13 @@ fn reg_mr(
 ) -> *mut ibv_mr {
     // SAFETY: `block` checks the pointer.
     let made = unsafe { block::<PdBlock>(verb, pd) }.and_then(|b| {
-        if addr.is_null() && length > 0 {
-            return Err(refuse(verb, EINVAL, "addr is NULL"));
+        let implicit = addr.is_null() && length == usize::MAX && access & ACCESS_ON_DEMAND != 0;
+        if addr.is_null() && length > 0 && !implicit {
+            return Err(refuse(
+                verb,
+                EINVAL,
+                "addr is NULL (only an implicit on-demand region, length SIZE_MAX with IBV_ACCESS_ON_DEMAND, has no address)",
+            ));
         }
         if iova != addr as u64 {
             return Err(refuse(
@@ -90,9 +97,17 @@ fn reg_mr(
             ));
         }
         let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
-        // SAFETY: ibv_reg_mr(3): the caller keeps the memory mapped until
-        // ibv_dereg_mr, which drops the region (deregistering it) first.
-        let mr = unsafe { b.pd().reg_external_mr(addr as u64, length as u64, access) }.map_err(|e| errno_of(&e))?;
+        let mr = if implicit {
+            // SAFETY: the program asked for an implicit ODP region: the device
+            // may reach any mapped address, each access faulted in first.
+            unsafe { b.pd().reg_implicit_odp_mr(access) }
+        } else {
+            // SAFETY: ibv_reg_mr(3): the caller keeps the memory mapped until
+            // ibv_dereg_mr, which drops the region (deregistering it) first;
+            // an on-demand region's accesses fault the range in first.
+            unsafe { b.pd().reg_external_mr(addr as u64, length as u64, access) }
+        }
+        .map_err(|e| errno_of(&e))?;
         let c = ibv_mr {
             context: b.c.context,
             pd,
@@ -252,6 +267,40 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     b.c.lkey = b.inner.lkey();
     b.c.rkey = b.inner.rkey();
     0
+}
+
+/// `verbs_context.advise_mr` (`ibv_advise_mr` is inline in verbs.h): prefetch
+/// ranges of on-demand regions; returns 0 or the errno (spec/odp.md).
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: c_uint,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    const VERB: &str = "ibv_advise_mr";
+    let b = match block::<PdBlock>(VERB, pd) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if sg_list.is_null() && num_sge > 0 {
+        return refuse(VERB, EINVAL, "sg_list is NULL");
+    }
+    let sges: Vec<softverbs::Sge> = (0..num_sge as usize)
+        .map(|i| {
+            // SAFETY: the caller's array of num_sge elements (checked non-NULL).
+            let s = unsafe { &*sg_list.add(i) };
+            softverbs::Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            }
+        })
+        .collect();
+    match b.pd().advise_mr(advice, flags, &sges) {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
+    }
 }
 
 /// `ibv_reg_dmabuf_mr`: no dma-buf support.

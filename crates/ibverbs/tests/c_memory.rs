@@ -1,7 +1,8 @@
 //! Memory verbs through the C ABI, driven by a C program built against the
 //! system `<infiniband/verbs.h>` (`tests/c/memory_checks.c`): `ibv_rereg_mr`
 //! with each flag, each return code and errno, and remote access through the
-//! re-registered region.
+//! re-registered region; on-demand paging (caps, explicit and implicit
+//! regions, unmapped and read-only pages, `ibv_advise_mr` and its errno).
 
 mod common;
 
@@ -25,6 +26,10 @@ fn c_program_drives_memory_verbs() {
         "access is non-zero but flags lack IBV_REREG_MR_CHANGE_ACCESS",
         "rereg_mr refused (EINVAL): rereg_mr: flags name no change",
         "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+        "addr is NULL (only an implicit on-demand region, length SIZE_MAX with IBV_ACCESS_ON_DEMAND",
+        "is not mapped writable in the process",
+        "advise_mr refused (ENOENT): advise_mr: lkey",
+        "advise_mr refused (EPERM): advise_mr: PREFETCH_WRITE on lkey",
     ] {
         assert!(stderr.contains(why), "{why:?} not in the log:\n{stderr}");
     }

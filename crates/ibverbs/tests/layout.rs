@@ -199,7 +199,15 @@ fn every_mirror_matches_verbs_h() {
             local_ca_ack_delay = "local_ca_ack_delay", phys_port_cnt = "phys_port_cnt",
         }
         ibv_device_attr_ex = "struct ibv_device_attr_ex" {
-            orig_attr = "orig_attr", comp_mask = "comp_mask", phys_port_cnt_ex = "phys_port_cnt_ex",
+            orig_attr = "orig_attr", comp_mask = "comp_mask", odp_caps = "odp_caps",
+            completion_timestamp_mask = "completion_timestamp_mask", hca_core_clock = "hca_core_clock",
+            device_cap_flags_ex = "device_cap_flags_ex", _caps = "tso_caps", max_dm_size = "max_dm_size",
+            _pci_atomic_caps = "pci_atomic_caps", xrc_odp_caps = "xrc_odp_caps",
+            phys_port_cnt_ex = "phys_port_cnt_ex",
+        }
+        ibv_odp_caps = "struct ibv_odp_caps" {
+            general_caps = "general_caps", rc_odp_caps = "per_transport_caps.rc_odp_caps",
+            uc_odp_caps = "per_transport_caps.uc_odp_caps", ud_odp_caps = "per_transport_caps.ud_odp_caps",
         }
         ibv_port_attr = "struct ibv_port_attr" {
             state = "state", max_mtu = "max_mtu", active_mtu = "active_mtu", gid_tbl_len = "gid_tbl_len",

@@ -116,6 +116,19 @@ pub enum AccessError {
         /// The flags the MR has.
         has: AccessFlags,
     },
+    /// An on-demand-paging region whose pages could not be made present: the
+    /// range is not mapped in the process (or not writable, for a write).
+    #[error("on-demand region of key {key:#x}: [{addr:#x}, +{len}) is not mapped{} in the process (page fault failed)", if *.write { " writable" } else { "" })]
+    NotPresent {
+        /// The key.
+        key: u32,
+        /// Start of the access.
+        addr: u64,
+        /// Length of the access.
+        len: u64,
+        /// The access writes.
+        write: bool,
+    },
     /// An atomic whose address is not 8-byte aligned or whose length is not 8.
     #[error("atomic access at {addr:#x} length {len}: atomics need 8 bytes at an 8-byte-aligned address")]
     Misaligned {
@@ -127,6 +140,39 @@ pub enum AccessError {
 }
 
 impl Mr {
+    /// True for an on-demand-paging region (`IBV_ACCESS_ON_DEMAND`).
+    pub fn on_demand(&self) -> bool {
+        self.access.contains(AccessFlags::ON_DEMAND)
+    }
+
+    /// [`Mr::check`], then, for an on-demand region, the page fault: the
+    /// range is made present through `mem` or the access is refused
+    /// ([`AccessError::NotPresent`]) without a byte moving.
+    pub fn check_present(
+        &self,
+        pd: PdHandle,
+        key: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+        mem: &dyn crate::memory::Memory,
+    ) -> Result<(), AccessError> {
+        self.check(pd, key, addr, len, access)?;
+        let write = matches!(
+            access,
+            Access::LocalWrite | Access::RemoteWrite | Access::RemoteAtomic
+        );
+        if self.on_demand() && len > 0 && !mem.fault_in(addr, len, write) {
+            return Err(AccessError::NotPresent {
+                key,
+                addr,
+                len,
+                write,
+            });
+        }
+        Ok(())
+    }
+
     /// The security boundary: may `pd` do `access` on `[addr, addr + len)` through
     /// `key` in this MR? Checks, in order: the key matches (lkey or rkey by
     /// `access`), the PD matches, the range lies inside, the flag is present.
@@ -177,15 +223,60 @@ const ACCEPTED: u32 = AccessFlags::LOCAL_WRITE.0
     | AccessFlags::REMOTE_READ.0
     | AccessFlags::REMOTE_ATOMIC.0
     | AccessFlags::MW_BIND.0
+    | AccessFlags::ON_DEMAND.0
     | AccessFlags::HUGETLB.0;
 /// Known flags that need device features softverbs does not have.
-const UNSUPPORTED: u32 = AccessFlags::ZERO_BASED.0
-    | AccessFlags::ON_DEMAND.0
-    | AccessFlags::FLUSH_GLOBAL.0
-    | AccessFlags::FLUSH_PERSISTENT.0;
+const UNSUPPORTED: u32 =
+    AccessFlags::ZERO_BASED.0 | AccessFlags::FLUSH_GLOBAL.0 | AccessFlags::FLUSH_PERSISTENT.0;
+
+/// The length of an implicit on-demand region (`ibv_reg_mr(pd, NULL,
+/// SIZE_MAX, IBV_ACCESS_ON_DEMAND)`): the whole address space (spec/odp.md).
+pub const IMPLICIT_LEN: u64 = u64::MAX;
+
+/// `struct ibv_odp_caps` as this device reports it (spec/odp.md): every
+/// region may be on-demand, implicit ones too, for every operation of RC, UC
+/// and UD (SRQ receives included); no XRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OdpCaps {
+    /// `general_caps`: `IBV_ODP_SUPPORT` | `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub general: u64,
+    /// `rc_odp_caps`.
+    pub rc: u32,
+    /// `uc_odp_caps`.
+    pub uc: u32,
+    /// `ud_odp_caps`.
+    pub ud: u32,
+    /// `xrc_odp_caps`.
+    pub xrc: u32,
+}
+
+/// `IBV_ODP_SUPPORT_SEND`, `_RECV`, `_WRITE`, `_READ`, `_ATOMIC`, `_SRQ_RECV`.
+const ODP_SEND: u32 = 1;
+const ODP_RECV: u32 = 2;
+const ODP_WRITE: u32 = 4;
+const ODP_READ: u32 = 8;
+const ODP_ATOMIC: u32 = 16;
+const ODP_SRQ_RECV: u32 = 32;
+
+/// What softverbs supports on demand: each operation of each transport it has.
+pub const ODP_CAPS: OdpCaps = OdpCaps {
+    general: 1 | 2,
+    rc: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV,
+    uc: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_SRQ_RECV,
+    ud: ODP_SEND | ODP_RECV | ODP_SRQ_RECV,
+    xrc: 0,
+};
 
 /// Checks `ibv_reg_mr` arguments; returns the access flags in force.
 pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Error> {
+    // An implicit region spans the whole address space: on demand only
+    // (mlx5_ib_reg_user_mr: start 0, length U64_MAX, IB_ACCESS_ON_DEMAND).
+    if length == IMPLICIT_LEN && (addr != 0 || access & AccessFlags::ON_DEMAND.0 == 0) {
+        return Err(Error::invalid(format!(
+            "reg_mr: length SIZE_MAX is an implicit region, which needs addr NULL and IBV_ACCESS_ON_DEMAND (got addr {addr:#x}, access {})",
+            AccessFlags(access)
+        )));
+    }
     if addr.checked_add(length).is_none() {
         return Err(Error::invalid(format!(
             "reg_mr: addr {addr:#x} + length {length:#x} wraps around the address space"
@@ -195,7 +286,7 @@ pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Err
     let unsupported = flags.0 & UNSUPPORTED;
     if unsupported != 0 {
         return Err(Error::unsupported(format!(
-            "reg_mr access flags {} (no on-demand paging, zero-based MRs or flush on this device)",
+            "reg_mr access flags {} (no zero-based MRs or flush on this device)",
             AccessFlags(unsupported)
         )));
     }
@@ -256,6 +347,171 @@ pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Error> {
     })
 }
 
+/// `enum ibv_advise_mr_advice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH` (0): make pages present for reading.
+    Prefetch,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE` (1): present and writable.
+    PrefetchWrite,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT` (2): map what is present, fault nothing.
+    PrefetchNoFault,
+}
+
+impl Advice {
+    /// From the raw value.
+    pub fn from_raw(v: u32) -> Option<Advice> {
+        match v {
+            0 => Some(Advice::Prefetch),
+            1 => Some(Advice::PrefetchWrite),
+            2 => Some(Advice::PrefetchNoFault),
+            _ => None,
+        }
+    }
+}
+
+/// `IBV_ADVISE_MR_FLAG_FLUSH`: return once done (softverbs always does).
+pub const ADVISE_MR_FLAG_FLUSH: u32 = 1;
+
+/// Why `ibv_advise_mr` was refused, with the kernel's errno (mlx5_ib_advise_mr,
+/// get_prefetchable_mr, pagefault_mr; spec/odp.md).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdviseError {
+    /// An advice value this device does not know (`EOPNOTSUPP`).
+    #[error("advise_mr: advice {advice} is not PREFETCH (0), PREFETCH_WRITE (1) or PREFETCH_NO_FAULT (2)")]
+    Advice {
+        /// The value given.
+        advice: u32,
+    },
+    /// Flag bits beyond `IBV_ADVISE_MR_FLAG_FLUSH` (`EINVAL`).
+    #[error("advise_mr: flags {flags:#x} has bits beyond IBV_ADVISE_MR_FLAG_FLUSH (0x1)")]
+    Flags {
+        /// The flags given.
+        flags: u32,
+    },
+    /// The lkey names no on-demand region (`ENOENT`).
+    #[error("advise_mr: lkey {lkey:#x} names no on-demand (IBV_ACCESS_ON_DEMAND) memory region")]
+    NotOnDemand {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// The region belongs to another PD (`EPERM`).
+    #[error("advise_mr: lkey {lkey:#x} belongs to another protection domain")]
+    WrongPd {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// PREFETCH_WRITE on a region without local write (`EPERM`).
+    #[error(
+        "advise_mr: PREFETCH_WRITE on lkey {lkey:#x}, whose region lacks IBV_ACCESS_LOCAL_WRITE"
+    )]
+    NotWritable {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// The range is outside the region (`EFAULT`).
+    #[error("advise_mr: [{addr:#x}, +{len}) is outside the region of lkey {lkey:#x}")]
+    OutOfBounds {
+        /// The lkey.
+        lkey: u32,
+        /// Start.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// The range could not be faulted in: not mapped (`EFAULT`).
+    #[error("advise_mr: [{addr:#x}, +{len}) of lkey {lkey:#x} is not mapped{} in the process", if *.write { " writable" } else { "" })]
+    NotMapped {
+        /// The lkey.
+        lkey: u32,
+        /// Start.
+        addr: u64,
+        /// Length.
+        len: u64,
+        /// Faulted for writing.
+        write: bool,
+    },
+}
+
+impl AdviseError {
+    /// The errno Linux (mlx5) returns.
+    pub fn errno(&self) -> crate::Errno {
+        use crate::Errno;
+        match self {
+            AdviseError::Advice { .. } => Errno::EOPNOTSUPP,
+            AdviseError::Flags { .. } => Errno::EINVAL,
+            AdviseError::NotOnDemand { .. } => Errno::ENOENT,
+            AdviseError::WrongPd { .. } | AdviseError::NotWritable { .. } => Errno::EPERM,
+            AdviseError::OutOfBounds { .. } | AdviseError::NotMapped { .. } => Errno::EFAULT,
+        }
+    }
+}
+
+/// `ibv_advise_mr`: checks every element (an on-demand region of `pd`,
+/// writable for PREFETCH_WRITE, the range inside it), then faults each range
+/// in through `mem` (not for PREFETCH_NO_FAULT, which only checks). Done
+/// before returning, with or without `IBV_ADVISE_MR_FLAG_FLUSH`.
+pub fn advise(
+    mrs: &MrTable,
+    pd: PdHandle,
+    advice: u32,
+    flags: u32,
+    sges: &[crate::wr::Sge],
+    mem: &dyn crate::memory::Memory,
+) -> Result<(), AdviseError> {
+    let advice = Advice::from_raw(advice).ok_or(AdviseError::Advice { advice })?;
+    if flags & !ADVISE_MR_FLAG_FLUSH != 0 {
+        return Err(AdviseError::Flags { flags });
+    }
+    let write = advice == Advice::PrefetchWrite;
+    for sge in sges {
+        let (lkey, addr, len) = (sge.lkey, sge.addr, u64::from(sge.length));
+        let mr = crate::qp::sgl::mr_by_key(mrs, lkey)
+            .filter(|m| m.lkey == lkey && m.on_demand())
+            .ok_or(AdviseError::NotOnDemand { lkey })?;
+        if mr.pd != pd {
+            return Err(AdviseError::WrongPd { lkey });
+        }
+        if write && !mr.access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(AdviseError::NotWritable { lkey });
+        }
+        if !mr.contains(addr, len) {
+            return Err(AdviseError::OutOfBounds { lkey, addr, len });
+        }
+    }
+    if advice == Advice::PrefetchNoFault {
+        return Ok(());
+    }
+    for sge in sges {
+        let (addr, len) = (sge.addr, u64::from(sge.length));
+        if len > 0 && !mem.fault_in(addr, len, write) {
+            let lkey = sge.lkey;
+            return Err(AdviseError::NotMapped {
+                lkey,
+                addr,
+                len,
+                write,
+            });
+        }
+    }
+    Ok(())
+}
+
+impl crate::Engine {
+    /// `ibv_advise_mr` on `pd` ([`advise`]); `EINVAL` for a PD that does not exist.
+    pub fn advise_mr(
+        &self,
+        pd: PdHandle,
+        advice: u32,
+        flags: u32,
+        sges: &[crate::wr::Sge],
+        mem: &dyn crate::memory::Memory,
+    ) -> Result<(), Error> {
+        self.pd_ctx(pd)?;
+        Ok(advise(&self.mrs, pd, advice, flags, sges, mem)?)
+    }
+}
+
 /// The (lkey, rkey) pair for the MR in table slot `index`, registration number
 /// `serial`. The slot index sits above an 8-bit tag, so a key finds its slot in
 /// O(1); the tag changes with every registration, so a stale key does not match
@@ -290,7 +546,7 @@ mod tests {
             "optional range is ignored"
         );
         assert_eq!(
-            check_reg(0x1000, 64, 1 << 6).unwrap_err().errno(),
+            check_reg(0x1000, 64, 1 << 5).unwrap_err().errno(),
             crate::Errno::EOPNOTSUPP
         );
         assert_eq!(
@@ -454,6 +710,142 @@ mod tests {
             .unwrap_err();
             assert_eq!(e.errno(), crate::Errno::EINVAL, "{bad:?}");
         }
+    }
+
+    /// Memory with a hole (unmapped) and a read-only page, as a process has.
+    struct Holes;
+    impl crate::memory::Memory for Holes {
+        fn read(&self, _: u64, _: &mut [u8]) {}
+        fn write(&self, _: u64, _: &[u8]) {}
+        fn atomic(&self, _: u64, _: crate::memory::AtomicOp) -> u64 {
+            0
+        }
+        fn fault_in(&self, addr: u64, len: u64, write: bool) -> bool {
+            let end = addr + len;
+            let hole = end > 0x2000 && addr < 0x3000;
+            let read_only = end > 0x3000 && addr < 0x4000;
+            !(hole || write && read_only)
+        }
+    }
+
+    #[test]
+    fn on_demand_regions_fault_in_or_refuse_the_access() {
+        let pd = crate::table::Handle::from_raw(1);
+        let (lkey, rkey) = keys(3, 1);
+        let odp = Mr {
+            pd,
+            addr: 0x1000,
+            length: 0x4000,
+            access: AccessFlags(1 | 2 | 4 | 8 | AccessFlags::ON_DEMAND.0),
+            lkey,
+            rkey,
+        };
+        assert!(odp
+            .check_present(pd, rkey, 0x1000, 0x100, Access::RemoteWrite, &Holes)
+            .is_ok());
+        let e = odp
+            .check_present(pd, rkey, 0x2ff0, 0x20, Access::RemoteRead, &Holes)
+            .unwrap_err();
+        assert!(
+            matches!(e, AccessError::NotPresent { write: false, .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("is not mapped in the process"),
+            "{e}"
+        );
+        // Read-only pages: reads fault in, writes do not.
+        assert!(odp
+            .check_present(pd, lkey, 0x3000, 8, Access::LocalRead, &Holes)
+            .is_ok());
+        let e = odp
+            .check_present(pd, lkey, 0x3000, 8, Access::LocalWrite, &Holes)
+            .unwrap_err();
+        assert!(e.to_string().contains("not mapped writable"), "{e}");
+        // The ordinary checks come first; a region not on demand is never faulted.
+        assert!(matches!(
+            odp.check_present(pd, rkey, 0x5000, 1, Access::RemoteRead, &Holes),
+            Err(AccessError::OutOfBounds { .. })
+        ));
+        let pinned = Mr {
+            access: AccessFlags(1 | 4),
+            ..odp.clone()
+        };
+        assert!(pinned
+            .check_present(pd, rkey, 0x2ff0, 0x20, Access::RemoteRead, &Holes)
+            .is_ok());
+        // Implicit regions: addr 0, length SIZE_MAX, on demand only.
+        assert!(check_reg(0, IMPLICIT_LEN, 1 | AccessFlags::ON_DEMAND.0).is_ok());
+        for (addr, access) in [(0, 1), (0x1000, 1 | AccessFlags::ON_DEMAND.0)] {
+            let e = check_reg(addr, IMPLICIT_LEN, access).unwrap_err();
+            assert_eq!(e.errno(), crate::Errno::EINVAL);
+            assert!(e.to_string().contains("implicit region"), "{e}");
+        }
+    }
+
+    #[test]
+    fn advise_checks_every_element_then_faults_in() {
+        use crate::wr::Sge;
+        let pd = crate::table::Handle::from_raw(1);
+        let mut mrs = MrTable::new(8);
+        let mut reg = |addr, length, access| {
+            let h = mrs
+                .insert(Mr {
+                    pd,
+                    addr,
+                    length,
+                    access: AccessFlags(access),
+                    lkey: 0,
+                    rkey: 0,
+                })
+                .unwrap();
+            let (l, r) = keys(h.index(), 1);
+            let m = mrs.get_mut(h).unwrap();
+            m.lkey = l;
+            m.rkey = r;
+            l
+        };
+        let odp = reg(0x1000, 0x4000, 1 | AccessFlags::ON_DEMAND.0);
+        let odp_ro = reg(0x1000, 0x4000, 4 | AccessFlags::ON_DEMAND.0);
+        let pinned = reg(0x1000, 0x4000, 1);
+        let sge = |lkey, addr, length| Sge { addr, length, lkey };
+        let run = |advice, flags, list: &[Sge]| advise(&mrs, pd, advice, flags, list, &Holes);
+        assert_eq!(run(0, 1, &[sge(odp, 0x1000, 0x1000)]), Ok(()));
+        assert_eq!(run(1, 0, &[sge(odp, 0x1000, 0x1000)]), Ok(()));
+        assert_eq!(
+            run(0, 0, &[]),
+            Ok(()),
+            "no element: nothing to do (the kernel's answer)"
+        );
+        let errno = |r: Result<(), AdviseError>| r.unwrap_err().errno();
+        use crate::Errno::*;
+        assert_eq!(errno(run(3, 0, &[sge(odp, 0x1000, 8)])), EOPNOTSUPP);
+        assert_eq!(errno(run(0, 2, &[sge(odp, 0x1000, 8)])), EINVAL);
+        assert_eq!(errno(run(0, 0, &[sge(pinned, 0x1000, 8)])), ENOENT);
+        assert_eq!(errno(run(0, 0, &[sge(0x7777_7700, 0x1000, 8)])), ENOENT);
+        assert_eq!(errno(run(1, 0, &[sge(odp_ro, 0x1000, 8)])), EPERM);
+        assert_eq!(errno(run(0, 0, &[sge(odp, 0x4ff8, 16)])), EFAULT);
+        let e = run(0, 0, &[sge(odp, 0x1000, 8), sge(odp, 0x2800, 8)]).unwrap_err();
+        assert_eq!(e.errno(), EFAULT);
+        assert!(
+            e.to_string().contains("is not mapped in the process"),
+            "{e}"
+        );
+        assert_eq!(
+            errno(run(1, 0, &[sge(odp, 0x3000, 8)])),
+            EFAULT,
+            "read-only page"
+        );
+        assert_eq!(
+            run(0, 0, &[sge(odp, 0x3000, 8)]),
+            Ok(()),
+            "read-only page, for reading"
+        );
+        // NO_FAULT checks the elements and faults nothing in.
+        assert_eq!(run(2, 0, &[sge(odp, 0x2800, 8)]), Ok(()));
+        let other_pd = crate::table::Handle::from_raw(2);
+        let e = advise(&mrs, other_pd, 0, 0, &[sge(odp, 0x1000, 8)], &Holes).unwrap_err();
+        assert_eq!(e.errno(), EPERM);
     }
 
     #[test]

@@ -1,9 +1,14 @@
 /* Memory through the C ABI of the drop-in libibverbs.so.1: ibv_rereg_mr with
  * each flag, its return codes and errno, and remote access through the
  * re-registered region checked like any MR (an RC pair of this device writes
- * into it). Prints "ok" and exits 0 when every check passed. */
+ * into it); on-demand paging: the caps, explicit and implicit regions, remote
+ * and local access to unmapped and read-only pages failing with the right
+ * completion status instead of crashing, ibv_advise_mr and its errno.
+ * Prints "ok" and exits 0 when every check passed. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
@@ -75,9 +80,11 @@ static struct ibv_wc wait_wc(void)
 	exit(2);
 }
 
-/* RDMA WRITEs 64 bytes of `src` (lkey `lkey`) to `raddr`/`rkey` over a new RC
- * pair of QPs in `pd`; returns the writer's completion status. */
-static enum ibv_wc_status write_over_new_pair(void *src, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+/* `op` (RDMA WRITE or READ) of 64 bytes between `src` (lkey `lkey`) and
+ * `raddr`/`rkey` over a new RC pair of QPs in `pd`; returns the requester's
+ * completion status. */
+static enum ibv_wc_status rdma_over_new_pair(enum ibv_wr_opcode op, void *src, uint32_t lkey, uint64_t raddr,
+					     uint32_t rkey)
 {
 	struct ibv_qp_init_attr init = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 					.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
@@ -86,7 +93,7 @@ static enum ibv_wc_status write_over_new_pair(void *src, uint32_t lkey, uint64_t
 	connect_rc(a, b->qp_num);
 	connect_rc(b, a->qp_num);
 	struct ibv_sge sge = {(uintptr_t)src, 64, lkey};
-	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = op,
 				 .send_flags = IBV_SEND_SIGNALED}, *bad;
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
@@ -99,6 +106,11 @@ static enum ibv_wc_status write_over_new_pair(void *src, uint32_t lkey, uint64_t
 	while (ibv_poll_cq(cq, 1, &rest) == 1)
 		;
 	return wc.status;
+}
+
+static enum ibv_wc_status write_over_new_pair(void *src, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+{
+	return rdma_over_new_pair(IBV_WR_RDMA_WRITE, src, lkey, raddr, rkey);
 }
 
 static void rereg(void)
@@ -190,6 +202,96 @@ static void rereg(void)
 	free(mc);
 }
 
+static void odp(void)
+{
+	struct ibv_device_attr_ex dex;
+	MUST(ibv_query_device_ex(ctx, NULL, &dex) == 0);
+	CHECK(dex.odp_caps.general_caps == (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT), "general odp caps %#lx",
+	      (unsigned long)dex.odp_caps.general_caps);
+	uint32_t all = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+		       IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	CHECK(dex.odp_caps.per_transport_caps.rc_odp_caps == all, "rc odp caps");
+	CHECK(dex.odp_caps.per_transport_caps.ud_odp_caps ==
+	      (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV), "ud odp caps");
+	CHECK(dex.xrc_odp_caps == 0, "no XRC, no XRC ODP");
+
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND;
+	/* An implicit region needs ON_DEMAND; NULL with another length is refused. */
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL,
+	      "implicit without ON_DEMAND: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, NULL, 4096, acc) == NULL && errno == EINVAL, "NULL with a length: errno %d", errno);
+	struct ibv_mr *imr = ibv_reg_mr(pd, NULL, SIZE_MAX, acc);
+	MUST(imr);
+	CHECK(imr->addr == NULL && imr->length == SIZE_MAX, "implicit fields");
+
+	long pg = 4096;
+	char *src = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *two = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *ro = mmap(NULL, pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	MUST(src != MAP_FAILED && two != MAP_FAILED && ro != MAP_FAILED);
+	memset(src, 0x3c, pg);
+	MUST(munmap(two + pg, pg) == 0);
+	char *gone = two + pg;
+
+	/* Remote writes through the implicit rkey reach any mapped address... */
+	CHECK(rdma_over_new_pair(IBV_WR_RDMA_WRITE, src, imr->lkey, (uintptr_t)two, imr->rkey) == IBV_WC_SUCCESS,
+	      "implicit write");
+	CHECK(two[0] == 0x3c && two[63] == 0x3c, "bytes through the implicit region");
+	/* ...and fail, without a crash, where nothing (writable) is mapped. */
+	CHECK(rdma_over_new_pair(IBV_WR_RDMA_WRITE, src, imr->lkey, (uintptr_t)gone, imr->rkey) ==
+	      IBV_WC_REM_ACCESS_ERR, "write to an unmapped page");
+	CHECK(rdma_over_new_pair(IBV_WR_RDMA_WRITE, src, imr->lkey, (uintptr_t)ro, imr->rkey) ==
+	      IBV_WC_REM_ACCESS_ERR, "write to a read-only page");
+	CHECK(rdma_over_new_pair(IBV_WR_RDMA_READ, two, imr->lkey, (uintptr_t)ro, imr->rkey) == IBV_WC_SUCCESS,
+	      "read from a read-only page");
+	CHECK(two[0] == 0 && two[63] == 0, "zeros read from the read-only page");
+	CHECK(rdma_over_new_pair(IBV_WR_RDMA_READ, src, imr->lkey, (uintptr_t)gone, imr->rkey) ==
+	      IBV_WC_REM_ACCESS_ERR, "read from an unmapped page");
+	/* Local: gathering from an unmapped page is a local protection error. */
+	CHECK(rdma_over_new_pair(IBV_WR_RDMA_WRITE, gone, imr->lkey, (uintptr_t)two, imr->rkey) ==
+	      IBV_WC_LOC_PROT_ERR, "send from an unmapped page");
+
+	/* An explicit on-demand region over part of `two`. */
+	struct ibv_mr *omr = ibv_reg_mr(pd, two, 2 * pg, acc);
+	struct ibv_mr *pinned = ibv_reg_mr(pd, src, pg, IBV_ACCESS_LOCAL_WRITE);
+	MUST(omr && pinned);
+	struct ibv_sge ok = {(uintptr_t)two, 64, omr->lkey};
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &ok, 1) == 0,
+	      "prefetch");
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &ok, 1) == 0, "async prefetch");
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, &ok, 1) == 0, "no-fault prefetch");
+	struct ibv_sge unmapped = {(uintptr_t)gone, 64, omr->lkey};
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &unmapped, 1) == EFAULT, "prefetch unmapped");
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, &unmapped, 1) == 0,
+	      "no-fault faults nothing in");
+	struct ibv_sge rosge = {(uintptr_t)ro, 64, imr->lkey};
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &rosge, 1) == 0, "prefetch read-only for reading");
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &rosge, 1) == EFAULT,
+	      "prefetch read-only for writing");
+	struct ibv_sge outside = {(uintptr_t)two + 2 * pg - 8, 64, omr->lkey};
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &outside, 1) == EFAULT, "outside the region");
+	struct ibv_sge notodp = {(uintptr_t)src, 64, pinned->lkey};
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &notodp, 1) == ENOENT, "not on demand");
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 2, &ok, 1) == EINVAL, "bad flags");
+	CHECK(ibv_advise_mr(pd, 7, 0, &ok, 1) == EOPNOTSUPP, "bad advice");
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+	MUST(pd2);
+	CHECK(ibv_advise_mr(pd2, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &ok, 1) == EPERM, "another PD");
+	struct ibv_mr *ro_odp = ibv_reg_mr(pd, two, pg, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND);
+	MUST(ro_odp);
+	struct ibv_sge rw = {(uintptr_t)two, 64, ro_odp->lkey};
+	CHECK(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &rw, 1) == EPERM, "write prefetch, no write");
+
+	CHECK(ibv_dereg_mr(ro_odp) == 0 && ibv_dereg_mr(omr) == 0 && ibv_dereg_mr(pinned) == 0 &&
+	      ibv_dereg_mr(imr) == 0, "dereg");
+	CHECK(ibv_dealloc_pd(pd2) == 0, "pd2");
+	munmap(src, pg);
+	munmap(two, pg);
+	munmap(ro, pg);
+}
+
 int main(void)
 {
 	int n = 0;
@@ -203,6 +305,7 @@ int main(void)
 	MUST(pd && cq);
 
 	rereg();
+	odp();
 
 	MUST(ibv_destroy_cq(cq) == 0);
 	MUST(ibv_dealloc_pd(pd) == 0);

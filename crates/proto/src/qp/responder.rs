@@ -802,7 +802,7 @@ fn check_remote(
         return Ok(());
     }
     let mr = mr_by_key(env.mrs, rkey).ok_or(Refusal::AccessError)?;
-    mr.check(env.pd, rkey, va, len, access)
+    mr.check_present(env.pd, rkey, va, len, access, env.mem)
         .map_err(|_| Refusal::AccessError)
 }
 

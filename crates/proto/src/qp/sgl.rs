@@ -29,6 +29,7 @@ pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
 fn check_sge(
     mrs: &MrTable,
     pd: PdHandle,
+    mem: &dyn Memory,
     sge: &Sge,
     addr: u64,
     len: u64,
@@ -38,7 +39,7 @@ fn check_sge(
         key: sge.lkey,
         remote: false,
     }))?;
-    mr.check(pd, sge.lkey, addr, len, access)
+    mr.check_present(pd, sge.lkey, addr, len, access, mem)
         .map_err(SglError::Access)
 }
 
@@ -87,7 +88,7 @@ pub fn gather(
     out: &mut [u8],
 ) -> Result<(), SglError> {
     walk(sges, offset, out.len() as u64, |sge, addr, n, at| {
-        check_sge(mrs, pd, sge, addr, n, Access::LocalRead)?;
+        check_sge(mrs, pd, mem, sge, addr, n, Access::LocalRead)?;
         mem.read(addr, &mut out[at..at + n as usize]);
         Ok(())
     })
@@ -105,7 +106,7 @@ pub fn scatter(
 ) -> Result<(), SglError> {
     let len = data.len() as u64;
     walk(sges, offset, len, |sge, addr, n, _| {
-        check_sge(mrs, pd, sge, addr, n, Access::LocalWrite)
+        check_sge(mrs, pd, mem, sge, addr, n, Access::LocalWrite)
     })?;
     walk(sges, offset, len, |_, addr, n, at| {
         mem.write(addr, &data[at..at + n as usize]);
