@@ -201,8 +201,8 @@ fn every_mirror_matches_verbs_h() {
         ibv_device_attr_ex = "struct ibv_device_attr_ex" {
             orig_attr = "orig_attr", comp_mask = "comp_mask", odp_caps = "odp_caps",
             completion_timestamp_mask = "completion_timestamp_mask", hca_core_clock = "hca_core_clock",
-            device_cap_flags_ex = "device_cap_flags_ex", _caps = "tso_caps", max_dm_size = "max_dm_size",
-            _pci_atomic_caps = "pci_atomic_caps", xrc_odp_caps = "xrc_odp_caps",
+            device_cap_flags_ex = "device_cap_flags_ex", max_dm_size = "max_dm_size",
+            xrc_odp_caps = "xrc_odp_caps",
             phys_port_cnt_ex = "phys_port_cnt_ex",
         }
         ibv_odp_caps = "struct ibv_odp_caps" {
