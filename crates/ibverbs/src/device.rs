@@ -301,7 +301,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         hca_core_clock: 0,
         device_cap_flags_ex: 0,
         _caps: [0; 88],
-        max_dm_size: 0,
+        max_dm_size: proto::dm::MAX_DM_SIZE,
         _pci_atomic_caps: [0; 8],
         xrc_odp_caps: odp.xrc,
         phys_port_cnt_ex: 1,

@@ -505,6 +505,26 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
+/// `struct ibv_alloc_dm_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_alloc_dm_attr {
+    pub length: usize,
+    pub log_align_req: u32,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_dm`: the program calls the two copy functions through it
+/// (`ibv_memcpy_to_dm` / `ibv_memcpy_from_dm` are inline in verbs.h).
+#[repr(C)]
+pub struct ibv_dm {
+    pub context: *mut ibv_context,
+    pub memcpy_to_dm: Op,
+    pub memcpy_from_dm: Op,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
+
 /// `struct ibv_odp_caps`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]

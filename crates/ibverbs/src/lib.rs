@@ -23,6 +23,7 @@ mod context;
 mod convert;
 mod cq;
 mod device;
+mod dm;
 mod memory;
 mod misc;
 mod post;

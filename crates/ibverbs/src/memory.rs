@@ -62,12 +62,31 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 pub(crate) struct MrBlock {
     pub c: ibv_mr,
     magic: u64,
-    inner: softverbs::ExternalMemoryRegion,
+    inner: MrInner,
 }
 impl_block!(MrBlock, ibv_mr, "memory region", 0x736f_6674_6d72_3031);
 
+/// What an `ibv_mr` registers: the program's memory, or device memory
+/// (`ibv_reg_dm_mr`, rdma-core's `IBV_MR_TYPE_DM_MR`).
+pub(crate) enum MrInner {
+    Host(softverbs::ExternalMemoryRegion),
+    /// Held for its drop, which deregisters it.
+    Dm(#[allow(dead_code)] softverbs::DmMemoryRegion),
+}
+
+impl MrBlock {
+    /// A block for a new region.
+    pub(crate) fn new(c: ibv_mr, inner: MrInner) -> MrBlock {
+        MrBlock {
+            c,
+            magic: MrBlock::MAGIC,
+            inner,
+        }
+    }
+}
+
 /// `IBV_ACCESS_OPTIONAL_RANGE`: hints a provider may ignore.
-const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
+pub(crate) const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
 /// `IBV_ACCESS_ON_DEMAND`.
 const ACCESS_ON_DEMAND: c_uint = 0x40;
 
@@ -117,7 +136,7 @@ fn reg_mr(
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         };
-        Ok(into_c(MrBlock { c, magic: MrBlock::MAGIC, inner: mr }))
+        Ok(into_c(MrBlock::new(c, MrInner::Host(mr))))
     });
     made.unwrap_or_else(|e| {
         set_errno(e);
@@ -212,6 +231,11 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             return REREG_MR_ERR_INPUT;
         }
     };
+    // libibverbs checks first that this is an IBV_MR_TYPE_MR.
+    // SAFETY: a live block (checked above).
+    if matches!(unsafe { &(*b).inner }, MrInner::Dm(_)) {
+        return input("a device-memory region (ibv_reg_dm_mr) cannot be re-registered");
+    }
     let all = REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS;
     if flags & !all != 0 {
         return input(&format!(
@@ -243,15 +267,17 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     // SAFETY: a live block (checked); the caller does not use `mr` concurrently
     // with its re-registration (as with rdma-core, which writes it too).
     let b = unsafe { &mut *b };
+    let MrInner::Host(inner) = &mut b.inner else {
+        return input("a device-memory region (ibv_reg_dm_mr) cannot be re-registered");
+    };
     let done = if translation {
         // SAFETY: ibv_rereg_mr(3), as ibv_reg_mr(3): the caller keeps the new
         // range mapped until the MR is deregistered or moved again.
         unsafe {
-            b.inner
-                .rereg_translation(addr as u64, length as u64, new_pd.map(|p| p.pd()), access)
+            inner.rereg_translation(addr as u64, length as u64, new_pd.map(|p| p.pd()), access)
         }
     } else {
-        b.inner.rereg(new_pd.map(|p| p.pd()), access)
+        inner.rereg(new_pd.map(|p| p.pd()), access)
     };
     if let Err(e) = done {
         set_errno(errno_of(&e));
@@ -264,8 +290,8 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         b.c.addr = addr;
         b.c.length = length;
     }
-    b.c.lkey = b.inner.lkey();
-    b.c.rkey = b.inner.rkey();
+    b.c.lkey = inner.lkey();
+    b.c.rkey = inner.rkey();
     0
 }
 

@@ -2,7 +2,8 @@
 //! system `<infiniband/verbs.h>` (`tests/c/memory_checks.c`): `ibv_rereg_mr`
 //! with each flag, each return code and errno, and remote access through the
 //! re-registered region; on-demand paging (caps, explicit and implicit
-//! regions, unmapped and read-only pages, `ibv_advise_mr` and its errno).
+//! regions, unmapped and read-only pages, `ibv_advise_mr` and its errno);
+//! device memory (allocation, copies, zero-based regions and their errno).
 
 mod common;
 
@@ -30,6 +31,9 @@ fn c_program_drives_memory_verbs() {
         "is not mapped writable in the process",
         "advise_mr refused (ENOENT): advise_mr: lkey",
         "advise_mr refused (EPERM): advise_mr: PREFETCH_WRITE on lkey",
+        "must be multiples of 4 (device memory is accessed in 4-byte words)",
+        "free_dm refused (EBUSY): free_dm: 1 memory region(s) still use this device memory",
+        "a device-memory region (ibv_reg_dm_mr) cannot be re-registered",
     ] {
         assert!(stderr.contains(why), "{why:?} not in the log:\n{stderr}");
     }

@@ -205,6 +205,13 @@ fn every_mirror_matches_verbs_h() {
             xrc_odp_caps = "xrc_odp_caps",
             phys_port_cnt_ex = "phys_port_cnt_ex",
         }
+        ibv_alloc_dm_attr = "struct ibv_alloc_dm_attr" {
+            length = "length", log_align_req = "log_align_req", comp_mask = "comp_mask",
+        }
+        ibv_dm = "struct ibv_dm" {
+            context = "context", memcpy_to_dm = "memcpy_to_dm", memcpy_from_dm = "memcpy_from_dm",
+            comp_mask = "comp_mask", handle = "handle",
+        }
         ibv_odp_caps = "struct ibv_odp_caps" {
             general_caps = "general_caps", rc_odp_caps = "per_transport_caps.rc_odp_caps",
             uc_odp_caps = "per_transport_caps.uc_odp_caps", ud_odp_caps = "per_transport_caps.ud_odp_caps",

@@ -381,6 +381,33 @@ impl Engine {
         access: u32,
     ) -> Result<(MrHandle, &Mr), Error> {
         let flags = mr::check_reg(addr, length, access)?;
+        self.insert_mr(pd, addr, addr, length, flags)
+    }
+
+    /// `ibv_reg_dm_mr`: a zero-based region of `length` bytes whose byte 0
+    /// lives at host address `host` (`offset` bytes into device memory of
+    /// `dm_len` bytes; [`mr::check_reg_dm`]).
+    pub fn reg_dm_mr(
+        &mut self,
+        pd: PdHandle,
+        host: u64,
+        dm_len: u64,
+        offset: u64,
+        length: u64,
+        access: u32,
+    ) -> Result<(MrHandle, &Mr), Error> {
+        let flags = mr::check_reg_dm(dm_len, offset, length, access)?;
+        self.insert_mr(pd, 0, host.wrapping_add(offset), length, flags)
+    }
+
+    fn insert_mr(
+        &mut self,
+        pd: PdHandle,
+        addr: u64,
+        host: u64,
+        length: u64,
+        flags: crate::types::AccessFlags,
+    ) -> Result<(MrHandle, &Mr), Error> {
         self.pd_ctx(pd)?;
         let limit = u64::from(self.info.attr.max_mr);
         let h = self
@@ -392,6 +419,7 @@ impl Engine {
                 access: flags,
                 lkey: 0,
                 rkey: 0,
+                host,
             })
             .ok_or(Error::TooMany {
                 kind: ObjectKind::Mr,

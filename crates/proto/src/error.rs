@@ -172,6 +172,9 @@ pub enum Error {
         /// Index asked for.
         index: u32,
     },
+    /// Device memory refused an allocation or a copy.
+    #[error(transparent)]
+    Dm(#[from] crate::dm::DmError),
     /// `ibv_advise_mr` refused.
     #[error(transparent)]
     Advise(#[from] crate::mr::AdviseError),
@@ -198,6 +201,7 @@ impl Error {
             Error::TooMany { .. } => Errno::ENOMEM,
             Error::GidEmpty { .. } => Errno::ENODATA,
             Error::Advise(e) => e.errno(),
+            Error::Dm(e) => e.errno(),
         }
     }
 

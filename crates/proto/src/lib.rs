@@ -17,6 +17,7 @@ pub mod ah;
 pub mod cq;
 pub mod datapath;
 pub mod device;
+pub mod dm;
 pub mod engine;
 pub mod error;
 pub mod handle;

@@ -14,7 +14,7 @@ pub type MrTable = Table<Mr, kind::Mr>;
 pub struct Mr {
     /// Owning protection domain.
     pub pd: PdHandle,
-    /// First byte's address.
+    /// First byte's address (what SGEs and RETHs name).
     pub addr: u64,
     /// Length in bytes.
     pub length: u64,
@@ -24,9 +24,17 @@ pub struct Mr {
     pub lkey: u32,
     /// Remote key.
     pub rkey: u32,
+    /// Where byte `addr` lives in the host's memory: `addr` itself, except for
+    /// a zero-based region (device memory), whose `addr` is 0.
+    pub host: u64,
 }
 
 impl Mr {
+    /// The host address of `va`, a byte of the region (checked by the caller).
+    pub fn host_of(&self, va: u64) -> u64 {
+        self.host.wrapping_add(va.wrapping_sub(self.addr))
+    }
+
     /// True if `[addr, addr + len)` lies inside the region (no overflow).
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len) else {
@@ -147,7 +155,8 @@ impl Mr {
 
     /// [`Mr::check`], then, for an on-demand region, the page fault: the
     /// range is made present through `mem` or the access is refused
-    /// ([`AccessError::NotPresent`]) without a byte moving.
+    /// ([`AccessError::NotPresent`]) without a byte moving. Returns the host
+    /// address of `addr`, where the bytes are ([`Mr::host_of`]).
     pub fn check_present(
         &self,
         pd: PdHandle,
@@ -156,13 +165,14 @@ impl Mr {
         len: u64,
         access: Access,
         mem: &dyn crate::memory::Memory,
-    ) -> Result<(), AccessError> {
+    ) -> Result<u64, AccessError> {
         self.check(pd, key, addr, len, access)?;
+        let host = self.host_of(addr);
         let write = matches!(
             access,
             Access::LocalWrite | Access::RemoteWrite | Access::RemoteAtomic
         );
-        if self.on_demand() && len > 0 && !mem.fault_in(addr, len, write) {
+        if self.on_demand() && len > 0 && !mem.fault_in(host, len, write) {
             return Err(AccessError::NotPresent {
                 key,
                 addr,
@@ -170,7 +180,7 @@ impl Mr {
                 write,
             });
         }
-        Ok(())
+        Ok(host)
     }
 
     /// The security boundary: may `pd` do `access` on `[addr, addr + len)` through
@@ -344,6 +354,11 @@ pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Error> {
         access,
         lkey: old.lkey,
         rkey: old.rkey,
+        host: if r.translation.is_some() {
+            addr
+        } else {
+            old.host
+        },
     })
 }
 
@@ -484,7 +499,8 @@ pub fn advise(
     }
     for sge in sges {
         let (addr, len) = (sge.addr, u64::from(sge.length));
-        if len > 0 && !mem.fault_in(addr, len, write) {
+        let host = crate::qp::sgl::mr_by_key(mrs, sge.lkey).map_or(addr, |m| m.host_of(addr));
+        if len > 0 && !mem.fault_in(host, len, write) {
             let lkey = sge.lkey;
             return Err(AdviseError::NotMapped {
                 lkey,
@@ -510,6 +526,36 @@ impl crate::Engine {
         self.pd_ctx(pd)?;
         Ok(advise(&self.mrs, pd, advice, flags, sges, mem)?)
     }
+}
+
+/// Checks `ibv_reg_dm_mr` arguments: a zero-based region (IBV_ACCESS_ZERO_BASED
+/// mandatory) of `length` bytes at `offset` in device memory of `dm_len`
+/// bytes (kernel `UVERBS_METHOD_DM_MR_REG`, spec/device-memory.md); returns
+/// the access flags in force.
+pub fn check_reg_dm(
+    dm_len: u64,
+    offset: u64,
+    length: u64,
+    access: u32,
+) -> Result<AccessFlags, Error> {
+    if access & AccessFlags::ZERO_BASED.0 == 0 {
+        return Err(Error::invalid(
+            "reg_dm_mr: device memory regions are zero-based: access must include IBV_ACCESS_ZERO_BASED",
+        ));
+    }
+    if offset > dm_len || length > dm_len - offset {
+        return Err(Error::invalid(format!(
+            "reg_dm_mr: [{offset:#x}, +{length}) is outside the device memory of {dm_len} bytes"
+        )));
+    }
+    if access & AccessFlags::ON_DEMAND.0 != 0 {
+        return Err(Error::invalid(
+            "reg_dm_mr: device memory is not paged: no IBV_ACCESS_ON_DEMAND",
+        ));
+    }
+    let rest = access & !AccessFlags::ZERO_BASED.0;
+    let flags = check_reg(0, length, rest)?;
+    Ok(flags | AccessFlags::ZERO_BASED)
 }
 
 /// The (lkey, rkey) pair for the MR in table slot `index`, registration number
@@ -569,6 +615,7 @@ mod tests {
             access: AccessFlags(access),
             lkey,
             rkey,
+            host: 0x1000,
         }
     }
 
@@ -739,6 +786,7 @@ mod tests {
             access: AccessFlags(1 | 2 | 4 | 8 | AccessFlags::ON_DEMAND.0),
             lkey,
             rkey,
+            host: 0x1000,
         };
         assert!(odp
             .check_present(pd, rkey, 0x1000, 0x100, Access::RemoteWrite, &Holes)
@@ -797,6 +845,7 @@ mod tests {
                     access: AccessFlags(access),
                     lkey: 0,
                     rkey: 0,
+                    host: addr,
                 })
                 .unwrap();
             let (l, r) = keys(h.index(), 1);
@@ -846,6 +895,55 @@ mod tests {
         let other_pd = crate::table::Handle::from_raw(2);
         let e = advise(&mrs, other_pd, 0, 0, &[sge(odp, 0x1000, 8)], &Holes).unwrap_err();
         assert_eq!(e.errno(), EPERM);
+    }
+
+    #[test]
+    fn device_memory_regions_are_zero_based_and_translate() {
+        let zb = AccessFlags::ZERO_BASED.0;
+        let f = check_reg_dm(100, 0, 100, zb | 1).unwrap();
+        assert_eq!(f, AccessFlags(zb | 1));
+        let e = check_reg_dm(100, 0, 100, 1).unwrap_err();
+        assert!(
+            e.to_string().contains("must include IBV_ACCESS_ZERO_BASED"),
+            "{e}"
+        );
+        for (off, len) in [(0, 104), (96, 8), (101, 0), (u64::MAX, 2)] {
+            let e = check_reg_dm(100, off, len, zb | 1).unwrap_err();
+            assert_eq!(e.errno(), crate::Errno::EINVAL, "{off}+{len}");
+        }
+        assert_eq!(
+            check_reg_dm(100, 0, 4, zb | 2).unwrap_err().errno(),
+            crate::Errno::EINVAL
+        );
+        assert_eq!(
+            check_reg_dm(100, 0, 4, zb | 1 | AccessFlags::ON_DEMAND.0)
+                .unwrap_err()
+                .errno(),
+            crate::Errno::EINVAL
+        );
+        // A zero-based region at host 0x9000: va 0x10 is host 0x9010.
+        let pd = crate::table::Handle::from_raw(1);
+        let (lkey, rkey) = keys(0, 1);
+        let m = Mr {
+            pd,
+            addr: 0,
+            length: 64,
+            access: AccessFlags(zb | 1 | 2),
+            lkey,
+            rkey,
+            host: 0x9000,
+        };
+        assert_eq!(
+            m.check_present(pd, rkey, 0x10, 8, Access::RemoteWrite, &Holes),
+            Ok(0x9010)
+        );
+        assert!(
+            matches!(
+                m.check_present(pd, rkey, 0x9010, 8, Access::RemoteWrite, &Holes),
+                Err(AccessError::OutOfBounds { .. })
+            ),
+            "host addresses are not region addresses"
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
  * re-registered region checked like any MR (an RC pair of this device writes
  * into it); on-demand paging: the caps, explicit and implicit regions, remote
  * and local access to unmapped and read-only pages failing with the right
- * completion status instead of crashing, ibv_advise_mr and its errno.
+ * completion status instead of crashing, ibv_advise_mr and its errno; device
+ * memory (ibv_alloc_dm, the copies, zero-based ibv_reg_dm_mr regions that an
+ * RDMA WRITE reaches by offset) and its errno.
  * Prints "ok" and exits 0 when every check passed. */
 #include <errno.h>
 #include <stdint.h>
@@ -292,6 +294,58 @@ static void odp(void)
 	munmap(ro, pg);
 }
 
+static void device_memory(void)
+{
+	struct ibv_device_attr_ex dex;
+	MUST(ibv_query_device_ex(ctx, NULL, &dex) == 0);
+	CHECK(dex.max_dm_size == 256 * 1024, "max_dm_size %lu", (unsigned long)dex.max_dm_size);
+	struct ibv_alloc_dm_attr bad = {.length = dex.max_dm_size + 1};
+	errno = 0;
+	CHECK(ibv_alloc_dm(ctx, &bad) == NULL && errno == EINVAL, "above max_dm_size: errno %d", errno);
+	bad = (struct ibv_alloc_dm_attr){.length = 64, .comp_mask = 1};
+	errno = 0;
+	CHECK(ibv_alloc_dm(ctx, &bad) == NULL && errno == EINVAL, "comp_mask: errno %d", errno);
+	struct ibv_alloc_dm_attr da = {.length = 1024, .log_align_req = 6};
+	struct ibv_dm *dm = ibv_alloc_dm(ctx, &da);
+	MUST(dm);
+	CHECK(dm->context == ctx, "dm->context");
+	uint32_t words[4] = {1, 2, 3, 4}, out[4] = {0};
+	CHECK(ibv_memcpy_to_dm(dm, 16, words, sizeof words) == 0, "memcpy_to_dm");
+	CHECK(ibv_memcpy_from_dm(out, dm, 16, sizeof out) == 0 && memcmp(out, words, sizeof out) == 0, "round trip");
+	CHECK(ibv_memcpy_to_dm(dm, 17, words, 4) == EINVAL, "unaligned offset");
+	CHECK(ibv_memcpy_from_dm(out, dm, 16, 3) == EINVAL, "unaligned length");
+	CHECK(ibv_memcpy_to_dm(dm, 1024, words, 4) == EFAULT, "beyond");
+	CHECK(ibv_memcpy_from_dm(out, dm, 1020, 8) == EFAULT, "straddling the end");
+
+	int acc = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, dm, 0, 64, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL,
+	      "not zero-based: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, dm, 512, 1024, acc) == NULL && errno == EINVAL, "outside: errno %d", errno);
+	struct ibv_mr *mr = ibv_reg_dm_mr(pd, dm, 512, 512, acc);
+	MUST(mr);
+	CHECK(mr->addr == NULL && mr->length == 512 && mr->pd == pd, "dm mr fields");
+	CHECK(ibv_free_dm(dm) == EBUSY, "free while a region uses it");
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, acc) == IBV_REREG_MR_ERR_INPUT &&
+	      errno == EINVAL, "rereg of a DM region: errno %d", errno);
+
+	char *src = aligned_alloc(4096, 4096);
+	MUST(src);
+	memset(src, 0x6b, 4096);
+	struct ibv_mr *ms = ibv_reg_mr(pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	MUST(ms);
+	/* Region address 64 is device memory byte 576. */
+	CHECK(write_over_new_pair(src, ms->lkey, 64, mr->rkey) == IBV_WC_SUCCESS, "write by offset");
+	unsigned char got[64];
+	CHECK(ibv_memcpy_from_dm(got, dm, 576, 64) == 0 && got[0] == 0x6b && got[63] == 0x6b, "bytes in dm");
+	CHECK(write_over_new_pair(src, ms->lkey, 480, mr->rkey) == IBV_WC_REM_ACCESS_ERR, "past the region");
+	CHECK(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(ms) == 0, "dereg");
+	CHECK(ibv_free_dm(dm) == 0, "free_dm");
+	free(src);
+}
+
 int main(void)
 {
 	int n = 0;
@@ -306,6 +360,7 @@ int main(void)
 
 	rereg();
 	odp();
+	device_memory();
 
 	MUST(ibv_destroy_cq(cq) == 0);
 	MUST(ibv_dealloc_pd(pd) == 0);
