@@ -5,6 +5,7 @@
 use crate::device::DeviceBlock;
 use crate::ffi::*;
 use crate::util::*;
+use softverbs::raw;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -86,7 +87,7 @@ pub(crate) fn open_context(
     }
     // SAFETY: `fd` is a new descriptor we own.
     let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    make_blocking(ctx.async_event_fd());
+    make_blocking(raw::async_event_fd(&ctx));
     let context = ibv_context {
         device: &dev.dev as *const ibv_device as *mut ibv_device,
         ops: ibv_context_ops {
@@ -105,7 +106,7 @@ pub(crate) fn open_context(
             _compat4: [NULL; 5],
         },
         cmd_fd: cmd_fd.as_raw_fd(),
-        async_fd: ctx.async_event_fd(),
+        async_fd: raw::async_event_fd(&ctx),
         num_comp_vectors: 1,
         mutex: [0; 5],
         abi_compat: VERBS_ABI_IS_EXTENDED,
@@ -293,7 +294,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     }
     loop {
         let id = if nonblocking(b.c.fd) {
-            b.inner.try_get_event()
+            raw::try_get_event(&b.inner)
         } else {
             match b.inner.get_event(None) {
                 Ok(id) => id,
@@ -340,7 +341,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
     }
     loop {
         let ev = if nonblocking(b.v.context.async_fd) {
-            b.ctx.try_async_event()
+            raw::try_async_event(&b.ctx)
         } else {
             match b.ctx.get_async_event(None) {
                 Ok(ev) => ev,

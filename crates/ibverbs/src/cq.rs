@@ -4,6 +4,7 @@
 use crate::context::{ctx_block, ChannelBlock};
 use crate::ffi::*;
 use crate::util::*;
+use softverbs::raw;
 use softverbs::WorkCompletion;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -62,9 +63,7 @@ unsafe fn create(
     } else {
         Some(block::<ChannelBlock>(verb, channel)?)
     };
-    let cq = b
-        .ctx
-        .create_cq_ex(cqe, comp_vector, ch.map(|c| &c.inner))
+    let cq = raw::create_cq_ex(&b.ctx, cqe, comp_vector, ch.map(|c| &c.inner))
         .map_err(|e| errno_of(&e))?;
     let id = cq.id();
     let c = ibv_cq_ex {
@@ -231,7 +230,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         Ok(b) => b,
         Err(e) => return e,
     };
-    match b.cq().resize(cqe) {
+    match raw::resize_cq(b.cq(), cqe) {
         Ok(n) => {
             // SAFETY: the live CQ's public field.
             unsafe { (*cq).cqe = n as c_int };

@@ -6,6 +6,7 @@ use crate::context::{ctx_block, open_context, CtxBlock};
 use crate::ffi::*;
 use crate::util::*;
 use proto::device::{DeviceAttr, PortAttr};
+use softverbs::raw;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
@@ -141,7 +142,7 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
     match device_block_of("ibv_get_device_guid", device) {
-        Ok(b) => b.device.node_guid().to_be(),
+        Ok(b) => raw::node_guid(&b.device).to_be(),
         Err(e) => {
             set_errno(e);
             0

@@ -3,6 +3,7 @@
 use crate::context::ctx_block;
 use crate::ffi::*;
 use crate::util::*;
+use softverbs::raw;
 use softverbs::AccessFlags;
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -69,7 +70,7 @@ impl_block!(MrBlock, ibv_mr, "memory region", 0x736f_6674_6d72_3031);
 /// What an `ibv_mr` registers: the program's memory, or device memory
 /// (`ibv_reg_dm_mr`, rdma-core's `IBV_MR_TYPE_DM_MR`).
 pub(crate) enum MrInner {
-    Host(softverbs::ExternalMemoryRegion),
+    Host(raw::ExternalMemoryRegion),
     /// Held for its drop, which deregisters it.
     Dm(#[allow(dead_code)] softverbs::DmMemoryRegion),
 }
@@ -119,12 +120,12 @@ fn reg_mr(
         let mr = if implicit {
             // SAFETY: the program asked for an implicit ODP region: the device
             // may reach any mapped address, each access faulted in first.
-            unsafe { b.pd().reg_implicit_odp_mr(access) }
+            unsafe { raw::reg_implicit_odp_mr(b.pd(), access) }
         } else {
             // SAFETY: ibv_reg_mr(3): the caller keeps the memory mapped until
             // ibv_dereg_mr, which drops the region (deregistering it) first;
             // an on-demand region's accesses fault the range in first.
-            unsafe { b.pd().reg_external_mr(addr as u64, length as u64, access) }
+            unsafe { raw::reg_external_mr(b.pd(), addr as u64, length as u64, access) }
         }
         .map_err(|e| errno_of(&e))?;
         let c = ibv_mr {
@@ -274,10 +275,16 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         // SAFETY: ibv_rereg_mr(3), as ibv_reg_mr(3): the caller keeps the new
         // range mapped until the MR is deregistered or moved again.
         unsafe {
-            inner.rereg_translation(addr as u64, length as u64, new_pd.map(|p| p.pd()), access)
+            raw::rereg_external_mr_translation(
+                inner,
+                addr as u64,
+                length as u64,
+                new_pd.map(|p| p.pd()),
+                access,
+            )
         }
     } else {
-        inner.rereg(new_pd.map(|p| p.pd()), access)
+        raw::rereg_external_mr(inner, new_pd.map(|p| p.pd()), access)
     };
     if let Err(e) = done {
         set_errno(errno_of(&e));

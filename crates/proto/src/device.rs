@@ -300,6 +300,41 @@ pub struct DeviceInfo {
     pub port: PortAttr,
     /// The GID table.
     pub gids: Vec<Gid>,
+    /// What the kernel's sysfs shows of a device beside the verbs attributes.
+    pub ident: Identity,
+}
+
+/// The parts of a device's identity that no verb reports but programs read
+/// from sysfs (`/sys/class/infiniband/<dev>/…`, kernel `drivers/infiniband/core/sysfs.c`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `node_type`: `RDMA_NODE_IB_CA` (1), as every RoCE device (rxe included) reports.
+    pub node_type: u8,
+    /// `node_desc`: the node description (64 bytes at most).
+    pub node_desc: String,
+    /// `hca_type`: the adapter's model name.
+    pub hca_type: String,
+    /// `board_id`: the board's identifier.
+    pub board_id: String,
+    /// `device/numa_node`: -1, no NUMA affinity (a software device runs on any CPU).
+    pub numa_node: i32,
+    /// `infiniband_verbs/uverbsN/abi_version`: the driver's user-verbs ABI
+    /// version (the drop-in library is both sides of it; 1).
+    pub uverbs_abi_version: u32,
+}
+
+impl Identity {
+    /// A softverbs device's identity.
+    pub fn softverbs(name: &str) -> Identity {
+        Identity {
+            node_type: 1,
+            node_desc: format!("softverbs {name}"),
+            hca_type: "softverbs".to_string(),
+            board_id: concat!("softverbs-", env!("CARGO_PKG_VERSION")).to_string(),
+            numa_node: -1,
+            uverbs_abi_version: 1,
+        }
+    }
 }
 
 impl DeviceInfo {
@@ -312,6 +347,7 @@ impl DeviceInfo {
             attr: DeviceAttr::softverbs(node_guid),
             port: PortAttr::softverbs(gids.len().max(1) as u32, config.active_mtu),
             gids,
+            ident: Identity::softverbs(&config.name),
         }
     }
 

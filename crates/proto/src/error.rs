@@ -2,7 +2,7 @@
 //! in words what was wrong, and each mapping to the errno Linux returns.
 
 use crate::mask::AttrMask;
-use crate::types::{QpState, QpType};
+use crate::types::{Mtu, QpState, QpType};
 use std::fmt;
 
 /// The errno values softverbs returns (Linux numbering).
@@ -95,6 +95,19 @@ pub struct RangeError {
     pub max: u64,
     /// Extra words, e.g. `"; device limit max_qp_wr"`; may be empty.
     pub note: &'static str,
+}
+
+impl RangeError {
+    /// A raw `ibv_mtu` outside 1 = 256 … `max` (the device's largest).
+    pub fn mtu(raw: u32, max: Mtu) -> RangeError {
+        RangeError {
+            what: "attr.path_mtu",
+            value: u64::from(raw),
+            min: Mtu::Mtu256.raw().into(),
+            max: max.raw().into(),
+            note: "; an enum ibv_mtu: 1 = 256 … 5 = 4096 bytes",
+        }
+    }
 }
 
 /// Everything that can go wrong in the control path.
@@ -222,14 +235,6 @@ pub enum ModifyError {
     UnknownMaskBits {
         /// The unknown bits.
         bits: u32,
-    },
-    /// `qp_state` or `cur_qp_state` is not a state value (0..=6).
-    #[error("attr.{field} = {value} is not a QP state (0..=6)")]
-    BadStateValue {
-        /// `"qp_state"` or `"cur_qp_state"`.
-        field: &'static str,
-        /// The value given.
-        value: u32,
     },
     /// IBV_QP_CUR_STATE given with a state other than RTR, RTS, SQD or SQE.
     #[error("attr.cur_qp_state = {cur} is not allowed: IBV_QP_CUR_STATE may only name RTR, RTS, SQD or SQE")]

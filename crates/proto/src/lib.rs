@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod ah;
+pub mod cm;
 pub mod cq;
 pub mod datapath;
 pub mod device;

@@ -75,7 +75,7 @@ impl crate::Engine {
             qpn: q.ctl.qpn(),
             dest_qpn: a.dest_qp_num,
             pd: q.pd,
-            access: crate::types::AccessFlags(a.qp_access_flags),
+            access: a.qp_access_flags,
             mtu: tx::path_mtu(a.path_mtu),
             max_dest_rd_atomic: a.max_dest_rd_atomic,
             min_rnr_timer: a.min_rnr_timer,

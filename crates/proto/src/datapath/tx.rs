@@ -297,9 +297,9 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-/// Path MTU in bytes from the raw attribute (1024 if unset).
-pub(crate) fn path_mtu(raw: u32) -> u32 {
-    Mtu::from_raw(raw).unwrap_or(Mtu::Mtu1024).bytes()
+/// Path MTU in bytes (an unset attribute holds the default, 1024).
+pub(crate) fn path_mtu(mtu: Mtu) -> u32 {
+    mtu.bytes()
 }
 
 /// The IP address of local GID `index` (the first one if out of range).
