@@ -505,6 +505,31 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_td`.
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Op,
+    pub free: Op,
+    pub pd_context: *mut c_void,
+}
+
 /// `struct ibv_alloc_dm_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]

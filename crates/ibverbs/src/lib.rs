@@ -24,6 +24,7 @@ mod convert;
 mod cq;
 mod device;
 mod dm;
+mod domain;
 mod memory;
 mod misc;
 mod post;

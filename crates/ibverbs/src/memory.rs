@@ -12,6 +12,10 @@ pub(crate) struct PdBlock {
     pub c: ibv_pd,
     magic: u64,
     pub inner: Option<softverbs::ProtectionDomain>,
+    /// Set for a parent domain (`ibv_alloc_parent_domain`): what it stands on.
+    pub parent: Option<crate::domain::ParentDomain>,
+    /// Parent domains standing on this PD (`EBUSY` for its dealloc).
+    pub parents: std::sync::atomic::AtomicUsize,
 }
 impl_block!(PdBlock, ibv_pd, "protection domain", 0x736f_6674_7064_3031);
 
@@ -19,17 +23,28 @@ impl PdBlock {
     pub(crate) fn pd(&self) -> &softverbs::ProtectionDomain {
         self.inner.as_ref().expect("a live PD block holds its PD")
     }
+
+    /// A block for `pd` (a parent domain when `parent` is set).
+    pub(crate) fn new(
+        context: *mut ibv_context,
+        pd: softverbs::ProtectionDomain,
+        parent: Option<crate::domain::ParentDomain>,
+    ) -> PdBlock {
+        PdBlock {
+            c: ibv_pd { context, handle: 0 },
+            magic: PdBlock::MAGIC,
+            inner: Some(pd),
+            parent,
+            parents: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
     let made = ctx_block("ibv_alloc_pd", context).and_then(|b| {
         let pd = b.ctx.alloc_pd().map_err(|e| errno_of(&e))?;
-        Ok(into_c(PdBlock {
-            c: ibv_pd { context, handle: 0 },
-            magic: PdBlock::MAGIC,
-            inner: Some(pd),
-        }))
+        Ok(into_c(PdBlock::new(context, pd, None)))
     });
     made.unwrap_or_else(|e| {
         set_errno(e);
@@ -37,13 +52,31 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     })
 }
 
-/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs or AHs use it.
+/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs, AHs or parent domains
+/// use it. A parent domain is released (spec/parent-domain.md).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     let b = match block::<PdBlock>("ibv_dealloc_pd", pd) {
         Ok(b) => b as *const PdBlock as *mut PdBlock,
         Err(e) => return e,
     };
+    // SAFETY: a live block (checked).
+    let blk = unsafe { &*b };
+    if blk.parent.is_some() {
+        crate::domain::release(blk);
+        free::<PdBlock>(pd);
+        return 0;
+    }
+    let parents = blk.parents.load(std::sync::atomic::Ordering::Acquire);
+    if parents > 0 {
+        return refuse(
+            "ibv_dealloc_pd",
+            EBUSY,
+            format_args!(
+                "{parents} parent domain(s) stand on this protection domain; deallocate them first"
+            ),
+        );
+    }
     // SAFETY: a live block; only the destroy path takes the PD out.
     let inner = unsafe { (*b).inner.take() }.expect("live PD");
     match inner.destroy() {

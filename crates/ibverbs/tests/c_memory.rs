@@ -3,7 +3,8 @@
 //! with each flag, each return code and errno, and remote access through the
 //! re-registered region; on-demand paging (caps, explicit and implicit
 //! regions, unmapped and read-only pages, `ibv_advise_mr` and its errno);
-//! device memory (allocation, copies, zero-based regions and their errno).
+//! device memory (allocation, copies, zero-based regions and their errno);
+//! thread and parent domains.
 
 mod common;
 
@@ -34,6 +35,9 @@ fn c_program_drives_memory_verbs() {
         "must be multiples of 4 (device memory is accessed in 4-byte words)",
         "free_dm refused (EBUSY): free_dm: 1 memory region(s) still use this device memory",
         "a device-memory region (ibv_reg_dm_mr) cannot be re-registered",
+        "ibv_dealloc_pd refused (EBUSY): 1 parent domain(s) stand on this protection domain",
+        "a parent domain stands on a protection domain",
+        "parent_domain is a protection domain, not a parent domain",
     ] {
         assert!(stderr.contains(why), "{why:?} not in the log:\n{stderr}");
     }

@@ -205,6 +205,11 @@ fn every_mirror_matches_verbs_h() {
             xrc_odp_caps = "xrc_odp_caps",
             phys_port_cnt_ex = "phys_port_cnt_ex",
         }
+        ibv_td = "struct ibv_td" { context = "context", }
+        ibv_parent_domain_init_attr = "struct ibv_parent_domain_init_attr" {
+            pd = "pd", td = "td", comp_mask = "comp_mask", alloc = "alloc", free = "free",
+            pd_context = "pd_context",
+        }
         ibv_alloc_dm_attr = "struct ibv_alloc_dm_attr" {
             length = "length", log_align_req = "log_align_req", comp_mask = "comp_mask",
         }

@@ -194,3 +194,13 @@ pub fn node_guid(device: &Device) -> u64 {
         .attr
         .node_guid
 }
+
+/// A second handle on `pd`: the C ABI's parent domains stand on their PD
+/// (same protection; objects created through either are in the one PD, as
+/// mlx5 gives a parent domain its PD's number). Dropping it releases only
+/// this handle; the PD goes when its last handle and object are gone.
+pub fn share_pd(pd: &crate::ProtectionDomain) -> crate::ProtectionDomain {
+    crate::ProtectionDomain {
+        inner: pd.inner.clone(),
+    }
+}

@@ -5,7 +5,9 @@
  * and local access to unmapped and read-only pages failing with the right
  * completion status instead of crashing, ibv_advise_mr and its errno; device
  * memory (ibv_alloc_dm, the copies, zero-based ibv_reg_dm_mr regions that an
- * RDMA WRITE reaches by offset) and its errno.
+ * RDMA WRITE reaches by offset) and its errno; thread and parent domains (a
+ * QP of a parent domain writes through an MR of its PD; the errno of each
+ * refusal).
  * Prints "ok" and exits 0 when every check passed. */
 #include <errno.h>
 #include <stdint.h>
@@ -37,6 +39,7 @@ enum { LEN = 4096 };
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
+static struct ibv_pd *qp_pd; /* where rdma_over_new_pair creates its QPs */
 static struct ibv_cq *cq;
 static union ibv_gid gid;
 
@@ -90,7 +93,8 @@ static enum ibv_wc_status rdma_over_new_pair(enum ibv_wr_opcode op, void *src, u
 {
 	struct ibv_qp_init_attr init = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 					.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-	struct ibv_qp *a = ibv_create_qp(pd, &init), *b = ibv_create_qp(pd, &init);
+	struct ibv_pd *in = qp_pd ? qp_pd : pd;
+	struct ibv_qp *a = ibv_create_qp(in, &init), *b = ibv_create_qp(in, &init);
 	MUST(a && b);
 	connect_rc(a, b->qp_num);
 	connect_rc(b, a->qp_num);
@@ -346,6 +350,89 @@ static void device_memory(void)
 	free(src);
 }
 
+static void *never_alloc(struct ibv_pd *p, void *c, size_t size, size_t align, uint64_t type)
+{
+	(void)p, (void)c, (void)size, (void)align, (void)type;
+	return IBV_ALLOCATOR_USE_DEFAULT;
+}
+
+static void never_free(struct ibv_pd *p, void *c, void *ptr, uint64_t type)
+{
+	(void)p, (void)c, (void)ptr, (void)type;
+}
+
+static void domains(void)
+{
+	struct ibv_td_init_attr tda = {.comp_mask = 1};
+	errno = 0;
+	CHECK(ibv_alloc_td(ctx, &tda) == NULL && errno == EINVAL, "td comp_mask: errno %d", errno);
+	tda.comp_mask = 0;
+	struct ibv_td *td = ibv_alloc_td(ctx, &tda);
+	MUST(td);
+	CHECK(td->context == ctx, "td->context");
+
+	struct ibv_parent_domain_init_attr pa = {.pd = NULL};
+	errno = 0;
+	CHECK(ibv_alloc_parent_domain(ctx, &pa) == NULL && errno == EINVAL, "NULL pd: errno %d", errno);
+	pa = (struct ibv_parent_domain_init_attr){.pd = pd, .comp_mask = 4};
+	errno = 0;
+	CHECK(ibv_alloc_parent_domain(ctx, &pa) == NULL && errno == EINVAL, "comp_mask: errno %d", errno);
+	pa = (struct ibv_parent_domain_init_attr){.pd = pd, .comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS,
+						  .alloc = never_alloc};
+	errno = 0;
+	CHECK(ibv_alloc_parent_domain(ctx, &pa) == NULL && errno == EINVAL, "alloc without free: errno %d", errno);
+	int token;
+	pa = (struct ibv_parent_domain_init_attr){
+		.pd = pd, .td = td, .alloc = never_alloc, .free = never_free, .pd_context = &token,
+		.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT};
+	struct ibv_pd *parent = ibv_alloc_parent_domain(ctx, &pa);
+	MUST(parent);
+	CHECK(parent != pd && parent->context == ctx, "a new pd object");
+	struct ibv_parent_domain_init_attr pp = {.pd = parent};
+	errno = 0;
+	CHECK(ibv_alloc_parent_domain(ctx, &pp) == NULL && errno == EINVAL, "parent of a parent: errno %d", errno);
+	CHECK(ibv_dealloc_pd(pd) == EBUSY, "the PD holds a parent domain");
+	CHECK(ibv_dealloc_td(td) == EBUSY, "the TD holds a parent domain");
+
+	/* QPs of the parent domain reach an MR of its PD: one protection domain. */
+	char *src = aligned_alloc(4096, 4096), *dst = aligned_alloc(4096, 4096);
+	MUST(src && dst);
+	memset(src, 0x21, 4096);
+	memset(dst, 0, 4096);
+	struct ibv_mr *ms = ibv_reg_mr(parent, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *md = ibv_reg_mr(pd, dst, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	MUST(ms && md);
+	qp_pd = parent;
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)dst, md->rkey) == IBV_WC_SUCCESS, "parent-domain QP");
+	qp_pd = NULL;
+	CHECK(dst[0] == 0x21 && dst[63] == 0x21, "bytes through the parent domain");
+	struct ibv_pd *other = ibv_alloc_pd(ctx);
+	MUST(other);
+	struct ibv_mr *mo = ibv_reg_mr(other, dst, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	MUST(mo);
+	qp_pd = parent;
+	CHECK(write_over_new_pair(src, ms->lkey, (uintptr_t)dst, mo->rkey) == IBV_WC_REM_ACCESS_ERR,
+	      "another PD's MR stays out of reach");
+	qp_pd = NULL;
+
+	/* A CQ of a parent domain; a plain PD is not one. */
+	struct ibv_cq_init_attr_ex ca = {.cqe = 8, .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD, .parent_domain = parent};
+	struct ibv_cq_ex *pcq = ibv_create_cq_ex(ctx, &ca);
+	CHECK(pcq != NULL, "cq of a parent domain: errno %d", errno);
+	ca.parent_domain = pd;
+	errno = 0;
+	CHECK(ibv_create_cq_ex(ctx, &ca) == NULL && errno == EINVAL, "cq with a plain pd: errno %d", errno);
+	if (pcq)
+		CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(pcq)) == 0, "destroy pcq");
+
+	CHECK(ibv_dereg_mr(ms) == 0 && ibv_dereg_mr(md) == 0 && ibv_dereg_mr(mo) == 0, "dereg");
+	CHECK(ibv_dealloc_pd(other) == 0, "other");
+	CHECK(ibv_dealloc_pd(parent) == 0, "dealloc the parent domain");
+	CHECK(ibv_dealloc_td(td) == 0, "dealloc the td");
+	free(src);
+	free(dst);
+}
+
 int main(void)
 {
 	int n = 0;
@@ -361,6 +448,7 @@ int main(void)
 	rereg();
 	odp();
 	device_memory();
+	domains();
 
 	MUST(ibv_destroy_cq(cq) == 0);
 	MUST(ibv_dealloc_pd(pd) == 0);
