@@ -728,3 +728,157 @@ fn calls_in_the_wrong_state_say_why() {
         Err(CmError::UnknownId(0))
     ));
 }
+
+#[test]
+fn a_full_table_refuses_with_no_resources() {
+    let mut cfg = proto::cm::CmConfig::rdma_cm(gid(2), guid(2), 14);
+    cfg.max_connections = 1;
+    let mut b = proto::cm::Cm::new(cfg);
+    b.listen(service()).unwrap();
+    let (mut a1, mut a3) = (node(1, 14), node(3, 14));
+    a1.connect(0, &connect_params(1, 2, 0x11, 1, &[])).unwrap();
+    pump(&mut a1, gid(1), &mut b, 0);
+    assert!(matches!(
+        b.poll_event(),
+        Some(CmEvent::ConnectRequest { .. })
+    ));
+    let id3 = a3.connect(0, &connect_params(3, 2, 0x33, 1, &[])).unwrap();
+    pump(&mut a3, gid(3), &mut b, 0);
+    assert!(b.poll_event().is_none());
+    let tx = drain(&mut b);
+    assert_eq!(tx[0].to, gid(3));
+    assert!(
+        matches!(parse(&tx[0]), Message::Rej(r) if r.reason == RejReason::NoResources && r.remote_comm_id == id3.0)
+    );
+    assert_eq!(b.counters().dropped(DropReason::NoResources), 1);
+    let err = b
+        .connect(0, &connect_params(2, 1, 0x22, 1, &[]))
+        .unwrap_err();
+    assert_eq!(
+        (err.clone(), err.errno()),
+        (CmError::TooManyConnections(1), 12)
+    );
+}
+
+#[test]
+fn destroying_a_pending_request_sends_rej_timeout_matched_by_ca_guid() {
+    let (mut a, mut b) = (node(1, 15), node(2, 15));
+    b.listen(service()).unwrap();
+    let id_a = a.connect(0, &connect_params(1, 2, 0x11, 1, &[])).unwrap();
+    pump(&mut a, gid(1), &mut b, 0);
+    let Some(CmEvent::ConnectRequest { id: id_b, .. }) = b.poll_event() else {
+        panic!()
+    };
+    a.destroy(id_a).unwrap();
+    assert!(a.is_empty());
+    let Message::Rej(r) = one(pump(&mut a, gid(1), &mut b, 0)) else {
+        panic!()
+    };
+    // cm_destroy_id in REQ_SENT: reason timeout, ARI = our CA GUID (§5.8).
+    assert_eq!(
+        (r.reason, r.ari_len, r.message_rejected),
+        (RejReason::Timeout, 8, MsgKind::Other)
+    );
+    assert_eq!(r.ari[..8], guid(1).to_be_bytes());
+    let ev = events(&mut b);
+    assert!(
+        matches!(&ev[..], [CmEvent::Rejected { id, reason: RejReason::Timeout, .. }] if *id == id_b),
+        "{ev:?}"
+    );
+    assert!(b.is_empty());
+}
+
+#[test]
+fn duplicate_req_after_rep_is_quiet_and_a_late_reject_reaches_the_active_side() {
+    let (mut a, mut b) = (node(1, 16), node(2, 16));
+    b.listen(service()).unwrap();
+    let id_a = a.connect(0, &connect_params(1, 2, 0x11, 1, &[])).unwrap();
+    let req = drain(&mut a);
+    b.handle_mad(0, gid(1), &req[0].mad);
+    let Some(CmEvent::ConnectRequest { id: id_b, .. }) = b.poll_event() else {
+        panic!()
+    };
+    b.accept(0, id_b, &accept_params(0x22, 2, &[])).unwrap();
+    let rep = drain(&mut b);
+    b.handle_mad(1, gid(1), &req[0].mad);
+    assert!(
+        drain(&mut b).is_empty(),
+        "REP_SENT answers a duplicate REQ with nothing (the REP is retried)"
+    );
+    assert_eq!(b.counters().duplicates, 1);
+    a.handle_mad(1, gid(2), &rep[0].mad);
+    assert!(matches!(
+        a.poll_event(),
+        Some(CmEvent::ConnectResponse { .. })
+    ));
+    b.destroy(id_b).unwrap();
+    let Message::Rej(r) = one(pump(&mut b, gid(2), &mut a, 2)) else {
+        panic!()
+    };
+    assert_eq!(
+        (r.reason, r.message_rejected),
+        (RejReason::ConsumerDefined, MsgKind::Other)
+    );
+    let ev = events(&mut a);
+    assert!(
+        matches!(&ev[..], [CmEvent::Rejected { id, reason: RejReason::ConsumerDefined, .. }] if *id == id_a),
+        "{ev:?}"
+    );
+    // REP_RCVD/MRA_REP_SENT → TimeWait on a REJ (§5.7), then gone.
+    assert_eq!(a.state(id_a), Some("TIMEWAIT"));
+    a.handle_timeout(2 + 2048 * MS_NS);
+    assert_eq!(events(&mut a), vec![CmEvent::TimewaitExit { id: id_a }]);
+}
+
+#[test]
+fn uc_connections_get_no_rdma_read_or_retry_attributes() {
+    let (mut a, mut b) = (node(1, 17), node(2, 17));
+    b.listen(service()).unwrap();
+    let mut p = connect_params(1, 2, 0x11, 1, &[]);
+    p.transport = wire::cm::TransportType::Uc;
+    let id_a = a.connect(0, &p).unwrap();
+    pump(&mut a, gid(1), &mut b, 0);
+    let Some(CmEvent::ConnectRequest {
+        id: id_b, request, ..
+    }) = b.poll_event()
+    else {
+        panic!()
+    };
+    assert_eq!(request.transport, wire::cm::TransportType::Uc);
+    b.accept(0, id_b, &accept_params(0x22, 2, &[])).unwrap();
+    pump(&mut b, gid(2), &mut a, 0);
+    let rtr = a.qp_attrs(id_a, QpTarget::Rtr).unwrap();
+    assert_eq!((rtr.max_dest_rd_atomic, rtr.min_rnr_timer), (None, None));
+    assert_eq!(rtr.dest_qpn, Some(Qpn::from_masked(0x22)));
+    let rts = a.qp_attrs(id_a, QpTarget::Rts).unwrap();
+    assert_eq!(
+        (rts.retry_cnt, rts.rnr_retry, rts.max_rd_atomic, rts.timeout),
+        (None, None, None, None)
+    );
+    assert_eq!(rts.sq_psn, Some(Psn::from_masked(2)));
+}
+
+#[test]
+fn comm_ids_are_unique_non_zero_and_tids_carry_them() {
+    let mut a = node(1, 18);
+    let mut seen = std::collections::HashSet::new();
+    let mut his = std::collections::HashSet::new();
+    for i in 0..500 {
+        let id = a
+            .connect(0, &connect_params(1, 2, 0x100 + i, 1, &[]))
+            .unwrap();
+        assert!(
+            id.0 != 0 && seen.insert(id),
+            "comm ID {id:?} reused or zero"
+        );
+        let t = tid(&drain(&mut a)[0]);
+        assert_eq!(t as u32, id.0);
+        his.insert(t >> 32);
+    }
+    assert_eq!(his.len(), 1, "one hi_tid per agent (cm_form_tid)");
+    assert_eq!(a.len(), 500);
+    // Another seed allocates other IDs (cm_alloc_id_priv's random operand).
+    let mut b = node(1, 19);
+    let other = b.connect(0, &connect_params(1, 2, 0x100, 1, &[])).unwrap();
+    assert!(!seen.contains(&other));
+}

@@ -1,5 +1,8 @@
 //! Deterministic simulation of three CM endpoints on a virtual clock with
-//! seeded loss, duplication, reordering and a partition: owners that accept,
+//! seeded loss, duplication, reordering, corruption and a partition; every
+//! MAD travels as a whole RoCEv2 packet (UD SEND_ONLY to QP1 with ICRC) and
+//! is received through the ICRC check, the transport parser and the GSI
+//! checks, as the device will carry it; owners that accept,
 //! reject, reply late and disconnect from either side at random times.
 //!
 //! Invariants, checked for every seed:
@@ -27,8 +30,9 @@ use proto::cm::timing::MS_NS;
 use proto::cm::{Cm, CmError, CmEvent, ConnId, QpTarget};
 use proto::rng::Rng;
 use proto::Gid;
+use std::net::Ipv4Addr;
 use wire::cm::{self, cma, Message, RejReason, SidrStatus};
-use wire::Qpn;
+use wire::{icrc, mad, Encap, Psn, Qpn, TransportRepr};
 
 const NODES: u8 = 3;
 const SECOND: u64 = 1_000 * MS_NS;
@@ -39,16 +43,19 @@ struct Profile {
     loss: f64,
     dup: f64,
     max_delay_ns: u64,
+    /// Chance a delivered packet has a byte flipped (the ICRC must catch it).
+    corrupt: f64,
     /// Node cut off from everyone during [start, end).
     partition: Option<(u8, u64, u64)>,
 }
 
-const PROFILES: [Profile; 5] = [
+const PROFILES: [Profile; 6] = [
     Profile {
         name: "clean",
         loss: 0.0,
         dup: 0.0,
         max_delay_ns: MS_NS,
+        corrupt: 0.0,
         partition: None,
     },
     Profile {
@@ -56,6 +63,7 @@ const PROFILES: [Profile; 5] = [
         loss: 0.05,
         dup: 0.0,
         max_delay_ns: MS_NS,
+        corrupt: 0.0,
         partition: None,
     },
     Profile {
@@ -63,6 +71,7 @@ const PROFILES: [Profile; 5] = [
         loss: 0.20,
         dup: 0.0,
         max_delay_ns: MS_NS,
+        corrupt: 0.0,
         partition: None,
     },
     Profile {
@@ -70,6 +79,15 @@ const PROFILES: [Profile; 5] = [
         loss: 0.05,
         dup: 0.15,
         max_delay_ns: 80 * MS_NS,
+        corrupt: 0.0,
+        partition: None,
+    },
+    Profile {
+        name: "corrupt",
+        loss: 0.02,
+        dup: 0.02,
+        max_delay_ns: 5 * MS_NS,
+        corrupt: 0.10,
         partition: None,
     },
     Profile {
@@ -77,6 +95,7 @@ const PROFILES: [Profile; 5] = [
         loss: 0.05,
         dup: 0.05,
         max_delay_ns: 10 * MS_NS,
+        corrupt: 0.0,
         partition: Some((2, 5 * SECOND, 35 * SECOND)),
     },
 ];
@@ -141,7 +160,10 @@ struct Sim {
     rng: Rng,
     now: u64,
     nodes: Vec<Cm>,
-    net: BTreeMap<(u64, u64), (u8, Gid, [u8; 256])>,
+    /// Whole RoCEv2 UDP payloads (BTH + DETH + MAD + ICRC) in flight.
+    net: BTreeMap<(u64, u64), (u8, u8, Vec<u8>)>,
+    /// Packets the ICRC caught.
+    icrc_drops: u64,
     seq: u64,
     actions: BTreeMap<(u64, u64), (u8, Action)>,
     attempts: BTreeMap<u32, Attempt>,
@@ -154,6 +176,12 @@ struct Sim {
     sends: HashMap<(u8, u16, u64, u32), Vec<u64>>,
     /// Passive sides established by data before the RTU.
     comm_est: u64,
+}
+
+/// The IPv4 + UDP framing between two nodes (the ICRC covers it).
+fn encap(from: u8, to: u8) -> Encap {
+    let ip = |n: u8| Ipv4Addr::new(10, 0, 0, n);
+    Encap::ipv4(ip(from), ip(to), 0xC000 | u16::from(from))
 }
 
 fn node_of(g: Gid) -> u8 {
@@ -174,6 +202,7 @@ impl Sim {
             now: 0,
             nodes,
             net: BTreeMap::new(),
+            icrc_drops: 0,
             seq: 0,
             actions: BTreeMap::new(),
             attempts: BTreeMap::new(),
@@ -237,11 +266,19 @@ impl Sim {
                 if lost || to == DEAD || self.cut_off(n, to) {
                     continue;
                 }
+                // As the device will carry it: UD SEND_ONLY to QP1 (spec/cm.md §7).
+                let gsi = mad::gsi_transport(Psn::from_masked(self.seq as u32));
+                let mut packet = vec![0u8; gsi.buffer_len()];
+                gsi.emit(&mut packet, &t.mad, &encap(n, to)).unwrap();
                 for _ in 0..copies {
                     let delay = self.rng.range(10_000, self.p.max_delay_ns.max(10_000));
+                    let mut copy = packet.clone();
+                    if self.rng.chance(self.p.corrupt) && !healed {
+                        let at = self.rng.below(copy.len() as u64) as usize;
+                        copy[at] ^= 1 << self.rng.below(8);
+                    }
                     self.seq += 1;
-                    self.net
-                        .insert((self.now + delay, self.seq), (to, gid(n), t.mad));
+                    self.net.insert((self.now + delay, self.seq), (to, n, copy));
                 }
             }
         }
@@ -259,18 +296,26 @@ impl Sim {
             if entry.key().0 > self.now {
                 break;
             }
-            let (to, from, mad) = entry.remove();
-            if std::env::var_os("CM_SIM_TRACE").is_some() {
-                let m = cm::Repr::parse(&mad)
-                    .map(|r| format!("{:?}", r.message.name()))
-                    .unwrap_or_default();
-                eprintln!("{:>10} ms {} -> {to}: {m}", self.now / MS_NS, node_of(from));
-            }
-            if self.cut_off(node_of(from), to) {
+            let (to, from, packet) = entry.remove();
+            if self.cut_off(from, to) {
                 continue;
             }
+            // The receive path: ICRC, transport headers, GSI checks, then the CM.
+            if icrc::verify(&encap(from, to), &packet).is_err() {
+                self.icrc_drops += 1;
+                continue;
+            }
+            let t = TransportRepr::parse(&packet).expect("an ICRC-clean packet we built");
+            mad::check_gsi(&t).expect("a GSI datagram");
+            let payload = t.payload(&packet);
+            if std::env::var_os("CM_SIM_TRACE").is_some() {
+                let m = cm::Repr::parse(payload)
+                    .map(|r| r.message.name())
+                    .unwrap_or_default();
+                eprintln!("{:>10} ms {from} -> {to}: {m}", self.now / MS_NS);
+            }
             let now = self.now;
-            self.cm(to).handle_mad(now, from, &mad);
+            self.cm(to).handle_mad(now, gid(from), payload);
         }
         for n in 1..=NODES {
             let now = self.now;
@@ -636,6 +681,7 @@ struct Tally {
     duplicates: u64,
     mras: u64,
     comm_est: u64,
+    icrc_drops: u64,
 }
 
 fn run_one(p: Profile, seed: u64, tally: &mut Tally) {
@@ -663,6 +709,7 @@ fn run_one(p: Profile, seed: u64, tally: &mut Tally) {
             // Established by data first: more ESTABLISHED events than RTUs received.
         }
         tally.comm_est += sim.comm_est;
+        tally.icrc_drops += sim.icrc_drops;
     }
     if let Err(e) = outcome.map(|_| ()) {
         let msg = e
@@ -718,6 +765,9 @@ fn connections_form_or_fail_on_both_sides_under_faults() {
                 "{}: no duplicates exercised: {t:?}",
                 p.name
             );
+        }
+        if p.corrupt > 0.0 {
+            assert!(t.icrc_drops > 0, "{}: no corruption caught: {t:?}", p.name);
         }
         if p.partition.is_some() {
             assert!(

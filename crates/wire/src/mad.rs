@@ -2,12 +2,13 @@
 //! carry in it (spec/cm.md §1).
 //!
 //! Owns: the MAD constants (size, GSI QP, Q_Key, class numbers), the header
-//! view [`Packet`] and [`Repr`], and [`MadError`], the reasons a MAD is
-//! refused. Promise: after `check_len` no accessor panics; `Repr::emit` writes
+//! view [`Packet`] and [`Repr`], [`MadError`], the reasons a MAD is refused,
+//! and how a MAD travels on RoCEv2: [`gsi_transport`] and [`check_gsi`]
+//! (spec/cm.md §1.2). Promise: after `check_len` no accessor panics; `Repr::emit` writes
 //! the reserved word as 0 and never panics on a [`LEN`]-byte buffer.
 
 use crate::field::{self, fixed_header_view};
-use crate::Error;
+use crate::{bth, deth, Error, Opcode, PKey, Psn, Qkey, Qpn, TransportRepr};
 
 /// Header size (`IB_MGMT_MAD_HDR`, spec/cm.md §1.1).
 pub const LEN: usize = 24;
@@ -167,6 +168,46 @@ impl Repr {
     }
 }
 
+/// The transport headers of a MAD sent to the GSI QP of a peer (spec/cm.md
+/// §1.2): UD SEND_ONLY, P_Key 0xFFFF, BTH dest QP 1, DETH Q_Key 0x80010000
+/// and source QP 1, a 256-byte payload. Emit it with the MAD as payload.
+pub fn gsi_transport(psn: Psn) -> TransportRepr {
+    let mut t = TransportRepr::new(bth::Repr::new(
+        Opcode::UD_SEND_ONLY,
+        Qpn::from_masked(GSI_QPN),
+        psn,
+    ));
+    t.deth = Some(deth::Repr {
+        qkey: Qkey(GSI_QKEY),
+        src_qp: Qpn::from_masked(GSI_QPN),
+    });
+    t.payload_len = MAD_LEN;
+    t
+}
+
+/// `Ok` when a parsed packet is a MAD for the GSI QP as rxe accepts it
+/// (spec/cm.md §1.2, rxe_recv.c `check_keys`): UD SEND_ONLY to QP 1, the
+/// default P_Key, Q_Key 0x80010000, exactly one MAD of payload.
+pub fn check_gsi(t: &TransportRepr) -> Result<(), MadError> {
+    if t.bth.dest_qp.get() != GSI_QPN {
+        return Err(MadError::NotGsi("BTH destination QP is not 1"));
+    }
+    if t.bth.opcode != Opcode::UD_SEND_ONLY {
+        return Err(MadError::NotGsi("opcode is not UD SEND_ONLY"));
+    }
+    // pkey_match: the low 15 bits must equal the default's (full or limited).
+    if t.bth.pkey.0 & 0x7FFF != PKey(DEFAULT_PKEY).0 & 0x7FFF {
+        return Err(MadError::NotGsi("P_Key is not the default partition"));
+    }
+    if t.deth.map(|d| d.qkey.0) != Some(GSI_QKEY) {
+        return Err(MadError::NotGsi("DETH Q_Key is not 0x80010000"));
+    }
+    if t.payload_len != MAD_LEN {
+        return Err(MadError::Length(t.payload_len));
+    }
+    Ok(())
+}
+
 /// Why bytes are not a CM MAD we accept. Each variant is a drop reason the
 /// connection manager counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -174,6 +215,9 @@ pub enum MadError {
     /// Shorter than a MAD, or a header cut short.
     #[error(transparent)]
     Wire(#[from] Error),
+    /// A RoCE packet that is not a datagram for the GSI QP (spec/cm.md §1.2).
+    #[error("not a GSI datagram: {0}")]
+    NotGsi(&'static str),
     /// A MAD has exactly 256 bytes (spec/cm.md §1.1).
     #[error("a MAD is {MAD_LEN} bytes, got {0}")]
     Length(usize),
@@ -267,5 +311,42 @@ mod tests {
         let mut buf = [0xAA; LEN];
         REPR.emit(&mut Packet::new_unchecked(&mut buf[..]));
         assert_eq!(buf, BYTES);
+    }
+
+    #[test]
+    fn gsi_datagrams_round_trip_and_are_checked() {
+        use std::net::Ipv4Addr;
+        let encap = crate::Encap::ipv4(
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            0xC000,
+        );
+        let t = gsi_transport(Psn::from_masked(7));
+        let mad = [0x5Au8; MAD_LEN];
+        let mut buf = vec![0u8; t.buffer_len()];
+        t.emit(&mut buf, &mad, &encap).unwrap();
+        // BTH 12 + DETH 8 + MAD 256 + ICRC 4.
+        assert_eq!(buf.len(), 12 + 8 + MAD_LEN + 4);
+        let back = TransportRepr::parse(&buf).unwrap();
+        assert_eq!(check_gsi(&back), Ok(()));
+        assert_eq!(back.payload(&buf), &mad[..]);
+        let mut other = back;
+        other.deth = Some(deth::Repr {
+            qkey: Qkey(0x1234),
+            src_qp: Qpn::from_masked(1),
+        });
+        assert!(matches!(check_gsi(&other), Err(MadError::NotGsi(_))));
+        let mut other = back;
+        other.bth.dest_qp = Qpn::from_masked(2);
+        assert!(matches!(check_gsi(&other), Err(MadError::NotGsi(_))));
+        let mut other = back;
+        other.bth.pkey = PKey(0x8001);
+        assert!(matches!(check_gsi(&other), Err(MadError::NotGsi(_))));
+        let mut other = back;
+        other.bth.pkey = PKey(0x7FFF); // limited member of the default partition
+        assert_eq!(check_gsi(&other), Ok(()));
+        let mut short = back;
+        short.payload_len = 200;
+        assert_eq!(check_gsi(&short), Err(MadError::Length(200)));
     }
 }

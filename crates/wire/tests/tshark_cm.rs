@@ -178,20 +178,16 @@ fn exchange() -> Vec<(bool, cm::Repr)> {
 
 /// The MAD as a RoCEv2 UD SEND_ONLY to QP1 from QP1 (spec/cm.md §1.2).
 fn gmp_packet(mad: &[u8; MAD_LEN], psn: u32, encap: &Encap) -> Vec<u8> {
-    let mut bth = bth::Repr::new(
-        Opcode::UD_SEND_ONLY,
-        Qpn::from_masked(GSI_QPN),
-        Psn::from_masked(psn),
-    );
-    bth.pkey = PKey(mad::DEFAULT_PKEY);
-    let mut t = TransportRepr::new(bth);
-    t.deth = Some(deth::Repr {
-        qkey: Qkey(GSI_QKEY),
-        src_qp: Qpn::from_masked(GSI_QPN),
-    });
-    t.payload_len = MAD_LEN;
+    let t = mad::gsi_transport(Psn::from_masked(psn));
     let mut buf = vec![0u8; t.buffer_len()];
     t.emit(&mut buf, mad, encap).unwrap();
+    let back = TransportRepr::parse(&buf).unwrap();
+    assert_eq!(mad::check_gsi(&back), Ok(()));
+    assert_eq!(
+        (back.bth.pkey.0, back.deth.unwrap().src_qp.get()),
+        (0xFFFF, GSI_QPN)
+    );
+    assert_eq!(back.deth.unwrap().qkey.get(), GSI_QKEY);
     buf
 }
 

@@ -154,6 +154,59 @@ pub(crate) fn mad(tid: u64, message: Message) -> [u8; MAD_LEN] {
     .to_bytes()
 }
 
+/// The REQ rdma_cm sends on RoCE (`cma_connect_ib`, `cm_format_req`;
+/// spec/cm.md §3.4): our timeouts and retries, permissive LIDs on a routed
+/// path, the path's local ACK timeout `ack`.
+fn req_repr(
+    local_id: u32,
+    cfg: &CmConfig,
+    p: &ConnectParams,
+    ack: u8,
+    private_data: [u8; cm::req::PRIVATE_DATA_LEN],
+) -> cm::req::Repr {
+    cm::req::Repr {
+        local_comm_id: local_id,
+        service_id: p.service_id,
+        local_ca_guid: cfg.ca_guid,
+        local_qkey: Qkey(0),
+        local_qpn: p.qpn,
+        responder_resources: p.responder_resources,
+        local_eecn: 0,
+        initiator_depth: p.initiator_depth,
+        remote_eecn: 0,
+        remote_cm_response_timeout: cfg.cm_response_timeout,
+        transport: p.transport,
+        flow_control: p.flow_control,
+        starting_psn: p.starting_psn,
+        local_cm_response_timeout: cfg.cm_response_timeout,
+        retry_count: p.retry_count,
+        pkey: PKey(wire::mad::DEFAULT_PKEY),
+        path_mtu: p.path_mtu,
+        rdc_exists: false,
+        rnr_retry_count: p.rnr_retry_count,
+        max_cm_retries: cfg.max_cm_retries,
+        srq: p.srq,
+        extended_transport_type: 0,
+        // cm_format_req: hop limit > 1 → permissive LIDs, not subnet local.
+        primary_path: cm::req::Path {
+            local_lid: 0xFFFF,
+            remote_lid: 0xFFFF,
+            local_gid: cfg.local_gid.0,
+            remote_gid: p.peer.0,
+            flow_label: p.path.flow_label,
+            packet_rate: p.path.packet_rate,
+            traffic_class: p.path.traffic_class,
+            hop_limit: p.path.hop_limit,
+            sl: p.path.sl,
+            subnet_local: p.path.hop_limit <= 1,
+            local_ack_timeout: ack,
+        },
+        alternate_path: cm::req::Path::default(),
+        sap_supported: false,
+        private_data,
+    }
+}
+
 fn check_max(field: &'static str, value: u8, max: u8) -> Result<(), CmError> {
     if value > max {
         return Err(CmError::OutOfRange {
@@ -188,47 +241,7 @@ impl Conn {
         check_max("rnr_retry_count", p.rnr_retry_count, 7)?;
         check_max("path_mtu", p.path_mtu, 5)?;
         let ack = ack_timeout(cfg.ack_delay, cfg.packet_life_time);
-        let req = cm::req::Repr {
-            local_comm_id: local_id,
-            service_id: p.service_id,
-            local_ca_guid: cfg.ca_guid,
-            local_qkey: Qkey(0),
-            local_qpn: p.qpn,
-            responder_resources: p.responder_resources,
-            local_eecn: 0,
-            initiator_depth: p.initiator_depth,
-            remote_eecn: 0,
-            remote_cm_response_timeout: cfg.cm_response_timeout,
-            transport: p.transport,
-            flow_control: p.flow_control,
-            starting_psn: p.starting_psn,
-            local_cm_response_timeout: cfg.cm_response_timeout,
-            retry_count: p.retry_count,
-            pkey: PKey(wire::mad::DEFAULT_PKEY),
-            path_mtu: p.path_mtu,
-            rdc_exists: false,
-            rnr_retry_count: p.rnr_retry_count,
-            max_cm_retries: cfg.max_cm_retries,
-            srq: p.srq,
-            extended_transport_type: 0,
-            // cm_format_req: hop limit > 1 → permissive LIDs, not subnet local.
-            primary_path: cm::req::Path {
-                local_lid: 0xFFFF,
-                remote_lid: 0xFFFF,
-                local_gid: cfg.local_gid.0,
-                remote_gid: p.peer.0,
-                flow_label: p.path.flow_label,
-                packet_rate: p.path.packet_rate,
-                traffic_class: p.path.traffic_class,
-                hop_limit: p.path.hop_limit,
-                sl: p.path.sl,
-                subnet_local: p.path.hop_limit <= 1,
-                local_ack_timeout: ack,
-            },
-            alternate_path: cm::req::Path::default(),
-            sap_supported: false,
-            private_data,
-        };
+        let req = req_repr(local_id, cfg, p, ack, private_data);
         let bytes = mad(tid, Message::Req(req));
         let timeout_ns = req_timeout_ns(cfg.packet_life_time, cfg.cm_response_timeout);
         out.send(p.peer, bytes, false);

@@ -38,7 +38,7 @@ use sidr::{SidrRcvd, SidrSent};
 pub use types::*;
 
 /// Where MADs and events wait for the owner, and the counters.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Outbox {
     tx: VecDeque<Transmit>,
     events: VecDeque<CmEvent>,
@@ -103,8 +103,9 @@ fn lookup(
     Ok(c)
 }
 
-/// A connection manager for one port.
-#[derive(Debug)]
+/// A connection manager for one port. `Clone` snapshots it whole (tests
+/// replay hostile input from a saved phase).
+#[derive(Debug, Clone)]
 pub struct Cm {
     cfg: CmConfig,
     hi_tid: u64,

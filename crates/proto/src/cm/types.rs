@@ -356,6 +356,7 @@ impl DropReason {
     pub fn of(e: &MadError) -> DropReason {
         match e {
             MadError::Wire(_) | MadError::Length(_) => DropReason::Length,
+            MadError::NotGsi(_) => DropReason::NotCmSend,
             MadError::BaseVersion(_)
             | MadError::NotCm(_)
             | MadError::ClassVersion(_)
