@@ -807,9 +807,12 @@ impl End {
             assert_eq!(wc.imm_data.value(), 0, "{what}: imm_data without WITH_IMM");
         }
         let src_qp = if ud { self.peer_qpn(Tr::Ud) } else { 0 };
+        // A UD receive reports the RoCE packet type in `sl` as ConnectX does
+        // (0xa: RoCE v2 over IPv4; spec/completions.md), otherwise 0.
+        let sl = if ud { 0xa } else { 0 };
         assert_eq!(
             (wc.src_qp, wc.vendor_err, wc.pkey_index, wc.slid, wc.sl),
-            (src_qp, 0, 0, 0, 0),
+            (src_qp, 0, 0, 0, sl),
             "{what}: {wc:?}"
         );
     }
