@@ -26,6 +26,7 @@ pub mod mr;
 pub mod output;
 pub mod qp;
 pub mod rng;
+pub mod sched;
 #[cfg(test)]
 mod spec_md;
 pub mod srq;

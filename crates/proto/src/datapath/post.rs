@@ -2,9 +2,8 @@
 
 use crate::error::{Error, ObjectKind};
 use crate::handle::{CqHandle, QpHandle, SrqHandle};
-use crate::qp::wqe::{RecvWqe, SendWqe, UdDest};
-use crate::types::{QpState, QpType};
-use crate::wc::{wc_opcode_for, WcOpcode, WorkCompletion};
+use crate::qp::wqe::UdDest;
+use crate::wc::WorkCompletion;
 use crate::wr::{
     check_post_recv, check_post_send, check_post_srq_recv, Disposition, PostError, RecvQueueCtx,
     RecvWr, SendFlags, SendQueueCtx, SendWr, WrTarget,
@@ -18,6 +17,14 @@ pub enum PostOutcome {
     Queued,
     /// The QP is in ERR (or SQE for sends): completed at once with `WR_FLUSH_ERR`.
     Flushed,
+}
+
+fn outcome(flushed: bool) -> PostOutcome {
+    if flushed {
+        PostOutcome::Flushed
+    } else {
+        PostOutcome::Queued
+    }
 }
 
 fn no_qp(h: QpHandle) -> PostError {
@@ -57,19 +64,13 @@ impl Engine {
         let inline = wr
             .flags
             .contains(SendFlags::INLINE)
-            .then(|| inline.unwrap_or(&[]).to_vec());
+            .then(|| inline.unwrap_or(&[]));
         let ud = self.ud_dest(q.ctl.qkey_or_zero(), wr);
-        let wqe = SendWqe::new(wr, q.ctl.sq_sig_all(), inline, ud);
-        if disposition == Disposition::Flushed {
-            let (qpn, cq) = (q.ctl.qpn(), q.send_cq);
-            let op = wc_opcode_for(wr.opcode).unwrap_or(WcOpcode::Send);
-            self.push_completion(cq, WorkCompletion::flush(wr.wr_id, qpn, op), false, None);
-            return Ok(PostOutcome::Flushed);
-        }
+        let flushed = disposition == Disposition::Flushed;
         let q = self.qps.get_mut(h).expect("checked above");
-        q.dp.sq.wqes.push_back(wqe);
-        self.schedule(h);
-        Ok(PostOutcome::Queued)
+        let wqe = q.dp.sq.make(wr, q.ctl.sq_sig_all(), inline, ud);
+        self.drive_ctl(h, |q, sink| q.post_send(wqe, flushed, sink));
+        Ok(outcome(flushed))
     }
 
     /// Copies the bytes of an `IBV_SEND_INLINE` WR through the memory-region
@@ -124,19 +125,11 @@ impl Engine {
             max_recv_sge: q.ctl.cap().max_recv_sge,
             outstanding: q.dp.rq.len() as u32,
         };
-        if check_post_recv(&ctx, wr)? == Disposition::Flushed {
-            let (qpn, cq) = (q.ctl.qpn(), q.recv_cq);
-            self.push_completion(
-                cq,
-                WorkCompletion::flush(wr.wr_id, qpn, WcOpcode::Recv),
-                true,
-                None,
-            );
-            return Ok(PostOutcome::Flushed);
-        }
+        let flushed = check_post_recv(&ctx, wr)? == Disposition::Flushed;
         let q = self.qps.get_mut(h).expect("checked above");
-        q.dp.rq.wqes.push_back(RecvWqe::new(wr));
-        Ok(PostOutcome::Queued)
+        let wqe = q.dp.rq.make(wr);
+        self.drive_ctl(h, |q, sink| q.post_recv(wqe, flushed, sink));
+        Ok(outcome(flushed))
     }
 
     /// `ibv_post_srq_recv` for one WR.
@@ -153,7 +146,8 @@ impl Engine {
             })?;
         let a = s.srq.attr;
         check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;
-        s.queue.wqes.push_back(RecvWqe::new(wr));
+        let wqe = s.queue.make(wr);
+        s.queue.wqes.push_back(wqe);
         Ok(())
     }
 
@@ -179,39 +173,5 @@ impl Engine {
         })?;
         c.ring.req_notify(solicited_only);
         Ok(())
-    }
-
-    /// Adds a completion to a CQ; raises the completion event if armed, and on
-    /// overrun `IBV_EVENT_CQ_ERR` and (for `qp`) moves the QP to ERR
-    /// (completions.md §7.2).
-    pub(crate) fn push_completion(
-        &mut self,
-        cq: CqHandle,
-        wc: WorkCompletion,
-        solicited: bool,
-        qp: Option<QpHandle>,
-    ) {
-        use super::{AsyncEventKind, Event, EventElement};
-        use crate::cq::Pushed;
-        let Some(c) = self.cqs.get_mut(cq) else {
-            return;
-        };
-        match c.ring.push(wc, solicited) {
-            Pushed::Stored { event: true } => {
-                if let Some(channel) = c.channel {
-                    self.dev.events.push_back(Event::Completion { cq, channel });
-                }
-            }
-            Pushed::Stored { event: false } => {}
-            Pushed::Overrun => {
-                self.dev.events.push_back(Event::Async {
-                    kind: AsyncEventKind::CqErr,
-                    element: EventElement::Cq(cq),
-                });
-                if let Some(qp) = qp {
-                    self.enter_error(qp, AsyncEventKind::QpFatal);
-                }
-            }
-        }
     }
 }

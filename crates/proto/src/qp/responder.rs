@@ -549,6 +549,7 @@ impl Responder {
                 unreachable!()
             };
             complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::Recv, offset);
+            rq.recycle(wqe);
         }
         Ok(())
     }
@@ -614,6 +615,7 @@ impl Responder {
                 fx.took_wqe = true;
                 // byte_len is the RDMA length (completions.md §1), not this packet's.
                 complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::RecvRdmaWithImm, total);
+                rq.recycle(wqe);
             }
         }
         Ok(())
@@ -698,6 +700,7 @@ impl Responder {
             wc.src_qp = deth.src_qp.get();
             wc.wc_flags = wc.wc_flags | WcFlags::GRH;
         }
+        rq.recycle(wqe);
         fx.completions.push((wc, pkt.repr.bth.solicited));
         Ok(())
     }
