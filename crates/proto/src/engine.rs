@@ -168,6 +168,8 @@ pub struct DeviceData {
     pub(crate) local_port: u16,
     /// Gather buffer for payloads (one MTU).
     pub(crate) scratch: Vec<u8>,
+    /// Gather buffer for the inline data of the safe API's posts (reused).
+    pub(crate) inline_buf: Vec<u8>,
     /// Counters.
     pub(crate) counters: crate::output::DeviceCounters,
     /// Counters of destroyed QPs.
@@ -183,6 +185,7 @@ impl Default for DeviceData {
             events: VecDeque::new(),
             local_port: crate::output::ROCE_PORT,
             scratch: vec![0; 4096],
+            inline_buf: Vec::new(),
             counters: crate::output::DeviceCounters::default(),
             retired: Default::default(),
         }

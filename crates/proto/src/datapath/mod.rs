@@ -18,9 +18,9 @@ mod tx;
 
 use crate::handle::{CqHandle, QpHandle};
 
-pub use post::PostOutcome;
-
-pub use crate::output::{AsyncEventKind, DeviceCounters, Event, EventElement, Transmit, ROCE_PORT};
+pub use crate::output::{
+    AsyncEventKind, DeviceCounters, Event, EventElement, PostOutcome, Transmit, ROCE_PORT,
+};
 
 impl crate::Engine {
     /// The UDP port the driver sends from (covered by the ICRC).

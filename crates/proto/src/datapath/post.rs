@@ -2,6 +2,7 @@
 
 use crate::error::{Error, ObjectKind};
 use crate::handle::{CqHandle, QpHandle, SrqHandle};
+use crate::output::PostOutcome;
 use crate::qp::wqe::UdDest;
 use crate::wc::WorkCompletion;
 use crate::wr::{
@@ -9,15 +10,6 @@ use crate::wr::{
     RecvWr, SendFlags, SendQueueCtx, SendWr, WrTarget,
 };
 use crate::Engine;
-
-/// What became of a posted WR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PostOutcome {
-    /// Queued (processed now or when the state allows).
-    Queued,
-    /// The QP is in ERR (or SQE for sends): completed at once with `WR_FLUSH_ERR`.
-    Flushed,
-}
 
 fn outcome(flushed: bool) -> PostOutcome {
     if flushed {
@@ -82,14 +74,50 @@ impl Engine {
         sges: &[crate::wr::Sge],
         mem: &dyn crate::memory::Memory,
     ) -> Result<Vec<u8>, PostError> {
+        let mut out = Vec::new();
+        self.gather_checked_into(h, sges, mem, &mut out)?;
+        Ok(out)
+    }
+
+    fn gather_checked_into(
+        &self,
+        h: QpHandle,
+        sges: &[crate::wr::Sge],
+        mem: &dyn crate::memory::Memory,
+        out: &mut Vec<u8>,
+    ) -> Result<(), PostError> {
         let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
-        let mut out = vec![0; crate::wr::sg_total_len(sges) as usize];
-        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, &mut out).map_err(|e| {
+        out.clear();
+        out.resize(crate::wr::sg_total_len(sges) as usize, 0);
+        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, out).map_err(|e| {
             PostError::NoSuchObject {
                 what: format!("IBV_SEND_INLINE data: {e:?}"),
             }
-        })?;
-        Ok(out)
+        })
+    }
+
+    /// `ibv_post_send` for the safe API: an `IBV_SEND_INLINE` WR's bytes are
+    /// gathered through the memory-region check ([`Engine::gather_checked`])
+    /// into a buffer the engine keeps, so posting allocates nothing.
+    pub fn post_send_checked(
+        &mut self,
+        h: QpHandle,
+        wr: &SendWr<'_>,
+        mem: &dyn crate::memory::Memory,
+    ) -> Result<PostOutcome, PostError> {
+        if !wr.flags.contains(SendFlags::INLINE) {
+            return self.post_send(h, wr, None);
+        }
+        let mut buf = std::mem::take(&mut self.dev.inline_buf);
+        let r = self
+            .gather_checked_into(h, wr.sg_list, mem, &mut buf)
+            .and_then(|()| self.post_send(h, wr, Some(&buf)));
+        // A refused oversized WR must not pin its size: keep only what a
+        // valid inline WR can need.
+        if buf.capacity() <= crate::device::MAX_INLINE_DATA as usize {
+            self.dev.inline_buf = buf;
+        }
+        r
     }
 
     /// Resolves a UD WR's address handle; a Q_Key with bit 31 set means "use the

@@ -5,8 +5,8 @@
 //! are never visited. Timers are one deadline per QP in a heap
 //! ([`crate::sched::TimerHeap`]); expiry runs only the QPs that are due.
 
-use super::Transmit;
 use crate::memory::Memory;
+use crate::output::Transmit;
 use crate::Engine;
 
 impl Engine {

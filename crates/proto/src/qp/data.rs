@@ -132,6 +132,10 @@ pub struct QpData {
     pub comm_est: bool,
     /// Counters.
     pub counters: QpCounters,
+    /// The responder's effects buffer, reused from packet to packet.
+    pub resp_fx: super::responder::RespEffects,
+    /// The completer's effects buffer, reused from packet to packet.
+    pub comp_fx: super::completer::CompEffects,
 }
 
 impl QpData {

@@ -36,10 +36,8 @@ use crate::memory::Memory;
 use crate::mr::MrTable;
 use crate::output::AsyncEventKind;
 use crate::types::{Gid, Mtu};
-use crate::wc::WorkCompletion;
-use wire::Psn;
-
-pub use rx::Packet;
+use crate::wc::{wc_opcode_for, WcOpcode, WorkCompletion};
+use wire::{Psn, TransportRepr};
 
 /// Where a QP's effects go. The engine implements it over its CQ and SRQ
 /// tables and its event queue.
@@ -67,6 +65,16 @@ pub struct QpEnv<'a> {
     pub port_mtu: u32,
     /// The UDP source port packets leave from (covered by the ICRC).
     pub local_port: u16,
+}
+
+/// A packet the engine accepted for this QP (roce-wire.md §7 steps 1–6 passed).
+pub struct Packet<'a> {
+    /// Headers.
+    pub repr: &'a TransportRepr,
+    /// Payload bytes.
+    pub payload: &'a [u8],
+    /// The 40-byte GRH area a UD receive buffer gets (requests only).
+    pub grh: &'a [u8; 40],
 }
 
 /// A queue pair: the objects it uses, its control state and its data path.
@@ -154,7 +162,7 @@ impl Qp {
     /// turn into a QP error (the QP is in error already).
     pub fn post_send(&mut self, wqe: SendWqe, flushed: bool, sink: &mut impl Sink) {
         if flushed {
-            let wc = state::flush_wc_send(&wqe, self.ctl.qpn());
+            let wc = flush_wc_send(&wqe, self.ctl.qpn());
             sink.complete(self.send_cq, wc, false);
             self.dp.sq.recycle(wqe);
             return;
@@ -171,7 +179,7 @@ impl Qp {
     /// is in ERR, it completes at once with `WR_FLUSH_ERR`).
     pub fn post_recv(&mut self, wqe: RecvWqe, flushed: bool, sink: &mut impl Sink) {
         if flushed {
-            let wc = state::flush_wc_recv(&wqe, self.ctl.qpn());
+            let wc = flush_wc_recv(&wqe, self.ctl.qpn());
             sink.complete(self.recv_cq, wc, true);
             self.dp.rq.recycle(wqe);
             return;
@@ -215,4 +223,15 @@ pub(crate) fn gid_ip(gids: &[Gid], index: u8) -> std::net::IpAddr {
         .copied()
         .unwrap_or(Gid::ZERO)
         .ip()
+}
+
+/// The `WR_FLUSH_ERR` completion of a send WQE.
+fn flush_wc_send(w: &SendWqe, qpn: u32) -> WorkCompletion {
+    let op = wc_opcode_for(w.opcode).unwrap_or(WcOpcode::Send);
+    WorkCompletion::flush(w.wr_id, qpn, op)
+}
+
+/// The `WR_FLUSH_ERR` completion of a receive WQE.
+fn flush_wc_recv(w: &RecvWqe, qpn: u32) -> WorkCompletion {
+    WorkCompletion::flush(w.wr_id, qpn, WcOpcode::Recv)
 }

@@ -1,24 +1,13 @@
 //! Packets in: requests go to the responder, responses to the completer, and
 //! what they did becomes counters, completions, timers and state changes.
 
-use super::{path_mtu, Qp, QpEnv, Sink};
+use super::{path_mtu, Packet, Qp, QpEnv, Sink};
 use crate::output::AsyncEventKind;
 use crate::qp::completer::{CompEffects, CompEnv};
 use crate::qp::data::QpCounters;
 use crate::qp::responder::{Drop, Fatal, Incoming, RespEffects, RespEnv};
 use crate::timers::local_ack_timeout_ns;
 use crate::types::{AccessFlags, QpState, QpType};
-use wire::TransportRepr;
-
-/// A packet the engine accepted for this QP (roce-wire.md §7 steps 1–6 passed).
-pub struct Packet<'a> {
-    /// Headers.
-    pub repr: &'a TransportRepr,
-    /// Payload bytes.
-    pub payload: &'a [u8],
-    /// The 40-byte GRH area a UD receive buffer gets (requests only).
-    pub grh: &'a [u8; 40],
-}
 
 impl Qp {
     /// A packet addressed to this QP, now `now`. Returns true if the QP
@@ -65,7 +54,8 @@ impl Qp {
             sink.qp_event(AsyncEventKind::CommEst);
         }
         let renv = self.resp_env(env);
-        let mut fx = RespEffects::default();
+        // The effects buffer is the QP's own, reused: no allocation per packet.
+        let mut fx = std::mem::take(&mut self.dp.resp_fx);
         let inc = Incoming {
             repr: pkt.repr,
             payload: pkt.payload,
@@ -75,12 +65,17 @@ impl Qp {
             Some(q) => self.dp.resp.handle(&renv, q, &inc, &mut fx),
             None => self.dp.resp.handle(&renv, &mut self.dp.rq, &inc, &mut fx),
         }
-        self.apply_responder(fx, sink)
+        let dropped = self.apply_responder(&mut fx, sink);
+        self.dp.resp_fx = RespEffects {
+            completions: fx.completions,
+            ..RespEffects::default()
+        };
+        dropped
     }
 
-    fn apply_responder(&mut self, fx: RespEffects, sink: &mut impl Sink) -> bool {
+    fn apply_responder(&mut self, fx: &mut RespEffects, sink: &mut impl Sink) -> bool {
         let t = self.ctl.qp_type();
-        count_responder(&mut self.dp.counters, &fx, t);
+        count_responder(&mut self.dp.counters, fx, t);
         let dropped = fx
             .dropped
             .is_some_and(|d| !d.is_duplicate() && d != Drop::NoWqe)
@@ -89,7 +84,7 @@ impl Qp {
             self.wake();
         }
         let cq = self.recv_cq;
-        for (wc, solicited) in fx.completions {
+        for (wc, solicited) in fx.completions.drain(..) {
             self.complete(sink, cq, wc, solicited);
         }
         if fx.took_wqe {
@@ -119,15 +114,19 @@ impl Qp {
             mrs: env.mrs,
             mem: env.mem,
         };
-        let mut fx = CompEffects::default();
+        let mut fx = std::mem::take(&mut self.dp.comp_fx);
         let dp = &mut self.dp;
         dp.req
             .handle_response(&mut dp.sq, &cenv, pkt.repr, pkt.payload, &mut fx);
-        self.apply_completer(now, fx, sink);
+        self.apply_completer(now, &mut fx, sink);
+        self.dp.comp_fx = CompEffects {
+            completions: fx.completions,
+            ..CompEffects::default()
+        };
     }
 
-    fn apply_completer(&mut self, now: u64, fx: CompEffects, sink: &mut impl Sink) {
-        count_completer(&mut self.dp.counters, &fx);
+    fn apply_completer(&mut self, now: u64, fx: &mut CompEffects, sink: &mut impl Sink) {
+        count_completer(&mut self.dp.counters, fx);
         if fx.progress {
             let a = self.ctl.attr();
             self.dp.req.on_progress(a.retry_cnt, a.rnr_retry);
@@ -145,7 +144,7 @@ impl Qp {
             self.dp.ack_deadline = None;
         }
         let cq = self.send_cq;
-        for wc in fx.completions {
+        for wc in fx.completions.drain(..) {
             self.complete(sink, cq, wc, false);
         }
         if fx.fatal {

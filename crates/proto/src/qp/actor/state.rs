@@ -3,14 +3,12 @@
 //! silently, ERR flushing everything with `WR_FLUSH_ERR`, SQD drain
 //! detection, SQE for unreliable send errors.
 
-use super::{Qp, Sink};
+use super::{flush_wc_recv, flush_wc_send, Qp, Sink};
 use crate::mask::AttrMask;
 use crate::output::AsyncEventKind;
 use crate::qp::data::QpData;
 use crate::qp::modify::Transition;
-use crate::qp::wqe::{RecvWqe, SendWqe};
 use crate::types::{QpState, QpType};
-use crate::wc::{wc_opcode_for, WcOpcode, WorkCompletion};
 
 impl Qp {
     /// Side effects of a successful `ibv_modify_qp` (`t`, with attribute mask `mask`).
@@ -126,15 +124,4 @@ impl Qp {
             sink.qp_event(AsyncEventKind::SqDrained);
         }
     }
-}
-
-/// The `WR_FLUSH_ERR` completion of a send WQE.
-pub(super) fn flush_wc_send(w: &SendWqe, qpn: u32) -> WorkCompletion {
-    let op = wc_opcode_for(w.opcode).unwrap_or(WcOpcode::Send);
-    WorkCompletion::flush(w.wr_id, qpn, op)
-}
-
-/// The `WR_FLUSH_ERR` completion of a receive WQE.
-pub(super) fn flush_wc_recv(w: &RecvWqe, qpn: u32) -> WorkCompletion {
-    WorkCompletion::flush(w.wr_id, qpn, WcOpcode::Recv)
 }
