@@ -97,6 +97,10 @@ impl CqRing {
         }
         let solicited = solicited || wc.status.is_error();
         self.entries.push_back(wc);
+        debug_assert!(
+            self.entries.len() <= self.capacity,
+            "CQ beyond its capacity"
+        );
         let event = match self.notify {
             Notify::Next => true,
             Notify::Solicited => solicited,

@@ -176,6 +176,7 @@ impl Engine {
         check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;
         let wqe = s.queue.make(wr);
         s.queue.wqes.push_back(wqe);
+        debug_assert!(s.queue.len() <= a.max_wr as usize, "SRQ beyond max_wr");
         Ok(())
     }
 

@@ -94,6 +94,12 @@ impl Requester {
         if !fx.fatal {
             complete_failed(sq, env, fx);
         }
+        // The acknowledged edge never passes the send edge (both move forward
+        // only, less than half the PSN space apart: roce-wire.md §9).
+        debug_assert!(
+            self.next_psn.offset_from(self.una) < 1 << 23,
+            "una passed next_psn"
+        );
     }
 
     fn on_ack(

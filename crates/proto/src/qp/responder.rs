@@ -453,6 +453,12 @@ impl Responder {
             self.resources.pop_front();
         }
         self.resources.push_back(r);
+        // Responder credit: never more saved READ/atomic resources than the
+        // responder resources we granted (max_dest_rd_atomic; rc-reliability.md §3 step 4).
+        debug_assert!(
+            self.resources.len() <= usize::from(env.max_dest_rd_atomic.max(1)),
+            "responder resources beyond max_dest_rd_atomic"
+        );
     }
 
     /// rc-reliability.md §3.3: duplicates are answered, never re-executed.
