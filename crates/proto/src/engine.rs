@@ -880,6 +880,7 @@ impl Engine {
 
     /// After a call of QP `h`'s actor: into the ready queue if it may send
     /// (once), and its deadline into the timer heap.
+    #[inline]
     fn sync(&mut self, h: QpHandle) {
         let Some(q) = self.qps.get_mut(h) else {
             self.dev.timers.set(h, None);
@@ -889,7 +890,12 @@ impl Engine {
             q.dp.scheduled = true;
             self.dev.ready.push_back(h);
         }
-        self.dev.timers.set(h, q.deadline());
+        // Most calls leave the deadline as the heap has it.
+        let deadline = q.deadline();
+        if deadline != q.dp.in_heap {
+            q.dp.in_heap = deadline;
+            self.dev.timers.set(h, deadline);
+        }
     }
 
     /// Number of live objects of each table (for leak checks).

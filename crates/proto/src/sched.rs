@@ -88,6 +88,8 @@ impl TimerHeap {
                 self.pos[slot] = i;
                 self.sift_up(i);
             }
+            // Most calls leave a QP's deadline as it was.
+            (Some(d), i) if self.heap[i].0 == d => return,
             (Some(d), i) => {
                 self.heap[i] = (d, h);
                 let i = self.sift_up(i);

@@ -3,6 +3,7 @@
 use crate::error::{Error, ObjectKind};
 use crate::handle::{CqHandle, QpHandle, SrqHandle};
 use crate::output::PostOutcome;
+use crate::qp::actor::PostedSend;
 use crate::qp::wqe::UdDest;
 use crate::wc::WorkCompletion;
 use crate::wr::{
@@ -58,11 +59,13 @@ impl Engine {
             .contains(SendFlags::INLINE)
             .then(|| inline.unwrap_or(&[]));
         let ud = self.ud_dest(q.ctl.qkey_or_zero(), wr);
-        let flushed = disposition == Disposition::Flushed;
-        let q = self.qps.get_mut(h).expect("checked above");
-        let wqe = q.dp.sq.make(wr, q.ctl.sq_sig_all(), inline, ud);
-        self.drive_ctl(h, |q, sink| q.post_send(wqe, flushed, sink));
-        Ok(outcome(flushed))
+        let posted = PostedSend {
+            flushed: disposition == Disposition::Flushed,
+            inline,
+            ud,
+        };
+        self.drive_ctl(h, |q, sink| q.post_send(wr, posted, sink));
+        Ok(outcome(posted.flushed))
     }
 
     /// Copies the bytes of an `IBV_SEND_INLINE` WR through the memory-region
@@ -154,9 +157,7 @@ impl Engine {
             outstanding: q.dp.rq.len() as u32,
         };
         let flushed = check_post_recv(&ctx, wr)? == Disposition::Flushed;
-        let q = self.qps.get_mut(h).expect("checked above");
-        let wqe = q.dp.rq.make(wr);
-        self.drive_ctl(h, |q, sink| q.post_recv(wqe, flushed, sink));
+        self.drive_ctl(h, |q, sink| q.post_recv(wr, flushed, sink));
         Ok(outcome(flushed))
     }
 
@@ -174,8 +175,7 @@ impl Engine {
             })?;
         let a = s.srq.attr;
         check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;
-        let wqe = s.queue.make(wr);
-        s.queue.wqes.push_back(wqe);
+        s.queue.push(wr);
         debug_assert!(s.queue.len() <= a.max_wr as usize, "SRQ beyond max_wr");
         Ok(())
     }

@@ -362,6 +362,7 @@ impl Requester {
         if let Some(w) = sq.retire() {
             fx.completions
                 .push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
+            sq.recycle(w);
         }
         fx.fatal = true;
     }
@@ -375,6 +376,7 @@ impl Requester {
                     fx.completions.push(wc);
                 }
             }
+            sq.recycle(w);
         }
     }
 }
@@ -390,6 +392,7 @@ fn complete_failed(sq: &mut SendQueue, env: &CompEnv<'_>, fx: &mut CompEffects) 
         fx.completions
             .push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
         fx.fatal = true;
+        sq.recycle(w);
     }
 }
 

@@ -125,6 +125,8 @@ pub struct QpData {
     pub rnr_until: Option<u64>,
     /// In the engine's ready queue (the engine's flag, kept beside the QP).
     pub scheduled: bool,
+    /// The deadline the engine's timer heap holds for this QP (the engine's).
+    pub in_heap: Option<u64>,
     /// Something happened that may let the QP send (set by the QP, taken by
     /// the engine's scheduler).
     pub wants_tx: bool,
@@ -132,10 +134,10 @@ pub struct QpData {
     pub comm_est: bool,
     /// Counters.
     pub counters: QpCounters,
-    /// The responder's effects buffer, reused from packet to packet.
-    pub resp_fx: super::responder::RespEffects,
-    /// The completer's effects buffer, reused from packet to packet.
-    pub comp_fx: super::completer::CompEffects,
+    /// The responder's completions buffer, reused from packet to packet.
+    pub resp_wcs: Vec<(crate::wc::WorkCompletion, bool)>,
+    /// The completer's completions buffer, reused from packet to packet.
+    pub comp_wcs: Vec<crate::wc::WorkCompletion>,
 }
 
 impl QpData {

@@ -224,21 +224,23 @@ impl SendQueue {
         }
     }
 
-    /// A WQE for `wr`: a recycled one when there is one (no allocation).
-    pub fn make(
+    /// Queues a WQE for `wr` at the back: a recycled one when there is one
+    /// (no allocation).
+    pub fn push(
         &mut self,
         wr: &SendWr<'_>,
         sq_sig_all: bool,
         inline: Option<&[u8]>,
         ud: Option<UdDest>,
-    ) -> SendWqe {
-        match self.free.pop() {
+    ) {
+        let w = match self.free.pop() {
             Some(mut w) => {
                 w.fill(wr, sq_sig_all, inline, ud);
                 w
             }
             None => SendWqe::new(wr, sq_sig_all, inline, ud),
-        }
+        };
+        self.wqes.push_back(w);
     }
 
     /// Keeps a retired WQE's buffers for a later post.
@@ -291,15 +293,17 @@ impl RecvQueue {
         }
     }
 
-    /// A WQE for `wr`: a recycled one when there is one (no allocation).
-    pub fn make(&mut self, wr: &RecvWr<'_>) -> RecvWqe {
-        match self.free.pop() {
+    /// Queues a WQE for `wr` at the back: a recycled one when there is one
+    /// (no allocation).
+    pub fn push(&mut self, wr: &RecvWr<'_>) {
+        let w = match self.free.pop() {
             Some(mut w) => {
                 w.fill(wr);
                 w
             }
             None => RecvWqe::new(wr),
-        }
+        };
+        self.wqes.push_back(w);
     }
 
     /// Keeps a completed WQE's gather list for a later post.

@@ -29,7 +29,7 @@ mod state;
 mod tx;
 
 use super::data::{QpCounters, QpData};
-use super::wqe::{RecvQueue, RecvWqe, SendWqe};
+use super::wqe::{RecvQueue, RecvWqe, SendWqe, UdDest};
 use super::QpControl;
 use crate::handle::{CqHandle, PdHandle, SrqHandle};
 use crate::memory::Memory;
@@ -37,6 +37,7 @@ use crate::mr::MrTable;
 use crate::output::AsyncEventKind;
 use crate::types::{Gid, Mtu};
 use crate::wc::{wc_opcode_for, WcOpcode, WorkCompletion};
+use crate::wr::{RecvWr, SendWr};
 use wire::{Psn, TransportRepr};
 
 /// Where a QP's effects go. The engine implements it over its CQ and SRQ
@@ -77,6 +78,17 @@ pub struct Packet<'a> {
     pub grh: &'a [u8; 40],
 }
 
+/// What posting resolved for a send WR besides the WR itself.
+#[derive(Debug, Clone, Copy)]
+pub struct PostedSend<'a> {
+    /// The QP is in ERR (or SQE): the WR completes at once with `WR_FLUSH_ERR`.
+    pub flushed: bool,
+    /// The bytes of an `IBV_SEND_INLINE` WR.
+    pub inline: Option<&'a [u8]>,
+    /// A UD WR's destination, resolved from its address handle.
+    pub ud: Option<UdDest>,
+}
+
 /// A queue pair: the objects it uses, its control state and its data path.
 #[derive(Debug)]
 pub struct Qp {
@@ -114,6 +126,7 @@ impl Qp {
     }
 
     /// When [`Qp::on_timeout`] is next due (the earlier of its two timers).
+    #[inline]
     pub fn deadline(&self) -> Option<u64> {
         match (self.dp.ack_deadline, self.dp.rnr_until) {
             (Some(x), Some(y)) => Some(x.min(y)),
@@ -123,6 +136,7 @@ impl Qp {
     }
 
     /// True (once) if the QP may have a packet to send since the engine last asked.
+    #[inline]
     pub fn take_wants_tx(&mut self) -> bool {
         std::mem::take(&mut self.dp.wants_tx)
     }
@@ -157,41 +171,43 @@ impl Qp {
         self.dp.rq.len()
     }
 
-    /// An accepted send WR: queued, or (`flushed`: the QP is in ERR/SQE)
-    /// completed at once with `WR_FLUSH_ERR`, which a CQ overrun does not
-    /// turn into a QP error (the QP is in error already).
-    pub fn post_send(&mut self, wqe: SendWqe, flushed: bool, sink: &mut impl Sink) {
-        if flushed {
-            let wc = flush_wc_send(&wqe, self.ctl.qpn());
+    /// An accepted send WR (`ud`: its resolved UD destination, `inline`: its
+    /// gathered inline bytes): queued in a recycled WQE, or (`flushed`: the QP
+    /// is in ERR/SQE) completed at once with `WR_FLUSH_ERR`, which a CQ overrun
+    /// does not turn into a QP error (the QP is in error already).
+    pub fn post_send(&mut self, wr: &SendWr<'_>, posted: PostedSend<'_>, sink: &mut impl Sink) {
+        if posted.flushed {
+            let op = wc_opcode_for(wr.opcode).unwrap_or(WcOpcode::Send);
+            let wc = WorkCompletion::flush(wr.wr_id, self.ctl.qpn(), op);
             sink.complete(self.send_cq, wc, false);
-            self.dp.sq.recycle(wqe);
             return;
         }
         debug_assert!(
             self.dp.sq.len() < self.ctl.cap().max_send_wr as usize,
             "posting checked the send queue depth"
         );
-        self.dp.sq.wqes.push_back(wqe);
+        let sig_all = self.ctl.sq_sig_all();
+        self.dp.sq.push(wr, sig_all, posted.inline, posted.ud);
         self.wake();
     }
 
     /// An accepted receive WR on the QP's own receive queue (`flushed`: the QP
     /// is in ERR, it completes at once with `WR_FLUSH_ERR`).
-    pub fn post_recv(&mut self, wqe: RecvWqe, flushed: bool, sink: &mut impl Sink) {
+    pub fn post_recv(&mut self, wr: &RecvWr<'_>, flushed: bool, sink: &mut impl Sink) {
         if flushed {
-            let wc = flush_wc_recv(&wqe, self.ctl.qpn());
+            let wc = WorkCompletion::flush(wr.wr_id, self.ctl.qpn(), WcOpcode::Recv);
             sink.complete(self.recv_cq, wc, true);
-            self.dp.rq.recycle(wqe);
             return;
         }
         debug_assert!(
             self.dp.rq.len() < self.ctl.cap().max_recv_wr as usize,
             "posting checked the receive queue depth"
         );
-        self.dp.rq.wqes.push_back(wqe);
+        self.dp.rq.push(wr);
     }
 
     /// The engine should give this QP a turn to send.
+    #[inline]
     fn wake(&mut self) {
         self.dp.wants_tx = true;
     }

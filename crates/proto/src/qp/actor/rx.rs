@@ -54,8 +54,11 @@ impl Qp {
             sink.qp_event(AsyncEventKind::CommEst);
         }
         let renv = self.resp_env(env);
-        // The effects buffer is the QP's own, reused: no allocation per packet.
-        let mut fx = std::mem::take(&mut self.dp.resp_fx);
+        // The completions buffer is the QP's own, reused: no allocation per packet.
+        let mut fx = RespEffects {
+            completions: std::mem::take(&mut self.dp.resp_wcs),
+            ..RespEffects::default()
+        };
         let inc = Incoming {
             repr: pkt.repr,
             payload: pkt.payload,
@@ -66,10 +69,7 @@ impl Qp {
             None => self.dp.resp.handle(&renv, &mut self.dp.rq, &inc, &mut fx),
         }
         let dropped = self.apply_responder(&mut fx, sink);
-        self.dp.resp_fx = RespEffects {
-            completions: fx.completions,
-            ..RespEffects::default()
-        };
+        self.dp.resp_wcs = fx.completions;
         dropped
     }
 
@@ -114,15 +114,15 @@ impl Qp {
             mrs: env.mrs,
             mem: env.mem,
         };
-        let mut fx = std::mem::take(&mut self.dp.comp_fx);
+        let mut fx = CompEffects {
+            completions: std::mem::take(&mut self.dp.comp_wcs),
+            ..CompEffects::default()
+        };
         let dp = &mut self.dp;
         dp.req
             .handle_response(&mut dp.sq, &cenv, pkt.repr, pkt.payload, &mut fx);
         self.apply_completer(now, &mut fx, sink);
-        self.dp.comp_fx = CompEffects {
-            completions: fx.completions,
-            ..CompEffects::default()
-        };
+        self.dp.comp_wcs = fx.completions;
     }
 
     fn apply_completer(&mut self, now: u64, fx: &mut CompEffects, sink: &mut impl Sink) {

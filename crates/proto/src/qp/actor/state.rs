@@ -25,9 +25,11 @@ impl Qp {
         match (t.from, t.to) {
             (_, QpState::Reset) => {
                 // Everything queued is discarded without completions (§6.1).
-                let counters = self.dp.counters;
+                // The counters stay, and so does what the engine's heap holds.
+                let (counters, in_heap) = (self.dp.counters, self.dp.in_heap);
                 self.dp = QpData {
                     counters,
+                    in_heap,
                     ..QpData::with_capacity(self.ctl.cap())
                 };
             }
