@@ -8,8 +8,9 @@
 //! `SOFTVERBS_FAULTS`) and packet capture to pcap ([`capture`], `SOFTVERBS_PCAP`). It does not depend on the engine: [`Engine`] is the
 //! contract the engine implements, and its doc states the call order.
 //!
-//! Unsafe code lives only in the private `sys` module (libc calls, each with a
-//! `// SAFETY:` comment).
+//! Unsafe code lives only in the private `sys` module and in [`host`] (libc
+//! calls, each with a `// SAFETY:` comment). [`host`] is what a launcher needs
+//! from the host: a private user + mount namespace, mounts, interfaces.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
 
@@ -23,8 +24,10 @@ mod eventfd;
 mod events;
 pub mod faults;
 mod hold;
+pub mod host;
 mod options;
 mod progress;
+pub mod share;
 mod socket;
 mod sys;
 

@@ -10,7 +10,7 @@
 use crate::ah::{check_av, Ah};
 use crate::cq::Pushed;
 use crate::cq::{self, Cq};
-use crate::device::{DeviceConfig, DeviceInfo, FIRST_QPN};
+use crate::device::{DeviceConfig, DeviceInfo, QpnSpace, FIRST_QPN};
 use crate::error::{Error, ObjectKind};
 use crate::handle::{kind, Handle};
 use crate::mask::AttrMask;
@@ -26,7 +26,7 @@ use crate::qp::QpControl;
 use crate::sched::{ReadyQueue, TimerHeap};
 use crate::srq::{self, Srq, SrqAttr};
 use crate::table::Table;
-use crate::types::{AhAttr, QpAttr, QpCap, QpType, MASK_24};
+use crate::types::{AhAttr, QpAttr, QpCap, QpState, QpType};
 use crate::wc::WorkCompletion;
 use std::collections::{HashMap, VecDeque};
 
@@ -261,6 +261,7 @@ pub struct Engine {
     pub(crate) qps: Table<Qp, kind::Qp>,
     qpns: HashMap<u32, QpHandle>,
     next_qpn: u32,
+    qpn_space: QpnSpace,
     mr_serial: u32,
     /// Device-wide data-path state (schedule, events, counters).
     pub(crate) dev: DeviceData,
@@ -289,6 +290,7 @@ impl Engine {
             info,
             qpns: HashMap::new(),
             next_qpn: FIRST_QPN,
+            qpn_space: QpnSpace::ALL,
             mr_serial: 0,
             dev: DeviceData::default(),
         }
@@ -438,6 +440,33 @@ impl Engine {
         access: u32,
     ) -> Result<(MrHandle, &Mr), Error> {
         let flags = mr::check_reg(addr, length, access)?;
+        self.insert_mr(pd, addr, addr, length, flags)
+    }
+
+    /// `ibv_reg_dm_mr`: a zero-based region of `length` bytes whose byte 0
+    /// lives at host address `host` (`offset` bytes into device memory of
+    /// `dm_len` bytes; [`mr::check_reg_dm`]).
+    pub fn reg_dm_mr(
+        &mut self,
+        pd: PdHandle,
+        host: u64,
+        dm_len: u64,
+        offset: u64,
+        length: u64,
+        access: u32,
+    ) -> Result<(MrHandle, &Mr), Error> {
+        let flags = mr::check_reg_dm(dm_len, offset, length, access)?;
+        self.insert_mr(pd, 0, host.wrapping_add(offset), length, flags)
+    }
+
+    fn insert_mr(
+        &mut self,
+        pd: PdHandle,
+        addr: u64,
+        host: u64,
+        length: u64,
+        flags: crate::types::AccessFlags,
+    ) -> Result<(MrHandle, &Mr), Error> {
         self.pd_ctx(pd)?;
         let limit = u64::from(self.info.attr.max_mr);
         let h = self
@@ -449,6 +478,7 @@ impl Engine {
                 access: flags,
                 lkey: 0,
                 rkey: 0,
+                host,
             })
             .ok_or(Error::TooMany {
                 kind: ObjectKind::Mr,
@@ -470,6 +500,27 @@ impl Engine {
             .remove(h)
             .ok_or_else(|| missing(ObjectKind::Mr, h))?;
         self.pd_use(m.pd, ObjectKind::Mr, false)?;
+        Ok(m)
+    }
+
+    /// `ibv_rereg_mr`: changes the PD, the translation and/or the access of a
+    /// region, all or nothing; the keys stay (spec/mr-rereg.md). Every access
+    /// after this returns is checked against the new values.
+    pub fn rereg_mr(&mut self, h: MrHandle, r: &mr::Rereg) -> Result<&Mr, Error> {
+        let old = self.mrs.get(h).ok_or_else(|| missing(ObjectKind::Mr, h))?;
+        let new = mr::check_rereg(old, r)?;
+        let old_pd = old.pd;
+        if new.pd != old_pd && self.pd_ctx(new.pd)? != self.pd_ctx(old_pd)? {
+            return Err(Error::Mismatch {
+                what: "rereg_mr: the new protection domain belongs to another context",
+            });
+        }
+        if new.pd != old_pd {
+            self.pd_use(new.pd, ObjectKind::Mr, true)?;
+            self.pd_use(old_pd, ObjectKind::Mr, false)?;
+        }
+        let m = self.mrs.get_mut(h).expect("checked above");
+        *m = new;
         Ok(m)
     }
 
@@ -532,14 +583,15 @@ impl Engine {
     }
 
     /// `ibv_resize_cq`: a new capacity (≥ the request, within `max_cqe`), refused
-    /// with `EINVAL` below the completions already queued. Returns the capacity.
+    /// with `EINVAL` below the completions queued and owed. Returns the capacity.
     pub fn resize_cq(&mut self, h: CqHandle, cqe: i32) -> Result<u32, Error> {
         let granted = cq::check_create(cqe, 0, &self.info.attr)?;
+        let owed = self.owed_completions(h);
         let c = self
             .cqs
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Cq, h))?;
-        c.ring.resize(granted)?;
+        c.ring.resize(granted, owed)?;
         c.cq.cqe = granted;
         Ok(granted)
     }
@@ -732,15 +784,26 @@ impl Engine {
         }
     }
 
-    /// Next free QPN: 24 bits, never 0 or 1 (SMI/GSI), never the multicast QPN.
+    /// Hands out QPNs from `space` only (this process's share of an address),
+    /// the first at `start` (or the space's first if `start` is outside it);
+    /// call before the first QP is created.
+    pub fn set_qpn_space(&mut self, space: QpnSpace, start: u32) {
+        self.qpn_space = space;
+        self.next_qpn = if space.contains(start) {
+            start
+        } else {
+            space.first
+        };
+        // ibv_query_device reports what this device can really hand out.
+        self.info.attr.max_qp = self.info.attr.max_qp.min(space.len());
+    }
+
+    /// Next free QPN of the QPN space (by default 24 bits, never 0 or 1
+    /// (SMI/GSI), never the multicast QPN).
     fn alloc_qpn(&mut self) -> Result<u32, Error> {
-        for _ in 0..=MASK_24 {
+        for _ in 0..self.qpn_space.len() {
             let qpn = self.next_qpn;
-            self.next_qpn = if qpn >= MASK_24 - 1 {
-                FIRST_QPN
-            } else {
-                qpn + 1
-            };
+            self.next_qpn = self.qpn_space.after(qpn);
             if !self.qpns.contains_key(&qpn) {
                 return Ok(qpn);
             }
@@ -769,6 +832,9 @@ impl Engine {
         };
         let t = q.ctl.modify(attr, mask, env)?;
         self.drive_ctl(h, |q, sink| q.on_modify(t, mask, sink));
+        if t.to == QpState::Reset {
+            self.purge_qp_completions(h);
+        }
         Ok(t)
     }
 
@@ -896,6 +962,42 @@ impl Engine {
             q.dp.in_heap = deadline;
             self.dev.timers.set(h, deadline);
         }
+    }
+
+    /// Completions that signaled send WRs still queued on QPs feeding `cq`
+    /// will add (each completes exactly once: success, error or flush).
+    pub(crate) fn owed_completions(&self, cq: CqHandle) -> usize {
+        self.qps
+            .iter()
+            .filter(|(_, q)| q.send_cq == cq)
+            .map(|(_, q)| q.signaled_sends())
+            .sum()
+    }
+
+    /// A QP moved to RESET: its completions leave its CQs, as rdma-core's
+    /// hardware providers do (mlx4/mlx5/mthca/hns `*_modify_qp` →
+    /// `*_cq_clean`; spec/qp-state-machine.md §6.1).
+    pub(crate) fn purge_qp_completions(&mut self, h: QpHandle) {
+        let Some(q) = self.qps.get(h) else { return };
+        let (qpn, send, recv) = (q.ctl.qpn(), q.send_cq, q.recv_cq);
+        for c in [send, recv] {
+            if let Some(e) = self.cqs.get_mut(c) {
+                e.ring.purge_qp(qpn);
+            }
+        }
+    }
+
+    /// `ibv_advise_mr` on `pd` ([`advise`]); `EINVAL` for a PD that does not exist.
+    pub fn advise_mr(
+        &self,
+        pd: PdHandle,
+        advice: u32,
+        flags: u32,
+        sges: &[crate::wr::Sge],
+        mem: &dyn crate::memory::Memory,
+    ) -> Result<(), Error> {
+        self.pd_ctx(pd)?;
+        Ok(mr::advise(&self.mrs, pd, advice, flags, sges, mem)?)
     }
 
     /// Number of live objects of each table (for leak checks).

@@ -166,6 +166,12 @@ impl Qp {
         self.dp.sq.len()
     }
 
+    /// Signaled send WQEs not yet completed: each will add one completion
+    /// (success, error or flush) to the send CQ.
+    pub fn signaled_sends(&self) -> usize {
+        self.dp.sq.wqes.iter().filter(|w| w.signaled).count()
+    }
+
     /// Receive WQEs waiting on the QP's own receive queue.
     pub fn recv_queue_len(&self) -> usize {
         self.dp.rq.len()
@@ -227,9 +233,9 @@ impl Qp {
     }
 }
 
-/// Path MTU in bytes from the raw attribute (1024 if unset).
-pub(crate) fn path_mtu(raw: u32) -> u32 {
-    Mtu::from_raw(raw).unwrap_or(Mtu::Mtu1024).bytes()
+/// Path MTU in bytes (an unset attribute holds the default, 1024).
+pub(crate) fn path_mtu(mtu: Mtu) -> u32 {
+    mtu.bytes()
 }
 
 /// The IP address of local GID `index` (the first one if out of range).

@@ -7,7 +7,7 @@ use crate::qp::completer::{CompEffects, CompEnv};
 use crate::qp::data::QpCounters;
 use crate::qp::responder::{Drop, Fatal, Incoming, RespEffects, RespEnv};
 use crate::timers::local_ack_timeout_ns;
-use crate::types::{AccessFlags, QpState, QpType};
+use crate::types::{QpState, QpType};
 
 impl Qp {
     /// A packet addressed to this QP, now `now`. Returns true if the QP
@@ -37,7 +37,7 @@ impl Qp {
             qpn: self.ctl.qpn(),
             dest_qpn: a.dest_qp_num,
             pd: self.pd,
-            access: AccessFlags(a.qp_access_flags),
+            access: a.qp_access_flags,
             mtu: path_mtu(a.path_mtu),
             max_dest_rd_atomic: a.max_dest_rd_atomic,
             min_rnr_timer: a.min_rnr_timer,
