@@ -161,7 +161,10 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let opened = device_block_of("ibv_open_device", device).and_then(|b| {
-        let ctx = b.device.open().map_err(|e| open_refused(b.device.name(), &e))?;
+        let ctx = b
+            .device
+            .open()
+            .map_err(|e| open_refused(b.device.name(), &e))?;
         open_context(b, ctx)
     });
     match opened {
