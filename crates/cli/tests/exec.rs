@@ -319,3 +319,86 @@ fn ucx_info_lists_the_device() {
     }
     assert!(section.contains("Device: softverbs0:1"));
 }
+
+/// Records in a pcap file (24-byte file header, then 16-byte record headers
+/// each followed by `incl_len` bytes).
+fn pcap_records(path: &Path) -> usize {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let (mut at, mut n) = (24, 0);
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        at += 16 + incl;
+        n += 1;
+    }
+    n
+}
+
+/// ucx_perftest between two processes, each under `softverbs exec` on an
+/// address of its own, UCX restricted to rc_verbs and ud_verbs (no shared
+/// memory, no TCP): the test completes and every process's capture shows the
+/// traffic went through softverbs.
+fn ucx_perftest(test: &str, addrs: [&str; 2], port: u16) {
+    let Some(lib) = lib_dir() else { return };
+    if !have("ucx_perftest") {
+        return;
+    }
+    const ITERS: usize = 500;
+    let dir = std::env::temp_dir().join(format!("softverbs-ucx-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |addr: &str, peer: Option<&str>| {
+        let mut c = Command::new("timeout");
+        c.args(["60", BIN, "exec", "--lib-dir"])
+            .arg(&lib)
+            .args(["--", "ucx_perftest", "-t", test, "-n", &ITERS.to_string()])
+            .args(["-p", &port.to_string()])
+            .args(peer)
+            .env("SOFTVERBS_ADDR", addr)
+            .env("SOFTVERBS_PCAP", dir.join(format!("{addr}.pcap")))
+            .env("UCX_TLS", "rc_verbs,ud_verbs")
+            .env("UCX_NET_DEVICES", "softverbs0:1")
+            .current_dir("/");
+        c
+    };
+    let server = run(addrs[0], None)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let client = run(addrs[1], Some("127.0.0.1")).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&client.stdout);
+    eprintln!("{text}{}", String::from_utf8_lossy(&client.stderr));
+    assert!(
+        client.status.success() && server.status.success(),
+        "{test}: {:?} {:?}",
+        client.status,
+        server.status
+    );
+    assert!(text.contains("Final:"), "{test}: no result line");
+    for addr in addrs {
+        let n = pcap_records(&dir.join(format!("{addr}.pcap")));
+        assert!(
+            n >= ITERS,
+            "{test}: only {n} RoCE datagrams captured on {addr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ucx_tag_latency_over_softverbs() {
+    ucx_perftest(
+        "tag_lat",
+        ["127.0.9.21", "127.0.9.22"],
+        20000 + (std::process::id() % 5000) as u16,
+    );
+}
+
+#[test]
+fn ucx_put_bandwidth_over_softverbs() {
+    ucx_perftest(
+        "ucp_put_bw",
+        ["127.0.9.31", "127.0.9.32"],
+        25000 + (std::process::id() % 5000) as u16,
+    );
+}

@@ -161,7 +161,7 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let opened = device_block_of("ibv_open_device", device).and_then(|b| {
-        let ctx = b.device.open().map_err(|e| errno_of(&e))?;
+        let ctx = b.device.open().map_err(|e| open_refused(b.device.name(), &e))?;
         open_context(b, ctx)
     });
     match opened {
@@ -171,6 +171,16 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             std::ptr::null_mut()
         }
     }
+}
+
+/// A device that cannot open says why: programs report only "couldn't get
+/// context". Logged at `error`; also printed when `SOFTVERBS_LOG` is unset.
+fn open_refused(name: &str, e: &softverbs::Error) -> c_int {
+    tracing::error!(target: "softverbs", "ibv_open_device({name}): {e}");
+    if std::env::var_os("SOFTVERBS_LOG").is_none() {
+        eprintln!("libibverbs (softverbs): cannot open {name}: {e}");
+    }
+    errno_of(e)
 }
 
 pub(crate) fn device_attr(a: &DeviceAttr) -> ibv_device_attr {

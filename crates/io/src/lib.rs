@@ -27,6 +27,7 @@ mod hold;
 pub mod host;
 mod options;
 mod progress;
+pub mod share;
 mod socket;
 mod sys;
 

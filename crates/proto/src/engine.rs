@@ -9,7 +9,7 @@
 
 use crate::ah::{check_av, Ah};
 use crate::cq::{self, Cq};
-use crate::device::{DeviceConfig, DeviceInfo, FIRST_QPN};
+use crate::device::{DeviceConfig, DeviceInfo, QpnSpace, FIRST_QPN};
 use crate::error::{Error, ObjectKind};
 use crate::handle::{kind, Handle};
 use crate::mask::AttrMask;
@@ -21,7 +21,7 @@ use crate::qp::QpControl;
 use crate::srq::{self, Srq, SrqAttr};
 use crate::table::Table;
 use crate::types::QpState;
-use crate::types::{AhAttr, QpAttr, QpCap, QpType, MASK_24};
+use crate::types::{AhAttr, QpAttr, QpCap, QpType};
 use std::collections::{HashMap, VecDeque};
 
 /// How many objects of each kind use an object.
@@ -204,6 +204,7 @@ pub struct Engine {
     pub(crate) qps: Table<Qp, kind::Qp>,
     qpns: HashMap<u32, QpHandle>,
     next_qpn: u32,
+    qpn_space: QpnSpace,
     mr_serial: u32,
     /// Device-wide data-path state (schedule, events, counters).
     pub(crate) dev: DeviceData,
@@ -232,6 +233,7 @@ impl Engine {
             info,
             qpns: HashMap::new(),
             next_qpn: FIRST_QPN,
+            qpn_space: QpnSpace::ALL,
             mr_serial: 0,
             dev: DeviceData::default(),
         }
@@ -732,15 +734,26 @@ impl Engine {
         }
     }
 
-    /// Next free QPN: 24 bits, never 0 or 1 (SMI/GSI), never the multicast QPN.
+    /// Hands out QPNs from `space` only (this process's share of an address),
+    /// the first at `start` (or the space's first if `start` is outside it);
+    /// call before the first QP is created.
+    pub fn set_qpn_space(&mut self, space: QpnSpace, start: u32) {
+        self.qpn_space = space;
+        self.next_qpn = if space.contains(start) {
+            start
+        } else {
+            space.first
+        };
+        // ibv_query_device reports what this device can really hand out.
+        self.info.attr.max_qp = self.info.attr.max_qp.min(space.len());
+    }
+
+    /// Next free QPN of the QPN space (by default 24 bits, never 0 or 1
+    /// (SMI/GSI), never the multicast QPN).
     fn alloc_qpn(&mut self) -> Result<u32, Error> {
-        for _ in 0..=MASK_24 {
+        for _ in 0..self.qpn_space.len() {
             let qpn = self.next_qpn;
-            self.next_qpn = if qpn >= MASK_24 - 1 {
-                FIRST_QPN
-            } else {
-                qpn + 1
-            };
+            self.next_qpn = self.qpn_space.after(qpn);
             if !self.qpns.contains_key(&qpn) {
                 return Ok(qpn);
             }

@@ -68,7 +68,8 @@ fn av_errno(av: &AhAttr) -> Option<Errno> {
         1 => return Some(Errno::ENODATA),
         _ => return Some(Errno::EINVAL),
     }
-    (av.grh.dgid == Gid::ZERO || av.grh.flow_label > 0xf_ffff).then_some(Errno::EINVAL)
+    // Any 32-bit flow label is accepted, as Linux accepts it (its low 20 bits count).
+    (av.grh.dgid == Gid::ZERO).then_some(Errno::EINVAL)
 }
 
 /// Spec §5: the errno of every selected attribute whose value is refused.

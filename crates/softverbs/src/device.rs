@@ -4,8 +4,11 @@
 use crate::mem::RawMemory;
 use proto::datapath::{Event, EventElement};
 use proto::device::DeviceConfig;
+use proto::device::QpnSpace;
 use proto::Engine;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use sv_io::share::{self, Slot};
 use sv_io::{AsyncEvent, Driver, DriverOptions, Nanos, Notification, Transmit};
 
 /// The engine as the driver sees it.
@@ -76,8 +79,13 @@ impl Shared {
             )
         })?;
         let bind = SocketAddr::new(ip, proto::datapath::ROCE_PORT);
+        // Every process on the address shares port 4791 (sv_io::share): a slot
+        // of the address gives this one its QPNs and its place in the group.
+        let slot = Slot::claim(ip).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let (first, last) = share::qpn_range(slot.index());
         let opts = DriverOptions {
             thread_name: format!("{}-progress", config.name),
+            share: Some(Arc::new(slot)),
             ..opts.clone()
         };
         // A device closed a moment ago (its last context dropped on another
@@ -86,6 +94,7 @@ impl Shared {
         loop {
             let mut engine = Engine::new(config);
             engine.set_local_port(bind.port());
+            engine.set_qpn_space(QpnSpace { first, last }, qpn_start(first, last));
             let de = DeviceEngine {
                 engine,
                 mem: RawMemory,
@@ -120,6 +129,18 @@ impl Shared {
     pub(crate) fn doorbell(&self) {
         self.driver.doorbell();
     }
+}
+
+/// Where a process starts handing out its slot's QPNs: a point that differs
+/// from one process to the next, so a process that takes over a slot does not
+/// at once reuse the QPNs of the one before it (whose peers may still be
+/// retransmitting to them), as the kernel's cyclic allocation avoids for rxe.
+fn qpn_start(first: u32, last: u32) -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mix = (std::process::id() ^ nanos).wrapping_mul(0x9e37_79b9);
+    first + mix % (last - first + 1)
 }
 
 /// Tells whether `ip` can be bound here (for clear configuration errors).

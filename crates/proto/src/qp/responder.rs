@@ -697,6 +697,7 @@ impl Responder {
         if !wc.status.is_error() {
             wc.src_qp = deth.src_qp.get();
             wc.wc_flags = wc.wc_flags | WcFlags::GRH;
+            wc.sl = roce_packet_type(pkt.grh);
         }
         fx.completions.push((wc, pkt.repr.bth.solicited));
         Ok(())
@@ -848,4 +849,32 @@ fn recv_completion(
 
 fn rc_opcode(code: u8) -> Opcode {
     Opcode::new(code).unwrap_or_else(|_| unreachable!("0x{code:02x} is in the opcode table"))
+}
+
+/// A UD receive's `wc.sl` on RoCE: the packet type, as ConnectX reports it
+/// (bit 3: the frame has a UDP header, i.e. RoCE v2; bits 2..0: the L3 header,
+/// 1 IPv6, 2 IPv4). SL has no meaning on RoCE; UCX 1.13 reads this field to
+/// tell where the destination address sits in the 40-byte GRH area
+/// (`uct_ud_iface_check_grh`) and drops every UD packet otherwise.
+/// `grh` is that area: an IPv6 header, or 20 undefined bytes and an IPv4 header.
+fn roce_packet_type(grh: &[u8]) -> u8 {
+    let ipv6 = grh.first().is_some_and(|b| b >> 4 == 6);
+    0x8 | if ipv6 { 1 } else { 2 }
+}
+
+#[cfg(test)]
+mod roce_packet_type_tests {
+    use super::roce_packet_type;
+
+    #[test]
+    fn ud_sl_carries_the_roce_packet_type() {
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        assert_eq!(roce_packet_type(&v6), 0x9);
+        let mut v4 = [0u8; 40];
+        v4[20] = 0x45;
+        assert_eq!(roce_packet_type(&v4), 0xa);
+        // UCX 1.13 masks with 0x7: 2 means IPv4, the address in the last 4 bytes.
+        assert_eq!(roce_packet_type(&v4) & 0x7, 2);
+    }
 }
