@@ -367,7 +367,7 @@ fn a_crash_and_a_newcomer_do_not_misroute() {
     dead.child.wait().unwrap();
     // As an application would: the connection to the dead process is torn down.
     let err = QpAttr {
-        qp_state: QpState::Err as u32,
+        qp_state: QpState::Err,
         ..QpAttr::default()
     };
     hub.qps[victim].0.modify(&err, AttrMask::STATE).unwrap();
