@@ -402,3 +402,89 @@ fn ucx_put_bandwidth_over_softverbs() {
         25000 + (std::process::id() % 5000) as u16,
     );
 }
+
+/// Open MPI 4.1 with `--mca pml ucx`, 4 ranks under one `softverbs exec` (one
+/// "host": the ranks share its address), UCX on rc_verbs/ud_verbs only: the
+/// ping-pong runs, the allreduce is right, and every rank's capture shows its
+/// traffic went through softverbs.
+#[test]
+fn open_mpi_job_on_one_shared_address() {
+    let Some(lib) = lib_dir() else { return };
+    if !have("mpirun") || !have("mpicc") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("softverbs-mpi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/pingpong.c");
+    let exe = dir.join("pingpong");
+    let cc = Command::new("timeout")
+        .args(["120", "mpicc", "-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "mpicc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = Command::new("timeout")
+        .args(["120", BIN, "exec", "--lib-dir"])
+        .arg(&lib)
+        .args([
+            "--",
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "4",
+        ])
+        .args([
+            "--mca",
+            "pml",
+            "ucx",
+            "--mca",
+            "btl",
+            "^vader,tcp,openib,uct",
+        ])
+        .args(["--mca", "osc", "^ucx"])
+        .args([
+            "-x",
+            "UCX_TLS",
+            "-x",
+            "UCX_NET_DEVICES",
+            "-x",
+            "SOFTVERBS_PCAP",
+        ])
+        .arg(&exe)
+        .env_remove("SOFTVERBS_ADDR")
+        .env("SOFTVERBS_PCAP", dir.join("%p.pcap"))
+        .env("UCX_TLS", "rc_verbs,ud_verbs")
+        .env("UCX_NET_DEVICES", "softverbs0:1")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "mpirun: {:?}", out.status);
+    assert!(
+        text.contains("allreduce 10 (expect 10)"),
+        "allreduce result"
+    );
+    let captures: Vec<usize> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pcap"))
+        .map(|e| pcap_records(&e.path()))
+        .collect();
+    assert_eq!(captures.len(), 4, "one capture per rank: {captures:?}");
+    assert!(
+        captures.iter().all(|&n| n > 0),
+        "every rank used softverbs: {captures:?}"
+    );
+    assert!(
+        captures.iter().sum::<usize>() >= 4000,
+        "the ping-pong went through softverbs: {captures:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
