@@ -338,16 +338,36 @@ fn pcap_records(path: &Path) -> usize {
 /// memory, no TCP): the test completes and every process's capture shows the
 /// traffic went through softverbs.
 fn ucx_perftest(test: &str, addrs: [&str; 2], port: u16) {
+    ucx_perftest_in(test, addrs, port, [None, None], "127.0.0.1");
+}
+
+/// [`ucx_perftest`], each side optionally in a network namespace, the client
+/// reaching the server's out-of-band port at `server`.
+fn ucx_perftest_in(
+    test: &str,
+    addrs: [&str; 2],
+    port: u16,
+    netns: [Option<&str>; 2],
+    server_ip: &str,
+) {
     let Some(lib) = lib_dir() else { return };
     if !have("ucx_perftest") {
         return;
     }
     const ITERS: usize = 500;
-    let dir = std::env::temp_dir().join(format!("softverbs-ucx-{test}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "softverbs-ucx-{test}-{}-{}",
+        addrs[0],
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    let run = |addr: &str, peer: Option<&str>| {
+    let run = |addr: &str, peer: Option<&str>, ns: Option<&str>| {
         let mut c = Command::new("timeout");
-        c.args(["60", BIN, "exec", "--lib-dir"])
+        c.arg("60");
+        if let Some(ns) = ns {
+            c.args(["ip", "netns", "exec", ns]);
+        }
+        c.args([BIN, "exec", "--lib-dir"])
             .arg(&lib)
             .args(["--", "ucx_perftest", "-t", test, "-n", &ITERS.to_string()])
             .args(["-p", &port.to_string()])
@@ -359,12 +379,12 @@ fn ucx_perftest(test: &str, addrs: [&str; 2], port: u16) {
             .current_dir("/");
         c
     };
-    let server = run(addrs[0], None)
+    let server = run(addrs[0], None, netns[0])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let client = run(addrs[1], Some("127.0.0.1")).output().unwrap();
+    let client = run(addrs[1], Some(server_ip), netns[1]).output().unwrap();
     let server = server.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&client.stdout);
     eprintln!("{text}{}", String::from_utf8_lossy(&client.stderr));
@@ -487,4 +507,79 @@ fn open_mpi_job_on_one_shared_address() {
         "the ping-pong went through softverbs: {captures:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two network namespaces joined by a veth pair (deleted on drop).
+struct Netns {
+    names: [String; 2],
+}
+
+impl Netns {
+    const ADDRS: [&'static str; 2] = ["10.78.0.1", "10.78.0.2"];
+
+    fn create() -> Option<Netns> {
+        let ip = |args: &[&str]| {
+            let o = Command::new("timeout")
+                .arg("20")
+                .arg("ip")
+                .args(args)
+                .output();
+            o.is_ok_and(|o| o.status.success())
+        };
+        let pid = std::process::id();
+        let ns = Netns {
+            names: [format!("svxA{pid}"), format!("svxB{pid}")],
+        };
+        if !ip(&["netns", "add", &ns.names[0]]) {
+            return None; // not root: no namespaces here
+        }
+        let (a, b) = (ns.names[0].as_str(), ns.names[1].as_str());
+        let (va, vb) = (format!("svxa{pid}"), format!("svxb{pid}"));
+        let (aa, ab) = (
+            format!("{}/24", Self::ADDRS[0]),
+            format!("{}/24", Self::ADDRS[1]),
+        );
+        let steps: [&[&str]; 8] = [
+            &["netns", "add", b],
+            &[
+                "link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b,
+            ],
+            &["-n", a, "addr", "add", &aa, "dev", &va],
+            &["-n", b, "addr", "add", &ab, "dev", &vb],
+            &["-n", a, "link", "set", &va, "up"],
+            &["-n", b, "link", "set", &vb, "up"],
+            &["-n", a, "link", "set", "lo", "up"],
+            &["-n", b, "link", "set", "lo", "up"],
+        ];
+        for step in steps {
+            assert!(ip(step), "ip {}", step.join(" "));
+        }
+        Some(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("timeout")
+                .args(["20", "ip", "netns", "delete", n])
+                .output();
+        }
+    }
+}
+
+/// ucx_perftest tag latency between two "hosts": network namespaces joined by
+/// a veth pair, each process on its namespace's address.
+#[test]
+fn ucx_tag_latency_between_two_network_namespaces() {
+    if !have("ip") {
+        return;
+    }
+    let Some(ns) = Netns::create() else {
+        eprintln!("skipping: network namespaces need root");
+        return;
+    };
+    let names = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
+    let port = 30000 + (std::process::id() % 5000) as u16;
+    ucx_perftest_in("tag_lat", Netns::ADDRS, port, names, Netns::ADDRS[0]);
 }
