@@ -338,21 +338,22 @@ fn pcap_records(path: &Path) -> usize {
 /// memory, no TCP): the test completes and every process's capture shows the
 /// traffic went through softverbs.
 fn ucx_perftest(test: &str, addrs: [&str; 2], port: u16) {
-    ucx_perftest_in(test, addrs, port, [None, None], "127.0.0.1");
+    ucx_perftest_in(test, &[], addrs, port, [None, None], "127.0.0.1");
 }
 
 /// [`ucx_perftest`], each side optionally in a network namespace, the client
 /// reaching the server's out-of-band port at `server`.
 fn ucx_perftest_in(
     test: &str,
+    extra: &[&str],
     addrs: [&str; 2],
     port: u16,
     netns: [Option<&str>; 2],
     server_ip: &str,
-) {
-    let Some(lib) = lib_dir() else { return };
+) -> Option<Vec<Vec<u8>>> {
+    let lib = lib_dir()?;
     if !have("ucx_perftest") {
-        return;
+        return None;
     }
     const ITERS: usize = 500;
     let dir = std::env::temp_dir().join(format!(
@@ -371,6 +372,7 @@ fn ucx_perftest_in(
             .arg(&lib)
             .args(["--", "ucx_perftest", "-t", test, "-n", &ITERS.to_string()])
             .args(["-p", &port.to_string()])
+            .args(extra)
             .args(peer)
             .env("SOFTVERBS_ADDR", addr)
             .env("SOFTVERBS_PCAP", dir.join(format!("{addr}.pcap")))
@@ -395,14 +397,56 @@ fn ucx_perftest_in(
         server.status
     );
     assert!(text.contains("Final:"), "{test}: no result line");
+    let mut opcodes = Vec::new();
     for addr in addrs {
-        let n = pcap_records(&dir.join(format!("{addr}.pcap")));
+        let path = dir.join(format!("{addr}.pcap"));
+        let n = pcap_records(&path);
         assert!(
             n >= ITERS,
             "{test}: only {n} RoCE datagrams captured on {addr}"
         );
+        opcodes.push(pcap_bth_opcodes(&path));
     }
     let _ = std::fs::remove_dir_all(&dir);
+    Some(opcodes)
+}
+
+/// The BTH opcode of each IPv4 RoCEv2 record of a capture (Ethernet, IPv4,
+/// UDP, then the BTH).
+fn pcap_bth_opcodes(path: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let (mut at, mut out) = (24, Vec::new());
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &bytes[(at + 16).min(bytes.len())..(at + 16 + incl).min(bytes.len())];
+        if frame.len() > 14 && frame[12..14] == [0x08, 0x00] {
+            let ihl = usize::from(frame[14] & 0xf) * 4;
+            if let Some(op) = frame.get(14 + ihl + 8) {
+                out.push(*op);
+            }
+        }
+        at += 16 + incl;
+    }
+    out
+}
+
+/// UCT-level fetch-and-add on rc_verbs: the captures show real RDMA atomics
+/// (FETCH_ADD, opcode 0x14, answered by ATOMIC_ACKNOWLEDGE, 0x12).
+#[test]
+fn ucx_atomic_fetch_add_is_an_rdma_atomic() {
+    let port = 35000 + (std::process::id() % 5000) as u16;
+    let extra = ["-d", "softverbs0:1", "-x", "rc_verbs"];
+    let addrs = ["127.0.9.41", "127.0.9.42"];
+    let Some(ops) = ucx_perftest_in("fadd", &extra, addrs, port, [None, None], "127.0.0.1") else {
+        return;
+    };
+    let count = |op: u8| ops.iter().flatten().filter(|&&o| o == op).count();
+    assert!(count(0x14) >= 500, "FETCH_ADD requests: {}", count(0x14));
+    assert!(
+        count(0x12) >= 500,
+        "ATOMIC_ACKNOWLEDGE responses: {}",
+        count(0x12)
+    );
 }
 
 #[test]
@@ -581,5 +625,5 @@ fn ucx_tag_latency_between_two_network_namespaces() {
     };
     let names = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
     let port = 30000 + (std::process::id() % 5000) as u16;
-    ucx_perftest_in("tag_lat", Netns::ADDRS, port, names, Netns::ADDRS[0]);
+    ucx_perftest_in("tag_lat", &[], Netns::ADDRS, port, names, Netns::ADDRS[0]);
 }
