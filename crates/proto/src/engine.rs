@@ -383,6 +383,33 @@ impl Engine {
         access: u32,
     ) -> Result<(MrHandle, &Mr), Error> {
         let flags = mr::check_reg(addr, length, access)?;
+        self.insert_mr(pd, addr, addr, length, flags)
+    }
+
+    /// `ibv_reg_dm_mr`: a zero-based region of `length` bytes whose byte 0
+    /// lives at host address `host` (`offset` bytes into device memory of
+    /// `dm_len` bytes; [`mr::check_reg_dm`]).
+    pub fn reg_dm_mr(
+        &mut self,
+        pd: PdHandle,
+        host: u64,
+        dm_len: u64,
+        offset: u64,
+        length: u64,
+        access: u32,
+    ) -> Result<(MrHandle, &Mr), Error> {
+        let flags = mr::check_reg_dm(dm_len, offset, length, access)?;
+        self.insert_mr(pd, 0, host.wrapping_add(offset), length, flags)
+    }
+
+    fn insert_mr(
+        &mut self,
+        pd: PdHandle,
+        addr: u64,
+        host: u64,
+        length: u64,
+        flags: crate::types::AccessFlags,
+    ) -> Result<(MrHandle, &Mr), Error> {
         self.pd_ctx(pd)?;
         let limit = u64::from(self.info.attr.max_mr);
         let h = self
@@ -394,6 +421,7 @@ impl Engine {
                 access: flags,
                 lkey: 0,
                 rkey: 0,
+                host,
             })
             .ok_or(Error::TooMany {
                 kind: ObjectKind::Mr,
@@ -415,6 +443,27 @@ impl Engine {
             .remove(h)
             .ok_or_else(|| missing(ObjectKind::Mr, h))?;
         self.pd_use(m.pd, ObjectKind::Mr, false)?;
+        Ok(m)
+    }
+
+    /// `ibv_rereg_mr`: changes the PD, the translation and/or the access of a
+    /// region, all or nothing; the keys stay (spec/mr-rereg.md). Every access
+    /// after this returns is checked against the new values.
+    pub fn rereg_mr(&mut self, h: MrHandle, r: &mr::Rereg) -> Result<&Mr, Error> {
+        let old = self.mrs.get(h).ok_or_else(|| missing(ObjectKind::Mr, h))?;
+        let new = mr::check_rereg(old, r)?;
+        let old_pd = old.pd;
+        if new.pd != old_pd && self.pd_ctx(new.pd)? != self.pd_ctx(old_pd)? {
+            return Err(Error::Mismatch {
+                what: "rereg_mr: the new protection domain belongs to another context",
+            });
+        }
+        if new.pd != old_pd {
+            self.pd_use(new.pd, ObjectKind::Mr, true)?;
+            self.pd_use(old_pd, ObjectKind::Mr, false)?;
+        }
+        let m = self.mrs.get_mut(h).expect("checked above");
+        *m = new;
         Ok(m)
     }
 
@@ -477,14 +526,15 @@ impl Engine {
     }
 
     /// `ibv_resize_cq`: a new capacity (≥ the request, within `max_cqe`), refused
-    /// with `EINVAL` below the completions already queued. Returns the capacity.
+    /// with `EINVAL` below the completions queued and owed. Returns the capacity.
     pub fn resize_cq(&mut self, h: CqHandle, cqe: i32) -> Result<u32, Error> {
         let granted = cq::check_create(cqe, 0, &self.info.attr)?;
+        let owed = self.owed_completions(h);
         let c = self
             .cqs
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Cq, h))?;
-        c.ring.resize(granted)?;
+        c.ring.resize(granted, owed)?;
         c.cq.cqe = granted;
         Ok(granted)
     }
@@ -743,6 +793,9 @@ impl Engine {
             }
         }
         self.after_transition(h, t, mask);
+        if t.to == QpState::Reset {
+            self.purge_qp_completions(h);
+        }
         Ok(t)
     }
 

@@ -18,6 +18,7 @@ pub mod cm;
 pub mod cq;
 pub mod datapath;
 pub mod device;
+pub mod dm;
 pub mod engine;
 pub mod error;
 pub mod handle;

@@ -227,8 +227,10 @@ fn mr_access_flag_rules() {
         assert_eq!(e.errno(), Errno::EINVAL, "{bad:#x}");
     }
     for (flags, errno) in [
+        // ZERO_BASED (device memory only) and FLUSH are not offered; ON_DEMAND
+        // (1 << 6) is (spec/odp.md).
         (1u32 << 5, Errno::EOPNOTSUPP),
-        (1 << 6, Errno::EOPNOTSUPP),
+        (1 << 8, Errno::EOPNOTSUPP),
         (1 << 12, Errno::EINVAL),
     ] {
         assert_eq!(

@@ -296,8 +296,10 @@ fn device_limits_are_the_ones_checked() {
 }
 
 #[test]
-fn access_flags_only_the_remote_bits() {
-    for bad in [0x10u32, 0x20, 0x100, 1 << 20, 0x8000_0000] {
+fn access_flags_rxe_qp_set() {
+    // rxe's RXE_ACCESS_SUPPORTED_QP: ZERO_BASED, HUGETLB, bits 10..=19 and
+    // 30..=31 are refused (spec/qp-state-machine.md §5).
+    for bad in [0x20u32, 0x80, 0x400, 1 << 19, 0x8000_0000] {
         let e = INIT_RC.refuses(
             |a| a.qp_access_flags = AccessFlags(bad),
             Errno::EINVAL,
@@ -319,6 +321,14 @@ fn access_flags_only_the_remote_bits() {
             .accepts(|a| a.qp_access_flags = AccessFlags(0))
             .qp_access_flags,
         AccessFlags(0)
+    );
+    // An MR's flags (MW_BIND, ON_DEMAND, flush, optional range) are kept.
+    let mr_flags = AccessFlags(0xf | 0x10 | 0x40 | 0x100 | 0x200 | (1 << 20));
+    assert_eq!(
+        INIT_RC
+            .accepts(|a| a.qp_access_flags = mr_flags)
+            .qp_access_flags,
+        mr_flags
     );
 }
 

@@ -64,6 +64,8 @@ impl sv_io::Engine for DeviceEngine {
 /// The state one device shares among the contexts of a process.
 pub(crate) struct Shared {
     pub(crate) driver: Driver<DeviceEngine>,
+    /// Device memory allocated, in bytes (`proto::dm::MAX_DM_SIZE` at most).
+    pub(crate) dm_in_use: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -98,7 +100,12 @@ impl Shared {
                 mem: RawMemory,
             };
             match Driver::start(de, bind, opts.clone()) {
-                Ok(driver) => return Ok(Shared { driver }),
+                Ok(driver) => {
+                    return Ok(Shared {
+                        driver,
+                        dm_in_use: std::sync::atomic::AtomicU64::new(0),
+                    })
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 50 => {
                     tries += 1;
                     std::thread::sleep(std::time::Duration::from_millis(20));

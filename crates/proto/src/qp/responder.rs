@@ -428,7 +428,7 @@ impl Responder {
         if env.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }
-        check_remote(env, a.rkey.0, a.va, 8, Access::RemoteAtomic)?;
+        let host = check_remote(env, a.rkey.0, a.va, 8, Access::RemoteAtomic)?;
         let op = if repr.bth.opcode.operation() == Operation::CompareSwap {
             AtomicOp::CompareSwap {
                 compare: a.compare,
@@ -437,7 +437,7 @@ impl Responder {
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
-        let orig = env.mem.atomic(a.va, op);
+        let orig = env.mem.atomic(host, op);
         let psn = repr.bth.psn;
         self.save(env, Resource::Atomic { psn, orig });
         self.msn = (self.msn + 1) & 0xff_ffff;
@@ -601,8 +601,8 @@ impl Responder {
         if n > 0 {
             // Checked again for every packet: the MR may have been deregistered
             // since the FIRST packet, and then its memory must not be touched.
-            check_remote(env, *rkey, *va, n, Access::RemoteWrite)?;
-            env.mem.write(*va, pkt.payload);
+            let host = check_remote(env, *rkey, *va, n, Access::RemoteWrite)?;
+            env.mem.write(host, pkt.payload);
         }
         *va += n;
         *left -= n;
@@ -759,10 +759,9 @@ impl Responder {
         }
         // The memory is re-checked for every packet: the MR may have gone.
         let va = job.va + job.offset;
-        if n > 0 && check_remote(env, job.rkey, va, n as u64, Access::RemoteRead).is_ok() {
-            env.mem.read(va, &mut buf[..n]);
-        } else if n > 0 {
-            buf[..n].fill(0);
+        match check_remote(env, job.rkey, va, n as u64, Access::RemoteRead) {
+            Ok(host) if n > 0 => env.mem.read(host, &mut buf[..n]),
+            _ => buf[..n].fill(0),
         }
         r.payload_len = n;
         job.offset += n as u64;
@@ -791,19 +790,19 @@ fn check_qp_access(op: Operation, access: AccessFlags) -> Result<(), Refusal> {
 }
 
 /// rc-reliability.md §3 step 6: R_Key, PD, bounds, rights. Zero-length READ or
-/// WRITE checks nothing (IBA C9-88).
+/// WRITE checks nothing (IBA C9-88). Returns the host address of `va`.
 fn check_remote(
     env: &RespEnv<'_>,
     rkey: u32,
     va: u64,
     len: u64,
     access: Access,
-) -> Result<(), Refusal> {
+) -> Result<u64, Refusal> {
     if len == 0 && access != Access::RemoteAtomic {
-        return Ok(());
+        return Ok(va);
     }
     let mr = mr_by_key(env.mrs, rkey).ok_or(Refusal::AccessError)?;
-    mr.check(env.pd, rkey, va, len, access)
+    mr.check_present(env.pd, rkey, va, len, access, env.mem)
         .map_err(|_| Refusal::AccessError)
 }
 
