@@ -53,6 +53,9 @@ pub const SLOTS: u8 = 1 << SLOT_BITS;
 const SLOT_SHIFT: u32 = 24 - SLOT_BITS;
 /// How long a process waits for another's claim to finish.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How often, and how long, a forward waits for room in a full inbox.
+const FORWARD_TRIES: usize = 64;
+const FORWARD_WAIT: Duration = Duration::from_micros(500);
 /// Forward header: family (4 or 6), port (big-endian), 16 address bytes.
 const HEADER: usize = 19;
 
@@ -208,9 +211,22 @@ impl Slot {
         msg.extend_from_slice(&from.port().to_be_bytes());
         msg.extend_from_slice(&addr.octets());
         msg.extend_from_slice(bytes);
-        self.inbox
-            .send_to_addr(&msg, &name(self.ip, &slot.to_string())?)
-            .map(drop)
+        let to = name(self.ip, &slot.to_string())?;
+        // A unix datagram queue holds only net.unix.max_dgram_qlen (10 by
+        // default) datagrams: when the owner is behind, give it a moment to
+        // drain (bounded in tries and time) before dropping (RC retransmits).
+        let start = Instant::now();
+        for _ in 0..FORWARD_TRIES {
+            match self.inbox.send_to_addr(&msg, &to) {
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock && start.elapsed() < FORWARD_WAIT =>
+                {
+                    std::thread::yield_now();
+                }
+                other => return other.map(drop),
+            }
+        }
+        Err(io::Error::from(io::ErrorKind::WouldBlock))
     }
 
     /// Reads one forwarded datagram into `buf`: its sender and length

@@ -4,7 +4,7 @@
 
 use crate::handle::PdHandle;
 use crate::memory::Memory;
-use crate::mr::{Access, AccessError, Mr, MrTable};
+use crate::mr::{Access, AccessError, MrTable};
 use crate::wr::Sge;
 
 /// Why a gather or scatter failed.
@@ -23,10 +23,7 @@ pub enum SglError {
     },
 }
 
-/// The MR an lkey or rkey names (the slot index sits in the key's high bits).
-pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
-    mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
-}
+pub use crate::mr::mr_by_key;
 
 fn check_sge(
     mrs: &MrTable,
@@ -123,6 +120,7 @@ mod tests {
     use super::*;
     use crate::handle::Handle;
     use crate::memory::VecMemory;
+    use crate::mr::Mr;
     use crate::types::AccessFlags;
 
     fn setup() -> (MrTable, PdHandle, u32, u32) {
