@@ -20,6 +20,7 @@ pub mod datapath;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod gsi;
 pub mod handle;
 pub mod mask;
 pub mod memory;

@@ -33,6 +33,10 @@ impl Engine {
         mem: &dyn Memory,
         buf: &mut [u8],
     ) -> Option<Transmit> {
+        // CM hook: MADs go first (gsi.rs, spec/cm.md §7).
+        if let Some(t) = self.gsi_transmit(buf) {
+            return Some(t);
+        }
         while let Some(h) = self.dev.ready.pop_front() {
             let Some(q) = self.qps.get_mut(h) else {
                 continue;
@@ -231,6 +235,7 @@ impl Engine {
         self.qps
             .iter()
             .filter_map(|(_, q)| min_opt(q.dp.ack_deadline, q.dp.rnr_until))
+            .chain(self.gsi.cm.poll_timeout()) // CM hook (gsi.rs)
             .min()
     }
 
@@ -238,6 +243,7 @@ impl Engine {
     /// the oldest unacknowledged PSN or, with the retry budget spent, fail the
     /// oldest WQE with `RETRY_EXC_ERR` (rc-reliability.md §1.3).
     pub fn handle_timeout(&mut self, now: u64) {
+        self.gsi.cm.handle_timeout(now); // CM hook (gsi.rs)
         let due: Vec<QpHandle> = self
             .qps
             .iter()
