@@ -224,7 +224,11 @@ impl Engine {
         let info = DeviceInfo::new(config);
         let a = &info.attr;
         // CM hook: the device's GSI endpoint (gsi.rs).
-        let gsi_gid = info.gids.first().copied().unwrap_or(crate::types::Gid::ZERO);
+        let gsi_gid = info
+            .gids
+            .first()
+            .copied()
+            .unwrap_or(crate::types::Gid::ZERO);
         let gsi = crate::gsi::Gsi::new(gsi_gid, a.node_guid, a.node_guid);
         Engine {
             gsi,

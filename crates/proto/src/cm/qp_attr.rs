@@ -119,7 +119,10 @@ mod tests {
             ..Default::default()
         };
         let (a, m) = rtr.to_verbs(QpTarget::Rtr, 0).unwrap();
-        assert_eq!((a.dest_qp_num, a.rq_psn, a.path_mtu), (0x1234, 77, Mtu::Mtu1024));
+        assert_eq!(
+            (a.dest_qp_num, a.rq_psn, a.path_mtu),
+            (0x1234, 77, Mtu::Mtu1024)
+        );
         assert_eq!(a.ah_attr.grh.dgid, gid);
         for bit in [
             AttrMask::AV,
