@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 # layout test; ibverbs-utils, perftest, python3-pyverbs: the unmodified
 # programs run on the drop-in libibverbs.so.1; iproute2: the two-host test in
 # network namespaces; binutils: readelf for the export check; ucx-utils:
-# ucx_info/ucx_perftest through softverbs exec; util-linux: setpriv and unshare
+# ucx_info/ucx_perftest through softverbs exec; openmpi-bin, libopenmpi-dev: an
+# Open MPI job (pml ucx) through softverbs exec; util-linux: setpriv and unshare
 # (softverbs exec as an unprivileged user).
 need_pkgs=()
-for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs iproute2 binutils ucx-utils util-linux; do
+for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs iproute2 binutils ucx-utils openmpi-bin libopenmpi-dev util-linux; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -367,11 +367,10 @@ impl World {
             return;
         };
         let q = self.a.e.qp(self.a.qp).unwrap();
-        let dp = &q.dp;
         let base = match c.u8() % 3 {
-            0 => dp.resp.epsn,
-            1 => dp.req.una,
-            _ => dp.req.next_psn,
+            0 => q.epsn(),
+            1 => q.una(),
+            _ => q.sq_psn(),
         };
         let delta = i32::from(c.u8() as i8);
         let psn = base.wrapping_add(delta as u32);

@@ -13,8 +13,11 @@
 //!    `/dev/null`: a user namespace cannot make device nodes).
 //!    `/sys/class` and `/dev` become tmpfs mounts that hold a bind mount of every
 //!    original entry, so nothing else is hidden, and nothing is written to the host.
-//! 3. The program replaces the launcher (`execvp`, same process ID, so the
-//!    default address, derived from the process ID, is the one the view shows).
+//! 3. Unless `SOFTVERBS_ADDR` is set, the device's default address (derived from
+//!    the launcher's process ID) is pinned in `SOFTVERBS_ADDR`: the program and
+//!    every process it starts share one address, as the processes of one host
+//!    share its NIC (`sv_io::share`), and it is the address the view shows.
+//! 4. The program replaces the launcher (`execvp`).
 
 use crate::sysfs::{self, Placement};
 use softverbs::DeviceInfo;
@@ -54,7 +57,9 @@ options:
   -h, --help       this text
 
 The device is configured as usual (SOFTVERBS_ADDR, SOFTVERBS_DEVICE, SOFTVERBS_MTU,
-...). The namespace needs unprivileged user namespaces (sysctl
+...). Without SOFTVERBS_ADDR, the program and every process it starts share one
+loopback address of their own, as the processes of one host share its NIC; two
+`softverbs exec` runs are two hosts. The namespace needs unprivileged user namespaces (sysctl
 user.max_user_namespaces > 0; on some distributions also
 kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0).";
 
@@ -161,6 +166,18 @@ pub fn run(args: &[OsString]) -> Result<(), ExecError> {
     let mut cmd = std::process::Command::new(&opts.program[0]);
     cmd.args(&opts.program[1..])
         .env("LD_LIBRARY_PATH", library_path(&lib_dir));
+    if std::env::var_os("SOFTVERBS_ADDR").is_none() {
+        // One address for the program and every process it starts (the ranks
+        // of an MPI job, say), as the processes of one host share its NIC
+        // (sv_io::share); it is the address the view shows.
+        let addrs: Vec<String> = device
+            .config()
+            .addrs
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        cmd.env("SOFTVERBS_ADDR", addrs.join(","));
+    }
     let err = cmd.exec();
     Err(ExecError::Exec {
         program: opts.program[0].to_string_lossy().into_owned(),

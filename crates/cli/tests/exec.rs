@@ -319,3 +319,311 @@ fn ucx_info_lists_the_device() {
     }
     assert!(section.contains("Device: softverbs0:1"));
 }
+
+/// Records in a pcap file (24-byte file header, then 16-byte record headers
+/// each followed by `incl_len` bytes).
+fn pcap_records(path: &Path) -> usize {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let (mut at, mut n) = (24, 0);
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        at += 16 + incl;
+        n += 1;
+    }
+    n
+}
+
+/// ucx_perftest between two processes, each under `softverbs exec` on an
+/// address of its own, UCX restricted to rc_verbs and ud_verbs (no shared
+/// memory, no TCP): the test completes and every process's capture shows the
+/// traffic went through softverbs.
+fn ucx_perftest(test: &str, addrs: [&str; 2], port: u16) {
+    ucx_perftest_in(test, &[], addrs, port, [None, None], "127.0.0.1");
+}
+
+/// [`ucx_perftest`], each side optionally in a network namespace, the client
+/// reaching the server's out-of-band port at `server`.
+fn ucx_perftest_in(
+    test: &str,
+    extra: &[&str],
+    addrs: [&str; 2],
+    port: u16,
+    netns: [Option<&str>; 2],
+    server_ip: &str,
+) -> Option<Vec<Vec<u8>>> {
+    let lib = lib_dir()?;
+    if !have("ucx_perftest") {
+        return None;
+    }
+    const ITERS: usize = 500;
+    let dir = std::env::temp_dir().join(format!(
+        "softverbs-ucx-{test}-{}-{}",
+        addrs[0],
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |addr: &str, peer: Option<&str>, ns: Option<&str>| {
+        let mut c = Command::new("timeout");
+        c.arg("60");
+        if let Some(ns) = ns {
+            c.args(["ip", "netns", "exec", ns]);
+        }
+        c.args([BIN, "exec", "--lib-dir"])
+            .arg(&lib)
+            .args(["--", "ucx_perftest", "-t", test, "-n", &ITERS.to_string()])
+            .args(["-p", &port.to_string()])
+            .args(extra)
+            .args(peer)
+            .env("SOFTVERBS_ADDR", addr)
+            .env("SOFTVERBS_PCAP", dir.join(format!("{addr}.pcap")))
+            .env("UCX_TLS", "rc_verbs,ud_verbs")
+            .env("UCX_NET_DEVICES", "softverbs0:1")
+            .current_dir("/");
+        c
+    };
+    let server = run(addrs[0], None, netns[0])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let client = run(addrs[1], Some(server_ip), netns[1]).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&client.stdout);
+    eprintln!("{text}{}", String::from_utf8_lossy(&client.stderr));
+    assert!(
+        client.status.success() && server.status.success(),
+        "{test}: {:?} {:?}",
+        client.status,
+        server.status
+    );
+    assert!(text.contains("Final:"), "{test}: no result line");
+    let mut opcodes = Vec::new();
+    for addr in addrs {
+        let path = dir.join(format!("{addr}.pcap"));
+        let n = pcap_records(&path);
+        assert!(
+            n >= ITERS,
+            "{test}: only {n} RoCE datagrams captured on {addr}"
+        );
+        opcodes.push(pcap_bth_opcodes(&path));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(opcodes)
+}
+
+/// The BTH opcode of each IPv4 RoCEv2 record of a capture (Ethernet, IPv4,
+/// UDP, then the BTH).
+fn pcap_bth_opcodes(path: &Path) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let (mut at, mut out) = (24, Vec::new());
+    while at + 16 <= bytes.len() {
+        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        let frame = &bytes[(at + 16).min(bytes.len())..(at + 16 + incl).min(bytes.len())];
+        if frame.len() > 14 && frame[12..14] == [0x08, 0x00] {
+            let ihl = usize::from(frame[14] & 0xf) * 4;
+            if let Some(op) = frame.get(14 + ihl + 8) {
+                out.push(*op);
+            }
+        }
+        at += 16 + incl;
+    }
+    out
+}
+
+/// UCT-level fetch-and-add on rc_verbs: the captures show real RDMA atomics
+/// (FETCH_ADD, opcode 0x14, answered by ATOMIC_ACKNOWLEDGE, 0x12).
+#[test]
+fn ucx_atomic_fetch_add_is_an_rdma_atomic() {
+    let port = 35000 + (std::process::id() % 5000) as u16;
+    let extra = ["-d", "softverbs0:1", "-x", "rc_verbs"];
+    let addrs = ["127.0.9.41", "127.0.9.42"];
+    let Some(ops) = ucx_perftest_in("fadd", &extra, addrs, port, [None, None], "127.0.0.1") else {
+        return;
+    };
+    let count = |op: u8| ops.iter().flatten().filter(|&&o| o == op).count();
+    assert!(count(0x14) >= 500, "FETCH_ADD requests: {}", count(0x14));
+    assert!(
+        count(0x12) >= 500,
+        "ATOMIC_ACKNOWLEDGE responses: {}",
+        count(0x12)
+    );
+}
+
+#[test]
+fn ucx_tag_latency_over_softverbs() {
+    ucx_perftest(
+        "tag_lat",
+        ["127.0.9.21", "127.0.9.22"],
+        20000 + (std::process::id() % 5000) as u16,
+    );
+}
+
+#[test]
+fn ucx_put_bandwidth_over_softverbs() {
+    ucx_perftest(
+        "ucp_put_bw",
+        ["127.0.9.31", "127.0.9.32"],
+        25000 + (std::process::id() % 5000) as u16,
+    );
+}
+
+/// Open MPI 4.1 with `--mca pml ucx`, 4 ranks under one `softverbs exec` (one
+/// "host": the ranks share its address), UCX on rc_verbs/ud_verbs only: the
+/// ping-pong runs, the allreduce is right, and every rank's capture shows its
+/// traffic went through softverbs.
+#[test]
+fn open_mpi_job_on_one_shared_address() {
+    let Some(lib) = lib_dir() else { return };
+    if !have("mpirun") || !have("mpicc") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("softverbs-mpi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/pingpong.c");
+    let exe = dir.join("pingpong");
+    let cc = Command::new("timeout")
+        .args(["120", "mpicc", "-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "mpicc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = Command::new("timeout")
+        .args(["120", BIN, "exec", "--lib-dir"])
+        .arg(&lib)
+        .args([
+            "--",
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "4",
+        ])
+        .args([
+            "--mca",
+            "pml",
+            "ucx",
+            "--mca",
+            "btl",
+            "^vader,tcp,openib,uct",
+        ])
+        .args(["--mca", "osc", "^ucx"])
+        .args([
+            "-x",
+            "UCX_TLS",
+            "-x",
+            "UCX_NET_DEVICES",
+            "-x",
+            "SOFTVERBS_PCAP",
+        ])
+        .arg(&exe)
+        .env_remove("SOFTVERBS_ADDR")
+        .env("SOFTVERBS_PCAP", dir.join("%p.pcap"))
+        .env("UCX_TLS", "rc_verbs,ud_verbs")
+        .env("UCX_NET_DEVICES", "softverbs0:1")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "mpirun: {:?}", out.status);
+    assert!(
+        text.contains("allreduce 10 (expect 10)"),
+        "allreduce result"
+    );
+    let captures: Vec<usize> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pcap"))
+        .map(|e| pcap_records(&e.path()))
+        .collect();
+    assert_eq!(captures.len(), 4, "one capture per rank: {captures:?}");
+    assert!(
+        captures.iter().all(|&n| n > 0),
+        "every rank used softverbs: {captures:?}"
+    );
+    assert!(
+        captures.iter().sum::<usize>() >= 4000,
+        "the ping-pong went through softverbs: {captures:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two network namespaces joined by a veth pair (deleted on drop).
+struct Netns {
+    names: [String; 2],
+}
+
+impl Netns {
+    const ADDRS: [&'static str; 2] = ["10.78.0.1", "10.78.0.2"];
+
+    fn create() -> Option<Netns> {
+        let ip = |args: &[&str]| {
+            let o = Command::new("timeout")
+                .arg("20")
+                .arg("ip")
+                .args(args)
+                .output();
+            o.is_ok_and(|o| o.status.success())
+        };
+        let pid = std::process::id();
+        let ns = Netns {
+            names: [format!("svxA{pid}"), format!("svxB{pid}")],
+        };
+        if !ip(&["netns", "add", &ns.names[0]]) {
+            return None; // not root: no namespaces here
+        }
+        let (a, b) = (ns.names[0].as_str(), ns.names[1].as_str());
+        let (va, vb) = (format!("svxa{pid}"), format!("svxb{pid}"));
+        let (aa, ab) = (
+            format!("{}/24", Self::ADDRS[0]),
+            format!("{}/24", Self::ADDRS[1]),
+        );
+        let steps: [&[&str]; 8] = [
+            &["netns", "add", b],
+            &[
+                "link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b,
+            ],
+            &["-n", a, "addr", "add", &aa, "dev", &va],
+            &["-n", b, "addr", "add", &ab, "dev", &vb],
+            &["-n", a, "link", "set", &va, "up"],
+            &["-n", b, "link", "set", &vb, "up"],
+            &["-n", a, "link", "set", "lo", "up"],
+            &["-n", b, "link", "set", "lo", "up"],
+        ];
+        for step in steps {
+            assert!(ip(step), "ip {}", step.join(" "));
+        }
+        Some(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("timeout")
+                .args(["20", "ip", "netns", "delete", n])
+                .output();
+        }
+    }
+}
+
+/// ucx_perftest tag latency between two "hosts": network namespaces joined by
+/// a veth pair, each process on its namespace's address.
+#[test]
+fn ucx_tag_latency_between_two_network_namespaces() {
+    if !have("ip") {
+        return;
+    }
+    let Some(ns) = Netns::create() else {
+        eprintln!("skipping: network namespaces need root");
+        return;
+    };
+    let names = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
+    let port = 30000 + (std::process::id() % 5000) as u16;
+    ucx_perftest_in("tag_lat", &[], Netns::ADDRS, port, names, Netns::ADDRS[0]);
+}

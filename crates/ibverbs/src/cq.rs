@@ -44,6 +44,8 @@ impl CqBlock {
 const WC_EX_SUPPORTED: u64 = 0x7f;
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
 const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`: the CQ belongs to a parent domain.
+const CQ_INIT_ATTR_MASK_PD: u32 = 2;
 /// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: a hint we may ignore.
 const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1;
 
@@ -152,8 +154,20 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         }
         // SAFETY: non-NULL attributes from the caller.
         let a = unsafe { &*attr };
-        if a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS != 0 {
-            return Err(refuse(VERB, EOPNOTSUPP, format_args!("comp_mask {:#x}: only IBV_CQ_INIT_ATTR_MASK_FLAGS is offered (no parent domain)", a.comp_mask)));
+        if a.comp_mask & !(CQ_INIT_ATTR_MASK_FLAGS | CQ_INIT_ATTR_MASK_PD) != 0 {
+            return Err(refuse(
+                VERB,
+                EOPNOTSUPP,
+                format_args!(
+                    "comp_mask {:#x}: only IBV_CQ_INIT_ATTR_MASK_FLAGS and _PD are offered",
+                    a.comp_mask
+                ),
+            ));
+        }
+        // A CQ of a parent domain (mlx5: EINVAL unless it is one).
+        if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 {
+            // SAFETY: the caller's pointer, checked inside.
+            unsafe { crate::domain::is_parent_domain(VERB, a.parent_domain)? };
         }
         if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0
             && a.flags & !CREATE_CQ_ATTR_SINGLE_THREADED != 0

@@ -126,6 +126,48 @@ pub const MAX_MSG_SZ: u32 = 1 << 31;
 /// QPNs start here; 0 and 1 are SMI/GSI and 2..16 are kept free, as rxe does.
 pub const FIRST_QPN: u32 = 16;
 
+/// The QPNs a device hands out: all of them, or a process's share of an address
+/// shared by several processes (the I/O layer's slots), so QPNs are unique per address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpnSpace {
+    /// The first QPN.
+    pub first: u32,
+    /// The last QPN (inclusive).
+    pub last: u32,
+}
+
+impl QpnSpace {
+    /// Every QPN but 0, 1 (SMI, GSI), 2..16 (kept free) and 0xffffff (multicast).
+    pub const ALL: QpnSpace = QpnSpace {
+        first: FIRST_QPN,
+        last: 0xff_fffe,
+    };
+
+    /// How many QPNs it holds.
+    pub fn len(&self) -> u32 {
+        self.last.saturating_sub(self.first) + 1
+    }
+
+    /// Whether it holds none (never, for a valid space).
+    pub fn is_empty(&self) -> bool {
+        self.last < self.first
+    }
+
+    /// Whether `qpn` is in it.
+    pub fn contains(&self, qpn: u32) -> bool {
+        (self.first..=self.last).contains(&qpn)
+    }
+
+    /// The QPN after `qpn`, wrapping from the last to the first.
+    pub fn after(&self, qpn: u32) -> u32 {
+        if qpn >= self.last || qpn < self.first {
+            self.first
+        } else {
+            qpn + 1
+        }
+    }
+}
+
 impl DeviceAttr {
     /// The limits of a softverbs device with the given node GUID.
     pub fn softverbs(node_guid: u64) -> DeviceAttr {

@@ -14,6 +14,8 @@ pub enum Errno {
     ENOENT,
     /// Out of memory / queue full (12).
     ENOMEM,
+    /// Bad address (14).
+    EFAULT,
     /// Resource busy: still in use (16).
     EBUSY,
     /// Invalid argument (22).
@@ -31,6 +33,7 @@ impl Errno {
             Errno::EPERM => 1,
             Errno::ENOENT => 2,
             Errno::ENOMEM => 12,
+            Errno::EFAULT => 14,
             Errno::EBUSY => 16,
             Errno::EINVAL => 22,
             Errno::ENODATA => 61,
@@ -182,6 +185,12 @@ pub enum Error {
         /// Index asked for.
         index: u32,
     },
+    /// Device memory refused an allocation or a copy.
+    #[error(transparent)]
+    Dm(#[from] crate::dm::DmError),
+    /// `ibv_advise_mr` refused.
+    #[error(transparent)]
+    Advise(#[from] crate::mr::AdviseError),
     /// P_Key index beyond the P_Key table.
     #[error("P_Key index {index} is beyond the P_Key table (pkey_tbl_len = {len})")]
     PkeyIndex {
@@ -204,6 +213,8 @@ impl Error {
             Error::NotSupported { .. } => Errno::EOPNOTSUPP,
             Error::TooMany { .. } => Errno::ENOMEM,
             Error::GidEmpty { .. } => Errno::ENODATA,
+            Error::Advise(e) => e.errno(),
+            Error::Dm(e) => e.errno(),
         }
     }
 
@@ -310,7 +321,7 @@ pub enum ModifyError {
     #[error("IBV_QP_ALT_PATH: alternate paths (APM) are not available on RoCE ports")]
     AltPathOnRoce,
     /// Unsupported access-flag bits.
-    #[error("attr.qp_access_flags = {flags:#x} has unsupported bits {unsupported:#x} (allowed: LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC)")]
+    #[error("attr.qp_access_flags = {flags:#x} has unsupported bits {unsupported:#x} (allowed: LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND, ON_DEMAND, FLUSH_GLOBAL, FLUSH_PERSISTENT and the optional range 0x3ff00000)")]
     AccessFlags {
         /// Flags given.
         flags: u32,

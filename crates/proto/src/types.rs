@@ -233,8 +233,18 @@ impl AccessFlags {
     pub const RELAXED_ORDERING: AccessFlags = AccessFlags(1 << 20);
     /// The optional range (`IBV_ACCESS_OPTIONAL_RANGE`): ignored when unsupported.
     pub const OPTIONAL_RANGE: AccessFlags = AccessFlags(0x3ff0_0000);
-    /// The remote-access bits a QP's `qp_access_flags` may carry.
-    pub const QP_SUPPORTED: AccessFlags = AccessFlags(0xf);
+    /// The bits a QP's `qp_access_flags` may carry: rxe's
+    /// `RXE_ACCESS_SUPPORTED_QP` (= its MR set: the four access bits, MW_BIND,
+    /// ON_DEMAND, the flush bits and the optional range). Only the remote bits
+    /// mean anything for a QP; the others are kept and ignored (mlx5 ignores
+    /// them too), so programs that pass their MR's flags work.
+    pub const QP_SUPPORTED: AccessFlags = AccessFlags(
+        0xf | Self::MW_BIND.0
+            | Self::ON_DEMAND.0
+            | Self::FLUSH_GLOBAL.0
+            | Self::FLUSH_PERSISTENT.0
+            | Self::OPTIONAL_RANGE.0,
+    );
 
     /// True if every bit of `other` is set.
     pub const fn contains(self, other: AccessFlags) -> bool {

@@ -68,7 +68,8 @@ fn av_errno(av: &AhAttr) -> Option<Errno> {
         1 => return Some(Errno::ENODATA),
         _ => return Some(Errno::EINVAL),
     }
-    (av.grh.dgid == Gid::ZERO || av.grh.flow_label > 0xf_ffff).then_some(Errno::EINVAL)
+    // Any 32-bit flow label is accepted, as Linux accepts it (its low 20 bits count).
+    (av.grh.dgid == Gid::ZERO).then_some(Errno::EINVAL)
 }
 
 /// Spec §5: the errno of every selected attribute whose value is refused.
@@ -100,7 +101,9 @@ fn value_errnos(a: &QpAttr, mask: AttrMask) -> Vec<Errno> {
         ),
         (
             A::ACCESS_FLAGS,
-            (a.qp_access_flags.0 & !0xf != 0).then_some(Errno::EINVAL),
+            // rxe's RXE_ACCESS_SUPPORTED_QP (spec/qp-state-machine.md §5).
+            (a.qp_access_flags.0 & !(0xf | 0x10 | 0x40 | 0x100 | 0x200 | 0x3ff0_0000) != 0)
+                .then_some(Errno::EINVAL),
         ),
         (A::QKEY, (a.qkey & 0x8000_0000 != 0).then_some(Errno::EPERM)),
     ];
@@ -184,7 +187,7 @@ fn attr() -> impl Strategy<Value = QpAttr> {
         any::<u32>(),
         any::<u32>(),
         pick(0x99u32, &[0xff_ffff, 0x100_0000]),
-        pick(0x7u32, &[0, 0xf, 0x10, 0x8000_0000]).prop_map(AccessFlags),
+        pick(0x7u32, &[0, 0xf, 0x10 | 0x40, 0x20, 0x8000_0000]).prop_map(AccessFlags),
     );
     let bytes = (
         av(),

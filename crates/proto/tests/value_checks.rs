@@ -151,19 +151,17 @@ fn roce_needs_a_grh() {
 }
 
 #[test]
-fn zero_dgid_and_wide_flow_label_are_refused() {
+fn zero_dgid_is_refused_and_any_flow_label_accepted() {
     RTR_RC.refuses(
         |a| a.ah_attr.grh.dgid = Gid::ZERO,
         Errno::EINVAL,
         "ah_attr.grh.dgid",
     );
-    RTR_RC.refuses(
-        |a| a.ah_attr.grh.flow_label = 1 << 20,
-        Errno::EINVAL,
-        "flow_label",
-    );
-    let got = RTR_RC.accepts(|a| a.ah_attr.grh.flow_label = 0xf_ffff);
-    assert_eq!(got.ah_attr.grh.flow_label, 0xf_ffff);
+    // Linux copies the 32-bit field unchecked; UCX passes ~0.
+    for flow in [0xf_ffff, 1 << 20, u32::MAX] {
+        let got = RTR_RC.accepts(|a| a.ah_attr.grh.flow_label = flow);
+        assert_eq!(got.ah_attr.grh.flow_label, flow);
+    }
 }
 
 #[test]
@@ -298,8 +296,10 @@ fn device_limits_are_the_ones_checked() {
 }
 
 #[test]
-fn access_flags_only_the_remote_bits() {
-    for bad in [0x10u32, 0x20, 0x100, 1 << 20, 0x8000_0000] {
+fn access_flags_rxe_qp_set() {
+    // rxe's RXE_ACCESS_SUPPORTED_QP: ZERO_BASED, HUGETLB, bits 10..=19 and
+    // 30..=31 are refused (spec/qp-state-machine.md §5).
+    for bad in [0x20u32, 0x80, 0x400, 1 << 19, 0x8000_0000] {
         let e = INIT_RC.refuses(
             |a| a.qp_access_flags = AccessFlags(bad),
             Errno::EINVAL,
@@ -321,6 +321,14 @@ fn access_flags_only_the_remote_bits() {
             .accepts(|a| a.qp_access_flags = AccessFlags(0))
             .qp_access_flags,
         AccessFlags(0)
+    );
+    // An MR's flags (MW_BIND, ON_DEMAND, flush, optional range) are kept.
+    let mr_flags = AccessFlags(0xf | 0x10 | 0x40 | 0x100 | 0x200 | (1 << 20));
+    assert_eq!(
+        INIT_RC
+            .accepts(|a| a.qp_access_flags = mr_flags)
+            .qp_access_flags,
+        mr_flags
     );
 }
 

@@ -150,9 +150,6 @@ fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {
         Some(ip) if !crate::device::bindable(*ip) => {
             " — that address is not on this host (SOFTVERBS_ADDR must name a local address)"
         }
-        _ if e.kind() == std::io::ErrorKind::AddrInUse => {
-            " — is another softverbs device already using this address? (set SOFTVERBS_ADDR)"
-        }
         _ => "",
     };
     Error::Config(format!(

@@ -48,6 +48,34 @@ impl ExternalMemoryRegion {
     }
 }
 
+impl ExternalMemoryRegion {
+    /// The body of [`rereg_external_mr`] and of the unsafe
+    /// [`rereg_external_mr_translation`] (in `mem.rs`, whose contract covers
+    /// the new range).
+    pub(crate) fn rereg_parts(
+        &mut self,
+        pd: Option<&crate::ProtectionDomain>,
+        translation: Option<(u64, u64)>,
+        access: Option<AccessFlags>,
+    ) -> Result<(), Error> {
+        let (pd, access) = crate::mr::rereg_in_engine(&self.pd, self.h, pd, translation, access)?;
+        self.pd = pd;
+        self.access = access;
+        Ok(())
+    }
+}
+
+/// `ibv_rereg_mr` of a region over the program's memory without a new
+/// translation: another PD and/or new access flags, all or nothing, keys
+/// kept (`MemoryRegion::rereg` has the rules).
+pub fn rereg_external_mr(
+    mr: &mut ExternalMemoryRegion,
+    pd: Option<&crate::ProtectionDomain>,
+    access: Option<AccessFlags>,
+) -> Result<(), Error> {
+    mr.rereg_parts(pd, None, access)
+}
+
 impl Drop for ExternalMemoryRegion {
     fn drop(&mut self) {
         // Under the engine lock: once this returns, no packet can reach the memory.
@@ -91,8 +119,9 @@ impl ExternalMemoryRegion {
     }
 }
 
-/// `ibv_reg_mr` over memory the program owns; see its contract.
-pub use crate::mem::reg_external_mr;
+/// `ibv_reg_mr` over memory the program owns, an implicit on-demand region,
+/// and a new translation for a region; see their contracts.
+pub use crate::mem::{reg_external_mr, reg_implicit_odp_mr, rereg_external_mr_translation};
 
 /// `ibv_post_send` of one WR whose inline bytes (with `IBV_SEND_INLINE`) the
 /// caller already gathered from its SGEs (inline data needs no lkey).
@@ -152,7 +181,8 @@ pub fn try_get_event(channel: &CompletionChannel) -> Option<u64> {
 }
 
 /// `ibv_resize_cq`: returns the capacity granted; `EINVAL` below the
-/// completions already queued or above `max_cqe`.
+/// completions queued plus those signaled send WRs in flight will add, or
+/// above `max_cqe`.
 pub fn resize_cq(cq: &CompletionQueue, cqe: i32) -> Result<u32, Error> {
     let h = cq.inner.h;
     logged("resize_cq", cq.inner.ctx.dev.with(|e| e.resize_cq(h, cqe)))
@@ -163,4 +193,14 @@ pub fn node_guid(device: &Device) -> u64 {
     proto::device::DeviceInfo::new(device.config())
         .attr
         .node_guid
+}
+
+/// A second handle on `pd`: the C ABI's parent domains stand on their PD
+/// (same protection; objects created through either are in the one PD, as
+/// mlx5 gives a parent domain its PD's number). Dropping it releases only
+/// this handle; the PD goes when its last handle and object are gone.
+pub fn share_pd(pd: &crate::ProtectionDomain) -> crate::ProtectionDomain {
+    crate::ProtectionDomain {
+        inner: pd.inner.clone(),
+    }
 }
