@@ -75,6 +75,7 @@ pub mod device;
 pub mod dm;
 pub mod engine;
 pub mod error;
+pub mod gsi;
 pub mod handle;
 pub mod mask;
 pub mod memory;

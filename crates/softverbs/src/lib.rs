@@ -67,6 +67,7 @@
 #![warn(missing_docs)]
 
 mod ah;
+pub mod cm;
 mod config;
 mod context;
 mod counters;
