@@ -119,7 +119,10 @@ impl CmChannel {
     }
 
     fn push(&self, e: CmEvent) {
-        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self
+            .q
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         q.push_back(e);
         let _ = self.fd.add(1);
         self.cv.notify_all();
@@ -127,7 +130,10 @@ impl CmChannel {
 
     /// The first event `pick` accepts, waiting until `deadline`.
     fn take(&self, deadline: Option<Instant>, pick: impl Fn(&CmEvent) -> bool) -> Option<CmEvent> {
-        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self
+            .q
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             if let Some(i) = q.iter().position(&pick) {
                 let e = q.remove(i);
@@ -140,7 +146,7 @@ impl CmChannel {
             q = self
                 .cv
                 .wait_timeout(q, left)
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
     }
@@ -166,12 +172,18 @@ enum Route {
 
 impl Hub {
     fn set(&self, r: Route, ch: &Arc<CmChannel>) {
-        let mut m = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self
+            .routes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         m.insert(r, Arc::downgrade(ch));
     }
 
     fn unset(&self, r: Route) {
-        let mut m = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self
+            .routes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         m.remove(&r);
     }
 
@@ -191,7 +203,10 @@ impl Hub {
                 | CmEvent::SidrUnreachable { id, .. } => (Route::Conn(id.0), None),
             };
             let ch = {
-                let m = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+                let m = self
+                    .routes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 m.get(&route).and_then(Weak::upgrade)
             };
             match (ch, new_conn) {
@@ -280,8 +295,7 @@ impl Default for ConnectOptions {
 fn start_psn(salt: u32) -> Psn {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+        .map_or(0, |d| d.subsec_nanos());
     Psn::from_masked(t.wrapping_mul(2_654_435_761) ^ salt.wrapping_mul(40_503))
 }
 
@@ -390,7 +404,7 @@ impl Connection {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.next_event(left) {
                 Some(ConnEvent::Disconnected) => return true,
-                Some(_) => continue,
+                Some(_) => {}
                 None => return false,
             }
         }
@@ -618,7 +632,10 @@ impl Drop for ConnectRequest {
 }
 
 fn hub_points_to(hub: &Hub, id: ConnId, ch: &Arc<CmChannel>) -> bool {
-    let m = hub.routes.lock().unwrap_or_else(|p| p.into_inner());
+    let m = hub
+        .routes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     m.get(&Route::Conn(id.0))
         .and_then(Weak::upgrade)
         .is_some_and(|c| Arc::ptr_eq(&c, ch))
@@ -885,7 +902,6 @@ impl crate::Context {
 pub(crate) fn seed() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+        .map_or(0, |d| d.as_nanos() as u64);
     t ^ (u64::from(std::process::id()) << 32)
 }
