@@ -26,6 +26,7 @@ mod device;
 mod memory;
 mod misc;
 mod post;
+mod private;
 mod qp;
 mod srq;
 mod stubs;
