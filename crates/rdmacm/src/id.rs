@@ -213,13 +213,15 @@ pub(crate) fn create(
         RDMA_PS_TCP => IBV_QPT_RC,
         RDMA_PS_UDP | RDMA_PS_IPOIB => IBV_QPT_UD,
         RDMA_PS_IB => qp_type,
-        _ => return Err(refuse(
-            verb,
-            libc::EINVAL,
-            format_args!(
+        _ => {
+            return Err(refuse(
+                verb,
+                libc::EINVAL,
+                format_args!(
                 "port space {ps:#x} is not RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB or RDMA_PS_IB"
             ),
-        )),
+            ))
+        }
     };
     let (channel, sync_channel) = if channel.is_null() {
         let p = channel::new_channel(verb)?;
