@@ -47,7 +47,10 @@ impl Ctrl {
     pub fn recv(&mut self) -> std::io::Result<String> {
         let mut s = String::new();
         if self.reader.read_line(&mut s)? == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer closed the control connection"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "peer closed the control connection",
+            ));
         }
         Ok(s.trim().to_string())
     }
@@ -78,24 +81,64 @@ pub fn connect(port: u16) -> Result<Peer, Error> {
 
 fn connect_over(stream: TcpStream) -> Result<Peer, Error> {
     stream.set_nodelay(true).map_err(io_err)?;
-    let mut ctrl = Ctrl { reader: BufReader::new(stream.try_clone().map_err(io_err)?), writer: stream };
+    let mut ctrl = Ctrl {
+        reader: BufReader::new(stream.try_clone().map_err(io_err)?),
+        writer: stream,
+    };
     let ctx = devices()?.remove(0).open()?;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(4096)?;
     let mr = pd.reg_mr(MR_BYTES, ALL)?;
     let mut init = QpInit::new(&cq, &cq);
-    init.cap = QpCap { max_send_wr: 1024, max_recv_wr: 1024, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+    init.cap = QpCap {
+        max_send_wr: 1024,
+        max_recv_wr: 1024,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
     let qp = pd.create_rc_qp(&init)?;
     let gid = ctx.query_gid(1, 0)?;
     let hex: String = gid.0.iter().map(|b| format!("{b:02x}")).collect();
-    ctrl.send(&format!("{} {hex} {} {}", qp.qp_num(), mr.addr(), mr.rkey())).map_err(io_err)?;
+    ctrl.send(&format!(
+        "{} {hex} {} {}",
+        qp.qp_num(),
+        mr.addr(),
+        mr.rkey()
+    ))
+    .map_err(io_err)?;
     let remote = parse_remote(&ctrl.recv().map_err(io_err)?)?;
     let mtu = ctx.query_port(1)?.active_mtu;
-    qp.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access: ALL })?;
+    qp.to_init(ConnectedInit {
+        pkey_index: 0,
+        port_num: 1,
+        access: ALL,
+    })?;
     let ah = AhAttr::roce(remote.gid, 0);
-    qp.to_rtr(RcRtr { ah, path_mtu: mtu, dest_qp_num: remote.qpn, rq_psn: 0, max_dest_rd_atomic: 16, min_rnr_timer: 1 })?;
-    qp.to_rts(RcRts { sq_psn: 0, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 16 })?;
-    Ok(Peer { ctx, cq, mr, qp, remote, ctrl, _pd: pd })
+    qp.to_rtr(RcRtr {
+        ah,
+        path_mtu: mtu,
+        dest_qp_num: remote.qpn,
+        rq_psn: 0,
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 1,
+    })?;
+    qp.to_rts(RcRts {
+        sq_psn: 0,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 16,
+    })?;
+    Ok(Peer {
+        ctx,
+        cq,
+        mr,
+        qp,
+        remote,
+        ctrl,
+        _pd: pd,
+    })
 }
 
 fn parse_remote(line: &str) -> Result<Remote, Error> {
@@ -117,24 +160,52 @@ fn parse_remote(line: &str) -> Result<Remote, Error> {
 }
 
 impl Peer {
-    fn post(&self, id: u64, op: WrOpcode, len: u32, offset: usize, target: WrTarget, signaled: bool) -> Result<(), Error> {
+    fn post(
+        &self,
+        id: u64,
+        op: WrOpcode,
+        len: u32,
+        offset: usize,
+        target: WrTarget,
+        signaled: bool,
+    ) -> Result<(), Error> {
         let sg = [self.mr.sge(offset, len)];
-        let flags = if signaled { SendFlags::SIGNALED } else { SendFlags(0) };
-        self.qp.post_send(&SendWr { wr_id: id, opcode: op, flags, sg_list: &sg, imm_data: ImmData::from_value(0), target })
+        let flags = if signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags(0)
+        };
+        self.qp.post_send(&SendWr {
+            wr_id: id,
+            opcode: op,
+            flags,
+            sg_list: &sg,
+            imm_data: ImmData::from_value(0),
+            target,
+        })
     }
 
     fn recv(&self, id: u64, len: u32) -> Result<(), Error> {
-        self.qp.post_recv(&RecvWr { wr_id: id, sg_list: &[self.mr.sge(MR_BYTES / 2, len)] })
+        self.qp.post_recv(&RecvWr {
+            wr_id: id,
+            sg_list: &[self.mr.sge(MR_BYTES / 2, len)],
+        })
     }
 
     /// Waits for `n` completions; any error status is an error.
     fn reap(&self, n: usize) -> Result<(), Error> {
         let wcs = self.cq.wait(n, WAIT);
         if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
-            return Err(Error::Os(format!("completion {} failed: {}", bad.wr_id, bad.status)));
+            return Err(Error::Os(format!(
+                "completion {} failed: {}",
+                bad.wr_id, bad.status
+            )));
         }
         if wcs.len() < n {
-            return Err(Error::Os(format!("only {} of {n} completions within {WAIT:?}", wcs.len())));
+            return Err(Error::Os(format!(
+                "only {} of {n} completions within {WAIT:?}",
+                wcs.len()
+            )));
         }
         Ok(())
     }
@@ -173,21 +244,35 @@ impl Peer {
         match op {
             WrOpcode::RdmaWrite | WrOpcode::RdmaRead => {
                 let slot = (i * size as usize) % (MR_BYTES / 2 - size as usize).max(1);
-                WrTarget::Rdma(RdmaTarget { remote_addr: self.remote.addr + slot as u64, rkey: self.remote.rkey })
+                WrTarget::Rdma(RdmaTarget {
+                    remote_addr: self.remote.addr + slot as u64,
+                    rkey: self.remote.rkey,
+                })
             }
-            WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp => WrTarget::Atomic(AtomicTarget {
-                remote_addr: self.remote.addr,
-                compare_add: if op == WrOpcode::AtomicFetchAndAdd { 1 } else { i as u64 },
-                swap: i as u64 + 1,
-                rkey: self.remote.rkey,
-            }),
+            WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp => {
+                WrTarget::Atomic(AtomicTarget {
+                    remote_addr: self.remote.addr,
+                    compare_add: if op == WrOpcode::AtomicFetchAndAdd {
+                        1
+                    } else {
+                        i as u64
+                    },
+                    swap: i as u64 + 1,
+                    rkey: self.remote.rkey,
+                })
+            }
             _ => WrTarget::None,
         }
     }
 
     /// Latency of a one-sided operation the peer's CPU never sees (READ,
     /// atomics): `iters` operations one at a time, each a full round trip.
-    pub fn op_latency(&self, op: WrOpcode, iters: usize, size: u32) -> Result<Vec<Duration>, Error> {
+    pub fn op_latency(
+        &self,
+        op: WrOpcode,
+        iters: usize,
+        size: u32,
+    ) -> Result<Vec<Duration>, Error> {
         let len = if op.is_atomic() { 8 } else { size };
         let mut lat = Vec::with_capacity(iters);
         for i in 0..iters {
@@ -201,7 +286,13 @@ impl Peer {
 
     /// Streams `iters` one-sided (or SEND) operations of `size` bytes with up to
     /// `depth` outstanding; returns the elapsed time. Every 16th WR is signaled.
-    pub fn stream(&self, op: WrOpcode, iters: usize, size: u32, depth: usize) -> Result<Duration, Error> {
+    pub fn stream(
+        &self,
+        op: WrOpcode,
+        iters: usize,
+        size: u32,
+        depth: usize,
+    ) -> Result<Duration, Error> {
         let target = |i: usize| self.target(op, i, size);
         let len = if op.is_atomic() { 8 } else { size };
         let (mut posted, mut signaled_out) = (0usize, 0usize);

@@ -44,17 +44,25 @@ fn main() -> ExitCode {
 /// `SOFTVERBS_LOG=error|warn|info|debug|trace` sends the library's log to stderr;
 /// refused verbs are logged at `warn` with the reason in words.
 fn init_log() {
-    let Ok(level) = std::env::var("SOFTVERBS_LOG") else { return };
+    let Ok(level) = std::env::var("SOFTVERBS_LOG") else {
+        return;
+    };
     let Ok(level) = level.trim().parse::<tracing::Level>() else {
         eprintln!("softverbs: SOFTVERBS_LOG={level:?} is not error, warn, info, debug or trace");
         return;
     };
-    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 /// The value after `name` in the arguments.
 fn flag(args: &[String], name: &str) -> Option<u16> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
 }
 
 const USAGE: &str = "usage: softverbs [demo | perf | control | devinfo | serve] [--port N]
@@ -87,7 +95,12 @@ fn control_demo() -> Result<(), Error> {
     let cq = ctx.create_cq(64)?;
     let a = pd.create_rc_qp(&QpInit::new(&cq, &cq))?;
     let b = pd.create_rc_qp(&QpInit::new(&cq, &cq))?;
-    println!("created RC QPs {:#08x} and {:#08x} (state {})", a.qp_num(), b.qp_num(), a.state()?);
+    println!(
+        "created RC QPs {:#08x} and {:#08x} (state {})",
+        a.qp_num(),
+        b.qp_num(),
+        a.state()?
+    );
 
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
@@ -95,7 +108,11 @@ fn control_demo() -> Result<(), Error> {
         | AccessFlags::REMOTE_ATOMIC;
     let mtu = ctx.query_port(1)?.active_mtu;
     for (qp, peer, psn) in [(&a, &b, 0x1000), (&b, &a, 0x2000)] {
-        qp.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access })?;
+        qp.to_init(ConnectedInit {
+            pkey_index: 0,
+            port_num: 1,
+            access,
+        })?;
         qp.to_rtr(RcRtr {
             ah: AhAttr::roce(gid, 0),
             path_mtu: mtu,
@@ -104,8 +121,18 @@ fn control_demo() -> Result<(), Error> {
             max_dest_rd_atomic: 16,
             min_rnr_timer: 12,
         })?;
-        qp.to_rts(RcRts { sq_psn: psn, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 16 })?;
-        println!("QP {:#08x}: RESET→INIT→RTR→RTS, connected to {:#08x}", qp.qp_num(), peer.qp_num());
+        qp.to_rts(RcRts {
+            sq_psn: psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+        })?;
+        println!(
+            "QP {:#08x}: RESET→INIT→RTR→RTS, connected to {:#08x}",
+            qp.qp_num(),
+            peer.qp_num()
+        );
     }
     println!();
     for qp in [&a, &b] {
@@ -115,7 +142,11 @@ fn control_demo() -> Result<(), Error> {
 
     // One mistake, on purpose: a fresh QP asked to go INIT→RTR without DEST_QPN.
     let c = pd.create_rc_qp(&QpInit::new(&cq, &cq))?;
-    c.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access })?;
+    c.to_init(ConnectedInit {
+        pkey_index: 0,
+        port_num: 1,
+        access,
+    })?;
     let attr = QpAttr {
         qp_state: QpState::Rtr as u32,
         ah_attr: AhAttr::roce(gid, 0),
@@ -129,7 +160,10 @@ fn control_demo() -> Result<(), Error> {
         | AttrMask::MAX_DEST_RD_ATOMIC
         | AttrMask::MIN_RNR_TIMER;
     match c.modify(&attr, mask) {
-        Err(e) => println!("a modify with a mistake is refused, and says why:\n  {} — {e}", e.errno()),
+        Err(e) => println!(
+            "a modify with a mistake is refused, and says why:\n  {} — {e}",
+            e.errno()
+        ),
         Ok(()) => println!("unexpected: the faulty modify was accepted"),
     }
     println!("  (QP {:#08x} is still {})", c.qp_num(), c.state()?);

@@ -24,7 +24,10 @@ impl Plan {
         Plan {
             pingpong: vec![(2000, 64)],
             op_latency: vec![],
-            streams: vec![(WrOpcode::RdmaWrite, 4000, 65536, 128), (WrOpcode::RdmaRead, 2000, 65536, 64)],
+            streams: vec![
+                (WrOpcode::RdmaWrite, 4000, 65536, 128),
+                (WrOpcode::RdmaRead, 2000, 65536, 64),
+            ],
             baselines: false,
         }
     }
@@ -45,7 +48,12 @@ impl Plan {
             (WrOpcode::RdmaRead, 2000, 4096),
             (WrOpcode::AtomicFetchAndAdd, 5000, 8),
         ];
-        Plan { pingpong: vec![(5000, 8), (2000, 4096)], op_latency, streams, baselines: true }
+        Plan {
+            pingpong: vec![(5000, 8), (2000, 4096)],
+            op_latency,
+            streams,
+            baselines: true,
+        }
     }
 }
 
@@ -72,7 +80,9 @@ pub fn serve(port: u16) -> Result<(), Error> {
 fn sink_ready(peer: &mut Peer, iters: usize, size: u32) -> Result<(), Error> {
     // The receives for the first window are posted inside `sink` before any
     // completion is awaited; the client waits for "ready" first.
-    peer.ctrl.send("ready").map_err(|e| Error::Os(e.to_string()))?;
+    peer.ctrl
+        .send("ready")
+        .map_err(|e| Error::Os(e.to_string()))?;
     peer.sink(iters, size)
 }
 
@@ -114,32 +124,61 @@ fn drive(plan: &Plan, port: u16) -> Result<(), Error> {
     let base = plan.baselines.then(Baselines::measure);
     let mut peer = bench::connect(port)?;
     let ctrl_err = |e: std::io::Error| Error::Os(e.to_string());
-    println!("two processes on this host, RC over RoCEv2/UDP, {} → peer GID {} (QPN {:#08x})",
-        peer.ctx.query_gid(1, 0)?.ip(), peer.remote.gid.ip(), peer.remote.qpn);
+    println!(
+        "two processes on this host, RC over RoCEv2/UDP, {} → peer GID {} (QPN {:#08x})",
+        peer.ctx.query_gid(1, 0)?.ip(),
+        peer.remote.gid.ip(),
+        peer.remote.qpn
+    );
     println!("path MTU {} bytes\n", peer.ctx.query_port(1)?.active_mtu);
-    println!("{:<22} {:>10} {:>10} {:>12} {:>12} {:>12}", "test", "bytes", "iters", "t_median[us]", "t_p99[us]", "t_avg[us]");
+    println!(
+        "{:<22} {:>10} {:>10} {:>12} {:>12} {:>12}",
+        "test", "bytes", "iters", "t_median[us]", "t_p99[us]", "t_avg[us]"
+    );
     for &(iters, size) in &plan.pingpong {
-        peer.ctrl.send(&format!("pingpong {iters} {size}")).map_err(ctrl_err)?;
+        peer.ctrl
+            .send(&format!("pingpong {iters} {size}"))
+            .map_err(ctrl_err)?;
         let mut lat = peer.pingpong(iters, size)?;
         expect(&mut peer, "ok")?;
         let (med, p99, avg) = summarize(&mut lat);
-        println!("{:<22} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}", "send latency (RC)", size, iters, med, p99, avg);
+        println!(
+            "{:<22} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}",
+            "send latency (RC)", size, iters, med, p99, avg
+        );
     }
     for &(op, iters, size) in &plan.op_latency {
         let mut lat = peer.op_latency(op, iters, size)?;
         let (med, p99, avg) = summarize(&mut lat);
         let bytes = if op.is_atomic() { 8 } else { size };
-        println!("{:<22} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}", latency_name(op), bytes, iters, med, p99, avg);
+        println!(
+            "{:<22} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}",
+            latency_name(op),
+            bytes,
+            iters,
+            med,
+            p99,
+            avg
+        );
     }
     if !plan.pingpong.is_empty() {
         println!("(send latency is half a round trip, as ib_send_lat reports it; READ and atomic latency a full one, as ib_read_lat / ib_atomic_lat)");
     }
-    let ratio_head = if base.is_some() { format!(" {:>10} {:>10}", "/iperf3", "/memcpy") } else { String::new() };
-    println!("\n{:<22} {:>10} {:>10} {:>12} {:>12}{ratio_head}", "test", "bytes", "iters", "BW[MB/s]", "MsgRate[Mpps]");
+    let ratio_head = if base.is_some() {
+        format!(" {:>10} {:>10}", "/iperf3", "/memcpy")
+    } else {
+        String::new()
+    };
+    println!(
+        "\n{:<22} {:>10} {:>10} {:>12} {:>12}{ratio_head}",
+        "test", "bytes", "iters", "BW[MB/s]", "MsgRate[Mpps]"
+    );
     let mut results = Vec::new();
     for &(op, iters, size, depth) in &plan.streams {
         if op == WrOpcode::Send {
-            peer.ctrl.send(&format!("send {iters} {size}")).map_err(ctrl_err)?;
+            peer.ctrl
+                .send(&format!("send {iters} {size}"))
+                .map_err(ctrl_err)?;
             expect(&mut peer, "ready")?;
         }
         let t = peer.stream(op, iters, size, depth)?;
@@ -150,7 +189,14 @@ fn drive(plan: &Plan, port: u16) -> Result<(), Error> {
         let mbs = (iters as f64 * f64::from(bytes)) / t.as_secs_f64() / 1e6;
         let mpps = iters as f64 / t.as_secs_f64() / 1e6;
         let ratios = base.as_ref().map_or(String::new(), |b| b.ratios(mbs));
-        println!("{:<22} {:>10} {:>10} {:>12.1} {:>12.4}{ratios}", name(op), bytes, iters, mbs, mpps);
+        println!(
+            "{:<22} {:>10} {:>10} {:>12.1} {:>12.4}{ratios}",
+            name(op),
+            bytes,
+            iters,
+            mbs,
+            mpps
+        );
         results.push((op, bytes, mbs));
     }
     peer.ctrl.send("quit").map_err(ctrl_err)?;
@@ -196,21 +242,34 @@ struct Baselines {
 
 impl Baselines {
     fn measure() -> Baselines {
-        Baselines { memcpy: memcpy_mbs(65536, 1 << 30), iperf3: iperf3_mbs() }
+        Baselines {
+            memcpy: memcpy_mbs(65536, 1 << 30),
+            iperf3: iperf3_mbs(),
+        }
     }
 
     /// " x/iperf3 x/memcpy" for a bandwidth in MB/s.
     fn ratios(&self, mbs: f64) -> String {
-        let tcp = self.iperf3.as_ref().map_or("-".to_string(), |t| format!("{:.3}", mbs / t));
+        let tcp = self
+            .iperf3
+            .as_ref()
+            .map_or("-".to_string(), |t| format!("{:.3}", mbs / t));
         format!(" {tcp:>10} {:>10.4}", mbs / self.memcpy)
     }
 
     fn report(&self, results: &[(WrOpcode, u32, f64)]) {
         let best = results.iter().map(|r| r.2).fold(0.0, f64::max);
         println!("\nbaselines measured in this run (before the RDMA tests):");
-        println!("  memcpy 64 KiB blocks       {:>12.1} MB/s   softverbs best / memcpy = {:.4}", self.memcpy, best / self.memcpy);
+        println!(
+            "  memcpy 64 KiB blocks       {:>12.1} MB/s   softverbs best / memcpy = {:.4}",
+            self.memcpy,
+            best / self.memcpy
+        );
         match &self.iperf3 {
-            Ok(tcp) => println!("  iperf3 TCP loopback        {tcp:>12.1} MB/s   softverbs best / iperf3 = {:.3}", best / tcp),
+            Ok(tcp) => println!(
+                "  iperf3 TCP loopback        {tcp:>12.1} MB/s   softverbs best / iperf3 = {:.3}",
+                best / tcp
+            ),
             Err(why) => println!("  iperf3 TCP loopback        NOT MEASURED: {why}"),
         }
     }
@@ -236,9 +295,13 @@ fn iperf3_mbs() -> Result<f64, String> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("iperf3 is not installed or cannot start ({e}); apt-get install -y iperf3"))?;
+        .map_err(|e| {
+            format!("iperf3 is not installed or cannot start ({e}); apt-get install -y iperf3")
+        })?;
     std::thread::sleep(Duration::from_millis(300));
-    let out = Command::new("iperf3").args(["-c", "127.0.0.1", "-p", port, "-t", "3", "-J"]).output();
+    let out = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", port, "-t", "3", "-J"])
+        .output();
     if !wait_child(&mut server, Duration::from_secs(5)) {
         let _ = server.kill(); // our own child, by handle
         let _ = server.wait();
@@ -256,5 +319,7 @@ fn iperf3_mbs() -> Result<f64, String> {
             .collect();
         num.parse::<f64>().ok()
     };
-    parse().map(|bps| bps / 8e6).ok_or_else(|| format!("could not read iperf3's result (exit {})", out.status))
+    parse()
+        .map(|bps| bps / 8e6)
+        .ok_or_else(|| format!("could not read iperf3's result (exit {})", out.status))
 }

@@ -46,7 +46,7 @@ pub fn check_av(which: &'static str, av: &AhAttr, dev: &DeviceInfo) -> Result<()
 #[derive(Debug, Clone)]
 pub struct Ah {
     /// Owning PD.
-    pub pd: crate::engine::PdHandle,
+    pub pd: crate::handle::PdHandle,
     /// The address vector.
     pub attr: AhAttr,
 }

@@ -1,8 +1,8 @@
 //! Completion queues: creation rules.
 
 use crate::device::DeviceAttr;
-use crate::engine::CtxHandle;
 use crate::error::{Error, RangeError};
+use crate::handle::CtxHandle;
 
 /// Number of completion vectors (`num_comp_vectors`).
 pub const NUM_COMP_VECTORS: u32 = 1;

@@ -11,16 +11,18 @@ use crate::ah::{check_av, Ah};
 use crate::cq::{self, Cq};
 use crate::device::{DeviceConfig, DeviceInfo, FIRST_QPN};
 use crate::error::{Error, ObjectKind};
+use crate::handle::{kind, Handle};
 use crate::mask::AttrMask;
+use crate::mr::MrTable;
 use crate::mr::{self, Mr};
 use crate::qp::create::{self, QpRequest};
 use crate::qp::modify::{ModifyEnv, Transition};
 use crate::qp::QpControl;
 use crate::srq::{self, Srq, SrqAttr};
-use crate::table::{Handle, Table};
+use crate::table::Table;
 use crate::types::QpState;
 use crate::types::{AhAttr, QpAttr, QpCap, QpType, MASK_24};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// How many objects of each kind use an object.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -89,20 +91,7 @@ pub struct Qp {
     pub dp: crate::qp::data::QpData,
 }
 
-/// Handle of a context.
-pub type CtxHandle = Handle<Ctx>;
-/// Handle of a PD.
-pub type PdHandle = Handle<Pd>;
-/// Handle of an MR.
-pub type MrHandle = Handle<Mr>;
-/// Handle of a CQ.
-pub type CqHandle = Handle<CqEntry>;
-/// Handle of an SRQ.
-pub type SrqHandle = Handle<SrqEntry>;
-/// Handle of an AH.
-pub type AhHandle = Handle<Ah>;
-/// Handle of a QP.
-pub type QpHandle = Handle<Qp>;
+pub use crate::handle::{AhHandle, CqHandle, CtxHandle, MrHandle, PdHandle, QpHandle, SrqHandle};
 
 /// A CQ with its use count.
 #[derive(Debug)]
@@ -173,21 +162,51 @@ pub struct QpInitInfo {
     pub sq_sig_all: bool,
 }
 
+/// Device-wide data-path state.
+#[derive(Debug)]
+pub struct DeviceData {
+    /// QPs that may have something to send, round robin.
+    pub(crate) ready: VecDeque<QpHandle>,
+    /// Events for the driver.
+    pub(crate) events: VecDeque<crate::output::Event>,
+    /// The UDP source port packets leave from (the driver's socket).
+    pub(crate) local_port: u16,
+    /// Gather buffer for payloads (one MTU).
+    pub(crate) scratch: Vec<u8>,
+    /// Counters.
+    pub(crate) counters: crate::output::DeviceCounters,
+    /// Counters of destroyed QPs.
+    pub(crate) retired: crate::qp::data::QpCounters,
+}
+
+impl Default for DeviceData {
+    fn default() -> Self {
+        DeviceData {
+            ready: VecDeque::new(),
+            events: VecDeque::new(),
+            local_port: crate::output::ROCE_PORT,
+            scratch: vec![0; 4096],
+            counters: crate::output::DeviceCounters::default(),
+            retired: Default::default(),
+        }
+    }
+}
+
 /// One device's objects.
 pub struct Engine {
     pub(crate) info: DeviceInfo,
-    ctxs: Table<Ctx>,
-    pds: Table<Pd>,
-    pub(crate) mrs: Table<Mr>,
-    pub(crate) cqs: Table<CqEntry>,
-    pub(crate) srqs: Table<SrqEntry>,
-    pub(crate) ahs: Table<Ah>,
-    pub(crate) qps: Table<Qp>,
+    ctxs: Table<Ctx, kind::Ctx>,
+    pds: Table<Pd, kind::Pd>,
+    pub(crate) mrs: MrTable,
+    pub(crate) cqs: Table<CqEntry, kind::Cq>,
+    pub(crate) srqs: Table<SrqEntry, kind::Srq>,
+    pub(crate) ahs: Table<Ah, kind::Ah>,
+    pub(crate) qps: Table<Qp, kind::Qp>,
     qpns: HashMap<u32, QpHandle>,
     next_qpn: u32,
     mr_serial: u32,
     /// Device-wide data-path state (schedule, events, counters).
-    pub(crate) dev: crate::datapath::DeviceData,
+    pub(crate) dev: DeviceData,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -214,7 +233,7 @@ impl Engine {
             qpns: HashMap::new(),
             next_qpn: FIRST_QPN,
             mr_serial: 0,
-            dev: crate::datapath::DeviceData::default(),
+            dev: DeviceData::default(),
         }
     }
 

@@ -1,9 +1,13 @@
 //! Memory regions: registration rules, keys, and the bounds/access check that is
 //! the security boundary of every local and remote access.
 
-use crate::engine::PdHandle;
 use crate::error::Error;
+use crate::handle::{kind, PdHandle};
+use crate::table::Table;
 use crate::types::AccessFlags;
+
+/// The memory-region table every remote and local access is checked against.
+pub type MrTable = Table<Mr, kind::Mr>;
 
 /// A registered memory region.
 #[derive(Debug, Clone)]
@@ -259,7 +263,7 @@ mod tests {
     }
 
     fn mr(access: u32) -> Mr {
-        let pd = crate::table::Handle::from_raw(1);
+        let pd = crate::handle::Handle::from_raw(1);
         let (lkey, rkey) = keys(3, 1);
         Mr {
             pd,
@@ -275,7 +279,7 @@ mod tests {
     fn access_check_refuses_everything_outside_key_pd_bounds_and_flags() {
         let m = mr(1 | 2 | 4 | 8);
         let pd = m.pd;
-        let other_pd = crate::table::Handle::from_raw(2);
+        let other_pd = crate::handle::Handle::from_raw(2);
         assert_eq!(
             m.check(pd, m.rkey, 0x1000, 0x100, Access::RemoteWrite),
             Ok(())

@@ -1,8 +1,8 @@
 //! Shared receive queues: creation, `ibv_modify_srq` and `ibv_query_srq` rules.
 
 use crate::device::DeviceAttr;
-use crate::engine::PdHandle;
 use crate::error::{Error, RangeError};
+use crate::handle::PdHandle;
 
 /// `struct ibv_srq_attr`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -64,12 +64,26 @@ impl ExternalMemoryRegion {
     /// Registers `[addr, addr + len)` in `pd`: the body of
     /// [`crate::ProtectionDomain::reg_external_mr`], whose contract (in `mem.rs`, with
     /// the crate's other memory promises) makes it sound.
-    pub(crate) fn register(pd: Arc<PdInner>, addr: u64, len: u64, access: AccessFlags) -> Result<Self, Error> {
+    pub(crate) fn register(
+        pd: Arc<PdInner>,
+        addr: u64,
+        len: u64,
+        access: AccessFlags,
+    ) -> Result<Self, Error> {
         let (h, lkey, rkey, access) = logged(
             "reg_mr",
-            pd.with(|e| e.reg_mr(pd.h, addr, len, access.0).map(|(h, m)| (h, m.lkey, m.rkey, m.access))),
+            pd.with(|e| {
+                e.reg_mr(pd.h, addr, len, access.0)
+                    .map(|(h, m)| (h, m.lkey, m.rkey, m.access))
+            }),
         )?;
-        Ok(ExternalMemoryRegion { pd, h, lkey, rkey, access })
+        Ok(ExternalMemoryRegion {
+            pd,
+            h,
+            lkey,
+            rkey,
+            access,
+        })
     }
 }
 

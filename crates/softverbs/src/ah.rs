@@ -35,6 +35,8 @@ impl Drop for AddressHandle {
 
 impl std::fmt::Debug for AddressHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AddressHandle").field("attr", &self.attr).finish()
+        f.debug_struct("AddressHandle")
+            .field("attr", &self.attr)
+            .finish()
     }
 }

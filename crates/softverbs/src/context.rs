@@ -1,7 +1,7 @@
 //! Device contexts: the query verbs and the factories for PDs and CQs.
 
-use crate::device::Shared;
 use crate::cq::CompletionQueue;
+use crate::device::Shared;
 use crate::error::{logged, Error};
 use crate::pd::ProtectionDomain;
 use proto::device::{DeviceAttr, PortAttr};
@@ -33,7 +33,9 @@ impl Drop for CtxInner {
 impl Context {
     pub(crate) fn new(dev: Arc<Shared>) -> Context {
         let h = dev.with(|e| e.open_context());
-        Context { inner: Arc::new(CtxInner { dev, h }) }
+        Context {
+            inner: Arc::new(CtxInner { dev, h }),
+        }
     }
 
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut proto::Engine) -> R) -> R {
@@ -62,7 +64,10 @@ impl Context {
 
     /// `ibv_query_pkey`: index 0 is 0xffff.
     pub fn query_pkey(&self, port: u8, index: u32) -> Result<u16, Error> {
-        logged("query_pkey", self.with(|e| e.info().query_pkey(port, index)))
+        logged(
+            "query_pkey",
+            self.with(|e| e.info().query_pkey(port, index)),
+        )
     }
 
     /// `ibv_alloc_pd`.
@@ -78,8 +83,10 @@ impl Context {
 
     /// `ibv_create_cq` on a given completion vector.
     pub fn create_cq_on(&self, cqe: i32, comp_vector: i32) -> Result<CompletionQueue, Error> {
-        let (h, granted) =
-            logged("create_cq", self.with(|e| e.create_cq(self.inner.h, cqe, comp_vector)))?;
+        let (h, granted) = logged(
+            "create_cq",
+            self.with(|e| e.create_cq(self.inner.h, cqe, comp_vector)),
+        )?;
         Ok(CompletionQueue::new(self.inner.clone(), h, granted))
     }
 
@@ -92,6 +99,8 @@ impl Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("device", &self.device_name()).finish()
+        f.debug_struct("Context")
+            .field("device", &self.device_name())
+            .finish()
     }
 }

@@ -28,7 +28,14 @@ impl Drop for CqInner {
 
 impl CompletionQueue {
     pub(crate) fn new(ctx: Arc<CtxInner>, h: CqHandle, cqe: u32) -> Self {
-        CompletionQueue { inner: Arc::new(CqInner { ctx, h, cqe, destroyed: AtomicBool::new(false) }) }
+        CompletionQueue {
+            inner: Arc::new(CqInner {
+                ctx,
+                h,
+                cqe,
+                destroyed: AtomicBool::new(false),
+            }),
+        }
     }
 
     /// The capacity granted (≥ the request).
@@ -46,6 +53,8 @@ impl CompletionQueue {
 
 impl std::fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompletionQueue").field("cqe", &self.inner.cqe).finish()
+        f.debug_struct("CompletionQueue")
+            .field("cqe", &self.inner.cqe)
+            .finish()
     }
 }

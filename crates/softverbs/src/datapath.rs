@@ -41,7 +41,9 @@ impl<T: Transport> QueuePair<T> {
     /// `ibv_post_recv` for one WR.
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let h = self.handle();
-        self.pd().with(|e| e.post_recv(h, wr)).map_err(|e| post_err("post_recv", e))?;
+        self.pd()
+            .with(|e| e.post_recv(h, wr))
+            .map_err(|e| post_err("post_recv", e))?;
         Ok(())
     }
 
@@ -56,7 +58,10 @@ impl SharedReceiveQueue {
     /// `ibv_post_srq_recv` for one WR.
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let h = self.inner.h;
-        self.inner.pd.with(|e| e.post_srq_recv(h, wr)).map_err(|e| post_err("post_srq_recv", e))
+        self.inner
+            .pd
+            .with(|e| e.post_srq_recv(h, wr))
+            .map_err(|e| post_err("post_srq_recv", e))
     }
 }
 
@@ -65,7 +70,11 @@ impl CompletionQueue {
     /// returns how many.
     pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         let h = self.inner.h;
-        self.inner.ctx.dev.with(|e| e.poll_cq(h, max, out)).unwrap_or(0)
+        self.inner
+            .ctx
+            .dev
+            .with(|e| e.poll_cq(h, max, out))
+            .unwrap_or(0)
     }
 
     /// Polls until `n` completions arrived or `timeout` passed, yielding the
@@ -86,7 +95,11 @@ impl CompletionQueue {
     /// unsuccessful) completion raises one event on the CQ's channel.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
         let h = self.inner.h;
-        self.inner.ctx.dev.with(|e| e.req_notify_cq(h, solicited_only)).map_err(Error::Verbs)
+        self.inner
+            .ctx
+            .dev
+            .with(|e| e.req_notify_cq(h, solicited_only))
+            .map_err(Error::Verbs)
     }
 
     /// An identifier that [`CompletionChannel::get_event`] returns for this CQ.
@@ -105,7 +118,9 @@ pub struct CompletionChannel {
 impl CompletionChannel {
     /// Waits for the next completion event; returns the CQ's [`CompletionQueue::id`].
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<u64>, Error> {
-        self.inner.get_event(timeout).map_err(|e| Error::Os(e.to_string()))
+        self.inner
+            .get_event(timeout)
+            .map_err(|e| Error::Os(e.to_string()))
     }
 
     /// The file descriptor (readable while events wait).
@@ -117,7 +132,9 @@ impl CompletionChannel {
 
 impl std::fmt::Debug for CompletionChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompletionChannel").field("fd", &self.fd()).finish()
+        f.debug_struct("CompletionChannel")
+            .field("fd", &self.fd())
+            .finish()
     }
 }
 
@@ -133,22 +150,41 @@ pub struct AsyncEvent {
 impl Context {
     /// `ibv_create_comp_channel`.
     pub fn create_comp_channel(&self) -> Result<CompletionChannel, Error> {
-        let ch = self.inner.dev.driver.create_completion_channel().map_err(|e| Error::Os(e.to_string()))?;
+        let ch = self
+            .inner
+            .dev
+            .driver
+            .create_completion_channel()
+            .map_err(|e| Error::Os(e.to_string()))?;
         Ok(CompletionChannel { inner: ch })
     }
 
     /// `ibv_create_cq` whose events go to `channel`.
-    pub fn create_cq_with_channel(&self, cqe: i32, channel: &CompletionChannel) -> Result<CompletionQueue, Error> {
+    pub fn create_cq_with_channel(
+        &self,
+        cqe: i32,
+        channel: &CompletionChannel,
+    ) -> Result<CompletionQueue, Error> {
         let cq = self.create_cq(cqe)?;
         let (h, id) = (cq.inner.h, channel.inner.id());
-        self.with(|e| e.set_cq_channel(h, Some(id))).map_err(Error::Verbs)?;
+        self.with(|e| e.set_cq_channel(h, Some(id)))
+            .map_err(Error::Verbs)?;
         Ok(cq)
     }
 
     /// `ibv_get_async_event`: waits up to `timeout` for the next event.
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>, Error> {
-        let e = self.inner.dev.driver.async_events().pop_wait(timeout).map_err(|e| Error::Os(e.to_string()))?;
-        Ok(e.map(|e| AsyncEvent { kind: e.kind, element: e.element }))
+        let e = self
+            .inner
+            .dev
+            .driver
+            .async_events()
+            .pop_wait(timeout)
+            .map_err(|e| Error::Os(e.to_string()))?;
+        Ok(e.map(|e| AsyncEvent {
+            kind: e.kind,
+            element: e.element,
+        }))
     }
 }
 
@@ -156,18 +192,29 @@ impl MemoryRegion {
     /// A scatter/gather element over `len` bytes at `offset` in this region.
     /// (Out-of-range elements are refused when used: `IBV_WC_LOC_PROT_ERR`.)
     pub fn sge(&self, offset: usize, len: u32) -> Sge {
-        Sge { addr: self.addr() + offset as u64, length: len, lkey: self.lkey() }
+        Sge {
+            addr: self.addr() + offset as u64,
+            length: len,
+            lkey: self.lkey(),
+        }
     }
 
     /// The remote side of an RDMA operation on `offset` of this region.
     pub fn remote(&self, offset: usize) -> proto::wr::RdmaTarget {
-        proto::wr::RdmaTarget { remote_addr: self.addr() + offset as u64, rkey: self.rkey() }
+        proto::wr::RdmaTarget {
+            remote_addr: self.addr() + offset as u64,
+            rkey: self.rkey(),
+        }
     }
 }
 
 impl AddressHandle {
     /// The `wr.ud` of a UD send through this handle.
     pub fn ud(&self, remote_qpn: u32, remote_qkey: u32) -> WrTarget {
-        WrTarget::Ud(UdTarget { ah: self.handle(), remote_qpn, remote_qkey })
+        WrTarget::Ud(UdTarget {
+            ah: self.handle(),
+            remote_qpn,
+            remote_qkey,
+        })
     }
 }

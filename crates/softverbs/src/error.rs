@@ -48,7 +48,9 @@ pub struct DestroyError<T> {
 
 impl<T> fmt::Debug for DestroyError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DestroyError").field("error", &self.error).finish_non_exhaustive()
+        f.debug_struct("DestroyError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
     }
 }
 

@@ -95,18 +95,18 @@ pub use pd::ProtectionDomain;
 pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
 pub use srq::SharedReceiveQueue;
 pub use transition::{
-    ConnectedInit, DatagramInit, Drain, Modify, RcRtr, RcRts, Resume, SqPsnRts, ToError, ToReset,
-    ToInit, ToRtr, ToRts, Transition, UcRtr, UdRtr,
+    ConnectedInit, DatagramInit, Drain, Modify, RcRtr, RcRts, Resume, SqPsnRts, ToError, ToInit,
+    ToReset, ToRtr, ToRts, Transition, UcRtr, UdRtr,
 };
 
 pub use proto::device::{AtomicCap, DeviceAttr, DeviceConfig, PortAttr, PortState};
-pub use sv_io::{FaultConfig, FaultConfigError, FaultDirection};
 pub use proto::srq::SrqAttr;
 pub use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use proto::wr::{
-    AtomicTarget, ImmData, PostError, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
+    AtomicTarget, ImmData, PostError, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode,
+    WrTarget,
 };
 pub use proto::{
     AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, Mtu, QpAttr, QpCap, QpState, QpType,
 };
-
+pub use sv_io::{FaultConfig, FaultConfigError, FaultDirection};

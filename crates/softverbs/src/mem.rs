@@ -29,7 +29,10 @@ impl Buffer {
     /// Allocates `len` zeroed bytes; `None` if the allocation fails.
     pub(crate) fn zeroed(len: usize) -> Option<Buffer> {
         if len == 0 {
-            return Some(Buffer { ptr: NonNull::dangling(), len: 0 });
+            return Some(Buffer {
+                ptr: NonNull::dangling(),
+                len: 0,
+            });
         }
         let layout = Layout::from_size_align(len, ALIGN).ok()?;
         // SAFETY: `layout` has non-zero size.
@@ -54,19 +57,27 @@ impl Buffer {
 
     /// Copies `dst.len()` bytes from `offset`; `false` if out of bounds.
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
-        let Some(off) = self.range(offset, dst.len()) else { return false };
+        let Some(off) = self.range(offset, dst.len()) else {
+            return false;
+        };
         // SAFETY: `off + dst.len() <= self.len`, so the source lies inside our
         // allocation; `dst` is a distinct Rust slice, so the ranges do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        };
         true
     }
 
     /// Copies `src` to `offset`; `false` if out of bounds.
     pub(crate) fn write(&self, offset: usize, src: &[u8]) -> bool {
-        let Some(off) = self.range(offset, src.len()) else { return false };
+        let Some(off) = self.range(offset, src.len()) else {
+            return false;
+        };
         // SAFETY: `off + src.len() <= self.len`, so the destination lies inside
         // our allocation; `src` is a distinct Rust slice, so no overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        };
         true
     }
 }
@@ -117,7 +128,9 @@ impl proto::memory::Memory for RawMemory {
     fn read(&self, addr: u64, dst: &mut [u8]) {
         // SAFETY: see the type's doc: `[addr, addr + dst.len())` lies inside a
         // live registered region; `dst` is engine-owned, so no overlap.
-        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as usize as *const u8, dst.as_mut_ptr(), dst.len())
+        };
     }
 
     fn write(&self, addr: u64, src: &[u8]) {
@@ -133,9 +146,9 @@ impl proto::memory::Memory for RawMemory {
         let word = unsafe { AtomicU64::from_ptr(addr as usize as *mut u64) };
         match op {
             proto::memory::AtomicOp::FetchAdd { add } => word.fetch_add(add, SeqCst),
-            proto::memory::AtomicOp::CompareSwap { compare, swap } => {
-                word.compare_exchange(compare, swap, SeqCst, SeqCst).unwrap_or_else(|v| v)
-            }
+            proto::memory::AtomicOp::CompareSwap { compare, swap } => word
+                .compare_exchange(compare, swap, SeqCst, SeqCst)
+                .unwrap_or_else(|v| v),
         }
     }
 }

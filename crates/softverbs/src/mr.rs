@@ -23,15 +23,31 @@ pub struct MemoryRegion {
 }
 
 impl MemoryRegion {
-    pub(crate) fn register(pd: Arc<PdInner>, len: usize, access: AccessFlags) -> Result<Self, Error> {
-        let buf = Buffer::zeroed(len)
-            .ok_or(Error::Verbs(proto::Error::TooMany { kind: proto::error::ObjectKind::Mr, limit: 0 }))?;
+    pub(crate) fn register(
+        pd: Arc<PdInner>,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Self, Error> {
+        let buf = Buffer::zeroed(len).ok_or(Error::Verbs(proto::Error::TooMany {
+            kind: proto::error::ObjectKind::Mr,
+            limit: 0,
+        }))?;
         let (addr, length) = (buf.addr(), len as u64);
         let (h, lkey, rkey, access) = logged(
             "reg_mr",
-            pd.with(|e| e.reg_mr(pd.h, addr, length, access.0).map(|(h, m)| (h, m.lkey, m.rkey, m.access))),
+            pd.with(|e| {
+                e.reg_mr(pd.h, addr, length, access.0)
+                    .map(|(h, m)| (h, m.lkey, m.rkey, m.access))
+            }),
         )?;
-        Ok(MemoryRegion { pd, h, lkey, rkey, access, buf })
+        Ok(MemoryRegion {
+            pd,
+            h,
+            lkey,
+            rkey,
+            access,
+            buf,
+        })
     }
 
     /// Local key.

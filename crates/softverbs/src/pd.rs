@@ -40,7 +40,13 @@ impl PdInner {
 
 impl ProtectionDomain {
     pub(crate) fn new(ctx: Arc<CtxInner>, h: PdHandle) -> Self {
-        ProtectionDomain { inner: Arc::new(PdInner { ctx, h, destroyed: AtomicBool::new(false) }) }
+        ProtectionDomain {
+            inner: Arc::new(PdInner {
+                ctx,
+                h,
+                destroyed: AtomicBool::new(false),
+            }),
+        }
     }
 
     /// `ibv_reg_mr` over a new zeroed, page-aligned buffer of `len` bytes that the
@@ -56,17 +62,28 @@ impl ProtectionDomain {
 
     /// `ibv_create_ah`: the address vector must carry a GRH (RoCE).
     pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle, Error> {
-        let h = logged("create_ah", self.inner.with(|e| e.create_ah(self.inner.h, attr)))?;
+        let h = logged(
+            "create_ah",
+            self.inner.with(|e| e.create_ah(self.inner.h, attr)),
+        )?;
         Ok(AddressHandle::new(self.inner.clone(), h, *attr))
     }
 
     /// `ibv_create_qp` / `ibv_create_qp_ex` with a raw `ibv_qp_type` value: types
     /// softverbs does not support (XRC, RAW_PACKET) are refused with `EOPNOTSUPP`.
-    pub fn create_qp(&self, init: &QpInit<'_>, qp_type: u32) -> Result<QueuePair<AnyTransport>, Error> {
+    pub fn create_qp(
+        &self,
+        init: &QpInit<'_>,
+        qp_type: u32,
+    ) -> Result<QueuePair<AnyTransport>, Error> {
         QueuePair::create(self.inner.clone(), init, qp_type)
     }
 
-    fn create_typed<T: Transport>(&self, init: &QpInit<'_>, t: QpType) -> Result<QueuePair<T>, Error> {
+    fn create_typed<T: Transport>(
+        &self,
+        init: &QpInit<'_>,
+        t: QpType,
+    ) -> Result<QueuePair<T>, Error> {
         QueuePair::create(self.inner.clone(), init, t.raw()).map(QueuePair::retype)
     }
 
@@ -96,6 +113,8 @@ impl ProtectionDomain {
 
 impl std::fmt::Debug for ProtectionDomain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProtectionDomain").field("handle", &self.inner.h).finish()
+        f.debug_struct("ProtectionDomain")
+            .field("handle", &self.inner.h)
+            .finish()
     }
 }

@@ -68,7 +68,13 @@ impl<'a> QpInit<'a> {
             send_cq,
             recv_cq,
             srq: None,
-            cap: QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
             sq_sig_all: false,
             comp_mask: comp_mask::PD,
             create_flags: 0,
@@ -151,7 +157,10 @@ impl QueuePair<AnyTransport> {
             qp_type: created.qp_type,
             cap: created.cap,
         };
-        Ok(QueuePair { inner: Arc::new(inner), _transport: PhantomData })
+        Ok(QueuePair {
+            inner: Arc::new(inner),
+            _transport: PhantomData,
+        })
     }
 
     /// The typed view of this QP, if it is of transport `T`.
@@ -166,7 +175,10 @@ impl QueuePair<AnyTransport> {
 
 impl<T: Transport> QueuePair<T> {
     pub(crate) fn retype<U: Transport>(self) -> QueuePair<U> {
-        QueuePair { inner: self.inner, _transport: PhantomData }
+        QueuePair {
+            inner: self.inner,
+            _transport: PhantomData,
+        }
     }
 
     pub(crate) fn handle(&self) -> QpHandle {
@@ -207,7 +219,10 @@ impl<T: Transport> QueuePair<T> {
     /// changes nothing, not even the state.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), Error> {
         let h = self.inner.h;
-        logged("modify_qp", self.inner.pd.with(|e| e.modify_qp(h, attr, mask).map(drop)))
+        logged(
+            "modify_qp",
+            self.inner.pd.with(|e| e.modify_qp(h, attr, mask).map(drop)),
+        )
     }
 
     /// `ibv_query_qp`: every attribute valid in the current state, and init_attr.
@@ -241,6 +256,9 @@ impl<T: Transport> QueuePair<T> {
 
 impl<T: Transport> std::fmt::Debug for QueuePair<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueuePair").field("qp_num", &self.inner.qpn).field("qp_type", &self.inner.qp_type).finish()
+        f.debug_struct("QueuePair")
+            .field("qp_num", &self.inner.qpn)
+            .field("qp_type", &self.inner.qp_type)
+            .finish()
     }
 }

@@ -21,8 +21,15 @@ pub struct Modify<T> {
 impl<T> Modify<T> {
     /// A request moving to `state` with nothing else.
     pub fn to(state: QpState) -> Self {
-        let attr = QpAttr { qp_state: state as u32, ..QpAttr::default() };
-        Modify { attr, mask: AttrMask::STATE, _transport: PhantomData }
+        let attr = QpAttr {
+            qp_state: state as u32,
+            ..QpAttr::default()
+        };
+        Modify {
+            attr,
+            mask: AttrMask::STATE,
+            _transport: PhantomData,
+        }
     }
 
     fn set(mut self, bit: AttrMask, f: impl FnOnce(&mut QpAttr)) -> Self {
@@ -229,7 +236,9 @@ impl Transition<Rc> for RcRtr {
     fn request(self) -> Modify<Rc> {
         conn_rtr(self.ah, self.path_mtu, self.dest_qp_num, self.rq_psn)
             .min_rnr_timer(self.min_rnr_timer)
-            .set(AttrMask::MAX_DEST_RD_ATOMIC, |a| a.max_dest_rd_atomic = self.max_dest_rd_atomic)
+            .set(AttrMask::MAX_DEST_RD_ATOMIC, |a| {
+                a.max_dest_rd_atomic = self.max_dest_rd_atomic
+            })
     }
 }
 impl Transition<Uc> for UcRtr {
@@ -248,7 +257,9 @@ impl Transition<Rc> for RcRts {
             .set(AttrMask::TIMEOUT, |a| a.timeout = self.timeout)
             .set(AttrMask::RETRY_CNT, |a| a.retry_cnt = self.retry_cnt)
             .set(AttrMask::RNR_RETRY, |a| a.rnr_retry = self.rnr_retry)
-            .set(AttrMask::MAX_QP_RD_ATOMIC, |a| a.max_rd_atomic = self.max_rd_atomic)
+            .set(AttrMask::MAX_QP_RD_ATOMIC, |a| {
+                a.max_rd_atomic = self.max_rd_atomic
+            })
     }
 }
 impl Transition<Uc> for SqPsnRts {
@@ -263,8 +274,9 @@ impl Transition<Ud> for SqPsnRts {
 }
 impl<T: Transport> Transition<T> for Drain {
     fn request(self) -> Modify<T> {
-        Modify::to(QpState::Sqd)
-            .set(AttrMask::EN_SQD_ASYNC_NOTIFY, |a| a.en_sqd_async_notify = u8::from(self.notify))
+        Modify::to(QpState::Sqd).set(AttrMask::EN_SQD_ASYNC_NOTIFY, |a| {
+            a.en_sqd_async_notify = u8::from(self.notify)
+        })
     }
 }
 impl<T: Transport> Transition<T> for Resume {

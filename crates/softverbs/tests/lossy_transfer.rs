@@ -50,7 +50,8 @@ const ALL: AccessFlags = AccessFlags(0xf);
 fn pattern(seed: u64, offset: usize, len: usize) -> Vec<u8> {
     (offset..offset + len)
         .map(|i| {
-            let x = (i as u64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x2545_f491_4f6c_dd1d);
+            let x = (i as u64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                .wrapping_mul(0x2545_f491_4f6c_dd1d);
             (x >> 56) as u8
         })
         .collect()
@@ -72,20 +73,44 @@ impl Endpoint {
         let rcq = ctx.create_cq(1024).unwrap();
         let mr = pd.reg_mr(mr_len, ALL).unwrap();
         let mut init = QpInit::new(&scq, &rcq);
-        init.cap = QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        init.cap = QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
         let qp = pd.create_rc_qp(&init).unwrap();
-        Endpoint { ctx, _pd: pd, scq, rcq, mr, qp }
+        Endpoint {
+            ctx,
+            _pd: pd,
+            scq,
+            rcq,
+            mr,
+            qp,
+        }
     }
 
     /// This side's connection line: GID, QP number, buffer address, rkey.
     fn info(&self) -> String {
         let gid = self.ctx.query_gid(1, 0).unwrap();
         let hex: String = gid.0.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{hex} {} {} {}", self.qp.qp_num(), self.mr.addr(), self.mr.rkey())
+        format!(
+            "{hex} {} {} {}",
+            self.qp.qp_num(),
+            self.mr.addr(),
+            self.mr.rkey()
+        )
     }
 
     fn connect(&self, peer: &PeerInfo) {
-        self.qp.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access: ALL }).unwrap();
+        self.qp
+            .to_init(ConnectedInit {
+                pkey_index: 0,
+                port_num: 1,
+                access: ALL,
+            })
+            .unwrap();
         let rtr = RcRtr {
             ah: AhAttr::roce(peer.gid, 0),
             path_mtu: Mtu::Mtu4096,
@@ -96,14 +121,25 @@ impl Endpoint {
         };
         self.qp.to_rtr(rtr).unwrap();
         // ACK timeout 4.096 µs × 2^14 ≈ 67 ms: above the time to deliver a 1 MiB message in a debug build.
-        self.qp.to_rts(RcRts { sq_psn: 0, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 16 }).unwrap();
+        self.qp
+            .to_rts(RcRts {
+                sq_psn: 0,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                max_rd_atomic: 16,
+            })
+            .unwrap();
     }
 
     /// Exactly `n` successful completions on `cq`.
     fn wait_ok(cq: &CompletionQueue, n: usize, what: &str) -> Vec<WorkCompletion> {
         let wcs = cq.wait(n, DEADLINE);
         assert_eq!(wcs.len(), n, "{what}: {} of {n} completions", wcs.len());
-        let bad: Vec<_> = wcs.iter().filter(|wc| wc.status != WcStatus::Success).collect();
+        let bad: Vec<_> = wcs
+            .iter()
+            .filter(|wc| wc.status != WcStatus::Success)
+            .collect();
         assert!(bad.is_empty(), "{what}: failed completions {bad:?}");
         wcs
     }
@@ -123,7 +159,12 @@ fn parse_info(line: &str) -> PeerInfo {
     for (i, b) in gid.iter_mut().enumerate() {
         *b = u8::from_str_radix(&f[0][2 * i..2 * i + 2], 16).unwrap();
     }
-    PeerInfo { gid: Gid(gid), qpn: f[1].parse().unwrap(), addr: f[2].parse().unwrap(), rkey: f[3].parse().unwrap() }
+    PeerInfo {
+        gid: Gid(gid),
+        qpn: f[1].parse().unwrap(),
+        addr: f[2].parse().unwrap(),
+        rkey: f[3].parse().unwrap(),
+    }
 }
 
 /// The peer: receives the WRITEs and SENDs, answers the READs, checks the SENDs.
@@ -141,23 +182,38 @@ fn lossy_peer() {
     ep.connect(&parent);
     for m in 0..MESSAGES {
         let sge = ep.mr.sge(WRITE_BYTES + m * SEND_CHUNK, SEND_CHUNK as u32);
-        ep.qp.post_recv(&RecvWr { wr_id: m as u64, sg_list: &[sge] }).unwrap();
+        ep.qp
+            .post_recv(&RecvWr {
+                wr_id: m as u64,
+                sg_list: &[sge],
+            })
+            .unwrap();
     }
     println!("READY");
     std::io::stdout().flush().unwrap();
     let wcs = Endpoint::wait_ok(&ep.rcq, MESSAGES, "peer receives");
     for (i, wc) in wcs.iter().enumerate() {
-        assert_eq!((wc.wr_id, wc.byte_len), (i as u64, SEND_CHUNK as u32), "receive {i} in order");
+        assert_eq!(
+            (wc.wr_id, wc.byte_len),
+            (i as u64, SEND_CHUNK as u32),
+            "receive {i} in order"
+        );
         let mut got = vec![0u8; SEND_CHUNK];
         ep.mr.read(WRITE_BYTES + i * SEND_CHUNK, &mut got);
-        assert!(got == pattern(2, i * SEND_CHUNK, SEND_CHUNK), "message {i} corrupted");
+        assert!(
+            got == pattern(2, i * SEND_CHUNK, SEND_CHUNK),
+            "message {i} corrupted"
+        );
     }
     println!("RECEIVED {MESSAGES}");
     std::io::stdout().flush().unwrap();
     // Stay up (answering READs) until the parent is done.
     let _ = lines.next();
     let (c, q) = (ep.ctx.counters(), ep.qp.counters().unwrap());
-    println!("STATS drops={} dups={} retransmit_rounds={}", c.io.fault_drops, c.io.fault_duplicates, q.retransmit_rounds);
+    println!(
+        "STATS drops={} dups={} retransmit_rounds={}",
+        c.io.fault_drops, c.io.fault_duplicates, q.retransmit_rounds
+    );
     std::io::stdout().flush().unwrap();
 }
 
@@ -189,7 +245,11 @@ impl Peer {
                 let _ = tx.send(line);
             }
         });
-        Peer { child, stdin, lines }
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
     }
 
     /// The rest of the first line starting with `tag` (bounded wait).
@@ -243,16 +303,34 @@ impl Drop for Peer {
 
 fn post(qp: &QueuePair<Rc>, id: u64, opcode: WrOpcode, sge: Sge, target: WrTarget) {
     let sg = [sge];
-    let wr = SendWr { wr_id: id, opcode, flags: SendFlags::SIGNALED, sg_list: &sg, imm_data: ImmData::from_value(0), target };
+    let wr = SendWr {
+        wr_id: id,
+        opcode,
+        flags: SendFlags::SIGNALED,
+        sg_list: &sg,
+        imm_data: ImmData::from_value(0),
+        target,
+    };
     qp.post_send(&wr).unwrap();
 }
 
 /// WRITE, SEND, then READ back what was written; every byte checked.
 fn transfer(ep: &Endpoint, peer: &mut Peer, info: &PeerInfo) {
-    let remote = |offset: usize| WrTarget::Rdma(RdmaTarget { remote_addr: info.addr + offset as u64, rkey: info.rkey });
+    let remote = |offset: usize| {
+        WrTarget::Rdma(RdmaTarget {
+            remote_addr: info.addr + offset as u64,
+            rkey: info.rkey,
+        })
+    };
     ep.mr.write(0, &pattern(1, 0, WRITE_BYTES));
     for (i, off) in (0..WRITE_BYTES).step_by(WRITE_CHUNK).enumerate() {
-        post(&ep.qp, i as u64, WrOpcode::RdmaWrite, ep.mr.sge(off, WRITE_CHUNK as u32), remote(off));
+        post(
+            &ep.qp,
+            i as u64,
+            WrOpcode::RdmaWrite,
+            ep.mr.sge(off, WRITE_CHUNK as u32),
+            remote(off),
+        );
     }
     Endpoint::wait_ok(&ep.scq, WRITE_BYTES / WRITE_CHUNK, "RDMA WRITEs");
     let send_base = 2 * WRITE_BYTES;
@@ -272,13 +350,22 @@ fn transfer(ep: &Endpoint, peer: &mut Peer, info: &PeerInfo) {
     for batch in reads.chunks(128) {
         for &off in batch {
             let sge = ep.mr.sge(WRITE_BYTES + off, chunk as u32);
-            post(&ep.qp, (2000 + off / chunk) as u64, WrOpcode::RdmaRead, sge, remote(off));
+            post(
+                &ep.qp,
+                (2000 + off / chunk) as u64,
+                WrOpcode::RdmaRead,
+                sge,
+                remote(off),
+            );
         }
         Endpoint::wait_ok(&ep.scq, batch.len(), "RDMA READs");
     }
     let mut back = vec![0u8; WRITE_BYTES];
     ep.mr.read(WRITE_BYTES, &mut back);
-    let first_bad = back.iter().zip(pattern(1, 0, WRITE_BYTES)).position(|(a, b)| *a != b);
+    let first_bad = back
+        .iter()
+        .zip(pattern(1, 0, WRITE_BYTES))
+        .position(|(a, b)| *a != b);
     assert_eq!(first_bad, None, "data written and read back differs");
 }
 
@@ -289,7 +376,11 @@ fn lossy_transfer_between_two_processes() {
     let started = Instant::now();
     let mut peer = Peer::spawn(&peer_pcap);
     let faults: FaultConfig = format!("{},seed=7", faults()).parse().unwrap();
-    let device = devices().unwrap().remove(0).with_faults(faults).with_capture(Some(parent_pcap.clone()));
+    let device = devices()
+        .unwrap()
+        .remove(0)
+        .with_faults(faults)
+        .with_capture(Some(parent_pcap.clone()));
     let ep = Endpoint::new(device.open().unwrap(), 2 * WRITE_BYTES + SEND_BYTES);
     let info = parse_info(&peer.expect("PEER"));
     peer.say(&ep.info());
@@ -312,11 +403,25 @@ fn lossy_transfer_between_two_processes() {
         q.timeouts,
         q.seq_naks_received
     );
-    assert!(c.io.fault_drops > 0 && c.io.fault_duplicates > 0 && c.io.fault_reorders > 0, "{c:?}");
-    assert!(q.retransmit_rounds > 0, "no retransmissions under loss: {q:?}");
+    assert!(
+        c.io.fault_drops > 0 && c.io.fault_duplicates > 0 && c.io.fault_reorders > 0,
+        "{c:?}"
+    );
+    assert!(
+        q.retransmit_rounds > 0,
+        "no retransmissions under loss: {q:?}"
+    );
     assert!(c.io.pcap_records > 0 && c.io.pcap_errors == 0, "{c:?}");
-    check_capture(&parent_pcap, &my_ip, c.io.fault_duplicates, c.io.pcap_records);
-    assert!(std::fs::metadata(&peer_pcap).map(|m| m.len()).unwrap_or(0) > 24, "peer capture empty");
+    check_capture(
+        &parent_pcap,
+        &my_ip,
+        c.io.fault_duplicates,
+        c.io.pcap_records,
+    );
+    assert!(
+        std::fs::metadata(&peer_pcap).map(|m| m.len()).unwrap_or(0) > 24,
+        "peer capture empty"
+    );
 }
 
 /// tshark decodes the parent's capture: every record, RoCE opcodes, nothing
@@ -327,24 +432,41 @@ fn check_capture(path: &Path, my_gid: &Gid, duplicates: u64, records: u64) {
         eprintln!("tshark checks skipped: tshark not found");
         return;
     }
-    let my_ip = std::net::Ipv4Addr::new(my_gid.0[12], my_gid.0[13], my_gid.0[14], my_gid.0[15]).to_string();
+    let my_ip =
+        std::net::Ipv4Addr::new(my_gid.0[12], my_gid.0[13], my_gid.0[14], my_gid.0[15]).to_string();
     let packets = tshark::decode(path);
     assert_eq!(packets.len() as u64, records);
-    let malformed = packets.iter().filter(|p| p.malformed || p.opcode.is_none()).count();
+    let malformed = packets
+        .iter()
+        .filter(|p| p.malformed || p.opcode.is_none())
+        .count();
     assert_eq!(malformed, 0, "malformed or undecoded packets");
     let mut sent: HashMap<(u8, u32, u32), u64> = HashMap::new();
     let mut opcodes = std::collections::BTreeSet::new();
     for p in &packets {
         opcodes.insert(p.opcode.unwrap());
         if p.src == my_ip {
-            *sent.entry((p.opcode.unwrap(), p.dest_qp.unwrap(), p.psn.unwrap())).or_default() += 1;
+            *sent
+                .entry((p.opcode.unwrap(), p.dest_qp.unwrap(), p.psn.unwrap()))
+                .or_default() += 1;
         }
     }
     // SEND first/middle/last, WRITE first/middle/last, READ request and responses, ACK.
-    for op in [0x00, 0x01, 0x02, 0x06, 0x07, 0x08, 0x0c, 0x0d, 0x0e, 0x0f, 0x11] {
-        assert!(opcodes.contains(&op), "opcode {op:#04x} not in the capture: {opcodes:x?}");
+    for op in [
+        0x00, 0x01, 0x02, 0x06, 0x07, 0x08, 0x0c, 0x0d, 0x0e, 0x0f, 0x11,
+    ] {
+        assert!(
+            opcodes.contains(&op),
+            "opcode {op:#04x} not in the capture: {opcodes:x?}"
+        );
     }
     let repeats: u64 = sent.values().map(|&k| k - 1).sum();
-    eprintln!("tshark: {} packets, {repeats} repeated request PSNs, {duplicates} injected duplicates", packets.len());
-    assert!(repeats > duplicates, "no retransmission visible in the capture");
+    eprintln!(
+        "tshark: {} packets, {repeats} repeated request PSNs, {duplicates} injected duplicates",
+        packets.len()
+    );
+    assert!(
+        repeats > duplicates,
+        "no retransmission visible in the capture"
+    );
 }

@@ -57,7 +57,11 @@ fn round(a: &Side, b: &Side, r: usize) {
     assert!(
         sa.iter().chain(&sb).all(|w| w.status == WcStatus::Success),
         "round {r}: {:?}",
-        sa.iter().chain(&sb).filter(|w| w.status != WcStatus::Success).take(3).collect::<Vec<_>>()
+        sa.iter()
+            .chain(&sb)
+            .filter(|w| w.status != WcStatus::Success)
+            .take(3)
+            .collect::<Vec<_>>()
     );
     for i in 0..QPS {
         let o = i * MSG;

@@ -9,7 +9,11 @@ const T: Duration = Duration::from_secs(10);
 const ALL: AccessFlags = AccessFlags(0xf);
 
 fn device(name: &str, ip: &str) -> Context {
-    let cfg = DeviceConfig { name: name.into(), addrs: vec![ip.parse().unwrap()], active_mtu: Mtu::Mtu1024 };
+    let cfg = DeviceConfig {
+        name: name.into(),
+        addrs: vec![ip.parse().unwrap()],
+        active_mtu: Mtu::Mtu1024,
+    };
     Device::with_config(cfg).open().unwrap()
 }
 
@@ -30,7 +34,13 @@ impl Side {
 
     fn init(&self) -> QpInit<'_> {
         let mut i = QpInit::new(&self.cq, &self.cq);
-        i.cap = QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 128 };
+        i.cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 128,
+        };
         i.sq_sig_all = true;
         i
     }
@@ -45,21 +55,53 @@ impl Side {
 fn rc_pair(a: &Side, b: &Side) -> (QueuePair<Rc>, QueuePair<Rc>) {
     let qa = a.pd.create_rc_qp(&a.init()).unwrap();
     let qb = b.pd.create_rc_qp(&b.init()).unwrap();
-    for (s, qp, peer, gid) in [(a, &qa, &qb, b.ctx.query_gid(1, 0).unwrap()), (b, &qb, &qa, a.ctx.query_gid(1, 0).unwrap())] {
+    for (s, qp, peer, gid) in [
+        (a, &qa, &qb, b.ctx.query_gid(1, 0).unwrap()),
+        (b, &qb, &qa, a.ctx.query_gid(1, 0).unwrap()),
+    ] {
         let _ = s;
-        qp.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access: ALL }).unwrap();
-        qp.to_rtr(RcRtr { ah: AhAttr::roce(gid, 0), path_mtu: Mtu::Mtu1024, dest_qp_num: peer.qp_num(), rq_psn: 0, max_dest_rd_atomic: 16, min_rnr_timer: 1 }).unwrap();
-        qp.to_rts(RcRts { sq_psn: 0, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 16 }).unwrap();
+        qp.to_init(ConnectedInit {
+            pkey_index: 0,
+            port_num: 1,
+            access: ALL,
+        })
+        .unwrap();
+        qp.to_rtr(RcRtr {
+            ah: AhAttr::roce(gid, 0),
+            path_mtu: Mtu::Mtu1024,
+            dest_qp_num: peer.qp_num(),
+            rq_psn: 0,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 1,
+        })
+        .unwrap();
+        qp.to_rts(RcRts {
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+        })
+        .unwrap();
     }
     (qa, qb)
 }
 
 fn wr<'a>(id: u64, op: WrOpcode, sg: &'a [Sge], target: WrTarget) -> SendWr<'a> {
-    SendWr { wr_id: id, opcode: op, flags: SendFlags::SIGNALED, sg_list: sg, imm_data: ImmData::from_value(7), target }
+    SendWr {
+        wr_id: id,
+        opcode: op,
+        flags: SendFlags::SIGNALED,
+        sg_list: sg,
+        imm_data: ImmData::from_value(7),
+        target,
+    }
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
 }
 
 fn rc_all_operations(a: &Side, b: &Side) {
@@ -67,26 +109,65 @@ fn rc_all_operations(a: &Side, b: &Side) {
     let data = pattern(100_000, 3);
     a.mr.write(0, &data);
     // SEND 100 000 bytes (98 packets at MTU 1024).
-    qb.post_recv(&RecvWr { wr_id: 9, sg_list: &[b.mr.sge(0, 200_000)] }).unwrap();
-    qa.post_send(&wr(1, WrOpcode::Send, &[a.mr.sge(0, 100_000)], WrTarget::None)).unwrap();
+    qb.post_recv(&RecvWr {
+        wr_id: 9,
+        sg_list: &[b.mr.sge(0, 200_000)],
+    })
+    .unwrap();
+    qa.post_send(&wr(
+        1,
+        WrOpcode::Send,
+        &[a.mr.sge(0, 100_000)],
+        WrTarget::None,
+    ))
+    .unwrap();
     assert_eq!(a.one().status, WcStatus::Success);
     let r = b.one();
-    assert_eq!((r.wr_id, r.status, r.byte_len), (9, WcStatus::Success, 100_000));
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len),
+        (9, WcStatus::Success, 100_000)
+    );
     let mut got = vec![0; 100_000];
     b.mr.read(0, &mut got);
     assert_eq!(got, data);
     // WRITE to B at 300 000, READ it back into A at 500 000.
-    qa.post_send(&wr(2, WrOpcode::RdmaWrite, &[a.mr.sge(0, 100_000)], WrTarget::Rdma(b.mr.remote(300_000)))).unwrap();
-    qa.post_send(&wr(3, WrOpcode::RdmaRead, &[a.mr.sge(500_000, 100_000)], WrTarget::Rdma(b.mr.remote(300_000)))).unwrap();
+    qa.post_send(&wr(
+        2,
+        WrOpcode::RdmaWrite,
+        &[a.mr.sge(0, 100_000)],
+        WrTarget::Rdma(b.mr.remote(300_000)),
+    ))
+    .unwrap();
+    qa.post_send(&wr(
+        3,
+        WrOpcode::RdmaRead,
+        &[a.mr.sge(500_000, 100_000)],
+        WrTarget::Rdma(b.mr.remote(300_000)),
+    ))
+    .unwrap();
     assert_eq!(a.one().opcode, WcOpcode::RdmaWrite);
     let rd = a.one();
-    assert_eq!((rd.opcode, rd.status, rd.byte_len), (WcOpcode::RdmaRead, WcStatus::Success, 100_000));
+    assert_eq!(
+        (rd.opcode, rd.status, rd.byte_len),
+        (WcOpcode::RdmaRead, WcStatus::Success, 100_000)
+    );
     a.mr.read(500_000, &mut got);
     assert_eq!(got, data);
     // Atomics on B's word at 800 000.
     b.mr.write(800_000, &5u64.to_ne_bytes());
-    let faa = AtomicTarget { remote_addr: b.mr.addr() + 800_000, compare_add: 10, swap: 0, rkey: b.mr.rkey() };
-    qa.post_send(&wr(4, WrOpcode::AtomicFetchAndAdd, &[a.mr.sge(900_000, 8)], WrTarget::Atomic(faa))).unwrap();
+    let faa = AtomicTarget {
+        remote_addr: b.mr.addr() + 800_000,
+        compare_add: 10,
+        swap: 0,
+        rkey: b.mr.rkey(),
+    };
+    qa.post_send(&wr(
+        4,
+        WrOpcode::AtomicFetchAndAdd,
+        &[a.mr.sge(900_000, 8)],
+        WrTarget::Atomic(faa),
+    ))
+    .unwrap();
     assert_eq!(a.one().status, WcStatus::Success);
     let mut w = [0u8; 8];
     a.mr.read(900_000, &mut w);
@@ -94,12 +175,29 @@ fn rc_all_operations(a: &Side, b: &Side) {
     b.mr.read(800_000, &mut w);
     assert_eq!(u64::from_ne_bytes(w), 15);
     // WRITE_WITH_IMM and an inline SEND.
-    qb.post_recv(&RecvWr { wr_id: 10, sg_list: &[b.mr.sge(0, 64)] }).unwrap();
-    qa.post_send(&wr(5, WrOpcode::RdmaWriteWithImm, &[a.mr.sge(0, 16)], WrTarget::Rdma(b.mr.remote(700_000)))).unwrap();
+    qb.post_recv(&RecvWr {
+        wr_id: 10,
+        sg_list: &[b.mr.sge(0, 64)],
+    })
+    .unwrap();
+    qa.post_send(&wr(
+        5,
+        WrOpcode::RdmaWriteWithImm,
+        &[a.mr.sge(0, 16)],
+        WrTarget::Rdma(b.mr.remote(700_000)),
+    ))
+    .unwrap();
     assert_eq!(a.one().status, WcStatus::Success);
     let r = b.one();
-    assert_eq!((r.opcode, r.byte_len, r.imm_data.value()), (WcOpcode::RecvRdmaWithImm, 16, 7));
-    qb.post_recv(&RecvWr { wr_id: 11, sg_list: &[b.mr.sge(0, 64)] }).unwrap();
+    assert_eq!(
+        (r.opcode, r.byte_len, r.imm_data.value()),
+        (WcOpcode::RecvRdmaWithImm, 16, 7)
+    );
+    qb.post_recv(&RecvWr {
+        wr_id: 11,
+        sg_list: &[b.mr.sge(0, 64)],
+    })
+    .unwrap();
     a.mr.write(0, b"inline!!");
     let mut inl = wr(6, WrOpcode::Send, &[], WrTarget::None);
     let sg = [a.mr.sge(0, 8)];
@@ -133,19 +231,38 @@ fn rc_within_one_device() {
 fn uc_and_ud_between_two_devices() {
     let a = Side::new(device("traffic-uc-a", "127.7.0.4"));
     let b = Side::new(device("traffic-uc-b", "127.7.0.5"));
-    let (ga, gb) = (a.ctx.query_gid(1, 0).unwrap(), b.ctx.query_gid(1, 0).unwrap());
+    let (ga, gb) = (
+        a.ctx.query_gid(1, 0).unwrap(),
+        b.ctx.query_gid(1, 0).unwrap(),
+    );
     // UC.
     let qa = a.pd.create_uc_qp(&a.init()).unwrap();
     let qb = b.pd.create_uc_qp(&b.init()).unwrap();
     for (qp, peer, gid) in [(&qa, &qb, gb), (&qb, &qa, ga)] {
-        qp.to_init(ConnectedInit { pkey_index: 0, port_num: 1, access: ALL }).unwrap();
-        qp.to_rtr(UcRtr { ah: AhAttr::roce(gid, 0), path_mtu: Mtu::Mtu1024, dest_qp_num: peer.qp_num(), rq_psn: 5 }).unwrap();
+        qp.to_init(ConnectedInit {
+            pkey_index: 0,
+            port_num: 1,
+            access: ALL,
+        })
+        .unwrap();
+        qp.to_rtr(UcRtr {
+            ah: AhAttr::roce(gid, 0),
+            path_mtu: Mtu::Mtu1024,
+            dest_qp_num: peer.qp_num(),
+            rq_psn: 5,
+        })
+        .unwrap();
         qp.to_rts(SqPsnRts { sq_psn: 5 }).unwrap();
     }
     let data = pattern(5000, 9);
     a.mr.write(0, &data);
-    qb.post_recv(&RecvWr { wr_id: 1, sg_list: &[b.mr.sge(0, 8192)] }).unwrap();
-    qa.post_send(&wr(1, WrOpcode::Send, &[a.mr.sge(0, 5000)], WrTarget::None)).unwrap();
+    qb.post_recv(&RecvWr {
+        wr_id: 1,
+        sg_list: &[b.mr.sge(0, 8192)],
+    })
+    .unwrap();
+    qa.post_send(&wr(1, WrOpcode::Send, &[a.mr.sge(0, 5000)], WrTarget::None))
+        .unwrap();
     assert_eq!(a.one().status, WcStatus::Success);
     assert_eq!(b.one().byte_len, 5000);
     let mut got = vec![0; 5000];
@@ -155,16 +272,34 @@ fn uc_and_ud_between_two_devices() {
     let ua = a.pd.create_ud_qp(&a.init()).unwrap();
     let ub = b.pd.create_ud_qp(&b.init()).unwrap();
     for qp in [&ua, &ub] {
-        qp.to_init(DatagramInit { pkey_index: 0, port_num: 1, qkey: 0x11 }).unwrap();
+        qp.to_init(DatagramInit {
+            pkey_index: 0,
+            port_num: 1,
+            qkey: 0x11,
+        })
+        .unwrap();
         qp.to_rtr(UdRtr).unwrap();
         qp.to_rts(SqPsnRts { sq_psn: 0 }).unwrap();
     }
     let ah = a.pd.create_ah(&AhAttr::roce(gb, 0)).unwrap();
-    ub.post_recv(&RecvWr { wr_id: 2, sg_list: &[b.mr.sge(10_000, 2000)] }).unwrap();
-    ua.post_send(&wr(2, WrOpcode::SendWithImm, &[a.mr.sge(0, 1000)], ah.ud(ub.qp_num(), 0x11))).unwrap();
+    ub.post_recv(&RecvWr {
+        wr_id: 2,
+        sg_list: &[b.mr.sge(10_000, 2000)],
+    })
+    .unwrap();
+    ua.post_send(&wr(
+        2,
+        WrOpcode::SendWithImm,
+        &[a.mr.sge(0, 1000)],
+        ah.ud(ub.qp_num(), 0x11),
+    ))
+    .unwrap();
     assert_eq!(a.one().status, WcStatus::Success);
     let r = b.one();
-    assert_eq!((r.byte_len, r.src_qp, r.imm_data.value()), (1040, ua.qp_num(), 7));
+    assert_eq!(
+        (r.byte_len, r.src_qp, r.imm_data.value()),
+        (1040, ua.qp_num(), 7)
+    );
     assert!(r.wc_flags.contains(WcFlags::GRH));
     let mut got = vec![0; 1000];
     b.mr.read(10_040, &mut got);
@@ -178,17 +313,32 @@ fn completion_channel_fires_when_armed() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq_with_channel(16, &ch).unwrap();
     let mr = pd.reg_mr(4096, ALL).unwrap();
-    let side = Side { ctx: ctx.clone(), pd, cq, mr };
+    let side = Side {
+        ctx: ctx.clone(),
+        pd,
+        cq,
+        mr,
+    };
     let other = Side::new(ctx);
     let (qa, qb) = rc_pair(&side, &other);
     side.cq.req_notify(false).unwrap();
-    qb.post_recv(&RecvWr { wr_id: 1, sg_list: &[other.mr.sge(0, 64)] }).unwrap();
-    qa.post_send(&wr(1, WrOpcode::Send, &[side.mr.sge(0, 8)], WrTarget::None)).unwrap();
+    qb.post_recv(&RecvWr {
+        wr_id: 1,
+        sg_list: &[other.mr.sge(0, 64)],
+    })
+    .unwrap();
+    qa.post_send(&wr(1, WrOpcode::Send, &[side.mr.sge(0, 8)], WrTarget::None))
+        .unwrap();
     assert_eq!(ch.get_event(Some(T)).unwrap(), Some(side.cq.id()));
     assert_eq!(side.one().status, WcStatus::Success);
     // Not re-armed: no second event.
-    qb.post_recv(&RecvWr { wr_id: 2, sg_list: &[other.mr.sge(0, 64)] }).unwrap();
-    qa.post_send(&wr(2, WrOpcode::Send, &[side.mr.sge(0, 8)], WrTarget::None)).unwrap();
+    qb.post_recv(&RecvWr {
+        wr_id: 2,
+        sg_list: &[other.mr.sge(0, 64)],
+    })
+    .unwrap();
+    qa.post_send(&wr(2, WrOpcode::Send, &[side.mr.sge(0, 8)], WrTarget::None))
+        .unwrap();
     assert_eq!(side.one().status, WcStatus::Success);
     assert_eq!(ch.get_event(Some(Duration::from_millis(50))).unwrap(), None);
 }
@@ -198,10 +348,17 @@ fn post_in_the_wrong_state_is_refused_with_einval() {
     let ctx = device("traffic-state", "127.7.0.7");
     let s = Side::new(ctx);
     let qp = s.pd.create_rc_qp(&s.init()).unwrap();
-    let e = qp.post_send(&wr(1, WrOpcode::Send, &[s.mr.sge(0, 8)], WrTarget::None)).unwrap_err();
+    let e = qp
+        .post_send(&wr(1, WrOpcode::Send, &[s.mr.sge(0, 8)], WrTarget::None))
+        .unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL);
     assert!(e.to_string().contains("RESET"), "{e}");
-    let e = qp.post_recv(&RecvWr { wr_id: 1, sg_list: &[s.mr.sge(0, 8)] }).unwrap_err();
+    let e = qp
+        .post_recv(&RecvWr {
+            wr_id: 1,
+            sg_list: &[s.mr.sge(0, 8)],
+        })
+        .unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL);
 }
 
@@ -216,9 +373,19 @@ fn many_rc_qps_with_traffic_and_no_leak() {
             pairs.push(rc_pair(&a, &b));
         }
         for (i, (qa, qb)) in pairs.iter().enumerate() {
-            qb.post_recv(&RecvWr { wr_id: i as u64, sg_list: &[b.mr.sge(i * 64, 64)] }).unwrap();
+            qb.post_recv(&RecvWr {
+                wr_id: i as u64,
+                sg_list: &[b.mr.sge(i * 64, 64)],
+            })
+            .unwrap();
             a.mr.write(i * 64, &[i as u8; 64]);
-            qa.post_send(&wr(i as u64, WrOpcode::Send, &[a.mr.sge(i * 64, 64)], WrTarget::None)).unwrap();
+            qa.post_send(&wr(
+                i as u64,
+                WrOpcode::Send,
+                &[a.mr.sge(i * 64, 64)],
+                WrTarget::None,
+            ))
+            .unwrap();
         }
         let sa = a.cq.wait(256, T);
         let sb = b.cq.wait(256, T);

@@ -1,7 +1,7 @@
 //! Posting work requests, polling completions, arming CQs.
 
-use crate::engine::{CqHandle, QpHandle, SrqHandle};
 use crate::error::{Error, ObjectKind};
+use crate::handle::{CqHandle, QpHandle, SrqHandle};
 use crate::qp::wqe::{RecvWqe, SendWqe, UdDest};
 use crate::types::{QpState, QpType};
 use crate::wc::{wc_opcode_for, WcOpcode, WorkCompletion};
@@ -213,29 +213,5 @@ impl Engine {
                 }
             }
         }
-    }
-}
-
-impl crate::qp::QpControl {
-    /// The Q_Key if set, else 0.
-    pub fn qkey_or_zero(&self) -> u32 {
-        if self.valid().contains(crate::AttrMask::QKEY) {
-            self.attr().qkey
-        } else {
-            0
-        }
-    }
-
-    /// Does this state process incoming requests (RTR, RTS, SQD, SQE)?
-    pub fn accepts_requests(&self) -> bool {
-        matches!(
-            self.state(),
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        )
-    }
-
-    /// Does this state process responses (RTS, SQD)?
-    pub fn accepts_responses(&self) -> bool {
-        self.qp_type() == QpType::Rc && matches!(self.state(), QpState::Rts | QpState::Sqd)
     }
 }

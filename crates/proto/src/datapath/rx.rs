@@ -2,7 +2,7 @@
 //! the responder for requests and the completer for responses.
 
 use super::{AsyncEventKind, Event, EventElement};
-use crate::engine::QpHandle;
+use crate::handle::QpHandle;
 use crate::memory::Memory;
 use crate::qp::completer::{CompEffects, CompEnv};
 use crate::qp::responder::{Drop, Incoming, RespEffects};
@@ -161,7 +161,7 @@ impl Engine {
     }
 
     /// rc-reliability.md §8: below the armed limit → one event, then disarmed.
-    fn check_srq_limit(&mut self, srq: Option<crate::engine::SrqHandle>) {
+    fn check_srq_limit(&mut self, srq: Option<crate::handle::SrqHandle>) {
         let Some(sh) = srq else { return };
         let Some(s) = self.srqs.get_mut(sh) else {
             return;

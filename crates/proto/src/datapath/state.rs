@@ -4,7 +4,7 @@
 //! unreliable send errors.
 
 use super::{AsyncEventKind, Event, EventElement};
-use crate::engine::QpHandle;
+use crate::handle::QpHandle;
 use crate::mask::AttrMask;
 use crate::qp::data::QpData;
 use crate::qp::modify::Transition;

@@ -6,7 +6,7 @@
 //! live per QP (rc-reliability.md §1.3–1.4).
 
 use super::{AsyncEventKind, Transmit, ROCE_PORT};
-use crate::engine::QpHandle;
+use crate::handle::QpHandle;
 use crate::memory::Memory;
 use crate::qp::completer::success;
 use crate::qp::requester::{Payload, ReqEnv};

@@ -6,10 +6,9 @@
 use super::requester::Requester;
 use super::sgl::{self, SglError};
 use super::wqe::{SendQueue, SendWqe};
-use crate::engine::PdHandle;
+use crate::handle::PdHandle;
 use crate::memory::Memory;
-use crate::mr::Mr;
-use crate::table::Table;
+use crate::mr::MrTable;
 use crate::timers::{aeth_action, AethAction, NakAction, NakCode, RNR_RETRY_INFINITE};
 use crate::wc::{WcStatus, WorkCompletion};
 use crate::wr::WrOpcode;
@@ -29,7 +28,7 @@ pub struct CompEnv<'a> {
     /// Configured `rnr_retry` (restored on progress; 7 = infinite).
     pub rnr_retry: u8,
     /// Memory regions.
-    pub mrs: &'a Table<Mr>,
+    pub mrs: &'a MrTable,
     /// Memory.
     pub mem: &'a dyn Memory,
 }

@@ -162,6 +162,28 @@ impl QpControl {
         was && self.sqd_notify
     }
 
+    /// The Q_Key if set, else 0.
+    pub fn qkey_or_zero(&self) -> u32 {
+        if self.valid().contains(AttrMask::QKEY) {
+            self.attr().qkey
+        } else {
+            0
+        }
+    }
+
+    /// Does this state process incoming requests (RTR, RTS, SQD, SQE)?
+    pub fn accepts_requests(&self) -> bool {
+        matches!(
+            self.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+    }
+
+    /// Does this state process responses (RTS, SQD)?
+    pub fn accepts_responses(&self) -> bool {
+        self.qp_type() == QpType::Rc && matches!(self.state(), QpState::Rts | QpState::Sqd)
+    }
+
     /// Updates the live PSNs the data path reports, which query returns
     /// (qp-query.md §3.1: next PSN to send, next PSN expected).
     pub fn set_live_psns(&mut self, sq_psn: Option<u32>, rq_psn: Option<u32>) {

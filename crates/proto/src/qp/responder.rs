@@ -12,10 +12,9 @@
 
 use super::sgl::{self, mr_by_key, SglError};
 use super::wqe::{RecvQueue, RecvWqe};
-use crate::engine::PdHandle;
+use crate::handle::PdHandle;
 use crate::memory::{AtomicOp, Memory};
-use crate::mr::{Access, Mr};
-use crate::table::Table;
+use crate::mr::{Access, MrTable};
 use crate::types::{AccessFlags, QpType};
 use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::ImmData;
@@ -48,7 +47,7 @@ pub struct RespEnv<'a> {
     /// Own Q_Key (UD).
     pub qkey: u32,
     /// Memory regions.
-    pub mrs: &'a Table<Mr>,
+    pub mrs: &'a MrTable,
     /// Memory.
     pub mem: &'a dyn Memory,
 }

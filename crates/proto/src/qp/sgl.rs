@@ -2,10 +2,9 @@
 //! against the memory-region table (lkey, PD, bounds, LOCAL_WRITE for writes)
 //! before a byte moves.
 
-use crate::engine::PdHandle;
+use crate::handle::PdHandle;
 use crate::memory::Memory;
-use crate::mr::{Access, AccessError, Mr};
-use crate::table::Table;
+use crate::mr::{Access, AccessError, Mr, MrTable};
 use crate::wr::Sge;
 
 /// Why a gather or scatter failed.
@@ -23,12 +22,12 @@ pub enum SglError {
 }
 
 /// The MR an lkey or rkey names (the slot index sits in the key's high bits).
-pub fn mr_by_key(mrs: &Table<Mr>, key: u32) -> Option<&Mr> {
+pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
     mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
 }
 
 fn check_sge(
-    mrs: &Table<Mr>,
+    mrs: &MrTable,
     pd: PdHandle,
     sge: &Sge,
     addr: u64,
@@ -80,7 +79,7 @@ fn walk(
 
 /// Copies `out.len()` bytes from the list, starting `offset` bytes in.
 pub fn gather(
-    mrs: &Table<Mr>,
+    mrs: &MrTable,
     pd: PdHandle,
     mem: &dyn Memory,
     sges: &[Sge],
@@ -97,7 +96,7 @@ pub fn gather(
 /// Copies `data` into the list, starting `offset` bytes in. Everything is
 /// checked before anything is written, so a failed scatter changes no memory.
 pub fn scatter(
-    mrs: &Table<Mr>,
+    mrs: &MrTable,
     pd: PdHandle,
     mem: &dyn Memory,
     sges: &[Sge],
@@ -117,12 +116,12 @@ pub fn scatter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handle::Handle;
     use crate::memory::VecMemory;
-    use crate::table::Handle;
     use crate::types::AccessFlags;
 
-    fn setup() -> (Table<Mr>, PdHandle, u32, u32) {
-        let mut mrs = Table::new(8);
+    fn setup() -> (MrTable, PdHandle, u32, u32) {
+        let mut mrs = MrTable::new(8);
         let pd: PdHandle = Handle::from_raw(7);
         let h = mrs
             .insert(Mr {

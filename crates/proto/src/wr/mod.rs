@@ -22,8 +22,8 @@
 //!   module checks only its length and opcode.
 #![forbid(unsafe_code)]
 
-use crate::engine::{AhHandle, PdHandle};
 use crate::error::Errno;
+use crate::handle::{AhHandle, PdHandle};
 use crate::types::{QpState, QpType};
 use std::fmt;
 

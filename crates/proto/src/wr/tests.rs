@@ -1,7 +1,7 @@
 //! Tests of work-request checks, cross-checked against the spec.
 use super::*;
+use crate::handle::Handle;
 use crate::spec_md::{plain, table_after};
-use crate::table::Handle;
 
 const QP_SM: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -52,7 +52,14 @@ pub fn decode(file: &Path) -> Vec<Decoded> {
         .arg(file)
         .args(["-d", "udp.port==4791,infiniband", "-T", "fields"])
         .args(["-E", "separator=/t", "-E", "occurrence=f"])
-        .args(["-e", "ip.src", "-e", "ip.dst", "-e", "infiniband.bth.opcode"])
+        .args([
+            "-e",
+            "ip.src",
+            "-e",
+            "ip.dst",
+            "-e",
+            "infiniband.bth.opcode",
+        ])
         .args(["-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn"])
         .args(["-e", "infiniband.aeth.syndrome", "-e", "_ws.malformed"])
         .output()
