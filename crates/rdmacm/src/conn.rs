@@ -8,7 +8,8 @@
 //! QP1, a sans-IO state machine in crates/proto driven by the engine's
 //! progress thread through libibverbs' private interface). Until that state
 //! machine is attached, [`NoCm`] answers every call with `ENOSYS` and a logged
-//! reason naming the missing piece: the calls are not done.
+//! reason naming the missing piece: the calls are not done. The mapping of
+//! each call onto the CM state machine is spec/cm.md §7.
 
 use crate::ffi::*;
 use crate::id::{self, id_block, IdBlock, State};
@@ -166,8 +167,12 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         }
         id::listen_port(VERB, b)?;
         drop(st);
-        // Only a CM makes the listen real; without one the port stays bound.
-        cm().listen(b, backlog)?;
+        // Only a CM makes the listen real; without one the id stays bound
+        // (kernel `rdma_listen`: back to ADDR_BOUND on failure).
+        if let Err(e) = cm().listen(b, backlog) {
+            id::unlisten_port(b);
+            return Err(e);
+        }
         b.lock().state = State::Listen;
         Ok(())
     });

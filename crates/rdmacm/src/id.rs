@@ -303,6 +303,13 @@ pub(crate) fn listen_port(verb: &str, b: &IdBlock) -> Result<(), c_int> {
         .map_err(|e| refuse(verb, e.errno(), e))
 }
 
+/// Undoes [`listen_port`] when the listen fails.
+pub(crate) fn unlisten_port(b: &IdBlock) {
+    if let Some(t) = ports().as_mut() {
+        t.unlisten(b.addr());
+    }
+}
+
 /// A random start for the ephemeral port search (`cma_alloc_any_port`).
 fn random_start(low: u16, high: u16) -> u16 {
     let mut v: u32 = 0;

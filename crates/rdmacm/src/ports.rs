@@ -139,6 +139,13 @@ impl PortTable {
         Ok(())
     }
 
+    /// Marks the holder `key` not listening (a listen that failed).
+    pub fn unlisten(&mut self, key: usize) {
+        for o in self.held.values_mut().flatten().filter(|o| o.key == key) {
+            o.listening = false;
+        }
+    }
+
     /// Gives back what `key` holds.
     pub fn release(&mut self, key: usize) {
         self.held.retain(|_, owners| {

@@ -76,6 +76,14 @@ fn reuseaddr_shares_until_one_listens() {
     assert!(matches!(t.listen(2), Err(PortError::InUse { .. })));
     t.release(1);
     t.listen(2).unwrap();
+    t.unlisten(2);
+    assert_eq!(
+        t.bind(TCP, 7471, reuse(4, "127.0.0.2"), RANGE, 40000),
+        Ok(7471),
+        "a failed listen shares again"
+    );
+    t.release(4);
+    t.listen(2).unwrap();
     assert!(
         t.bind(TCP, 7471, reuse(3, "127.0.0.2"), RANGE, 40000)
             .is_err(),

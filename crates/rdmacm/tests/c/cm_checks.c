@@ -426,6 +426,18 @@ static void not_offered(struct rdma_event_channel *ch)
 	CHECK(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0, "id");
 	FAILS_WITH(rdma_listen(l, 4), ENOSYS);
 	CHECK(l->route.addr.src_addr.sa_family == AF_INET, "listen bound the idle id to the IPv4 wildcard");
+	/* The failed listen left the port shareable through REUSEADDR again. */
+	struct rdma_cm_id *r1, *r2;
+	int one = 1;
+	struct sockaddr_in any = sin_of("0.0.0.0", 7476);
+	CHECK(rdma_create_id(ch, &r1, NULL, RDMA_PS_TCP) == 0 && rdma_create_id(ch, &r2, NULL, RDMA_PS_TCP) == 0, "ids");
+	CHECK(rdma_set_option(r1, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one) == 0 &&
+	      rdma_set_option(r2, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one) == 0, "REUSEADDR");
+	CHECK(rdma_bind_addr(r1, (struct sockaddr *)&any) == 0, "bind");
+	FAILS_WITH(rdma_listen(r1, 4), ENOSYS);
+	CHECK(rdma_bind_addr(r2, (struct sockaddr *)&any) == 0, "REUSEADDR shares the port of an id that is not listening");
+	rdma_destroy_id(r1);
+	rdma_destroy_id(r2);
 	rdma_destroy_id(l);
 	FAILS_WITH(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
 	FAILS_WITH(rclose(0), EBADF);
