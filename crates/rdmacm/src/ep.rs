@@ -19,7 +19,7 @@ unsafe fn setup(
     const VERB: &str = "rdma_create_ep";
     if res.ai_flags & RAI_PASSIVE != 0 {
         // SAFETY: a live id and the caller's address.
-        if unsafe { crate::id::rdma_bind_addr(id, res.ai_src_addr) } != 0 {
+        if unsafe { crate::id::rdma_bind_addr_impl(id, res.ai_src_addr) } != 0 {
             return -1;
         }
         let Ok(b) = id_block(VERB, id) else { return -1 };
@@ -38,7 +38,12 @@ unsafe fn setup(
     }
     // SAFETY: a live id and the caller's addresses.
     if unsafe {
-        crate::route::rdma_resolve_addr(id, res.ai_src_addr, res.ai_dst_addr, RESOLVE_TIMEOUT_MS)
+        crate::route::rdma_resolve_addr_impl(
+            id,
+            res.ai_src_addr,
+            res.ai_dst_addr,
+            RESOLVE_TIMEOUT_MS,
+        )
     } != 0
     {
         return -1;
@@ -47,14 +52,14 @@ unsafe fn setup(
         return fail(refuse(VERB, libc::ENOSYS, "ai_route (an SA path record, InfiniBand) is not offered: RoCE routes come from rdma_resolve_route"));
     }
     // SAFETY: a live id.
-    if unsafe { crate::route::rdma_resolve_route(id, RESOLVE_TIMEOUT_MS) } != 0 {
+    if unsafe { crate::route::rdma_resolve_route_impl(id, RESOLVE_TIMEOUT_MS) } != 0 {
         return -1;
     }
     if !qp_attr.is_null() {
         // SAFETY: the caller's attributes.
         unsafe { (*qp_attr).qp_type = res.ai_qp_type as u32 };
         // SAFETY: a live id and the caller's attributes.
-        if unsafe { crate::qp::rdma_create_qp(id, pd, qp_attr) } != 0 {
+        if unsafe { crate::qp::rdma_create_qp_impl(id, pd, qp_attr) } != 0 {
             return -1;
         }
     }
@@ -116,11 +121,11 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
     let (qp, srq) = unsafe { ((*b.c()).qp, (*b.c()).srq) };
     if !qp.is_null() {
         // SAFETY: a live id.
-        unsafe { crate::qp::rdma_destroy_qp(id) };
+        unsafe { crate::qp::rdma_destroy_qp_impl(id) };
     }
     if !srq.is_null() {
         // SAFETY: a live id.
-        unsafe { crate::qp::rdma_destroy_srq(id) };
+        unsafe { crate::qp::rdma_destroy_srq_impl(id) };
     }
     let _ = id::destroy("rdma_destroy_ep", id);
 }

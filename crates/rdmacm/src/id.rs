@@ -448,8 +448,9 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 }
 
 /// `int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+/// The body of `rdma_bind_addr`, for this library's own callers (an export is
+/// never called across modules: its `.symver` must sit with its definition).
+pub(crate) unsafe fn rdma_bind_addr_impl(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     const VERB: &str = "rdma_bind_addr";
     let r = id_block(VERB, id).and_then(|b| {
         if addr.is_null() {
@@ -462,6 +463,12 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         bind(VERB, b, &mut st, ip, port)
     });
     ret(r)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { rdma_bind_addr_impl(id, addr) }
 }
 
 /// `int rdma_set_option(struct rdma_cm_id *, int level, int optname, void *optval, size_t optlen)`.

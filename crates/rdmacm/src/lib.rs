@@ -52,6 +52,9 @@ mod util;
 
 /// Gives the exports a module defines their default versions (the
 /// `.symver` directives build.rs generated for it from `exports.txt`).
+/// An export is never called from another module (its `_impl` is): in a
+/// release build a cross-module call can leave a `.symver` in a codegen unit
+/// without the definition, which the assembler refuses.
 macro_rules! symver {
     ($module:literal) => {
         include!(concat!(env!("OUT_DIR"), "/symver_", $module, ".rs"));

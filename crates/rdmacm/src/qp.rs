@@ -253,8 +253,9 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
 }
 
 /// `int rdma_create_qp(struct rdma_cm_id *, struct ibv_pd *, struct ibv_qp_init_attr *)`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_qp(
+/// The body of `rdma_create_qp`, for this library's own callers (an export is
+/// never called across modules: its `.symver` must sit with its definition).
+pub(crate) unsafe fn rdma_create_qp_impl(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
@@ -287,9 +288,20 @@ pub unsafe extern "C" fn rdma_create_qp(
     ret(r)
 }
 
-/// `void rdma_destroy_qp(struct rdma_cm_id *id)`.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { rdma_create_qp_impl(id, pd, attr) }
+}
+
+/// `void rdma_destroy_qp(struct rdma_cm_id *id)`.
+/// The body of `rdma_destroy_qp`, for this library's own callers (an export is
+/// never called across modules: its `.symver` must sit with its definition).
+pub(crate) unsafe fn rdma_destroy_qp_impl(id: *mut rdma_cm_id) {
     let Ok(b) = id_block("rdma_destroy_qp", id) else {
         return;
     };
@@ -302,6 +314,12 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
         c.qp = std::ptr::null_mut();
     }
     destroy_cqs(c);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { rdma_destroy_qp_impl(id) }
 }
 
 /// `int rdma_init_qp_attr(struct rdma_cm_id *, struct ibv_qp_attr *, int *qp_attr_mask)`.
@@ -333,8 +351,9 @@ const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
 const IBV_SRQT_XRC: u32 = 1;
 
 /// `int rdma_create_srq_ex(struct rdma_cm_id *, struct ibv_srq_init_attr_ex *)`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_srq_ex(
+/// The body of `rdma_create_srq_ex`, for this library's own callers (an export is
+/// never called across modules: its `.symver` must sit with its definition).
+pub(crate) unsafe fn rdma_create_srq_ex_impl(
     id: *mut rdma_cm_id,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> c_int {
@@ -391,6 +410,15 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
     ret(r)
 }
 
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { rdma_create_srq_ex_impl(id, attr) }
+}
+
 /// `int rdma_create_srq(struct rdma_cm_id *, struct ibv_pd *, struct ibv_srq_init_attr *)`.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_srq(
@@ -414,15 +442,16 @@ pub unsafe extern "C" fn rdma_create_srq(
     ex.srq_type = IBV_SRQT_BASIC;
     ex.pd = pd;
     // SAFETY: forwarding the caller's id.
-    let r = unsafe { rdma_create_srq_ex(id, &mut ex) };
+    let r = unsafe { rdma_create_srq_ex_impl(id, &mut ex) };
     // SAFETY: back into the caller's struct.
     unsafe { std::ptr::copy_nonoverlapping(&ex as *const _ as *const u8, attr as *mut u8, n) };
     r
 }
 
 /// `void rdma_destroy_srq(struct rdma_cm_id *id)`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+/// The body of `rdma_destroy_srq`, for this library's own callers (an export is
+/// never called across modules: its `.symver` must sit with its definition).
+pub(crate) unsafe fn rdma_destroy_srq_impl(id: *mut rdma_cm_id) {
     let Ok(b) = id_block("rdma_destroy_srq", id) else {
         return;
     };
@@ -435,6 +464,12 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
         c.srq = std::ptr::null_mut();
     }
     destroy_cqs(c);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { rdma_destroy_srq_impl(id) }
 }
 
 crate::symver!("qp");

@@ -245,8 +245,9 @@ fn resolve_route(verb: &str, b: &IdBlock) -> Result<(), c_int> {
 }
 
 /// `int rdma_resolve_addr(struct rdma_cm_id *, struct sockaddr *src, struct sockaddr *dst, int timeout_ms)`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_resolve_addr(
+/// The body of `rdma_resolve_addr`, for this library's own callers (an export is
+/// never called across modules: its `.symver` must sit with its definition).
+pub(crate) unsafe fn rdma_resolve_addr_impl(
     id: *mut rdma_cm_id,
     src_addr: *mut libc::sockaddr,
     dst_addr: *mut libc::sockaddr,
@@ -272,15 +273,33 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     ret(r)
 }
 
-/// `int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)`.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src_addr: *mut libc::sockaddr,
+    dst_addr: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { rdma_resolve_addr_impl(id, src_addr, dst_addr, _timeout_ms) }
+}
+
+/// `int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)`.
+/// The body of `rdma_resolve_route`, for this library's own callers (an export is
+/// never called across modules: its `.symver` must sit with its definition).
+pub(crate) unsafe fn rdma_resolve_route_impl(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     const VERB: &str = "rdma_resolve_route";
     let r = id::id_block(VERB, id).and_then(|b| {
         resolve_route(VERB, b)?;
         b.complete(VERB)
     });
     ret(r)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { rdma_resolve_route_impl(id, _timeout_ms) }
 }
 
 crate::symver!("route");
