@@ -46,6 +46,7 @@ mod id;
 mod net;
 mod ports;
 mod qp;
+mod rate;
 mod route;
 mod rsocket;
 mod util;

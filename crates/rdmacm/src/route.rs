@@ -123,52 +123,6 @@ fn resolve_addr(
     Ok(())
 }
 
-/// The IB rate (`enum ibv_rate`) of a port's width × speed.
-fn port_rate(width: u8, speed: u8) -> u8 {
-    let lanes: u32 = match width {
-        1 => 1,
-        2 => 4,
-        4 => 8,
-        8 => 12,
-        16 => 2,
-        _ => 1,
-    };
-    // Per-lane Gb/s × 10 for speeds 2.5, 5, 10, 10 (FDR10), 14, 25, 50, 100.
-    let lane_x10: u32 = match speed {
-        1 => 25,
-        2 => 50,
-        4 | 8 => 100,
-        16 => 140,
-        32 => 250,
-        64 => 500,
-        128 => 1000,
-        _ => 25,
-    };
-    // (Gb/s, enum ibv_rate) from verbs.h, highest first.
-    const RATES: [(u32, u8); 15] = [
-        (600, 12),
-        (400, 22),
-        (300, 11),
-        (200, 21),
-        (168, 16),
-        (120, 10),
-        (112, 15),
-        (100, 20),
-        (80, 9),
-        (56, 14),
-        (40, 7),
-        (30, 8),
-        (25, 18),
-        (20, 6),
-        (10, 3),
-    ];
-    let gbps = lanes * lane_x10 / 10;
-    RATES
-        .iter()
-        .find(|(g, _)| *g <= gbps)
-        .map_or(2, |(_, r)| *r)
-}
-
 /// The RoCE path record of a resolved id (kernel `cma_resolve_iboe_route`).
 fn path_record(b: &IdBlock, st: &id::IdState) -> ibv_sa_path_rec {
     // SAFETY: all-zero is a valid port attribute block; the context is open.
@@ -202,7 +156,7 @@ fn path_record(b: &IdBlock, st: &id::IdState) -> ibv_sa_path_rec {
         mtu_selector: IB_SA_EQ,
         mtu: pa.active_mtu as u8,
         rate_selector: IB_SA_EQ,
-        rate: port_rate(pa.active_width, pa.active_speed),
+        rate: crate::rate::port_rate(pa.active_width, pa.active_speed),
         packet_life_time_selector: IB_SA_EQ,
         packet_life_time: match st.opts.ack_timeout {
             Some(t) if t > 0 => t - 1,

@@ -7,6 +7,10 @@
 #[path = "../src/ffi.rs"]
 mod ffi;
 
+#[allow(dead_code)]
+#[path = "../src/rate.rs"]
+mod rate;
+
 mod common;
 
 use ffi::*;
@@ -129,6 +133,13 @@ fn every_mirror_matches_rdma_cma_h() {
         RAI_NOROUTE => "RAI_NOROUTE",
         RAI_FAMILY => "RAI_FAMILY",
     );
+
+    for (_, name, value) in rate::IBV_RATES {
+        checks.push(Check {
+            c_expr: format!("(size_t){name}"),
+            rust: value as usize,
+        });
+    }
 
     let mut c = String::from(
         "#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <rdma/rdma_cma.h>\nint main(void) {\n",
