@@ -9,9 +9,12 @@ cd "$(dirname "$0")/.."
 # programs run on the drop-in libibverbs.so.1; librdmacm-dev (rdma_cma.h) and
 # rdmacm-utils: the drop-in librdmacm.so.1's layout test, C program and
 # unmodified programs; iproute2: the two-host test in network namespaces;
-# binutils: readelf for the export check.
+# binutils: readelf for the export check; ucx-utils: ucx_info/ucx_perftest
+# through softverbs exec; openmpi-bin, libopenmpi-dev: an Open MPI job (pml
+# ucx) through softverbs exec; util-linux: setpriv and unshare (softverbs exec
+# as an unprivileged user).
 need_pkgs=()
-for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs librdmacm-dev rdmacm-utils iproute2 binutils; do
+for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs librdmacm-dev rdmacm-utils iproute2 binutils ucx-utils openmpi-bin libopenmpi-dev util-linux; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

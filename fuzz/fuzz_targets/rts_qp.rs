@@ -18,7 +18,7 @@ use proto::qp::create::QpRequest;
 use proto::wr::{
     AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
-use proto::{AhAttr, AttrMask, Engine, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
+use proto::{AccessFlags, AhAttr, AttrMask, Engine, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use wire::{
@@ -129,9 +129,11 @@ impl Side {
         use AttrMask as M;
         let m = |e: &mut Engine, qp, a: QpAttr, mask| e.modify_qp(qp, &a, mask).unwrap();
         let init = QpAttr {
-            qp_state: 1,
+            qp_state: QpState::Init,
             port_num: 1,
-            qp_access_flags: 0xe,
+            qp_access_flags: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
             ..QpAttr::default()
         };
         m(
@@ -141,9 +143,9 @@ impl Side {
             M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
         );
         let rtr = QpAttr {
-            qp_state: 2,
+            qp_state: QpState::Rtr,
             ah_attr: AhAttr::roce(Gid::from(peer_ip), 0),
-            path_mtu: Mtu::Mtu1024 as u32,
+            path_mtu: Mtu::Mtu1024,
             dest_qp_num: peer_qpn,
             rq_psn: 0xfffff0,
             max_dest_rd_atomic: 2,
@@ -159,7 +161,7 @@ impl Side {
             | M::MIN_RNR_TIMER;
         m(&mut self.e, self.qp, rtr, mask);
         let rts = QpAttr {
-            qp_state: 3,
+            qp_state: QpState::Rts,
             sq_psn: 0xfffff0,
             timeout: p[1] % 20,
             retry_cnt: p[2] & 7,
@@ -365,11 +367,10 @@ impl World {
             return;
         };
         let q = self.a.e.qp(self.a.qp).unwrap();
-        let dp = &q.dp;
         let base = match c.u8() % 3 {
-            0 => dp.resp.epsn,
-            1 => dp.req.una,
-            _ => dp.req.next_psn,
+            0 => q.epsn(),
+            1 => q.una(),
+            _ => q.sq_psn(),
         };
         let delta = i32::from(c.u8() as i8);
         let psn = base.wrapping_add(delta as u32);

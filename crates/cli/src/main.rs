@@ -4,18 +4,37 @@
 //! - `softverbs demo` — the control path end to end: two RC queue pairs brought
 //!   RESET→INIT→RTR→RTS, connected to each other, each then queried; and one
 //!   refused modify, to show how softverbs explains a mistake.
+//! - `softverbs exec [options] -- PROGRAM ARGS…` — runs an unmodified RDMA
+//!   program on softverbs (library path; the device's sysfs and /dev identity in
+//!   a private user + mount namespace): see [`exec`].
 #![forbid(unsafe_code)]
 
 mod bench;
+mod exec;
 mod perf;
 mod render;
+mod sysfs;
 
 use softverbs::*;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     init_log();
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let os_args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if os_args.first().and_then(|a| a.to_str()) == Some("exec") {
+        // Returns only when the program could not be started.
+        return match exec::run(&os_args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("softverbs exec: {e}");
+                ExitCode::from(127)
+            }
+        };
+    }
+    let args: Vec<String> = os_args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let port = flag(&args, "--port").unwrap_or(18515);
     let result = match args.first().map(String::as_str) {
         Some("devinfo") => devinfo(),
@@ -66,6 +85,7 @@ fn flag(args: &[String], name: &str) -> Option<u16> {
 }
 
 const USAGE: &str = "usage: softverbs [demo | perf | control | devinfo | serve] [--port N]
+       softverbs exec [--lib-dir DIR] [--no-namespace] -- PROGRAM [ARGS...]
   demo     two processes, one RC connection: send latency, RDMA WRITE and READ bandwidth
   perf     the benchmark: SEND, READ and atomic latency; WRITE/READ/SEND bandwidth and
            message rate at several sizes; FETCH_ADD and CMP_SWAP rates; each bandwidth also
@@ -73,6 +93,7 @@ const USAGE: &str = "usage: softverbs [demo | perf | control | devinfo | serve] 
   control  the control path: two RC QPs brought RESET→INIT→RTR→RTS and queried
   devinfo  show the device, its limits, port and GID table
   serve    the server side of demo/perf (started by them; --port, default 18515)
+  exec     run an unmodified RDMA program on softverbs, no root (softverbs exec --help)
 environment: SOFTVERBS_ADDR, SOFTVERBS_DEVICE, SOFTVERBS_MTU, SOFTVERBS_LOG";
 
 fn open() -> Result<(Device, Context), Error> {
@@ -148,9 +169,9 @@ fn control_demo() -> Result<(), Error> {
         access,
     })?;
     let attr = QpAttr {
-        qp_state: QpState::Rtr as u32,
+        qp_state: QpState::Rtr,
         ah_attr: AhAttr::roce(gid, 0),
-        path_mtu: mtu as u32,
+        path_mtu: mtu,
         ..QpAttr::default()
     };
     let mask = AttrMask::STATE

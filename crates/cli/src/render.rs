@@ -60,16 +60,15 @@ pub fn qp(qpn: u32, info: &QpInfo) -> String {
             writeln!(s, "  {k:<20}{val}").expect("String write");
         }
     };
-    let mtu = Mtu::from_raw(a.path_mtu).map_or_else(|| a.path_mtu.to_string(), |m| m.to_string());
     row(AttrMask::PORT, "port_num", a.port_num.to_string());
     row(AttrMask::PKEY_INDEX, "pkey_index", a.pkey_index.to_string());
     row(
         AttrMask::ACCESS_FLAGS,
         "qp_access_flags",
-        AccessFlags(a.qp_access_flags).to_string(),
+        a.qp_access_flags.to_string(),
     );
     row(AttrMask::QKEY, "qkey", format!("{:#x}", a.qkey));
-    row(AttrMask::PATH_MTU, "path_mtu", mtu);
+    row(AttrMask::PATH_MTU, "path_mtu", a.path_mtu.to_string());
     row(
         AttrMask::DEST_QPN,
         "dest_qp_num",

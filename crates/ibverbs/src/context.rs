@@ -5,6 +5,7 @@
 use crate::device::DeviceBlock;
 use crate::ffi::*;
 use crate::util::*;
+use softverbs::raw;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -86,7 +87,7 @@ pub(crate) fn open_context(
     }
     // SAFETY: `fd` is a new descriptor we own.
     let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    make_blocking(ctx.async_event_fd());
+    make_blocking(raw::async_event_fd(&ctx));
     let context = ibv_context {
         device: &dev.dev as *const ibv_device as *mut ibv_device,
         ops: ibv_context_ops {
@@ -105,29 +106,29 @@ pub(crate) fn open_context(
             _compat4: [NULL; 5],
         },
         cmd_fd: cmd_fd.as_raw_fd(),
-        async_fd: ctx.async_event_fd(),
+        async_fd: raw::async_event_fd(&ctx),
         num_comp_vectors: 1,
         mutex: [0; 5],
         abi_compat: VERBS_ABI_IS_EXTENDED,
     };
     let v = verbs_context {
         query_port: crate::device::query_port_op as Op,
-        advise_mr: NULL,
+        advise_mr: crate::memory::advise_mr as Op,
         alloc_null_mr: NULL,
         read_counters: NULL,
         attach_counters_point_flow: NULL,
         create_counters: NULL,
         destroy_counters: NULL,
-        reg_dm_mr: NULL,
-        alloc_dm: NULL,
-        free_dm: NULL,
+        reg_dm_mr: crate::dm::reg_dm_mr as Op,
+        alloc_dm: crate::dm::alloc_dm as Op,
+        free_dm: crate::dm::free_dm as Op,
         modify_flow_action_esp: NULL,
         destroy_flow_action: NULL,
         create_flow_action_esp: NULL,
         modify_qp_rate_limit: NULL,
-        alloc_parent_domain: NULL,
-        dealloc_td: NULL,
-        alloc_td: NULL,
+        alloc_parent_domain: crate::domain::alloc_parent_domain as Op,
+        dealloc_td: crate::domain::dealloc_td as Op,
+        alloc_td: crate::domain::alloc_td as Op,
         modify_cq: NULL,
         post_srq_ops: NULL,
         destroy_rwq_ind_table: NULL,
@@ -293,7 +294,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     }
     loop {
         let id = if nonblocking(b.c.fd) {
-            b.inner.try_get_event()
+            raw::try_get_event(&b.inner)
         } else {
             match b.inner.get_event(None) {
                 Ok(id) => id,
@@ -340,7 +341,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
     }
     loop {
         let ev = if nonblocking(b.v.context.async_fd) {
-            b.ctx.try_async_event()
+            raw::try_async_event(&b.ctx)
         } else {
             match b.ctx.get_async_event(None) {
                 Ok(ev) => ev,

@@ -4,6 +4,7 @@
 use crate::context::{ctx_block, ChannelBlock};
 use crate::ffi::*;
 use crate::util::*;
+use softverbs::raw;
 use softverbs::WorkCompletion;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -43,6 +44,8 @@ impl CqBlock {
 const WC_EX_SUPPORTED: u64 = 0x7f;
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
 const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`: the CQ belongs to a parent domain.
+const CQ_INIT_ATTR_MASK_PD: u32 = 2;
 /// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: a hint we may ignore.
 const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1;
 
@@ -62,9 +65,7 @@ unsafe fn create(
     } else {
         Some(block::<ChannelBlock>(verb, channel)?)
     };
-    let cq = b
-        .ctx
-        .create_cq_ex(cqe, comp_vector, ch.map(|c| &c.inner))
+    let cq = raw::create_cq_ex(&b.ctx, cqe, comp_vector, ch.map(|c| &c.inner))
         .map_err(|e| errno_of(&e))?;
     let id = cq.id();
     let c = ibv_cq_ex {
@@ -153,8 +154,20 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         }
         // SAFETY: non-NULL attributes from the caller.
         let a = unsafe { &*attr };
-        if a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS != 0 {
-            return Err(refuse(VERB, EOPNOTSUPP, format_args!("comp_mask {:#x}: only IBV_CQ_INIT_ATTR_MASK_FLAGS is offered (no parent domain)", a.comp_mask)));
+        if a.comp_mask & !(CQ_INIT_ATTR_MASK_FLAGS | CQ_INIT_ATTR_MASK_PD) != 0 {
+            return Err(refuse(
+                VERB,
+                EOPNOTSUPP,
+                format_args!(
+                    "comp_mask {:#x}: only IBV_CQ_INIT_ATTR_MASK_FLAGS and _PD are offered",
+                    a.comp_mask
+                ),
+            ));
+        }
+        // A CQ of a parent domain (mlx5: EINVAL unless it is one).
+        if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 {
+            // SAFETY: the caller's pointer, checked inside.
+            unsafe { crate::domain::is_parent_domain(VERB, a.parent_domain)? };
         }
         if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0
             && a.flags & !CREATE_CQ_ATTR_SINGLE_THREADED != 0
@@ -231,7 +244,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         Ok(b) => b,
         Err(e) => return e,
     };
-    match b.cq().resize(cqe) {
+    match raw::resize_cq(b.cq(), cqe) {
         Ok(n) => {
             // SAFETY: the live CQ's public field.
             unsafe { (*cq).cqe = n as c_int };

@@ -6,6 +6,7 @@ use crate::context::{ctx_block, open_context, CtxBlock};
 use crate::ffi::*;
 use crate::util::*;
 use proto::device::{DeviceAttr, PortAttr};
+use softverbs::raw;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
@@ -141,7 +142,7 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
     match device_block_of("ibv_get_device_guid", device) {
-        Ok(b) => b.device.node_guid().to_be(),
+        Ok(b) => raw::node_guid(&b.device).to_be(),
         Err(e) => {
             set_errno(e);
             0
@@ -160,7 +161,10 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let opened = device_block_of("ibv_open_device", device).and_then(|b| {
-        let ctx = b.device.open().map_err(|e| errno_of(&e))?;
+        let ctx = b
+            .device
+            .open()
+            .map_err(|e| open_refused(b.device.name(), &e))?;
         open_context(b, ctx)
     });
     match opened {
@@ -170,6 +174,16 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             std::ptr::null_mut()
         }
     }
+}
+
+/// A device that cannot open says why: programs report only "couldn't get
+/// context". Logged at `error`; also printed when `SOFTVERBS_LOG` is unset.
+fn open_refused(name: &str, e: &softverbs::Error) -> c_int {
+    tracing::error!(target: "softverbs", "ibv_open_device({name}): {e}");
+    if std::env::var_os("SOFTVERBS_LOG").is_none() {
+        eprintln!("libibverbs (softverbs): cannot open {name}: {e}");
+    }
+    errno_of(e)
 }
 
 pub(crate) fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
@@ -265,7 +279,7 @@ pub unsafe extern "C" fn ibv_query_device(
 }
 
 /// `verbs_context.query_device_ex`: the classic attributes plus the extended
-/// part, which reports no optional features. Writes at most `attr_size` bytes.
+/// part (on-demand paging: spec/odp.md). Writes at most `attr_size` bytes.
 pub(crate) unsafe extern "C" fn query_device_ex(
     context: *mut ibv_context,
     input: *const ibv_query_device_ex_input,
@@ -287,10 +301,23 @@ pub(crate) unsafe extern "C" fn query_device_ex(
             format_args!("attr is NULL or attr_size {attr_size} too small"),
         );
     }
+    let odp = proto::mr::ODP_CAPS;
     let full = ibv_device_attr_ex {
         orig_attr: device_attr(&b.ctx.query_device()),
         comp_mask: 0,
-        _ext: [0; 160],
+        odp_caps: ibv_odp_caps {
+            general_caps: odp.general,
+            rc_odp_caps: odp.rc,
+            uc_odp_caps: odp.uc,
+            ud_odp_caps: odp.ud,
+        },
+        completion_timestamp_mask: 0,
+        hca_core_clock: 0,
+        device_cap_flags_ex: 0,
+        _caps: [0; 88],
+        max_dm_size: proto::dm::MAX_DM_SIZE,
+        _pci_atomic_caps: [0; 8],
+        xrc_odp_caps: odp.xrc,
         phys_port_cnt_ex: 1,
     };
     let n = attr_size.min(std::mem::size_of::<ibv_device_attr_ex>());

@@ -505,13 +505,80 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
-/// `struct ibv_device_attr_ex`: the classic attributes, then extensions we
-/// report as zero (no ODP, TSO, RSS, tag matching, …) except the port count.
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_td`.
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Op,
+    pub free: Op,
+    pub pd_context: *mut c_void,
+}
+
+/// `struct ibv_alloc_dm_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_alloc_dm_attr {
+    pub length: usize,
+    pub log_align_req: u32,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_dm`: the program calls the two copy functions through it
+/// (`ibv_memcpy_to_dm` / `ibv_memcpy_from_dm` are inline in verbs.h).
+#[repr(C)]
+pub struct ibv_dm {
+    pub context: *mut ibv_context,
+    pub memcpy_to_dm: Op,
+    pub memcpy_from_dm: Op,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
+
+/// `struct ibv_odp_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_odp_caps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+/// `struct ibv_device_attr_ex`: the classic attributes, then the extensions
+/// softverbs reports (ODP caps, timestamp mask and clock, device memory size,
+/// port count); the rest (TSO, RSS, packet pacing, tag matching, CQ
+/// moderation, PCI atomics) stays zero.
 #[repr(C)]
 pub struct ibv_device_attr_ex {
     pub orig_attr: ibv_device_attr,
     pub comp_mask: u32,
-    pub _ext: [u8; 160],
+    pub odp_caps: ibv_odp_caps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    /// tso_caps, rss_caps, max_wq_type_rq, packet_pacing_caps,
+    /// raw_packet_caps, tm_caps, cq_mod_caps.
+    pub _caps: [u8; 88],
+    pub max_dm_size: u64,
+    /// pci_atomic_caps (and padding).
+    pub _pci_atomic_caps: [u8; 8],
+    pub xrc_odp_caps: u32,
     pub phys_port_cnt_ex: u32,
 }
 

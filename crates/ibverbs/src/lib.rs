@@ -23,6 +23,8 @@ mod context;
 mod convert;
 mod cq;
 mod device;
+mod dm;
+mod domain;
 mod memory;
 mod misc;
 mod post;

@@ -3,6 +3,7 @@
 use crate::context::ctx_block;
 use crate::ffi::*;
 use crate::util::*;
+use softverbs::raw;
 use softverbs::AccessFlags;
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -11,6 +12,10 @@ pub(crate) struct PdBlock {
     pub c: ibv_pd,
     magic: u64,
     pub inner: Option<softverbs::ProtectionDomain>,
+    /// Set for a parent domain (`ibv_alloc_parent_domain`): what it stands on.
+    pub parent: Option<crate::domain::ParentDomain>,
+    /// Parent domains standing on this PD (`EBUSY` for its dealloc).
+    pub parents: std::sync::atomic::AtomicUsize,
 }
 impl_block!(PdBlock, ibv_pd, "protection domain", 0x736f_6674_7064_3031);
 
@@ -18,17 +23,28 @@ impl PdBlock {
     pub(crate) fn pd(&self) -> &softverbs::ProtectionDomain {
         self.inner.as_ref().expect("a live PD block holds its PD")
     }
+
+    /// A block for `pd` (a parent domain when `parent` is set).
+    pub(crate) fn new(
+        context: *mut ibv_context,
+        pd: softverbs::ProtectionDomain,
+        parent: Option<crate::domain::ParentDomain>,
+    ) -> PdBlock {
+        PdBlock {
+            c: ibv_pd { context, handle: 0 },
+            magic: PdBlock::MAGIC,
+            inner: Some(pd),
+            parent,
+            parents: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
     let made = ctx_block("ibv_alloc_pd", context).and_then(|b| {
         let pd = b.ctx.alloc_pd().map_err(|e| errno_of(&e))?;
-        Ok(into_c(PdBlock {
-            c: ibv_pd { context, handle: 0 },
-            magic: PdBlock::MAGIC,
-            inner: Some(pd),
-        }))
+        Ok(into_c(PdBlock::new(context, pd, None)))
     });
     made.unwrap_or_else(|e| {
         set_errno(e);
@@ -36,13 +52,31 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     })
 }
 
-/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs or AHs use it.
+/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs, AHs or parent domains
+/// use it. A parent domain is released (spec/parent-domain.md).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     let b = match block::<PdBlock>("ibv_dealloc_pd", pd) {
         Ok(b) => b as *const PdBlock as *mut PdBlock,
         Err(e) => return e,
     };
+    // SAFETY: a live block (checked).
+    let blk = unsafe { &*b };
+    if blk.parent.is_some() {
+        crate::domain::release(blk);
+        free::<PdBlock>(pd);
+        return 0;
+    }
+    let parents = blk.parents.load(std::sync::atomic::Ordering::Acquire);
+    if parents > 0 {
+        return refuse(
+            "ibv_dealloc_pd",
+            EBUSY,
+            format_args!(
+                "{parents} parent domain(s) stand on this protection domain; deallocate them first"
+            ),
+        );
+    }
     // SAFETY: a live block; only the destroy path takes the PD out.
     let inner = unsafe { (*b).inner.take() }.expect("live PD");
     match inner.destroy() {
@@ -62,12 +96,33 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 pub(crate) struct MrBlock {
     pub c: ibv_mr,
     magic: u64,
-    _inner: softverbs::ExternalMemoryRegion,
+    inner: MrInner,
 }
 impl_block!(MrBlock, ibv_mr, "memory region", 0x736f_6674_6d72_3031);
 
+/// What an `ibv_mr` registers: the program's memory, or device memory
+/// (`ibv_reg_dm_mr`, rdma-core's `IBV_MR_TYPE_DM_MR`).
+pub(crate) enum MrInner {
+    Host(raw::ExternalMemoryRegion),
+    /// Held for its drop, which deregisters it.
+    Dm(#[allow(dead_code)] softverbs::DmMemoryRegion),
+}
+
+impl MrBlock {
+    /// A block for a new region.
+    pub(crate) fn new(c: ibv_mr, inner: MrInner) -> MrBlock {
+        MrBlock {
+            c,
+            magic: MrBlock::MAGIC,
+            inner,
+        }
+    }
+}
+
 /// `IBV_ACCESS_OPTIONAL_RANGE`: hints a provider may ignore.
-const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
+pub(crate) const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
+/// `IBV_ACCESS_ON_DEMAND`.
+const ACCESS_ON_DEMAND: c_uint = 0x40;
 
 fn reg_mr(
     verb: &str,
@@ -79,8 +134,13 @@ fn reg_mr(
 ) -> *mut ibv_mr {
     // SAFETY: `block` checks the pointer.
     let made = unsafe { block::<PdBlock>(verb, pd) }.and_then(|b| {
-        if addr.is_null() && length > 0 {
-            return Err(refuse(verb, EINVAL, "addr is NULL"));
+        let implicit = addr.is_null() && length == usize::MAX && access & ACCESS_ON_DEMAND != 0;
+        if addr.is_null() && length > 0 && !implicit {
+            return Err(refuse(
+                verb,
+                EINVAL,
+                "addr is NULL (only an implicit on-demand region, length SIZE_MAX with IBV_ACCESS_ON_DEMAND, has no address)",
+            ));
         }
         if iova != addr as u64 {
             return Err(refuse(
@@ -90,9 +150,17 @@ fn reg_mr(
             ));
         }
         let access = AccessFlags(access & !ACCESS_OPTIONAL_RANGE);
-        // SAFETY: ibv_reg_mr(3): the caller keeps the memory mapped until
-        // ibv_dereg_mr, which drops the region (deregistering it) first.
-        let mr = unsafe { b.pd().reg_external_mr(addr as u64, length as u64, access) }.map_err(|e| errno_of(&e))?;
+        let mr = if implicit {
+            // SAFETY: the program asked for an implicit ODP region: the device
+            // may reach any mapped address, each access faulted in first.
+            unsafe { raw::reg_implicit_odp_mr(b.pd(), access) }
+        } else {
+            // SAFETY: ibv_reg_mr(3): the caller keeps the memory mapped until
+            // ibv_dereg_mr, which drops the region (deregistering it) first;
+            // an on-demand region's accesses fault the range in first.
+            unsafe { raw::reg_external_mr(b.pd(), addr as u64, length as u64, access) }
+        }
+        .map_err(|e| errno_of(&e))?;
         let c = ibv_mr {
             context: b.c.context,
             pd,
@@ -102,7 +170,7 @@ fn reg_mr(
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         };
-        Ok(into_c(MrBlock { c, magic: MrBlock::MAGIC, _inner: mr }))
+        Ok(into_c(MrBlock::new(c, MrInner::Host(mr))))
     });
     made.unwrap_or_else(|e| {
         set_errno(e);
@@ -158,24 +226,147 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     0
 }
 
-/// `ibv_rereg_mr`: not offered (deregister and register again instead).
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`, `_PD`, `_ACCESS`.
+const REREG_CHANGE_TRANSLATION: c_int = 1;
+const REREG_CHANGE_PD: c_int = 2;
+const REREG_CHANGE_ACCESS: c_int = 4;
+/// `IBV_REREG_MR_ERR_INPUT`: the old MR is valid, libibverbs refused the input.
+const REREG_MR_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_ERR_CMD`: the device refused (errno says why).
+const REREG_MR_ERR_CMD: c_int = -4;
+
+/// `ibv_rereg_mr`: a new PD, translation and/or access for `mr`, all or
+/// nothing, with libibverbs' input checks (`IBV_REREG_MR_ERR_INPUT`, errno
+/// `EINVAL`) and the device's (`IBV_REREG_MR_ERR_CMD`, errno from the engine:
+/// `EINVAL`, `EOPNOTSUPP`). The keys stay (spec/mr-rereg.md). Fork needs no
+/// `madvise` here (`ibv_is_fork_initialized` is `IBV_FORK_UNNEEDED`), so
+/// `ibv_dontfork_range`/`ibv_dofork_range` cannot fail and the fork error
+/// codes (`ERR_DONT_FORK_NEW`, `ERR_DO_FORK_OLD`, `ERR_CMD_AND_DO_FORK_NEW`)
+/// never occur, as with rdma-core on a kernel with copy-on-fork. A refused
+/// command changes nothing: the MR stays valid.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
 ) -> c_int {
-    if let Err(e) = block::<MrBlock>("ibv_rereg_mr", mr) {
-        return e;
+    const VERB: &str = "ibv_rereg_mr";
+    let input = |why: &str| {
+        set_errno(refuse(VERB, EINVAL, why));
+        REREG_MR_ERR_INPUT
+    };
+    let b = match block::<MrBlock>(VERB, mr) {
+        Ok(b) => b as *const MrBlock as *mut MrBlock,
+        Err(e) => {
+            set_errno(e);
+            return REREG_MR_ERR_INPUT;
+        }
+    };
+    // libibverbs checks first that this is an IBV_MR_TYPE_MR.
+    // SAFETY: a live block (checked above).
+    if matches!(unsafe { &(*b).inner }, MrInner::Dm(_)) {
+        return input("a device-memory region (ibv_reg_dm_mr) cannot be re-registered");
     }
-    refuse(
-        "ibv_rereg_mr",
-        EOPNOTSUPP,
-        "re-registration is not offered; use ibv_dereg_mr and ibv_reg_mr",
-    )
+    let all = REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS;
+    if flags & !all != 0 {
+        return input(&format!(
+            "flags {flags:#x} has bits beyond IBV_REREG_MR_FLAGS_SUPPORTED (0x7)"
+        ));
+    }
+    let translation = flags & REREG_CHANGE_TRANSLATION != 0;
+    if translation && (length == 0 || addr.is_null()) {
+        return input(
+            "IBV_REREG_MR_CHANGE_TRANSLATION needs a non-NULL addr and a non-zero length",
+        );
+    }
+    if access != 0 && flags & REREG_CHANGE_ACCESS == 0 {
+        return input("access is non-zero but flags lack IBV_REREG_MR_CHANGE_ACCESS");
+    }
+    let new_pd = if flags & REREG_CHANGE_PD != 0 {
+        match block::<PdBlock>(VERB, pd) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                set_errno(e);
+                return REREG_MR_ERR_CMD;
+            }
+        }
+    } else {
+        None
+    };
+    let access = (flags & REREG_CHANGE_ACCESS != 0)
+        .then_some(AccessFlags(access as c_uint & !ACCESS_OPTIONAL_RANGE));
+    // SAFETY: a live block (checked); the caller does not use `mr` concurrently
+    // with its re-registration (as with rdma-core, which writes it too).
+    let b = unsafe { &mut *b };
+    let MrInner::Host(inner) = &mut b.inner else {
+        return input("a device-memory region (ibv_reg_dm_mr) cannot be re-registered");
+    };
+    let done = if translation {
+        // SAFETY: ibv_rereg_mr(3), as ibv_reg_mr(3): the caller keeps the new
+        // range mapped until the MR is deregistered or moved again.
+        unsafe {
+            raw::rereg_external_mr_translation(
+                inner,
+                addr as u64,
+                length as u64,
+                new_pd.map(|p| p.pd()),
+                access,
+            )
+        }
+    } else {
+        raw::rereg_external_mr(inner, new_pd.map(|p| p.pd()), access)
+    };
+    if let Err(e) = done {
+        set_errno(errno_of(&e));
+        return REREG_MR_ERR_CMD;
+    }
+    if new_pd.is_some() {
+        b.c.pd = pd;
+    }
+    if translation {
+        b.c.addr = addr;
+        b.c.length = length;
+    }
+    b.c.lkey = inner.lkey();
+    b.c.rkey = inner.rkey();
+    0
+}
+
+/// `verbs_context.advise_mr` (`ibv_advise_mr` is inline in verbs.h): prefetch
+/// ranges of on-demand regions; returns 0 or the errno (spec/odp.md).
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: c_uint,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    const VERB: &str = "ibv_advise_mr";
+    let b = match block::<PdBlock>(VERB, pd) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if sg_list.is_null() && num_sge > 0 {
+        return refuse(VERB, EINVAL, "sg_list is NULL");
+    }
+    let sges: Vec<softverbs::Sge> = (0..num_sge as usize)
+        .map(|i| {
+            // SAFETY: the caller's array of num_sge elements (checked non-NULL).
+            let s = unsafe { &*sg_list.add(i) };
+            softverbs::Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            }
+        })
+        .collect();
+    match b.pd().advise_mr(advice, flags, &sges) {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
+    }
 }
 
 /// `ibv_reg_dmabuf_mr`: no dma-buf support.

@@ -240,7 +240,7 @@ not_offered_ptr! {
     ibv_import_device: "sharing a context by its command fd needs a kernel driver",
     ibv_import_pd: "sharing objects between processes needs a kernel driver",
     ibv_import_mr: "sharing objects between processes needs a kernel driver",
-    ibv_import_dm: "device memory is not offered",
+    ibv_import_dm: "sharing objects between processes needs a kernel driver",
 }
 
 #[no_mangle]

@@ -6,6 +6,7 @@ use crate::ffi::*;
 use crate::qp::QpBlock;
 use crate::srq::SrqBlock;
 use crate::util::*;
+use softverbs::raw;
 use softverbs::{
     AtomicTarget, ImmData, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
@@ -139,9 +140,7 @@ unsafe fn post_one(
     } else {
         None
     };
-    qp.inner
-        .post_send_gathered(&send, gathered)
-        .map_err(|e| errno_of(&e))
+    raw::post_send_gathered(&qp.inner, &send, gathered).map_err(|e| errno_of(&e))
 }
 
 /// `ibv_post_send` (the ops slot): posts the list in order; on the first
@@ -326,7 +325,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
             }
             None => None,
         };
-        if let Err(e) = b.inner.post_send_gathered(&wr, inline) {
+        if let Err(e) = raw::post_send_gathered(&b.inner, &wr, inline) {
             return errno_of(&e);
         }
     }

@@ -3,7 +3,7 @@
 //! kernel's modify table, required and optional attributes, values) and says
 //! in words what was wrong; this layer converts the C structs.
 
-use crate::convert::{c_qp_attr, c_qp_cap, qp_attr, qp_cap};
+use crate::convert::{c_qp_cap, c_query_attr, checked_qp_attr, qp_cap};
 use crate::cq::CqBlock;
 use crate::ffi::*;
 use crate::memory::PdBlock;
@@ -201,13 +201,17 @@ pub unsafe extern "C" fn ibv_modify_qp(
     if attr.is_null() {
         return refuse("ibv_modify_qp", EINVAL, "attr is NULL");
     }
+    let mask = AttrMask(attr_mask as u32);
     // SAFETY: non-NULL attributes from the caller.
-    let a = qp_attr(unsafe { &*attr });
-    match b.inner.modify(&a, AttrMask(attr_mask as u32)) {
+    let a = match checked_qp_attr(unsafe { &*attr }, mask) {
+        Ok(a) => a,
+        Err(e) => return refuse("ibv_modify_qp", e.errno(), e),
+    };
+    match b.inner.modify(&a, mask) {
         Ok(()) => {
             if let Ok(info) = b.inner.query() {
                 // SAFETY: the live QP's public field, which programs read.
-                unsafe { (*qp).state = info.attr.qp_state };
+                unsafe { (*qp).state = info.attr.qp_state.raw() };
             }
             0
         }
@@ -236,7 +240,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     let base = &b.c.qp_base;
     // SAFETY: non-NULL out-pointers from the caller; `qp` is live.
     unsafe {
-        attr.write(c_qp_attr(&info.attr));
+        attr.write(c_query_attr(&info));
         init_attr.write(ibv_qp_init_attr {
             qp_context: base.qp_context,
             send_cq: base.send_cq,
@@ -246,7 +250,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             qp_type: info.qp_type.raw(),
             sq_sig_all: c_int::from(info.sq_sig_all),
         });
-        (*qp).state = info.attr.qp_state;
+        (*qp).state = info.attr.qp_state.raw();
     }
     0
 }

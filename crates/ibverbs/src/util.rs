@@ -7,6 +7,7 @@ use std::sync::Once;
 pub(crate) const ENOENT: c_int = libc::ENOENT;
 pub(crate) const EAGAIN: c_int = libc::EAGAIN;
 pub(crate) const EINVAL: c_int = libc::EINVAL;
+pub(crate) const EBUSY: c_int = libc::EBUSY;
 pub(crate) const ENODATA: c_int = libc::ENODATA;
 pub(crate) const EOPNOTSUPP: c_int = libc::EOPNOTSUPP;
 

@@ -199,7 +199,27 @@ fn every_mirror_matches_verbs_h() {
             local_ca_ack_delay = "local_ca_ack_delay", phys_port_cnt = "phys_port_cnt",
         }
         ibv_device_attr_ex = "struct ibv_device_attr_ex" {
-            orig_attr = "orig_attr", comp_mask = "comp_mask", phys_port_cnt_ex = "phys_port_cnt_ex",
+            orig_attr = "orig_attr", comp_mask = "comp_mask", odp_caps = "odp_caps",
+            completion_timestamp_mask = "completion_timestamp_mask", hca_core_clock = "hca_core_clock",
+            device_cap_flags_ex = "device_cap_flags_ex", max_dm_size = "max_dm_size",
+            xrc_odp_caps = "xrc_odp_caps",
+            phys_port_cnt_ex = "phys_port_cnt_ex",
+        }
+        ibv_td = "struct ibv_td" { context = "context", }
+        ibv_parent_domain_init_attr = "struct ibv_parent_domain_init_attr" {
+            pd = "pd", td = "td", comp_mask = "comp_mask", alloc = "alloc", free = "free",
+            pd_context = "pd_context",
+        }
+        ibv_alloc_dm_attr = "struct ibv_alloc_dm_attr" {
+            length = "length", log_align_req = "log_align_req", comp_mask = "comp_mask",
+        }
+        ibv_dm = "struct ibv_dm" {
+            context = "context", memcpy_to_dm = "memcpy_to_dm", memcpy_from_dm = "memcpy_from_dm",
+            comp_mask = "comp_mask", handle = "handle",
+        }
+        ibv_odp_caps = "struct ibv_odp_caps" {
+            general_caps = "general_caps", rc_odp_caps = "per_transport_caps.rc_odp_caps",
+            uc_odp_caps = "per_transport_caps.uc_odp_caps", ud_odp_caps = "per_transport_caps.ud_odp_caps",
         }
         ibv_port_attr = "struct ibv_port_attr" {
             state = "state", max_mtu = "max_mtu", active_mtu = "active_mtu", gid_tbl_len = "gid_tbl_len",

@@ -96,8 +96,8 @@ impl TxBatch {
 
 /// Where [`flush`] sends datagrams and reports what became of them.
 pub(crate) trait TxSink {
-    /// Whether `to` takes the loopback shortcut instead of the socket.
-    fn is_local(&self, to: SocketAddr) -> bool;
+    /// Whether the datagram `bytes` to `to` takes the loopback shortcut instead of the socket.
+    fn is_local(&self, to: SocketAddr, bytes: &[u8]) -> bool;
     /// Sends a run of datagrams for the socket in one call: `Ok(n)`, the first `n` left
     /// (`n >= 1`); `Err`, the first did not.
     fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize>;
@@ -125,7 +125,7 @@ pub(crate) fn flush(batch: &mut TxBatch, sink: &mut impl TxSink) -> Flushed {
     let mut done = 0;
     while batch.head < batch.items.len() {
         let first = batch.items[batch.head];
-        if sink.is_local(first.to) {
+        if sink.is_local(first.to, batch.bytes(&first)) {
             let s = batch.slot;
             sink.loopback(first.to, &mut batch.mem[first.slot * s..][..first.len]);
             batch.head += 1;
@@ -134,7 +134,7 @@ pub(crate) fn flush(batch: &mut TxBatch, sink: &mut impl TxSink) -> Flushed {
         }
         let run: Vec<(SocketAddr, &[u8])> = batch.items[batch.head..]
             .iter()
-            .take_while(|it| !sink.is_local(it.to))
+            .take_while(|it| !sink.is_local(it.to, batch.bytes(it)))
             .take(MMSG_MAX)
             .map(|it| (it.to, batch.bytes(it)))
             .collect();
@@ -197,7 +197,7 @@ mod tests {
     }
 
     impl TxSink for FakeSink {
-        fn is_local(&self, to: SocketAddr) -> bool {
+        fn is_local(&self, to: SocketAddr, _bytes: &[u8]) -> bool {
             to == LOCAL.parse().unwrap()
         }
         fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {

@@ -52,6 +52,13 @@ counters! {
     notifications,
     /// Notifications lost: unknown or closed channel, or a full queue.
     notifications_dropped,
+    /// Shared address: datagrams for another process's slot, forwarded to it.
+    forwarded,
+    /// Shared address: datagrams another process forwarded to this one.
+    forwards_received,
+    /// Shared address: datagrams for a slot no process holds (or whose inbox
+    /// was full), dropped.
+    forward_drops,
     /// Times the progress thread went to sleep in poll(2).
     sleeps,
     /// Fault injection: datagrams dropped.

@@ -123,7 +123,7 @@ impl<E: Engine> Driver<E> {
     /// the capture file if `opts.capture` names one, and starts the progress
     /// thread running `engine` (with `opts.faults` injected).
     pub fn start(engine: E, bind: SocketAddr, opts: DriverOptions) -> io::Result<Self> {
-        let socket = socket::bind(bind, opts.recv_buffer_bytes, opts.send_buffer_bytes)?;
+        let socket = socket::bind_shared(bind, &opts)?;
         let local = socket.local_addr()?;
         let (clock, origin) = (Clock::new(), SystemTime::now());
         let capture = match &opts.capture {

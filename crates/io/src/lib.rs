@@ -5,11 +5,17 @@
 //! unconnected, DF set, IP ID 0), the per-device progress thread ([`Driver`]), the only real clock ([`Clock`]), and the
 //! pollable file descriptors C programs see ([`EventFd`], [`CompletionChannel`],
 //! [`AsyncEventQueue`]), fault injection on the real path ([`faults`],
-//! `SOFTVERBS_FAULTS`) and packet capture to pcap ([`capture`], `SOFTVERBS_PCAP`). It does not depend on the engine: [`Engine`] is the
-//! contract the engine implements, and its doc states the call order.
+//! `SOFTVERBS_FAULTS`) and packet capture to pcap ([`capture`], `SOFTVERBS_PCAP`),
+//! and the sharing of one address by several processes ([`share`]: every process
+//! binds port 4791 with `SO_REUSEPORT`, a classic-BPF program steers by the slot in
+//! the destination QPN, and a datagram that lands in the wrong process is forwarded
+//! to its owner; the decision and its measurements are in `spec/shared-address.md`).
+//! It does not depend on the engine: [`Engine`] is the contract the engine
+//! implements, and its doc states the call order.
 //!
-//! Unsafe code lives only in the private `sys` module (libc calls, each with a
-//! `// SAFETY:` comment).
+//! Unsafe code lives only in the private `sys` module and in [`host`] (libc
+//! calls, each with a `// SAFETY:` comment). [`host`] is what a launcher needs
+//! from the host: a private user + mount namespace, mounts, interfaces.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
 
@@ -23,8 +29,10 @@ mod eventfd;
 mod events;
 pub mod faults;
 mod hold;
+pub mod host;
 mod options;
 mod progress;
+pub mod share;
 mod socket;
 mod sys;
 

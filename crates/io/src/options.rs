@@ -39,6 +39,10 @@ pub struct DriverOptions {
     pub max_held: usize,
     /// Capture file (`SOFTVERBS_PCAP`, expanded); created, truncated, at start.
     pub capture: Option<PathBuf>,
+    /// This process's slot of a shared address ([`crate::share`]): the socket
+    /// joins the address's reuseport group and datagrams for other slots are
+    /// forwarded. `None`: the socket is the address's alone.
+    pub share: Option<std::sync::Arc<crate::share::Slot>>,
 }
 
 impl Default for DriverOptions {
@@ -53,6 +57,7 @@ impl Default for DriverOptions {
             faults: FaultConfig::default(),
             max_held: 4096,
             capture: None,
+            share: None,
         }
     }
 }

@@ -32,6 +32,7 @@ use crate::engine::{Engine, Notification};
 use crate::faults::{flip_bit, Decision, FaultModel};
 use crate::hold::{Dir, Held, Hold, HoldQueue};
 use crate::options::DriverOptions;
+use crate::share::{self, Slot};
 use crate::socket::{self, SendOutcome};
 use crate::sys;
 
@@ -121,6 +122,8 @@ pub(crate) struct Progress<E> {
     busy_poll: Duration,
     faults: Faults,
     capture: Option<Capture>,
+    /// This process's slot of a shared address, and the buffer its inbox is read into.
+    share: Option<(Arc<Slot>, Vec<u8>)>,
 }
 
 impl<E: Engine> Progress<E> {
@@ -151,6 +154,10 @@ impl<E: Engine> Progress<E> {
             busy_poll: opts.busy_poll,
             faults: Faults::new(opts),
             capture,
+            share: opts
+                .share
+                .clone()
+                .map(|s| (s, vec![0; Slot::buffer_len(max)])),
         }
     }
 
@@ -174,7 +181,7 @@ impl<E: Engine> Progress<E> {
 
     /// One pass; whether it did anything.
     fn pass(&mut self) -> bool {
-        let received = self.receive();
+        let received = self.receive() | self.receive_forwarded();
         let fired = self.timers();
         let released = self.release();
         let sent = self.transmit();
@@ -221,6 +228,9 @@ impl<E: Engine> Progress<E> {
                 .zip(mem.chunks_exact_mut(slot))
                 .enumerate()
             {
+                if self.forward(r, &chunk[..r.len]) {
+                    continue;
+                }
                 if let Some((now, from)) = self.received(r, &mut chunk[..r.len]) {
                     passed.push((i, now, from));
                 }
@@ -270,6 +280,75 @@ impl<E: Engine> Progress<E> {
             }
             Fate::Gone => None,
         }
+    }
+
+    /// Shared address: a datagram for another process's slot goes to that
+    /// process's inbox (counted; dropped if nobody holds the slot). `true`: it
+    /// was not ours.
+    fn forward(&mut self, r: &sys::Received, bytes: &[u8]) -> bool {
+        let Some((slot, _)) = &self.share else {
+            return false;
+        };
+        let (Some(dest), Some(from)) = (share::slot_of(bytes), r.from) else {
+            return false;
+        };
+        if dest == slot.index() || r.truncated {
+            return false;
+        }
+        let c = &self.shared.counters;
+        match slot.forward(dest, from, bytes) {
+            Ok(()) => Counters::add(&c.forwarded, 1),
+            Err(e) => {
+                Counters::add(&c.forward_drops, 1);
+                tracing::debug!(local = %self.local, slot = dest, error = %e,
+                    "datagram for a slot no process holds (or a full inbox); dropped");
+            }
+        }
+        true
+    }
+
+    /// Shared address: datagrams other processes forwarded to this one, each
+    /// then treated as read from the socket (counted, captured, faults, engine).
+    fn receive_forwarded(&mut self) -> bool {
+        let Some((slot, mut buf)) = self.share.take() else {
+            return false;
+        };
+        let mut work = false;
+        for _ in 0..self.batch {
+            let (from, len) = match slot.receive(&mut buf) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    Counters::add(&self.shared.counters.recv_errors, 1);
+                    tracing::warn!(local = %self.local, error = %e, "forwarded datagram unreadable");
+                    continue;
+                }
+            };
+            work = true;
+            Counters::add(&self.shared.counters.forwards_received, 1);
+            let r = sys::Received {
+                len,
+                from: Some(from),
+                truncated: false,
+            };
+            if let Some((now, from)) = self.received(&r, &mut buf[..len]) {
+                self.shared
+                    .engine()
+                    .handle_datagram(now, from, self.local, &buf[..len]);
+            }
+        }
+        self.share = Some((slot, buf));
+        work
+    }
+
+    /// Whether a datagram to `to` stays in this process (the loopback shortcut):
+    /// our own address, and, on a shared address, a QP of our own slot.
+    fn is_ours(&self, to: SocketAddr, bytes: &[u8]) -> bool {
+        to == self.local
+            && match &self.share {
+                None => true,
+                Some((slot, _)) => share::slot_of(bytes).is_none_or(|s| s == slot.index()),
+            }
     }
 
     /// A datagram reached the device (socket or loopback): receive faults, then the engine.
@@ -482,7 +561,7 @@ impl<E: Engine> Progress<E> {
     /// our own address. Captured when it really leaves. (The held datagrams of
     /// fault injection go this way, one by one; the others go in batches.)
     fn wire_out(&mut self, now: Nanos, to: SocketAddr, bytes: &mut [u8]) -> SendOutcome {
-        if to == self.local {
+        if self.is_ours(to, bytes) {
             self.looped_back(now, bytes);
             return SendOutcome::Sent;
         }
@@ -562,9 +641,12 @@ impl<E: Engine> Progress<E> {
             timeout = timeout.min(RETRY_SLEEP);
         }
         let bell = self.shared.doorbell.fd().as_raw_fd();
+        // A negative fd is ignored by poll(2): no inbox when the address is ours alone.
+        let inbox = self.share.as_ref().map_or(-1, |(s, _)| s.inbox_fd());
         let mut fds = [
             sys::pollfd(self.socket.as_raw_fd(), sock_events),
             sys::pollfd(bell, libc::POLLIN),
+            sys::pollfd(inbox, libc::POLLIN),
         ];
         Counters::add(&self.shared.counters.sleeps, 1);
         if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
@@ -580,8 +662,8 @@ impl<E: Engine> Progress<E> {
 struct Wire<'a, E>(&'a mut Progress<E>);
 
 impl<E: Engine> TxSink for Wire<'_, E> {
-    fn is_local(&self, to: SocketAddr) -> bool {
-        to == self.0.local
+    fn is_local(&self, to: SocketAddr, bytes: &[u8]) -> bool {
+        self.0.is_ours(to, bytes)
     }
 
     fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {

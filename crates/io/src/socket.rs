@@ -10,7 +10,34 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 
-use crate::sys;
+use crate::options::DriverOptions;
+use crate::{share, sys};
+
+/// Binds the driver's socket with `opts`' buffers: alone on `addr`, or, with
+/// `opts.share`, as a member of the address's reuseport group with the steering
+/// program attached ([`crate::share`]).
+pub(crate) fn bind_shared(addr: SocketAddr, opts: &DriverOptions) -> io::Result<UdpSocket> {
+    let (rcv, snd) = (opts.recv_buffer_bytes, opts.send_buffer_bytes);
+    let Some(slot) = &opts.share else {
+        return bind(addr, rcv, snd);
+    };
+    let socket = sys::udp_bind_reuseport(addr).map_err(|e| {
+        let why = if e.kind() == io::ErrorKind::AddrInUse {
+            " — the port is held by a socket outside the address's sharing group: another \
+             program, a softverbs process of another user (processes share an address \
+             only under one user id), or the kernel's rdma_rxe"
+        } else {
+            ""
+        };
+        io::Error::new(e.kind(), format!("{e}{why}"))
+    })?;
+    sys::attach_reuseport_cbpf(socket.as_fd(), &share::steering_program())?;
+    slot.joined();
+    set_dont_fragment(&socket, addr)?;
+    set_buffer(&socket, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcv);
+    set_buffer(&socket, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, snd);
+    Ok(socket)
+}
 
 /// Binds the driver's socket to `addr` (port 0 picks a free port).
 pub(crate) fn bind(

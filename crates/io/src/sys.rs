@@ -6,7 +6,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Maps a C `-1` return to the thread's `errno`.
@@ -316,6 +316,52 @@ pub(crate) fn recvmmsg(
         };
     }
     Ok(got)
+}
+
+/// A nonblocking, close-on-exec UDP socket with `SO_REUSEPORT` set, bound to
+/// `addr`: it joins the reuseport group of the sockets on that address (all
+/// must belong to one user id).
+pub(crate) fn udp_bind_reuseport(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let family = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    let kind = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+    // SAFETY: socket takes only integers; a non-negative return is a new fd we own.
+    let fd = cvt(unsafe { libc::socket(family, kind, 0) })?;
+    // SAFETY: `fd` was just returned by socket and is owned by nobody else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    setsockopt_int(owned.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    let (raw, len) = RawAddr::new(&addr);
+    // SAFETY: `raw` is a sockaddr of `len` valid bytes living for the call; fd is open.
+    let ret = unsafe { libc::bind(owned.as_raw_fd(), (&raw as *const RawAddr).cast(), len) };
+    cvt(ret)?;
+    Ok(std::net::UdpSocket::from(owned))
+}
+
+/// Attaches a classic-BPF program choosing the socket of the reuseport group
+/// (`SO_ATTACH_REUSEPORT_CBPF`; unprivileged). It replaces the group's program.
+pub(crate) fn attach_reuseport_cbpf(
+    fd: BorrowedFd<'_>,
+    program: &[libc::sock_filter],
+) -> io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    let len = std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t;
+    // SAFETY: `prog` points to `program`, which outlives the call (the kernel copies
+    // it); `len` is the size of `prog`; fd is open for the call.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&prog as *const libc::sock_fprog).cast(),
+            len,
+        )
+    };
+    cvt(ret).map(drop)
 }
 
 #[cfg(test)]

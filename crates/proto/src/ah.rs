@@ -2,10 +2,10 @@
 //! `IBV_QP_AV`, and the address-handle object.
 
 use crate::device::DeviceInfo;
-use crate::error::{Error, ModifyError};
+use crate::error::ModifyError;
 use crate::types::AhAttr;
 
-/// The largest IPv6 flow label (20 bits).
+/// The largest IPv6 flow label (20 bits): the bits of `grh.flow_label` that count.
 pub const MAX_FLOW_LABEL: u32 = 0xf_ffff;
 
 /// Checks an address vector for a RoCE port. `which` names it in messages
@@ -13,9 +13,11 @@ pub const MAX_FLOW_LABEL: u32 = 0xf_ffff;
 ///
 /// Linux: `rdma_is_port_valid` (uverbs), `rdma_check_ah_attr` (GRH required on
 /// RoCE), GID-table lookup (`EINVAL` beyond the table, `ENODATA` for an empty
-/// entry). Our additions, both of which Linux only discovers later as a
-/// routing failure: an all-zero destination GID, and a flow label wider than
-/// 20 bits.
+/// entry). Our addition, which Linux only discovers later as a routing
+/// failure: an all-zero destination GID. A flow label wider than 20 bits is
+/// accepted as Linux accepts it (uverbs copies the 32-bit field unchecked and
+/// `rdma_flow_label_to_udp_sport` uses the low 20 bits): UCX passes
+/// `~0` (`uct_ib_iface_fill_ah_attr_from_gid_lid`, path index 0).
 pub fn check_av(which: &'static str, av: &AhAttr, dev: &DeviceInfo) -> Result<(), ModifyError> {
     dev.check_port(av.port_num)
         .map_err(|_| ModifyError::BadPort {
@@ -28,16 +30,6 @@ pub fn check_av(which: &'static str, av: &AhAttr, dev: &DeviceInfo) -> Result<()
     dev.query_gid(av.port_num, u32::from(av.grh.sgid_index))?;
     if av.grh.dgid.is_zero() {
         return Err(ModifyError::ZeroDgid { which });
-    }
-    if av.grh.flow_label > MAX_FLOW_LABEL {
-        return Err(Error::Range(crate::error::RangeError {
-            what: "grh.flow_label",
-            value: u64::from(av.grh.flow_label),
-            min: 0,
-            max: u64::from(MAX_FLOW_LABEL),
-            note: "; a flow label is 20 bits",
-        })
-        .into());
     }
     Ok(())
 }

@@ -97,6 +97,10 @@ impl CqRing {
         }
         let solicited = solicited || wc.status.is_error();
         self.entries.push_back(wc);
+        debug_assert!(
+            self.entries.len() <= self.capacity,
+            "CQ beyond its capacity"
+        );
         let event = match self.notify {
             Notify::Next => true,
             Notify::Solicited => solicited,
@@ -141,16 +145,26 @@ impl CqRing {
         self.overrun
     }
 
-    /// `ibv_resize_cq`: refused (`EINVAL`) below the completions already queued.
-    pub fn resize(&mut self, capacity: u32) -> Result<(), Error> {
-        if (capacity as usize) < self.entries.len() {
+    /// `ibv_resize_cq`: refused (`EINVAL`, rxe `rxe_cq_chk_attr`) below the
+    /// completions already queued plus `owed`, those that signaled send WRs
+    /// still in flight will add (a CQ shrunk below them would overrun).
+    pub fn resize(&mut self, capacity: u32, owed: usize) -> Result<(), Error> {
+        let queued = self.entries.len();
+        if (capacity as usize) < queued + owed {
             return Err(Error::invalid(format!(
-                "resize_cq: cqe {capacity} is below the {} completions already queued",
-                self.entries.len()
+                "resize_cq: cqe {capacity} is below the {queued} completions queued \
+                 and {owed} more that signaled send WRs in flight will add"
             )));
         }
         self.capacity = capacity as usize;
         Ok(())
+    }
+
+    /// Drops the completions of QP `qpn` (its move to RESET); returns how many.
+    pub fn purge_qp(&mut self, qpn: u32) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|w| w.qp_num != qpn);
+        before - self.entries.len()
     }
 }
 
@@ -205,7 +219,21 @@ mod tests {
             Pushed::Stored { event: true },
             "errors count as solicited"
         );
-        assert!(r.resize(2).is_err());
-        assert!(r.resize(5).is_ok());
+        assert!(r.resize(2, 0).is_err());
+        assert!(r.resize(5, 1).is_err(), "5 queued + 1 owed do not fit in 5");
+        assert!(r.resize(6, 1).is_ok());
+    }
+
+    #[test]
+    fn purge_drops_one_qps_completions_only() {
+        let mut r = CqRing::new(8);
+        for (id, qpn) in [(1, 7), (2, 9), (3, 7), (4, 9)] {
+            let w = WorkCompletion::error(id, qpn, WcOpcode::Send, WcStatus::WrFlushErr);
+            r.push(w, false);
+        }
+        assert_eq!(r.purge_qp(7), 2);
+        let mut out = Vec::new();
+        r.poll(8, &mut out);
+        assert_eq!(out.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [2, 4]);
     }
 }

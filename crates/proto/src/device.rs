@@ -126,6 +126,48 @@ pub const MAX_MSG_SZ: u32 = 1 << 31;
 /// QPNs start here; 0 and 1 are SMI/GSI and 2..16 are kept free, as rxe does.
 pub const FIRST_QPN: u32 = 16;
 
+/// The QPNs a device hands out: all of them, or a process's share of an address
+/// shared by several processes (the I/O layer's slots), so QPNs are unique per address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpnSpace {
+    /// The first QPN.
+    pub first: u32,
+    /// The last QPN (inclusive).
+    pub last: u32,
+}
+
+impl QpnSpace {
+    /// Every QPN but 0, 1 (SMI, GSI), 2..16 (kept free) and 0xffffff (multicast).
+    pub const ALL: QpnSpace = QpnSpace {
+        first: FIRST_QPN,
+        last: 0xff_fffe,
+    };
+
+    /// How many QPNs it holds.
+    pub fn len(&self) -> u32 {
+        self.last.saturating_sub(self.first) + 1
+    }
+
+    /// Whether it holds none (never, for a valid space).
+    pub fn is_empty(&self) -> bool {
+        self.last < self.first
+    }
+
+    /// Whether `qpn` is in it.
+    pub fn contains(&self, qpn: u32) -> bool {
+        (self.first..=self.last).contains(&qpn)
+    }
+
+    /// The QPN after `qpn`, wrapping from the last to the first.
+    pub fn after(&self, qpn: u32) -> u32 {
+        if qpn >= self.last || qpn < self.first {
+            self.first
+        } else {
+            qpn + 1
+        }
+    }
+}
+
 impl DeviceAttr {
     /// The limits of a softverbs device with the given node GUID.
     pub fn softverbs(node_guid: u64) -> DeviceAttr {
@@ -300,6 +342,41 @@ pub struct DeviceInfo {
     pub port: PortAttr,
     /// The GID table.
     pub gids: Vec<Gid>,
+    /// What the kernel's sysfs shows of a device beside the verbs attributes.
+    pub ident: Identity,
+}
+
+/// The parts of a device's identity that no verb reports but programs read
+/// from sysfs (`/sys/class/infiniband/<dev>/…`, kernel `drivers/infiniband/core/sysfs.c`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `node_type`: `RDMA_NODE_IB_CA` (1), as every RoCE device (rxe included) reports.
+    pub node_type: u8,
+    /// `node_desc`: the node description (64 bytes at most).
+    pub node_desc: String,
+    /// `hca_type`: the adapter's model name.
+    pub hca_type: String,
+    /// `board_id`: the board's identifier.
+    pub board_id: String,
+    /// `device/numa_node`: -1, no NUMA affinity (a software device runs on any CPU).
+    pub numa_node: i32,
+    /// `infiniband_verbs/uverbsN/abi_version`: the driver's user-verbs ABI
+    /// version (the drop-in library is both sides of it; 1).
+    pub uverbs_abi_version: u32,
+}
+
+impl Identity {
+    /// A softverbs device's identity.
+    pub fn softverbs(name: &str) -> Identity {
+        Identity {
+            node_type: 1,
+            node_desc: format!("softverbs {name}"),
+            hca_type: "softverbs".to_string(),
+            board_id: concat!("softverbs-", env!("CARGO_PKG_VERSION")).to_string(),
+            numa_node: -1,
+            uverbs_abi_version: 1,
+        }
+    }
 }
 
 impl DeviceInfo {
@@ -312,6 +389,7 @@ impl DeviceInfo {
             attr: DeviceAttr::softverbs(node_guid),
             port: PortAttr::softverbs(gids.len().max(1) as u32, config.active_mtu),
             gids,
+            ident: Identity::softverbs(&config.name),
         }
     }
 

@@ -2,7 +2,7 @@
 //! in words what was wrong, and each mapping to the errno Linux returns.
 
 use crate::mask::AttrMask;
-use crate::types::{QpState, QpType};
+use crate::types::{Mtu, QpState, QpType};
 use std::fmt;
 
 /// The errno values softverbs returns (Linux numbering).
@@ -14,6 +14,8 @@ pub enum Errno {
     ENOENT,
     /// Out of memory / queue full (12).
     ENOMEM,
+    /// Bad address (14).
+    EFAULT,
     /// Resource busy: still in use (16).
     EBUSY,
     /// Invalid argument (22).
@@ -31,6 +33,7 @@ impl Errno {
             Errno::EPERM => 1,
             Errno::ENOENT => 2,
             Errno::ENOMEM => 12,
+            Errno::EFAULT => 14,
             Errno::EBUSY => 16,
             Errno::EINVAL => 22,
             Errno::ENODATA => 61,
@@ -92,6 +95,19 @@ pub struct RangeError {
     pub max: u64,
     /// Extra words, e.g. `"; device limit max_qp_wr"`; may be empty.
     pub note: &'static str,
+}
+
+impl RangeError {
+    /// A raw `ibv_mtu` outside 1 = 256 … `max` (the device's largest).
+    pub fn mtu(raw: u32, max: Mtu) -> RangeError {
+        RangeError {
+            what: "attr.path_mtu",
+            value: u64::from(raw),
+            min: Mtu::Mtu256.raw().into(),
+            max: max.raw().into(),
+            note: "; an enum ibv_mtu: 1 = 256 … 5 = 4096 bytes",
+        }
+    }
 }
 
 /// Everything that can go wrong in the control path.
@@ -169,6 +185,12 @@ pub enum Error {
         /// Index asked for.
         index: u32,
     },
+    /// Device memory refused an allocation or a copy.
+    #[error(transparent)]
+    Dm(#[from] crate::dm::DmError),
+    /// `ibv_advise_mr` refused.
+    #[error(transparent)]
+    Advise(#[from] crate::mr::AdviseError),
     /// P_Key index beyond the P_Key table.
     #[error("P_Key index {index} is beyond the P_Key table (pkey_tbl_len = {len})")]
     PkeyIndex {
@@ -191,6 +213,8 @@ impl Error {
             Error::NotSupported { .. } => Errno::EOPNOTSUPP,
             Error::TooMany { .. } => Errno::ENOMEM,
             Error::GidEmpty { .. } => Errno::ENODATA,
+            Error::Advise(e) => e.errno(),
+            Error::Dm(e) => e.errno(),
         }
     }
 
@@ -211,14 +235,6 @@ pub enum ModifyError {
     UnknownMaskBits {
         /// The unknown bits.
         bits: u32,
-    },
-    /// `qp_state` or `cur_qp_state` is not a state value (0..=6).
-    #[error("attr.{field} = {value} is not a QP state (0..=6)")]
-    BadStateValue {
-        /// `"qp_state"` or `"cur_qp_state"`.
-        field: &'static str,
-        /// The value given.
-        value: u32,
     },
     /// IBV_QP_CUR_STATE given with a state other than RTR, RTS, SQD or SQE.
     #[error("attr.cur_qp_state = {cur} is not allowed: IBV_QP_CUR_STATE may only name RTR, RTS, SQD or SQE")]
@@ -305,7 +321,7 @@ pub enum ModifyError {
     #[error("IBV_QP_ALT_PATH: alternate paths (APM) are not available on RoCE ports")]
     AltPathOnRoce,
     /// Unsupported access-flag bits.
-    #[error("attr.qp_access_flags = {flags:#x} has unsupported bits {unsupported:#x} (allowed: LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC)")]
+    #[error("attr.qp_access_flags = {flags:#x} has unsupported bits {unsupported:#x} (allowed: LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND, ON_DEMAND, FLUSH_GLOBAL, FLUSH_PERSISTENT and the optional range 0x3ff00000)")]
     AccessFlags {
         /// Flags given.
         flags: u32,

@@ -44,6 +44,14 @@ pub trait Memory {
     /// Performs `op` atomically on the 8-byte word at `addr` (8-aligned), in host
     /// byte order, and returns the original value.
     fn atomic(&self, addr: u64, op: AtomicOp) -> u64;
+    /// Makes `[addr, addr + len)` present for reading (and writing, if
+    /// `write`), as a device's page fault on an on-demand-paging region does;
+    /// false if the range is not mapped so (the access then fails instead of
+    /// touching it). Memory that is always present answers true.
+    fn fault_in(&self, addr: u64, len: u64, write: bool) -> bool {
+        let _ = (addr, len, write);
+        true
+    }
 }
 
 /// A flat byte array at a base address: test and simulation memory.

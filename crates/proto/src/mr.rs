@@ -14,7 +14,7 @@ pub type MrTable = Table<Mr, kind::Mr>;
 pub struct Mr {
     /// Owning protection domain.
     pub pd: PdHandle,
-    /// First byte's address.
+    /// First byte's address (what SGEs and RETHs name).
     pub addr: u64,
     /// Length in bytes.
     pub length: u64,
@@ -24,9 +24,17 @@ pub struct Mr {
     pub lkey: u32,
     /// Remote key.
     pub rkey: u32,
+    /// Where byte `addr` lives in the host's memory: `addr` itself, except for
+    /// a zero-based region (device memory), whose `addr` is 0.
+    pub host: u64,
 }
 
 impl Mr {
+    /// The host address of `va`, a byte of the region (checked by the caller).
+    pub fn host_of(&self, va: u64) -> u64 {
+        self.host.wrapping_add(va.wrapping_sub(self.addr))
+    }
+
     /// True if `[addr, addr + len)` lies inside the region (no overflow).
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len) else {
@@ -116,6 +124,19 @@ pub enum AccessError {
         /// The flags the MR has.
         has: AccessFlags,
     },
+    /// An on-demand-paging region whose pages could not be made present: the
+    /// range is not mapped in the process (or not writable, for a write).
+    #[error("on-demand region of key {key:#x}: [{addr:#x}, +{len}) is not mapped{} in the process (page fault failed)", if *.write { " writable" } else { "" })]
+    NotPresent {
+        /// The key.
+        key: u32,
+        /// Start of the access.
+        addr: u64,
+        /// Length of the access.
+        len: u64,
+        /// The access writes.
+        write: bool,
+    },
     /// An atomic whose address is not 8-byte aligned or whose length is not 8.
     #[error("atomic access at {addr:#x} length {len}: atomics need 8 bytes at an 8-byte-aligned address")]
     Misaligned {
@@ -127,6 +148,41 @@ pub enum AccessError {
 }
 
 impl Mr {
+    /// True for an on-demand-paging region (`IBV_ACCESS_ON_DEMAND`).
+    pub fn on_demand(&self) -> bool {
+        self.access.contains(AccessFlags::ON_DEMAND)
+    }
+
+    /// [`Mr::check`], then, for an on-demand region, the page fault: the
+    /// range is made present through `mem` or the access is refused
+    /// ([`AccessError::NotPresent`]) without a byte moving. Returns the host
+    /// address of `addr`, where the bytes are ([`Mr::host_of`]).
+    pub fn check_present(
+        &self,
+        pd: PdHandle,
+        key: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+        mem: &dyn crate::memory::Memory,
+    ) -> Result<u64, AccessError> {
+        self.check(pd, key, addr, len, access)?;
+        let host = self.host_of(addr);
+        let write = matches!(
+            access,
+            Access::LocalWrite | Access::RemoteWrite | Access::RemoteAtomic
+        );
+        if self.on_demand() && len > 0 && !mem.fault_in(host, len, write) {
+            return Err(AccessError::NotPresent {
+                key,
+                addr,
+                len,
+                write,
+            });
+        }
+        Ok(host)
+    }
+
     /// The security boundary: may `pd` do `access` on `[addr, addr + len)` through
     /// `key` in this MR? Checks, in order: the key matches (lkey or rkey by
     /// `access`), the PD matches, the range lies inside, the flag is present.
@@ -177,15 +233,60 @@ const ACCEPTED: u32 = AccessFlags::LOCAL_WRITE.0
     | AccessFlags::REMOTE_READ.0
     | AccessFlags::REMOTE_ATOMIC.0
     | AccessFlags::MW_BIND.0
+    | AccessFlags::ON_DEMAND.0
     | AccessFlags::HUGETLB.0;
 /// Known flags that need device features softverbs does not have.
-const UNSUPPORTED: u32 = AccessFlags::ZERO_BASED.0
-    | AccessFlags::ON_DEMAND.0
-    | AccessFlags::FLUSH_GLOBAL.0
-    | AccessFlags::FLUSH_PERSISTENT.0;
+const UNSUPPORTED: u32 =
+    AccessFlags::ZERO_BASED.0 | AccessFlags::FLUSH_GLOBAL.0 | AccessFlags::FLUSH_PERSISTENT.0;
+
+/// The length of an implicit on-demand region (`ibv_reg_mr(pd, NULL,
+/// SIZE_MAX, IBV_ACCESS_ON_DEMAND)`): the whole address space (spec/odp.md).
+pub const IMPLICIT_LEN: u64 = u64::MAX;
+
+/// `struct ibv_odp_caps` as this device reports it (spec/odp.md): every
+/// region may be on-demand, implicit ones too, for every operation of RC, UC
+/// and UD (SRQ receives included); no XRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OdpCaps {
+    /// `general_caps`: `IBV_ODP_SUPPORT` | `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub general: u64,
+    /// `rc_odp_caps`.
+    pub rc: u32,
+    /// `uc_odp_caps`.
+    pub uc: u32,
+    /// `ud_odp_caps`.
+    pub ud: u32,
+    /// `xrc_odp_caps`.
+    pub xrc: u32,
+}
+
+/// `IBV_ODP_SUPPORT_SEND`, `_RECV`, `_WRITE`, `_READ`, `_ATOMIC`, `_SRQ_RECV`.
+const ODP_SEND: u32 = 1;
+const ODP_RECV: u32 = 2;
+const ODP_WRITE: u32 = 4;
+const ODP_READ: u32 = 8;
+const ODP_ATOMIC: u32 = 16;
+const ODP_SRQ_RECV: u32 = 32;
+
+/// What softverbs supports on demand: each operation of each transport it has.
+pub const ODP_CAPS: OdpCaps = OdpCaps {
+    general: 1 | 2,
+    rc: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV,
+    uc: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_SRQ_RECV,
+    ud: ODP_SEND | ODP_RECV | ODP_SRQ_RECV,
+    xrc: 0,
+};
 
 /// Checks `ibv_reg_mr` arguments; returns the access flags in force.
 pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Error> {
+    // An implicit region spans the whole address space: on demand only
+    // (mlx5_ib_reg_user_mr: start 0, length U64_MAX, IB_ACCESS_ON_DEMAND).
+    if length == IMPLICIT_LEN && (addr != 0 || access & AccessFlags::ON_DEMAND.0 == 0) {
+        return Err(Error::invalid(format!(
+            "reg_mr: length SIZE_MAX is an implicit region, which needs addr NULL and IBV_ACCESS_ON_DEMAND (got addr {addr:#x}, access {})",
+            AccessFlags(access)
+        )));
+    }
     if addr.checked_add(length).is_none() {
         return Err(Error::invalid(format!(
             "reg_mr: addr {addr:#x} + length {length:#x} wraps around the address space"
@@ -195,7 +296,7 @@ pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Err
     let unsupported = flags.0 & UNSUPPORTED;
     if unsupported != 0 {
         return Err(Error::unsupported(format!(
-            "reg_mr access flags {} (no on-demand paging, zero-based MRs or flush on this device)",
+            "reg_mr access flags {} (no zero-based MRs or flush on this device)",
             AccessFlags(unsupported)
         )));
     }
@@ -213,6 +314,238 @@ pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Err
         )));
     }
     Ok(flags)
+}
+
+/// What `ibv_rereg_mr` changes; `None` keeps the region's current value
+/// (`IBV_REREG_MR_CHANGE_PD`, `_TRANSLATION`, `_ACCESS`; spec/mr-rereg.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rereg {
+    /// `IBV_REREG_MR_CHANGE_PD`: the new protection domain.
+    pub pd: Option<PdHandle>,
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`: the new `(addr, length)`.
+    pub translation: Option<(u64, u64)>,
+    /// `IBV_REREG_MR_CHANGE_ACCESS`: the new access flags (raw `ibv_access_flags`).
+    pub access: Option<u32>,
+}
+
+/// Checks a re-registration of `old`; returns the region it becomes (same
+/// keys: the kernel's in-place path and rxe keep them). The PD's existence is
+/// the engine's to check.
+pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Error> {
+    // Kernel ib_uverbs_rereg_mr: no flag at all is EINVAL.
+    if r.pd.is_none() && r.translation.is_none() && r.access.is_none() {
+        return Err(Error::invalid(
+            "rereg_mr: flags name no change (IBV_REREG_MR_CHANGE_PD, _TRANSLATION or _ACCESS)",
+        ));
+    }
+    let (addr, length) = r.translation.unwrap_or((old.addr, old.length));
+    // ibv_rereg_mr (libibverbs) and ib_uverbs_rereg_mr: a new translation needs
+    // a non-NULL address and a non-zero length.
+    if r.translation.is_some() && (addr == 0 || length == 0) {
+        return Err(Error::invalid(format!(
+            "rereg_mr: a new translation needs a non-NULL address and a non-zero length (got addr {addr:#x}, length {length})"
+        )));
+    }
+    let access = check_reg(addr, length, r.access.unwrap_or(old.access.0))?;
+    Ok(Mr {
+        pd: r.pd.unwrap_or(old.pd),
+        addr,
+        length,
+        access,
+        lkey: old.lkey,
+        rkey: old.rkey,
+        host: if r.translation.is_some() {
+            addr
+        } else {
+            old.host
+        },
+    })
+}
+
+/// `enum ibv_advise_mr_advice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH` (0): make pages present for reading.
+    Prefetch,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE` (1): present and writable.
+    PrefetchWrite,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT` (2): map what is present, fault nothing.
+    PrefetchNoFault,
+}
+
+impl Advice {
+    /// From the raw value.
+    pub fn from_raw(v: u32) -> Option<Advice> {
+        match v {
+            0 => Some(Advice::Prefetch),
+            1 => Some(Advice::PrefetchWrite),
+            2 => Some(Advice::PrefetchNoFault),
+            _ => None,
+        }
+    }
+}
+
+/// `IBV_ADVISE_MR_FLAG_FLUSH`: return once done (softverbs always does).
+pub const ADVISE_MR_FLAG_FLUSH: u32 = 1;
+
+/// Why `ibv_advise_mr` was refused, with the kernel's errno (mlx5_ib_advise_mr,
+/// get_prefetchable_mr, pagefault_mr; spec/odp.md).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdviseError {
+    /// An advice value this device does not know (`EOPNOTSUPP`).
+    #[error("advise_mr: advice {advice} is not PREFETCH (0), PREFETCH_WRITE (1) or PREFETCH_NO_FAULT (2)")]
+    Advice {
+        /// The value given.
+        advice: u32,
+    },
+    /// Flag bits beyond `IBV_ADVISE_MR_FLAG_FLUSH` (`EINVAL`).
+    #[error("advise_mr: flags {flags:#x} has bits beyond IBV_ADVISE_MR_FLAG_FLUSH (0x1)")]
+    Flags {
+        /// The flags given.
+        flags: u32,
+    },
+    /// The lkey names no on-demand region (`ENOENT`).
+    #[error("advise_mr: lkey {lkey:#x} names no on-demand (IBV_ACCESS_ON_DEMAND) memory region")]
+    NotOnDemand {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// The region belongs to another PD (`EPERM`).
+    #[error("advise_mr: lkey {lkey:#x} belongs to another protection domain")]
+    WrongPd {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// PREFETCH_WRITE on a region without local write (`EPERM`).
+    #[error(
+        "advise_mr: PREFETCH_WRITE on lkey {lkey:#x}, whose region lacks IBV_ACCESS_LOCAL_WRITE"
+    )]
+    NotWritable {
+        /// The lkey.
+        lkey: u32,
+    },
+    /// The range is outside the region (`EFAULT`).
+    #[error("advise_mr: [{addr:#x}, +{len}) is outside the region of lkey {lkey:#x}")]
+    OutOfBounds {
+        /// The lkey.
+        lkey: u32,
+        /// Start.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// The range could not be faulted in: not mapped (`EFAULT`).
+    #[error("advise_mr: [{addr:#x}, +{len}) of lkey {lkey:#x} is not mapped{} in the process", if *.write { " writable" } else { "" })]
+    NotMapped {
+        /// The lkey.
+        lkey: u32,
+        /// Start.
+        addr: u64,
+        /// Length.
+        len: u64,
+        /// Faulted for writing.
+        write: bool,
+    },
+}
+
+impl AdviseError {
+    /// The errno Linux (mlx5) returns.
+    pub fn errno(&self) -> crate::Errno {
+        use crate::Errno;
+        match self {
+            AdviseError::Advice { .. } => Errno::EOPNOTSUPP,
+            AdviseError::Flags { .. } => Errno::EINVAL,
+            AdviseError::NotOnDemand { .. } => Errno::ENOENT,
+            AdviseError::WrongPd { .. } | AdviseError::NotWritable { .. } => Errno::EPERM,
+            AdviseError::OutOfBounds { .. } | AdviseError::NotMapped { .. } => Errno::EFAULT,
+        }
+    }
+}
+
+/// `ibv_advise_mr`: checks every element (an on-demand region of `pd`,
+/// writable for PREFETCH_WRITE, the range inside it), then faults each range
+/// in through `mem` (not for PREFETCH_NO_FAULT, which only checks). Done
+/// before returning, with or without `IBV_ADVISE_MR_FLAG_FLUSH`.
+pub fn advise(
+    mrs: &MrTable,
+    pd: PdHandle,
+    advice: u32,
+    flags: u32,
+    sges: &[crate::wr::Sge],
+    mem: &dyn crate::memory::Memory,
+) -> Result<(), AdviseError> {
+    let advice = Advice::from_raw(advice).ok_or(AdviseError::Advice { advice })?;
+    if flags & !ADVISE_MR_FLAG_FLUSH != 0 {
+        return Err(AdviseError::Flags { flags });
+    }
+    let write = advice == Advice::PrefetchWrite;
+    for sge in sges {
+        let (lkey, addr, len) = (sge.lkey, sge.addr, u64::from(sge.length));
+        let mr = mr_by_key(mrs, lkey)
+            .filter(|m| m.lkey == lkey && m.on_demand())
+            .ok_or(AdviseError::NotOnDemand { lkey })?;
+        if mr.pd != pd {
+            return Err(AdviseError::WrongPd { lkey });
+        }
+        if write && !mr.access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(AdviseError::NotWritable { lkey });
+        }
+        if !mr.contains(addr, len) {
+            return Err(AdviseError::OutOfBounds { lkey, addr, len });
+        }
+    }
+    if advice == Advice::PrefetchNoFault {
+        return Ok(());
+    }
+    for sge in sges {
+        let (addr, len) = (sge.addr, u64::from(sge.length));
+        let host = mr_by_key(mrs, sge.lkey).map_or(addr, |m| m.host_of(addr));
+        if len > 0 && !mem.fault_in(host, len, write) {
+            let lkey = sge.lkey;
+            return Err(AdviseError::NotMapped {
+                lkey,
+                addr,
+                len,
+                write,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The MR an lkey or rkey names (the slot index sits in the key's high bits).
+pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
+    mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
+}
+
+/// Checks `ibv_reg_dm_mr` arguments: a zero-based region (IBV_ACCESS_ZERO_BASED
+/// mandatory) of `length` bytes at `offset` in device memory of `dm_len`
+/// bytes (kernel `UVERBS_METHOD_DM_MR_REG`, spec/device-memory.md); returns
+/// the access flags in force.
+pub fn check_reg_dm(
+    dm_len: u64,
+    offset: u64,
+    length: u64,
+    access: u32,
+) -> Result<AccessFlags, Error> {
+    if access & AccessFlags::ZERO_BASED.0 == 0 {
+        return Err(Error::invalid(
+            "reg_dm_mr: device memory regions are zero-based: access must include IBV_ACCESS_ZERO_BASED",
+        ));
+    }
+    if offset > dm_len || length > dm_len - offset {
+        return Err(Error::invalid(format!(
+            "reg_dm_mr: [{offset:#x}, +{length}) is outside the device memory of {dm_len} bytes"
+        )));
+    }
+    if access & AccessFlags::ON_DEMAND.0 != 0 {
+        return Err(Error::invalid(
+            "reg_dm_mr: device memory is not paged: no IBV_ACCESS_ON_DEMAND",
+        ));
+    }
+    let rest = access & !AccessFlags::ZERO_BASED.0;
+    let flags = check_reg(0, length, rest)?;
+    Ok(flags | AccessFlags::ZERO_BASED)
 }
 
 /// The (lkey, rkey) pair for the MR in table slot `index`, registration number
@@ -249,7 +582,7 @@ mod tests {
             "optional range is ignored"
         );
         assert_eq!(
-            check_reg(0x1000, 64, 1 << 6).unwrap_err().errno(),
+            check_reg(0x1000, 64, 1 << 5).unwrap_err().errno(),
             crate::Errno::EOPNOTSUPP
         );
         assert_eq!(
@@ -272,6 +605,7 @@ mod tests {
             access: AccessFlags(access),
             lkey,
             rkey,
+            host: 0x1000,
         }
     }
 
@@ -327,6 +661,279 @@ mod tests {
             .check(pd, ro.lkey, 0x1000, 1, Access::LocalWrite)
             .is_err());
         assert!(ro.check(pd, ro.lkey, 0x1000, 1, Access::LocalRead).is_ok());
+    }
+
+    #[test]
+    fn rereg_changes_only_what_it_names_and_keeps_the_keys() {
+        let old = mr(1 | 2);
+        let other_pd = crate::table::Handle::from_raw(2);
+        let e = check_rereg(&old, &Rereg::default()).unwrap_err();
+        assert_eq!(e.errno(), crate::Errno::EINVAL);
+        assert!(e.to_string().contains("name no change"), "{e}");
+
+        let m = check_rereg(
+            &old,
+            &Rereg {
+                access: Some(1 | 4),
+                ..Rereg::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (m.access, m.pd, m.addr, m.length),
+            (AccessFlags(1 | 4), old.pd, old.addr, old.length)
+        );
+        assert_eq!((m.lkey, m.rkey), (old.lkey, old.rkey));
+        // The access rules of reg_mr apply to the new flags.
+        let e = check_rereg(
+            &old,
+            &Rereg {
+                access: Some(2),
+                ..Rereg::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("require LOCAL_WRITE"), "{e}");
+        assert_eq!(
+            check_rereg(
+                &old,
+                &Rereg {
+                    access: Some(1 << 5),
+                    ..Rereg::default()
+                }
+            )
+            .unwrap_err()
+            .errno(),
+            crate::Errno::EOPNOTSUPP
+        );
+
+        let m = check_rereg(
+            &old,
+            &Rereg {
+                pd: Some(other_pd),
+                ..Rereg::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((m.pd, m.access, m.addr), (other_pd, old.access, old.addr));
+
+        let m = check_rereg(
+            &old,
+            &Rereg {
+                translation: Some((0x9000, 0x40)),
+                ..Rereg::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((m.addr, m.length, m.access), (0x9000, 0x40, old.access));
+        assert!(m
+            .check(old.pd, m.rkey, 0x9000, 0x40, Access::RemoteWrite)
+            .is_ok());
+        assert!(
+            matches!(
+                m.check(old.pd, m.rkey, old.addr, 1, Access::RemoteWrite),
+                Err(AccessError::OutOfBounds { .. })
+            ),
+            "the old range is out of reach"
+        );
+        for bad in [(0, 0x40), (0x9000, 0), (u64::MAX, 2)] {
+            let e = check_rereg(
+                &old,
+                &Rereg {
+                    translation: Some(bad),
+                    ..Rereg::default()
+                },
+            )
+            .unwrap_err();
+            assert_eq!(e.errno(), crate::Errno::EINVAL, "{bad:?}");
+        }
+    }
+
+    /// Memory with a hole (unmapped) and a read-only page, as a process has.
+    struct Holes;
+    impl crate::memory::Memory for Holes {
+        fn read(&self, _: u64, _: &mut [u8]) {}
+        fn write(&self, _: u64, _: &[u8]) {}
+        fn atomic(&self, _: u64, _: crate::memory::AtomicOp) -> u64 {
+            0
+        }
+        fn fault_in(&self, addr: u64, len: u64, write: bool) -> bool {
+            let end = addr + len;
+            let hole = end > 0x2000 && addr < 0x3000;
+            let read_only = end > 0x3000 && addr < 0x4000;
+            !(hole || write && read_only)
+        }
+    }
+
+    #[test]
+    fn on_demand_regions_fault_in_or_refuse_the_access() {
+        let pd = crate::table::Handle::from_raw(1);
+        let (lkey, rkey) = keys(3, 1);
+        let odp = Mr {
+            pd,
+            addr: 0x1000,
+            length: 0x4000,
+            access: AccessFlags(1 | 2 | 4 | 8 | AccessFlags::ON_DEMAND.0),
+            lkey,
+            rkey,
+            host: 0x1000,
+        };
+        assert!(odp
+            .check_present(pd, rkey, 0x1000, 0x100, Access::RemoteWrite, &Holes)
+            .is_ok());
+        let e = odp
+            .check_present(pd, rkey, 0x2ff0, 0x20, Access::RemoteRead, &Holes)
+            .unwrap_err();
+        assert!(
+            matches!(e, AccessError::NotPresent { write: false, .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("is not mapped in the process"),
+            "{e}"
+        );
+        // Read-only pages: reads fault in, writes do not.
+        assert!(odp
+            .check_present(pd, lkey, 0x3000, 8, Access::LocalRead, &Holes)
+            .is_ok());
+        let e = odp
+            .check_present(pd, lkey, 0x3000, 8, Access::LocalWrite, &Holes)
+            .unwrap_err();
+        assert!(e.to_string().contains("not mapped writable"), "{e}");
+        // The ordinary checks come first; a region not on demand is never faulted.
+        assert!(matches!(
+            odp.check_present(pd, rkey, 0x5000, 1, Access::RemoteRead, &Holes),
+            Err(AccessError::OutOfBounds { .. })
+        ));
+        let pinned = Mr {
+            access: AccessFlags(1 | 4),
+            ..odp.clone()
+        };
+        assert!(pinned
+            .check_present(pd, rkey, 0x2ff0, 0x20, Access::RemoteRead, &Holes)
+            .is_ok());
+        // Implicit regions: addr 0, length SIZE_MAX, on demand only.
+        assert!(check_reg(0, IMPLICIT_LEN, 1 | AccessFlags::ON_DEMAND.0).is_ok());
+        for (addr, access) in [(0, 1), (0x1000, 1 | AccessFlags::ON_DEMAND.0)] {
+            let e = check_reg(addr, IMPLICIT_LEN, access).unwrap_err();
+            assert_eq!(e.errno(), crate::Errno::EINVAL);
+            assert!(e.to_string().contains("implicit region"), "{e}");
+        }
+    }
+
+    #[test]
+    fn advise_checks_every_element_then_faults_in() {
+        use crate::wr::Sge;
+        let pd = crate::table::Handle::from_raw(1);
+        let mut mrs = MrTable::new(8);
+        let mut reg = |addr, length, access| {
+            let h = mrs
+                .insert(Mr {
+                    pd,
+                    addr,
+                    length,
+                    access: AccessFlags(access),
+                    lkey: 0,
+                    rkey: 0,
+                    host: addr,
+                })
+                .unwrap();
+            let (l, r) = keys(h.index(), 1);
+            let m = mrs.get_mut(h).unwrap();
+            m.lkey = l;
+            m.rkey = r;
+            l
+        };
+        let odp = reg(0x1000, 0x4000, 1 | AccessFlags::ON_DEMAND.0);
+        let odp_ro = reg(0x1000, 0x4000, 4 | AccessFlags::ON_DEMAND.0);
+        let pinned = reg(0x1000, 0x4000, 1);
+        let sge = |lkey, addr, length| Sge { addr, length, lkey };
+        let run = |advice, flags, list: &[Sge]| advise(&mrs, pd, advice, flags, list, &Holes);
+        assert_eq!(run(0, 1, &[sge(odp, 0x1000, 0x1000)]), Ok(()));
+        assert_eq!(run(1, 0, &[sge(odp, 0x1000, 0x1000)]), Ok(()));
+        assert_eq!(
+            run(0, 0, &[]),
+            Ok(()),
+            "no element: nothing to do (the kernel's answer)"
+        );
+        let errno = |r: Result<(), AdviseError>| r.unwrap_err().errno();
+        use crate::Errno::*;
+        assert_eq!(errno(run(3, 0, &[sge(odp, 0x1000, 8)])), EOPNOTSUPP);
+        assert_eq!(errno(run(0, 2, &[sge(odp, 0x1000, 8)])), EINVAL);
+        assert_eq!(errno(run(0, 0, &[sge(pinned, 0x1000, 8)])), ENOENT);
+        assert_eq!(errno(run(0, 0, &[sge(0x7777_7700, 0x1000, 8)])), ENOENT);
+        assert_eq!(errno(run(1, 0, &[sge(odp_ro, 0x1000, 8)])), EPERM);
+        assert_eq!(errno(run(0, 0, &[sge(odp, 0x4ff8, 16)])), EFAULT);
+        let e = run(0, 0, &[sge(odp, 0x1000, 8), sge(odp, 0x2800, 8)]).unwrap_err();
+        assert_eq!(e.errno(), EFAULT);
+        assert!(
+            e.to_string().contains("is not mapped in the process"),
+            "{e}"
+        );
+        assert_eq!(
+            errno(run(1, 0, &[sge(odp, 0x3000, 8)])),
+            EFAULT,
+            "read-only page"
+        );
+        assert_eq!(
+            run(0, 0, &[sge(odp, 0x3000, 8)]),
+            Ok(()),
+            "read-only page, for reading"
+        );
+        // NO_FAULT checks the elements and faults nothing in.
+        assert_eq!(run(2, 0, &[sge(odp, 0x2800, 8)]), Ok(()));
+        let other_pd = crate::table::Handle::from_raw(2);
+        let e = advise(&mrs, other_pd, 0, 0, &[sge(odp, 0x1000, 8)], &Holes).unwrap_err();
+        assert_eq!(e.errno(), EPERM);
+    }
+
+    #[test]
+    fn device_memory_regions_are_zero_based_and_translate() {
+        let zb = AccessFlags::ZERO_BASED.0;
+        let f = check_reg_dm(100, 0, 100, zb | 1).unwrap();
+        assert_eq!(f, AccessFlags(zb | 1));
+        let e = check_reg_dm(100, 0, 100, 1).unwrap_err();
+        assert!(
+            e.to_string().contains("must include IBV_ACCESS_ZERO_BASED"),
+            "{e}"
+        );
+        for (off, len) in [(0, 104), (96, 8), (101, 0), (u64::MAX, 2)] {
+            let e = check_reg_dm(100, off, len, zb | 1).unwrap_err();
+            assert_eq!(e.errno(), crate::Errno::EINVAL, "{off}+{len}");
+        }
+        assert_eq!(
+            check_reg_dm(100, 0, 4, zb | 2).unwrap_err().errno(),
+            crate::Errno::EINVAL
+        );
+        assert_eq!(
+            check_reg_dm(100, 0, 4, zb | 1 | AccessFlags::ON_DEMAND.0)
+                .unwrap_err()
+                .errno(),
+            crate::Errno::EINVAL
+        );
+        // A zero-based region at host 0x9000: va 0x10 is host 0x9010.
+        let pd = crate::table::Handle::from_raw(1);
+        let (lkey, rkey) = keys(0, 1);
+        let m = Mr {
+            pd,
+            addr: 0,
+            length: 64,
+            access: AccessFlags(zb | 1 | 2),
+            lkey,
+            rkey,
+            host: 0x9000,
+        };
+        assert_eq!(
+            m.check_present(pd, rkey, 0x10, 8, Access::RemoteWrite, &Holes),
+            Ok(0x9010)
+        );
+        assert!(
+            matches!(
+                m.check_present(pd, rkey, 0x9010, 8, Access::RemoteWrite, &Holes),
+                Err(AccessError::OutOfBounds { .. })
+            ),
+            "host addresses are not region addresses"
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Verbs value types: QP types and states, MTUs, access flags, GIDs, address
 //! vectors and the QP attribute and capability structures.
 //!
-//! [`QpAttr`] mirrors `struct ibv_qp_attr` field for field with raw integer
-//! values, so that one validation path serves the Rust API and the C ABI alike:
-//! a C caller can put any number in any field, and `proto` must explain it.
+//! [`QpAttr`] carries `struct ibv_qp_attr`'s fields as types: states, MTU,
+//! migration state and access flags cannot hold a number outside their enum.
+//! The C ABI (crates/ibverbs) turns raw numbers into these types and refuses,
+//! in words, the ones that name nothing; the value rules that remain (ranges,
+//! device limits, which flags a QP takes) are checked here for both faces.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -139,6 +141,11 @@ impl QpState {
         QpState::ALL.get(v as usize).copied()
     }
 
+    /// The `ibv_qp_state` value.
+    pub fn raw(self) -> u32 {
+        self as u32
+    }
+
     /// The short verbs name (`"RTS"`).
     pub fn name(self) -> &'static str {
         ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"][self as usize]
@@ -184,6 +191,11 @@ impl Mtu {
     pub fn bytes(self) -> u32 {
         128 << (self as u32)
     }
+
+    /// The `ibv_mtu` value.
+    pub fn raw(self) -> u32 {
+        self as u32
+    }
 }
 
 impl fmt::Display for Mtu {
@@ -221,8 +233,18 @@ impl AccessFlags {
     pub const RELAXED_ORDERING: AccessFlags = AccessFlags(1 << 20);
     /// The optional range (`IBV_ACCESS_OPTIONAL_RANGE`): ignored when unsupported.
     pub const OPTIONAL_RANGE: AccessFlags = AccessFlags(0x3ff0_0000);
-    /// The remote-access bits a QP's `qp_access_flags` may carry.
-    pub const QP_SUPPORTED: AccessFlags = AccessFlags(0xf);
+    /// The bits a QP's `qp_access_flags` may carry: rxe's
+    /// `RXE_ACCESS_SUPPORTED_QP` (= its MR set: the four access bits, MW_BIND,
+    /// ON_DEMAND, the flush bits and the optional range). Only the remote bits
+    /// mean anything for a QP; the others are kept and ignored (mlx5 ignores
+    /// them too), so programs that pass their MR's flags work.
+    pub const QP_SUPPORTED: AccessFlags = AccessFlags(
+        0xf | Self::MW_BIND.0
+            | Self::ON_DEMAND.0
+            | Self::FLUSH_GLOBAL.0
+            | Self::FLUSH_PERSISTENT.0
+            | Self::OPTIONAL_RANGE.0,
+    );
 
     /// True if every bit of `other` is set.
     pub const fn contains(self, other: AccessFlags) -> bool {
@@ -396,17 +418,48 @@ pub struct QpCap {
     pub max_inline_data: u32,
 }
 
-/// `struct ibv_qp_attr`, with raw integer values as a C caller would pass them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// `enum ibv_mig_state`: the path-migration state (APM; not used on RoCE, but
+/// stored and reported like any attribute).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MigState {
+    /// `IBV_MIG_MIGRATED` (0).
+    #[default]
+    Migrated = 0,
+    /// `IBV_MIG_REARM` (1).
+    Rearm = 1,
+    /// `IBV_MIG_ARMED` (2).
+    Armed = 2,
+}
+
+impl MigState {
+    /// From the `ibv_mig_state` value (0..=2).
+    pub fn from_raw(v: u32) -> Option<MigState> {
+        [MigState::Migrated, MigState::Rearm, MigState::Armed]
+            .get(v as usize)
+            .copied()
+    }
+
+    /// The `ibv_mig_state` value.
+    pub fn raw(self) -> u32 {
+        self as u32
+    }
+}
+
+/// `struct ibv_qp_attr` with its enumerated fields as types.
+///
+/// `Default` is the attribute set of a QP in RESET: state RESET, nothing
+/// granted, and the 1024-byte path MTU the data path assumes until
+/// `IBV_QP_PATH_MTU` is set (which attributes are set is the valid mask's say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpAttr {
-    /// `enum ibv_qp_state` value.
-    pub qp_state: u32,
-    /// `enum ibv_qp_state` value (used with `IBV_QP_CUR_STATE`).
-    pub cur_qp_state: u32,
-    /// `enum ibv_mtu` value.
-    pub path_mtu: u32,
-    /// `enum ibv_mig_state` value.
-    pub path_mig_state: u32,
+    /// The requested state (`IBV_QP_STATE`), or the current one on query.
+    pub qp_state: QpState,
+    /// The caller's idea of the current state (`IBV_QP_CUR_STATE`).
+    pub cur_qp_state: QpState,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Path-migration state.
+    pub path_mig_state: MigState,
     /// Q_Key (UD).
     pub qkey: u32,
     /// Receive PSN (24 bits used).
@@ -415,8 +468,8 @@ pub struct QpAttr {
     pub sq_psn: u32,
     /// Destination QP number (24 bits).
     pub dest_qp_num: u32,
-    /// Remote access flags (`enum ibv_access_flags`).
-    pub qp_access_flags: u32,
+    /// Remote access flags.
+    pub qp_access_flags: AccessFlags,
     /// Capacities.
     pub cap: QpCap,
     /// Primary path address vector.
@@ -451,6 +504,39 @@ pub struct QpAttr {
     pub alt_timeout: u8,
     /// Rate limit in kbps (`ibv_modify_qp_rate_limit`; RAW_PACKET only).
     pub rate_limit: u32,
+}
+
+impl Default for QpAttr {
+    fn default() -> QpAttr {
+        QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            path_mtu: Mtu::Mtu1024,
+            path_mig_state: MigState::Migrated,
+            qkey: 0,
+            rq_psn: 0,
+            sq_psn: 0,
+            dest_qp_num: 0,
+            qp_access_flags: AccessFlags::default(),
+            cap: QpCap::default(),
+            ah_attr: AhAttr::default(),
+            alt_ah_attr: AhAttr::default(),
+            pkey_index: 0,
+            alt_pkey_index: 0,
+            en_sqd_async_notify: 0,
+            sq_draining: 0,
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            port_num: 0,
+            timeout: 0,
+            retry_cnt: 0,
+            rnr_retry: 0,
+            alt_port_num: 0,
+            alt_timeout: 0,
+            rate_limit: 0,
+        }
+    }
 }
 
 /// An IBA 24-bit number (PSN, QPN) mask.

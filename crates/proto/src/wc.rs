@@ -380,7 +380,9 @@ pub struct WorkCompletion {
     pub pkey_index: u16,
     /// InfiniBand only; 0 on RoCE.
     pub slid: u16,
-    /// InfiniBand only (untagged RoCE frames); 0.
+    /// InfiniBand: the service level. RoCE UD receives: the packet type as
+    /// ConnectX reports it (0xa IPv4, 0x9 IPv6: bit 3 = UDP/RoCE v2, bits 2..0 =
+    /// L3 header), which UCX reads; otherwise 0.
     pub sl: u8,
     /// InfiniBand only; 0 on RoCE.
     pub dlid_path_bits: u8,

@@ -14,7 +14,7 @@ fn rnr_with_retry_zero_fails_and_seven_waits() {
             &mut net.a,
             qa,
             QpAttr {
-                qp_state: 4,
+                qp_state: QpState::Sqd,
                 ..QpAttr::default()
             },
             AttrMask::STATE,
@@ -24,7 +24,7 @@ fn rnr_with_retry_zero_fails_and_seven_waits() {
             &mut net.a,
             qa,
             QpAttr {
-                qp_state: 4,
+                qp_state: QpState::Sqd,
                 rnr_retry,
                 ..QpAttr::default()
             },
@@ -34,7 +34,7 @@ fn rnr_with_retry_zero_fails_and_seven_waits() {
             &mut net.a,
             qa,
             QpAttr {
-                qp_state: 3,
+                qp_state: QpState::Rts,
                 ..QpAttr::default()
             },
             AttrMask::STATE,

@@ -44,7 +44,7 @@ fn accepted(
         .unwrap_or_else(|e| panic!("{from}→{to} {mask}: {e}"));
     assert_eq!(t, Transition { from, to });
     let (got, valid) = fx.snap(h);
-    assert_eq!(got.qp_state, to as u32);
+    assert_eq!(got.qp_state, to);
     let set = mask - AttrMask::CUR_STATE - AttrMask::EN_SQD_ASYNC_NOTIFY;
     if to == QpState::Reset {
         assert_eq!(
@@ -262,53 +262,19 @@ fn cur_state_replaces_the_current_state_for_the_table() {
 }
 
 #[test]
-fn cur_state_must_be_rtr_rts_sqd_or_sqe_and_a_state() {
+fn cur_state_must_be_rtr_rts_sqd_or_sqe() {
     let mut fx = Fixture::new();
     let h = fx.qp_in(QpType::Ud, QpState::Rts);
     let mask = AttrMask::STATE | AttrMask::CUR_STATE;
     for cur in [QpState::Reset, QpState::Init, QpState::Err] {
         let mut a = good_attr(cur, QpState::Rts);
-        a.cur_qp_state = cur as u32;
+        a.cur_qp_state = cur;
         let e = refused(&mut fx, h, &a, mask);
         assert_eq!(e, ModifyError::CurStateNotAllowed { cur });
         assert_eq!(e.errno(), Errno::EINVAL);
     }
-    for bad in [7u32, 8, u32::MAX] {
-        let mut a = good_attr(QpState::Rts, QpState::Rts);
-        a.cur_qp_state = bad;
-        let e = refused(&mut fx, h, &a, mask);
-        assert_eq!(
-            e,
-            ModifyError::BadStateValue {
-                field: "cur_qp_state",
-                value: bad
-            }
-        );
-        assert_eq!(e.errno(), Errno::EINVAL);
-        assert!(e.to_string().contains("cur_qp_state"), "{e}");
-    }
-}
-
-#[test]
-fn qp_state_above_6_is_einval() {
-    let mut fx = Fixture::new();
-    for s in QpState::ALL {
-        let h = fx.qp_in(QpType::Rc, s);
-        for bad in [7u32, 100] {
-            let mut a = good_attr(s, QpState::Err);
-            a.qp_state = bad;
-            let e = refused(&mut fx, h, &a, AttrMask::STATE);
-            assert_eq!(
-                e,
-                ModifyError::BadStateValue {
-                    field: "qp_state",
-                    value: bad
-                }
-            );
-            assert_eq!(e.errno(), Errno::EINVAL);
-            assert!(e.to_string().contains("qp_state = "), "{e}");
-        }
-    }
+    // A raw state number above 6 cannot reach proto: crates/ibverbs/src/convert.rs
+    // refuses it (its tests: qp_state / cur_qp_state above 6).
 }
 
 #[test]
@@ -339,7 +305,10 @@ fn unknown_mask_bits_are_eopnotsupp_before_anything_else() {
     let mut fx = Fixture::new();
     let h = fx.qp_in(QpType::Rc, QpState::Rtr);
     let mut a = good_attr(QpState::Rtr, QpState::Rts);
-    a.qp_state = 9; // would be EINVAL, but the mask is checked first
+    // RTR→SQD would be EINVAL, but the mask is checked first. (A raw qp_state
+    // of 9 with these bits is let through by the C conversion so that this
+    // refusal comes first: crates/ibverbs/src/convert.rs.)
+    a.qp_state = QpState::Sqd;
     for bit in (21..=24).chain(26..=31) {
         let e = refused(&mut fx, h, &a, AttrMask::STATE | AttrMask(1 << bit));
         assert_eq!(e, ModifyError::UnknownMaskBits { bits: 1 << bit });

@@ -10,7 +10,7 @@ use proto::engine::{QpCreate, QpHandle};
 use proto::qp::create::{comp_mask, send_ops};
 use proto::qp::QpControl;
 use proto::srq::SrqAttr;
-use proto::{AttrMask, Errno, Error, QpAttr, QpCap, QpState, QpType, MASK_24};
+use proto::{AccessFlags, AttrMask, Errno, Error, QpAttr, QpCap, QpState, QpType, MASK_24};
 use std::collections::HashSet;
 
 use AttrMask as A;
@@ -58,8 +58,8 @@ fn valid_in(t: QpType, s: QpState) -> AttrMask {
 fn expected(valid: AttrMask, state: QpState, cap: QpCap) -> QpAttr {
     let g = good_attr(Reset, Init);
     let mut e = QpAttr {
-        qp_state: state as u32,
-        cur_qp_state: state as u32,
+        qp_state: state,
+        cur_qp_state: state,
         cap,
         ..QpAttr::default()
     };
@@ -116,12 +116,12 @@ fn expected(valid: AttrMask, state: QpState, cap: QpCap) -> QpAttr {
 fn seeds_example_create_query_move_query() {
     let mut fx = Fixture::new();
     let h = fx.qp(QpType::Rc);
-    assert_eq!(fx.snap(h).0.qp_state, Reset as u32);
+    assert_eq!(fx.snap(h).0.qp_state, Reset);
     fx.drive(h, QpType::Rc, Init);
     let (a, v) = fx.snap(h);
     assert_eq!(
         (a.qp_state, a.port_num, a.qp_access_flags),
-        (Init as u32, 1, 0x7)
+        (Init, 1, AccessFlags(0x7))
     );
     assert!(v.contains(A::PORT | A::ACCESS_FLAGS | A::PKEY_INDEX));
 }

@@ -10,7 +10,7 @@ use proto::device::DeviceConfig;
 use proto::engine::{CqHandle, PdHandle, QpCreate, QpHandle};
 use proto::memory::VecMemory;
 use proto::qp::create::QpRequest;
-use proto::{AhAttr, AttrMask, Engine, Gid, Mtu, QpAttr, QpCap, QpType};
+use proto::{AccessFlags, AhAttr, AttrMask, Engine, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
 use std::net::IpAddr;
 
 /// First address of every device's memory.
@@ -156,17 +156,19 @@ impl Device {
     pub fn connect(&mut self, qp: QpHandle, peer_qpn: u32, peer_ip: IpAddr, p: &QpParams) {
         use AttrMask as M;
         let init = QpAttr {
-            qp_state: 1,
+            qp_state: QpState::Init,
             port_num: 1,
-            qp_access_flags: 0xe,
+            qp_access_flags: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
             ..QpAttr::default()
         };
         let mask = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
         self.modify(qp, init, mask);
         let rtr = QpAttr {
-            qp_state: 2,
+            qp_state: QpState::Rtr,
             ah_attr: AhAttr::roce(Gid::from(peer_ip), 0),
-            path_mtu: MTU as u32,
+            path_mtu: MTU,
             dest_qp_num: peer_qpn,
             rq_psn: 0xff_fff0 ^ peer_qpn,
             max_dest_rd_atomic: p.rd_atomic,
@@ -183,7 +185,7 @@ impl Device {
         self.modify(qp, rtr, mask);
         let own_qpn = self.engine.qp(qp).expect("QP").ctl.qpn();
         let rts = QpAttr {
-            qp_state: 3,
+            qp_state: QpState::Rts,
             // Near the 24-bit wrap, so runs cross it (the peer's rq_psn matches).
             sq_psn: 0xff_fff0 ^ own_qpn,
             timeout: p.timeout,

@@ -693,10 +693,7 @@ impl World {
 
     fn una(&self, i: usize) -> u32 {
         let q = &self.qps[i];
-        self.devs[q.dev]
-            .engine
-            .qp(q.h)
-            .map_or(0, |x| x.dp.req.una.get())
+        self.devs[q.dev].engine.qp(q.h).map_or(0, |x| x.una().get())
     }
 
     fn observe_progress(&mut self) {

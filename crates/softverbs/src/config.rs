@@ -28,7 +28,7 @@
 use crate::context::Context;
 use crate::device::Shared;
 use crate::error::Error;
-use proto::device::DeviceConfig;
+use proto::device::{DeviceConfig, DeviceInfo};
 use proto::Mtu;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -84,6 +84,12 @@ impl Device {
     /// The configuration.
     pub fn config(&self) -> &DeviceConfig {
         &self.config
+    }
+
+    /// What the device reports to the query verbs and sysfs (limits, port, GID
+    /// table, identity), without opening it: the same description its engine uses.
+    pub fn info(&self) -> DeviceInfo {
+        DeviceInfo::new(&self.config)
     }
 
     /// `ibv_open_device`: a new context on this device.
@@ -143,9 +149,6 @@ fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {
     let hint = match config.addrs.first() {
         Some(ip) if !crate::device::bindable(*ip) => {
             " — that address is not on this host (SOFTVERBS_ADDR must name a local address)"
-        }
-        _ if e.kind() == std::io::ErrorKind::AddrInUse => {
-            " — is another softverbs device already using this address? (set SOFTVERBS_ADDR)"
         }
         _ => "",
     };

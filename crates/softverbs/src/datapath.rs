@@ -9,7 +9,7 @@ use crate::qp::{QueuePair, Transport};
 use crate::srq::SharedReceiveQueue;
 use crate::AddressHandle;
 use proto::wc::WorkCompletion;
-use proto::wr::{RecvWr, SendFlags, SendWr, Sge, UdTarget, WrTarget};
+use proto::wr::{RecvWr, SendWr, Sge, UdTarget, WrTarget};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,14 +25,7 @@ impl<T: Transport> QueuePair<T> {
         let shared = &self.pd().ctx.dev;
         let h = self.handle();
         shared
-            .with_mem(|e, mem| {
-                let inline = if wr.flags.contains(SendFlags::INLINE) {
-                    Some(e.gather_checked(h, wr.sg_list, mem)?)
-                } else {
-                    None
-                };
-                e.post_send(h, wr, inline.as_deref())
-            })
+            .with_mem(|e, mem| e.post_send_checked(h, wr, mem))
             .map_err(|e| post_err("post_send", e))?;
         shared.doorbell();
         Ok(())

@@ -4,8 +4,11 @@
 use crate::mem::RawMemory;
 use proto::datapath::{Event, EventElement};
 use proto::device::DeviceConfig;
+use proto::device::QpnSpace;
 use proto::Engine;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use sv_io::share::{self, Slot};
 use sv_io::{AsyncEvent, Driver, DriverOptions, Nanos, Notification, Transmit};
 
 /// The engine as the driver sees it.
@@ -61,6 +64,8 @@ impl sv_io::Engine for DeviceEngine {
 /// The state one device shares among the contexts of a process.
 pub(crate) struct Shared {
     pub(crate) driver: Driver<DeviceEngine>,
+    /// Device memory allocated, in bytes (`proto::dm::MAX_DM_SIZE` at most).
+    pub(crate) dm_in_use: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -74,8 +79,13 @@ impl Shared {
             )
         })?;
         let bind = SocketAddr::new(ip, proto::datapath::ROCE_PORT);
+        // Every process on the address shares port 4791 (sv_io::share): a slot
+        // of the address gives this one its QPNs and its place in the group.
+        let slot = Slot::claim(ip).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let (first, last) = share::qpn_range(slot.index());
         let opts = DriverOptions {
             thread_name: format!("{}-progress", config.name),
+            share: Some(Arc::new(slot)),
             ..opts.clone()
         };
         // A device closed a moment ago (its last context dropped on another
@@ -84,12 +94,18 @@ impl Shared {
         loop {
             let mut engine = Engine::new(config);
             engine.set_local_port(bind.port());
+            engine.set_qpn_space(QpnSpace { first, last }, qpn_start(first, last));
             let de = DeviceEngine {
                 engine,
                 mem: RawMemory,
             };
             match Driver::start(de, bind, opts.clone()) {
-                Ok(driver) => return Ok(Shared { driver }),
+                Ok(driver) => {
+                    return Ok(Shared {
+                        driver,
+                        dm_in_use: std::sync::atomic::AtomicU64::new(0),
+                    })
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 50 => {
                     tries += 1;
                     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -113,6 +129,18 @@ impl Shared {
     pub(crate) fn doorbell(&self) {
         self.driver.doorbell();
     }
+}
+
+/// Where a process starts handing out its slot's QPNs: a point that differs
+/// from one process to the next, so a process that takes over a slot does not
+/// at once reuse the QPNs of the one before it (whose peers may still be
+/// retransmitting to them), as the kernel's cyclic allocation avoids for rxe.
+fn qpn_start(first: u32, last: u32) -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mix = (std::process::id() ^ nanos).wrapping_mul(0x9e37_79b9);
+    first + mix % (last - first + 1)
 }
 
 /// Tells whether `ip` can be bound here (for clear configuration errors).

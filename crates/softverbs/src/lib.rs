@@ -66,7 +66,6 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod abi;
 mod ah;
 mod config;
 mod context;
@@ -74,23 +73,25 @@ mod counters;
 mod cq;
 mod datapath;
 mod device;
+mod dm;
 mod error;
 mod mem;
 mod mr;
 mod pd;
 mod qp;
+pub mod raw;
 mod srq;
 mod transition;
 
-pub use abi::ExternalMemoryRegion;
 pub use ah::AddressHandle;
 pub use config::{devices, Device};
 pub use context::Context;
 pub use counters::{DeviceCounters, EngineCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;
 pub use datapath::{AsyncEvent, CompletionChannel};
+pub use dm::{DeviceMemory, DmMemoryRegion};
 pub use error::{DestroyError, Error};
-pub use mr::MemoryRegion;
+pub use mr::{MemoryRegion, Rereg};
 pub use pd::ProtectionDomain;
 pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
 pub use srq::SharedReceiveQueue;
@@ -99,7 +100,9 @@ pub use transition::{
     ToReset, ToRtr, ToRts, Transition, UcRtr, UdRtr,
 };
 
-pub use proto::device::{AtomicCap, DeviceAttr, DeviceConfig, PortAttr, PortState};
+pub use proto::device::{
+    AtomicCap, DeviceAttr, DeviceConfig, DeviceInfo, Identity, PortAttr, PortState,
+};
 pub use proto::srq::SrqAttr;
 pub use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use proto::wr::{
@@ -107,6 +110,7 @@ pub use proto::wr::{
     WrTarget,
 };
 pub use proto::{
-    AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, Mtu, QpAttr, QpCap, QpState, QpType,
+    AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, MigState, Mtu, QpAttr, QpCap, QpState,
+    QpType,
 };
 pub use sv_io::{FaultConfig, FaultConfigError, FaultDirection};

@@ -138,6 +138,37 @@ impl proto::memory::Memory for RawMemory {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as usize as *mut u8, src.len()) };
     }
 
+    /// The page fault of an on-demand region: `madvise(MADV_POPULATE_READ /
+    /// _WRITE)` (Linux 5.14+) faults the pages in exactly as touching them
+    /// would, and fails (instead of raising SIGSEGV) where the range is not
+    /// mapped, or not writable for a write. Unmapping memory while an access
+    /// to it is in flight stays the program's race, as with any region.
+    fn fault_in(&self, addr: u64, len: u64, write: bool) -> bool {
+        let page = page_size();
+        let start = addr & !(page - 1);
+        let Some(end) = addr
+            .checked_add(len)
+            .and_then(|e| e.checked_add(page - 1))
+            .map(|e| e & !(page - 1))
+        else {
+            return false;
+        };
+        let advice = if write {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        // SAFETY: populating only faults pages in, as an access would; it reads
+        // and changes no byte and fails for ranges that are not mapped so.
+        unsafe {
+            libc::madvise(
+                start as usize as *mut libc::c_void,
+                (end - start) as usize,
+                advice,
+            ) == 0
+        }
+    }
+
     fn atomic(&self, addr: u64, op: proto::memory::AtomicOp) -> u64 {
         use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
         // SAFETY: the engine checked that these 8 bytes are 8-byte aligned and
@@ -153,23 +184,94 @@ impl proto::memory::Memory for RawMemory {
     }
 }
 
+/// The system page size.
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    // SAFETY: sysconf reads a constant of the system.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => 4096,
+    })
+}
+
 impl crate::pd::ProtectionDomain {
-    /// `ibv_reg_mr` over `len` bytes at `addr` in this process.
-    ///
-    /// # Safety
-    /// `[addr, addr + len)` must stay mapped (readable, and writable if the
-    /// access flags allow any write) until the returned region is dropped: the
-    /// device reads and writes it at any time (through `RawMemory`), as a NIC
-    /// does by DMA. This is exactly the promise `ibv_reg_mr(3)` asks of C
-    /// callers, and what makes the device's raw accesses to this range sound.
-    pub unsafe fn reg_external_mr(
+    /// `ibv_advise_mr`: prefetch (fault in) the ranges of on-demand regions
+    /// of this PD (`advice`: 0 PREFETCH, 1 PREFETCH_WRITE, 2 PREFETCH_NO_FAULT;
+    /// `flags`: `IBV_ADVISE_MR_FLAG_FLUSH` or 0; done before returning either
+    /// way). Errors as the kernel's: `ENOENT` (no on-demand region), `EPERM`
+    /// (another PD, or PREFETCH_WRITE without local write), `EFAULT` (outside
+    /// the region, or not mapped), `EINVAL` (flags), `EOPNOTSUPP` (advice).
+    pub fn advise_mr(
         &self,
-        addr: u64,
-        len: u64,
-        access: proto::AccessFlags,
-    ) -> Result<crate::ExternalMemoryRegion, crate::Error> {
-        // SAFETY: nothing unsafe happens here; the caller's promise above is
-        // what RawMemory relies on once the engine knows the range.
-        crate::abi::ExternalMemoryRegion::register(self.inner.clone(), addr, len, access)
+        advice: u32,
+        flags: u32,
+        sges: &[proto::wr::Sge],
+    ) -> Result<(), crate::Error> {
+        let pd = self.inner.h;
+        crate::error::logged(
+            "advise_mr",
+            self.inner
+                .with(|e| e.advise_mr(pd, advice, flags, sges, &RawMemory)),
+        )
     }
+}
+
+/// `ibv_reg_mr(pd, NULL, SIZE_MAX, access | IBV_ACCESS_ON_DEMAND)`: an
+/// implicit on-demand region over the whole address space (the C ABI's;
+/// re-exported as [`crate::raw::reg_implicit_odp_mr`]). Every access through
+/// its keys faults the range in first and fails (never crashes) where nothing
+/// is mapped.
+///
+/// # Safety
+/// The device may then read (and, as `access` allows, write) any mapped
+/// memory of the process, as a NIC with an implicit ODP region does: the
+/// caller answers for every address it (or a peer holding the rkey) names, as
+/// for [`reg_external_mr`].
+pub unsafe fn reg_implicit_odp_mr(
+    pd: &crate::pd::ProtectionDomain,
+    access: proto::AccessFlags,
+) -> Result<crate::raw::ExternalMemoryRegion, crate::Error> {
+    let access = access | proto::AccessFlags::ON_DEMAND;
+    crate::raw::ExternalMemoryRegion::register(pd.inner.clone(), 0, proto::mr::IMPLICIT_LEN, access)
+}
+
+/// `ibv_reg_mr` over `len` bytes at `addr` in this process, in `pd` (the C
+/// ABI's; re-exported as [`crate::raw::reg_external_mr`]).
+///
+/// # Safety
+/// `[addr, addr + len)` must stay mapped (readable, and writable if the
+/// access flags allow any write) until the returned region is dropped: the
+/// device reads and writes it at any time (through `RawMemory`), as a NIC
+/// does by DMA. This is exactly the promise `ibv_reg_mr(3)` asks of C
+/// callers, and what makes the device's raw accesses to this range sound.
+pub unsafe fn reg_external_mr(
+    pd: &crate::pd::ProtectionDomain,
+    addr: u64,
+    len: u64,
+    access: proto::AccessFlags,
+) -> Result<crate::raw::ExternalMemoryRegion, crate::Error> {
+    // SAFETY: nothing unsafe happens here; the caller's promise above is
+    // what RawMemory relies on once the engine knows the range.
+    crate::raw::ExternalMemoryRegion::register(pd.inner.clone(), addr, len, access)
+}
+
+/// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION` (the C ABI's;
+/// re-exported as [`crate::raw::rereg_external_mr_translation`]): `mr` now
+/// covers `[addr, addr + len)` (and, if given, another PD and access flags),
+/// all or nothing; the keys stay. Once this returns the device no longer
+/// reaches the old range.
+///
+/// # Safety
+/// The promise of [`reg_external_mr`], for the new range: it stays mapped
+/// until the region is dropped or moved again.
+pub unsafe fn rereg_external_mr_translation(
+    mr: &mut crate::raw::ExternalMemoryRegion,
+    addr: u64,
+    len: u64,
+    pd: Option<&crate::ProtectionDomain>,
+    access: Option<proto::AccessFlags>,
+) -> Result<(), crate::Error> {
+    // SAFETY: nothing unsafe happens here; the caller's promise is what
+    // RawMemory relies on once the engine knows the new range.
+    mr.rereg_parts(pd, Some((addr, len)), access)
 }

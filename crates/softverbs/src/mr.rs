@@ -2,10 +2,51 @@
 
 use crate::error::{logged, Error};
 use crate::mem::Buffer;
-use crate::pd::PdInner;
+use crate::pd::{PdInner, ProtectionDomain};
 use proto::engine::MrHandle;
 use proto::AccessFlags;
 use std::sync::Arc;
+
+/// What a re-registration (`ibv_rereg_mr`) changes; `None` keeps the current
+/// value. At least one must be set (`EINVAL` otherwise).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rereg<'a> {
+    /// `IBV_REREG_MR_CHANGE_PD`: move the region to this PD (of the same context).
+    pub pd: Option<&'a ProtectionDomain>,
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`: for [`MemoryRegion`], a new zeroed
+    /// buffer of this many bytes replaces the old one (freed once unreachable).
+    pub len: Option<usize>,
+    /// `IBV_REREG_MR_CHANGE_ACCESS`: the new access flags (the `reg_mr` rules).
+    pub access: Option<AccessFlags>,
+}
+
+/// Re-registers `h` (owned by `pd`) in the engine: the same-device check the
+/// engine cannot make (handles are per device), then the engine's rules.
+/// Returns the new PD's inner and the access in force.
+pub(crate) fn rereg_in_engine(
+    pd: &Arc<PdInner>,
+    h: MrHandle,
+    new_pd: Option<&ProtectionDomain>,
+    translation: Option<(u64, u64)>,
+    access: Option<AccessFlags>,
+) -> Result<(Arc<PdInner>, AccessFlags), Error> {
+    let target = new_pd.map_or_else(|| pd.clone(), |p| p.inner.clone());
+    if !Arc::ptr_eq(&target.ctx.dev, &pd.ctx.dev) {
+        return logged(
+            "rereg_mr",
+            Err(proto::Error::Mismatch {
+                what: "rereg_mr: the new protection domain belongs to another device",
+            }),
+        );
+    }
+    let r = proto::mr::Rereg {
+        pd: new_pd.map(|_| target.h),
+        translation,
+        access: access.map(|a| a.0),
+    };
+    let access = logged("rereg_mr", pd.with(|e| e.rereg_mr(h, &r).map(|m| m.access)))?;
+    Ok((target, access))
+}
 
 /// A registered memory region (`struct ibv_mr`) over a buffer it owns.
 ///
@@ -89,6 +130,34 @@ impl MemoryRegion {
     /// Copies bytes into the region; `false` if out of bounds.
     pub fn write(&self, offset: usize, src: &[u8]) -> bool {
         self.buf.write(offset, src)
+    }
+
+    /// `ibv_rereg_mr`: moves the region to another PD, onto a new buffer
+    /// (`len`), and/or to new access flags, all or nothing. The keys stay; every
+    /// access from then on is checked against the new PD, range and flags, so a
+    /// peer holding the rkey reaches the new buffer only, and only as the new
+    /// flags allow. On error nothing changed (`EINVAL`: no change named, a bad
+    /// length or flag combination, a PD of another context; `EOPNOTSUPP`: a
+    /// flag this device lacks).
+    pub fn rereg(&mut self, r: Rereg<'_>) -> Result<(), Error> {
+        let new_buf = match r.len {
+            Some(len) => Some(
+                Buffer::zeroed(len).ok_or(Error::Verbs(proto::Error::TooMany {
+                    kind: proto::error::ObjectKind::Mr,
+                    limit: 0,
+                }))?,
+            ),
+            None => None,
+        };
+        let translation = new_buf.as_ref().map(|b| (b.addr(), b.len() as u64));
+        let (pd, access) = rereg_in_engine(&self.pd, self.h, r.pd, translation, r.access)?;
+        self.pd = pd;
+        self.access = access;
+        if let Some(b) = new_buf {
+            // The engine no longer reaches the old buffer: it may go.
+            self.buf = b;
+        }
+        Ok(())
     }
 
     /// `ibv_dereg_mr`.

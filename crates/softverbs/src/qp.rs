@@ -108,7 +108,7 @@ impl Drop for QpInner {
 /// What `ibv_query_qp` returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpInfo {
-    /// The attributes; fields not in `valid` are zero.
+    /// The attributes; fields not in `valid` hold `QpAttr::default()`'s values.
     pub attr: QpAttr,
     /// Which attributes are valid in the current state.
     pub valid: AttrMask,
@@ -125,7 +125,7 @@ pub struct QpInfo {
 impl QpInfo {
     /// The state.
     pub fn state(&self) -> QpState {
-        QpState::from_raw(self.attr.qp_state).unwrap_or(QpState::Err)
+        self.attr.qp_state
     }
 }
 

@@ -5,7 +5,7 @@
 
 use crate::error::Error;
 use crate::qp::{QueuePair, Rc, Transport, Uc, Ud};
-use proto::{AccessFlags, AhAttr, AttrMask, Mtu, QpAttr, QpState};
+use proto::{AccessFlags, AhAttr, AttrMask, MigState, Mtu, QpAttr, QpState};
 use std::marker::PhantomData;
 
 /// A modify request for a QP of transport `T`: attributes plus mask.
@@ -22,7 +22,7 @@ impl<T> Modify<T> {
     /// A request moving to `state` with nothing else.
     pub fn to(state: QpState) -> Self {
         let attr = QpAttr {
-            qp_state: state as u32,
+            qp_state: state,
             ..QpAttr::default()
         };
         Modify {
@@ -40,7 +40,7 @@ impl<T> Modify<T> {
 
     /// Optional `IBV_QP_ACCESS_FLAGS`.
     pub fn access(self, access: AccessFlags) -> Self {
-        self.set(AttrMask::ACCESS_FLAGS, |a| a.qp_access_flags = access.0)
+        self.set(AttrMask::ACCESS_FLAGS, |a| a.qp_access_flags = access)
     }
 
     /// Optional `IBV_QP_PKEY_INDEX`.
@@ -60,11 +60,11 @@ impl<T> Modify<T> {
 
     /// Optional `IBV_QP_CUR_STATE`: "the QP is currently in `state`" (only into RTS).
     pub fn cur_state(self, state: QpState) -> Self {
-        self.set(AttrMask::CUR_STATE, |a| a.cur_qp_state = state as u32)
+        self.set(AttrMask::CUR_STATE, |a| a.cur_qp_state = state)
     }
 
     /// Optional `IBV_QP_PATH_MIG_STATE`.
-    pub fn path_mig_state(self, state: u32) -> Self {
+    pub fn path_mig_state(self, state: MigState) -> Self {
         self.set(AttrMask::PATH_MIG_STATE, |a| a.path_mig_state = state)
     }
 }
@@ -205,7 +205,7 @@ fn conn_init<T>(s: ConnectedInit) -> Modify<T> {
 fn conn_rtr<T>(ah: AhAttr, mtu: Mtu, dest_qp_num: u32, rq_psn: u32) -> Modify<T> {
     Modify::to(QpState::Rtr)
         .set(AttrMask::AV, |a| a.ah_attr = ah)
-        .set(AttrMask::PATH_MTU, |a| a.path_mtu = mtu as u32)
+        .set(AttrMask::PATH_MTU, |a| a.path_mtu = mtu)
         .set(AttrMask::DEST_QPN, |a| a.dest_qp_num = dest_qp_num)
         .set(AttrMask::RQ_PSN, |a| a.rq_psn = rq_psn)
 }

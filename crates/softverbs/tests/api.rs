@@ -47,7 +47,7 @@ fn seed_example_query_state() {
     let qp = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
     let info = qp.query().unwrap();
     assert_eq!(info.state(), QpState::Reset);
-    assert_eq!(info.attr.qp_state, 0);
+    assert_eq!(info.attr.qp_state, QpState::Reset);
     qp.to_init(ConnectedInit {
         pkey_index: 0,
         port_num: 1,
@@ -80,7 +80,7 @@ fn rc_pair_reaches_rts_and_query_reports_what_modify_set() {
         ),
         (4, 4, 12)
     );
-    assert_eq!(q.attr.path_mtu, Mtu::Mtu1024 as u32);
+    assert_eq!(q.attr.path_mtu, Mtu::Mtu1024);
     assert_eq!(q.attr.ah_attr.grh.dgid, ctx.query_gid(1, 0).unwrap());
     assert_eq!(q.attr.qkey, 0, "no Q_Key on RC");
     assert!(q
@@ -419,7 +419,7 @@ fn refusals_are_logged_with_their_reason() {
         let qp = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
         let _ = qp.modify(
             &QpAttr {
-                qp_state: 3,
+                qp_state: QpState::Rts,
                 ..QpAttr::default()
             },
             AttrMask::STATE,

@@ -389,7 +389,7 @@ fn err_flushes_every_outstanding_wr_even_unsignaled() {
     empty(&a.scq);
     qa.modify(
         &QpAttr {
-            qp_state: QpState::Err as u32,
+            qp_state: QpState::Err,
             ..QpAttr::default()
         },
         AttrMask::STATE,

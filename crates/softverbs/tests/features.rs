@@ -220,7 +220,7 @@ fn solicited_only_notification_fires_on_solicited_and_error_completions() {
     rcq.req_notify(true).unwrap();
     qb.modify(
         &QpAttr {
-            qp_state: QpState::Err as u32,
+            qp_state: QpState::Err,
             ..QpAttr::default()
         },
         AttrMask::STATE,
@@ -441,7 +441,7 @@ fn posting_rules_per_qp_state() {
     // SQD: a send is accepted but held until the QP is back in RTS.
     qa.modify(
         &QpAttr {
-            qp_state: QpState::Sqd as u32,
+            qp_state: QpState::Sqd,
             ..QpAttr::default()
         },
         AttrMask::STATE,
@@ -461,7 +461,7 @@ fn posting_rules_per_qp_state() {
     empty(&b.rcq);
     qa.modify(
         &QpAttr {
-            qp_state: QpState::Rts as u32,
+            qp_state: QpState::Rts,
             ..QpAttr::default()
         },
         AttrMask::STATE,
@@ -472,7 +472,7 @@ fn posting_rules_per_qp_state() {
     // ERR: both accepted and completed at once with WR_FLUSH_ERR, unsignaled too.
     qa.modify(
         &QpAttr {
-            qp_state: QpState::Err as u32,
+            qp_state: QpState::Err,
             ..QpAttr::default()
         },
         AttrMask::STATE,

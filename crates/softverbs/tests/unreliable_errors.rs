@@ -54,7 +54,7 @@ fn uc_local_error_moves_the_qp_to_sqe() {
     // SQE → RTS: sending again.
     qa.modify(
         &QpAttr {
-            qp_state: QpState::Rts as u32,
+            qp_state: QpState::Rts,
             ..QpAttr::default()
         },
         AttrMask::STATE,

@@ -63,3 +63,32 @@ pub fn have_verbs_h() -> bool {
     }
     have("cc")
 }
+
+/// Compiles `tests/c/<name>.c` against the system `<infiniband/verbs.h>`,
+/// links it to this library and runs it (bounded by 120 s) with
+/// `SOFTVERBS_LOG=warn`; the program's output.
+pub fn run_c_program(name: &str) -> std::process::Output {
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = std::env::temp_dir().join(format!("softverbs-{name}-{}", std::process::id()));
+    let cc = Command::new("cc")
+        .args(["-std=gnu11", "-Wall", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg(lib_path())
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "cc {name}.c failed:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(&exe)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("SOFTVERBS_LOG", "warn")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&exe);
+    out
+}

@@ -94,6 +94,12 @@ impl Requester {
         if !fx.fatal {
             complete_failed(sq, env, fx);
         }
+        // The acknowledged edge never passes the send edge (both move forward
+        // only, less than half the PSN space apart: roce-wire.md §9).
+        debug_assert!(
+            self.next_psn.offset_from(self.una) < 1 << 23,
+            "una passed next_psn"
+        );
     }
 
     fn on_ack(
@@ -356,6 +362,7 @@ impl Requester {
         if let Some(w) = sq.retire() {
             fx.completions
                 .push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
+            sq.recycle(w);
         }
         fx.fatal = true;
     }
@@ -369,6 +376,7 @@ impl Requester {
                     fx.completions.push(wc);
                 }
             }
+            sq.recycle(w);
         }
     }
 }
@@ -384,6 +392,7 @@ fn complete_failed(sq: &mut SendQueue, env: &CompEnv<'_>, fx: &mut CompEffects) 
         fx.completions
             .push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
         fx.fatal = true;
+        sq.recycle(w);
     }
 }
 

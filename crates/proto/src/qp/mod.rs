@@ -6,6 +6,7 @@
 //! by itself (to ERR, to SQE, SQD drained) through [`QpControl::device_move`] and
 //! [`QpControl::drain_finished`].
 
+pub mod actor;
 pub mod completer;
 pub mod create;
 pub mod data;
@@ -132,8 +133,8 @@ impl QpControl {
         copy_if!(MAX_DEST_RD_ATOMIC => max_dest_rd_atomic);
         copy_if!(PATH_MIG_STATE => path_mig_state);
         copy_if!(DEST_QPN => dest_qp_num);
-        out.qp_state = self.state as u32;
-        out.cur_qp_state = self.state as u32;
+        out.qp_state = self.state;
+        out.cur_qp_state = self.state;
         out.cap = self.cap;
         out.sq_draining = u8::from(self.state == QpState::Sqd && self.sq_draining);
         out.en_sqd_async_notify = u8::from(self.sqd_notify);

@@ -4,7 +4,8 @@
 //! Order of checks, each returning the errno Linux returns
 //! (`shared/spec/qp-state-machine.md` §3 and §5):
 //! 1. mask bits outside the known set → `EOPNOTSUPP`;
-//! 2. `qp_state` / `cur_qp_state` not a state → `EINVAL`;
+//! 2. (a raw `qp_state` / `cur_qp_state` that names no state is refused by
+//!    the C ABI's conversion, before the call: `QpAttr` holds only states);
 //! 3. the table: `CUR_STATE` only naming RTR/RTS/SQD/SQE, a legal pair, every
 //!    required bit present, no bit outside required ∪ optional → `EINVAL`;
 //! 4. an SQD drain still in progress allows only → ERR (rxe) → `EINVAL`;
@@ -48,9 +49,6 @@ pub struct ModifyEnv<'a> {
     pub privileged: bool,
 }
 
-/// Path-migration states (`enum ibv_mig_state`): MIGRATED, REARM, ARMED.
-const MAX_MIG_STATE: u32 = 2;
-
 impl QpControl {
     /// Checks `attr`/`mask` completely, then applies them. On `Err` nothing changed.
     pub fn modify(
@@ -79,15 +77,9 @@ impl QpControl {
         if !unknown.is_empty() {
             return Err(ModifyError::UnknownMaskBits { bits: unknown.0 });
         }
-        let state_field = |field: &'static str, value: u32| {
-            QpState::from_raw(value).ok_or(ModifyError::BadStateValue { field, value })
-        };
-        let next = mask
-            .contains(AttrMask::STATE)
-            .then(|| state_field("qp_state", attr.qp_state))
-            .transpose()?;
+        let next = mask.contains(AttrMask::STATE).then_some(attr.qp_state);
         let cur = if mask.contains(AttrMask::CUR_STATE) {
-            let cur = state_field("cur_qp_state", attr.cur_qp_state)?;
+            let cur = attr.cur_qp_state;
             // ib_modify_qp_is_ok: an explicit current state must be RTR, RTS, SQD or SQE.
             if !matches!(
                 cur,
@@ -187,10 +179,10 @@ impl QpControl {
         }
         check_ranges(a, mask, env)?;
         if has(AttrMask::ACCESS_FLAGS) {
-            let unsupported = a.qp_access_flags & !AccessFlags::QP_SUPPORTED.0;
+            let unsupported = a.qp_access_flags.0 & !AccessFlags::QP_SUPPORTED.0;
             if unsupported != 0 {
                 return Err(ModifyError::AccessFlags {
-                    flags: a.qp_access_flags,
+                    flags: a.qp_access_flags.0,
                     unsupported,
                 });
             }
@@ -253,24 +245,17 @@ impl QpControl {
     }
 }
 
-fn check_mtu(raw: u32, max: Mtu) -> Result<(), ModifyError> {
-    match Mtu::from_raw(raw) {
-        Some(m) if m <= max => Ok(()),
-        _ => Err(RangeError {
-            what: "attr.path_mtu",
-            value: u64::from(raw),
-            min: Mtu::Mtu256 as u64,
-            max: max as u64,
-            note: "; an enum ibv_mtu: 1 = 256 … 5 = 4096 bytes",
-        }
-        .into()),
+fn check_mtu(mtu: Mtu, max: Mtu) -> Result<(), ModifyError> {
+    if mtu <= max {
+        return Ok(());
     }
+    Err(RangeError::mtu(mtu.raw(), max).into())
 }
 
 /// The numeric range checks (spec §5), one row each.
 fn check_ranges(a: &QpAttr, mask: AttrMask, env: ModifyEnv<'_>) -> Result<(), ModifyError> {
     let dev = &env.dev.attr;
-    let rows: [(AttrMask, &'static str, u64, u64, &'static str); 8] = [
+    let rows: [(AttrMask, &'static str, u64, u64, &'static str); 7] = [
         (
             AttrMask::TIMEOUT,
             "attr.timeout",
@@ -319,13 +304,6 @@ fn check_ranges(a: &QpAttr, mask: AttrMask, env: ModifyEnv<'_>) -> Result<(), Mo
             a.max_dest_rd_atomic.into(),
             dev.max_qp_rd_atom.into(),
             "; device limit max_qp_rd_atom",
-        ),
-        (
-            AttrMask::PATH_MIG_STATE,
-            "attr.path_mig_state",
-            a.path_mig_state.into(),
-            MAX_MIG_STATE.into(),
-            "; MIGRATED, REARM or ARMED",
         ),
     ];
     for (bit, what, value, max, note) in rows {

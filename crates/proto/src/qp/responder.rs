@@ -428,7 +428,7 @@ impl Responder {
         if env.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }
-        check_remote(env, a.rkey.0, a.va, 8, Access::RemoteAtomic)?;
+        let host = check_remote(env, a.rkey.0, a.va, 8, Access::RemoteAtomic)?;
         let op = if repr.bth.opcode.operation() == Operation::CompareSwap {
             AtomicOp::CompareSwap {
                 compare: a.compare,
@@ -437,7 +437,7 @@ impl Responder {
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
-        let orig = env.mem.atomic(a.va, op);
+        let orig = env.mem.atomic(host, op);
         let psn = repr.bth.psn;
         self.save(env, Resource::Atomic { psn, orig });
         self.msn = (self.msn + 1) & 0xff_ffff;
@@ -453,6 +453,12 @@ impl Responder {
             self.resources.pop_front();
         }
         self.resources.push_back(r);
+        // Responder credit: never more saved READ/atomic resources than the
+        // responder resources we granted (max_dest_rd_atomic; rc-reliability.md §3 step 4).
+        debug_assert!(
+            self.resources.len() <= usize::from(env.max_dest_rd_atomic.max(1)),
+            "responder resources beyond max_dest_rd_atomic"
+        );
     }
 
     /// rc-reliability.md §3.3: duplicates are answered, never re-executed.
@@ -549,6 +555,7 @@ impl Responder {
                 unreachable!()
             };
             complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::Recv, offset);
+            rq.recycle(wqe);
         }
         Ok(())
     }
@@ -601,8 +608,8 @@ impl Responder {
         if n > 0 {
             // Checked again for every packet: the MR may have been deregistered
             // since the FIRST packet, and then its memory must not be touched.
-            check_remote(env, *rkey, *va, n, Access::RemoteWrite)?;
-            env.mem.write(*va, pkt.payload);
+            let host = check_remote(env, *rkey, *va, n, Access::RemoteWrite)?;
+            env.mem.write(host, pkt.payload);
         }
         *va += n;
         *left -= n;
@@ -614,6 +621,7 @@ impl Responder {
                 fx.took_wqe = true;
                 // byte_len is the RDMA length (completions.md §1), not this packet's.
                 complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::RecvRdmaWithImm, total);
+                rq.recycle(wqe);
             }
         }
         Ok(())
@@ -697,7 +705,9 @@ impl Responder {
         if !wc.status.is_error() {
             wc.src_qp = deth.src_qp.get();
             wc.wc_flags = wc.wc_flags | WcFlags::GRH;
+            wc.sl = roce_packet_type(pkt.grh);
         }
+        rq.recycle(wqe);
         fx.completions.push((wc, pkt.repr.bth.solicited));
         Ok(())
     }
@@ -758,10 +768,9 @@ impl Responder {
         }
         // The memory is re-checked for every packet: the MR may have gone.
         let va = job.va + job.offset;
-        if n > 0 && check_remote(env, job.rkey, va, n as u64, Access::RemoteRead).is_ok() {
-            env.mem.read(va, &mut buf[..n]);
-        } else if n > 0 {
-            buf[..n].fill(0);
+        match check_remote(env, job.rkey, va, n as u64, Access::RemoteRead) {
+            Ok(host) if n > 0 => env.mem.read(host, &mut buf[..n]),
+            _ => buf[..n].fill(0),
         }
         r.payload_len = n;
         job.offset += n as u64;
@@ -790,19 +799,19 @@ fn check_qp_access(op: Operation, access: AccessFlags) -> Result<(), Refusal> {
 }
 
 /// rc-reliability.md §3 step 6: R_Key, PD, bounds, rights. Zero-length READ or
-/// WRITE checks nothing (IBA C9-88).
+/// WRITE checks nothing (IBA C9-88). Returns the host address of `va`.
 fn check_remote(
     env: &RespEnv<'_>,
     rkey: u32,
     va: u64,
     len: u64,
     access: Access,
-) -> Result<(), Refusal> {
+) -> Result<u64, Refusal> {
     if len == 0 && access != Access::RemoteAtomic {
-        return Ok(());
+        return Ok(va);
     }
     let mr = mr_by_key(env.mrs, rkey).ok_or(Refusal::AccessError)?;
-    mr.check(env.pd, rkey, va, len, access)
+    mr.check_present(env.pd, rkey, va, len, access, env.mem)
         .map_err(|_| Refusal::AccessError)
 }
 
@@ -849,4 +858,32 @@ fn recv_completion(
 
 fn rc_opcode(code: u8) -> Opcode {
     Opcode::new(code).unwrap_or_else(|_| unreachable!("0x{code:02x} is in the opcode table"))
+}
+
+/// A UD receive's `wc.sl` on RoCE: the packet type, as ConnectX reports it
+/// (bit 3: the frame has a UDP header, i.e. RoCE v2; bits 2..0: the L3 header,
+/// 1 IPv6, 2 IPv4). SL has no meaning on RoCE; UCX 1.13 reads this field to
+/// tell where the destination address sits in the 40-byte GRH area
+/// (`uct_ud_iface_check_grh`) and drops every UD packet otherwise.
+/// `grh` is that area: an IPv6 header, or 20 undefined bytes and an IPv4 header.
+fn roce_packet_type(grh: &[u8]) -> u8 {
+    let ipv6 = grh.first().is_some_and(|b| b >> 4 == 6);
+    0x8 | if ipv6 { 1 } else { 2 }
+}
+
+#[cfg(test)]
+mod roce_packet_type_tests {
+    use super::roce_packet_type;
+
+    #[test]
+    fn ud_sl_carries_the_roce_packet_type() {
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        assert_eq!(roce_packet_type(&v6), 0x9);
+        let mut v4 = [0u8; 40];
+        v4[20] = 0x45;
+        assert_eq!(roce_packet_type(&v4), 0xa);
+        // UCX 1.13 masks with 0x7: 2 means IPv4, the address in the last 4 bytes.
+        assert_eq!(roce_packet_type(&v4) & 0x7, 2);
+    }
 }

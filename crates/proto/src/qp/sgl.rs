@@ -4,7 +4,7 @@
 
 use crate::handle::PdHandle;
 use crate::memory::Memory;
-use crate::mr::{Access, AccessError, Mr, MrTable};
+use crate::mr::{Access, AccessError, MrTable};
 use crate::wr::Sge;
 
 /// Why a gather or scatter failed.
@@ -21,24 +21,22 @@ pub enum SglError {
     },
 }
 
-/// The MR an lkey or rkey names (the slot index sits in the key's high bits).
-pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
-    mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
-}
+pub use crate::mr::mr_by_key;
 
 fn check_sge(
     mrs: &MrTable,
     pd: PdHandle,
+    mem: &dyn Memory,
     sge: &Sge,
     addr: u64,
     len: u64,
     access: Access,
-) -> Result<(), SglError> {
+) -> Result<u64, SglError> {
     let mr = mr_by_key(mrs, sge.lkey).ok_or(SglError::Access(AccessError::NoSuchKey {
         key: sge.lkey,
         remote: false,
     }))?;
-    mr.check(pd, sge.lkey, addr, len, access)
+    mr.check_present(pd, sge.lkey, addr, len, access, mem)
         .map_err(SglError::Access)
 }
 
@@ -87,8 +85,8 @@ pub fn gather(
     out: &mut [u8],
 ) -> Result<(), SglError> {
     walk(sges, offset, out.len() as u64, |sge, addr, n, at| {
-        check_sge(mrs, pd, sge, addr, n, Access::LocalRead)?;
-        mem.read(addr, &mut out[at..at + n as usize]);
+        let host = check_sge(mrs, pd, mem, sge, addr, n, Access::LocalRead)?;
+        mem.read(host, &mut out[at..at + n as usize]);
         Ok(())
     })
 }
@@ -105,10 +103,12 @@ pub fn scatter(
 ) -> Result<(), SglError> {
     let len = data.len() as u64;
     walk(sges, offset, len, |sge, addr, n, _| {
-        check_sge(mrs, pd, sge, addr, n, Access::LocalWrite)
+        check_sge(mrs, pd, mem, sge, addr, n, Access::LocalWrite).map(|_| ())
     })?;
-    walk(sges, offset, len, |_, addr, n, at| {
-        mem.write(addr, &data[at..at + n as usize]);
+    walk(sges, offset, len, |sge, addr, n, at| {
+        // Checked above: the key names its region (zero-based ones translate).
+        let host = mr_by_key(mrs, sge.lkey).map_or(addr, |m| m.host_of(addr));
+        mem.write(host, &data[at..at + n as usize]);
         Ok(())
     })
 }
@@ -118,6 +118,7 @@ mod tests {
     use super::*;
     use crate::handle::Handle;
     use crate::memory::VecMemory;
+    use crate::mr::Mr;
     use crate::types::AccessFlags;
 
     fn setup() -> (MrTable, PdHandle, u32, u32) {
@@ -131,6 +132,7 @@ mod tests {
                 access: AccessFlags(1),
                 lkey: 0,
                 rkey: 0,
+                host: 0x1000,
             })
             .unwrap();
         let (lkey, _) = crate::mr::keys(h.index(), 1);
@@ -143,6 +145,7 @@ mod tests {
                 access: AccessFlags(0),
                 lkey: 0,
                 rkey: 0,
+                host: 0x1040,
             })
             .unwrap();
         let (ro_key, _) = crate::mr::keys(ro.index(), 2);

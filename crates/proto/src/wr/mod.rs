@@ -12,11 +12,14 @@
 //!   to the errno Linux returns in the same case ([`PostError::errno`]); the
 //!   facts are `spec/qp-state-machine.md` §7 (both tables) and the
 //!   `ibv_post_send(3)` opcode table. A refused WR changes nothing.
-//! - No allocation: a WR *borrows* its scatter/gather list (`&[Sge]`, as
-//!   `ibv_send_wr` points at its `sg_list`). The engine copies an accepted WR
-//!   into a WQE slot of its send/receive ring, allocated once at QP creation with
-//!   room for `max_send_sge` / `max_recv_sge` entries, so posting and the packet
-//!   path never allocate.
+//! - No allocation per post in steady state: a WR *borrows* its scatter/gather
+//!   list (`&[Sge]`, as `ibv_send_wr` points at its `sg_list`). The engine
+//!   copies an accepted WR into a WQE its queue recycles (`qp::wqe`: retired
+//!   WQEs keep their gather list and inline buffer, up to the queue's depth),
+//!   so once a queue has been as full as it gets, posting allocates nothing;
+//!   the first fill of a queue, and a gather list longer than any before on
+//!   that slot, grow buffers (amortized). The safe API's inline gather reuses
+//!   an engine buffer (`Engine::post_send_checked`).
 //! - `IBV_SEND_INLINE` data is gathered from the SGE addresses by the memory
 //!   module at post time (its L_Key is not checked, `ibv_post_send(3)`); this
 //!   module checks only its length and opcode.

@@ -8,7 +8,10 @@ pub mod spec;
 use proto::device::DeviceConfig;
 use proto::engine::{CqHandle, CtxHandle, PdHandle, QpCreate, QpHandle};
 use proto::qp::create::{comp_mask, QpRequest};
-use proto::{AhAttr, AttrMask, Engine, Gid, GlobalRoute, Mtu, QpAttr, QpCap, QpState, QpType};
+use proto::{
+    AccessFlags, AhAttr, AttrMask, Engine, Gid, GlobalRoute, MigState, Mtu, QpAttr, QpCap, QpState,
+    QpType,
+};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A device with one GID (127.0.0.1) — or, with `empty_slot`, a second, empty
@@ -70,7 +73,7 @@ impl Fixture {
     }
 
     pub fn state(&self, h: QpHandle) -> QpState {
-        QpState::from_raw(self.snap(h).0.qp_state).expect("state")
+        self.snap(h).0.qp_state
     }
 
     /// Modifies with `good_attr` and `mask | STATE`, panicking on refusal.
@@ -183,15 +186,16 @@ pub fn good_av() -> AhAttr {
 /// (`cur_qp_state` = `from`, so CUR_STATE is always truthful).
 pub fn good_attr(from: QpState, to: QpState) -> QpAttr {
     QpAttr {
-        qp_state: to as u32,
-        cur_qp_state: from as u32,
-        path_mtu: 3,
-        path_mig_state: 0,
+        qp_state: to,
+        cur_qp_state: from,
+        // Not the defaults, so a value reported without its valid bit shows.
+        path_mtu: Mtu::Mtu2048,
+        path_mig_state: MigState::Rearm,
         qkey: 0x1111_1111,
         rq_psn: 0x00ab_cdef,
         sq_psn: 0x0012_3456,
         dest_qp_num: 0x99,
-        qp_access_flags: 0x7,
+        qp_access_flags: AccessFlags(0x7),
         cap: QpCap::default(),
         ah_attr: good_av(),
         alt_ah_attr: good_av(),

@@ -217,9 +217,9 @@ pub fn up(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid) {
 pub fn up_with(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid, p: Params) {
     use AttrMask as M;
     let init = QpAttr {
-        qp_state: 1,
+        qp_state: QpState::Init,
         port_num: 1,
-        qp_access_flags: 0xf,
+        qp_access_flags: AccessFlags::QP_SUPPORTED,
         qkey: 0x1111,
         ..QpAttr::default()
     };
@@ -230,9 +230,9 @@ pub fn up_with(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid, p
     };
     modify(node, qp, init, mask);
     let rtr = QpAttr {
-        qp_state: 2,
+        qp_state: QpState::Rtr,
         ah_attr: AhAttr::roce(dgid, 0),
-        path_mtu: Mtu::Mtu1024 as u32,
+        path_mtu: Mtu::Mtu1024,
         dest_qp_num: peer,
         rq_psn: 100,
         max_dest_rd_atomic: 4,
@@ -254,7 +254,7 @@ pub fn up_with(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid, p
     };
     modify(node, qp, rtr, mask);
     let rts = QpAttr {
-        qp_state: 3,
+        qp_state: QpState::Rts,
         sq_psn: 100,
         timeout: p.timeout,
         retry_cnt: p.retry_cnt,

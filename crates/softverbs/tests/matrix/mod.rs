@@ -807,9 +807,16 @@ impl End {
             assert_eq!(wc.imm_data.value(), 0, "{what}: imm_data without WITH_IMM");
         }
         let src_qp = if ud { self.peer_qpn(Tr::Ud) } else { 0 };
+        // UD on RoCE: sl is the packet type as ConnectX reports it (UDP bit,
+        // then 2 for IPv4, 1 for IPv6), which UCX reads.
+        let sl = match (ud, self.peer.gid.ip()) {
+            (false, _) => 0,
+            (true, std::net::IpAddr::V4(_)) => 0xa,
+            (true, std::net::IpAddr::V6(_)) => 0x9,
+        };
         assert_eq!(
             (wc.src_qp, wc.vendor_err, wc.pkey_index, wc.slid, wc.sl),
-            (src_qp, 0, 0, 0, 0),
+            (src_qp, 0, 0, 0, sl),
             "{what}: {wc:?}"
         );
     }

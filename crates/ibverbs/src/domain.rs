@@ -1,0 +1,203 @@
+//! Thread domains (`ibv_alloc_td`) and parent domains
+//! (`ibv_alloc_parent_domain`), the `verbs_context` ops behind verbs.h's
+//! inline functions (spec/parent-domain.md).
+//!
+//! A parent domain stands on a protection domain: it is accepted wherever a
+//! PD is, and what is created through it is in that PD (mlx5 gives it its
+//! PD's number). A thread domain is the program's promise that one thread
+//! uses the objects; softverbs keeps its locks, so the promise changes
+//! nothing but is honoured as an object (it cannot go while parent domains
+//! use it). The custom allocators are kept with the parent domain and never
+//! called: softverbs allocates no queue buffers in the program's memory (its
+//! queues live inside the library), which is what a provider answering
+//! `IBV_ALLOCATOR_USE_DEFAULT` to itself amounts to.
+
+use crate::context::ctx_block;
+use crate::ffi::*;
+use crate::memory::PdBlock;
+use crate::util::*;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[repr(C)]
+pub(crate) struct TdBlock {
+    pub c: ibv_td,
+    magic: u64,
+    /// Parent domains using it.
+    users: AtomicUsize,
+}
+impl_block!(TdBlock, ibv_td, "thread domain", 0x736f_6674_7464_3031);
+
+/// What a parent domain stands on, and what the program gave it.
+pub(crate) struct ParentDomain {
+    base: *const PdBlock,
+    td: *const TdBlock,
+    /// `alloc`, `free` and `pd_context` (kept, never called: see the module doc).
+    _allocators: (Op, Op, *mut std::ffi::c_void),
+}
+
+// SAFETY: the pointers name blocks kept alive by the use counts below (the
+// base PD and TD refuse their dealloc while this parent domain exists).
+unsafe impl Send for ParentDomain {}
+// SAFETY: as above; they are only read.
+unsafe impl Sync for ParentDomain {}
+
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`, `_PD_CONTEXT`.
+const PD_ATTR_ALLOCATORS: u32 = 1;
+const PD_ATTR_PD_CONTEXT: u32 = 2;
+
+/// `verbs_context.alloc_td`: `comp_mask` must be 0 (`EINVAL`).
+pub(crate) unsafe extern "C" fn alloc_td(
+    context: *mut ibv_context,
+    attr: *const ibv_td_init_attr,
+) -> *mut ibv_td {
+    const VERB: &str = "ibv_alloc_td";
+    let made = ctx_block(VERB, context).and_then(|_| {
+        if attr.is_null() {
+            return Err(refuse(VERB, EINVAL, "init_attr is NULL"));
+        }
+        // SAFETY: the caller's attributes (checked non-NULL).
+        let mask = unsafe { (*attr).comp_mask };
+        if mask != 0 {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                format_args!("comp_mask {mask:#x} must be 0"),
+            ));
+        }
+        Ok(into_c(TdBlock {
+            c: ibv_td { context },
+            magic: TdBlock::MAGIC,
+            users: AtomicUsize::new(0),
+        }))
+    });
+    made.unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
+}
+
+/// `verbs_context.dealloc_td`: `EBUSY` while parent domains use it.
+pub(crate) unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
+    let b = match block::<TdBlock>("ibv_dealloc_td", td) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let users = b.users.load(Ordering::Acquire);
+    if users > 0 {
+        return refuse(
+            "ibv_dealloc_td",
+            EBUSY,
+            format_args!("{users} parent domain(s) use this thread domain; deallocate them first"),
+        );
+    }
+    free::<TdBlock>(td);
+    0
+}
+
+/// `verbs_context.alloc_parent_domain`: `EINVAL` for a NULL or non-PD `pd`
+/// (a parent domain cannot stand on another), a bad `td`, unknown
+/// `comp_mask` bits, or `ALLOCATORS` without both functions.
+pub(crate) unsafe extern "C" fn alloc_parent_domain(
+    context: *mut ibv_context,
+    attr: *const ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    const VERB: &str = "ibv_alloc_parent_domain";
+    let made = ctx_block(VERB, context).and_then(|_| {
+        if attr.is_null() {
+            return Err(refuse(VERB, EINVAL, "attr is NULL"));
+        }
+        // SAFETY: the caller's attributes (checked non-NULL).
+        let a = unsafe { *attr };
+        let known = PD_ATTR_ALLOCATORS | PD_ATTR_PD_CONTEXT;
+        if a.comp_mask & !known != 0 {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                format_args!(
+                    "comp_mask {:#x} has bits beyond ALLOCATORS | PD_CONTEXT",
+                    a.comp_mask
+                ),
+            ));
+        }
+        if a.comp_mask & PD_ATTR_ALLOCATORS != 0 && (a.alloc.is_null() || a.free.is_null()) {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                "IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS needs both alloc and free",
+            ));
+        }
+        let base = block::<PdBlock>(VERB, a.pd)?;
+        if base.parent.is_some() {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                "attr->pd is a parent domain; a parent domain stands on a protection domain",
+            ));
+        }
+        if base.c.context != context {
+            return Err(refuse(VERB, EINVAL, "attr->pd belongs to another context"));
+        }
+        let td = if a.td.is_null() {
+            std::ptr::null()
+        } else {
+            let t = block::<TdBlock>(VERB, a.td)?;
+            if t.c.context != context {
+                return Err(refuse(VERB, EINVAL, "attr->td belongs to another context"));
+            }
+            t as *const TdBlock
+        };
+        let allocators = if a.comp_mask & PD_ATTR_ALLOCATORS != 0 {
+            (a.alloc, a.free)
+        } else {
+            (std::ptr::null(), std::ptr::null())
+        };
+        let pd_context = if a.comp_mask & PD_ATTR_PD_CONTEXT != 0 {
+            a.pd_context
+        } else {
+            std::ptr::null_mut()
+        };
+        base.parents.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: NULL or a live TD block (checked just above).
+        if let Some(t) = unsafe { td.as_ref() } {
+            t.users.fetch_add(1, Ordering::AcqRel);
+        }
+        let parent = ParentDomain {
+            base: base as *const PdBlock,
+            td,
+            _allocators: (allocators.0, allocators.1, pd_context),
+        };
+        let shared = softverbs::raw::share_pd(base.pd());
+        Ok(into_c(PdBlock::new(context, shared, Some(parent))))
+    });
+    made.unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
+}
+
+/// A parent domain goes: its PD and TD are free of it.
+pub(crate) fn release(b: &PdBlock) {
+    let Some(p) = &b.parent else { return };
+    // SAFETY: the base PD and the TD outlive their parent domains (their
+    // deallocs refuse while the counts are non-zero).
+    unsafe {
+        (*p.base).parents.fetch_sub(1, Ordering::AcqRel);
+        if let Some(t) = p.td.as_ref() {
+            t.users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// True if `pd` is a live parent domain (for `IBV_CQ_INIT_ATTR_MASK_PD`).
+pub(crate) unsafe fn is_parent_domain(verb: &str, pd: *mut ibv_pd) -> Result<(), c_int> {
+    let b = block::<PdBlock>(verb, pd)?;
+    if b.parent.is_none() {
+        return Err(refuse(
+            verb,
+            EINVAL,
+            "parent_domain is a protection domain, not a parent domain",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,342 @@
+//! Several processes on one address, as on a RoCE NIC.
+//!
+//! Every process that opens the device on an address (one host, or one network
+//! namespace) binds its own UDP socket to `address:4791` with `SO_REUSEPORT`, and
+//! each datagram must reach the process that owns its destination QP. How:
+//!
+//! - **Slots.** A process claims a *slot* of the address, the lowest free one of
+//!   [`SLOTS`], by binding the abstract unix datagram socket
+//!   `softverbs/4791/<address>/<slot>` (its *inbox*). Binding is atomic, the name
+//!   is scoped to the network namespace like the UDP port, and the kernel frees it
+//!   when the process exits or crashes: no files, no stale state. Its QPNs carry
+//!   the slot in their top [`SLOT_BITS`] bits ([`qpn_range`]), so QPNs are
+//!   distinct across the processes of an address.
+//! - **Steering.** The reuseport group runs a classic-BPF program (unprivileged
+//!   `SO_ATTACH_REUSEPORT_CBPF`): the socket index is the slot read from the BTH
+//!   destination QP (`ldb [5]; rsh #1; ret a`, three instructions). Slots are
+//!   claimed and sockets bound under one per-address lock (another abstract name),
+//!   so processes that start together and live together have socket index = slot:
+//!   each datagram goes straight to its owner, with no extra hop.
+//! - **Forwarding keeps it correct.** When a member closes or crashes, the kernel
+//!   moves the last socket of the group into the hole, and a later process may
+//!   take a freed slot: socket index and slot part (an index beyond the group
+//!   falls back to the kernel's hash). The steering is then only a hint: a
+//!   process that receives a datagram for another slot forwards it, with its
+//!   source address, to that slot's inbox (one `sendto` on a unix socket); the
+//!   owner delivers it as if read from its UDP socket. A datagram for a slot
+//!   nobody holds is dropped and counted, as a NIC drops a packet for a QP that
+//!   does not exist. So no arrangement of the group, however members came and
+//!   went, misroutes a datagram; the worst case costs one forward.
+//!
+//! Rejected: a program that maps slots to current indices (every member would
+//! have to know the kernel's order after concurrent crashes, which it cannot
+//! observe); an eBPF `REUSEPORT_SOCKARRAY` (needs `CAP_BPF`); a per-host switch
+//! process with shared-memory queues (a daemon to start, supervise and trust,
+//! and a hop on every datagram, where steering gives none). Measurements are in
+//! `spec/shared-address.md`.
+//!
+//! All members of a reuseport group must have one effective user id: processes
+//! of different users cannot share an address (the bind fails, in words).
+
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Bits of a QPN that name the slot (the top ones of the 24).
+pub const SLOT_BITS: u32 = 7;
+/// Processes that can share one address.
+pub const SLOTS: u8 = 1 << SLOT_BITS;
+const SLOT_SHIFT: u32 = 24 - SLOT_BITS;
+/// How long a process waits for another's claim to finish.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How often, and how long, a forward waits for room in a full inbox.
+const FORWARD_TRIES: usize = 64;
+const FORWARD_WAIT: Duration = Duration::from_micros(500);
+/// Forward header: family (4 or 6), port (big-endian), 16 address bytes.
+const HEADER: usize = 19;
+
+/// The QPNs of `slot`, first and last: slot 0 keeps 0..16 free (SMI, GSI and
+/// the numbers rxe reserves); the last slot stops before 0xffffff (multicast).
+pub fn qpn_range(slot: u8) -> (u32, u32) {
+    let base = u32::from(slot) << SLOT_SHIFT;
+    let first = if slot == 0 { 16 } else { base };
+    let last = (base | ((1 << SLOT_SHIFT) - 1)).min(0xff_fffe);
+    (first, last)
+}
+
+/// The slot a QPN belongs to.
+pub fn slot_of_qpn(qpn: u32) -> u8 {
+    ((qpn & 0xff_ffff) >> SLOT_SHIFT) as u8
+}
+
+/// The slot of a datagram's BTH destination QP (bytes 5..8), if it has a BTH.
+pub(crate) fn slot_of(datagram: &[u8]) -> Option<u8> {
+    datagram.get(5).map(|b| b >> (8 - SLOT_BITS))
+}
+
+/// The steering program: socket index = slot of the destination QP.
+pub(crate) fn steering_program() -> [libc::sock_filter; 3] {
+    let op = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    [
+        // A = byte 5 of the UDP payload (BTH DestQP bits 23..16). A datagram too
+        // short for it ends the program with 0: socket 0 takes it, and forwards.
+        op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 5),
+        op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 8 - SLOT_BITS),
+        op(libc::BPF_RET | libc::BPF_A, 0),
+    ]
+}
+
+/// Why a slot could not be claimed.
+#[derive(Debug)]
+pub enum ShareError {
+    /// Every slot of the address is taken.
+    Full {
+        /// The address.
+        ip: IpAddr,
+    },
+    /// Another process held the claim lock too long.
+    LockTimeout {
+        /// The address.
+        ip: IpAddr,
+    },
+    /// A socket call failed.
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+impl std::fmt::Display for ShareError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShareError::Full { ip } => write!(
+                f,
+                "all {SLOTS} process slots of {ip} are taken (at most {SLOTS} processes share one address)"
+            ),
+            ShareError::LockTimeout { ip } => write!(
+                f,
+                "another process has been opening a device on {ip} for {LOCK_WAIT:?}; gave up waiting"
+            ),
+            ShareError::Io { what, source } => write!(f, "{what}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for ShareError {}
+
+/// One process's claim on an address: its slot and its inbox.
+#[derive(Debug)]
+pub struct Slot {
+    index: u8,
+    ip: IpAddr,
+    inbox: UnixDatagram,
+    /// Held from the claim until the UDP socket joined the group ([`Slot::joined`]).
+    lock: Mutex<Option<UnixDatagram>>,
+}
+
+fn name(ip: IpAddr, what: &str) -> io::Result<UnixAddr> {
+    UnixAddr::from_abstract_name(format!("softverbs/4791/{ip}/{what}"))
+}
+
+impl Slot {
+    /// Claims the lowest free slot of `ip` and holds the address's claim lock
+    /// until [`Slot::joined`] (so sockets join the group in slot order).
+    pub fn claim(ip: IpAddr) -> Result<Slot, ShareError> {
+        let io = |what| move |source| ShareError::Io { what, source };
+        let lock = lock(ip)?;
+        for index in 0..SLOTS {
+            let addr = name(ip, &index.to_string()).map_err(io("name a slot"))?;
+            match UnixDatagram::bind_addr(&addr) {
+                Ok(sock) => {
+                    sock.set_nonblocking(true)
+                        .map_err(io("set the inbox nonblocking"))?;
+                    tracing::debug!(%ip, slot = index, "claimed a slot of the address");
+                    return Ok(Slot {
+                        index,
+                        ip,
+                        inbox: sock,
+                        lock: Mutex::new(Some(lock)),
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+                Err(e) => {
+                    return Err(ShareError::Io {
+                        what: "bind a slot",
+                        source: e,
+                    })
+                }
+            }
+        }
+        Err(ShareError::Full { ip })
+    }
+
+    /// This process's slot.
+    pub fn index(&self) -> u8 {
+        self.index
+    }
+
+    /// The UDP socket joined the group: the next process may claim.
+    pub(crate) fn joined(&self) {
+        let mut lock = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        lock.take();
+    }
+
+    /// The inbox's descriptor (the progress thread polls it).
+    pub(crate) fn inbox_fd(&self) -> RawFd {
+        self.inbox.as_raw_fd()
+    }
+
+    /// Forwards a datagram from `from` to the process holding `slot`.
+    pub(crate) fn forward(&self, slot: u8, from: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        let mut msg = Vec::with_capacity(HEADER + bytes.len());
+        let (family, addr) = match from.ip() {
+            IpAddr::V4(v4) => (4u8, v4.to_ipv6_mapped()),
+            IpAddr::V6(v6) => (6u8, v6),
+        };
+        msg.push(family);
+        msg.extend_from_slice(&from.port().to_be_bytes());
+        msg.extend_from_slice(&addr.octets());
+        msg.extend_from_slice(bytes);
+        let to = name(self.ip, &slot.to_string())?;
+        // A unix datagram queue holds only net.unix.max_dgram_qlen (10 by
+        // default) datagrams: when the owner is behind, give it a moment to
+        // drain (bounded in tries and time) before dropping (RC retransmits).
+        let start = Instant::now();
+        for _ in 0..FORWARD_TRIES {
+            match self.inbox.send_to_addr(&msg, &to) {
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock && start.elapsed() < FORWARD_WAIT =>
+                {
+                    std::thread::yield_now();
+                }
+                other => return other.map(drop),
+            }
+        }
+        Err(io::Error::from(io::ErrorKind::WouldBlock))
+    }
+
+    /// Reads one forwarded datagram into `buf`: its sender and length
+    /// (the datagram is `buf[..len]`). `WouldBlock` when there is none.
+    pub(crate) fn receive(&self, buf: &mut [u8]) -> io::Result<(SocketAddr, usize)> {
+        let n = self.inbox.recv(buf)?;
+        if n < HEADER {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "short forward"));
+        }
+        let port = u16::from_be_bytes([buf[1], buf[2]]);
+        let mut octets = [0u8; 16];
+        octets.copy_from_slice(&buf[3..HEADER]);
+        let v6 = Ipv6Addr::from(octets);
+        let ip = match (buf[0], v6.to_ipv4_mapped()) {
+            (4, Some(v4)) => IpAddr::V4(v4),
+            _ => IpAddr::V6(v6),
+        };
+        buf.copy_within(HEADER..n, 0);
+        Ok((SocketAddr::new(ip, port), n - HEADER))
+    }
+
+    /// Bytes a forwarded datagram of `max` bytes needs in the receive buffer.
+    pub(crate) fn buffer_len(max: usize) -> usize {
+        max + HEADER
+    }
+}
+
+/// Takes the per-address claim lock: binds its abstract name (freed by the
+/// kernel if the holder dies), waiting up to [`LOCK_WAIT`].
+fn lock(ip: IpAddr) -> Result<UnixDatagram, ShareError> {
+    let io = |what| move |source| ShareError::Io { what, source };
+    let addr = name(ip, "lock").map_err(io("name the lock"))?;
+    let start = Instant::now();
+    loop {
+        match UnixDatagram::bind_addr(&addr) {
+            Ok(sock) => return Ok(sock),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && start.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                return Err(ShareError::LockTimeout { ip })
+            }
+            Err(e) => {
+                return Err(ShareError::Io {
+                    what: "take the claim lock",
+                    source: e,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qpn_ranges_are_disjoint_and_avoid_reserved_numbers() {
+        let (f0, l0) = qpn_range(0);
+        assert_eq!((f0, l0), (16, (1 << 17) - 1));
+        let (f1, _) = qpn_range(1);
+        assert_eq!(f1, l0 + 1);
+        let (_, last) = qpn_range(SLOTS - 1);
+        assert_eq!(last, 0xff_fffe);
+        for s in 0..SLOTS {
+            let (f, l) = qpn_range(s);
+            assert_eq!((slot_of_qpn(f), slot_of_qpn(l)), (s, s));
+            assert!(
+                l - f + 1 >= 0x1_0000 - 16,
+                "at least as many QPs as rxe offers"
+            );
+        }
+    }
+
+    #[test]
+    fn datagram_slot_is_the_destination_qp_slot() {
+        let mut bth = [0u8; 12];
+        let qpn: u32 = qpn_range(5).0 + 77;
+        bth[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        assert_eq!(slot_of(&bth), Some(5));
+        assert_eq!(slot_of(&bth[..5]), None);
+    }
+
+    #[test]
+    fn claims_take_distinct_slots_and_free_them_on_drop() {
+        let ip: IpAddr = "127.0.77.1".parse().unwrap();
+        let a = Slot::claim(ip).unwrap();
+        a.joined();
+        let b = Slot::claim(ip).unwrap();
+        b.joined();
+        assert_ne!(a.index(), b.index());
+        let freed = a.index();
+        drop(a);
+        let c = Slot::claim(ip).unwrap();
+        assert_eq!(c.index(), freed, "a freed slot is claimed again");
+    }
+
+    #[test]
+    fn forwarding_keeps_the_sender() {
+        let ip: IpAddr = "127.0.77.2".parse().unwrap();
+        let a = Slot::claim(ip).unwrap();
+        a.joined();
+        let b = Slot::claim(ip).unwrap();
+        b.joined();
+        let from: SocketAddr = "127.9.8.7:4791".parse().unwrap();
+        a.forward(b.index(), from, b"datagram").unwrap();
+        let mut buf = vec![0u8; Slot::buffer_len(64)];
+        let (got_from, len) = b.receive(&mut buf).unwrap();
+        assert_eq!((got_from, &buf[..len]), (from, &b"datagram"[..]));
+        let v6: SocketAddr = "[fe80::1]:99".parse().unwrap();
+        b.forward(a.index(), v6, b"x").unwrap();
+        let (got, len) = a.receive(&mut buf).unwrap();
+        assert_eq!((got, len), (v6, 1));
+        assert!(b.receive(&mut buf).unwrap_err().kind() == io::ErrorKind::WouldBlock);
+    }
+}

@@ -1,0 +1,206 @@
+//! The C ABI's support: what `libibverbs.so.1` (the `ibverbs` crate) needs
+//! beyond the safe API — memory regions over memory the program owns, posting
+//! with inline bytes the caller gathered, non-blocking event reads, the
+//! async-event descriptor, CQ resize and the comp-vector choice, a device's
+//! node GUID without opening it.
+//!
+//! Rust programs have no use for these: they are free functions here, out of
+//! the methods and the re-exports that make the safe API, so that the C ABI
+//! sits on the same objects without widening that face.
+
+use crate::config::Device;
+use crate::context::Context;
+use crate::cq::CompletionQueue;
+use crate::datapath::{AsyncEvent, CompletionChannel};
+use crate::error::{logged, Error};
+use crate::pd::PdInner;
+use crate::qp::{QueuePair, Transport};
+use proto::engine::MrHandle;
+use proto::wr::SendWr;
+use proto::AccessFlags;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+/// A memory region over memory the program owns (`ibv_reg_mr` on a C buffer).
+/// Deregistered when dropped.
+pub struct ExternalMemoryRegion {
+    pd: Arc<PdInner>,
+    h: MrHandle,
+    lkey: u32,
+    rkey: u32,
+    access: AccessFlags,
+}
+
+impl ExternalMemoryRegion {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The access flags in force.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+}
+
+impl ExternalMemoryRegion {
+    /// The body of [`rereg_external_mr`] and of the unsafe
+    /// [`rereg_external_mr_translation`] (in `mem.rs`, whose contract covers
+    /// the new range).
+    pub(crate) fn rereg_parts(
+        &mut self,
+        pd: Option<&crate::ProtectionDomain>,
+        translation: Option<(u64, u64)>,
+        access: Option<AccessFlags>,
+    ) -> Result<(), Error> {
+        let (pd, access) = crate::mr::rereg_in_engine(&self.pd, self.h, pd, translation, access)?;
+        self.pd = pd;
+        self.access = access;
+        Ok(())
+    }
+}
+
+/// `ibv_rereg_mr` of a region over the program's memory without a new
+/// translation: another PD and/or new access flags, all or nothing, keys
+/// kept (`MemoryRegion::rereg` has the rules).
+pub fn rereg_external_mr(
+    mr: &mut ExternalMemoryRegion,
+    pd: Option<&crate::ProtectionDomain>,
+    access: Option<AccessFlags>,
+) -> Result<(), Error> {
+    mr.rereg_parts(pd, None, access)
+}
+
+impl Drop for ExternalMemoryRegion {
+    fn drop(&mut self) {
+        // Under the engine lock: once this returns, no packet can reach the memory.
+        let _ = self.pd.with(|e| e.dereg_mr(self.h));
+    }
+}
+
+impl std::fmt::Debug for ExternalMemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalMemoryRegion")
+            .field("lkey", &self.lkey)
+            .field("rkey", &self.rkey)
+            .finish()
+    }
+}
+
+impl ExternalMemoryRegion {
+    /// Registers `[addr, addr + len)` in `pd`: the body of
+    /// [`reg_external_mr`], whose contract (in `mem.rs`, with
+    /// the crate's other memory promises) makes it sound.
+    pub(crate) fn register(
+        pd: Arc<PdInner>,
+        addr: u64,
+        len: u64,
+        access: AccessFlags,
+    ) -> Result<Self, Error> {
+        let (h, lkey, rkey, access) = logged(
+            "reg_mr",
+            pd.with(|e| {
+                e.reg_mr(pd.h, addr, len, access.0)
+                    .map(|(h, m)| (h, m.lkey, m.rkey, m.access))
+            }),
+        )?;
+        Ok(ExternalMemoryRegion {
+            pd,
+            h,
+            lkey,
+            rkey,
+            access,
+        })
+    }
+}
+
+/// `ibv_reg_mr` over memory the program owns, an implicit on-demand region,
+/// and a new translation for a region; see their contracts.
+pub use crate::mem::{reg_external_mr, reg_implicit_odp_mr, rereg_external_mr_translation};
+
+/// `ibv_post_send` of one WR whose inline bytes (with `IBV_SEND_INLINE`) the
+/// caller already gathered from its SGEs (inline data needs no lkey).
+pub fn post_send_gathered<T: Transport>(
+    qp: &QueuePair<T>,
+    wr: &SendWr<'_>,
+    inline: Option<&[u8]>,
+) -> Result<(), Error> {
+    let shared = &qp.pd().ctx.dev;
+    let h = qp.handle();
+    shared.with(|e| e.post_send(h, wr, inline)).map_err(|e| {
+        tracing::warn!(target: "softverbs", "post_send refused ({}): {e}", e.errno());
+        Error::Post(e)
+    })?;
+    shared.doorbell();
+    Ok(())
+}
+
+/// `ibv_create_cq` with every argument: capacity, completion vector and an
+/// optional channel for its events.
+pub fn create_cq_ex(
+    ctx: &Context,
+    cqe: i32,
+    comp_vector: i32,
+    channel: Option<&CompletionChannel>,
+) -> Result<CompletionQueue, Error> {
+    let cq = ctx.create_cq_on(cqe, comp_vector)?;
+    if let Some(ch) = channel {
+        let (h, id) = (cq.inner.h, ch.inner.id());
+        ctx.with(|e| e.set_cq_channel(h, Some(id)))
+            .map_err(Error::Verbs)?;
+    }
+    Ok(cq)
+}
+
+/// The descriptor that is readable while async events wait (`ctx->async_fd`).
+pub fn async_event_fd(ctx: &Context) -> RawFd {
+    ctx.inner.dev.driver.async_events().as_raw_fd()
+}
+
+/// The next async event, if one waits (never blocks).
+pub fn try_async_event(ctx: &Context) -> Option<AsyncEvent> {
+    ctx.inner
+        .dev
+        .driver
+        .async_events()
+        .try_pop()
+        .map(|e| AsyncEvent {
+            kind: e.kind,
+            element: e.element,
+        })
+}
+
+/// The next completion event's CQ id, if one waits (never blocks).
+pub fn try_get_event(channel: &CompletionChannel) -> Option<u64> {
+    channel.inner.try_get_event()
+}
+
+/// `ibv_resize_cq`: returns the capacity granted; `EINVAL` below the
+/// completions queued plus those signaled send WRs in flight will add, or
+/// above `max_cqe`.
+pub fn resize_cq(cq: &CompletionQueue, cqe: i32) -> Result<u32, Error> {
+    let h = cq.inner.h;
+    logged("resize_cq", cq.inner.ctx.dev.with(|e| e.resize_cq(h, cqe)))
+}
+
+/// The node GUID `device` reports, without opening it.
+pub fn node_guid(device: &Device) -> u64 {
+    proto::device::DeviceInfo::new(device.config())
+        .attr
+        .node_guid
+}
+
+/// A second handle on `pd`: the C ABI's parent domains stand on their PD
+/// (same protection; objects created through either are in the one PD, as
+/// mlx5 gives a parent domain its PD's number). Dropping it releases only
+/// this handle; the PD goes when its last handle and object are gone.
+pub fn share_pd(pd: &crate::ProtectionDomain) -> crate::ProtectionDomain {
+    crate::ProtectionDomain {
+        inner: pd.inner.clone(),
+    }
+}
