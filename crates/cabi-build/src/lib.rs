@@ -151,7 +151,7 @@ pub fn versioned_exports(lib: &Library, table: &str) {
     // module includes the directives for the exports it defines; a wrong
     // module is a link error.
     let mut modules: Vec<&str> = exports.iter().map(|e| e.module.as_str()).collect();
-    modules.sort();
+    modules.sort_unstable();
     modules.dedup();
     for module in modules {
         let mut asm = String::from("std::arch::global_asm!(\n");

@@ -59,13 +59,13 @@ pub unsafe extern "C" fn softverbs_query_addr(
     match ip {
         IpAddr::V4(v4) => {
             // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            let sin = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in>() };
             sin.sin_family = libc::AF_INET as libc::sa_family_t;
             sin.sin_addr.s_addr = u32::from_ne_bytes(v4.octets());
         }
         IpAddr::V6(v6) => {
             // SAFETY: as above, for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            let sin6 = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in6>() };
             sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
             sin6.sin6_addr.s6_addr = v6.octets();
         }

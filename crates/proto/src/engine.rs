@@ -265,6 +265,8 @@ pub struct Engine {
     mr_serial: u32,
     /// Device-wide data-path state (schedule, events, counters).
     pub(crate) dev: DeviceData,
+    /// CM hook: QP1 and the connection manager (gsi.rs, spec/cm.md §7).
+    pub(crate) gsi: crate::gsi::Gsi,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -279,7 +281,15 @@ impl Engine {
     pub fn new(config: &DeviceConfig) -> Engine {
         let info = DeviceInfo::new(config);
         let a = &info.attr;
+        // CM hook: the device's GSI endpoint (gsi.rs).
+        let gsi_gid = info
+            .gids
+            .first()
+            .copied()
+            .unwrap_or(crate::types::Gid::ZERO);
+        let gsi = crate::gsi::Gsi::new(gsi_gid, a.node_guid, a.node_guid);
         Engine {
+            gsi,
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),
@@ -707,13 +717,11 @@ impl Engine {
             ..c.req
         };
         let (qp_type, cap) = create::check(&req, &self.info.attr)?;
-        let (send_cq, recv_cq) =
-            match (c.send_cq, c.recv_cq) {
-                (Some(s), Some(r)) => (s, r),
-                _ => return Err(Error::invalid(
-                    "create_qp: send_cq and recv_cq must both be given (they may be the same CQ)",
-                )),
-            };
+        let (Some(send_cq), Some(recv_cq)) = (c.send_cq, c.recv_cq) else {
+            return Err(Error::invalid(
+                "create_qp: send_cq and recv_cq must both be given (they may be the same CQ)",
+            ));
+        };
         for h in [send_cq, recv_cq] {
             if self.cq(h)?.ctx != ctx {
                 return Err(Error::Mismatch {

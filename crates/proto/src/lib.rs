@@ -75,18 +75,22 @@ pub mod device;
 pub mod dm;
 pub mod engine;
 pub mod error;
+pub mod gsi;
 pub mod handle;
 pub mod mask;
 pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
-pub mod rng;
+/// The seeded generator (crates/faults): the CM draws its IDs from it.
+pub use faults::rng;
 pub mod sched;
 #[cfg(test)]
 mod spec_md;
 pub mod srq;
 pub mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod timers;
 pub mod types;
 pub mod wc;

@@ -15,7 +15,7 @@ fn dup(src: *const c_void, len: usize) -> *mut c_void {
     unsafe {
         let p = libc::malloc(len);
         if !p.is_null() {
-            std::ptr::copy_nonoverlapping(src as *const u8, p as *mut u8, len);
+            std::ptr::copy_nonoverlapping(src.cast::<u8>(), p.cast::<u8>(), len);
         }
         p
     }
@@ -68,7 +68,7 @@ fn from_ai(rai: &mut rdma_addrinfo, hints: &rdma_addrinfo, ai: &libc::addrinfo, 
         }
     };
     rai.ai_family = ai.ai_family;
-    let addr = dup(ai.ai_addr as *const c_void, ai.ai_addrlen as usize) as *mut libc::sockaddr;
+    let addr = dup(ai.ai_addr as *const c_void, ai.ai_addrlen as usize).cast::<libc::sockaddr>();
     // SAFETY: NULL or getaddrinfo's NUL-terminated name.
     let canon = if ai.ai_canonname.is_null() {
         std::ptr::null_mut()
@@ -112,7 +112,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     };
     // SAFETY: calloc of one rdma_addrinfo; checked.
     let rai =
-        unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) } as *mut rdma_addrinfo;
+        unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
     if rai.is_null() {
         return fail(libc::ENOMEM);
     }
@@ -129,9 +129,9 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                 if hints.is_null() {
                     std::ptr::null()
                 } else {
-                    &ai_hints
+                    &raw const ai_hints
                 },
-                &mut ai,
+                &raw mut ai,
             )
         };
         if rc != 0 {
@@ -139,7 +139,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             let why = unsafe { std::ffi::CStr::from_ptr(libc::gai_strerror(rc)) }.to_string_lossy();
             tracing::warn!(target: "softverbs", "{VERB} refused (EAI {rc}): getaddrinfo: {why}");
             // SAFETY: ours, still empty.
-            unsafe { libc::free(rai as *mut c_void) };
+            unsafe { libc::free(rai.cast::<c_void>()) };
             return rc;
         }
         // SAFETY: getaddrinfo succeeded: `ai` is a list of at least one.
@@ -151,12 +151,12 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         r.ai_qp_type = h.ai_qp_type;
         r.ai_port_space = h.ai_port_space;
         r.ai_dst_addr =
-            dup(h.ai_dst_addr as *const c_void, h.ai_dst_len as usize) as *mut libc::sockaddr;
+            dup(h.ai_dst_addr as *const c_void, h.ai_dst_len as usize).cast::<libc::sockaddr>();
         r.ai_dst_len = h.ai_dst_len;
     }
     if r.ai_src_len == 0 && h.ai_src_len != 0 {
         r.ai_src_addr =
-            dup(h.ai_src_addr as *const c_void, h.ai_src_len as usize) as *mut libc::sockaddr;
+            dup(h.ai_src_addr as *const c_void, h.ai_src_len as usize).cast::<libc::sockaddr>();
         r.ai_src_len = h.ai_src_len;
     }
     // SAFETY: non-NULL out-pointer.
@@ -173,16 +173,16 @@ pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
         unsafe {
             let next = (*p).ai_next;
             for m in [
-                (*p).ai_src_addr as *mut c_void,
-                (*p).ai_dst_addr as *mut c_void,
-                (*p).ai_src_canonname as *mut c_void,
-                (*p).ai_dst_canonname as *mut c_void,
+                (*p).ai_src_addr.cast::<c_void>(),
+                (*p).ai_dst_addr.cast::<c_void>(),
+                (*p).ai_src_canonname.cast::<c_void>(),
+                (*p).ai_dst_canonname.cast::<c_void>(),
                 (*p).ai_route,
                 (*p).ai_connect,
             ] {
                 libc::free(m);
             }
-            libc::free(p as *mut c_void);
+            libc::free(p.cast::<c_void>());
             p = next;
         }
     }

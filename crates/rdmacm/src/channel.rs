@@ -75,7 +75,7 @@ impl Channel {
     fn raise(&self) {
         let one: u64 = 1;
         // SAFETY: writing 8 bytes to our eventfd; the count stays ≤ 1.
-        unsafe { libc::write(self.fd(), &one as *const u64 as *const _, 8) };
+        unsafe { libc::write(self.fd(), (&raw const one).cast(), 8) };
     }
 
     /// Makes the fd unreadable (count 1 → 0). Called with the queue lock held
@@ -84,7 +84,7 @@ impl Channel {
     fn lower(&self) {
         let mut v: u64 = 0;
         // SAFETY: reading 8 bytes from our eventfd into a u64.
-        unsafe { libc::read(self.fd(), &mut v as *mut u64 as *mut _, 8) };
+        unsafe { libc::read(self.fd(), (&raw mut v).cast(), 8) };
     }
 
     /// Queues an event.
@@ -140,7 +140,7 @@ impl Channel {
                 revents: 0,
             };
             // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut pfd, 1, -1) } < 0 && errno() != libc::EINTR {
+            if unsafe { libc::poll(&raw mut pfd, 1, -1) } < 0 && errno() != libc::EINTR {
                 return Err(errno());
             }
         }
@@ -165,7 +165,7 @@ pub(crate) fn new_channel(verb: &str) -> Result<*mut rdma_event_channel, c_int> 
         ch,
     }));
     CHANNELS.insert(b);
-    Ok(b as *mut rdma_event_channel)
+    Ok(b.cast::<rdma_event_channel>())
 }
 
 /// The queue of a live channel.
@@ -179,7 +179,7 @@ pub(crate) fn channel_of(verb: &str, p: *mut rdma_event_channel) -> Result<Arc<C
 pub(crate) fn free_channel(p: *mut rdma_event_channel) {
     if CHANNELS.remove(p) {
         // SAFETY: registered until now, made by `new_channel`.
-        drop(unsafe { Box::from_raw(p as *mut ChannelBlock) });
+        drop(unsafe { Box::from_raw(p.cast::<ChannelBlock>()) });
     }
 }
 
@@ -213,7 +213,7 @@ fn deliver(p: Pending) -> *mut rdma_cm_event {
         }
     }
     EVENTS.insert(raw);
-    raw as *mut rdma_cm_event
+    raw.cast::<rdma_cm_event>()
 }
 
 /// Waits for and delivers the next event of `ch` (`rdma_get_cm_event`'s body).
@@ -227,7 +227,7 @@ pub(crate) fn ack_event(verb: &str, event: *mut rdma_cm_event) -> Result<(), c_i
     EVENTS.check(verb, event)?;
     EVENTS.remove(event);
     // SAFETY: registered until now, made by `deliver`.
-    let b = unsafe { Box::from_raw(event as *mut EventBlock) };
+    let b = unsafe { Box::from_raw(event.cast::<EventBlock>()) };
     if let Some(id) = crate::id::live(b.id) {
         id.completed();
     }

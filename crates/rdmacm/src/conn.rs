@@ -231,7 +231,7 @@ fn reject(verb: &str, id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_in
             &[][..]
         } else {
             // SAFETY: the caller's buffer of `len` bytes.
-            unsafe { std::slice::from_raw_parts(data as *const u8, usize::from(len)) }
+            unsafe { std::slice::from_raw_parts(data.cast::<u8>(), usize::from(len)) }
         };
         cm().reject(b, pd)
     });

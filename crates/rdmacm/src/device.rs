@@ -84,7 +84,7 @@ fn open_all(verb: &str) -> Result<Vec<Dev>, c_int> {
     }
     let mut n: c_int = 0;
     // SAFETY: valid out-pointer.
-    let list = unsafe { verbs::ibv_get_device_list(&mut n) };
+    let list = unsafe { verbs::ibv_get_device_list(&raw mut n) };
     if list.is_null() {
         return Err(refuse(verb, errno(), "ibv_get_device_list failed"));
     }
@@ -117,7 +117,7 @@ fn addrs_of(ctx: *mut ibv_context) -> Vec<IpAddr> {
         // SAFETY: all-zero is a valid sockaddr_storage.
         let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         // SAFETY: an open context and a valid out-pointer.
-        if unsafe { verbs::softverbs_query_addr(ctx, 1, index, &mut ss) } != 0 {
+        if unsafe { verbs::softverbs_query_addr(ctx, 1, index, &raw mut ss) } != 0 {
             break;
         }
         if let Some((ip, _)) = crate::net::from_storage(&ss) {
@@ -154,7 +154,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
     };
     // SAFETY: calloc of (n+1) pointers; checked below.
     let list = unsafe { libc::calloc(devs.len() + 1, std::mem::size_of::<*mut ibv_context>()) }
-        as *mut *mut ibv_context;
+        .cast::<*mut ibv_context>();
     if list.is_null() {
         set_errno(libc::ENOMEM);
         return list;
@@ -174,7 +174,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     // SAFETY: NULL or the array rdma_get_devices calloc'ed.
-    unsafe { libc::free(list as *mut libc::c_void) };
+    unsafe { libc::free(list.cast::<libc::c_void>()) };
 }
 
 crate::symver!("device");

@@ -93,7 +93,7 @@ impl IdBlock {
     }
 
     pub fn addr(&self) -> usize {
-        self as *const IdBlock as usize
+        std::ptr::from_ref::<IdBlock>(self) as usize
     }
 
     /// Locks the id; the C struct may be written through [`IdBlock::c`] while held.
@@ -256,7 +256,7 @@ pub(crate) fn create(
     });
     let raw = Box::into_raw(b);
     IDS.insert(raw);
-    Ok(raw as *mut rdma_cm_id)
+    Ok(raw.cast::<rdma_cm_id>())
 }
 
 /// `rdma_destroy_id`'s body.
@@ -281,7 +281,7 @@ pub(crate) fn destroy(verb: &str, p: *mut rdma_cm_id) -> Result<(), c_int> {
     }
     drop(st);
     // SAFETY: made by `create`, unregistered above.
-    drop(unsafe { Box::from_raw(p as *mut IdBlock) });
+    drop(unsafe { Box::from_raw(p.cast::<IdBlock>()) });
     Ok(())
 }
 
@@ -314,7 +314,7 @@ pub(crate) fn unlisten_port(b: &IdBlock) {
 fn random_start(low: u16, high: u16) -> u16 {
     let mut v: u32 = 0;
     // SAFETY: getrandom(2) into a u32; on failure the time is used.
-    let n = unsafe { libc::getrandom(&mut v as *mut u32 as *mut c_void, 4, libc::GRND_NONBLOCK) };
+    let n = unsafe { libc::getrandom((&raw mut v).cast::<c_void>(), 4, libc::GRND_NONBLOCK) };
     if n != 4 {
         v = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -572,7 +572,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     id_block("rdma_get_src_port", id)
         .ok()
-        .and_then(|b| b.src())
+        .and_then(IdBlock::src)
         .map_or(0, |(_, p)| p.to_be())
 }
 
@@ -581,7 +581,7 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     id_block("rdma_get_dst_port", id)
         .ok()
-        .and_then(|b| b.dst())
+        .and_then(IdBlock::dst)
         .map_or(0, |(_, p)| p.to_be())
 }
 

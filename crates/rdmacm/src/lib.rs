@@ -32,6 +32,7 @@
 //! `ENOSYS` and a logged reason. The rsocket calls: `rsocket` answers
 //! `ENOSYS`; `rpoll`/`rselect` serve ordinary descriptors (there can be no
 //! rsocket); the others answer `EBADF` (their descriptor cannot be an rsocket).
+#![allow(unsafe_code)] // the C ABI: every block has a SAFETY line
 #![allow(clippy::missing_safety_doc)] // C entry points: the man pages are the contract
 
 pub mod ffi;

@@ -13,14 +13,14 @@ pub unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Result<(IpAddr, u16), 
     unsafe {
         match c_int::from((*sa).sa_family) {
             libc::AF_INET => {
-                let sin = &*(sa as *const libc::sockaddr_in);
+                let sin = &*sa.cast::<libc::sockaddr_in>();
                 Ok((
                     IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())),
                     u16::from_be(sin.sin_port),
                 ))
             }
             libc::AF_INET6 => {
-                let sin6 = &*(sa as *const libc::sockaddr_in6);
+                let sin6 = &*sa.cast::<libc::sockaddr_in6>();
                 Ok((
                     IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
                     u16::from_be(sin6.sin6_port),
@@ -34,7 +34,7 @@ pub unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Result<(IpAddr, u16), 
 /// The same from a `sockaddr_storage` we filled (AF_UNSPEC: `None`).
 pub fn from_storage(ss: &libc::sockaddr_storage) -> Option<(IpAddr, u16)> {
     // SAFETY: a sockaddr_storage holds any sockaddr of its family.
-    unsafe { from_sockaddr(ss as *const _ as *const libc::sockaddr) }.ok()
+    unsafe { from_sockaddr(std::ptr::from_ref(ss).cast::<libc::sockaddr>()) }.ok()
 }
 
 /// A `sockaddr_storage` holding `ip:port` (port in host order).
@@ -44,14 +44,14 @@ pub fn to_storage(ip: IpAddr, port: u16) -> libc::sockaddr_storage {
     match ip {
         IpAddr::V4(v4) => {
             // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            let sin = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in>() };
             sin.sin_family = libc::AF_INET as libc::sa_family_t;
             sin.sin_port = port.to_be();
             sin.sin_addr.s_addr = u32::from_ne_bytes(v4.octets());
         }
         IpAddr::V6(v6) => {
             // SAFETY: as above, for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            let sin6 = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in6>() };
             sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
             sin6.sin6_port = port.to_be();
             sin6.sin6_addr.s6_addr = v6.octets();

@@ -72,7 +72,10 @@ fn init_qp_attr(verb: &str, b: &IdBlock, attr: &mut ibv_qp_attr) -> Result<c_int
 /// Makes the id's CQs that are missing, each with its own completion channel
 /// (rdma-core `ucma_create_cqs`: receive first).
 fn create_cqs(verb: &str, c: &mut rdma_cm_id, send: u32, recv: u32) -> Result<(), c_int> {
-    let (ctx, me) = (c.verbs, c as *mut rdma_cm_id as *mut c_void);
+    let (ctx, me) = (
+        c.verbs,
+        std::ptr::from_mut::<rdma_cm_id>(c).cast::<c_void>(),
+    );
     let make = |size: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
         // SAFETY: an open context.
         let ch = unsafe { verbs::ibv_create_comp_channel(ctx) };
@@ -270,9 +273,7 @@ pub(crate) unsafe fn rdma_create_qp_impl(
         let mut ex: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
         let n = std::mem::size_of::<ibv_qp_init_attr>();
         // SAFETY: both buffers hold at least `n` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(attr as *const u8, &mut ex as *mut _ as *mut u8, n)
-        };
+        unsafe { std::ptr::copy_nonoverlapping(attr as *const u8, (&raw mut ex).cast::<u8>(), n) };
         ex.comp_mask = IBV_QP_INIT_ATTR_PD;
         // SAFETY: the caller owns the id.
         ex.pd = if pd.is_null() {
@@ -282,7 +283,9 @@ pub(crate) unsafe fn rdma_create_qp_impl(
         };
         let r = create_qp_ex(VERB, b, &mut ex);
         // SAFETY: as above, back into the caller's struct.
-        unsafe { std::ptr::copy_nonoverlapping(&ex as *const _ as *const u8, attr as *mut u8, n) };
+        unsafe {
+            std::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast::<u8>(), n)
+        };
         r
     });
     ret(r)
@@ -437,14 +440,14 @@ pub unsafe extern "C" fn rdma_create_srq(
     let mut ex: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
     let n = std::mem::size_of::<ibv_srq_init_attr>();
     // SAFETY: both hold at least `n` bytes.
-    unsafe { std::ptr::copy_nonoverlapping(attr as *const u8, &mut ex as *mut _ as *mut u8, n) };
+    unsafe { std::ptr::copy_nonoverlapping(attr as *const u8, (&raw mut ex).cast::<u8>(), n) };
     ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
     ex.srq_type = IBV_SRQT_BASIC;
     ex.pd = pd;
     // SAFETY: forwarding the caller's id.
-    let r = unsafe { rdma_create_srq_ex_impl(id, &mut ex) };
+    let r = unsafe { rdma_create_srq_ex_impl(id, &raw mut ex) };
     // SAFETY: back into the caller's struct.
-    unsafe { std::ptr::copy_nonoverlapping(&ex as *const _ as *const u8, attr as *mut u8, n) };
+    unsafe { std::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast::<u8>(), n) };
     r
 }
 

@@ -129,7 +129,7 @@ fn path_record(b: &IdBlock, st: &id::IdState) -> ibv_sa_path_rec {
     let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
     if let Some(d) = st.dev {
         // SAFETY: an open context and a full-size out-struct.
-        unsafe { verbs::ibv_query_port(d.ctx, 1, &mut pa) };
+        unsafe { verbs::ibv_query_port(d.ctx, 1, &raw mut pa) };
     }
     let (src, sport) = b.src().unwrap_or((net::any_of(&IpAddr::from([0u8; 4])), 0));
     let (dst, dport) = b.dst().unwrap_or((src, 0));
@@ -189,7 +189,7 @@ fn resolve_route(verb: &str, b: &IdBlock) -> Result<(), c_int> {
     // SAFETY: under the id's lock; the record lives in the id's state.
     unsafe {
         let c = &mut *b.c();
-        c.route.path_rec = &mut *boxed;
+        c.route.path_rec = &raw mut *boxed;
         c.route.num_paths = 1;
     }
     st.path = Some(boxed);

@@ -68,11 +68,11 @@ unsafe fn ctx_op(ctx: *mut ibv_context, offset: usize) -> Option<*const c_void> 
         if (*ctx).abi_compat != verbs::VERBS_ABI_IS_EXTENDED {
             return None;
         }
-        let v = (ctx as *mut u8).sub(base) as *const verbs_context;
+        let v = ctx.cast::<u8>().sub(base) as *const verbs_context;
         if (*v).sz < base - offset {
             return None;
         }
-        let op = *((v as *const u8).add(offset) as *const *const c_void);
+        let op = *v.cast::<u8>().add(offset).cast::<*const c_void>();
         (!op.is_null()).then_some(op)
     }
 }
@@ -88,7 +88,7 @@ pub unsafe fn ibv_create_qp_ex(
     // SAFETY: per the contract.
     unsafe {
         if (*attr).comp_mask == IBV_QP_INIT_ATTR_PD {
-            return ibv_create_qp((*attr).pd, attr as *mut ibv_qp_init_attr);
+            return ibv_create_qp((*attr).pd, attr.cast::<ibv_qp_init_attr>());
         }
         let Some(op) = ctx_op(ctx, std::mem::offset_of!(verbs_context, create_qp_ex)) else {
             crate::util::set_errno(libc::EOPNOTSUPP);
@@ -115,7 +115,7 @@ pub unsafe fn ibv_create_srq_ex(
             && (mask & IBV_SRQ_INIT_ATTR_PD) != 0
             && ((mask & IBV_SRQ_INIT_ATTR_TYPE) == 0 || (*attr).srq_type == IBV_SRQT_BASIC)
         {
-            return ibv_create_srq((*attr).pd, attr as *mut ibv_srq_init_attr);
+            return ibv_create_srq((*attr).pd, attr.cast::<ibv_srq_init_attr>());
         }
         let Some(op) = ctx_op(ctx, std::mem::offset_of!(verbs_context, create_srq_ex)) else {
             crate::util::set_errno(libc::EOPNOTSUPP);

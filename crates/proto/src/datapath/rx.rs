@@ -40,6 +40,10 @@ impl Engine {
             self.dev.counters.drop_icrc += 1;
             return;
         };
+        // CM hook: datagrams to QP1 go to the device's CM (gsi.rs, spec/cm.md §7).
+        if repr.bth.dest_qp.get() == wire::mad::GSI_QPN {
+            return self.gsi_receive(now, from.ip(), &repr, payload);
+        }
         let Some(h) = self.accept(&repr, from.ip(), to.ip()) else {
             return;
         };

@@ -18,6 +18,10 @@ impl Engine {
         mem: &dyn Memory,
         buf: &mut [u8],
     ) -> Option<Transmit> {
+        // CM hook: MADs go first (gsi.rs, spec/cm.md §7).
+        if let Some(t) = self.gsi_transmit(buf) {
+            return Some(t);
+        }
         while let Some(h) = self.dev.ready.pop_front() {
             let turn = self.drive(h, mem, |q, env, sink, scratch| {
                 q.dp.scheduled = false;
@@ -38,7 +42,12 @@ impl Engine {
 
     /// When [`Engine::handle_timeout`] is next due, if ever.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.dev.timers.peek().map(|(deadline, _)| deadline)
+        let qps = self.dev.timers.peek().map(|(deadline, _)| deadline);
+        // CM hook (gsi.rs): the CM's MAD timers join the device's.
+        [qps, self.gsi.cm.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Runs the timers that are due: RNR waits end; ACK timeouts resend from
@@ -46,6 +55,7 @@ impl Engine {
     /// oldest WQE with `RETRY_EXC_ERR` (rc-reliability.md §1.3). Afterwards
     /// [`Engine::poll_timeout`] is `None` or later than `now`.
     pub fn handle_timeout(&mut self, now: u64) {
+        self.gsi.cm.handle_timeout(now); // CM hook (gsi.rs)
         let mut due = std::mem::take(&mut self.dev.due);
         due.clear();
         self.dev.timers.pop_due(now, &mut due);
