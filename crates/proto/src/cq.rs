@@ -23,7 +23,7 @@ pub fn check_create(cqe: i32, comp_vector: i32, dev: &DeviceAttr) -> Result<u32,
     if cqe < 1 || cqe as u64 > u64::from(dev.max_cqe) {
         return Err(RangeError {
             what: "cqe",
-            value: cqe as i64 as u64,
+            value: i64::from(cqe) as u64,
             min: 1,
             max: dev.max_cqe.into(),
             note: "; device limit max_cqe",
@@ -97,6 +97,10 @@ impl CqRing {
         }
         let solicited = solicited || wc.status.is_error();
         self.entries.push_back(wc);
+        debug_assert!(
+            self.entries.len() <= self.capacity,
+            "CQ beyond its capacity"
+        );
         let event = match self.notify {
             Notify::Next => true,
             Notify::Solicited => solicited,
@@ -161,31 +165,6 @@ impl CqRing {
         let before = self.entries.len();
         self.entries.retain(|w| w.qp_num != qpn);
         before - self.entries.len()
-    }
-}
-
-impl crate::Engine {
-    /// Completions that signaled send WRs still queued on QPs feeding `cq`
-    /// will add (each completes exactly once: success, error or flush).
-    pub(crate) fn owed_completions(&self, cq: crate::engine::CqHandle) -> usize {
-        self.qps
-            .iter()
-            .filter(|(_, q)| q.send_cq == cq)
-            .map(|(_, q)| q.dp.sq.wqes.iter().filter(|w| w.signaled).count())
-            .sum()
-    }
-
-    /// A QP moved to RESET: its completions leave its CQs, as rdma-core's
-    /// hardware providers do (mlx4/mlx5/mthca/hns `*_modify_qp` →
-    /// `*_cq_clean`; spec/qp-state-machine.md §6.1).
-    pub(crate) fn purge_qp_completions(&mut self, h: crate::engine::QpHandle) {
-        let Some(q) = self.qps.get(h) else { return };
-        let (qpn, send, recv) = (q.ctl.qpn(), q.send_cq, q.recv_cq);
-        for c in [send, recv] {
-            if let Some(e) = self.cqs.get_mut(c) {
-                e.ring.purge_qp(qpn);
-            }
-        }
     }
 }
 

@@ -8,20 +8,26 @@
 //! created, as the kernel does when a verbs file is closed.
 
 use crate::ah::{check_av, Ah};
+use crate::cq::Pushed;
 use crate::cq::{self, Cq};
 use crate::device::{DeviceConfig, DeviceInfo, QpnSpace, FIRST_QPN};
 use crate::error::{Error, ObjectKind};
 use crate::handle::{kind, Handle};
 use crate::mask::AttrMask;
+use crate::memory::Memory;
 use crate::mr::MrTable;
 use crate::mr::{self, Mr};
+use crate::output::{AsyncEventKind, Event, EventElement};
+use crate::qp::actor::{QpEnv, Sink};
 use crate::qp::create::{self, QpRequest};
 use crate::qp::modify::{ModifyEnv, Transition};
+use crate::qp::wqe::RecvQueue;
 use crate::qp::QpControl;
+use crate::sched::{ReadyQueue, TimerHeap};
 use crate::srq::{self, Srq, SrqAttr};
 use crate::table::Table;
-use crate::types::QpState;
-use crate::types::{AhAttr, QpAttr, QpCap, QpType};
+use crate::types::{AhAttr, QpAttr, QpCap, QpState, QpType};
+use crate::wc::WorkCompletion;
 use std::collections::{HashMap, VecDeque};
 
 /// How many objects of each kind use an object.
@@ -74,24 +80,8 @@ pub struct Pd {
     users: Users,
 }
 
-/// A queue pair: its control state and the objects it uses.
-#[derive(Debug)]
-pub struct Qp {
-    /// Protection domain.
-    pub pd: PdHandle,
-    /// Send CQ.
-    pub send_cq: CqHandle,
-    /// Receive CQ.
-    pub recv_cq: CqHandle,
-    /// SRQ, if receives come from one.
-    pub srq: Option<SrqHandle>,
-    /// The control-path state.
-    pub ctl: QpControl,
-    /// The data-path state.
-    pub dp: crate::qp::data::QpData,
-}
-
 pub use crate::handle::{AhHandle, CqHandle, CtxHandle, MrHandle, PdHandle, QpHandle, SrqHandle};
+pub use crate::qp::actor::Qp;
 
 /// A CQ with its use count.
 #[derive(Debug)]
@@ -162,17 +152,24 @@ pub struct QpInitInfo {
     pub sq_sig_all: bool,
 }
 
-/// Device-wide data-path state.
+/// Device-wide data-path state: the scheduler, the driver's event queue,
+/// the gather buffer and the device counters.
 #[derive(Debug)]
 pub struct DeviceData {
     /// QPs that may have something to send, round robin.
-    pub(crate) ready: VecDeque<QpHandle>,
+    pub(crate) ready: ReadyQueue,
+    /// Each QP's next deadline.
+    pub(crate) timers: TimerHeap,
+    /// QPs whose deadline passed, in the order their timers run (reused).
+    pub(crate) due: Vec<QpHandle>,
     /// Events for the driver.
-    pub(crate) events: VecDeque<crate::output::Event>,
+    pub(crate) events: VecDeque<Event>,
     /// The UDP source port packets leave from (the driver's socket).
     pub(crate) local_port: u16,
     /// Gather buffer for payloads (one MTU).
     pub(crate) scratch: Vec<u8>,
+    /// Gather buffer for the inline data of the safe API's posts (reused).
+    pub(crate) inline_buf: Vec<u8>,
     /// Counters.
     pub(crate) counters: crate::output::DeviceCounters,
     /// Counters of destroyed QPs.
@@ -182,12 +179,72 @@ pub struct DeviceData {
 impl Default for DeviceData {
     fn default() -> Self {
         DeviceData {
-            ready: VecDeque::new(),
+            ready: ReadyQueue::default(),
+            timers: TimerHeap::default(),
+            due: Vec::new(),
             events: VecDeque::new(),
             local_port: crate::output::ROCE_PORT,
             scratch: vec![0; 4096],
+            inline_buf: Vec::new(),
             counters: crate::output::DeviceCounters::default(),
             retired: Default::default(),
+        }
+    }
+}
+
+/// The engine's side of a QP's [`Sink`]: its CQs, SRQs and event queue.
+pub(crate) struct EngineSink<'a> {
+    cqs: &'a mut Table<CqEntry, kind::Cq>,
+    srqs: &'a mut Table<SrqEntry, kind::Srq>,
+    events: &'a mut VecDeque<Event>,
+    qp: QpHandle,
+}
+
+impl Sink for EngineSink<'_> {
+    /// Raises the completion event if the CQ is armed; on overrun raises
+    /// `IBV_EVENT_CQ_ERR` (completions.md §7.2).
+    fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {
+        let Some(c) = self.cqs.get_mut(cq) else {
+            return true;
+        };
+        match c.ring.push(wc, solicited) {
+            Pushed::Stored { event } => {
+                if let (true, Some(channel)) = (event, c.channel) {
+                    self.events.push_back(Event::Completion { cq, channel });
+                }
+                true
+            }
+            Pushed::Overrun => {
+                self.events.push_back(Event::Async {
+                    kind: AsyncEventKind::CqErr,
+                    element: EventElement::Cq(cq),
+                });
+                false
+            }
+        }
+    }
+
+    fn qp_event(&mut self, kind: AsyncEventKind) {
+        let element = EventElement::Qp(self.qp);
+        self.events.push_back(Event::Async { kind, element });
+    }
+
+    fn srq_queue(&mut self, srq: SrqHandle) -> Option<&mut RecvQueue> {
+        self.srqs.get_mut(srq).map(|s| &mut s.queue)
+    }
+
+    /// rc-reliability.md §8: below the armed limit → one event, then disarmed.
+    fn srq_taken(&mut self, srq: SrqHandle) {
+        let Some(s) = self.srqs.get_mut(srq) else {
+            return;
+        };
+        let limit = s.srq.attr.srq_limit;
+        if limit > 0 && (s.queue.len() as u32) < limit {
+            s.srq.attr.srq_limit = 0;
+            self.events.push_back(Event::Async {
+                kind: AsyncEventKind::SrqLimitReached,
+                element: EventElement::Srq(srq),
+            });
         }
     }
 }
@@ -208,6 +265,8 @@ pub struct Engine {
     mr_serial: u32,
     /// Device-wide data-path state (schedule, events, counters).
     pub(crate) dev: DeviceData,
+    /// CM hook: QP1 and the connection manager (gsi.rs, spec/cm.md §7).
+    pub(crate) gsi: crate::gsi::Gsi,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -222,7 +281,15 @@ impl Engine {
     pub fn new(config: &DeviceConfig) -> Engine {
         let info = DeviceInfo::new(config);
         let a = &info.attr;
+        // CM hook: the device's GSI endpoint (gsi.rs).
+        let gsi_gid = info
+            .gids
+            .first()
+            .copied()
+            .unwrap_or(crate::types::Gid::ZERO);
+        let gsi = crate::gsi::Gsi::new(gsi_gid, a.node_guid, a.node_guid);
         Engine {
+            gsi,
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),
@@ -565,7 +632,7 @@ impl Engine {
         };
         let entry = SrqEntry {
             srq,
-            queue: Default::default(),
+            queue: crate::qp::wqe::RecvQueue::with_depth(granted.max_wr as usize),
             users: Users::default(),
         };
         let h = self.srqs.insert(entry).ok_or(Error::TooMany {
@@ -650,13 +717,11 @@ impl Engine {
             ..c.req
         };
         let (qp_type, cap) = create::check(&req, &self.info.attr)?;
-        let (send_cq, recv_cq) =
-            match (c.send_cq, c.recv_cq) {
-                (Some(s), Some(r)) => (s, r),
-                _ => return Err(Error::invalid(
-                    "create_qp: send_cq and recv_cq must both be given (they may be the same CQ)",
-                )),
-            };
+        let (Some(send_cq), Some(recv_cq)) = (c.send_cq, c.recv_cq) else {
+            return Err(Error::invalid(
+                "create_qp: send_cq and recv_cq must both be given (they may be the same CQ)",
+            ));
+        };
         for h in [send_cq, recv_cq] {
             if self.cq(h)?.ctx != ctx {
                 return Err(Error::Mismatch {
@@ -681,14 +746,7 @@ impl Engine {
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
-        let qp = Qp {
-            pd: c.pd,
-            send_cq,
-            recv_cq,
-            srq: c.srq,
-            ctl,
-            dp: Default::default(),
-        };
+        let qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl);
         let limit = u64::from(self.info.attr.max_qp);
         let handle = self.qps.insert(qp).ok_or(Error::TooMany {
             kind: ObjectKind::Qp,
@@ -781,18 +839,7 @@ impl Engine {
             privileged: false,
         };
         let t = q.ctl.modify(attr, mask, env)?;
-        // A new retry_cnt / rnr_retry (SQD→SQD, SQD→RTS) is the budget from
-        // now on; RTR→RTS sets both when the requester starts.
-        if matches!(t.from, QpState::Rts | QpState::Sqd | QpState::Sqe) {
-            let a = *q.ctl.attr();
-            if mask.contains(AttrMask::RETRY_CNT) {
-                q.dp.req.retry_left = a.retry_cnt;
-            }
-            if mask.contains(AttrMask::RNR_RETRY) {
-                q.dp.req.rnr_left = a.rnr_retry;
-            }
-        }
-        self.after_transition(h, t, mask);
+        self.drive_ctl(h, |q, sink| q.on_modify(t, mask, sink));
         if t.to == QpState::Reset {
             self.purge_qp_completions(h);
         }
@@ -805,10 +852,10 @@ impl Engine {
         let (mut attr, valid) = q.ctl.query();
         // qp-query.md §3.1: sq_psn / rq_psn are the live next-to-send and expected PSNs.
         if valid.contains(AttrMask::SQ_PSN) {
-            attr.sq_psn = q.dp.req.next_psn.get();
+            attr.sq_psn = q.sq_psn().get();
         }
         if valid.contains(AttrMask::RQ_PSN) && q.ctl.qp_type() != QpType::Ud {
-            attr.rq_psn = q.dp.resp.epsn.get();
+            attr.rq_psn = q.epsn().get();
         }
         let init = QpInitInfo {
             qp_type: q.ctl.qp_type(),
@@ -855,8 +902,110 @@ impl Engine {
         self.qp_uses(h, false);
         let q = self.qps.remove(h).expect("checked above");
         self.qpns.remove(&q.ctl.qpn());
-        self.dev.retired.add(&q.dp.counters);
+        self.dev.timers.set(h, None);
+        self.dev.retired.add(q.counters());
         Ok(())
+    }
+
+    /// Runs one call of QP `h`'s actor with its environment and sink, then
+    /// brings the scheduler up to date with it. `None` if there is no such QP.
+    pub(crate) fn drive<R>(
+        &mut self,
+        h: QpHandle,
+        mem: &dyn Memory,
+        f: impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>, &mut [u8]) -> R,
+    ) -> Option<R> {
+        let q = self.qps.get_mut(h)?;
+        let env = QpEnv {
+            mrs: &self.mrs,
+            mem,
+            gids: &self.info.gids,
+            port_mtu: self.info.port.active_mtu.bytes(),
+            local_port: self.dev.local_port,
+        };
+        let mut sink = EngineSink {
+            cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
+            events: &mut self.dev.events,
+            qp: h,
+        };
+        let r = f(q, &env, &mut sink, &mut self.dev.scratch);
+        self.sync(h);
+        Some(r)
+    }
+
+    /// [`Engine::drive`] for calls that touch no memory and send nothing.
+    pub(crate) fn drive_ctl<R>(
+        &mut self,
+        h: QpHandle,
+        f: impl FnOnce(&mut Qp, &mut EngineSink<'_>) -> R,
+    ) -> Option<R> {
+        let q = self.qps.get_mut(h)?;
+        let mut sink = EngineSink {
+            cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
+            events: &mut self.dev.events,
+            qp: h,
+        };
+        let r = f(q, &mut sink);
+        self.sync(h);
+        Some(r)
+    }
+
+    /// After a call of QP `h`'s actor: into the ready queue if it may send
+    /// (once), and its deadline into the timer heap.
+    #[inline]
+    fn sync(&mut self, h: QpHandle) {
+        let Some(q) = self.qps.get_mut(h) else {
+            self.dev.timers.set(h, None);
+            return;
+        };
+        if q.take_wants_tx() && !q.dp.scheduled {
+            q.dp.scheduled = true;
+            self.dev.ready.push_back(h);
+        }
+        // Most calls leave the deadline as the heap has it.
+        let deadline = q.deadline();
+        if deadline != q.dp.in_heap {
+            q.dp.in_heap = deadline;
+            self.dev.timers.set(h, deadline);
+        }
+    }
+
+    /// Completions that signaled send WRs still queued on QPs feeding `cq`
+    /// will add (each completes exactly once: success, error or flush).
+    pub(crate) fn owed_completions(&self, cq: CqHandle) -> usize {
+        self.qps
+            .iter()
+            .filter(|(_, q)| q.send_cq == cq)
+            .map(|(_, q)| q.signaled_sends())
+            .sum()
+    }
+
+    /// A QP moved to RESET: its completions leave its CQs, as rdma-core's
+    /// hardware providers do (mlx4/mlx5/mthca/hns `*_modify_qp` →
+    /// `*_cq_clean`; spec/qp-state-machine.md §6.1).
+    pub(crate) fn purge_qp_completions(&mut self, h: QpHandle) {
+        let Some(q) = self.qps.get(h) else { return };
+        let (qpn, send, recv) = (q.ctl.qpn(), q.send_cq, q.recv_cq);
+        for c in [send, recv] {
+            if let Some(e) = self.cqs.get_mut(c) {
+                e.ring.purge_qp(qpn);
+            }
+        }
+    }
+
+    /// `ibv_advise_mr` on `pd` ([`advise`]); `EINVAL` for a PD that does not exist.
+    pub fn advise_mr(
+        &self,
+        pd: PdHandle,
+        advice: u32,
+        flags: u32,
+        sges: &[crate::wr::Sge],
+        mem: &dyn crate::memory::Memory,
+    ) -> Result<(), Error> {
+        self.pd_ctx(pd)?;
+        Ok(mr::advise(&self.mrs, pd, advice, flags, sges, mem)?)
     }
 
     /// Number of live objects of each table (for leak checks).

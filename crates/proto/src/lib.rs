@@ -2,14 +2,68 @@
 //!
 //! `proto` owns every rule of the verbs object model and decides everything as a
 //! pure function of its inputs: it holds no sockets, threads or clocks and contains
-//! no `unsafe`. This first layer is the control path: the device model
-//! ([`device`]), the object tables ([`table`]), protection domains, memory regions,
+//! no `unsafe`. It holds the device model ([`device`]), the object tables
+//! ([`table`], named by typed [`handle`]s), protection domains, memory regions,
 //! completion queues, shared receive queues, address handles and queue pairs
 //! ([`qp`]) with the exact modify-QP state machine of the Linux kernel
-//! (`shared/spec/qp-state-machine.md`) and query semantics (`shared/spec/qp-query.md`).
+//! (`shared/spec/qp-state-machine.md`) and query semantics
+//! (`shared/spec/qp-query.md`), and the data path: each QP is one actor
+//! ([`qp::actor::Qp`]) that the [`Engine`] drives.
 //!
 //! Every refusal is an [`Error`] that names what was wrong and maps to the errno
 //! Linux returns in the same case ([`Error::errno`]).
+//!
+//! # Layers
+//!
+//! A file imports only what sits below it (no circle of imports; a module's
+//! `mod.rs` never reaches into its own children):
+//!
+//! ```text
+//! 8  datapath/{mod,post,rx,tx}   impl Engine: post entry checks, demultiplexing, transmit turns, timers
+//! 7  engine                      object tables, use counts, the Sink over CQs/SRQs/events, drive + sync
+//! 6  sched                       ready queue, timer heap                     (handle)
+//! 5  qp::actor/{mod,rx,tx,state} one QP: on_packet, on_timeout, on_modify, post_*, next_packet
+//! 4  output                      events, transmit descriptors, device counters, PostOutcome
+//! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
+//! 2  ah, cq, srq, mr, dm, memory, table;  cm (the CM state machines: types, rng, wire only)
+//! 1  error, wr, wc, timers, device
+//! 0  handle, types, mask, rng     (handle imports nothing from the crate)
+//! ```
+//!
+//! Inside layer 3 the order is wqe, sgl → requester → completer (the
+//! requester's other half, which alone sees its fields) → responder → data.
+//! `tests/layering.rs` checks the sources: no circle of imports, except two
+//! not yet undone outside the data path (error ↔ mr/dm/wr: the error enum
+//! aggregates their leaf errors; cm/mod.rs ↔ cm::{conn, sidr}: the `Outbox`),
+//! and nothing below the engine names the engine.
+//!
+//! # The path of a post
+//!
+//! ```text
+//! Engine::post_send(h, wr, inline)                        datapath/post.rs
+//!   check_post_send (wr): opcode × type, state, depth, SGEs, inline, AH's PD
+//!   SendQueue::make: a recycled WQE filled from the WR   (no allocation in steady state)
+//!   Engine::drive_ctl(h) → Qp::post_send(wqe, flushed, sink)    queued (or flushed → CQ)
+//!   Engine::sync(h): wants_tx → ready queue (once)
+//! Engine::poll_transmit(now, mem, buf)                    datapath/tx.rs
+//!   ready.pop_front() → Qp::next_packet: response first, else Requester::next_packet
+//!   → gather (MR check) → emit headers + ICRC into buf → after_request (ACK timer / UC·UD completion)
+//!   sync(h): sent → back of the ready queue; deadline → timer heap
+//! ```
+//!
+//! # The path of a received datagram
+//!
+//! ```text
+//! Engine::handle_datagram(now, from, to, bytes, mem)      datapath/rx.rs
+//!   TransportRepr::parse → ICRC → accept (QPN, transport, state, peer, P_Key)   drops counted
+//!   Engine::drive(h) → Qp::on_packet                       qp/actor/rx.rs
+//!     request:  Responder::handle (RQ or the SRQ's queue via the sink) → counters,
+//!               completions → CQ (overrun → QP to ERR), SRQ limit, fatal → ERR + flush
+//!     response: Requester::handle_response (completer) → on_progress (budgets, ACK timer),
+//!               RNR wait, completions → CQ, fatal → ERR + flush, SQD drain check
+//!   Engine::sync(h): responses/resends queued → ready queue; new deadline → timer heap
+//! Engine::handle_timeout(now): timer heap pops the due QPs → Qp::on_timeout → sync
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -21,17 +75,22 @@ pub mod device;
 pub mod dm;
 pub mod engine;
 pub mod error;
+pub mod gsi;
 pub mod handle;
 pub mod mask;
 pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
-pub mod rng;
+/// The seeded generator (crates/faults): the CM draws its IDs from it.
+pub use faults::rng;
+pub mod sched;
 #[cfg(test)]
 mod spec_md;
 pub mod srq;
 pub mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod timers;
 pub mod types;
 pub mod wc;

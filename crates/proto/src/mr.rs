@@ -481,7 +481,7 @@ pub fn advise(
     let write = advice == Advice::PrefetchWrite;
     for sge in sges {
         let (lkey, addr, len) = (sge.lkey, sge.addr, u64::from(sge.length));
-        let mr = crate::qp::sgl::mr_by_key(mrs, lkey)
+        let mr = mr_by_key(mrs, lkey)
             .filter(|m| m.lkey == lkey && m.on_demand())
             .ok_or(AdviseError::NotOnDemand { lkey })?;
         if mr.pd != pd {
@@ -499,7 +499,7 @@ pub fn advise(
     }
     for sge in sges {
         let (addr, len) = (sge.addr, u64::from(sge.length));
-        let host = crate::qp::sgl::mr_by_key(mrs, sge.lkey).map_or(addr, |m| m.host_of(addr));
+        let host = mr_by_key(mrs, sge.lkey).map_or(addr, |m| m.host_of(addr));
         if len > 0 && !mem.fault_in(host, len, write) {
             let lkey = sge.lkey;
             return Err(AdviseError::NotMapped {
@@ -513,19 +513,9 @@ pub fn advise(
     Ok(())
 }
 
-impl crate::Engine {
-    /// `ibv_advise_mr` on `pd` ([`advise`]); `EINVAL` for a PD that does not exist.
-    pub fn advise_mr(
-        &self,
-        pd: PdHandle,
-        advice: u32,
-        flags: u32,
-        sges: &[crate::wr::Sge],
-        mem: &dyn crate::memory::Memory,
-    ) -> Result<(), Error> {
-        self.pd_ctx(pd)?;
-        Ok(advise(&self.mrs, pd, advice, flags, sges, mem)?)
-    }
+/// The MR an lkey or rkey names (the slot index sits in the key's high bits).
+pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
+    mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
 }
 
 /// Checks `ibv_reg_dm_mr` arguments: a zero-based region (IBV_ACCESS_ZERO_BASED

@@ -1,5 +1,5 @@
 //! What the engine hands to its driver besides bytes: events, transmit
-//! descriptors and device counters. Plain data; sits on [`crate::handle`] and
+//! descriptors, device counters and what became of a post. Plain data; sits on [`crate::handle`] and
 //! [`crate::qp::data`] only.
 
 use crate::handle::{CqHandle, QpHandle, SrqHandle};
@@ -131,4 +131,13 @@ impl DeviceCounters {
         );
         self.qps.add(&o.qps);
     }
+}
+
+/// What became of a posted WR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostOutcome {
+    /// Queued (processed now or when the state allows).
+    Queued,
+    /// The QP is in ERR (or SQE for sends): completed at once with `WR_FLUSH_ERR`.
+    Flushed,
 }

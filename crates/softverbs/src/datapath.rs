@@ -9,7 +9,7 @@ use crate::qp::{QueuePair, Transport};
 use crate::srq::SharedReceiveQueue;
 use crate::AddressHandle;
 use proto::wc::WorkCompletion;
-use proto::wr::{RecvWr, SendFlags, SendWr, Sge, UdTarget, WrTarget};
+use proto::wr::{RecvWr, SendWr, Sge, UdTarget, WrTarget};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,14 +25,7 @@ impl<T: Transport> QueuePair<T> {
         let shared = &self.pd().ctx.dev;
         let h = self.handle();
         shared
-            .with_mem(|e, mem| {
-                let inline = if wr.flags.contains(SendFlags::INLINE) {
-                    Some(e.gather_checked(h, wr.sg_list, mem)?)
-                } else {
-                    None
-                };
-                e.post_send(h, wr, inline.as_deref())
-            })
+            .with_mem(|e, mem| e.post_send_checked(h, wr, mem))
             .map_err(|e| post_err("post_send", e))?;
         shared.doorbell();
         Ok(())
@@ -118,9 +111,10 @@ pub struct CompletionChannel {
 impl CompletionChannel {
     /// Waits for the next completion event; returns the CQ's [`CompletionQueue::id`].
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<u64>, Error> {
-        self.inner
-            .get_event(timeout)
-            .map_err(|e| Error::Os(e.to_string()))
+        self.inner.get_event(timeout).map_err(|e| Error::Os {
+            op: "waiting for a completion event",
+            source: e.into(),
+        })
     }
 
     /// The file descriptor (readable while events wait).
@@ -155,7 +149,10 @@ impl Context {
             .dev
             .driver
             .create_completion_channel()
-            .map_err(|e| Error::Os(e.to_string()))?;
+            .map_err(|e| Error::Os {
+                op: "creating a completion channel",
+                source: e.into(),
+            })?;
         Ok(CompletionChannel { inner: ch })
     }
 
@@ -180,7 +177,10 @@ impl Context {
             .driver
             .async_events()
             .pop_wait(timeout)
-            .map_err(|e| Error::Os(e.to_string()))?;
+            .map_err(|e| Error::Os {
+                op: "waiting for an async event",
+                source: e.into(),
+            })?;
         Ok(e.map(|e| AsyncEvent {
             kind: e.kind,
             element: e.element,

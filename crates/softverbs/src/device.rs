@@ -15,12 +15,15 @@ use sv_io::{AsyncEvent, Driver, DriverOptions, Nanos, Notification, Transmit};
 pub(crate) struct DeviceEngine {
     pub(crate) engine: Engine,
     mem: RawMemory,
+    /// Where the CM's events go (cm.rs).
+    pub(crate) cm_hub: std::sync::Arc<crate::cm::Hub>,
 }
 
 impl sv_io::Engine for DeviceEngine {
     fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.engine
             .handle_datagram(now, from, to, payload, &self.mem);
+        self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
     }
 
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
@@ -38,6 +41,7 @@ impl sv_io::Engine for DeviceEngine {
 
     fn handle_timeout(&mut self, now: Nanos) {
         self.engine.handle_timeout(now);
+        self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
     }
 
     fn poll_notification(&mut self) -> Option<Notification> {
@@ -95,9 +99,12 @@ impl Shared {
             let mut engine = Engine::new(config);
             engine.set_local_port(bind.port());
             engine.set_qpn_space(QpnSpace { first, last }, qpn_start(first, last));
+            // Comm IDs and TIDs differ per process and per start (cm.rs).
+            engine.reseed_cm(crate::cm::seed());
             let de = DeviceEngine {
                 engine,
                 mem: RawMemory,
+                cm_hub: Default::default(),
             };
             match Driver::start(de, bind, opts.clone()) {
                 Ok(driver) => {

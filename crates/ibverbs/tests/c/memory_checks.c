@@ -7,7 +7,9 @@
  * memory (ibv_alloc_dm, the copies, zero-based ibv_reg_dm_mr regions that an
  * RDMA WRITE reaches by offset) and its errno; thread and parent domains (a
  * QP of a parent domain writes through an MR of its PD; the errno of each
- * refusal).
+ * refusal); the CQ rules that come with them: ibv_resize_cq below the
+ * completions queued or owed is EINVAL, and a QP moved to RESET takes its
+ * completions out of its CQs.
  * Prints "ok" and exits 0 when every check passed. */
 #include <errno.h>
 #include <stdint.h>
@@ -350,6 +352,43 @@ static void device_memory(void)
 	free(src);
 }
 
+static void cq_rules(void)
+{
+	struct ibv_cq *small = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+	MUST(small);
+	struct ibv_qp_init_attr init = {.send_cq = small, .recv_cq = small, .qp_type = IBV_QPT_RC,
+					.cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *a = ibv_create_qp(pd, &init), *b = ibv_create_qp(pd, &init);
+	MUST(a && b);
+	connect_rc(a, b->qp_num);
+	connect_rc(b, a->qp_num);
+	char buf[64] = {0};
+	struct ibv_mr *m = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	MUST(m);
+	/* b posts no receive and RNR retry is infinite: five SENDs stay owed. */
+	struct ibv_sge sge = {(uintptr_t)buf, 8, m->lkey};
+	for (int i = 0; i < 5; i++) {
+		struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED}, *bad;
+		MUST(ibv_post_send(a, &wr, &bad) == 0);
+	}
+	CHECK(ibv_resize_cq(small, 4) == EINVAL, "resize below the owed completions");
+	CHECK(ibv_resize_cq(small, 5) == 0 && small->cqe == 5, "resize to exactly what is owed");
+	/* a to ERR: its five SENDs flush into the CQ; RESET takes them out. */
+	struct ibv_qp_attr at = {.qp_state = IBV_QPS_ERR};
+	MUST(ibv_modify_qp(a, &at, IBV_QP_STATE) == 0);
+	struct ibv_wc wc;
+	int seen = 0;
+	for (long i = 0; i < 100000000L && seen == 0; i++)
+		seen = ibv_poll_cq(small, 1, &wc);
+	CHECK(seen == 1 && wc.status == IBV_WC_WR_FLUSH_ERR && wc.qp_num == a->qp_num, "a flush completion");
+	at.qp_state = IBV_QPS_RESET;
+	MUST(ibv_modify_qp(a, &at, IBV_QP_STATE) == 0);
+	CHECK(ibv_poll_cq(small, 1, &wc) == 0, "RESET purged the rest of a's completions");
+	CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0 && ibv_dereg_mr(m) == 0, "teardown");
+	CHECK(ibv_destroy_cq(small) == 0, "destroy cq");
+}
+
 static void *never_alloc(struct ibv_pd *p, void *c, size_t size, size_t align, uint64_t type)
 {
 	(void)p, (void)c, (void)size, (void)align, (void)type;
@@ -449,6 +488,7 @@ int main(void)
 	odp();
 	device_memory();
 	domains();
+	cq_rules();
 
 	MUST(ibv_destroy_cq(cq) == 0);
 	MUST(ibv_dealloc_pd(pd) == 0);

@@ -21,6 +21,7 @@
 //! that connection's peer GID (our addition: the kernel matches comm IDs only).
 
 mod conn;
+mod qp_attr;
 mod sidr;
 pub mod timing;
 mod types;
@@ -216,6 +217,28 @@ impl Cm {
     pub fn connect(&mut self, now: u64, p: &ConnectParams) -> Result<ConnId, CmError> {
         let id = self.alloc_id()?;
         let conn = Conn::connect(id, self.tid(id), &self.cfg, p, now, &mut self.out)?;
+        self.conns.insert(id, conn);
+        Ok(ConnId(id))
+    }
+
+    /// `connect` with this connection's own MAD timing (rdma_cm's
+    /// `cma_response_timeout`/`max_cm_retries` per id instead of the device's):
+    /// the REQ announces `timing`'s response timeout and retries, and is resent
+    /// every `2 × packet life + response timeout` at most `max_cm_retries` times.
+    pub fn connect_with(
+        &mut self,
+        now: u64,
+        p: &ConnectParams,
+        timing: CmTiming,
+    ) -> Result<ConnId, CmError> {
+        let id = self.alloc_id()?;
+        let cfg = CmConfig {
+            packet_life_time: timing.packet_life_time,
+            cm_response_timeout: timing.cm_response_timeout,
+            max_cm_retries: timing.max_cm_retries,
+            ..self.cfg
+        };
+        let conn = Conn::connect(id, self.tid(id), &cfg, p, now, &mut self.out)?;
         self.conns.insert(id, conn);
         Ok(ConnId(id))
     }

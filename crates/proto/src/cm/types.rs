@@ -68,6 +68,28 @@ impl CmConfig {
     }
 }
 
+/// The MAD timing of one connection attempt (codes as in [`CmConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmTiming {
+    /// Packet life time code (rdma_cm on RoCE: 18).
+    pub packet_life_time: u8,
+    /// CM response timeout code (rdma_cm: 20; 6144 ms per REQ with life 18).
+    pub cm_response_timeout: u8,
+    /// Resends after the first send (rdma_cm: 15, so 16 sends in all).
+    pub max_cm_retries: u8,
+}
+
+impl CmTiming {
+    /// The timing a CM was configured with.
+    pub fn of(cfg: &CmConfig) -> CmTiming {
+        CmTiming {
+            packet_life_time: cfg.packet_life_time,
+            cm_response_timeout: cfg.cm_response_timeout,
+            max_cm_retries: cfg.max_cm_retries,
+        }
+    }
+}
+
 /// Path values carried in the REQ's primary path (spec/cm.md §3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathParams {

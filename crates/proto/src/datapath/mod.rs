@@ -14,14 +14,13 @@
 
 mod post;
 mod rx;
-mod state;
 mod tx;
 
 use crate::handle::{CqHandle, QpHandle};
 
-pub use post::PostOutcome;
-
-pub use crate::output::{AsyncEventKind, DeviceCounters, Event, EventElement, Transmit, ROCE_PORT};
+pub use crate::output::{
+    AsyncEventKind, DeviceCounters, Event, EventElement, PostOutcome, Transmit, ROCE_PORT,
+};
 
 impl crate::Engine {
     /// The UDP port the driver sends from (covered by the ICRC).
@@ -34,14 +33,14 @@ impl crate::Engine {
         let mut c = self.dev.counters;
         c.qps = self.dev.retired;
         for (_, q) in self.qps.iter() {
-            c.qps.add(&q.dp.counters);
+            c.qps.add(q.counters());
         }
         c
     }
 
     /// A QP's counters.
     pub fn qp_counters(&self, h: QpHandle) -> Option<crate::qp::data::QpCounters> {
-        self.qps.get(h).map(|q| q.dp.counters)
+        self.qps.get(h).map(|q| *q.counters())
     }
 
     /// Next event for the driver.
@@ -61,36 +60,5 @@ impl crate::Engine {
         })?;
         c.channel = channel;
         Ok(())
-    }
-
-    /// What QP `q`'s responder needs to know.
-    pub(crate) fn resp_env<'a>(
-        q: &crate::engine::Qp,
-        mrs: &'a crate::mr::MrTable,
-        mem: &'a dyn crate::memory::Memory,
-    ) -> crate::qp::responder::RespEnv<'a> {
-        let a = q.ctl.attr();
-        crate::qp::responder::RespEnv {
-            qp_type: q.ctl.qp_type(),
-            qpn: q.ctl.qpn(),
-            dest_qpn: a.dest_qp_num,
-            pd: q.pd,
-            access: a.qp_access_flags,
-            mtu: tx::path_mtu(a.path_mtu),
-            max_dest_rd_atomic: a.max_dest_rd_atomic,
-            min_rnr_timer: a.min_rnr_timer,
-            qkey: q.ctl.qkey_or_zero(),
-            mrs,
-            mem,
-        }
-    }
-
-    pub(crate) fn schedule(&mut self, h: QpHandle) {
-        if let Some(q) = self.qps.get_mut(h) {
-            if !q.dp.scheduled {
-                q.dp.scheduled = true;
-                self.dev.ready.push_back(h);
-            }
-        }
     }
 }

@@ -2,31 +2,28 @@
 
 use crate::error::{Error, ObjectKind};
 use crate::handle::{CqHandle, QpHandle, SrqHandle};
-use crate::qp::wqe::{RecvWqe, SendWqe, UdDest};
-use crate::types::{QpState, QpType};
-use crate::wc::{wc_opcode_for, WcOpcode, WorkCompletion};
+use crate::output::PostOutcome;
+use crate::qp::actor::PostedSend;
+use crate::qp::wqe::UdDest;
+use crate::wc::WorkCompletion;
 use crate::wr::{
     check_post_recv, check_post_send, check_post_srq_recv, Disposition, PostError, RecvQueueCtx,
     RecvWr, SendFlags, SendQueueCtx, SendWr, WrTarget,
 };
 use crate::Engine;
 
-/// What became of a posted WR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PostOutcome {
-    /// Queued (processed now or when the state allows).
-    Queued,
-    /// The QP is in ERR (or SQE for sends): completed at once with `WR_FLUSH_ERR`.
-    Flushed,
+fn outcome(flushed: bool) -> PostOutcome {
+    if flushed {
+        PostOutcome::Flushed
+    } else {
+        PostOutcome::Queued
+    }
 }
 
 fn no_qp(h: QpHandle) -> PostError {
     PostError::NoSuchObject {
-        what: Error::NoSuchObject {
-            kind: ObjectKind::Qp,
-            handle: h.raw(),
-        }
-        .to_string(),
+        kind: ObjectKind::Qp,
+        handle: h.raw(),
     }
 }
 
@@ -57,19 +54,15 @@ impl Engine {
         let inline = wr
             .flags
             .contains(SendFlags::INLINE)
-            .then(|| inline.unwrap_or(&[]).to_vec());
+            .then(|| inline.unwrap_or(&[]));
         let ud = self.ud_dest(q.ctl.qkey_or_zero(), wr);
-        let wqe = SendWqe::new(wr, q.ctl.sq_sig_all(), inline, ud);
-        if disposition == Disposition::Flushed {
-            let (qpn, cq) = (q.ctl.qpn(), q.send_cq);
-            let op = wc_opcode_for(wr.opcode).unwrap_or(WcOpcode::Send);
-            self.push_completion(cq, WorkCompletion::flush(wr.wr_id, qpn, op), false, None);
-            return Ok(PostOutcome::Flushed);
-        }
-        let q = self.qps.get_mut(h).expect("checked above");
-        q.dp.sq.wqes.push_back(wqe);
-        self.schedule(h);
-        Ok(PostOutcome::Queued)
+        let posted = PostedSend {
+            flushed: disposition == Disposition::Flushed,
+            inline,
+            ud,
+        };
+        self.drive_ctl(h, |q, sink| q.post_send(wr, posted, sink));
+        Ok(outcome(posted.flushed))
     }
 
     /// Copies the bytes of an `IBV_SEND_INLINE` WR through the memory-region
@@ -81,14 +74,47 @@ impl Engine {
         sges: &[crate::wr::Sge],
         mem: &dyn crate::memory::Memory,
     ) -> Result<Vec<u8>, PostError> {
-        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
-        let mut out = vec![0; crate::wr::sg_total_len(sges) as usize];
-        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, &mut out).map_err(|e| {
-            PostError::NoSuchObject {
-                what: format!("IBV_SEND_INLINE data: {e:?}"),
-            }
-        })?;
+        let mut out = Vec::new();
+        self.gather_checked_into(h, sges, mem, &mut out)?;
         Ok(out)
+    }
+
+    fn gather_checked_into(
+        &self,
+        h: QpHandle,
+        sges: &[crate::wr::Sge],
+        mem: &dyn crate::memory::Memory,
+        out: &mut Vec<u8>,
+    ) -> Result<(), PostError> {
+        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
+        out.clear();
+        out.resize(crate::wr::sg_total_len(sges) as usize, 0);
+        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, out)
+            .map_err(|e| PostError::InlineData { error: e })
+    }
+
+    /// `ibv_post_send` for the safe API: an `IBV_SEND_INLINE` WR's bytes are
+    /// gathered through the memory-region check ([`Engine::gather_checked`])
+    /// into a buffer the engine keeps, so posting allocates nothing.
+    pub fn post_send_checked(
+        &mut self,
+        h: QpHandle,
+        wr: &SendWr<'_>,
+        mem: &dyn crate::memory::Memory,
+    ) -> Result<PostOutcome, PostError> {
+        if !wr.flags.contains(SendFlags::INLINE) {
+            return self.post_send(h, wr, None);
+        }
+        let mut buf = std::mem::take(&mut self.dev.inline_buf);
+        let r = self
+            .gather_checked_into(h, wr.sg_list, mem, &mut buf)
+            .and_then(|()| self.post_send(h, wr, Some(&buf)));
+        // A refused oversized WR must not pin its size: keep only what a
+        // valid inline WR can need.
+        if buf.capacity() <= crate::device::MAX_INLINE_DATA as usize {
+            self.dev.inline_buf = buf;
+        }
+        r
     }
 
     /// Resolves a UD WR's address handle; a Q_Key with bit 31 set means "use the
@@ -124,19 +150,9 @@ impl Engine {
             max_recv_sge: q.ctl.cap().max_recv_sge,
             outstanding: q.dp.rq.len() as u32,
         };
-        if check_post_recv(&ctx, wr)? == Disposition::Flushed {
-            let (qpn, cq) = (q.ctl.qpn(), q.recv_cq);
-            self.push_completion(
-                cq,
-                WorkCompletion::flush(wr.wr_id, qpn, WcOpcode::Recv),
-                true,
-                None,
-            );
-            return Ok(PostOutcome::Flushed);
-        }
-        let q = self.qps.get_mut(h).expect("checked above");
-        q.dp.rq.wqes.push_back(RecvWqe::new(wr));
-        Ok(PostOutcome::Queued)
+        let flushed = check_post_recv(&ctx, wr)? == Disposition::Flushed;
+        self.drive_ctl(h, |q, sink| q.post_recv(wr, flushed, sink));
+        Ok(outcome(flushed))
     }
 
     /// `ibv_post_srq_recv` for one WR.
@@ -145,15 +161,13 @@ impl Engine {
             .srqs
             .get_mut(h)
             .ok_or_else(|| PostError::NoSuchObject {
-                what: Error::NoSuchObject {
-                    kind: ObjectKind::Srq,
-                    handle: h.raw(),
-                }
-                .to_string(),
+                kind: ObjectKind::Srq,
+                handle: h.raw(),
             })?;
         let a = s.srq.attr;
         check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;
-        s.queue.wqes.push_back(RecvWqe::new(wr));
+        s.queue.push(wr);
+        debug_assert!(s.queue.len() <= a.max_wr as usize, "SRQ beyond max_wr");
         Ok(())
     }
 
@@ -179,39 +193,5 @@ impl Engine {
         })?;
         c.ring.req_notify(solicited_only);
         Ok(())
-    }
-
-    /// Adds a completion to a CQ; raises the completion event if armed, and on
-    /// overrun `IBV_EVENT_CQ_ERR` and (for `qp`) moves the QP to ERR
-    /// (completions.md §7.2).
-    pub(crate) fn push_completion(
-        &mut self,
-        cq: CqHandle,
-        wc: WorkCompletion,
-        solicited: bool,
-        qp: Option<QpHandle>,
-    ) {
-        use super::{AsyncEventKind, Event, EventElement};
-        use crate::cq::Pushed;
-        let Some(c) = self.cqs.get_mut(cq) else {
-            return;
-        };
-        match c.ring.push(wc, solicited) {
-            Pushed::Stored { event: true } => {
-                if let Some(channel) = c.channel {
-                    self.dev.events.push_back(Event::Completion { cq, channel });
-                }
-            }
-            Pushed::Stored { event: false } => {}
-            Pushed::Overrun => {
-                self.dev.events.push_back(Event::Async {
-                    kind: AsyncEventKind::CqErr,
-                    element: EventElement::Cq(cq),
-                });
-                if let Some(qp) = qp {
-                    self.enter_error(qp, AsyncEventKind::QpFatal);
-                }
-            }
-        }
     }
 }

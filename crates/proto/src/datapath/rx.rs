@@ -1,12 +1,11 @@
-//! Packets in: the acceptance checks of roce-wire.md §7 (in rxe's order), then
-//! the responder for requests and the completer for responses.
+//! Packets in: the demultiplexer. The acceptance checks of roce-wire.md §7
+//! (in rxe's order) pick the QP, then the QP's actor takes the packet
+//! ([`crate::qp::actor::Qp::on_packet`]).
 
-use super::{AsyncEventKind, Event, EventElement};
 use crate::handle::QpHandle;
 use crate::memory::Memory;
-use crate::qp::completer::{CompEffects, CompEnv};
-use crate::qp::responder::{Drop, Incoming, RespEffects};
-use crate::types::{QpState, QpType};
+use crate::qp::actor::{gid_ip, Packet};
+use crate::types::QpType;
 use crate::Engine;
 use std::net::{IpAddr, SocketAddr};
 use wire::icrc::{self, Endpoints};
@@ -41,15 +40,27 @@ impl Engine {
             self.dev.counters.drop_icrc += 1;
             return;
         };
+        // CM hook: datagrams to QP1 go to the device's CM (gsi.rs, spec/cm.md §7).
+        if repr.bth.dest_qp.get() == wire::mad::GSI_QPN {
+            return self.gsi_receive(now, from.ip(), &repr, payload);
+        }
         let Some(h) = self.accept(&repr, from.ip(), to.ip()) else {
             return;
         };
         let body = repr.payload(payload);
-        if repr.opcode().is_response() {
-            self.on_response(h, now, &repr, body, mem);
+        let grh = if repr.opcode().is_response() {
+            [0; 40]
         } else {
-            let grh = grh_area(&ep, ip_id, payload.len());
-            self.on_request(h, &repr, body, &grh, mem);
+            grh_area(&ep, ip_id, payload.len())
+        };
+        let pkt = Packet {
+            repr: &repr,
+            payload: body,
+            grh: &grh,
+        };
+        let dropped = self.drive(h, mem, |q, env, sink, _| q.on_packet(now, env, &pkt, sink));
+        if dropped == Some(true) {
+            self.dev.counters.drop_by_qp += 1;
         }
     }
 
@@ -75,7 +86,7 @@ impl Engine {
         };
         let peer_ok = !q.ctl.qp_type().is_connected()
             || (a.ah_attr.grh.dgid.ip() == src
-                && super::tx::gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
+                && gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
         let pkey_ok = repr.bth.pkey.matches(wire::PKey::DEFAULT);
         let c = &mut self.dev.counters;
         let reason = if repr.opcode().transport() != want {
@@ -92,192 +103,6 @@ impl Engine {
         *reason += 1;
         c.drop_not_accepted += 1;
         None
-    }
-
-    fn on_request(
-        &mut self,
-        h: QpHandle,
-        repr: &TransportRepr,
-        body: &[u8],
-        grh: &[u8; 40],
-        mem: &dyn Memory,
-    ) {
-        let Some(q) = self.qps.get_mut(h) else { return };
-        q.dp.counters.packets_received += 1;
-        q.dp.counters.bytes_received += body.len() as u64;
-        if q.ctl.state() == QpState::Rtr && !q.dp.comm_est {
-            // The first packet in RTR (qp-state-machine.md §6.5).
-            q.dp.comm_est = true;
-            let element = EventElement::Qp(h);
-            self.dev.events.push_back(Event::Async {
-                kind: AsyncEventKind::CommEst,
-                element,
-            });
-        }
-        let env = Engine::resp_env(q, &self.mrs, mem);
-        let mut fx = RespEffects::default();
-        let pkt = Incoming {
-            repr,
-            payload: body,
-            grh,
-        };
-        let srq = q.srq;
-        match srq.and_then(|s| self.srqs.get_mut(s)) {
-            Some(s) => q.dp.resp.handle(&env, &mut s.queue, &pkt, &mut fx),
-            None => q.dp.resp.handle(&env, &mut q.dp.rq, &pkt, &mut fx),
-        }
-        self.apply_responder(h, fx);
-    }
-
-    fn apply_responder(&mut self, h: QpHandle, fx: RespEffects) {
-        let Some(q) = self.qps.get_mut(h) else { return };
-        let (cq, srq) = (q.recv_cq, q.srq);
-        count_responder(&mut q.dp.counters, &fx, q.ctl.qp_type());
-        if fx
-            .dropped
-            .is_some_and(|d| !d.is_duplicate() && d != Drop::NoWqe)
-            || (fx.dropped == Some(Drop::NoWqe) && q.ctl.qp_type() != QpType::Rc)
-        {
-            self.dev.counters.drop_by_qp += 1;
-        }
-        if q.dp.resp.has_output() {
-            self.schedule(h);
-        }
-        for (wc, solicited) in fx.completions {
-            self.push_completion(cq, wc, solicited, Some(h));
-        }
-        if fx.took_wqe {
-            self.check_srq_limit(srq);
-        }
-        if let Some(f) = fx.fatal {
-            use crate::qp::responder::Fatal;
-            let kind = match f {
-                Fatal::InvalidRequest => AsyncEventKind::QpReqErr,
-                Fatal::AccessError => AsyncEventKind::QpAccessErr,
-                Fatal::Local => AsyncEventKind::QpFatal,
-            };
-            self.enter_error(h, kind);
-        }
-    }
-
-    /// rc-reliability.md §8: below the armed limit → one event, then disarmed.
-    fn check_srq_limit(&mut self, srq: Option<crate::handle::SrqHandle>) {
-        let Some(sh) = srq else { return };
-        let Some(s) = self.srqs.get_mut(sh) else {
-            return;
-        };
-        let limit = s.srq.attr.srq_limit;
-        if limit > 0 && (s.queue.len() as u32) < limit {
-            s.srq.attr.srq_limit = 0;
-            let element = EventElement::Srq(sh);
-            self.dev.events.push_back(Event::Async {
-                kind: AsyncEventKind::SrqLimitReached,
-                element,
-            });
-        }
-    }
-
-    fn on_response(
-        &mut self,
-        h: QpHandle,
-        now: u64,
-        repr: &TransportRepr,
-        body: &[u8],
-        mem: &dyn Memory,
-    ) {
-        let Some(q) = self.qps.get_mut(h) else { return };
-        q.dp.counters.packets_received += 1;
-        q.dp.counters.bytes_received += body.len() as u64;
-        let a = *q.ctl.attr();
-        let env = CompEnv {
-            qpn: q.ctl.qpn(),
-            pd: q.pd,
-            mtu: super::tx::path_mtu(a.path_mtu),
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            mrs: &self.mrs,
-            mem,
-        };
-        let mut fx = CompEffects::default();
-        q.dp.req
-            .handle_response(&mut q.dp.sq, &env, repr, body, &mut fx);
-        self.apply_completer(h, now, fx);
-    }
-
-    fn apply_completer(&mut self, h: QpHandle, now: u64, fx: CompEffects) {
-        let Some(q) = self.qps.get_mut(h) else { return };
-        let c = &mut q.dp.counters;
-        c.rnr_naks_received += u64::from(fx.rnr_nak);
-        c.seq_naks_received += u64::from(fx.seq_nak);
-        c.error_naks_received += u64::from(fx.error_nak);
-        c.stale_responses += u64::from(fx.ignored);
-        c.implied_naks += u64::from(fx.implied_nak);
-        c.retransmit_rounds += u64::from(fx.implied_nak && !fx.fatal);
-        c.retransmit_rounds += u64::from(fx.read_gap);
-        c.read_gaps += u64::from(fx.read_gap);
-        if fx.progress {
-            // Forward progress restores both budgets (rxe reset_retry_counters).
-            let a = q.ctl.attr();
-            q.dp.req.retry_left = a.retry_cnt;
-            q.dp.req.rnr_left = a.rnr_retry;
-            q.dp.req.retrying = None;
-            let outstanding = q.dp.req.una != q.dp.req.next_psn;
-            let timeout = crate::timers::local_ack_timeout_ns(a.timeout)
-                .ok()
-                .flatten();
-            q.dp.ack_deadline = if outstanding {
-                timeout.map(|t| now + t)
-            } else {
-                None
-            };
-        }
-        if let Some(wait) = fx.rnr_wait_ns {
-            // hfi1: the ACK timer stops while an RNR wait runs (rc-reliability.md §1.4).
-            q.dp.rnr_until = Some(now + wait);
-            q.dp.ack_deadline = None;
-            q.dp.counters.retransmit_rounds += 1;
-        }
-        if fx.seq_nak {
-            q.dp.counters.retransmit_rounds += 1;
-        }
-        let cq = q.send_cq;
-        for wc in fx.completions {
-            self.push_completion(cq, wc, false, Some(h));
-        }
-        if fx.fatal {
-            self.enter_error_quiet(h);
-        } else {
-            self.schedule(h);
-            self.check_drained(h);
-        }
-    }
-}
-
-/// Counts what the responder did with one request packet.
-fn count_responder(c: &mut crate::qp::data::QpCounters, fx: &RespEffects, t: QpType) {
-    use wire::aeth::NakCode;
-    match fx.nak_sent {
-        Some(NakCode::PsnSequenceError) => c.seq_naks_sent += 1,
-        Some(_) => c.error_naks_sent += 1,
-        None => {}
-    }
-    let Some(d) = fx.dropped else { return };
-    let field = match d {
-        Drop::DupAcked => &mut c.dup_acked,
-        Drop::DupRead => &mut c.dup_reads_answered,
-        Drop::DupAtomic => &mut c.dup_atomics_answered,
-        Drop::DupDropped => &mut c.dup_dropped,
-        Drop::NoWqe if t == QpType::Rc => &mut c.rnr_naks_sent,
-        Drop::NoWqe => &mut c.drop_no_recv_wqe,
-        Drop::Sequence => &mut c.drop_sequence,
-        Drop::Qkey => &mut c.drop_qkey,
-        Drop::Unreliable => &mut c.drop_invalid,
-    };
-    *field += 1;
-    if d.is_duplicate() {
-        c.duplicates += 1;
-    } else if d != Drop::NoWqe || t != QpType::Rc {
-        c.dropped += 1;
     }
 }
 

@@ -94,6 +94,12 @@ impl Requester {
         if !fx.fatal {
             complete_failed(sq, env, fx);
         }
+        // The acknowledged edge never passes the send edge (both move forward
+        // only, less than half the PSN space apart: roce-wire.md §9).
+        debug_assert!(
+            self.next_psn.offset_from(self.una) < 1 << 23,
+            "una passed next_psn"
+        );
     }
 
     fn on_ack(
@@ -131,7 +137,7 @@ impl Requester {
                         fx.seq_nak = true;
                         self.rewind(sq, q, env.mtu);
                     }
-                    (_, NakAction::Fail(status)) | (_, NakAction::Retry { exhausted: status }) => {
+                    (_, NakAction::Fail(status) | NakAction::Retry { exhausted: status }) => {
                         fx.error_nak = true;
                         self.fail_wqe(sq, env, status, fx)
                     }
@@ -151,7 +157,7 @@ impl Requester {
         fx: &mut CompEffects,
     ) {
         let mut upto = upto;
-        for w in sq.wqes.iter_mut() {
+        for w in &mut sq.wqes {
             if w.npsn == 0 || w.done {
                 if w.npsn == 0 {
                     break;
@@ -356,6 +362,7 @@ impl Requester {
         if let Some(w) = sq.retire() {
             fx.completions
                 .push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
+            sq.recycle(w);
         }
         fx.fatal = true;
     }
@@ -369,6 +376,7 @@ impl Requester {
                     fx.completions.push(wc);
                 }
             }
+            sq.recycle(w);
         }
     }
 }
@@ -384,6 +392,7 @@ fn complete_failed(sq: &mut SendQueue, env: &CompEnv<'_>, fx: &mut CompEffects) 
         fx.completions
             .push(WorkCompletion::error(w.wr_id, env.qpn, wc_op(&w), status));
         fx.fatal = true;
+        sq.recycle(w);
     }
 }
 

@@ -123,10 +123,31 @@ pub struct QpData {
     pub ack_deadline: Option<u64>,
     /// RNR wait (RC): no request goes out before this.
     pub rnr_until: Option<u64>,
-    /// In the engine's transmit schedule.
+    /// In the engine's ready queue (the engine's flag, kept beside the QP).
     pub scheduled: bool,
+    /// The deadline the engine's timer heap holds for this QP (the engine's).
+    pub in_heap: Option<u64>,
+    /// Something happened that may let the QP send (set by the QP, taken by
+    /// the engine's scheduler).
+    pub wants_tx: bool,
     /// COMM_EST was raised (first packet in RTR).
     pub comm_est: bool,
     /// Counters.
     pub counters: QpCounters,
+    /// The responder's completions buffer, reused from packet to packet.
+    pub resp_wcs: Vec<(crate::wc::WorkCompletion, bool)>,
+    /// The completer's completions buffer, reused from packet to packet.
+    pub comp_wcs: Vec<crate::wc::WorkCompletion>,
+}
+
+impl QpData {
+    /// Fresh data-path state whose queues keep up to their depth of retired
+    /// WQEs for reuse (see [`super::wqe`]).
+    pub fn with_capacity(cap: crate::types::QpCap) -> QpData {
+        QpData {
+            sq: SendQueue::with_depth(cap.max_send_wr as usize),
+            rq: RecvQueue::with_depth(cap.max_recv_wr as usize),
+            ..QpData::default()
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! by itself (to ERR, to SQE, SQD drained) through [`QpControl::device_move`] and
 //! [`QpControl::drain_finished`].
 
+pub mod actor;
 pub mod completer;
 pub mod create;
 pub mod data;

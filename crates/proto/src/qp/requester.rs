@@ -50,26 +50,40 @@ pub struct ReqPacket {
 }
 
 /// Send-side transport state of one QP.
+///
+/// The fields are visible to the completer (the requester's other half, in
+/// `completer.rs`) and nothing else: the actor and the engine go through the
+/// methods, so the retry policy (budgets, their restoration on progress, the
+/// ACK-timeout round) is decided here alone.
 #[derive(Debug, Clone, Default)]
 pub struct Requester {
     /// Next PSN a new message starts at.
-    pub next_psn: Psn,
+    pub(super) next_psn: Psn,
     /// Oldest unacknowledged PSN (RC).
-    pub una: Psn,
+    pub(super) una: Psn,
     /// READ/atomic WQEs started and not completed.
-    pub rd_atomic_inflight: u32,
+    pub(super) rd_atomic_inflight: u32,
     /// Transport retries left (RC).
-    pub retry_left: u8,
+    pub(super) retry_left: u8,
     /// RNR retries left (RC; 7 = infinite).
-    pub rnr_left: u8,
+    pub(super) rnr_left: u8,
     /// Packets sent since the last AckReq.
-    pub since_ack_req: u32,
+    pub(super) since_ack_req: u32,
     /// One past the highest PSN ever sent (a READ counts its whole reserved
     /// range): a request packet before it is a retransmission.
-    pub high_psn: Psn,
+    pub(super) high_psn: Psn,
     /// An implied-NAK retry from this PSN is under way (cleared by progress
     /// and by an ACK timeout), so further implied NAKs for it are not counted.
-    pub retrying: Option<Psn>,
+    pub(super) retrying: Option<Psn>,
+}
+
+/// What an ACK timeout with PSNs outstanding does (rc-reliability.md §1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckTimeout {
+    /// A budget was spent: go-back-N from the oldest unacknowledged PSN.
+    Resend,
+    /// `retry_cnt` is spent: the oldest WQE fails with `RETRY_EXC_ERR`.
+    Exhausted,
 }
 
 /// What the requester needs to know about its QP to build a packet.
@@ -102,6 +116,81 @@ impl Requester {
             rnr_left: rnr_retry,
             ..Requester::default()
         };
+    }
+
+    /// Next PSN a new message starts at (`sq_psn` as query reports it).
+    pub fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    /// Oldest unacknowledged PSN.
+    pub fn una(&self) -> Psn {
+        self.una
+    }
+
+    /// True while some sent PSN is not yet acknowledged (RC).
+    pub fn outstanding(&self) -> bool {
+        self.una != self.next_psn
+    }
+
+    /// READ/atomic WQEs started and not yet answered.
+    pub fn rd_atomic_inflight(&self) -> u32 {
+        self.rd_atomic_inflight
+    }
+
+    /// Transport and RNR retries left.
+    pub fn budgets(&self) -> (u8, u8) {
+        (self.retry_left, self.rnr_left)
+    }
+
+    /// A modify set a new `retry_cnt` / `rnr_retry` (SQD→SQD, SQD→RTS): that
+    /// is the budget from now on.
+    pub fn set_budgets(&mut self, retry_cnt: Option<u8>, rnr_retry: Option<u8>) {
+        if let Some(n) = retry_cnt {
+            self.retry_left = n;
+        }
+        if let Some(n) = rnr_retry {
+            self.rnr_left = n;
+        }
+    }
+
+    /// Forward progress restores both budgets and ends a retry round (rxe
+    /// reset_retry_counters; rc-reliability.md §1.3).
+    pub fn on_progress(&mut self, retry_cnt: u8, rnr_retry: u8) {
+        self.retry_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+        self.retrying = None;
+    }
+
+    /// The local ACK timer fired with PSNs outstanding: spend one transport
+    /// retry and go back to the oldest unacknowledged PSN, or report the budget
+    /// spent (rc-reliability.md §1.3: only timeouts and implied NAKs spend it).
+    pub fn on_ack_timeout(&mut self, sq: &mut SendQueue, mtu: u32) -> AckTimeout {
+        if self.retry_left == 0 {
+            return AckTimeout::Exhausted;
+        }
+        self.retry_left -= 1;
+        self.retrying = None;
+        let una = self.una;
+        self.rewind(sq, una, mtu);
+        AckTimeout::Resend
+    }
+
+    /// WQE `index` failed locally while older ones are still outstanding (RC):
+    /// its PSNs are taken back so nothing waits for them, and it completes
+    /// with `status` once it reaches the front (completer::complete_failed).
+    pub fn take_back(&mut self, sq: &mut SendQueue, index: usize, status: crate::wc::WcStatus) {
+        let w = &mut sq.wqes[index];
+        self.next_psn = w.first_psn;
+        w.npsn = 0;
+        w.sent_pkts = 0;
+        w.failed = Some(status);
+        sq.next = index;
+    }
+
+    /// The send queue was flushed: nothing is in flight any more.
+    pub fn flushed(&mut self) {
+        self.rd_atomic_inflight = 0;
     }
 
     /// The next request packet, if one may go now.

@@ -453,6 +453,12 @@ impl Responder {
             self.resources.pop_front();
         }
         self.resources.push_back(r);
+        // Responder credit: never more saved READ/atomic resources than the
+        // responder resources we granted (max_dest_rd_atomic; rc-reliability.md §3 step 4).
+        debug_assert!(
+            self.resources.len() <= usize::from(env.max_dest_rd_atomic.max(1)),
+            "responder resources beyond max_dest_rd_atomic"
+        );
     }
 
     /// rc-reliability.md §3.3: duplicates are answered, never re-executed.
@@ -549,6 +555,7 @@ impl Responder {
                 unreachable!()
             };
             complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::Recv, offset);
+            rq.recycle(wqe);
         }
         Ok(())
     }
@@ -614,6 +621,7 @@ impl Responder {
                 fx.took_wqe = true;
                 // byte_len is the RDMA length (completions.md §1), not this packet's.
                 complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::RecvRdmaWithImm, total);
+                rq.recycle(wqe);
             }
         }
         Ok(())
@@ -699,6 +707,7 @@ impl Responder {
             wc.wc_flags = wc.wc_flags | WcFlags::GRH;
             wc.sl = roce_packet_type(pkt.grh);
         }
+        rq.recycle(wqe);
         fx.completions.push((wc, pkt.repr.bth.solicited));
         Ok(())
     }

@@ -4,15 +4,17 @@
 
 use crate::handle::PdHandle;
 use crate::memory::Memory;
-use crate::mr::{Access, AccessError, Mr, MrTable};
+use crate::mr::{Access, AccessError, MrTable};
 use crate::wr::Sge;
 
 /// Why a gather or scatter failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SglError {
     /// An element failed the memory-region check → `IBV_WC_LOC_PROT_ERR`.
+    #[error(transparent)]
     Access(AccessError),
     /// The data does not fit the list → `IBV_WC_LOC_LEN_ERR`.
+    #[error("{need} bytes do not fit the scatter/gather list's {have}")]
     Length {
         /// Bytes that had to fit (offset + data).
         need: u64,
@@ -21,10 +23,7 @@ pub enum SglError {
     },
 }
 
-/// The MR an lkey or rkey names (the slot index sits in the key's high bits).
-pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
-    mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
-}
+pub use crate::mr::mr_by_key;
 
 fn check_sge(
     mrs: &MrTable,
@@ -121,6 +120,7 @@ mod tests {
     use super::*;
     use crate::handle::Handle;
     use crate::memory::VecMemory;
+    use crate::mr::Mr;
     use crate::types::AccessFlags;
 
     fn setup() -> (MrTable, PdHandle, u32, u32) {

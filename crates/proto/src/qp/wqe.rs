@@ -1,5 +1,12 @@
 //! Work-queue entries: what an accepted work request becomes inside a QP, and
 //! the bounded queues that hold them in posting order.
+//!
+//! Allocation: a retired WQE goes back to its queue's free list (at most the
+//! queue's depth of them) with its gather list and inline buffer, so once a
+//! queue has held as many WQEs as it ever will at once, posting reuses them
+//! and allocates nothing: the queue and the buffers only grow, amortized, to
+//! the most WQEs outstanding and the largest gather list / inline payload
+//! seen. Nothing is reserved up front, so an idle deep queue costs nothing.
 
 use crate::types::Gid;
 use crate::wr::{ImmData, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget};
@@ -34,8 +41,10 @@ pub struct SendWqe {
     pub flags: SendFlags,
     /// Gather list (SEND/WRITE) or scatter list (READ, atomic result).
     pub sges: Vec<Sge>,
-    /// Inline payload copied at post time.
-    pub inline: Option<Vec<u8>>,
+    /// Inline payload copied at post time (meaningful when `has_inline`).
+    inline_buf: Vec<u8>,
+    /// The WR was `IBV_SEND_INLINE`: the payload is `inline_buf`.
+    has_inline: bool,
     /// Immediate data.
     pub imm: ImmData,
     /// Remote part.
@@ -69,22 +78,21 @@ impl SendWqe {
     pub fn new(
         wr: &SendWr<'_>,
         sq_sig_all: bool,
-        inline: Option<Vec<u8>>,
+        inline: Option<&[u8]>,
         ud: Option<UdDest>,
     ) -> SendWqe {
-        SendWqe {
-            wr_id: wr.wr_id,
+        let mut w = SendWqe {
+            wr_id: 0,
             opcode: wr.opcode,
             flags: wr.flags,
-            sges: wr.sg_list.to_vec(),
-            len: inline
-                .as_ref()
-                .map_or_else(|| crate::wr::sg_total_len(wr.sg_list), |v| v.len() as u64),
-            inline,
+            sges: Vec::new(),
+            inline_buf: Vec::new(),
+            has_inline: false,
             imm: wr.imm_data,
             target: wr.target,
             ud,
-            signaled: sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
+            len: 0,
+            signaled: false,
             first_psn: Psn::default(),
             npsn: 0,
             sent_pkts: 0,
@@ -92,7 +100,49 @@ impl SendWqe {
             done: false,
             read_reasked: None,
             failed: None,
+        };
+        w.fill(wr, sq_sig_all, inline, ud);
+        w
+    }
+
+    /// Makes this (recycled) WQE the one for `wr`, reusing its buffers.
+    pub fn fill(
+        &mut self,
+        wr: &SendWr<'_>,
+        sq_sig_all: bool,
+        inline: Option<&[u8]>,
+        ud: Option<UdDest>,
+    ) {
+        self.sges.clear();
+        self.sges.extend_from_slice(wr.sg_list);
+        self.inline_buf.clear();
+        self.has_inline = inline.is_some();
+        if let Some(bytes) = inline {
+            self.inline_buf.extend_from_slice(bytes);
         }
+        self.len = match inline {
+            Some(bytes) => bytes.len() as u64,
+            None => crate::wr::sg_total_len(wr.sg_list),
+        };
+        self.wr_id = wr.wr_id;
+        self.opcode = wr.opcode;
+        self.flags = wr.flags;
+        self.imm = wr.imm_data;
+        self.target = wr.target;
+        self.ud = ud;
+        self.signaled = sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        self.first_psn = Psn::default();
+        self.npsn = 0;
+        self.sent_pkts = 0;
+        self.read_done = 0;
+        self.done = false;
+        self.read_reasked = None;
+        self.failed = None;
+    }
+
+    /// The inline payload, if the WR was `IBV_SEND_INLINE`.
+    pub fn inline(&self) -> Option<&[u8]> {
+        self.has_inline.then_some(&self.inline_buf[..])
     }
 
     /// Last PSN of the message.
@@ -138,6 +188,13 @@ impl RecvWqe {
         }
     }
 
+    /// Makes this (recycled) WQE the one for `wr`, reusing its gather list.
+    pub fn fill(&mut self, wr: &RecvWr<'_>) {
+        self.wr_id = wr.wr_id;
+        self.sges.clear();
+        self.sges.extend_from_slice(wr.sg_list);
+    }
+
     /// Total buffer length.
     pub fn capacity(&self) -> u64 {
         crate::wr::sg_total_len(&self.sges)
@@ -152,9 +209,47 @@ pub struct SendQueue {
     pub wqes: VecDeque<SendWqe>,
     /// Index of the first WQE whose request packets are not all sent.
     pub next: usize,
+    /// Retired WQEs kept for reuse.
+    free: Vec<SendWqe>,
+    /// At most this many are kept (the queue's depth).
+    keep: usize,
 }
 
 impl SendQueue {
+    /// An empty queue of depth `depth` (keeps up to that many retired WQEs).
+    pub fn with_depth(depth: usize) -> SendQueue {
+        SendQueue {
+            keep: depth,
+            ..SendQueue::default()
+        }
+    }
+
+    /// Queues a WQE for `wr` at the back: a recycled one when there is one
+    /// (no allocation).
+    pub fn push(
+        &mut self,
+        wr: &SendWr<'_>,
+        sq_sig_all: bool,
+        inline: Option<&[u8]>,
+        ud: Option<UdDest>,
+    ) {
+        let w = match self.free.pop() {
+            Some(mut w) => {
+                w.fill(wr, sq_sig_all, inline, ud);
+                w
+            }
+            None => SendWqe::new(wr, sq_sig_all, inline, ud),
+        };
+        self.wqes.push_back(w);
+    }
+
+    /// Keeps a retired WQE's buffers for a later post.
+    pub fn recycle(&mut self, w: SendWqe) {
+        if self.free.len() < self.keep {
+            self.free.push(w);
+        }
+    }
+
     /// WQEs posted and not yet retired.
     pub fn len(&self) -> usize {
         self.wqes.len()
@@ -183,9 +278,41 @@ impl SendQueue {
 pub struct RecvQueue {
     /// WQEs, oldest first.
     pub wqes: VecDeque<RecvWqe>,
+    /// Completed WQEs kept for reuse.
+    free: Vec<RecvWqe>,
+    /// At most this many are kept (the queue's depth).
+    keep: usize,
 }
 
 impl RecvQueue {
+    /// An empty queue of depth `depth` (keeps up to that many completed WQEs).
+    pub fn with_depth(depth: usize) -> RecvQueue {
+        RecvQueue {
+            keep: depth,
+            ..RecvQueue::default()
+        }
+    }
+
+    /// Queues a WQE for `wr` at the back: a recycled one when there is one
+    /// (no allocation).
+    pub fn push(&mut self, wr: &RecvWr<'_>) {
+        let w = match self.free.pop() {
+            Some(mut w) => {
+                w.fill(wr);
+                w
+            }
+            None => RecvWqe::new(wr),
+        };
+        self.wqes.push_back(w);
+    }
+
+    /// Keeps a completed WQE's gather list for a later post.
+    pub fn recycle(&mut self, w: RecvWqe) {
+        if self.free.len() < self.keep {
+            self.free.push(w);
+        }
+    }
+
     /// WQEs waiting.
     pub fn len(&self) -> usize {
         self.wqes.len()

@@ -1,0 +1,265 @@
+//! Packets out, and the QP's timers: one packet per turn (responses before
+//! requests); the local ACK timer and the RNR wait (rc-reliability.md §1.3–1.4).
+
+use super::{gid_ip, path_mtu, Qp, QpEnv, Sink};
+use crate::output::{AsyncEventKind, Transmit, ROCE_PORT};
+use crate::qp::completer::success;
+use crate::qp::requester::{AckTimeout, Payload, ReqEnv, ReqPacket};
+use crate::qp::sgl;
+use crate::timers::local_ack_timeout_ns;
+use crate::types::{QpState, QpType};
+use crate::wc::{wc_opcode_for, WcOpcode, WcStatus, WorkCompletion};
+use std::net::{IpAddr, SocketAddr};
+use wire::{Encap, TransportRepr};
+
+impl Qp {
+    /// The QP's turn to send: writes its next datagram into `buf` (at least
+    /// one path MTU plus 64 bytes of headers), gathering payload through
+    /// `scratch` (one MTU). `None` when it has nothing to send now.
+    pub fn next_packet(
+        &mut self,
+        now: u64,
+        env: &QpEnv<'_>,
+        scratch: &mut [u8],
+        buf: &mut [u8],
+        sink: &mut impl Sink,
+    ) -> Option<Transmit> {
+        if let Some(t) = self.next_response(env, scratch, buf) {
+            return Some(t);
+        }
+        self.next_request(now, env, scratch, buf, sink)
+    }
+
+    fn next_response(
+        &mut self,
+        env: &QpEnv<'_>,
+        scratch: &mut [u8],
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        if !self.dp.resp.has_output() || self.ctl.state() == QpState::Reset {
+            return None;
+        }
+        let renv = self.resp_env(env);
+        let (repr, n) = self.dp.resp.next_response(&renv, scratch)?;
+        self.dp.counters.packets_sent += 1;
+        self.dp.counters.bytes_sent += n as u64;
+        let a = self.ctl.attr();
+        let src = gid_ip(env.gids, a.ah_attr.grh.sgid_index);
+        let dst = a.ah_attr.grh.dgid.ip();
+        emit(&repr, &scratch[..n], src, dst, env.local_port, buf)
+    }
+
+    fn req_env(&self, env: &QpEnv<'_>) -> ReqEnv {
+        let a = self.ctl.attr();
+        let t = self.ctl.qp_type();
+        ReqEnv {
+            qp_type: t,
+            qpn: self.ctl.qpn(),
+            dest_qpn: a.dest_qp_num,
+            mtu: if t == QpType::Ud {
+                env.port_mtu
+            } else {
+                path_mtu(a.path_mtu)
+            },
+            qkey: self.ctl.qkey_or_zero(),
+            max_rd_atomic: a.max_rd_atomic,
+            may_start: self.ctl.state() == QpState::Rts,
+        }
+    }
+
+    fn next_request(
+        &mut self,
+        now: u64,
+        env: &QpEnv<'_>,
+        scratch: &mut [u8],
+        buf: &mut [u8],
+        sink: &mut impl Sink,
+    ) -> Option<Transmit> {
+        let renv = self.req_env(env);
+        if !matches!(self.ctl.state(), QpState::Rts | QpState::Sqd)
+            || self.dp.rnr_until.is_some_and(|t| now < t)
+        {
+            return None;
+        }
+        self.dp.rnr_until = None;
+        let dp = &mut self.dp;
+        let pkt = dp.req.next_packet(&mut dp.sq, &renv)?;
+        self.check_send_invariants(&renv);
+        let Some(n) = self.gather(&pkt, env, scratch) else {
+            self.fail_request(pkt.index, WcStatus::LocProtErr, sink);
+            return None;
+        };
+        let w = &self.dp.sq.wqes[pkt.index];
+        let a = self.ctl.attr();
+        let (sgid, dgid) = match w.ud {
+            Some(ud) => (ud.sgid_index, ud.dgid),
+            None => (a.ah_attr.grh.sgid_index, a.ah_attr.grh.dgid),
+        };
+        let c = &mut self.dp.counters;
+        c.packets_sent += 1;
+        c.bytes_sent += n as u64;
+        c.retransmitted_packets += u64::from(pkt.retransmit);
+        let src = gid_ip(env.gids, sgid);
+        let out = emit(
+            &pkt.repr,
+            &scratch[..n],
+            src,
+            dgid.ip(),
+            env.local_port,
+            buf,
+        );
+        self.after_request(now, &pkt, renv.qp_type, sink);
+        out
+    }
+
+    /// Copies the packet's payload into `scratch`; `None` if the gather list
+    /// fails the memory-region check.
+    fn gather(&self, pkt: &ReqPacket, env: &QpEnv<'_>, scratch: &mut [u8]) -> Option<usize> {
+        let Payload::Message { offset, len, .. } = pkt.payload else {
+            return Some(0);
+        };
+        let w = &self.dp.sq.wqes[pkt.index];
+        let out = &mut scratch[..len];
+        match w.inline() {
+            Some(bytes) => {
+                out.copy_from_slice(&bytes[offset as usize..offset as usize + len]);
+                Some(len)
+            }
+            None => sgl::gather(env.mrs, self.pd, env.mem, &w.sges, offset, out)
+                .ok()
+                .map(|()| len),
+        }
+    }
+
+    /// UC/UD complete a WQE when its last packet is out; RC arms its ACK timer.
+    fn after_request(&mut self, now: u64, pkt: &ReqPacket, t: QpType, sink: &mut impl Sink) {
+        if t == QpType::Rc {
+            if self.dp.ack_deadline.is_none() {
+                let timeout = local_ack_timeout_ns(self.ctl.attr().timeout).ok().flatten();
+                self.dp.ack_deadline = timeout.map(|ns| now + ns);
+            }
+            return;
+        }
+        if !pkt.last || pkt.index != 0 {
+            return;
+        }
+        let (qpn, cq) = (self.ctl.qpn(), self.send_cq);
+        let Some(w) = self.dp.sq.retire() else { return };
+        let wc = if w.signaled { success(&w, qpn) } else { None };
+        self.dp.sq.recycle(w);
+        if let Some(wc) = wc {
+            self.complete(sink, cq, wc, false);
+        }
+        self.check_drained(sink);
+    }
+
+    /// A request could not be built: its WQE completes in error; RC goes to
+    /// ERR, UC/UD to SQE (rc-reliability.md §5, qp-state-machine.md §6.4).
+    fn fail_request(&mut self, index: usize, status: WcStatus, sink: &mut impl Sink) {
+        let (qpn, cq, t) = (self.ctl.qpn(), self.send_cq, self.ctl.qp_type());
+        if index != 0 && t == QpType::Rc {
+            // Older WQEs are still outstanding: they complete first (in order),
+            // then this one with its own status, then the QP goes to ERR.
+            let dp = &mut self.dp;
+            return dp.req.take_back(&mut dp.sq, index, status);
+        }
+        if index == 0 {
+            if let Some(w) = self.dp.sq.retire() {
+                let op = wc_opcode_for(w.opcode).unwrap_or(WcOpcode::Send);
+                sink.complete(cq, WorkCompletion::error(w.wr_id, qpn, op, status), true);
+                self.dp.sq.recycle(w);
+            }
+        }
+        if t == QpType::Rc {
+            self.enter_error(AsyncEventKind::QpFatal, sink);
+        } else {
+            self.enter_sqe(sink);
+        }
+    }
+
+    /// Runs the QP's timers that are due at `now`: the RNR wait ends; the ACK
+    /// timeout resends from the oldest unacknowledged PSN or, with the retry
+    /// budget spent, fails the oldest WQE with `RETRY_EXC_ERR`
+    /// (rc-reliability.md §1.3). Afterwards [`Qp::deadline`] is past `now`.
+    pub fn on_timeout(&mut self, now: u64, sink: &mut impl Sink) {
+        if self.dp.rnr_until.is_some_and(|t| t <= now) {
+            self.dp.rnr_until = None;
+            self.wake();
+        }
+        // Both timers may be due at once: the ACK timer is handled too.
+        if self.dp.ack_deadline.is_none_or(|t| t > now) {
+            return;
+        }
+        self.dp.ack_deadline = None;
+        if !self.dp.req.outstanding() {
+            return;
+        }
+        self.dp.counters.timeouts += 1;
+        let mtu = path_mtu(self.ctl.attr().path_mtu);
+        let dp = &mut self.dp;
+        match dp.req.on_ack_timeout(&mut dp.sq, mtu) {
+            AckTimeout::Resend => {
+                self.dp.counters.retransmit_rounds += 1;
+                self.wake();
+            }
+            AckTimeout::Exhausted => {
+                let (qpn, cq) = (self.ctl.qpn(), self.send_cq);
+                if let Some(w) = self.dp.sq.retire() {
+                    let op = wc_opcode_for(w.opcode).unwrap_or(WcOpcode::Send);
+                    let wc = WorkCompletion::error(w.wr_id, qpn, op, WcStatus::RetryExcErr);
+                    sink.complete(cq, wc, true);
+                    self.dp.sq.recycle(w);
+                }
+                self.enter_error_quiet(sink);
+            }
+        }
+    }
+
+    /// The requester's promises, checked after each packet it builds (the
+    /// simulator checks the same from outside): the send queue is within its
+    /// depth, the READ/atomic credit counts exactly the started, unanswered
+    /// READs and atomics, and the PSN window is less than half the PSN space
+    /// (roce-wire.md §9), so PSN comparisons stay meaningful.
+    fn check_send_invariants(&self, renv: &ReqEnv) {
+        let (req, sq) = (&self.dp.req, &self.dp.sq);
+        debug_assert!(
+            sq.len() <= self.ctl.cap().max_send_wr as usize,
+            "send queue beyond max_send_wr"
+        );
+        debug_assert!(sq.next <= sq.len(), "send cursor past the queue");
+        debug_assert!(
+            renv.qp_type != QpType::Rc
+                || req.rd_atomic_inflight() as usize
+                    == sq
+                        .wqes
+                        .iter()
+                        .filter(|w| w.is_rd_atomic() && w.npsn > 0 && !w.done)
+                        .count(),
+            "READ/atomic credit out of step with the send queue"
+        );
+        debug_assert!(
+            req.next_psn().offset_from(req.una()) < 1 << 23,
+            "PSN window wider than half the PSN space"
+        );
+    }
+}
+
+/// Writes headers + payload + pad + ICRC (over the pseudo IP/UDP header the
+/// socket will really send: ID 0, DF, our port) into `buf`.
+fn emit(
+    repr: &TransportRepr,
+    payload: &[u8],
+    src: IpAddr,
+    dst: IpAddr,
+    port: u16,
+    buf: &mut [u8],
+) -> Option<Transmit> {
+    let encap = Encap::from_addrs(src, dst, port)?;
+    let mut r = *repr;
+    r.payload_len = payload.len();
+    let len = r.emit(buf, payload, &encap).ok()?;
+    Some(Transmit {
+        to: SocketAddr::new(dst, ROCE_PORT),
+        len,
+    })
+}

@@ -1,0 +1,278 @@
+//! Connection management through the public API: two devices in one process
+//! (each its own loopback address and socket) connect RC QPs over IBTA CM
+//! MADs on QP1, move data, disconnect; rejects, nobody listening, silence,
+//! SIDR, and a forged MAD from the network.
+
+mod pair;
+
+use pair::*;
+use softverbs::cm::{self, CmError, ConnEvent, ConnectOptions, Listener, PortSpace, RejReason};
+use softverbs::*;
+use std::net::UdpSocket;
+use std::time::Duration;
+
+const W: Duration = Duration::from_secs(10);
+
+fn sides(tag: u8) -> (Side, Side) {
+    sides_on("cm", 29, tag, 1 << 16)
+}
+
+fn ip(s: &Side) -> std::net::IpAddr {
+    s.gid().ip()
+}
+
+/// Short MAD timing for tests that wait for silence: 1 ms + 2 × 1 ms per try.
+fn quick(retries: u8) -> ConnectOptions {
+    ConnectOptions {
+        timing: cm::CmTiming {
+            packet_life_time: 8,
+            cm_response_timeout: 8,
+            max_cm_retries: retries,
+        },
+        ..ConnectOptions::default()
+    }
+}
+
+/// Connects a → b on `port` with private data both ways; returns (active, passive).
+fn connected(a: &Side, b: &Side, port: u16) -> (cm::Connection, cm::Connection) {
+    let l = Listener::bind(&b.pd, PortSpace::Tcp, port).unwrap();
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+    let opts = ConnectOptions {
+        private_data: b"hello from a".to_vec(),
+        wait: W,
+        ..ConnectOptions::default()
+    };
+    let peer = ip(b);
+    let t = std::thread::spawn(move || cm::connect(qa, peer, port, &opts));
+    let req = l.accept_request(W).unwrap();
+    assert_eq!(req.peer(), ip(a));
+    assert_eq!(&req.private_data()[..12], b"hello from a");
+    assert_eq!(req.private_data().len(), cm::REQ_PRIVATE_DATA_MAX);
+    let pb = req.accept(qb, b"welcome, a").unwrap();
+    let pa = t.join().unwrap().unwrap();
+    assert_eq!(&pa.peer_private_data()[..10], b"welcome, a");
+    assert_eq!(pb.peer(), ip(a));
+    (pa, pb)
+}
+
+fn send_and_write(a: &Side, b: &Side, pa: &cm::Connection, pb: &cm::Connection) {
+    assert_eq!(pa.qp().state().unwrap(), QpState::Rts);
+    assert_eq!(pb.qp().state().unwrap(), QpState::Rts);
+    let qa = pa.qp().query().unwrap().attr;
+    let qb = pb.qp().query().unwrap().attr;
+    assert_eq!(qa.dest_qp_num, pb.qp().qp_num());
+    assert_eq!(qb.dest_qp_num, pa.qp().qp_num());
+    assert_eq!(qa.sq_psn, qb.rq_psn, "the PSNs the CM exchanged");
+    assert_eq!(qb.sq_psn, qa.rq_psn);
+    // SEND a → b.
+    let msg = pattern(3000, 7);
+    assert!(a.mr.write(0, &msg));
+    pb.qp()
+        .post_recv(&recv_wr(1, &[b.mr.sge(8192, 4096)]))
+        .unwrap();
+    let sg = [a.mr.sge(0, 3000)];
+    pa.qp()
+        .post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, SIG))
+        .unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), vec![(2, WcStatus::Success)]);
+    assert_eq!(ids(&wait(&b.rcq, 1)), vec![(1, WcStatus::Success)]);
+    assert_eq!(read(&b.mr, 8192, 3000), msg);
+    // WRITE b → a.
+    let w = pattern(5000, 9);
+    assert!(b.mr.write(16384, &w));
+    let sg = [b.mr.sge(16384, 5000)];
+    let target = WrTarget::Rdma(a.mr.remote(32768));
+    pb.qp()
+        .post_send(&send_wr(3, WrOpcode::RdmaWrite, &sg, target, SIG))
+        .unwrap();
+    assert_eq!(ids(&wait(&b.scq, 1)), vec![(3, WcStatus::Success)]);
+    assert_eq!(read(&a.mr, 32768, 5000), w);
+}
+
+#[test]
+fn connect_accept_move_data_disconnect_from_active() {
+    let (a, b) = sides(0);
+    let (mut pa, pb) = connected(&a, &b, 7001);
+    send_and_write(&a, &b, &pa, &pb);
+    // The RTU (or the data) established the passive side.
+    assert_eq!(pb.next_event(W), Some(ConnEvent::Established));
+    // A receive left posted is flushed when the QP goes to ERR.
+    pa.qp().post_recv(&recv_wr(9, &[a.mr.sge(0, 64)])).unwrap();
+    pa.disconnect().unwrap();
+    assert_eq!(pa.qp().state().unwrap(), QpState::Err);
+    assert_eq!(ids(&wait(&a.rcq, 1)), vec![(9, WcStatus::WrFlushErr)]);
+    assert!(pb.wait_disconnected(W), "DREQ reached the passive side");
+    let mut pb = pb;
+    pb.disconnect().unwrap(); // the DREP
+    assert!(pa.wait_disconnected(W), "DREP reached the active side");
+    let c = a.ctx.cm_counters();
+    // REQ, RTU, DREQ sent by a; REP and DREP received.
+    assert!(c.sent[0] >= 1 && c.sent[4] >= 1 && c.sent[5] >= 1, "{c:?}");
+    assert!(c.received[3] >= 1 && c.received[6] >= 1, "{c:?}");
+}
+
+#[test]
+fn disconnect_from_passive_side() {
+    let (a, b) = sides(1);
+    let (mut pa, mut pb) = connected(&a, &b, 7002);
+    send_and_write(&a, &b, &pa, &pb);
+    pb.disconnect().unwrap();
+    assert_eq!(pb.qp().state().unwrap(), QpState::Err);
+    assert!(pa.wait_disconnected(W));
+    pa.disconnect().unwrap();
+    assert_eq!(pa.qp().state().unwrap(), QpState::Err);
+    assert!(pb.wait_disconnected(W));
+}
+
+#[test]
+fn reject_carries_reason_and_private_data() {
+    let (a, b) = sides(2);
+    let l = Listener::bind(&b.pd, PortSpace::Tcp, 7003).unwrap();
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let peer = ip(&b);
+    let t = std::thread::spawn(move || {
+        let o = ConnectOptions {
+            wait: W,
+            ..Default::default()
+        };
+        cm::connect(qa, peer, 7003, &o)
+    });
+    let req = l.accept_request(W).unwrap();
+    req.reject(b"go away").unwrap();
+    match t.join().unwrap() {
+        Err(CmError::Rejected {
+            reason,
+            private_data,
+        }) => {
+            assert_eq!(reason, RejReason::ConsumerDefined);
+            assert_eq!(&private_data[..7], b"go away");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[test]
+fn nobody_listening_is_rejected_with_invalid_service_id() {
+    let (a, b) = sides(3);
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let started = std::time::Instant::now();
+    let r = cm::connect(qa, ip(&b), 7999, &ConnectOptions::default());
+    assert_eq!(
+        r.unwrap_err(),
+        CmError::NobodyListening {
+            peer: ip(&b),
+            port: 7999
+        }
+    );
+    // A REJ, not the 16 × 6 s of REQ retries.
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn silence_is_unreachable_after_the_retries() {
+    let (a, _b) = sides(4);
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    // An address of this test's range where no device runs.
+    let nobody = private_addr("127.7.29.99");
+    let r = cm::connect(qa, nobody, 7004, &quick(3));
+    assert_eq!(r.unwrap_err(), CmError::Unreachable { sends: 4 });
+    let c = a.ctx.cm_counters();
+    assert_eq!(
+        (c.sent[0], c.retransmitted[0]),
+        (4, 3),
+        "REQ sent 1 + 3 times"
+    );
+}
+
+#[test]
+fn the_callers_wait_bounds_connect() {
+    let (a, b) = sides(5);
+    // A listener that never answers: REQs are received, nobody accepts.
+    let _l = Listener::bind(&b.pd, PortSpace::Tcp, 7005).unwrap();
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let o = ConnectOptions {
+        wait: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let r = cm::connect(qa, ip(&b), 7005, &o);
+    assert_eq!(
+        r.unwrap_err(),
+        CmError::TimedOut(Duration::from_millis(300))
+    );
+}
+
+#[test]
+fn sidr_resolves_a_ud_service() {
+    let (a, b) = sides(6);
+    let l = Listener::bind(&b.pd, PortSpace::Udp, 7006).unwrap();
+    let ud = ud_qp(&b);
+    let qpn = ud.qp_num();
+    let peer = ip(&b);
+    let s = std::thread::scope(|sc| {
+        let t = sc.spawn(|| cm::resolve_ud(&a.pd, peer, 7006, b"ud?", W));
+        let pdata = l.answer_sidr(qpn, 0x1234_5678, W).unwrap();
+        assert_eq!(&pdata[..3], b"ud?");
+        t.join().unwrap().unwrap()
+    });
+    assert_eq!((s.qpn, s.qkey), (qpn, 0x1234_5678));
+    // Nobody listening on the UDP port: the SIDR_REP says so.
+    let r = cm::resolve_ud(&a.pd, peer, 7998, &[], W);
+    assert!(matches!(r, Err(CmError::Sidr(_))), "{r:?}");
+}
+
+#[test]
+fn forged_mads_are_dropped_and_counted() {
+    let (_a, b) = sides(7);
+    let sock = UdpSocket::bind((private_addr("127.7.29.98"), 0)).unwrap();
+    let to = (ip(&b), 4791);
+    let before = b.ctx.cm_counters().total_dropped();
+    // 1. Not a GSI datagram: a UD SEND_ONLY to QP 1 with a Q_Key other
+    //    than 0x80010000 (check_gsi refuses it, as rxe's check_keys).
+    let wrong_qkey = forged_rtu(sock.local_addr().unwrap(), ip(&b), 0x1234);
+    sock.send_to(&wrong_qkey, to).unwrap();
+    // 2. A GSI MAD with a wrong ICRC is dropped before the CM.
+    // 3. A well-formed UD SEND_ONLY to QP1 whose MAD names no connection: an
+    //    RTU for an unknown comm ID, with a valid ICRC.
+    let pkt = forged_rtu(sock.local_addr().unwrap(), ip(&b), 0x8001_0000);
+    sock.send_to(&pkt, to).unwrap();
+    let mut bad = pkt.clone();
+    let n = bad.len();
+    bad[n - 1] ^= 1;
+    sock.send_to(&bad, to).unwrap();
+    let deadline = std::time::Instant::now() + W;
+    loop {
+        let g = b.ctx.gsi_counters();
+        let c = b.ctx.cm_counters();
+        if g.drop_not_gsi >= 1 && c.dropped(cm::DropReason::UnknownCommId) >= 1 {
+            assert_eq!(c.total_dropped(), before + 1);
+            assert_eq!(g.mads_received, 1, "the bad-ICRC copy never reached the CM");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{g:?} {c:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A UD SEND_ONLY to QP1 carrying an RTU for comm IDs nobody has, with the
+/// ICRC the receiver computes over (`from` → `to`:4791).
+fn forged_rtu(from: std::net::SocketAddr, to: std::net::IpAddr, qkey: u32) -> Vec<u8> {
+    let mut mad = [0u8; 256];
+    mad[0] = 1; // base version
+    mad[1] = 0x07; // CM class
+    mad[2] = 2; // class version
+    mad[3] = 0x03; // Send
+    mad[8..16].copy_from_slice(&0x1122_3344_5566_7788u64.to_be_bytes());
+    mad[16..18].copy_from_slice(&0x0014u16.to_be_bytes()); // RTU
+    mad[24..28].copy_from_slice(&0xdead_beefu32.to_be_bytes());
+    mad[28..32].copy_from_slice(&0xfeed_f00du32.to_be_bytes());
+    let mut t = wire::mad::gsi_transport(wire::Psn::from_masked(5));
+    if let Some(d) = t.deth.as_mut() {
+        d.qkey = wire::Qkey(qkey);
+    }
+    let encap = wire::Encap::from_addrs(from.ip(), to, from.port()).unwrap();
+    let mut buf = vec![0u8; t.buffer_len()];
+    let n = t.emit(&mut buf, &mad, &encap).unwrap();
+    buf.truncate(n);
+    buf
+}
