@@ -310,10 +310,7 @@ impl<T: Transport> QueuePair<T> {
     /// (ibv_destroy_qp(3)); the QP is handed back. Dropping the last handle
     /// instead detaches and destroys.
     pub fn destroy(self) -> Result<(), DestroyError<Self>> {
-        let h = self.inner.h;
-        let attached = self.inner.pd.with(|e| e.mcast_attached(h));
-        if let Err(error) = attached {
-            let error = logged("destroy_qp", Err::<(), _>(error)).unwrap_err();
+        if let Err(error) = self.destroyable() {
             return Err(DestroyError {
                 error,
                 object: self,
@@ -321,6 +318,13 @@ impl<T: Transport> QueuePair<T> {
         }
         drop(self);
         Ok(())
+    }
+
+    /// Whether [`QueuePair::destroy`] would succeed: `EBUSY` while attached
+    /// to a multicast group.
+    pub fn destroyable(&self) -> Result<(), Error> {
+        let h = self.inner.h;
+        logged("destroy_qp", self.inner.pd.with(|e| e.mcast_attached(h)))
     }
 
     /// `ibv_attach_mcast`: this QP receives the datagrams sent to the multicast
