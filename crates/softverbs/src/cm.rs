@@ -408,6 +408,11 @@ impl Connection {
                 ..Default::default()
             };
             e.modify_qp(qp, &err, proto::AttrMask::STATE)?;
+            // Passive side whose RTU was lost: the peer used the connection,
+            // so it is established (the kernel learns it from COMM_EST).
+            if matches!(e.cm().state(id), Some("REP_SENT" | "MRA_REP_RCVD")) {
+                e.cm_mut().establish(id)?;
+            }
             e.cm_mut().disconnect(now, id, &[])?;
             Ok::<_, CmError>(())
         })?;
