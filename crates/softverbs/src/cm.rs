@@ -554,7 +554,15 @@ impl ConnectRequest {
         &self.request
     }
 
-    /// `rdma_accept`: the QP to INIT/RTR/RTS with the negotiated attributes,
+    /// Moves `qp` (in RESET) to INIT with the CM's attributes, so that
+    /// receives can be posted before [`ConnectRequest::accept`] (what
+    /// `rdma_create_qp` on a connection's id does).
+    pub fn init_qp(&self, qp: &QueuePair<Rc>) -> Result<(), CmError> {
+        let (id, h) = (self.id, qp.handle());
+        self.dev.cm(|e, _| modify_to(e, h, id, QpTarget::Init))
+    }
+
+    /// `rdma_accept`: the QP (RESET or INIT) to INIT/RTR/RTS with the negotiated attributes,
     /// then the REP with `private_data`. The connection is usable at once
     /// (the RTU, or the first packet from the peer, completes it).
     pub fn accept(mut self, qp: QueuePair<Rc>, private_data: &[u8]) -> Result<Connection, CmError> {
@@ -580,7 +588,10 @@ impl ConnectRequest {
         let hub = self.dev.hub();
         self.dev.cm(|e, now| {
             e.cm_mut().accept(now, id, &p)?;
-            for t in [QpTarget::Init, QpTarget::Rtr, QpTarget::Rts] {
+            if e.query_qp(h)?.0.qp_state == proto::QpState::Reset {
+                modify_to(e, h, id, QpTarget::Init)?;
+            }
+            for t in [QpTarget::Rtr, QpTarget::Rts] {
                 modify_to(e, h, id, t)?;
             }
             hub.set(Route::Conn(id.0), &ch);
@@ -713,6 +724,11 @@ pub fn connect_start(
 }
 
 impl Connecting {
+    /// The QP (already in INIT: receives may be posted before [`Connecting::wait`]).
+    pub fn qp(&self) -> Option<&QueuePair<Rc>> {
+        self.conn.as_ref().map(|c| &c.qp)
+    }
+
     /// The channel the outcome arrives on.
     pub fn channel(&self) -> Option<&Arc<CmChannel>> {
         self.conn.as_ref().map(|c| &c.ch)

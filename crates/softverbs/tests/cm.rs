@@ -433,3 +433,130 @@ fn a_pcap_of_a_connection_decodes_as_infiniband_cm() {
         assert!(verbose.contains(title), "{title} not decoded:\n{verbose}");
     }
 }
+
+const PEER_VAR: &str = "SV_CM_PEER";
+const PEER_PORT: u16 = 7100;
+
+/// The peer process of `two_processes_connect_move_data_and_disconnect`: its
+/// default device (its own loopback address), a listener; it accepts with
+/// its buffer's address and rkey as REP private data, checks the WRITE and
+/// the SEND, then answers the parent's DREQ.
+#[test]
+fn cm_peer() {
+    if std::env::var(PEER_VAR).is_err() {
+        return;
+    }
+    let ctx = devices().unwrap()[0].open().unwrap();
+    let s = Side::new(ctx, 1 << 16);
+    let l = Listener::bind(&s.pd, PortSpace::Tcp, PEER_PORT).unwrap();
+    println!("READY {}", ip(&s));
+    let req = l.accept_request(W).unwrap();
+    assert_eq!(&req.private_data()[..11], b"from parent");
+    let qp = s.pd.create_rc_qp(&s.init()).unwrap();
+    req.init_qp(&qp).unwrap();
+    qp.post_recv(&recv_wr(1, &[s.mr.sge(0, 4096)])).unwrap();
+    let mut rep = b"from peer!".to_vec();
+    rep.extend_from_slice(&s.mr.addr().to_be_bytes());
+    rep.extend_from_slice(&s.mr.rkey().to_be_bytes());
+    let mut c = req.accept(qp, &rep).unwrap();
+    assert_eq!(ids(&wait(&s.rcq, 1)), vec![(1, WcStatus::Success)]);
+    assert_eq!(read(&s.mr, 0, 2000), pattern(2000, 3));
+    assert_eq!(read(&s.mr, 8192, 6000), pattern(6000, 4));
+    println!("CHECKED");
+    assert!(c.wait_disconnected(W), "the parent's DREQ");
+    c.disconnect().unwrap();
+    // Let the DREP leave before the device closes.
+    std::thread::sleep(Duration::from_millis(100));
+    println!("DONE");
+}
+
+#[test]
+fn two_processes_connect_move_data_and_disconnect() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cm_peer", "--nocapture", "--test-threads=1"])
+        .env(PEER_VAR, "1")
+        .env_remove("SOFTVERBS_ADDR")
+        .env_remove("SOFTVERBS_FAULTS")
+        .env_remove("SOFTVERBS_PCAP")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut expect = |prefix: &str| -> String {
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                // The harness may print "test cm_peer ... " before it.
+                Ok(l) => match l.find(prefix) {
+                    Some(i) => return l[i..].to_string(),
+                    None => continue,
+                },
+                Err(_) => {
+                    let _ = child.kill(); // our own child, by its PID
+                    let _ = child.wait();
+                    panic!("the peer did not say {prefix:?} in time");
+                }
+            }
+        }
+    };
+    let ready = expect("READY ");
+    let peer: std::net::IpAddr = ready["READY ".len()..].parse().unwrap();
+    let (a, _) = sides(8);
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let opts = ConnectOptions {
+        private_data: b"from parent".to_vec(),
+        wait: W,
+        ..Default::default()
+    };
+    let mut c = cm::connect(qa, peer, PEER_PORT, &opts).unwrap();
+    let pd = c.peer_private_data();
+    assert_eq!(&pd[..10], b"from peer!");
+    let addr = u64::from_be_bytes(pd[10..18].try_into().unwrap());
+    let rkey = u32::from_be_bytes(pd[18..22].try_into().unwrap());
+    // WRITE first, then the SEND: RC order means both landed when the SEND did.
+    assert!(a.mr.write(0, &pattern(2000, 3)));
+    assert!(a.mr.write(8192, &pattern(6000, 4)));
+    let sg = [a.mr.sge(8192, 6000)];
+    let target = WrTarget::Rdma(proto_target(addr + 8192, rkey));
+    c.qp()
+        .post_send(&send_wr(1, WrOpcode::RdmaWrite, &sg, target, SIG))
+        .unwrap();
+    let sg = [a.mr.sge(0, 2000)];
+    c.qp()
+        .post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, SIG))
+        .unwrap();
+    assert_eq!(
+        ids(&wait(&a.scq, 2)),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    expect("CHECKED");
+    c.disconnect().unwrap();
+    assert!(c.wait_disconnected(W), "the peer's DREP");
+    expect("DONE");
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "peer exit {st}");
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the peer did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn proto_target(remote_addr: u64, rkey: u32) -> RdmaTarget {
+    RdmaTarget { remote_addr, rkey }
+}
