@@ -145,6 +145,22 @@ impl CmChannel {
         }
     }
 
+    /// Waits (poll(2) on [`CmChannel::fd`]) until an event waits or `timeout`
+    /// passes; true when one waits.
+    pub fn wait_readable(&self, timeout: Option<Duration>) -> bool {
+        self.fd.wait_readable(timeout).unwrap_or(false)
+    }
+
+    /// Events waiting (of every object routed to this channel).
+    pub fn len(&self) -> usize {
+        self.q.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// True when no event waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The file descriptor: readable while events wait.
     pub fn fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;

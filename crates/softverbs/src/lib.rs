@@ -37,6 +37,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Connections can also be made the way rdma_cm makes them: [`cm::Listener`]
+//! and [`cm::connect`] exchange IBTA CM messages on QP1 (interoperable with
+//! Linux's rdma_cm) and hand back a [`cm::Connection`] whose RC QP is in RTS
+//! with the attributes the CM negotiated; [`cm::resolve_ud`] finds a UD
+//! service's QPN and Q_Key (SIDR).
+//!
 //! The general [`QueuePair::modify`] (attributes plus mask, as `ibv_modify_qp`)
 //! is there too, for code that needs every knob (and for the C ABI).
 //!

@@ -560,3 +560,31 @@ fn two_processes_connect_move_data_and_disconnect() {
 fn proto_target(remote_addr: u64, rkey: u32) -> RdmaTarget {
     RdmaTarget { remote_addr, rkey }
 }
+
+#[test]
+fn channel_fds_are_readable_exactly_while_events_wait() {
+    let (a, b) = sides(9);
+    let l = Listener::bind(&b.pd, PortSpace::Tcp, 7012).unwrap();
+    let ch = l.channel().clone();
+    assert!(!ch.wait_readable(Some(Duration::ZERO)), "nothing yet");
+    assert!(l.try_request().is_none());
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let connecting = cm::connect_start(qa, ip(&b), 7012, &ConnectOptions::default()).unwrap();
+    // The REQ arrives: the listener's fd becomes readable (as rdma_cm's
+    // event channel fd, which the C ABI polls).
+    assert!(ch.wait_readable(Some(W)), "the REQ's event");
+    let req = l
+        .try_request()
+        .expect("a request after the fd was readable");
+    assert!(!ch.wait_readable(Some(Duration::ZERO)), "drained");
+    let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+    let pb = req.accept(qb, &[]).unwrap();
+    // The active side's outcome arrives on its own channel.
+    let ach = connecting.channel().unwrap().clone();
+    assert!(ach.wait_readable(Some(W)), "the REP's event");
+    let pa = connecting.wait(W).unwrap();
+    assert!(pb.channel().wait_readable(Some(W)), "the RTU's event");
+    assert_eq!(pb.next_event(Duration::ZERO), Some(ConnEvent::Established));
+    assert!(!pb.channel().wait_readable(Some(Duration::ZERO)));
+    drop(pa);
+}
