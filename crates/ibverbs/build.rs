@@ -64,7 +64,7 @@ fn main() {
     // module includes the directives for the exports it defines
     // (`symver_<module>.rs`); a wrong module is a link error.
     let mut modules: Vec<&str> = exports.iter().map(|e| e.2).collect();
-    modules.sort();
+    modules.sort_unstable();
     modules.dedup();
     for module in modules {
         let mut asm = String::from("std::arch::global_asm!(\n");

@@ -11,14 +11,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use proto::device::DeviceConfig;
-use proto::engine::{CqHandle, QpCreate, QpHandle};
+use proto::engine::{CqHandle, QpHandle};
 use proto::memory::{Memory, VecMemory};
-use proto::qp::create::QpRequest;
+use proto::testing;
 use proto::wr::{
     AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
-use proto::{AccessFlags, AhAttr, AttrMask, Engine, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
+use proto::{Engine, Gid, Mtu, QpCap, QpState, QpType};
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use wire::{
@@ -76,46 +75,25 @@ struct Side {
 impl Side {
     fn new(ip: &str) -> Side {
         let ip: IpAddr = ip.parse().unwrap();
-        let mut e = Engine::new(&DeviceConfig {
-            name: format!("fz-{ip}"),
-            addrs: vec![ip],
-            active_mtu: Mtu::Mtu1024,
-        });
-        let ctx = e.open_context();
-        let pd = e.alloc_pd(ctx).unwrap();
-        let (cq, _) = e.create_cq(ctx, 4096, 0).unwrap();
+        let (mut e, pd, cq) = testing::device(format!("fz-{ip}"), ip, Mtu::Mtu1024, 4096).unwrap();
         let mr = e.reg_mr(pd, BASE + MR_OFF, MR_LEN, 0xf).unwrap().1;
         let (lkey, rkey) = (mr.lkey, mr.rkey);
-        let req = QpRequest {
-            qp_type: QpType::Rc.raw(),
-            cap: QpCap {
-                max_send_wr: 32,
-                max_recv_wr: 32,
-                max_send_sge: 2,
-                max_recv_sge: 2,
-                max_inline_data: 64,
-            },
-            comp_mask: 1,
-            ..QpRequest::default()
+        let cap = QpCap {
+            max_send_wr: 32,
+            max_recv_wr: 32,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
         };
-        let q = e
-            .create_qp(&QpCreate {
-                pd,
-                send_cq: Some(cq),
-                recv_cq: Some(cq),
-                srq: None,
-                req,
-                sq_sig_all: false,
-            })
-            .unwrap();
+        let (qp, qpn) = testing::create_qp(&mut e, pd, cq, QpType::Rc, cap, false).unwrap();
         let mem = VecMemory::new(BASE, MEM);
         mem.write(BASE, &[GUARD; MEM]);
         Side {
             e,
             mem,
             ip,
-            qp: q.handle,
-            qpn: q.qpn,
+            qp,
+            qpn,
             cq,
             lkey,
             rkey,
@@ -126,52 +104,16 @@ impl Side {
     }
 
     fn connect(&mut self, peer_qpn: u32, peer_ip: IpAddr, p: [u8; 4]) {
-        use AttrMask as M;
-        let m = |e: &mut Engine, qp, a: QpAttr, mask| e.modify_qp(qp, &a, mask).unwrap();
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        };
-        m(
-            &mut self.e,
-            self.qp,
-            init,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        );
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            ah_attr: AhAttr::roce(Gid::from(peer_ip), 0),
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: peer_qpn,
+        let c = testing::Connect {
             rq_psn: 0xfffff0,
-            max_dest_rd_atomic: 2,
-            min_rnr_timer: p[0] & 31,
-            ..QpAttr::default()
-        };
-        let mask = M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
-        m(&mut self.e, self.qp, rtr, mask);
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
             sq_psn: 0xfffff0,
+            min_rnr_timer: p[0] & 31,
             timeout: p[1] % 20,
             retry_cnt: p[2] & 7,
             rnr_retry: p[3] & 7,
-            max_rd_atomic: 2,
-            ..QpAttr::default()
+            ..testing::Connect::rc(peer_qpn, Gid::from(peer_ip))
         };
-        let mask =
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-        m(&mut self.e, self.qp, rts, mask);
+        testing::connect(&mut self.e, self.qp, QpType::Rc, &c).unwrap();
         self.state = QpState::Rts;
     }
 
@@ -270,15 +212,7 @@ impl World {
     }
 
     fn post_send(&mut self, c: &mut Input) {
-        let ops = [
-            WrOpcode::Send,
-            WrOpcode::SendWithImm,
-            WrOpcode::RdmaWrite,
-            WrOpcode::RdmaWriteWithImm,
-            WrOpcode::RdmaRead,
-            WrOpcode::AtomicFetchAndAdd,
-            WrOpcode::AtomicCmpAndSwp,
-        ];
+        let ops = proto::testing::RC_OPCODES;
         let op = ops[usize::from(c.u8()) % ops.len()];
         let from_a = c.u8() & 1 == 0;
         let len = u32::from(c.u16()) % 3000;

@@ -2,6 +2,7 @@
 //! TCP (as perftest exchanges QPN, PSN, GID, rkey), and the measurements —
 //! ping-pong latency and WRITE / READ / SEND / atomic bandwidth.
 
+use crate::error::CliError;
 use softverbs::*;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -56,33 +57,40 @@ impl Ctrl {
     }
 }
 
-fn io_err(e: std::io::Error) -> Error {
-    Error::Os(e.to_string())
-}
-
 /// Server: waits for one client on `port` (127.0.0.1) and connects to it.
-pub fn accept(port: u16) -> Result<Peer, Error> {
-    let listener = TcpListener::bind(("127.0.0.1", port)).map_err(io_err)?;
-    let (stream, _) = listener.accept().map_err(io_err)?;
+pub fn accept(port: u16) -> Result<Peer, CliError> {
+    let listener =
+        TcpListener::bind(("127.0.0.1", port)).map_err(CliError::io("binding the control port"))?;
+    let (stream, _) = listener
+        .accept()
+        .map_err(CliError::io("accepting the client"))?;
     connect_over(stream)
 }
 
 /// Client: connects to the server on `port`, retrying for up to 10 s.
-pub fn connect(port: u16) -> Result<Peer, Error> {
+pub fn connect(port: u16) -> Result<Peer, CliError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match TcpStream::connect(("127.0.0.1", port)) {
             Ok(s) => return connect_over(s),
-            Err(e) if Instant::now() > deadline => return Err(io_err(e)),
+            Err(e) if Instant::now() > deadline => {
+                return Err(CliError::io("connecting to the server")(e))
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
 }
 
-fn connect_over(stream: TcpStream) -> Result<Peer, Error> {
-    stream.set_nodelay(true).map_err(io_err)?;
+fn connect_over(stream: TcpStream) -> Result<Peer, CliError> {
+    stream
+        .set_nodelay(true)
+        .map_err(CliError::io("setting up the control connection"))?;
     let mut ctrl = Ctrl {
-        reader: BufReader::new(stream.try_clone().map_err(io_err)?),
+        reader: BufReader::new(
+            stream
+                .try_clone()
+                .map_err(CliError::io("setting up the control connection"))?,
+        ),
         writer: stream,
     };
     let ctx = devices()?.remove(0).open()?;
@@ -106,8 +114,11 @@ fn connect_over(stream: TcpStream) -> Result<Peer, Error> {
         mr.addr(),
         mr.rkey()
     ))
-    .map_err(io_err)?;
-    let remote = parse_remote(&ctrl.recv().map_err(io_err)?)?;
+    .map_err(CliError::io("sending our connection message"))?;
+    let line = ctrl
+        .recv()
+        .map_err(CliError::io("reading the peer's connection message"))?;
+    let remote = parse_remote(&line)?;
     let mtu = ctx.query_port(1)?.active_mtu;
     qp.to_init(ConnectedInit {
         pkey_index: 0,
@@ -141,8 +152,10 @@ fn connect_over(stream: TcpStream) -> Result<Peer, Error> {
     })
 }
 
-fn parse_remote(line: &str) -> Result<Remote, Error> {
-    let bad = || Error::Os(format!("bad connection message from the peer: {line:?}"));
+fn parse_remote(line: &str) -> Result<Remote, CliError> {
+    let bad = || CliError::PeerMessage {
+        line: line.to_string(),
+    };
     let f: Vec<&str> = line.split_whitespace().collect();
     if f.len() != 4 || f[1].len() != 32 {
         return Err(bad());
@@ -168,7 +181,7 @@ impl Peer {
         offset: usize,
         target: WrTarget,
         signaled: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<(), CliError> {
         let sg = [self.mr.sge(offset, len)];
         let flags = if signaled {
             SendFlags::SIGNALED
@@ -182,37 +195,40 @@ impl Peer {
             sg_list: &sg,
             imm_data: ImmData::from_value(0),
             target,
-        })
+        })?;
+        Ok(())
     }
 
-    fn recv(&self, id: u64, len: u32) -> Result<(), Error> {
+    fn recv(&self, id: u64, len: u32) -> Result<(), CliError> {
         self.qp.post_recv(&RecvWr {
             wr_id: id,
             sg_list: &[self.mr.sge(MR_BYTES / 2, len)],
-        })
+        })?;
+        Ok(())
     }
 
     /// Waits for `n` completions; any error status is an error.
-    fn reap(&self, n: usize) -> Result<(), Error> {
+    fn reap(&self, n: usize) -> Result<(), CliError> {
         let wcs = self.cq.wait(n, WAIT);
         if let Some(bad) = wcs.iter().find(|w| w.status != WcStatus::Success) {
-            return Err(Error::Os(format!(
-                "completion {} failed: {}",
-                bad.wr_id, bad.status
-            )));
+            return Err(CliError::Completion {
+                wr_id: bad.wr_id,
+                status: bad.status,
+            });
         }
         if wcs.len() < n {
-            return Err(Error::Os(format!(
-                "only {} of {n} completions within {WAIT:?}",
-                wcs.len()
-            )));
+            return Err(CliError::Timeout {
+                got: wcs.len(),
+                want: n,
+                wait: WAIT,
+            });
         }
         Ok(())
     }
 
     /// Client side of a ping-pong: `iters` round trips of `size` bytes; the
     /// one-way latency of each (half the round trip).
-    pub fn pingpong(&self, iters: usize, size: u32) -> Result<Vec<Duration>, Error> {
+    pub fn pingpong(&self, iters: usize, size: u32) -> Result<Vec<Duration>, CliError> {
         let mut lat = Vec::with_capacity(iters);
         for i in 0..iters {
             self.recv(i as u64, size.max(1))?;
@@ -225,7 +241,7 @@ impl Peer {
     }
 
     /// Server side of a ping-pong: answer `iters` messages.
-    pub fn echo(&self, iters: usize, size: u32) -> Result<(), Error> {
+    pub fn echo(&self, iters: usize, size: u32) -> Result<(), CliError> {
         self.recv(0, size.max(1))?;
         for i in 0..iters {
             self.reap(1)?;
@@ -272,7 +288,7 @@ impl Peer {
         op: WrOpcode,
         iters: usize,
         size: u32,
-    ) -> Result<Vec<Duration>, Error> {
+    ) -> Result<Vec<Duration>, CliError> {
         let len = if op.is_atomic() { 8 } else { size };
         let mut lat = Vec::with_capacity(iters);
         for i in 0..iters {
@@ -292,7 +308,7 @@ impl Peer {
         iters: usize,
         size: u32,
         depth: usize,
-    ) -> Result<Duration, Error> {
+    ) -> Result<Duration, CliError> {
         let target = |i: usize| self.target(op, i, size);
         let len = if op.is_atomic() { 8 } else { size };
         let (mut posted, mut signaled_out) = (0usize, 0usize);
@@ -312,7 +328,7 @@ impl Peer {
     }
 
     /// Server side of a SEND stream: keeps receives posted for `iters` messages.
-    pub fn sink(&self, iters: usize, size: u32) -> Result<(), Error> {
+    pub fn sink(&self, iters: usize, size: u32) -> Result<(), CliError> {
         let depth = 512.min(iters);
         for i in 0..depth {
             self.recv(i as u64, size.max(1))?;

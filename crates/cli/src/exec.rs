@@ -127,7 +127,7 @@ fn parse(args: &[OsString]) -> Result<Option<Options>, ExecError> {
                 opts.program = it.cloned().collect();
                 break;
             }
-            Some("-h") | Some("--help") => return Ok(None),
+            Some("-h" | "--help") => return Ok(None),
             Some("--no-namespace") => opts.namespace = false,
             Some("--lib-dir") => {
                 let dir = it
@@ -174,7 +174,7 @@ pub fn run(args: &[OsString]) -> Result<(), ExecError> {
             .config()
             .addrs
             .iter()
-            .map(|a| a.to_string())
+            .map(std::string::ToString::to_string)
             .collect();
         cmd.env("SOFTVERBS_ADDR", addrs.join(","));
     }

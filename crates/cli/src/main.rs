@@ -10,11 +10,13 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod error;
 mod exec;
 mod perf;
 mod render;
 mod sysfs;
 
+use error::CliError;
 use softverbs::*;
 use std::process::ExitCode;
 
@@ -37,12 +39,12 @@ fn main() -> ExitCode {
         .collect();
     let port = flag(&args, "--port").unwrap_or(18515);
     let result = match args.first().map(String::as_str) {
-        Some("devinfo") => devinfo(),
-        Some("control") => control_demo(),
+        Some("devinfo") => devinfo().map_err(CliError::from),
+        Some("control") => control_demo().map_err(CliError::from),
         Some("demo") | None => perf::run(&perf::Plan::demo(), port),
         Some("perf") => perf::run(&perf::Plan::full(), port),
         Some("serve") => perf::serve(port),
-        Some("-h") | Some("--help") | Some("help") => {
+        Some("-h" | "--help" | "help") => {
             println!("{}", USAGE);
             Ok(())
         }
@@ -53,8 +55,12 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(CliError::Verbs(e)) => {
             eprintln!("softverbs: {e} (errno {})", e.errno());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("softverbs: {e}");
             ExitCode::FAILURE
         }
     }
@@ -63,17 +69,14 @@ fn main() -> ExitCode {
 /// `SOFTVERBS_LOG=error|warn|info|debug|trace` sends the library's log to stderr;
 /// refused verbs are logged at `warn` with the reason in words.
 fn init_log() {
-    let Ok(level) = std::env::var("SOFTVERBS_LOG") else {
-        return;
-    };
-    let Ok(level) = level.trim().parse::<tracing::Level>() else {
-        eprintln!("softverbs: SOFTVERBS_LOG={level:?} is not error, warn, info, debug or trace");
-        return;
-    };
-    tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .init();
+    match softverbs::log_level_from_env() {
+        Ok(Some(level)) => tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .init(),
+        Ok(None) => {}
+        Err(e) => eprintln!("softverbs: {e}"),
+    }
 }
 
 /// The value after `name` in the arguments.

@@ -4,7 +4,8 @@
 //! installed) so figures read as ratios on a noisy shared machine.
 
 use crate::bench::{self, summarize, Peer};
-use softverbs::{Error, WrOpcode};
+use crate::error::CliError;
+use softverbs::WrOpcode;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -58,10 +59,13 @@ impl Plan {
 }
 
 /// Runs the server side until the client says `quit`.
-pub fn serve(port: u16) -> Result<(), Error> {
+pub fn serve(port: u16) -> Result<(), CliError> {
     let mut peer = bench::accept(port)?;
     loop {
-        let line = peer.ctrl.recv().map_err(|e| Error::Os(e.to_string()))?;
+        let line = peer
+            .ctrl
+            .recv()
+            .map_err(CliError::io("reading the client's request"))?;
         let f: Vec<&str> = line.split_whitespace().collect();
         let arg = |i: usize| f.get(i).and_then(|s| s.parse::<usize>().ok()).unwrap_or(0);
         match f.first().copied() {
@@ -73,31 +77,33 @@ pub fn serve(port: u16) -> Result<(), Error> {
             Some("quit") | None => return Ok(()),
             _ => {}
         }
-        peer.ctrl.send("ok").map_err(|e| Error::Os(e.to_string()))?;
+        peer.ctrl
+            .send("ok")
+            .map_err(CliError::io("answering the client"))?;
     }
 }
 
-fn sink_ready(peer: &mut Peer, iters: usize, size: u32) -> Result<(), Error> {
+fn sink_ready(peer: &mut Peer, iters: usize, size: u32) -> Result<(), CliError> {
     // The receives for the first window are posted inside `sink` before any
     // completion is awaited; the client waits for "ready" first.
     peer.ctrl
         .send("ready")
-        .map_err(|e| Error::Os(e.to_string()))?;
+        .map_err(CliError::io("answering the client"))?;
     peer.sink(iters, size)
 }
 
 /// Spawns `softverbs serve --port PORT` as a child process.
-fn spawn_server(port: u16) -> Result<Child, Error> {
-    let exe = std::env::current_exe().map_err(|e| Error::Os(e.to_string()))?;
+fn spawn_server(port: u16) -> Result<Child, CliError> {
+    let exe = std::env::current_exe().map_err(CliError::io("finding this program"))?;
     Command::new(exe)
         .args(["serve", "--port", &port.to_string()])
         .stdin(Stdio::null())
         .spawn()
-        .map_err(|e| Error::Os(format!("starting the server process: {e}")))
+        .map_err(CliError::io("starting the server process"))
 }
 
 /// Client: runs the plan against a freshly spawned server process.
-pub fn run(plan: &Plan, port: u16) -> Result<(), Error> {
+pub fn run(plan: &Plan, port: u16) -> Result<(), CliError> {
     let mut server = spawn_server(port)?;
     let result = drive(plan, port);
     let waited = wait_child(&mut server, Duration::from_secs(10));
@@ -119,11 +125,11 @@ fn wait_child(c: &mut Child, limit: Duration) -> bool {
     false
 }
 
-fn drive(plan: &Plan, port: u16) -> Result<(), Error> {
+fn drive(plan: &Plan, port: u16) -> Result<(), CliError> {
     // The baselines first, so every row can be read against them.
     let base = plan.baselines.then(Baselines::measure);
     let mut peer = bench::connect(port)?;
-    let ctrl_err = |e: std::io::Error| Error::Os(e.to_string());
+    let ctrl_err = CliError::io("talking to the server");
     println!(
         "two processes on this host, RC over RoCEv2/UDP, {} → peer GID {} (QPN {:#08x})",
         peer.ctx.query_gid(1, 0)?.ip(),
@@ -206,10 +212,13 @@ fn drive(plan: &Plan, port: u16) -> Result<(), Error> {
     Ok(())
 }
 
-fn expect(peer: &mut Peer, want: &str) -> Result<(), Error> {
-    let got = peer.ctrl.recv().map_err(|e| Error::Os(e.to_string()))?;
+fn expect(peer: &mut Peer, want: &'static str) -> Result<(), CliError> {
+    let got = peer
+        .ctrl
+        .recv()
+        .map_err(CliError::io("reading the server's answer"))?;
     if got != want {
-        return Err(Error::Os(format!("server said {got:?}, expected {want:?}")));
+        return Err(CliError::Reply { got, want });
     }
     Ok(())
 }

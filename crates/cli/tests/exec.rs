@@ -52,11 +52,14 @@ fn have(tool: &str) -> bool {
 
 /// `softverbs exec [exec_args] -- sh -c script`, optionally as another user, bounded.
 fn exec_sh(lib: &Path, prefix: &[&str], exec_args: &[&str], script: &str) -> Output {
-    let mut argv: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
+    let mut argv: Vec<String> = prefix
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
     argv.push(BIN.into());
     argv.push("exec".into());
     argv.extend(["--lib-dir".to_string(), lib.display().to_string()]);
-    argv.extend(exec_args.iter().map(|s| s.to_string()));
+    argv.extend(exec_args.iter().map(std::string::ToString::to_string));
     argv.extend(["--", "sh", "-c", script].map(String::from));
     let out = Command::new("timeout")
         .arg("60")

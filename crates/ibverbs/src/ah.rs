@@ -162,10 +162,10 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
         }
     };
     let mut attr = ibv_ah_attr::default();
-    if ibv_init_ah_from_wc(pdb.c.context, port_num, wc, grh, &mut attr) != 0 {
+    if ibv_init_ah_from_wc(pdb.c.context, port_num, wc, grh, &raw mut attr) != 0 {
         return std::ptr::null_mut();
     }
-    ibv_create_ah(pd, &mut attr)
+    ibv_create_ah(pd, &raw mut attr)
 }
 
 crate::symver!("ah");

@@ -40,7 +40,7 @@ impl CtxBlock {
 
     /// The pointer C holds.
     pub(crate) fn c(&self) -> *mut ibv_context {
-        &self.v.context as *const ibv_context as *mut ibv_context
+        (&raw const self.v.context).cast_mut()
     }
 }
 
@@ -59,7 +59,7 @@ pub(crate) unsafe fn ctx_block<'a>(
     }
     let off = std::mem::offset_of!(verbs_context, context);
     // SAFETY: per the contract; the block starts with the verbs_context.
-    let b = unsafe { &*((p as *const u8).sub(off) as *const CtxBlock) };
+    let b = unsafe { &*p.cast::<u8>().sub(off).cast::<CtxBlock>() };
     if b.magic != CTX_MAGIC {
         return Err(refuse(
             verb,
@@ -89,7 +89,7 @@ pub(crate) fn open_context(
     let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
     make_blocking(raw::async_event_fd(&ctx));
     let context = ibv_context {
-        device: &dev.dev as *const ibv_device as *mut ibv_device,
+        device: (&raw const dev.dev).cast_mut(),
         ops: ibv_context_ops {
             _compat: [NULL; 7],
             alloc_mw: NULL,
@@ -169,7 +169,7 @@ pub(crate) fn open_context(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     let b = match ctx_block("ibv_close_device", context) {
-        Ok(b) => b as *const CtxBlock as *mut CtxBlock,
+        Ok(b) => std::ptr::from_ref::<CtxBlock>(b).cast_mut(),
         Err(e) => return e,
     };
     // SAFETY: a live block from `open_context`; cleared before it is freed.
@@ -387,9 +387,9 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     // not destroy it before acknowledging, per the man page).
     unsafe {
         match kind {
-            0 => crate::cq::ack_async(element as *mut ibv_cq),
-            14 | 15 => crate::srq::ack_async(element as *mut ibv_srq),
-            _ => crate::qp::ack_async(element as *mut ibv_qp),
+            0 => crate::cq::ack_async(element.cast::<ibv_cq>()),
+            14 | 15 => crate::srq::ack_async(element.cast::<ibv_srq>()),
+            _ => crate::qp::ack_async(element.cast::<ibv_qp>()),
         }
     }
 }

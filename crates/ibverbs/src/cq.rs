@@ -35,7 +35,7 @@ impl CqBlock {
     }
 
     fn c_ptr(&self) -> *mut ibv_cq {
-        &self.c.cq as *const ibv_cq as *mut ibv_cq
+        (&raw const self.c.cq).cast_mut()
     }
 }
 
@@ -107,7 +107,8 @@ unsafe fn create(
         magic: CqBlock::MAGIC,
         inner: Some(cq),
         state: Mutex::default(),
-    }) as *mut CqBlock;
+    })
+    .cast::<CqBlock>();
     if let Some(ch) = ch {
         ch.cqs().insert(id, p as usize);
         // SAFETY: `channel` is live (checked above); the count is what
@@ -134,7 +135,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         channel,
         comp_vector,
     ) {
-        Ok(p) => p as *mut ibv_cq,
+        Ok(p) => p.cast::<ibv_cq>(),
         Err(e) => {
             set_errno(e);
             std::ptr::null_mut()
@@ -198,7 +199,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         unsafe { create(VERB, context, cqe, a.cq_context, a.channel, vector) }
     })();
     match r {
-        Ok(p) => p as *mut ibv_cq_ex,
+        Ok(p) => p.cast::<ibv_cq_ex>(),
         Err(e) => {
             set_errno(e);
             std::ptr::null_mut()
@@ -210,7 +211,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     let b = match block::<CqBlock>("ibv_destroy_cq", cq) {
-        Ok(b) => b as *const CqBlock as *mut CqBlock,
+        Ok(b) => std::ptr::from_ref::<CqBlock>(b).cast_mut(),
         Err(e) => return e,
     };
     // SAFETY: a live block; only the destroy path takes the CQ out.
@@ -328,7 +329,7 @@ pub(crate) unsafe fn ack_async(cq: *mut ibv_cq) {
 // ---- ibv_cq_ex: start_poll / next_poll / end_poll and the readers ----
 
 unsafe fn poll_one(cq: *mut ibv_cq_ex) -> c_int {
-    let b = match block::<CqBlock>("ibv_start_poll", cq as *mut ibv_cq) {
+    let b = match block::<CqBlock>("ibv_start_poll", cq.cast::<ibv_cq>()) {
         Ok(b) => b,
         Err(e) => return e,
     };
@@ -364,7 +365,7 @@ unsafe extern "C" fn end_poll(_cq: *mut ibv_cq_ex) {}
 
 /// Reads a field of the completion `start_poll`/`next_poll` returned.
 unsafe fn read<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&WorkCompletion) -> T) -> T {
-    match block::<CqBlock>("ibv_wc_read", cq as *mut ibv_cq) {
+    match block::<CqBlock>("ibv_wc_read", cq.cast::<ibv_cq>()) {
         Ok(b) => b.state().current.as_ref().map(f).unwrap_or_default(),
         Err(_) => T::default(),
     }

@@ -86,7 +86,7 @@ pub(crate) fn device_block_of(
 ) -> Result<&'static DeviceBlock, c_int> {
     let list = devices()?;
     list.iter()
-        .find(|b| std::ptr::eq(&b.dev, p))
+        .find(|b| std::ptr::eq(&raw const b.dev, p))
         .ok_or_else(|| {
             refuse(
                 verb,
@@ -109,12 +109,10 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
         // SAFETY: the caller passes a valid out-pointer or NULL.
         unsafe { *num_devices = list.len() as c_int };
     }
-    let mut ptrs: Vec<*mut ibv_device> = list
-        .iter()
-        .map(|b| &b.dev as *const _ as *mut ibv_device)
-        .collect();
+    let mut ptrs: Vec<*mut ibv_device> =
+        list.iter().map(|b| (&raw const b.dev).cast_mut()).collect();
     ptrs.push(std::ptr::null_mut());
-    Box::into_raw(ptrs.into_boxed_slice()) as *mut *mut ibv_device
+    Box::into_raw(ptrs.into_boxed_slice()).cast::<*mut ibv_device>()
 }
 
 #[no_mangle]
@@ -122,7 +120,7 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     if list.is_null() {
         return;
     }
-    let n = devices().map(|l| l.len()).unwrap_or(0) + 1;
+    let n = devices().map_or(0, <[DeviceBlock]>::len) + 1;
     // SAFETY: `list` came from `ibv_get_device_list`, a boxed slice of n pointers.
     drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(list, n)) });
 }
@@ -322,7 +320,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
     };
     let n = attr_size.min(std::mem::size_of::<ibv_device_attr_ex>());
     // SAFETY: the caller's buffer holds `attr_size` ≥ n bytes; `full` holds n.
-    unsafe { std::ptr::copy_nonoverlapping(&full as *const _ as *const u8, attr as *mut u8, n) };
+    unsafe { std::ptr::copy_nonoverlapping((&raw const full).cast::<u8>(), attr.cast::<u8>(), n) };
     0
 }
 
@@ -347,7 +345,7 @@ fn query_port_into(
             let n = size.min(std::mem::size_of::<ibv_port_attr>());
             // SAFETY: the caller's buffer holds at least `size` ≥ n bytes.
             unsafe {
-                std::ptr::copy_nonoverlapping(&full as *const _ as *const u8, attr as *mut u8, n)
+                std::ptr::copy_nonoverlapping((&raw const full).cast::<u8>(), attr.cast::<u8>(), n)
             };
             0
         }
@@ -384,9 +382,8 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    let b = match ctx_block("ibv_query_gid", context) {
-        Ok(b) => b,
-        Err(_) => return -1,
+    let Ok(b) = ctx_block("ibv_query_gid", context) else {
+        return -1;
     };
     if gid.is_null() || index < 0 {
         refuse("ibv_query_gid", EINVAL, "gid is NULL or index negative");
@@ -472,7 +469,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
             "entries NULL, flags not 0 or entry_size too small",
         ) as isize);
     }
-    let len = b.ctx.query_port(1).map(|p| p.gid_tbl_len).unwrap_or(0);
+    let len = b.ctx.query_port(1).map_or(0, |p| p.gid_tbl_len);
     let valid: Vec<ibv_gid_entry> = (0..len).filter_map(|i| gid_entry(b, 1, i).ok()).collect();
     if valid.len() > max_entries {
         return -(refuse(
@@ -484,7 +481,8 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     for (i, g) in valid.iter().enumerate() {
         // SAFETY: entry i < max_entries of `entry_size` bytes each.
         unsafe {
-            (entries as *mut u8)
+            entries
+                .cast::<u8>()
                 .add(i * entry_size)
                 .cast::<ibv_gid_entry>()
                 .write_unaligned(*g)
@@ -511,11 +509,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     if let Err(e) = b.ctx.query_port(port_num) {
         return errno_of(&e);
     }
-    let len = b
-        .ctx
-        .query_port(port_num)
-        .map(|p| p.gid_tbl_len)
-        .unwrap_or(0);
+    let len = b.ctx.query_port(port_num).map_or(0, |p| p.gid_tbl_len);
     if index >= len {
         return refuse(
             "ibv_query_gid_type",
@@ -536,9 +530,8 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    let b = match ctx_block("ibv_query_pkey", context) {
-        Ok(b) => b,
-        Err(_) => return -1,
+    let Ok(b) = ctx_block("ibv_query_pkey", context) else {
+        return -1;
     };
     if pkey.is_null() || index < 0 {
         refuse("ibv_query_pkey", EINVAL, "pkey is NULL or index negative");
@@ -561,11 +554,10 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     port: u8,
     pkey: u16,
 ) -> c_int {
-    let b = match ctx_block("ibv_get_pkey_index", context) {
-        Ok(b) => b,
-        Err(_) => return -1,
+    let Ok(b) = ctx_block("ibv_get_pkey_index", context) else {
+        return -1;
     };
-    let len = b.ctx.query_port(port).map(|p| p.pkey_tbl_len).unwrap_or(0);
+    let len = b.ctx.query_port(port).map_or(0, |p| p.pkey_tbl_len);
     (0..len)
         .find(|&i| {
             b.ctx

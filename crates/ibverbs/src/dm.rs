@@ -64,7 +64,7 @@ pub(crate) unsafe extern "C" fn alloc_dm(
 /// `verbs_context.free_dm`: `EBUSY` while memory regions use it.
 pub(crate) unsafe extern "C" fn free_dm(dm: *mut ibv_dm) -> c_int {
     let b = match block::<DmBlock>("ibv_free_dm", dm) {
-        Ok(b) => b as *const DmBlock as *mut DmBlock,
+        Ok(b) => std::ptr::from_ref::<DmBlock>(b).cast_mut(),
         Err(e) => return e,
     };
     // SAFETY: a live block; only this path takes the memory out.
@@ -101,7 +101,7 @@ unsafe extern "C" fn memcpy_to_dm(
         &[]
     } else {
         // SAFETY: ibv_memcpy_to_dm(3): `host_addr` holds `length` readable bytes.
-        unsafe { std::slice::from_raw_parts(host_addr as *const u8, length) }
+        unsafe { std::slice::from_raw_parts(host_addr.cast::<u8>(), length) }
     };
     match b.dm().copy_to(dm_offset, src) {
         Ok(()) => 0,
@@ -128,7 +128,7 @@ unsafe extern "C" fn memcpy_from_dm(
     } else {
         // SAFETY: ibv_memcpy_from_dm(3): `host_addr` holds `length` writable
         // bytes, not otherwise borrowed during the call.
-        unsafe { std::slice::from_raw_parts_mut(host_addr as *mut u8, length) }
+        unsafe { std::slice::from_raw_parts_mut(host_addr.cast::<u8>(), length) }
     };
     match b.dm().copy_from(dm_offset, dst) {
         Ok(()) => 0,

@@ -145,7 +145,7 @@ pub(crate) unsafe extern "C" fn alloc_parent_domain(
             if t.c.context != context {
                 return Err(refuse(VERB, EINVAL, "attr->td belongs to another context"));
             }
-            t as *const TdBlock
+            std::ptr::from_ref::<TdBlock>(t)
         };
         let allocators = if a.comp_mask & PD_ATTR_ALLOCATORS != 0 {
             (a.alloc, a.free)
@@ -163,7 +163,7 @@ pub(crate) unsafe extern "C" fn alloc_parent_domain(
             t.users.fetch_add(1, Ordering::AcqRel);
         }
         let parent = ParentDomain {
-            base: base as *const PdBlock,
+            base: std::ptr::from_ref::<PdBlock>(base),
             td,
             _allocators: (allocators.0, allocators.1, pd_context),
         };

@@ -57,7 +57,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     let b = match block::<PdBlock>("ibv_dealloc_pd", pd) {
-        Ok(b) => b as *const PdBlock as *mut PdBlock,
+        Ok(b) => std::ptr::from_ref::<PdBlock>(b).cast_mut(),
         Err(e) => return e,
     };
     // SAFETY: a live block (checked).
@@ -259,7 +259,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         REREG_MR_ERR_INPUT
     };
     let b = match block::<MrBlock>(VERB, mr) {
-        Ok(b) => b as *const MrBlock as *mut MrBlock,
+        Ok(b) => std::ptr::from_ref::<MrBlock>(b).cast_mut(),
         Err(e) => {
             set_errno(e);
             return REREG_MR_ERR_INPUT;
@@ -312,12 +312,12 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 inner,
                 addr as u64,
                 length as u64,
-                new_pd.map(|p| p.pd()),
+                new_pd.map(PdBlock::pd),
                 access,
             )
         }
     } else {
-        raw::rereg_external_mr(inner, new_pd.map(|p| p.pd()), access)
+        raw::rereg_external_mr(inner, new_pd.map(PdBlock::pd), access)
     };
     if let Err(e) = done {
         set_errno(errno_of(&e));

@@ -173,7 +173,7 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     }
     // SAFETY: the caller's buffer holds `size` > n bytes.
     unsafe {
-        std::ptr::copy_nonoverlapping(data.as_ptr(), buf as *mut u8, n);
+        std::ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), n);
         *buf.add(n) = 0;
     }
     n as c_int

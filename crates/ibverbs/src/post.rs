@@ -6,9 +6,10 @@ use crate::ffi::*;
 use crate::qp::QpBlock;
 use crate::srq::SrqBlock;
 use crate::util::*;
+use proto::wr::{check_inline_len, sg_total_len, TargetKind};
 use softverbs::raw;
 use softverbs::{
-    AtomicTarget, ImmData, QpType, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
+    AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
 use std::ffi::{c_int, c_void};
 
@@ -54,15 +55,9 @@ unsafe fn sges(
 /// Gathers the bytes of an inline send from the SGE addresses (inline data
 /// needs no lkey: the library copies it at post time).
 fn gather_inline(verb: &str, qp: &QpBlock, sg: &[Sge], out: &mut Vec<u8>) -> Result<(), c_int> {
-    let total: u64 = sg.iter().map(|s| u64::from(s.length)).sum();
-    let max = qp.inner.cap().max_inline_data;
-    if total > u64::from(max) {
-        return Err(refuse(
-            verb,
-            EINVAL,
-            format_args!("{total} bytes of inline data exceed max_inline_data {max}"),
-        ));
-    }
+    // proto's check, before any byte of the caller's is read.
+    check_inline_len(sg_total_len(sg), qp.inner.cap().max_inline_data)
+        .map_err(|e| refuse(verb, e.errno().raw(), e))?;
     out.clear();
     for s in sg {
         if s.length > 0 && s.addr == 0 {
@@ -104,25 +99,27 @@ unsafe fn post_one(
         )
     })?;
     sges(VERB, wr.sg_list, wr.num_sge, sg)?;
-    // SAFETY: the union member the opcode and QP type select.
+    // SAFETY: the union member the opcode and QP type select (proto's choice,
+    // the one its check_post_send holds the WR to).
     let target = unsafe {
-        if qp.inner.qp_type() == QpType::Ud {
-            ud_target(VERB, wr.wr.ud.ah, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey)?
-        } else if opcode.is_rdma_write() || opcode == WrOpcode::RdmaRead {
-            WrTarget::Rdma(RdmaTarget {
+        match TargetKind::of(opcode, qp.inner.qp_type()) {
+            TargetKind::Ud => {
+                ud_target(VERB, wr.wr.ud.ah, wr.wr.ud.remote_qpn, wr.wr.ud.remote_qkey)?
+            }
+            TargetKind::Rdma => WrTarget::Rdma(RdmaTarget {
                 remote_addr: wr.wr.rdma.remote_addr,
                 rkey: wr.wr.rdma.rkey,
-            })
-        } else if opcode.is_atomic() {
-            let a = wr.wr.atomic;
-            WrTarget::Atomic(AtomicTarget {
-                remote_addr: a.remote_addr,
-                compare_add: a.compare_add,
-                swap: a.swap,
-                rkey: a.rkey,
-            })
-        } else {
-            WrTarget::None
+            }),
+            TargetKind::Atomic => {
+                let a = wr.wr.atomic;
+                WrTarget::Atomic(AtomicTarget {
+                    remote_addr: a.remote_addr,
+                    compare_add: a.compare_add,
+                    swap: a.swap,
+                    rkey: a.rkey,
+                })
+            }
+            TargetKind::None => WrTarget::None,
         }
     };
     let flags = SendFlags(wr.send_flags);
@@ -247,7 +244,7 @@ pub(crate) struct Batch {
 
 /// Runs `f` on the QP's batch.
 unsafe fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpBlock, &mut Batch)) {
-    if let Ok(b) = block::<QpBlock>("ibv_wr", qp as *mut ibv_qp) {
+    if let Ok(b) = block::<QpBlock>("ibv_wr", qp.cast::<ibv_qp>()) {
         f(b, &mut b.batch());
     }
 }
@@ -296,7 +293,7 @@ unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    let b = match block::<QpBlock>("ibv_wr_complete", qp as *mut ibv_qp) {
+    let b = match block::<QpBlock>("ibv_wr_complete", qp.cast::<ibv_qp>()) {
         Ok(b) => b,
         Err(e) => return e,
     };
@@ -473,7 +470,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
 
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
     let buf = ibv_data_buf { addr, length };
-    wr_set_inline_data_list(qp, 1, &buf);
+    wr_set_inline_data_list(qp, 1, &raw const buf);
 }
 
 unsafe extern "C" fn wr_set_inline_data_list(

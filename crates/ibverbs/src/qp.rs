@@ -97,7 +97,7 @@ unsafe fn create(
     let init = QpInit {
         send_cq: scq.cq(),
         recv_cq: rcq.cq(),
-        srq: srqb.map(|s| s.srq()),
+        srq: srqb.map(super::srq::SrqBlock::srq),
         cap: qp_cap(&cap),
         sq_sig_all: sq_sig_all != 0,
         comp_mask,
@@ -151,7 +151,13 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
-    create("ibv_create_qp", pd, attr as *mut ibv_qp_init_attr_ex, false).unwrap_or_else(|e| {
+    create(
+        "ibv_create_qp",
+        pd,
+        attr.cast::<ibv_qp_init_attr_ex>(),
+        false,
+    )
+    .unwrap_or_else(|e| {
         set_errno(e);
         std::ptr::null_mut()
     })
@@ -272,7 +278,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     match block::<QpBlock>("ibv_qp_to_qp_ex", qp) {
-        Ok(_) => qp as *mut ibv_qp_ex,
+        Ok(_) => qp.cast::<ibv_qp_ex>(),
         Err(e) => {
             set_errno(e);
             std::ptr::null_mut()

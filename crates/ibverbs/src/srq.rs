@@ -117,7 +117,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     let b = match block::<SrqBlock>("ibv_destroy_srq", srq) {
-        Ok(b) => b as *const SrqBlock as *mut SrqBlock,
+        Ok(b) => std::ptr::from_ref::<SrqBlock>(b).cast_mut(),
         Err(e) => return e,
     };
     // SAFETY: a live block; only the destroy path takes the SRQ out.
@@ -139,7 +139,7 @@ pub(crate) unsafe fn ack_async(srq: *mut ibv_srq) {
     if let Ok(b) = block::<SrqBlock>("ibv_ack_async_event", srq) {
         // SAFETY: the live SRQ's public counter.
         unsafe {
-            (*(b as *const SrqBlock as *mut SrqBlock))
+            (*std::ptr::from_ref::<SrqBlock>(b).cast_mut())
                 .c
                 .events_completed += 1
         };

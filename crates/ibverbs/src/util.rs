@@ -53,14 +53,15 @@ pub(crate) fn errno_of(e: &softverbs::Error) -> c_int {
 /// once, on the first entry into the library.
 pub(crate) fn init_log() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let Ok(level) = std::env::var("SOFTVERBS_LOG") else { return };
-        match level.trim().parse::<tracing::Level>() {
-            Ok(level) => {
-                let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).try_init();
-            }
-            Err(_) => eprintln!("libibverbs (softverbs): SOFTVERBS_LOG={level:?} is not error, warn, info, debug or trace"),
+    ONCE.call_once(|| match softverbs::log_level_from_env() {
+        Ok(Some(level)) => {
+            let _ = tracing_subscriber::fmt()
+                .with_max_level(level)
+                .with_writer(std::io::stderr)
+                .try_init();
         }
+        Ok(None) => {}
+        Err(e) => eprintln!("libibverbs (softverbs): {e}"),
     });
 }
 
@@ -95,7 +96,7 @@ pub(crate) unsafe fn block<'a, B: Block>(verb: &str, p: *const B::C) -> Result<&
         ));
     }
     // SAFETY: per the contract; the block starts with its C struct.
-    let b = unsafe { &*(p as *const B) };
+    let b = unsafe { &*p.cast::<B>() };
     if b.magic() != B::MAGIC {
         return Err(refuse(
             verb,
@@ -108,7 +109,7 @@ pub(crate) unsafe fn block<'a, B: Block>(verb: &str, p: *const B::C) -> Result<&
 
 /// Moves a block to the heap and hands out the pointer C sees.
 pub(crate) fn into_c<B: Block>(b: B) -> *mut B::C {
-    Box::into_raw(Box::new(b)) as *mut B::C
+    Box::into_raw(Box::new(b)).cast::<B::C>()
 }
 
 /// Frees a block: clears its magic first, so a stale pointer is recognised

@@ -167,7 +167,7 @@ impl Prog {
     fn new(how: PickUp, argv: &[&str]) -> Prog {
         let (k, v) = lib_env(how);
         Prog {
-            argv: argv.iter().map(|s| s.to_string()).collect(),
+            argv: argv.iter().map(std::string::ToString::to_string).collect(),
             env: vec![(k.to_string(), v)],
             netns: None,
         }
@@ -237,8 +237,7 @@ fn run_pair(server: &Prog, client: &Prog, port: u16, timeout: Duration) -> (Fini
     while !listening(s.pid(), port) {
         assert!(s.running(), "server exited before listening: {}", {
             let f = s.finish(deadline);
-            f.map(|f| format!("{}\n{}", f.status, f.all()))
-                .unwrap_or_else(|e| e)
+            f.map_or_else(|e| e, |f| format!("{}\n{}", f.status, f.all()))
         });
         assert!(
             Instant::now() < deadline,

@@ -102,7 +102,7 @@ impl Capture {
         }
         let writer = File::create(path)
             .and_then(|f| PcapWriter::new(BufWriter::with_capacity(1 << 16, f)))
-            .and_then(|mut w| w.flush().map(|_| w));
+            .and_then(|mut w| w.flush().map(|()| w));
         let writer = match writer {
             Ok(w) => w,
             Err(e) => {

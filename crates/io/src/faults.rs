@@ -1,9 +1,10 @@
-//! Fault injection on the real UDP path: a seeded fault model and its configuration.
+//! Fault injection on the real UDP path: its configuration.
 //!
-//! Owns [`FaultConfig`] (the parsed `SOFTVERBS_FAULTS` value) and [`FaultModel`]
-//! (one per direction of one driver, drawing from proto's seeded [`Rng`], no global
-//! state: it decides, packet by packet, what happens to each datagram).
-//! The progress thread applies the decisions (see `progress.rs` and `hold.rs`).
+//! Owns [`FaultConfig`] (the parsed `SOFTVERBS_FAULTS` value) and makes from it
+//! one [`FaultModel`] per direction of one driver: the model the simulator
+//! uses too (crates/faults), drawing from its own seeded generator, no global
+//! state; it decides, datagram by datagram, what happens to each. The
+//! progress thread applies the decisions (see `progress.rs` and `hold.rs`).
 //!
 //! # `SOFTVERBS_FAULTS`
 //!
@@ -218,107 +219,32 @@ fn duration(value: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(ns.round() as u64))
 }
 
-pub use proto::rng::Rng;
+use faults::Rng;
+pub use faults::{flip_bit, Decision, FaultModel, Odds};
 
-/// What happens to one datagram.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Decision {
-    /// Dropped (nothing else applies).
-    pub drop: bool,
-    /// Flip bit `bit % 8` of byte `bit / 8`.
-    pub corrupt_bit: Option<usize>,
-    /// Deliver a second copy.
-    pub duplicate: bool,
-    /// Hold back until this many later datagrams passed (1..=3).
-    pub reorder_after: Option<u8>,
-}
+/// Direction salts, so tx and rx draw independent streams from one seed.
+const TX_SALT: u64 = 0x7478_0000_0000_0001;
+const RX_SALT: u64 = 0x7278_0000_0000_0002;
 
-/// Byte of the UDP payload that the ICRC does not cover (BTH byte 4: F, B, Resv6a).
-const ICRC_MASKED_BYTE: usize = 4;
-
-/// The fault decisions of one direction of one driver.
-#[derive(Clone, Debug)]
-pub struct FaultModel {
-    config: FaultConfig,
-    rng: Rng,
-}
-
-impl FaultModel {
-    /// Direction salts, so tx and rx draw independent streams from one seed.
-    const TX_SALT: u64 = 0x7478_0000_0000_0001;
-    const RX_SALT: u64 = 0x7278_0000_0000_0002;
+impl FaultConfig {
+    /// The odds of the four per-datagram faults.
+    pub fn odds(&self) -> Odds {
+        Odds::new(self.loss, self.dup, self.reorder, self.corrupt)
+    }
 
     /// The model for sent datagrams.
-    pub fn tx(config: FaultConfig) -> Self {
-        Self::with_salt(config, Self::TX_SALT)
+    pub fn tx_model(&self) -> FaultModel {
+        self.model(TX_SALT)
     }
 
     /// The model for received datagrams.
-    pub fn rx(config: FaultConfig) -> Self {
-        Self::with_salt(config, Self::RX_SALT)
+    pub fn rx_model(&self) -> FaultModel {
+        self.model(RX_SALT)
     }
 
-    fn with_salt(config: FaultConfig, salt: u64) -> Self {
-        let mut seeder = Rng::new(config.seed ^ salt);
-        FaultModel {
-            config,
-            rng: Rng::new(seeder.next_u64()),
-        }
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &FaultConfig {
-        &self.config
-    }
-
-    /// Decides the fate of the next datagram, `len` bytes long. Always draws
-    /// six values, so decision *n* depends on the seed and *n* alone.
-    pub fn decide(&mut self, len: usize) -> Decision {
-        let c = self.config;
-        let r = &mut self.rng;
-        let (lost, corrupt, dup, reorder) = (
-            r.chance(c.loss),
-            r.chance(c.corrupt),
-            r.chance(c.dup),
-            r.chance(c.reorder),
-        );
-        let (bit_draw, after_draw) = (r.next_u64(), r.below(3) as u8 + 1);
-        if lost {
-            return Decision {
-                drop: true,
-                ..Decision::default()
-            };
-        }
-        Decision {
-            drop: false,
-            corrupt_bit: if corrupt {
-                corrupt_bit(bit_draw, len)
-            } else {
-                None
-            },
-            duplicate: dup,
-            reorder_after: reorder.then_some(after_draw),
-        }
-    }
-}
-
-/// A bit of a `len`-byte datagram outside the ICRC-masked byte (`None` if there is none).
-fn corrupt_bit(draw: u64, len: usize) -> Option<usize> {
-    let usable = if len > ICRC_MASKED_BYTE { len - 1 } else { len };
-    if usable == 0 {
-        return None;
-    }
-    let mut byte = (draw >> 3) as usize % usable;
-    if len > ICRC_MASKED_BYTE && byte >= ICRC_MASKED_BYTE {
-        byte += 1;
-    }
-    Some(byte * 8 + (draw & 7) as usize)
-}
-
-/// Flips `bit` of `bytes` (no-op when out of range).
-pub fn flip_bit(bytes: &mut [u8], bit: usize) {
-    if let Some(b) = bytes.get_mut(bit / 8) {
-        *b ^= 1 << (bit % 8);
+    fn model(&self, salt: u64) -> FaultModel {
+        let mut seeder = Rng::new(self.seed ^ salt);
+        FaultModel::new(self.odds(), Rng::new(seeder.next_u64()))
     }
 }
 

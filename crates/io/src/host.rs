@@ -5,6 +5,7 @@
 //! Everything here is a thin, safe wrapper over one system call (the `unsafe`
 //! blocks of this module carry their `// SAFETY:` lines, like `sys`'s). Nothing
 //! here keeps state. The launcher (`softverbs exec`) decides what to mount where.
+#![allow(unsafe_code)] // system calls, as in `sys` (workspace lint: unsafe_code = deny)
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -98,7 +99,7 @@ pub fn open_path(dir: &Path) -> io::Result<std::fs::File> {
 pub fn interface_of(ip: IpAddr) -> Option<String> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+    if unsafe { libc::getifaddrs(&raw mut head) } != 0 {
         return None;
     }
     let mut best: Option<(u32, String)> = None;

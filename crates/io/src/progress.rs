@@ -58,8 +58,8 @@ impl Faults {
         let c = opts.faults;
         let on = c.is_active();
         Faults {
-            tx: (on && c.dir.tx()).then(|| FaultModel::tx(c)),
-            rx: (on && c.dir.rx()).then(|| FaultModel::rx(c)),
+            tx: (on && c.dir.tx()).then(|| c.tx_model()),
+            rx: (on && c.dir.rx()).then(|| c.rx_model()),
             delay_ns: c.delay.as_nanos() as u64,
             hold: HoldQueue::new(opts.max_held),
             blocked: false,

@@ -169,7 +169,7 @@ impl Slot {
                         lock: Mutex::new(Some(lock)),
                     });
                 }
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
                 Err(e) => {
                     return Err(ShareError::Io {
                         what: "bind a slot",
@@ -188,7 +188,10 @@ impl Slot {
 
     /// The UDP socket joined the group: the next process may claim.
     pub(crate) fn joined(&self) {
-        let mut lock = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lock = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         lock.take();
     }
 

@@ -3,6 +3,7 @@
 //! This module owns every `unsafe` block of the crate (DESIGN §3.8). Each wrapper
 //! takes borrowed file descriptors (so the fd outlives the call) and turns the C
 //! return convention into `io::Result`; nothing here keeps state.
+#![allow(unsafe_code)] // the crate's one system-call module (workspace lint: unsafe_code = deny)
 
 use std::io;
 use std::net::SocketAddr;
@@ -52,11 +53,11 @@ pub(crate) fn eventfd_read(fd: BorrowedFd<'_>) -> io::Result<u64> {
 pub(crate) fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
     });
     let ts_ptr = ts
         .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        .map_or(std::ptr::null(), std::ptr::from_ref::<libc::timespec>);
     // SAFETY: `fds` is a valid mutable slice of pollfd for the call; ts_ptr is null or points
     // to a timespec living on this stack frame; a null sigmask means "keep the current one".
     let ret = unsafe {
@@ -92,15 +93,8 @@ pub(crate) fn setsockopt_int(
 ) -> io::Result<()> {
     let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `value` is a live c_int and `len` is its size; fd is open for the call.
-    let ret = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            len,
-        )
-    };
+    let ret =
+        unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, (&raw const value).cast(), len) };
     cvt(ret).map(drop)
 }
 
@@ -118,8 +112,8 @@ pub(crate) fn getsockopt_int(
             fd.as_raw_fd(),
             level,
             name,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
+            (&raw mut value).cast(),
+            &raw mut len,
         )
     };
     cvt(ret).map(|_| value)
@@ -185,7 +179,7 @@ impl RawAddr {
         // SAFETY: both members are plain integers (every bit pattern is valid) and the
         // union is always fully initialized (zeroed() or new()); the family field is at
         // the same offset in both.
-        let family = unsafe { self.v4.sin_family } as libc::c_int;
+        let family = libc::c_int::from(unsafe { self.v4.sin_family });
         if family == libc::AF_INET && len >= std::mem::size_of::<libc::sockaddr_in>() {
             // SAFETY: as above.
             let a = unsafe { self.v4 };
@@ -237,9 +231,9 @@ pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[(SocketAddr, &[u8])]) -> io::
         iovs[i].iov_base = bytes.as_ptr() as *mut libc::c_void;
         iovs[i].iov_len = bytes.len();
         let h = &mut hdrs[i].msg_hdr;
-        h.msg_name = (&mut names[i] as *mut RawAddr).cast();
+        h.msg_name = (&raw mut names[i]).cast();
         h.msg_namelen = len;
-        h.msg_iov = &mut iovs[i];
+        h.msg_iov = &raw mut iovs[i];
         h.msg_iovlen = 1;
     }
     // SAFETY: hdrs[..n] point into names and iovs (live vectors, not resized or moved
@@ -288,9 +282,9 @@ pub(crate) fn recvmmsg(
         iovs[i].iov_base = chunk.as_mut_ptr().cast();
         iovs[i].iov_len = chunk.len();
         let h = &mut hdrs[i].msg_hdr;
-        h.msg_name = (&mut names[i] as *mut RawAddr).cast();
+        h.msg_name = (&raw mut names[i]).cast();
         h.msg_namelen = std::mem::size_of::<RawAddr>() as libc::socklen_t;
-        h.msg_iov = &mut iovs[i];
+        h.msg_iov = &raw mut iovs[i];
         h.msg_iovlen = 1;
     }
     // SAFETY: hdrs[..n] point into names and iovs (live vectors, not resized or moved
@@ -334,7 +328,7 @@ pub(crate) fn udp_bind_reuseport(addr: SocketAddr) -> io::Result<std::net::UdpSo
     setsockopt_int(owned.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
     let (raw, len) = RawAddr::new(&addr);
     // SAFETY: `raw` is a sockaddr of `len` valid bytes living for the call; fd is open.
-    let ret = unsafe { libc::bind(owned.as_raw_fd(), (&raw as *const RawAddr).cast(), len) };
+    let ret = unsafe { libc::bind(owned.as_raw_fd(), (&raw const raw).cast(), len) };
     cvt(ret)?;
     Ok(std::net::UdpSocket::from(owned))
 }
@@ -347,7 +341,7 @@ pub(crate) fn attach_reuseport_cbpf(
 ) -> io::Result<()> {
     let prog = libc::sock_fprog {
         len: program.len() as libc::c_ushort,
-        filter: program.as_ptr() as *mut libc::sock_filter,
+        filter: program.as_ptr().cast_mut(),
     };
     let len = std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t;
     // SAFETY: `prog` points to `program`, which outlives the call (the kernel copies
@@ -357,7 +351,7 @@ pub(crate) fn attach_reuseport_cbpf(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_ATTACH_REUSEPORT_CBPF,
-            (&prog as *const libc::sock_fprog).cast(),
+            (&raw const prog).cast(),
             len,
         )
     };
@@ -397,7 +391,7 @@ mod tests {
                         got.push((mem[i * slot..][..r.len].to_vec(), r.from.unwrap()));
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => panic!("recvmmsg: {e}"),
             }
         }

@@ -3,6 +3,7 @@
 //! Observed with a raw IPv4/UDP socket, which sees a copy of every UDP datagram
 //! the host receives, IP header included. That needs CAP_NET_RAW: without it the
 //! test says so and passes (the socket option itself is checked by a unit test).
+#![allow(unsafe_code)] // a raw socket, as only libc offers it (test-only)
 mod common;
 
 use std::io;

@@ -119,7 +119,7 @@ fn timers_fire_in_order_and_not_early() {
     assert!(wait_until(|| d.with(|e| e.timers.is_empty())));
     d.with(|e| {
         let mut sorted = deadlines.to_vec();
-        sorted.sort();
+        sorted.sort_unstable();
         assert_eq!(e.fired.iter().map(|f| f.0).collect::<Vec<_>>(), sorted);
         assert!(
             e.fired.iter().all(|&(deadline, at)| at >= deadline),

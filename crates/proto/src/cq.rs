@@ -23,7 +23,7 @@ pub fn check_create(cqe: i32, comp_vector: i32, dev: &DeviceAttr) -> Result<u32,
     if cqe < 1 || cqe as u64 > u64::from(dev.max_cqe) {
         return Err(RangeError {
             what: "cqe",
-            value: cqe as i64 as u64,
+            value: i64::from(cqe) as u64,
             min: 1,
             max: dev.max_cqe.into(),
             note: "; device limit max_cqe",

@@ -717,13 +717,11 @@ impl Engine {
             ..c.req
         };
         let (qp_type, cap) = create::check(&req, &self.info.attr)?;
-        let (send_cq, recv_cq) =
-            match (c.send_cq, c.recv_cq) {
-                (Some(s), Some(r)) => (s, r),
-                _ => return Err(Error::invalid(
-                    "create_qp: send_cq and recv_cq must both be given (they may be the same CQ)",
-                )),
-            };
+        let (Some(send_cq), Some(recv_cq)) = (c.send_cq, c.recv_cq) else {
+            return Err(Error::invalid(
+                "create_qp: send_cq and recv_cq must both be given (they may be the same CQ)",
+            ));
+        };
         for h in [send_cq, recv_cq] {
             if self.cq(h)?.ctx != ctx {
                 return Err(Error::Mismatch {

@@ -82,12 +82,15 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
-pub mod rng;
+/// The seeded generator (crates/faults): the CM draws its IDs from it.
+pub use faults::rng;
 pub mod sched;
 #[cfg(test)]
 mod spec_md;
 pub mod srq;
 pub mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod timers;
 pub mod types;
 pub mod wc;

@@ -106,9 +106,10 @@ impl fmt::Display for QpType {
 }
 
 /// `enum ibv_qp_state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum QpState {
     /// Created, unconfigured.
+    #[default]
     Reset = 0,
     /// Initialized: receives may be posted.
     Init = 1,
@@ -158,14 +159,16 @@ impl fmt::Display for QpState {
     }
 }
 
-/// `enum ibv_mtu`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// `enum ibv_mtu`. The default is the 1024 bytes the data path assumes for
+/// a QP whose path MTU was not set (and that fits a 1500-byte Ethernet MTU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Mtu {
     /// 256 bytes.
     Mtu256 = 1,
     /// 512 bytes.
     Mtu512 = 2,
     /// 1024 bytes.
+    #[default]
     Mtu1024 = 3,
     /// 2048 bytes.
     Mtu2048 = 4,
@@ -450,7 +453,7 @@ impl MigState {
 /// `Default` is the attribute set of a QP in RESET: state RESET, nothing
 /// granted, and the 1024-byte path MTU the data path assumes until
 /// `IBV_QP_PATH_MTU` is set (which attributes are set is the valid mask's say).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpAttr {
     /// The requested state (`IBV_QP_STATE`), or the current one on query.
     pub qp_state: QpState,
@@ -504,39 +507,6 @@ pub struct QpAttr {
     pub alt_timeout: u8,
     /// Rate limit in kbps (`ibv_modify_qp_rate_limit`; RAW_PACKET only).
     pub rate_limit: u32,
-}
-
-impl Default for QpAttr {
-    fn default() -> QpAttr {
-        QpAttr {
-            qp_state: QpState::Reset,
-            cur_qp_state: QpState::Reset,
-            path_mtu: Mtu::Mtu1024,
-            path_mig_state: MigState::Migrated,
-            qkey: 0,
-            rq_psn: 0,
-            sq_psn: 0,
-            dest_qp_num: 0,
-            qp_access_flags: AccessFlags::default(),
-            cap: QpCap::default(),
-            ah_attr: AhAttr::default(),
-            alt_ah_attr: AhAttr::default(),
-            pkey_index: 0,
-            alt_pkey_index: 0,
-            en_sqd_async_notify: 0,
-            sq_draining: 0,
-            max_rd_atomic: 0,
-            max_dest_rd_atomic: 0,
-            min_rnr_timer: 0,
-            port_num: 0,
-            timeout: 0,
-            retry_cnt: 0,
-            rnr_retry: 0,
-            alt_port_num: 0,
-            alt_timeout: 0,
-            rate_limit: 0,
-        }
-    }
 }
 
 /// An IBA 24-bit number (PSN, QPN) mask.

@@ -715,7 +715,10 @@ fn run_one(p: Profile, seed: u64, tally: &mut Tally) {
         let msg = e
             .downcast_ref::<String>()
             .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .or_else(|| {
+                e.downcast_ref::<&str>()
+                    .map(std::string::ToString::to_string)
+            })
             .unwrap_or_default();
         panic!(
             "cm_sim profile {} seed {seed} failed (rerun: CM_SIM_SEED={seed}): {msg}",

@@ -6,11 +6,10 @@
 //! send slots, receive slots, the window peers WRITE and READ, and the word
 //! the peer's COMPARE_SWAPs act on.
 
-use proto::device::DeviceConfig;
-use proto::engine::{CqHandle, PdHandle, QpCreate, QpHandle};
+use proto::engine::{CqHandle, PdHandle, QpHandle};
 use proto::memory::VecMemory;
-use proto::qp::create::QpRequest;
-use proto::{AccessFlags, AhAttr, AttrMask, Engine, Gid, Mtu, QpAttr, QpCap, QpState, QpType};
+use proto::testing::Connect;
+use proto::{AccessFlags, Engine, Gid, Mtu, QpCap, QpType};
 use std::net::IpAddr;
 
 /// First address of every device's memory.
@@ -90,18 +89,14 @@ pub struct Device {
 impl Device {
     /// A device at `ip` with memory for `qps` QP areas.
     pub fn new(ip: IpAddr, qps: usize) -> Device {
-        let cfg = DeviceConfig {
-            name: format!("sim-{ip}"),
-            addrs: vec![ip],
-            active_mtu: MTU,
-        };
-        let mut engine = Engine::new(&cfg);
-        let ctx = engine.open_context();
-        let pd = engine.alloc_pd(ctx).expect("a PD");
-        let (cq, _) = engine.create_cq(ctx, 65536, 0).expect("a CQ");
+        let (mut engine, pd, cq) =
+            proto::testing::device(format!("sim-{ip}"), ip, MTU, 65536).expect("a device");
         let len = HEADER + AREA * qps as u64;
-        // Local write, remote write, remote read, remote atomic.
-        let mr = engine.reg_mr(pd, BASE, len, 0xf).expect("an MR").1;
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let mr = engine.reg_mr(pd, BASE, len, access.0).expect("an MR").1;
         let (lkey, rkey) = (mr.lkey, mr.rkey);
         Device {
             engine,
@@ -128,80 +123,36 @@ impl Device {
 
     /// A new RC QP in RESET; returns (handle, QPN).
     pub fn create_rc_qp(&mut self) -> (QpHandle, u32) {
-        let req = QpRequest {
-            qp_type: QpType::Rc.raw(),
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 2,
-                max_recv_sge: 2,
-                max_inline_data: 0,
-            },
-            comp_mask: 1,
-            ..QpRequest::default()
+        let cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 0,
         };
-        let c = QpCreate {
-            pd: self.pd,
-            send_cq: Some(self.cq),
-            recv_cq: Some(self.cq),
-            srq: None,
-            req,
-            sq_sig_all: false,
-        };
-        let q = self.engine.create_qp(&c).expect("an RC QP");
-        (q.handle, q.qpn)
+        proto::testing::create_qp(&mut self.engine, self.pd, self.cq, QpType::Rc, cap, false)
+            .expect("an RC QP")
     }
 
     /// RESET → INIT → RTR → RTS towards `peer_qpn` at `peer_ip`.
     pub fn connect(&mut self, qp: QpHandle, peer_qpn: u32, peer_ip: IpAddr, p: &QpParams) {
-        use AttrMask as M;
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        };
-        let mask = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
-        self.modify(qp, init, mask);
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            ah_attr: AhAttr::roce(Gid::from(peer_ip), 0),
+        let own_qpn = self.engine.qp(qp).expect("QP").ctl.qpn();
+        let c = Connect {
             path_mtu: MTU,
-            dest_qp_num: peer_qpn,
+            // Near the 24-bit wrap, so runs cross it (each side's sq_psn is the
+            // peer's rq_psn).
             rq_psn: 0xff_fff0 ^ peer_qpn,
+            sq_psn: 0xff_fff0 ^ own_qpn,
+            max_rd_atomic: p.rd_atomic,
             max_dest_rd_atomic: p.rd_atomic,
             min_rnr_timer: p.min_rnr_timer,
-            ..QpAttr::default()
-        };
-        let mask = M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
-        self.modify(qp, rtr, mask);
-        let own_qpn = self.engine.qp(qp).expect("QP").ctl.qpn();
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            // Near the 24-bit wrap, so runs cross it (the peer's rq_psn matches).
-            sq_psn: 0xff_fff0 ^ own_qpn,
             timeout: p.timeout,
             retry_cnt: p.retry_cnt,
             rnr_retry: p.rnr_retry,
-            max_rd_atomic: p.rd_atomic,
-            ..QpAttr::default()
+            ..Connect::rc(peer_qpn, Gid::from(peer_ip))
         };
-        let mask =
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-        self.modify(qp, rts, mask);
-    }
-
-    fn modify(&mut self, qp: QpHandle, attr: QpAttr, mask: AttrMask) {
-        if let Err(e) = self.engine.modify_qp(qp, &attr, mask) {
-            panic!("modify_qp to {}: {e}", attr.qp_state);
+        if let Err(e) = proto::testing::connect(&mut self.engine, qp, QpType::Rc, &c) {
+            panic!("{e}");
         }
     }
 }

@@ -41,7 +41,7 @@
 
 pub mod device;
 pub mod net;
-pub use proto::rng;
+pub use faults::rng;
 pub mod scenario;
 pub mod special;
 pub mod workload;
@@ -51,7 +51,10 @@ pub use world::{Config, Summary, World};
 
 /// Every scenario name: the random-workload ones, then the exact ones.
 pub fn all_names() -> Vec<String> {
-    let mut v: Vec<String> = scenario::NAMES.iter().map(|s| s.to_string()).collect();
+    let mut v: Vec<String> = scenario::NAMES
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
     v.extend(special::names());
     v
 }
@@ -64,9 +67,11 @@ pub fn known(name: &str) -> bool {
 /// Runs scenario `name` with `seed`; panics (naming the seed and the replay
 /// command) on any violation, including a panic inside an engine.
 pub fn run(name: &str, seed: u64) -> Summary {
-    if !known(name) {
-        panic!("unknown scenario {name:?}; known: {:?}", all_names());
-    }
+    assert!(
+        known(name),
+        "unknown scenario {name:?}; known: {:?}",
+        all_names()
+    );
     let r = std::panic::catch_unwind(|| {
         if let Some(s) = special::run(name, seed) {
             return s;
@@ -80,7 +85,10 @@ pub fn run(name: &str, seed: u64) -> Summary {
             let msg = e
                 .downcast_ref::<String>()
                 .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .or_else(|| {
+                    e.downcast_ref::<&str>()
+                        .map(std::string::ToString::to_string)
+                })
                 .unwrap_or_default();
             if msg.starts_with("[sim ") {
                 std::panic::resume_unwind(e);

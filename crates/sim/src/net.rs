@@ -2,18 +2,17 @@
 //! seeded faults — loss, duplication, reordering, delay with jitter, bit
 //! corruption — and partitions (time windows in which nothing gets through).
 //!
-//! Faults are decided when a datagram is sent; the datagram (and any
-//! duplicate) is then queued for delivery at a virtual time. Deliveries at the
-//! same time keep their sending order, so a seed replays exactly.
+//! Faults are decided when a datagram is sent, by the fault model the real
+//! path uses too (crates/faults: loss, corruption, duplication, reordering);
+//! the datagram (and any duplicate) is then queued for delivery at a virtual
+//! time, with the link's delay and jitter and, when reordered, an extra delay.
+//! Deliveries at the same time keep their sending order, so a seed replays
+//! exactly.
 
 use crate::rng::Rng;
+use faults::{flip_bit, FaultModel, Odds};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-/// Transport offset of the one BTH byte the ICRC does not cover (FECN, BECN,
-/// Resv6a: masked to 0xFF, roce-wire.md §8.1). A bit flipped there is not a
-/// corruption the receiver can or must detect.
-pub const ICRC_MASKED_BTH_BYTE: usize = 4;
 
 /// Fault settings of the links (all links alike).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +46,11 @@ impl Faults {
             reorder_ns: 0,
         }
     }
+
+    /// The per-datagram odds the fault model draws with.
+    pub fn odds(&self) -> Odds {
+        Odds::new(self.loss, self.dup, self.reorder, self.corrupt)
+    }
 }
 
 /// What the network did, for checks and the summary line.
@@ -64,10 +68,9 @@ pub struct NetStats {
     pub duplicated: u64,
     /// Held back (reordered).
     pub reordered: u64,
-    /// Delivered with a flipped bit the ICRC covers.
+    /// Delivered with a flipped bit (never in the ICRC-masked byte: the ICRC
+    /// covers every one, and a duplicate of a corrupted datagram counts again).
     pub corrupted: u64,
-    /// Delivered with a flipped bit in the ICRC-masked BTH byte.
-    pub corrupted_masked: u64,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -97,7 +100,10 @@ pub struct Network {
     pub faults: Faults,
     /// Partitions: `[from_ns, until_ns)` windows in which every datagram sent is lost.
     pub partitions: Vec<(u64, u64)>,
+    /// Timing draws (jitter, reorder delay).
     rng: Rng,
+    /// The fault decisions.
+    model: FaultModel,
     queue: BinaryHeap<Reverse<Queued>>,
     seq: u64,
     /// Per (from, to): the latest in-order arrival time, so jitter alone
@@ -109,11 +115,13 @@ pub struct Network {
 
 impl Network {
     /// A network with `faults`, drawing from `rng`.
-    pub fn new(faults: Faults, rng: Rng) -> Network {
+    pub fn new(faults: Faults, mut rng: Rng) -> Network {
+        let model = FaultModel::new(faults.odds(), rng.fork());
         Network {
             faults,
             partitions: Vec::new(),
             rng,
+            model,
             queue: BinaryHeap::new(),
             seq: 0,
             fifo: Default::default(),
@@ -134,15 +142,23 @@ impl Network {
             return;
         }
         let f = self.faults;
-        if self.rng.chance(f.loss) {
+        self.model.set_odds(f.odds());
+        let d = self.model.decide(bytes.len());
+        if d.drop {
             self.stats.lost += 1;
             return;
         }
-        let copies = if self.rng.chance(f.dup) { 2 } else { 1 };
+        let mut b = bytes.to_vec();
+        if let Some(bit) = d.corrupt_bit {
+            flip_bit(&mut b, bit);
+        }
+        let copies = if d.duplicate { 2 } else { 1 };
         self.stats.duplicated += copies - 1;
-        for _ in 0..copies {
+        for copy in 0..copies {
             let mut at = now + f.delay_ns + self.rng.range(0, f.jitter_ns);
-            if self.rng.chance(f.reorder) {
+            // As on the real path, the copy follows the original and is never
+            // itself reordered.
+            if copy == 0 && d.reorder_after.is_some() {
                 self.stats.reordered += 1;
                 at += self.rng.range(1, f.reorder_ns.max(1));
             } else {
@@ -150,23 +166,14 @@ impl Network {
                 at = at.max(*last);
                 *last = at;
             }
-            let mut b = bytes.to_vec();
-            if !b.is_empty() && self.rng.chance(f.corrupt) {
-                let i = self.rng.below(b.len() as u64) as usize;
-                b[i] ^= 1 << self.rng.below(8);
-                if i == ICRC_MASKED_BTH_BYTE {
-                    self.stats.corrupted_masked += 1;
-                } else {
-                    self.stats.corrupted += 1;
-                }
-            }
+            self.stats.corrupted += u64::from(d.corrupt_bit.is_some());
             self.seq += 1;
             self.queue.push(Reverse(Queued {
                 at_ns: at,
                 seq: self.seq,
                 from,
                 to,
-                bytes: b,
+                bytes: b.clone(),
             }));
         }
     }

@@ -164,15 +164,7 @@ impl Mix {
 
     /// Draws an opcode.
     pub fn pick(&self, rng: &mut Rng) -> WrOpcode {
-        const OPS: [WrOpcode; 7] = [
-            WrOpcode::Send,
-            WrOpcode::SendWithImm,
-            WrOpcode::RdmaWrite,
-            WrOpcode::RdmaWriteWithImm,
-            WrOpcode::RdmaRead,
-            WrOpcode::AtomicFetchAndAdd,
-            WrOpcode::AtomicCmpAndSwp,
-        ];
+        const OPS: [WrOpcode; 7] = proto::testing::RC_OPCODES;
         let total: u32 = self.weights.iter().sum();
         let mut x = rng.below(u64::from(total)) as u32;
         for (op, w) in OPS.iter().zip(self.weights) {

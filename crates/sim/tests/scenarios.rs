@@ -13,8 +13,7 @@ const FRESH: u64 = 3;
 fn fresh_seeds() -> Vec<u64> {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(7);
+        .map_or(7, |d| d.as_nanos() as u64);
     let mut r = sim::rng::Rng::new(t);
     (0..FRESH).map(|_| r.next_u64() % 1_000_000_000).collect()
 }

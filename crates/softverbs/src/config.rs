@@ -20,6 +20,9 @@
 //!   this pcap file; `%p` becomes the process ID, `%d` the device name (needed
 //!   when a process opens several devices). [`Device::with_capture`] overrides it.
 //! - `SOFTVERBS_BUSY_POLL_US`: the progress thread's busy-poll window.
+//! - `SOFTVERBS_LOG`: `error`, `warn`, `info`, `debug` or `trace`: the level
+//!   of the log the `softverbs` command and the drop-in libibverbs send to
+//!   stderr ([`log_level_from_env`]; a library never installs a logger itself).
 //!
 //! Bad values are refused when the device opens ([`Error::Config`], naming the
 //! variable and the key). Contexts opened on the same device in one process
@@ -27,7 +30,7 @@
 
 use crate::context::Context;
 use crate::device::Shared;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use proto::device::{DeviceConfig, DeviceInfo};
 use proto::Mtu;
 use std::collections::HashMap;
@@ -114,12 +117,15 @@ impl Device {
                 std::env::var(name).ok()
             }
         })
-        .map_err(|e| Error::Config(format!("device {}: {e}", self.config.name)))?;
+        .map_err(|source| ConfigError::Driver {
+            device: self.config.name.clone(),
+            source,
+        })?;
         if let Some(f) = self.faults {
             opts.faults = f;
         }
         if let Some(c) = &self.capture {
-            opts.capture = c.clone();
+            opts.capture.clone_from(c);
         }
         Ok(opts)
     }
@@ -130,7 +136,7 @@ impl Device {
         let mut open = OPEN
             .get_or_init(Default::default)
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(s) = open.get(&config.name).and_then(Weak::upgrade) {
             return Ok(s);
         }
@@ -145,17 +151,19 @@ fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {
     let addr = config
         .addrs
         .first()
-        .map_or("none".to_string(), |a| a.to_string());
+        .map_or("none".to_string(), std::string::ToString::to_string);
     let hint = match config.addrs.first() {
         Some(ip) if !crate::device::bindable(*ip) => {
             " — that address is not on this host (SOFTVERBS_ADDR must name a local address)"
         }
         _ => "",
     };
-    Error::Config(format!(
-        "cannot start device {} on {addr} port 4791: {e}{hint}",
-        config.name
-    ))
+    Error::Config(ConfigError::Start {
+        device: config.name.clone(),
+        addr,
+        source: e.into(),
+        hint,
+    })
 }
 
 fn config_from_env() -> Result<DeviceConfig, Error> {
@@ -185,9 +193,9 @@ fn parse_addrs(list: &str) -> Result<Vec<IpAddr>, Error> {
     list.split(',')
         .map(|a| {
             a.trim().parse::<IpAddr>().map_err(|_| {
-                Error::Config(format!(
-                    "SOFTVERBS_ADDR: {a:?} is not an IPv4 or IPv6 address"
-                ))
+                Error::Config(ConfigError::Addr {
+                    value: a.to_string(),
+                })
             })
         })
         .collect()
@@ -199,10 +207,22 @@ fn parse_mtu(s: &str) -> Result<Mtu, Error> {
         .filter_map(Mtu::from_raw)
         .find(|m| m.bytes() == bytes)
         .ok_or_else(|| {
-            Error::Config(format!(
-                "SOFTVERBS_MTU: {s:?} is not 256, 512, 1024, 2048 or 4096"
-            ))
+            Error::Config(ConfigError::Mtu {
+                value: s.to_string(),
+            })
         })
+}
+
+/// The level `SOFTVERBS_LOG` asks for; `None` when it is unset.
+pub fn log_level_from_env() -> Result<Option<tracing::Level>, Error> {
+    let Ok(value) = std::env::var("SOFTVERBS_LOG") else {
+        return Ok(None);
+    };
+    value
+        .trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| Error::Config(ConfigError::Log { value }))
 }
 
 /// This process's own loopback address: `127.(1 + pid>>16).(pid>>8).(pid)`.

@@ -32,7 +32,7 @@ impl Drop for CtxInner {
 
 impl Context {
     pub(crate) fn new(dev: Arc<Shared>) -> Context {
-        let h = dev.with(|e| e.open_context());
+        let h = dev.with(proto::Engine::open_context);
         Context {
             inner: Arc::new(CtxInner { dev, h }),
         }

@@ -111,9 +111,10 @@ pub struct CompletionChannel {
 impl CompletionChannel {
     /// Waits for the next completion event; returns the CQ's [`CompletionQueue::id`].
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<u64>, Error> {
-        self.inner
-            .get_event(timeout)
-            .map_err(|e| Error::Os(e.to_string()))
+        self.inner.get_event(timeout).map_err(|e| Error::Os {
+            op: "waiting for a completion event",
+            source: e.into(),
+        })
     }
 
     /// The file descriptor (readable while events wait).
@@ -148,7 +149,10 @@ impl Context {
             .dev
             .driver
             .create_completion_channel()
-            .map_err(|e| Error::Os(e.to_string()))?;
+            .map_err(|e| Error::Os {
+                op: "creating a completion channel",
+                source: e.into(),
+            })?;
         Ok(CompletionChannel { inner: ch })
     }
 
@@ -173,7 +177,10 @@ impl Context {
             .driver
             .async_events()
             .pop_wait(timeout)
-            .map_err(|e| Error::Os(e.to_string()))?;
+            .map_err(|e| Error::Os {
+                op: "waiting for an async event",
+                source: e.into(),
+            })?;
         Ok(e.map(|e| AsyncEvent {
             kind: e.kind,
             element: e.element,

@@ -2,6 +2,7 @@
 
 use proto::Errno;
 use std::fmt;
+use std::sync::Arc;
 
 /// Why a softverbs call was refused. `Display` says what was wrong in words;
 /// [`Error::errno`] gives the errno Linux returns in the same case.
@@ -14,11 +15,105 @@ pub enum Error {
     #[error(transparent)]
     Post(#[from] proto::wr::PostError),
     /// The operating system refused something (socket, file descriptor).
-    #[error("{0}")]
-    Os(String),
+    #[error("{op}: {source}")]
+    Os {
+        /// What was being done (`"waiting for a completion event"`).
+        op: &'static str,
+        /// The system's error, with its errno.
+        #[source]
+        source: OsError,
+    },
     /// The device configuration (environment) is not valid.
     #[error("configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
+}
+
+/// An `std::io::Error`, shareable so [`Error`] stays `Clone`; two are equal
+/// when their kind and errno are.
+#[derive(Debug, Clone)]
+pub struct OsError(Arc<std::io::Error>);
+
+impl OsError {
+    /// The system's error.
+    pub fn io(&self) -> &std::io::Error {
+        &self.0
+    }
+
+    /// Its errno, when it has one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.0.raw_os_error()
+    }
+}
+
+impl From<std::io::Error> for OsError {
+    fn from(e: std::io::Error) -> OsError {
+        OsError(Arc::new(e))
+    }
+}
+
+impl PartialEq for OsError {
+    fn eq(&self, other: &OsError) -> bool {
+        self.0.kind() == other.0.kind() && self.0.raw_os_error() == other.0.raw_os_error()
+    }
+}
+
+impl Eq for OsError {}
+
+impl fmt::Display for OsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for OsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// A device configuration (environment) that cannot be used: which setting, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `SOFTVERBS_ADDR` names something that is not an address.
+    #[error("SOFTVERBS_ADDR: {value:?} is not an IPv4 or IPv6 address")]
+    Addr {
+        /// The list element given.
+        value: String,
+    },
+    /// `SOFTVERBS_MTU` is not an IB MTU.
+    #[error("SOFTVERBS_MTU: {value:?} is not 256, 512, 1024, 2048 or 4096")]
+    Mtu {
+        /// The value given.
+        value: String,
+    },
+    /// `SOFTVERBS_LOG` is not a level.
+    #[error("SOFTVERBS_LOG={value:?} is not error, warn, info, debug or trace")]
+    Log {
+        /// The value given.
+        value: String,
+    },
+    /// The driver's settings (`SOFTVERBS_FAULTS`, `SOFTVERBS_PCAP`, ...).
+    #[error("device {device}: {source}")]
+    Driver {
+        /// The device.
+        device: String,
+        /// Which setting, and why.
+        #[source]
+        source: sv_io::OptionsError,
+    },
+    /// The device's socket could not be opened.
+    #[error("cannot start device {device} on {addr} port 4791: {source}{hint}")]
+    Start {
+        /// The device.
+        device: String,
+        /// Its first address (`none` without one).
+        addr: String,
+        /// The system's error.
+        #[source]
+        source: OsError,
+        /// A likely cause, in words, or empty.
+        hint: &'static str,
+    },
 }
 
 impl Error {
@@ -27,7 +122,7 @@ impl Error {
         match self {
             Error::Verbs(e) => e.errno(),
             Error::Post(e) => e.errno(),
-            Error::Config(_) | Error::Os(_) => Errno::EINVAL,
+            Error::Config(_) | Error::Os { .. } => Errno::EINVAL,
         }
     }
 }

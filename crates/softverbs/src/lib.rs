@@ -91,13 +91,13 @@ mod srq;
 mod transition;
 
 pub use ah::AddressHandle;
-pub use config::{devices, Device};
+pub use config::{devices, log_level_from_env, Device};
 pub use context::Context;
 pub use counters::{DeviceCounters, EngineCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;
 pub use datapath::{AsyncEvent, CompletionChannel};
 pub use dm::{DeviceMemory, DmMemoryRegion};
-pub use error::{DestroyError, Error};
+pub use error::{ConfigError, DestroyError, Error, OsError};
 pub use mr::{MemoryRegion, Rereg};
 pub use pd::ProtectionDomain;
 pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};

@@ -258,10 +258,11 @@ impl Peer {
         while let Some(left) = end.checked_duration_since(Instant::now()) {
             match self.lines.recv_timeout(left) {
                 // The harness may print "test lossy_peer ... " before it on the same line.
-                Ok(line) => match line.find(tag) {
-                    Some(at) => return line[at + tag.len()..].trim().to_string(),
-                    None => continue,
-                },
+                Ok(line) => {
+                    if let Some(at) = line.find(tag) {
+                        return line[at + tag.len()..].trim().to_string();
+                    }
+                }
                 Err(_) => break,
             }
         }
@@ -419,7 +420,7 @@ fn lossy_transfer_between_two_processes() {
         c.io.pcap_records,
     );
     assert!(
-        std::fs::metadata(&peer_pcap).map(|m| m.len()).unwrap_or(0) > 24,
+        std::fs::metadata(&peer_pcap).map_or(0, |m| m.len()) > 24,
         "peer capture empty"
     );
 }

@@ -75,7 +75,7 @@ fn cq_overrun_raises_cq_err_and_the_qp_goes_to_err() {
     let mut ib = b.init();
     ib.recv_cq = &small;
     let (qa, qb) = rc_pair_with(&a, &a.init(), &b, &ib, &RcOpts::default());
-    let cap = small.cqe() as u64;
+    let cap = u64::from(small.cqe());
     for i in 0..cap + 2 {
         qb.post_recv(&recv_wr(i, &[b.mr.sge(0, 64)])).unwrap();
     }

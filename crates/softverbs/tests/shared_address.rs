@@ -306,7 +306,7 @@ fn run_members(n: u8, net: u8) {
         .map(|id| Member::spawn(ip, hub_ip, id, ROUNDS))
         .collect();
     let mut qpns: Vec<u32> = members.iter().map(|m| m.qpn).collect();
-    qpns.sort();
+    qpns.sort_unstable();
     qpns.dedup();
     assert_eq!(
         qpns.len(),
@@ -314,7 +314,7 @@ fn run_members(n: u8, net: u8) {
         "QPNs on one address must be distinct"
     );
     let mut slots: Vec<u32> = members.iter().map(|m| slot(m.qpn)).collect();
-    slots.sort();
+    slots.sort_unstable();
     slots.dedup();
     assert_eq!(slots.len(), n as usize, "one slot per process");
     for m in &mut members {

@@ -14,8 +14,11 @@ use crate::{bth, Error};
 pub const LEN: usize = 4;
 /// The 8 bytes of 0xFF standing for the masked IB LRH (§8.1 step 1).
 const LRH_MASK: [u8; 8] = [0xFF; 8];
-/// Offset of BTH byte 4 (F, B, Resv6a), masked to 0xFF (§8.1 step 2).
-const BTH_MASKED_BYTE: usize = 4;
+/// Offset in the transport bytes (the UDP payload) of BTH byte 4 (FECN, BECN,
+/// Resv6a), masked to 0xFF (§8.1 step 2): the one byte before the ICRC that it
+/// does not cover, so a bit flipped there is not a corruption a receiver can or
+/// must detect. Fault injection and the simulator keep to this fact.
+pub const BTH_MASKED_BYTE: usize = 4;
 /// Longest pseudo-header: 8 + IPv6 40 + UDP 8.
 const PSEUDO_MAX: usize = 8 + 40 + 8;
 

@@ -322,15 +322,15 @@ impl fmt::Display for TransportRepr {
             b.opcode,
             b.dest_qp,
             b.psn,
-            b.ack_req as u8,
-            b.solicited as u8,
+            u8::from(b.ack_req),
+            u8::from(b.solicited),
             self.pad_len()
         )?;
         if b.mig_req {
             f.write_str(" M=1")?;
         }
         if b.fecn || b.becn {
-            write!(f, " FECN={} BECN={}", b.fecn as u8, b.becn as u8)?;
+            write!(f, " FECN={} BECN={}", u8::from(b.fecn), u8::from(b.becn))?;
         }
         if b.pkey != crate::PKey::DEFAULT {
             write!(f, " pkey={}", b.pkey)?;

@@ -217,7 +217,7 @@ proptest! {
         let _ = TransportRepr::parse(&bytes);
         let _ = encap::parse_frame(&bytes);
         let _ = encap::parse_ip(&bytes);
-        let _ = pcap::PcapReader::new(&bytes).map(|r| r.count());
+        let _ = pcap::PcapReader::new(&bytes).map(std::iter::Iterator::count);
         let _ = bth::Repr::parse(&bth::Packet::new_unchecked(&bytes));
         let _ = aeth::Repr::parse(&aeth::Packet::new_unchecked(&bytes));
         let _ = atomic_eth::Repr::parse(&atomic_eth::Packet::new_unchecked(&bytes));

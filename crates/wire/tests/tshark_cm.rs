@@ -207,8 +207,7 @@ fn tshark_available() -> bool {
     Command::new("tshark")
         .arg("--version")
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+        .is_ok_and(|o| o.status.success())
 }
 
 fn tshark(args: &[&str], pcap: &Path) -> String {
@@ -421,9 +420,10 @@ fn skip_without_tshark() -> bool {
     if tshark_available() {
         return false;
     }
-    if std::env::var("SOFTVERBS_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("tshark not found and SOFTVERBS_REQUIRE_TOOLS=1");
-    }
+    assert!(
+        std::env::var("SOFTVERBS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "tshark not found and SOFTVERBS_REQUIRE_TOOLS=1"
+    );
     eprintln!("skipped: tshark not found");
     true
 }

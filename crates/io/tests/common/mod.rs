@@ -1,5 +1,6 @@
 //! Fake engines and helpers shared by the integration tests.
 #![allow(dead_code)]
+#![allow(unsafe_code)] // poll(2) on the driver's descriptors (test-only)
 
 use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
@@ -111,6 +112,6 @@ pub fn fd_readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> bool {
         revents: 0,
     };
     // SAFETY: one valid pollfd on the stack for the call.
-    let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    let n = unsafe { libc::poll(&raw mut pfd, 1, timeout_ms) };
     n == 1 && pfd.revents & libc::POLLIN != 0
 }

@@ -22,11 +22,8 @@ fn outcome(flushed: bool) -> PostOutcome {
 
 fn no_qp(h: QpHandle) -> PostError {
     PostError::NoSuchObject {
-        what: Error::NoSuchObject {
-            kind: ObjectKind::Qp,
-            handle: h.raw(),
-        }
-        .to_string(),
+        kind: ObjectKind::Qp,
+        handle: h.raw(),
     }
 }
 
@@ -92,11 +89,8 @@ impl Engine {
         let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
         out.clear();
         out.resize(crate::wr::sg_total_len(sges) as usize, 0);
-        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, out).map_err(|e| {
-            PostError::NoSuchObject {
-                what: format!("IBV_SEND_INLINE data: {e:?}"),
-            }
-        })
+        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, out)
+            .map_err(|e| PostError::InlineData { error: e })
     }
 
     /// `ibv_post_send` for the safe API: an `IBV_SEND_INLINE` WR's bytes are
@@ -167,11 +161,8 @@ impl Engine {
             .srqs
             .get_mut(h)
             .ok_or_else(|| PostError::NoSuchObject {
-                what: Error::NoSuchObject {
-                    kind: ObjectKind::Srq,
-                    handle: h.raw(),
-                }
-                .to_string(),
+                kind: ObjectKind::Srq,
+                handle: h.raw(),
             })?;
         let a = s.srq.attr;
         check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;

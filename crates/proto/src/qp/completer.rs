@@ -137,7 +137,7 @@ impl Requester {
                         fx.seq_nak = true;
                         self.rewind(sq, q, env.mtu);
                     }
-                    (_, NakAction::Fail(status)) | (_, NakAction::Retry { exhausted: status }) => {
+                    (_, NakAction::Fail(status) | NakAction::Retry { exhausted: status }) => {
                         fx.error_nak = true;
                         self.fail_wqe(sq, env, status, fx)
                     }
@@ -157,7 +157,7 @@ impl Requester {
         fx: &mut CompEffects,
     ) {
         let mut upto = upto;
-        for w in sq.wqes.iter_mut() {
+        for w in &mut sq.wqes {
             if w.npsn == 0 || w.done {
                 if w.npsn == 0 {
                     break;

@@ -8,11 +8,13 @@ use crate::mr::{Access, AccessError, MrTable};
 use crate::wr::Sge;
 
 /// Why a gather or scatter failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SglError {
     /// An element failed the memory-region check → `IBV_WC_LOC_PROT_ERR`.
+    #[error(transparent)]
     Access(AccessError),
     /// The data does not fit the list → `IBV_WC_LOC_LEN_ERR`.
+    #[error("{need} bytes do not fit the scatter/gather list's {have}")]
     Length {
         /// Bytes that had to fit (offset + data).
         need: u64,

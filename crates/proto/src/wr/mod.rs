@@ -25,8 +25,9 @@
 //!   module checks only its length and opcode.
 #![forbid(unsafe_code)]
 
-use crate::error::Errno;
+use crate::error::{Errno, ObjectKind};
 use crate::handle::{AhHandle, PdHandle};
+use crate::qp::sgl::SglError;
 use crate::types::{QpState, QpType};
 use std::fmt;
 
@@ -351,26 +352,53 @@ pub enum WrTarget {
 }
 
 impl WrTarget {
-    fn kind(&self) -> &'static str {
+    /// Which member this is.
+    pub fn kind(&self) -> TargetKind {
         match self {
-            WrTarget::None => "none",
-            WrTarget::Rdma(_) => "wr.rdma",
-            WrTarget::Atomic(_) => "wr.atomic",
-            WrTarget::Ud(_) => "wr.ud",
+            WrTarget::None => TargetKind::None,
+            WrTarget::Rdma(_) => TargetKind::Rdma,
+            WrTarget::Atomic(_) => TargetKind::Atomic,
+            WrTarget::Ud(_) => TargetKind::Ud,
         }
     }
 }
 
-/// The `wr` member an opcode needs on a QP type.
-fn target_kind_for(opcode: WrOpcode, qp_type: QpType) -> &'static str {
-    if qp_type == QpType::Ud {
-        "wr.ud"
-    } else if opcode.is_rdma_write() || opcode == WrOpcode::RdmaRead {
-        "wr.rdma"
-    } else if opcode.is_atomic() {
-        "wr.atomic"
-    } else {
-        "none"
+/// A member of `ibv_send_wr`'s `wr` union, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// No member is read (SEND on RC/UC).
+    None,
+    /// `wr.rdma`.
+    Rdma,
+    /// `wr.atomic`.
+    Atomic,
+    /// `wr.ud`.
+    Ud,
+}
+
+impl TargetKind {
+    /// The member `opcode` reads on a `qp_type` QP: the one choice both the
+    /// check here and the C ABI's reading of the union follow.
+    pub fn of(opcode: WrOpcode, qp_type: QpType) -> TargetKind {
+        if qp_type == QpType::Ud {
+            TargetKind::Ud
+        } else if opcode.is_rdma_write() || opcode == WrOpcode::RdmaRead {
+            TargetKind::Rdma
+        } else if opcode.is_atomic() {
+            TargetKind::Atomic
+        } else {
+            TargetKind::None
+        }
+    }
+
+    /// The member's name as verbs.h spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::None => "none",
+            TargetKind::Rdma => "wr.rdma",
+            TargetKind::Atomic => "wr.atomic",
+            TargetKind::Ud => "wr.ud",
+        }
     }
 }
 
@@ -650,10 +678,19 @@ pub enum PostError {
         attr: &'static str,
     },
     /// The QP or SRQ handle names no live object.
-    #[error("{what}")]
+    #[error("no such {kind} (handle {handle:#x})")]
     NoSuchObject {
-        /// Which handle, in words.
-        what: String,
+        /// What the handle should have named.
+        kind: ObjectKind,
+        /// The raw handle.
+        handle: u64,
+    },
+    /// The bytes of an `IBV_SEND_INLINE` WR could not be gathered.
+    #[error("IBV_SEND_INLINE data: {error}")]
+    InlineData {
+        /// Why.
+        #[source]
+        error: SglError,
     },
 }
 
@@ -780,6 +817,12 @@ fn check_inline(wr: &SendWr<'_>, len: u64, max: u32) -> Result<(), PostError> {
     if !wr.opcode.allows_inline() {
         return Err(PostError::InlineOpcode { opcode: wr.opcode });
     }
+    check_inline_len(len, max)
+}
+
+/// `len` bytes of inline data against the QP's `cap.max_inline_data`: the one
+/// check, also made by the C ABI before it reads the caller's SGEs.
+pub fn check_inline_len(len: u64, max: u32) -> Result<(), PostError> {
     if len > u64::from(max) {
         return Err(PostError::InlineTooLong { len, max });
     }
@@ -787,16 +830,16 @@ fn check_inline(wr: &SendWr<'_>, len: u64, max: u32) -> Result<(), PostError> {
 }
 
 fn check_target(wr: &SendWr<'_>, qp_type: QpType) -> Result<(), PostError> {
-    let expected = target_kind_for(wr.opcode, qp_type);
+    let expected = TargetKind::of(wr.opcode, qp_type);
     // A SEND on RC/UC reads no union member, so any content is fine.
-    if expected == "none" || wr.target.kind() == expected {
+    if expected == TargetKind::None || wr.target.kind() == expected {
         return Ok(());
     }
     Err(PostError::WrongTarget {
         opcode: wr.opcode,
         qp_type,
-        expected,
-        given: wr.target.kind(),
+        expected: expected.name(),
+        given: wr.target.kind().name(),
     })
 }
 

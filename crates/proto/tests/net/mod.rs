@@ -28,15 +28,8 @@ pub struct Node {
 impl Node {
     pub fn new(ip: &str) -> Node {
         let ip: IpAddr = ip.parse().unwrap();
-        let cfg = DeviceConfig {
-            name: format!("t-{ip}"),
-            addrs: vec![ip],
-            active_mtu: Mtu::Mtu1024,
-        };
-        let mut e = Engine::new(&cfg);
-        let ctx = e.open_context();
-        let pd = e.alloc_pd(ctx).unwrap();
-        let (cq, _) = e.create_cq(ctx, 4096, 0).unwrap();
+        let (e, pd, cq) =
+            proto::testing::device(format!("t-{ip}"), ip, Mtu::Mtu1024, 4096).unwrap();
         Node {
             e,
             mem: VecMemory::new(BASE, MEM),
@@ -53,28 +46,14 @@ impl Node {
     }
 
     pub fn qp(&mut self, t: QpType) -> (QpHandle, u32) {
-        let req = QpRequest {
-            qp_type: t.raw(),
-            cap: QpCap {
-                max_send_wr: 256,
-                max_recv_wr: 256,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 256,
-            },
-            comp_mask: 1,
-            ..QpRequest::default()
+        let cap = QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 256,
         };
-        let c = QpCreate {
-            pd: self.pd,
-            send_cq: Some(self.cq),
-            recv_cq: Some(self.cq),
-            srq: None,
-            req,
-            sq_sig_all: true,
-        };
-        let q = self.e.create_qp(&c).unwrap();
-        (q.handle, q.qpn)
+        proto::testing::create_qp(&mut self.e, self.pd, self.cq, t, cap, true).unwrap()
     }
 
     pub fn gid(&self) -> Gid {
@@ -215,60 +194,22 @@ pub fn up(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid) {
 }
 
 pub fn up_with(node: &mut Node, qp: QpHandle, t: QpType, peer: u32, dgid: Gid, p: Params) {
-    use AttrMask as M;
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::QP_SUPPORTED,
+    let c = proto::testing::Connect {
+        peer_qpn: peer,
+        peer_gid: dgid,
+        access: AccessFlags::QP_SUPPORTED,
         qkey: 0x1111,
-        ..QpAttr::default()
-    };
-    let mask = if t == QpType::Ud {
-        M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY
-    } else {
-        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
-    };
-    modify(node, qp, init, mask);
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        ah_attr: AhAttr::roce(dgid, 0),
         path_mtu: Mtu::Mtu1024,
-        dest_qp_num: peer,
         rq_psn: 100,
+        sq_psn: 100,
+        max_rd_atomic: 4,
         max_dest_rd_atomic: 4,
         min_rnr_timer: p.min_rnr_timer,
-        ..QpAttr::default()
-    };
-    let mask = match t {
-        QpType::Ud => M::STATE,
-        QpType::Uc => M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
-        _ => {
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER
-        }
-    };
-    modify(node, qp, rtr, mask);
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: 100,
         timeout: p.timeout,
         retry_cnt: p.retry_cnt,
         rnr_retry: p.rnr_retry,
-        max_rd_atomic: 4,
-        ..QpAttr::default()
     };
-    let mask = match t {
-        QpType::Rc => {
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
-        }
-        _ => M::STATE | M::SQ_PSN,
-    };
-    modify(node, qp, rts, mask);
+    proto::testing::connect(&mut node.e, qp, t, &c).unwrap();
 }
 
 pub fn send_wr(wr_id: u64, opcode: WrOpcode, sg: &[Sge], target: WrTarget) -> SendWr<'_> {

@@ -73,7 +73,7 @@ impl Ctrl {
 
     pub fn send(&mut self, line: &str) {
         writeln!(self.writer, "{line}")
-            .and_then(|_| self.writer.flush())
+            .and_then(|()| self.writer.flush())
             .expect("control channel write");
     }
 

@@ -11,11 +11,11 @@ pub fn available() -> bool {
     let ok = Command::new("tshark")
         .arg("--version")
         .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok && std::env::var("SOFTVERBS_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("tshark not found and SOFTVERBS_REQUIRE_TOOLS=1");
-    }
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok || std::env::var("SOFTVERBS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "tshark not found and SOFTVERBS_REQUIRE_TOOLS=1"
+    );
     ok
 }
 

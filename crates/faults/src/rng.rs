@@ -78,4 +78,36 @@ mod tests {
         let u = r.unit();
         assert!((0.0..1.0).contains(&u));
     }
+
+    /// (Moved from io's fault tests with the generator.)
+    #[test]
+    fn rng_is_deterministic_and_uniform() {
+        let a: Vec<u64> = (0..8)
+            .scan(Rng::new(42), |r, _| Some(r.next_u64()))
+            .collect();
+        let b: Vec<u64> = (0..8)
+            .scan(Rng::new(42), |r, _| Some(r.next_u64()))
+            .collect();
+        let c: Vec<u64> = (0..8)
+            .scan(Rng::new(43), |r, _| Some(r.next_u64()))
+            .collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        // Mean of 100 000 uniforms: 0.5 ± 5 standard deviations (σ = 1/sqrt(12 n)).
+        let mut r = Rng::new(1);
+        let n = 100_000;
+        let mean = (0..n).map(|_| r.unit()).sum::<f64>() / f64::from(n);
+        assert!(
+            (mean - 0.5).abs() < 5.0 / (12.0 * f64::from(n)).sqrt(),
+            "{mean}"
+        );
+        let mut buckets = [0u32; 3];
+        for _ in 0..30_000 {
+            buckets[r.below(3) as usize] += 1;
+        }
+        assert!(
+            buckets.iter().all(|&k| (9_000..11_000).contains(&k)),
+            "{buckets:?}"
+        );
+    }
 }
