@@ -496,10 +496,11 @@ fn two_processes_connect_move_data_and_disconnect() {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match rx.recv_timeout(left) {
                 // The harness may print "test cm_peer ... " before it.
-                Ok(l) => match l.find(prefix) {
-                    Some(i) => return l[i..].to_string(),
-                    None => continue,
-                },
+                Ok(l) => {
+                    if let Some(i) = l.find(prefix) {
+                        return l[i..].to_string();
+                    }
+                }
                 Err(_) => {
                     let _ = child.kill(); // our own child, by its PID
                     let _ = child.wait();
@@ -587,4 +588,130 @@ fn channel_fds_are_readable_exactly_while_events_wait() {
     assert_eq!(pb.next_event(Duration::ZERO), Some(ConnEvent::Established));
     assert!(!pb.channel().wait_readable(Some(Duration::ZERO)));
     drop(pa);
+}
+
+/// The QP through one CM-given transition, as the C ABI will do it with
+/// `rdma_init_qp_attr` + `ibv_modify_qp`.
+fn apply(qp: &QueuePair<Rc>, a: &cm::CmQpAttrs, t: cm::QpTarget) {
+    let (attr, mask) = a.to_verbs(t, 0).unwrap();
+    qp.modify(&attr, mask).unwrap();
+}
+
+#[test]
+fn the_cm_port_connects_the_way_librdmacm_will() {
+    let (a, b) = sides(10);
+    let (pa, pb) = (a.ctx.cm_port(), b.ctx.cm_port());
+    let (cha, chb) = (cm::CmChannel::new().unwrap(), cm::CmChannel::new().unwrap());
+    let listen = pb.listen(PortSpace::Tcp, 7020, &chb).unwrap();
+    // Active: rdma_connect (REQ), the QP to INIT.
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let p = cm::ConnectParams {
+        peer: ip(&b).into(),
+        service_id: (0x0106 << 16) | 7020,
+        qpn: cm::Qpn::from_masked(qa.qp_num()),
+        transport: cm::TransportType::Rc,
+        starting_psn: cm::Psn::from_masked(0x1000),
+        responder_resources: 4,
+        initiator_depth: 4,
+        flow_control: true,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        path_mtu: 3,
+        path: cm::PathParams::default(),
+        private_data: cm::cma_header(pa.local_addr(), 0xC123, ip(&b), b"raw"),
+    };
+    let timing = ConnectOptions::default().timing;
+    let ida = pa.connect(&p, timing, &cha).unwrap();
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Init).unwrap(),
+        cm::QpTarget::Init,
+    );
+    // Passive: the request on the listener's channel, moved to the new id's.
+    let Some(cm::CmEvent::ConnectRequest {
+        id: idb, request, ..
+    }) = chb.next_event(Some(W))
+    else {
+        panic!("no request")
+    };
+    assert_eq!(&request.private_data[36..39], b"raw");
+    let chb2 = cm::CmChannel::new().unwrap();
+    pb.route(idb, &chb2);
+    // rdma_accept, kernel order: QP to INIT/RTR/RTS (rq_psn = our starting
+    // PSN, as rdma_init_qp_attr sets it), then the REP.
+    let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+    apply(
+        &qb,
+        &pb.qp_attrs(idb, cm::QpTarget::Init).unwrap(),
+        cm::QpTarget::Init,
+    );
+    let mut rtr = pb.qp_attrs(idb, cm::QpTarget::Rtr).unwrap();
+    rtr.rq_psn = Some(cm::Psn::from_masked(0x2000));
+    apply(&qb, &rtr, cm::QpTarget::Rtr);
+    apply(
+        &qb,
+        &pb.qp_attrs(idb, cm::QpTarget::Rts).unwrap(),
+        cm::QpTarget::Rts,
+    );
+    let ap = cm::AcceptParams {
+        qpn: cm::Qpn::from_masked(qb.qp_num()),
+        starting_psn: cm::Psn::from_masked(0x2000),
+        responder_resources: request.responder_resources,
+        initiator_depth: request.initiator_depth,
+        flow_control: true,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: b"ok".to_vec(),
+    };
+    pb.accept(idb, &ap).unwrap();
+    // Active: the REP, the QP to RTR/RTS, the RTU.
+    let Some(cm::CmEvent::ConnectResponse { id, reply }) = cha.next_event(Some(W)) else {
+        panic!("no reply")
+    };
+    assert_eq!(id, ida);
+    assert_eq!(&reply.private_data[..2], b"ok");
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Rtr).unwrap(),
+        cm::QpTarget::Rtr,
+    );
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Rts).unwrap(),
+        cm::QpTarget::Rts,
+    );
+    pa.ready_to_use(ida, &[]).unwrap();
+    assert_eq!(
+        cha.next_event(Some(W)),
+        Some(cm::CmEvent::Established { id: ida })
+    );
+    assert_eq!(
+        chb2.next_event(Some(W)),
+        Some(cm::CmEvent::Established { id: idb })
+    );
+    let (x, y) = (qa.query().unwrap().attr, qb.query().unwrap().attr);
+    assert_eq!((x.sq_psn, x.rq_psn), (0x2000, 0x1000));
+    assert_eq!((y.sq_psn, y.rq_psn), (0x1000, 0x2000));
+    assert_eq!((x.dest_qp_num, y.dest_qp_num), (qb.qp_num(), qa.qp_num()));
+    // A SEND moves.
+    assert!(a.mr.write(0, b"through the port"));
+    qb.post_recv(&recv_wr(1, &[b.mr.sge(0, 64)])).unwrap();
+    let sg = [a.mr.sge(0, 16)];
+    qa.post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, SIG))
+        .unwrap();
+    assert_eq!(ids(&wait(&b.rcq, 1)), vec![(1, WcStatus::Success)]);
+    assert_eq!(read(&b.mr, 0, 16), b"through the port");
+    // Disconnect: DREQ, the peer's Disconnected, DREP, ours.
+    pa.disconnect(ida, &[]).unwrap();
+    assert!(
+        matches!(chb2.next_event(Some(W)), Some(cm::CmEvent::Disconnected { id, timed_out: false }) if id == idb)
+    );
+    pb.disconnect(idb, &[]).unwrap();
+    assert!(
+        matches!(cha.next_event(Some(W)), Some(cm::CmEvent::Disconnected { id, timed_out: false }) if id == ida)
+    );
+    pa.destroy(ida).unwrap();
+    pb.destroy(idb).unwrap();
+    pb.stop_listening(listen).unwrap();
 }
