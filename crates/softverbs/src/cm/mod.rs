@@ -17,16 +17,15 @@
 //! available without blocking, each object's on a file descriptor that is
 //! readable while events wait ([`CmChannel`]): the C ABI's event channel polls it.
 //!
-//! # The narrow interface for librdmacm
-//! `rdma_listen` → [`Listener::bind`]; `rdma_connect` → [`connect`] (or
-//! [`connect_start`] + [`Connection::next_event`] for the asynchronous form);
-//! `RDMA_CM_EVENT_CONNECT_REQUEST` → [`Listener::try_request`] on the
-//! channel's fd; `rdma_accept` → [`ConnectRequest::accept`]; `rdma_reject` →
-//! [`ConnectRequest::reject`]; `rdma_disconnect` → [`Connection::disconnect`];
-//! `RDMA_CM_EVENT_DISCONNECTED` → [`Connection::next_event`];
-//! `rdma_resolve_route` for UD → [`resolve_ud`]. Options
-//! (`RDMA_OPTION_ID_ACK_TIMEOUT`, the kernel's `cma_response_timeout` and
-//! `max_cm_retries`) → [`ConnectOptions::timing`].
+//! # The interface for librdmacm: [`CmPort`]
+//! librdmacm owns its ids and drives its QPs itself (`rdma_init_qp_attr` +
+//! `ibv_modify_qp`), so it needs the CM one level lower than the objects
+//! above: [`crate::Context::cm_port`] gives the device's CM as `ib_cm` does
+//! (listen, connect with per-id [`CmTiming`], accept, reject, RTU,
+//! establish, disconnect, destroy, QP attributes, SIDR), and every id's
+//! events go to the [`CmChannel`] it is routed to — one per
+//! `rdma_event_channel`, whose fd is the channel's eventfd. The mapping of
+//! each `rdma_*` call is spec/cm.md §7.
 
 use crate::device::Shared;
 use crate::pd::ProtectionDomain;
