@@ -93,7 +93,7 @@ mod transition;
 pub use ah::AddressHandle;
 pub use config::{devices, log_level_from_env, Device};
 pub use context::Context;
-pub use counters::{DeviceCounters, EngineCounters, IoCounters, QpCounters};
+pub use counters::{DeviceCounters, EngineCounters, GsiCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;
 pub use datapath::{AsyncEvent, CompletionChannel};
 pub use dm::{DeviceMemory, DmMemoryRegion};

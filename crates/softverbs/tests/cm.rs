@@ -248,6 +248,10 @@ fn forged_mads_are_dropped_and_counted() {
         if g.drop_not_gsi >= 1 && c.dropped(cm::DropReason::UnknownCommId) >= 1 {
             assert_eq!(c.total_dropped(), before + 1);
             assert_eq!(g.mads_received, 1, "the bad-ICRC copy never reached the CM");
+            // The same in the device's counters.
+            let d = b.ctx.counters();
+            assert_eq!((d.gsi, d.cm), (g, c));
+            assert!(d.engine.drop_icrc >= 1, "{:?}", d.engine);
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{g:?} {c:?}");
