@@ -200,7 +200,7 @@ impl Groups {
     /// Drops every attachment of `qp` (its context closed); the groups left empty.
     pub fn forget_qp(&mut self, qp: QpHandle) -> Vec<IpAddr> {
         let mut emptied = Vec::new();
-        for (g, qps) in self.members.iter_mut() {
+        for (g, qps) in &mut self.members {
             if let Some(at) = qps.iter().position(|h| *h == qp) {
                 qps.swap_remove(at);
                 self.total -= 1;
