@@ -203,16 +203,6 @@ pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn ibv_attach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-    refuse("ibv_attach_mcast", EOPNOTSUPP, "multicast is not offered")
-}
-
-#[no_mangle]
-pub extern "C" fn ibv_detach_mcast(_qp: *mut c_void, _gid: *const c_void, _lid: u16) -> c_int {
-    refuse("ibv_detach_mcast", EOPNOTSUPP, "multicast is not offered")
-}
-
-#[no_mangle]
 pub extern "C" fn ibv_resolve_eth_l2_from_gid(
     _context: *mut c_void,
     _attr: *mut c_void,

@@ -267,6 +267,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         Ok(b) => b,
         Err(e) => return e,
     };
+    // ibv_destroy_qp(3): fails while attached to a multicast group (EBUSY).
+    if let Err(e) = b.inner.destroyable() {
+        return errno_of(&e);
+    }
     if let Ok(ctx) = crate::context::ctx_block("ibv_destroy_qp", b.c.qp_base.context) {
         ctx.objects().qps.remove(&b.inner.id());
     }
@@ -332,3 +336,47 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
 }
 
 crate::symver!("qp");
+
+/// `ibv_attach_mcast` / `ibv_detach_mcast`: UD QPs only; `gid` a multicast GID
+/// (spec/multicast.md). `lid` is ignored, as on every RoCE port (kernel
+/// `is_valid_mcast_lid`).
+unsafe fn mcast(what: &'static str, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
+    let b = match block::<QpBlock>(what, qp) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if gid.is_null() {
+        return refuse(what, EINVAL, "gid is NULL");
+    }
+    // SAFETY: non-NULL, points to the caller's 16-byte GID for the call.
+    let gid = softverbs::Gid(unsafe { (*gid).raw });
+    let r = if attach {
+        b.inner.attach_mcast(&gid)
+    } else {
+        b.inner.detach_mcast(&gid)
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_attach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: the caller's QP and GID pointers, checked inside.
+    unsafe { mcast("ibv_attach_mcast", qp, gid, true) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_detach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: the caller's QP and GID pointers, checked inside.
+    unsafe { mcast("ibv_detach_mcast", qp, gid, false) }
+}

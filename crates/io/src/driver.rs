@@ -96,6 +96,10 @@ pub(crate) struct Shared<E> {
     pub(crate) clock: Clock,
     pub(crate) channels: Mutex<HashMap<u32, Weak<CompletionChannel>>>,
     pub(crate) async_events: Arc<AsyncEventQueue>,
+    /// The multicast groups the device joined (crate::mcast), and a count of
+    /// their changes (the progress thread re-reads the list when it moves).
+    pub(crate) groups: Mutex<Vec<crate::mcast::GroupSocket>>,
+    pub(crate) groups_version: std::sync::atomic::AtomicU64,
 }
 
 impl<E> Shared<E> {
@@ -138,6 +142,8 @@ impl<E: Engine> Driver<E> {
             clock,
             channels: Mutex::new(HashMap::new()),
             async_events: Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?),
+            groups: Mutex::new(Vec::new()),
+            groups_version: std::sync::atomic::AtomicU64::new(0),
         });
         let progress = Progress::new(shared.clone(), socket, local, &opts, capture);
         let thread = std::thread::Builder::new()
@@ -157,6 +163,43 @@ impl<E: Engine> Driver<E> {
     /// the doorbell afterwards if `f` created work.
     pub fn with<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
         f(&mut self.shared.engine())
+    }
+
+    /// Makes the device's IP multicast memberships `groups` (the groups its
+    /// QPs are attached to): joins the new ones on the interface of the
+    /// device's address, leaves the others (crate::mcast). On an error the
+    /// groups joined so far stay joined; the caller undoes its attach and calls
+    /// again.
+    pub fn set_groups(&self, groups: &[std::net::IpAddr]) -> io::Result<()> {
+        let mut joined = self
+            .shared
+            .groups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = joined.len();
+        joined.retain(|(addr, _)| groups.contains(&addr.ip()));
+        let mut changed = joined.len() != before;
+        let mut result = Ok(());
+        for &g in groups {
+            if joined.iter().any(|(addr, _)| addr.ip() == g) {
+                continue;
+            }
+            match crate::mcast::open(g, self.local) {
+                Ok(socket) => {
+                    joined.push((SocketAddr::new(g, self.local.port()), Arc::new(socket)));
+                    changed = true;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if changed {
+            self.shared.groups_version.fetch_add(1, SeqCst);
+            self.shared.doorbell.ring();
+        }
+        result
     }
 
     /// Wakes the progress thread (coalesced; see [`Doorbell`]).

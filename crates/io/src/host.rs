@@ -128,6 +128,14 @@ pub fn interface_of(ip: IpAddr) -> Option<String> {
     best.map(|(_, name)| name)
 }
 
+/// The index of the network interface `name` (`if_nametoindex`), if it exists.
+pub fn interface_index(name: &str) -> Option<u32> {
+    let name = CString::new(name).ok()?;
+    // SAFETY: `name` is a NUL-terminated string valid for the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
 /// The IP address in a `sockaddr_in`/`sockaddr_in6`.
 ///
 /// # Safety

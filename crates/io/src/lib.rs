@@ -30,6 +30,7 @@ mod events;
 pub mod faults;
 mod hold;
 pub mod host;
+mod mcast;
 mod options;
 mod progress;
 pub mod share;

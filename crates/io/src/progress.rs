@@ -124,6 +124,12 @@ pub(crate) struct Progress<E> {
     capture: Option<Capture>,
     /// This process's slot of a shared address, and the buffer its inbox is read into.
     share: Option<(Arc<Slot>, Vec<u8>)>,
+    /// The multicast groups' sockets (a copy of `Shared::groups` at
+    /// `groups_seen`), their receive buffer, and the poll set (reused).
+    groups: Vec<crate::mcast::GroupSocket>,
+    groups_seen: u64,
+    group_buf: Vec<u8>,
+    pollfds: Vec<libc::pollfd>,
 }
 
 impl<E: Engine> Progress<E> {
@@ -158,6 +164,10 @@ impl<E: Engine> Progress<E> {
                 .share
                 .clone()
                 .map(|s| (s, vec![0; Slot::buffer_len(max)])),
+            groups: Vec::new(),
+            groups_seen: 0,
+            group_buf: Vec::new(),
+            pollfds: Vec::with_capacity(3),
         }
     }
 
@@ -181,7 +191,7 @@ impl<E: Engine> Progress<E> {
 
     /// One pass; whether it did anything.
     fn pass(&mut self) -> bool {
-        let received = self.receive() | self.receive_forwarded();
+        let received = self.receive() | self.receive_forwarded() | self.receive_groups();
         let fired = self.timers();
         let released = self.release();
         let sent = self.transmit();
@@ -231,7 +241,7 @@ impl<E: Engine> Progress<E> {
                 if self.forward(r, &chunk[..r.len]) {
                     continue;
                 }
-                if let Some((now, from)) = self.received(r, &mut chunk[..r.len]) {
+                if let Some((now, from)) = self.received(r, self.local, &mut chunk[..r.len]) {
                     passed.push((i, now, from));
                 }
             }
@@ -258,7 +268,12 @@ impl<E: Engine> Progress<E> {
     /// One datagram read from the socket: counted, captured, then the receive
     /// faults. `Some((now, from))`: it goes on to the engine now (the caller
     /// delivers it, as [`Self::arrive`] would).
-    fn received(&mut self, r: &sys::Received, bytes: &mut [u8]) -> Option<(Nanos, SocketAddr)> {
+    fn received(
+        &mut self,
+        r: &sys::Received,
+        to: SocketAddr,
+        bytes: &mut [u8],
+    ) -> Option<(Nanos, SocketAddr)> {
         let c = &self.shared.counters;
         let Some(from) = r.from.filter(|_| !r.truncated) else {
             Counters::add(&c.recv_errors, 1);
@@ -270,7 +285,7 @@ impl<E: Engine> Progress<E> {
         Counters::add(&c.bytes_received, bytes.len() as u64);
         let now = self.shared.clock.now();
         if let Some(cap) = self.capture.as_mut() {
-            cap.record(now, from, self.local, bytes, c);
+            cap.record(now, from, to, bytes, c);
         }
         match self.inject(Dir::Rx, now, from, bytes) {
             Fate::Pass => {
@@ -331,13 +346,62 @@ impl<E: Engine> Progress<E> {
                 from: Some(from),
                 truncated: false,
             };
-            if let Some((now, from)) = self.received(&r, &mut buf[..len]) {
+            if let Some((now, from)) = self.received(&r, self.local, &mut buf[..len]) {
                 self.shared
                     .engine()
                     .handle_datagram(now, from, self.local, &buf[..len]);
             }
         }
         self.share = Some((slot, buf));
+        work
+    }
+
+    /// Multicast: datagrams read from the groups' sockets, each then treated
+    /// as read from the device's socket, with the group as its destination.
+    fn receive_groups(&mut self) -> bool {
+        let version = self.shared.groups_version.load(SeqCst);
+        if version != self.groups_seen {
+            let joined = self.shared.groups.lock();
+            let joined = joined.unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.groups.clone_from(&joined);
+            self.groups_seen = version;
+        }
+        if self.groups.is_empty() {
+            return false;
+        }
+        let max = self.rx_slot;
+        let mut buf = std::mem::take(&mut self.group_buf);
+        buf.resize(max + 1, 0);
+        let groups = std::mem::take(&mut self.groups);
+        let mut work = false;
+        for (group, socket) in &groups {
+            for _ in 0..self.batch {
+                let (len, from) = match socket.recv_from(&mut buf) {
+                    Ok(got) => got,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        Counters::add(&self.shared.counters.recv_errors, 1);
+                        tracing::warn!(%group, error = %e, "multicast receive failed");
+                        break;
+                    }
+                };
+                work = true;
+                Counters::add(&self.shared.counters.recv_calls, 1);
+                let r = sys::Received {
+                    len: len.min(max),
+                    from: Some(from),
+                    truncated: len > max,
+                };
+                if let Some((now, from)) = self.received(&r, *group, &mut buf[..r.len]) {
+                    let bytes = &buf[..r.len];
+                    self.shared
+                        .engine()
+                        .handle_datagram(now, from, *group, bytes);
+                }
+            }
+        }
+        self.groups = groups;
+        self.group_buf = buf;
         work
     }
 
@@ -643,11 +707,15 @@ impl<E: Engine> Progress<E> {
         let bell = self.shared.doorbell.fd().as_raw_fd();
         // A negative fd is ignored by poll(2): no inbox when the address is ours alone.
         let inbox = self.share.as_ref().map_or(-1, |(s, _)| s.inbox_fd());
-        let mut fds = [
+        let mut fds = std::mem::take(&mut self.pollfds);
+        fds.clear();
+        fds.extend([
             sys::pollfd(self.socket.as_raw_fd(), sock_events),
             sys::pollfd(bell, libc::POLLIN),
             sys::pollfd(inbox, libc::POLLIN),
-        ];
+        ]);
+        let groups = self.groups.iter();
+        fds.extend(groups.map(|(_, s)| sys::pollfd(s.as_raw_fd(), libc::POLLIN)));
         Counters::add(&self.shared.counters.sleeps, 1);
         if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
             tracing::warn!(error = %e, "poll failed");
@@ -655,6 +723,7 @@ impl<E: Engine> Progress<E> {
         if fds[1].revents != 0 {
             self.shared.doorbell.clear();
         }
+        self.pollfds = fds;
     }
 }
 

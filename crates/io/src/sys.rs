@@ -333,6 +333,26 @@ pub(crate) fn udp_bind_reuseport(addr: SocketAddr) -> io::Result<std::net::UdpSo
     Ok(std::net::UdpSocket::from(owned))
 }
 
+/// A nonblocking UDP socket bound to `addr` with `SO_REUSEADDR`, so every
+/// process's socket of a multicast group binds `group:port` (crate::mcast).
+pub(crate) fn udp_bind_reuseaddr(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let family = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    let kind = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+    // SAFETY: socket takes only integers; a non-negative return is a new fd we own.
+    let fd = cvt(unsafe { libc::socket(family, kind, 0) })?;
+    // SAFETY: `fd` was just returned by socket and is owned by nobody else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    setsockopt_int(owned.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    let (raw, len) = RawAddr::new(&addr);
+    // SAFETY: `raw` is a sockaddr of `len` valid bytes living for the call; fd is open.
+    let ret = unsafe { libc::bind(owned.as_raw_fd(), (&raw const raw).cast(), len) };
+    cvt(ret)?;
+    Ok(std::net::UdpSocket::from(owned))
+}
+
 /// Attaches a classic-BPF program choosing the socket of the reuseport group
 /// (`SO_ATTACH_REUSEPORT_CBPF`; unprivileged). It replaces the group's program.
 pub(crate) fn attach_reuseport_cbpf(

@@ -162,6 +162,8 @@ pub struct DeviceData {
     pub(crate) timers: TimerHeap,
     /// QPs whose deadline passed, in the order their timers run (reused).
     pub(crate) due: Vec<QpHandle>,
+    /// The members of the group a multicast datagram is for (reused).
+    pub(crate) mcast_members: Vec<QpHandle>,
     /// Events for the driver.
     pub(crate) events: VecDeque<Event>,
     /// The UDP source port packets leave from (the driver's socket).
@@ -182,6 +184,7 @@ impl Default for DeviceData {
             ready: ReadyQueue::default(),
             timers: TimerHeap::default(),
             due: Vec::new(),
+            mcast_members: Vec::new(),
             events: VecDeque::new(),
             local_port: crate::output::ROCE_PORT,
             scratch: vec![0; 4096],
@@ -267,6 +270,8 @@ pub struct Engine {
     pub(crate) dev: DeviceData,
     /// CM hook: QP1 and the connection manager (gsi.rs, spec/cm.md §7).
     pub(crate) gsi: crate::gsi::Gsi,
+    /// Multicast attachments (mcast.rs, datapath/mcast.rs).
+    pub(crate) groups: crate::mcast::Groups,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -290,6 +295,7 @@ impl Engine {
         let gsi = crate::gsi::Gsi::new(gsi_gid, a.node_guid, a.node_guid);
         Engine {
             gsi,
+            groups: crate::mcast::Groups::default(),
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),
@@ -337,6 +343,8 @@ impl Engine {
             .map(|(h, _)| h)
             .collect();
         for h in qps {
+            // Closing the file detaches, as the kernel's uverbs cleanup does.
+            self.groups.forget_qp(h);
             self.destroy_qp(h)?;
         }
         let ahs: Vec<_> = self
@@ -895,10 +903,14 @@ impl Engine {
     }
 
     /// `ibv_destroy_qp`: allowed in any state; queued WRs are discarded without
-    /// completions. (Multicast attachment, the one `EBUSY` case in Linux, does not
-    /// exist on softverbs: `ibv_attach_mcast` is not supported.)
+    /// completions. `EBUSY` while the QP is attached to a multicast group
+    /// (ibv_destroy_qp(3); kernel `ib_destroy_qp_user`: `usecnt`).
     pub fn destroy_qp(&mut self, h: QpHandle) -> Result<(), Error> {
-        self.qp(h)?;
+        let qpn = self.qp(h)?.ctl.qpn();
+        if let Some((groups, first)) = self.groups.of_qp(h) {
+            let e = crate::mcast::McastError::Attached { qpn, groups, first };
+            return Err(e.into());
+        }
         self.qp_uses(h, false);
         let q = self.qps.remove(h).expect("checked above");
         self.qpns.remove(&q.ctl.qpn());

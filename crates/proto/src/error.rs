@@ -188,6 +188,9 @@ pub enum Error {
     /// Device memory refused an allocation or a copy.
     #[error(transparent)]
     Dm(#[from] crate::dm::DmError),
+    /// A multicast attach, detach or destroy refused (mcast.rs).
+    #[error(transparent)]
+    Mcast(#[from] crate::mcast::McastError),
     /// `ibv_advise_mr` refused.
     #[error(transparent)]
     Advise(#[from] crate::mr::AdviseError),
@@ -215,6 +218,7 @@ impl Error {
             Error::GidEmpty { .. } => Errno::ENODATA,
             Error::Advise(e) => e.errno(),
             Error::Dm(e) => e.errno(),
+            Error::Mcast(e) => e.errno(),
         }
     }
 

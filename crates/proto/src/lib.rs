@@ -26,7 +26,7 @@
 //! 5  qp::actor/{mod,rx,tx,state} one QP: on_packet, on_timeout, on_modify, post_*, next_packet
 //! 4  output                      events, transmit descriptors, device counters, PostOutcome
 //! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
-//! 2  ah, cq, srq, mr, dm, memory, table;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
+//! 2  ah, cq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
 //! 1  error, wr, wc, timers, device
 //! 0  handle, types, mask, rng     (handle imports nothing from the crate)
 //! ```
@@ -80,6 +80,7 @@ pub mod error;
 pub mod gsi;
 pub mod handle;
 pub mod mask;
+pub mod mcast;
 pub mod memory;
 pub mod mr;
 pub mod output;

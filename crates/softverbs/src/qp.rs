@@ -101,7 +101,66 @@ struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        let _ = self.pd.with(|e| e.destroy_qp(self.h));
+        // The last handle is gone: detach (as closing the verbs file does), destroy.
+        let (left, groups) = self.pd.with(|e| {
+            let left = e.forget_mcast(self.h);
+            let _ = e.destroy_qp(self.h);
+            (left, e.mcast_groups())
+        });
+        if left {
+            if let Err(e) = self.pd.ctx.dev.driver.set_groups(&groups) {
+                tracing::warn!(error = %e, "leaving multicast groups failed");
+            }
+        }
+    }
+}
+
+impl QpInner {
+    /// Attach or detach in the engine, then the driver's memberships follow;
+    /// an attach whose join fails is undone.
+    fn mcast(&self, gid: &proto::Gid, attach: bool) -> Result<(), Error> {
+        let h = self.h;
+        let done = self.pd.with(|e| {
+            let m = if attach {
+                e.attach_mcast(h, gid)
+            } else {
+                e.detach_mcast(h, gid)
+            };
+            m.map(|m| (m, e.mcast_groups()))
+        });
+        let (m, groups) = logged(
+            if attach {
+                "attach_mcast"
+            } else {
+                "detach_mcast"
+            },
+            done,
+        )?;
+        if !m.changed {
+            return Ok(());
+        }
+        let driver = &self.pd.ctx.dev.driver;
+        let Err(source) = driver.set_groups(&groups) else {
+            return Ok(());
+        };
+        if attach {
+            let groups = self.pd.with(|e| {
+                let _ = e.detach_mcast(h, gid);
+                e.mcast_groups()
+            });
+            let _ = driver.set_groups(&groups);
+        }
+        let op = if attach {
+            "joining the IP multicast group"
+        } else {
+            "leaving the IP multicast group"
+        };
+        let e = Error::Os {
+            op,
+            source: source.into(),
+        };
+        tracing::warn!(error = %e, "{op}");
+        Err(e)
     }
 }
 
@@ -246,11 +305,41 @@ impl<T: Transport> QueuePair<T> {
 
     /// `ibv_destroy_qp`: allowed in any state; queued work requests are discarded
     /// without completions.
+    ///
+    /// Refused with `EBUSY` while the QP is attached to a multicast group
+    /// (ibv_destroy_qp(3)); the QP is handed back. Dropping the last handle
+    /// instead detaches and destroys.
     pub fn destroy(self) -> Result<(), DestroyError<Self>> {
-        // The engine refuses only for multicast attachments, which softverbs does
-        // not offer; dropping the last handle destroys the QP.
+        if let Err(error) = self.destroyable() {
+            return Err(DestroyError {
+                error,
+                object: self,
+            });
+        }
         drop(self);
         Ok(())
+    }
+
+    /// Whether [`QueuePair::destroy`] would succeed: `EBUSY` while attached
+    /// to a multicast group.
+    pub fn destroyable(&self) -> Result<(), Error> {
+        let h = self.inner.h;
+        logged("destroy_qp", self.inner.pd.with(|e| e.mcast_attached(h)))
+    }
+
+    /// `ibv_attach_mcast`: this QP receives the datagrams sent to the multicast
+    /// group `gid` (an IPv4-mapped 224.0.0.0/4 GID on an IPv4 device, an
+    /// ff00::/8 GID on an IPv6 one): the device joins the IP group on the
+    /// interface of its address. UD QPs only (`EINVAL` otherwise); attaching
+    /// twice succeeds. Senders reach the group with an address handle whose
+    /// `dgid` is `gid` and remote QPN 0xFFFFFF. See `spec/multicast.md`.
+    pub fn attach_mcast(&self, gid: &proto::Gid) -> Result<(), Error> {
+        self.inner.mcast(gid, true)
+    }
+
+    /// `ibv_detach_mcast`: `EINVAL` when the QP is not attached to `gid`.
+    pub fn detach_mcast(&self, gid: &proto::Gid) -> Result<(), Error> {
+        self.inner.mcast(gid, false)
     }
 }
 

@@ -13,6 +13,7 @@
 //! region table allowed.
 
 mod gsi;
+mod mcast;
 mod post;
 mod rx;
 mod tx;

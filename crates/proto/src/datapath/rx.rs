@@ -44,6 +44,12 @@ impl Engine {
         if repr.bth.dest_qp.get() == wire::mad::GSI_QPN {
             return self.gsi_receive(now, from.ip(), &repr, payload);
         }
+        // Multicast (spec/multicast.md): every attached QP of the group `to` names.
+        if repr.bth.dest_qp.get() == crate::mcast::MULTICAST_QPN {
+            let grh = grh_area(&ep, ip_id, payload.len());
+            let body = repr.payload(payload);
+            return self.mcast_receive(now, to.ip(), &repr, body, &grh, mem);
+        }
         let Some(h) = self.accept(&repr, from.ip(), to.ip()) else {
             return;
         };
