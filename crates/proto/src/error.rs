@@ -283,6 +283,10 @@ pub enum InvalidArg {
     /// `ibv_rereg_mr` with flags that name no change (kernel `ib_uverbs_rereg_mr`).
     #[error("rereg_mr: flags name no change (IBV_REREG_MR_CHANGE_PD, _TRANSLATION or _ACCESS)")]
     ReregNoChange,
+    /// `ibv_rereg_mr` of a device-memory (zero-based) region: the kernel
+    /// re-registers user regions only (`ib_uverbs_rereg_mr`).
+    #[error("rereg_mr: a device-memory (zero-based) region cannot be re-registered")]
+    ReregDeviceMemory,
     /// `ibv_rereg_mr`: a new translation with a NULL address or a zero length.
     #[error("rereg_mr: a new translation needs a non-NULL address and a non-zero length (got addr {addr:#x}, length {length})")]
     ReregTranslation {
@@ -334,6 +338,14 @@ pub enum Unsupported {
     MrAccess {
         /// The unsupported flags given.
         flags: AccessFlags,
+    },
+    /// `ibv_rereg_mr` that switches `IBV_ACCESS_ON_DEMAND` on or off in place.
+    #[error("not supported: rereg_mr: IBV_ACCESS_ON_DEMAND cannot be switched on or off in place: register anew")]
+    ReregOnDemandSwitch {
+        /// The region's access flags now.
+        from: AccessFlags,
+        /// The access flags asked for.
+        to: AccessFlags,
     },
     /// A raw `qp_type` that names no QP type.
     #[error("not supported: qp_type {raw} is not a QP type softverbs knows")]
