@@ -195,3 +195,30 @@ fn bad_input_is_refused_in_words() {
     again.detach_mcast(&group).unwrap();
     again.destroy().unwrap();
 }
+
+#[test]
+fn the_sending_qp_gets_its_own_copy_when_attached() {
+    let group: Gid = Gid::from("239.10.0.7".parse::<std::net::IpAddr>().unwrap());
+    let s = Side::new(device("mc-self", "127.31.0.7"));
+    let qp = s.ud(QKEY);
+    qp.attach_mcast(&group).unwrap();
+    s.recv(&qp, 1);
+    let ah = s.pd.create_ah(&AhAttr::roce(group, 0)).unwrap();
+    s.mr.write(60_000, &[3; 100]);
+    qp.post_send(&SendWr {
+        wr_id: 99,
+        opcode: WrOpcode::Send,
+        flags: SendFlags::SIGNALED,
+        sg_list: &[s.mr.sge(60_000, 100)],
+        imm_data: ImmData::from_value(0),
+        target: ah.ud(0xff_ffff, QKEY),
+    })
+    .unwrap();
+    let mut got = recvs(&s, 2, T);
+    got.sort_by_key(|w| w.wr_id);
+    assert_eq!(got.len(), 2, "send completion and own copy: {got:?}");
+    assert_eq!((got[0].wr_id, got[0].opcode), (1, WcOpcode::Recv));
+    assert_eq!((got[0].src_qp, got[0].byte_len), (qp.qp_num(), 140));
+    assert_eq!(got[1].wr_id, 99);
+    qp.detach_mcast(&group).unwrap();
+}
