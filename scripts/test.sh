@@ -6,13 +6,15 @@ cd "$(dirname "$0")/.."
 
 # tshark: the Wireshark agreement tests; libibverbs-dev (verbs.h): the C-ABI
 # layout test; ibverbs-utils, perftest, python3-pyverbs: the unmodified
-# programs run on the drop-in libibverbs.so.1; iproute2: the two-host test in
-# network namespaces; binutils: readelf for the export check; ucx-utils:
-# ucx_info/ucx_perftest through softverbs exec; openmpi-bin, libopenmpi-dev: an
-# Open MPI job (pml ucx) through softverbs exec; util-linux: setpriv and unshare
-# (softverbs exec as an unprivileged user).
+# programs run on the drop-in libibverbs.so.1; librdmacm-dev (rdma_cma.h) and
+# rdmacm-utils: the drop-in librdmacm.so.1's layout test, C program and
+# unmodified programs; iproute2: the two-host test in network namespaces;
+# binutils: readelf for the export check; ucx-utils: ucx_info/ucx_perftest
+# through softverbs exec; openmpi-bin, libopenmpi-dev: an Open MPI job (pml
+# ucx) through softverbs exec; util-linux: setpriv and unshare (softverbs exec
+# as an unprivileged user).
 need_pkgs=()
-for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs iproute2 binutils ucx-utils openmpi-bin libopenmpi-dev util-linux; do
+for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs librdmacm-dev rdmacm-utils iproute2 binutils ucx-utils openmpi-bin libopenmpi-dev util-linux; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -27,7 +29,7 @@ export SOFTVERBS_REQUIRE_TOOLS=1
 mkdir -p target
 # The drop-in library the real-program tests load (release: perftest's
 # default runs move hundreds of megabytes).
-echo "== building libibverbs.so.1"
+echo "== building libibverbs.so.1 and librdmacm.so.1"
 SOFTVERBS_LIBIBVERBS_DIR="$(scripts/build-ibverbs.sh)"
 export SOFTVERBS_LIBIBVERBS_DIR
 echo "== cargo test --workspace"

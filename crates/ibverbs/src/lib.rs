@@ -29,6 +29,7 @@ mod domain;
 mod memory;
 mod misc;
 mod post;
+mod private;
 mod qp;
 mod srq;
 mod stubs;

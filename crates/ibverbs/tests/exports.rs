@@ -1,6 +1,8 @@
 //! The library's dynamic exports against spec/ibverbs-abi.md §1.1: the SONAME,
 //! every version node, and every default-version symbol of Debian's
-//! libibverbs.so.1 (rdma-core 44) with its node, and nothing else exported.
+//! libibverbs.so.1 (rdma-core 44) with its node; besides them only softverbs'
+//! private interface (`SOFTVERBS_PRIVATE_1`, the rows of exports.txt), never
+//! in an rdma-core node.
 
 mod common;
 
@@ -46,6 +48,21 @@ fn spec_exports() -> BTreeSet<String> {
         .collect()
 }
 
+/// The private node and its `symbol@@NODE` exports, from exports.txt.
+const PRIVATE_NODE: &str = "SOFTVERBS_PRIVATE_1";
+fn private_exports() -> BTreeSet<String> {
+    let table =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/exports.txt")).unwrap();
+    table
+        .lines()
+        .filter(|l| l.starts_with(PRIVATE_NODE))
+        .map(|l| {
+            let sym = l.split_whitespace().nth(1).unwrap();
+            format!("{sym}@@{PRIVATE_NODE}")
+        })
+        .collect()
+}
+
 fn readelf(args: &[&str]) -> String {
     let lib = common::lib_path();
     let out = Command::new("readelf")
@@ -79,6 +96,23 @@ fn exports_cover_the_spec_list_with_versions() {
             have.insert(f[7].to_string());
         }
     }
+    // The private interface is checked on its own: present, in its node only.
+    let private = private_exports();
+    assert!(
+        !private.is_empty(),
+        "exports.txt lists the private interface"
+    );
+    let missing_private: Vec<_> = private.difference(&have).collect();
+    assert!(
+        missing_private.is_empty(),
+        "missing private exports: {missing_private:?}"
+    );
+    assert!(
+        want.iter().all(|s| !s.starts_with("softverbs_")),
+        "no softverbs_ symbol in an rdma-core node"
+    );
+    let have: BTreeSet<String> = have.difference(&private).cloned().collect();
+    // Exactly the rdma-core set besides.
     let missing: Vec<_> = want.difference(&have).collect();
     let extra: Vec<_> = have.difference(&want).collect();
     assert!(missing.is_empty(), "missing exports: {missing:?}");
@@ -114,6 +148,11 @@ fn soname_and_version_nodes() {
             "version node {node} not defined:\n{defs}"
         );
     }
+    assert!(
+        defs.lines()
+            .any(|l| l.split_whitespace().last() == Some(PRIVATE_NODE)),
+        "private node {PRIVATE_NODE} not defined:\n{defs}"
+    );
     // rust-lld records no parent links between the nodes (rdma-core's GNU ld
     // build does); the loader checks node names only, so programs are unaffected.
 }

@@ -80,6 +80,22 @@ impl Access {
     }
 }
 
+/// Why a gather or scatter failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SglError {
+    /// An element failed the memory-region check → `IBV_WC_LOC_PROT_ERR`.
+    #[error(transparent)]
+    Access(AccessError),
+    /// The data does not fit the list → `IBV_WC_LOC_LEN_ERR`.
+    #[error("{need} bytes do not fit the scatter/gather list's {have}")]
+    Length {
+        /// Bytes that had to fit (offset + data).
+        need: u64,
+        /// Bytes the list holds.
+        have: u64,
+    },
+}
+
 /// Why a memory access was refused. The data path maps local refusals to
 /// `IBV_WC_LOC_PROT_ERR` and remote ones to a remote-access-error NAK.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,12 +5,16 @@
 //! - [`EngineCounters`] (`proto`): packets in and out, drops by reason;
 //! - [`IoCounters`] (`sv_io`): datagrams and bytes on the socket, send
 //!   errors, loopback traffic, injected faults by kind, capture records;
+//! - [`crate::cm::CmCounters`] and [`GsiCounters`] (`proto`): CM MADs sent,
+//!   resent and received by kind, MADs dropped by reason, and datagrams to
+//!   QP1 that were not GSI MADs;
 //! - [`QpCounters`] (`proto`, from [`crate::QueuePair::counters`]):
 //!   retransmissions, timeouts, RNR and sequence NAKs, duplicates, drops.
 
 use crate::context::Context;
 
 pub use proto::datapath::DeviceCounters as EngineCounters;
+pub use proto::gsi::GsiCounters;
 pub use proto::qp::data::QpCounters;
 pub use sv_io::CounterSnapshot as IoCounters;
 
@@ -22,6 +26,10 @@ pub struct DeviceCounters {
     pub engine: EngineCounters,
     /// The I/O driver's counters (socket, faults, capture).
     pub io: IoCounters,
+    /// The connection manager's MADs and drops.
+    pub cm: crate::cm::CmCounters,
+    /// QP1: MADs carried, datagrams that were not GSI MADs.
+    pub gsi: GsiCounters,
 }
 
 impl Context {
@@ -30,6 +38,8 @@ impl Context {
         DeviceCounters {
             engine: self.with(|e| e.counters()),
             io: self.inner.dev.driver.counters(),
+            cm: self.with(|e| *e.cm_counters()),
+            gsi: self.with(|e| e.gsi_counters()),
         }
     }
 }

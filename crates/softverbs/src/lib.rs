@@ -37,6 +37,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Connections can also be made the way rdma_cm makes them: [`cm::Listener`]
+//! and [`cm::connect`] exchange IBTA CM messages on QP1 (interoperable with
+//! Linux's rdma_cm) and hand back a [`cm::Connection`] whose RC QP is in RTS
+//! with the attributes the CM negotiated; [`cm::resolve_ud`] finds a UD
+//! service's QPN and Q_Key (SIDR).
+//!
 //! The general [`QueuePair::modify`] (attributes plus mask, as `ibv_modify_qp`)
 //! is there too, for code that needs every knob (and for the C ABI).
 //!
@@ -87,7 +93,7 @@ mod transition;
 pub use ah::AddressHandle;
 pub use config::{devices, log_level_from_env, Device};
 pub use context::Context;
-pub use counters::{DeviceCounters, EngineCounters, IoCounters, QpCounters};
+pub use counters::{DeviceCounters, EngineCounters, GsiCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;
 pub use datapath::{AsyncEvent, CompletionChannel};
 pub use dm::{DeviceMemory, DmMemoryRegion};

@@ -4,6 +4,7 @@
 //! SIDR, and a forged MAD from the network.
 
 mod pair;
+mod tshark;
 
 use pair::*;
 use softverbs::cm::{self, CmError, ConnEvent, ConnectOptions, Listener, PortSpace, RejReason};
@@ -247,6 +248,10 @@ fn forged_mads_are_dropped_and_counted() {
         if g.drop_not_gsi >= 1 && c.dropped(cm::DropReason::UnknownCommId) >= 1 {
             assert_eq!(c.total_dropped(), before + 1);
             assert_eq!(g.mads_received, 1, "the bad-ICRC copy never reached the CM");
+            // The same in the device's counters.
+            let d = b.ctx.counters();
+            assert_eq!((d.gsi, d.cm), (g, c));
+            assert!(d.engine.drop_icrc >= 1, "{:?}", d.engine);
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{g:?} {c:?}");
@@ -275,4 +280,442 @@ fn forged_rtu(from: std::net::SocketAddr, to: std::net::IpAddr, qkey: u32) -> Ve
     let n = t.emit(&mut buf, &mad, &encap).unwrap();
     buf.truncate(n);
     buf
+}
+
+/// A side whose device injects `faults` into what it sends and captures to `pcap`.
+fn side_with(name: &str, ip: &str, faults: &str, pcap: Option<std::path::PathBuf>) -> Side {
+    let cfg = DeviceConfig {
+        name: name.into(),
+        addrs: vec![private_addr(ip)],
+        active_mtu: Mtu::Mtu1024,
+    };
+    let ctx = Device::with_config(cfg)
+        .with_faults(faults.parse().unwrap())
+        .with_capture(pcap)
+        .open()
+        .unwrap();
+    Side::new(ctx, 1 << 16)
+}
+
+/// MAD timing short enough for a lossy test: 96 ms per REQ try, 16 tries.
+fn lossy_opts(private: &[u8]) -> ConnectOptions {
+    ConnectOptions {
+        private_data: private.to_vec(),
+        timing: cm::CmTiming {
+            packet_life_time: 12,
+            cm_response_timeout: 14,
+            max_cm_retries: 15,
+        },
+        wait: Duration::from_secs(20),
+        ..ConnectOptions::default()
+    }
+}
+
+/// One connection a → b on `port`, data both ways, disconnect from `a`.
+fn lossy_round(a: &Side, b: &Side, l: &Listener, port: u16, round: u8) {
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+    let peer = ip(b);
+    let (mut pa, mut pb) = std::thread::scope(|sc| {
+        let t = sc.spawn(move || cm::connect(qa, peer, port, &lossy_opts(&[round; 8])));
+        let req = l.accept_request(Duration::from_secs(20)).unwrap();
+        assert_eq!(&req.private_data()[..8], &[round; 8]);
+        let pb = req.accept(qb, &[round ^ 0xff; 16]).unwrap();
+        let pa = t.join().unwrap().unwrap();
+        (pa, pb)
+    });
+    assert_eq!(&pa.peer_private_data()[..16], &[round ^ 0xff; 16]);
+    send_and_write(a, b, &pa, &pb);
+    pa.disconnect().unwrap();
+    assert!(
+        pb.wait_disconnected(Duration::from_secs(20)),
+        "round {round}: DREQ"
+    );
+    pb.disconnect().unwrap();
+    assert!(
+        pa.wait_disconnected(Duration::from_secs(20)),
+        "round {round}: DREP"
+    );
+}
+
+#[test]
+fn connections_form_and_tear_down_with_loss_dup_reorder() {
+    let f = "loss=0.05,dup=0.05,reorder=0.05,seed=11";
+    let a = side_with("cm-lossy-a", "127.7.29.20", f, None);
+    let b = side_with("cm-lossy-b", "127.7.29.21", &f.replace("11", "12"), None);
+    let l = Listener::bind(&b.pd, PortSpace::Tcp, 7010).unwrap();
+    for round in 0..12 {
+        lossy_round(&a, &b, &l, 7010, round);
+    }
+    let (ca, cb) = (a.ctx.cm_counters(), b.ctx.cm_counters());
+    eprintln!("active {ca:?}\npassive {cb:?}");
+    // The faults reached the MADs: some were resent after a loss or arrived twice
+    // (about 120 MADs at 5 % loss and 5 % duplication each way).
+    let resent: u64 = ca.retransmitted.iter().chain(&cb.retransmitted).sum();
+    assert!(resent + ca.duplicates + cb.duplicates > 0, "{ca:?} {cb:?}");
+    // Drops only of late duplicates (for connections already gone or past
+    // that state), never of a malformed or foreign MAD.
+    for c in [&ca, &cb] {
+        let late = c.dropped(cm::DropReason::UnknownCommId) + c.dropped(cm::DropReason::WrongState);
+        assert_eq!(c.total_dropped(), late, "{c:?}");
+    }
+}
+
+#[test]
+fn a_pcap_of_a_connection_decodes_as_infiniband_cm() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cm-connection-{}.pcap", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    {
+        let a = side_with("cm-pcap-a", "127.7.29.22", "", Some(path.clone()));
+        let b = side_with("cm-pcap-b", "127.7.29.23", "", None);
+        let (mut pa, mut pb) = connected(&a, &b, 7011);
+        send_and_write(&a, &b, &pa, &pb);
+        pa.disconnect().unwrap();
+        assert!(pb.wait_disconnected(W));
+        pb.disconnect().unwrap();
+        assert!(pa.wait_disconnected(W));
+        drop((pa, pb));
+    } // the capture is complete once the device closes
+    if !tshark::available() {
+        eprintln!("tshark not found: skipping the decode");
+        return;
+    }
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("timeout")
+            .args(["60", "tshark", "-r"])
+            .arg(&path)
+            .args(["-d", "udp.port==4791,infiniband"])
+            .args(args)
+            .output()
+            .expect("run tshark");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let bad = run(&["-Y", "_ws.malformed || _ws.expert.severity >= 0x00800000"]);
+    assert!(bad.trim().is_empty(), "malformed or error frames:\n{bad}");
+    let ids = run(&[
+        "-Y",
+        "infiniband.bth.destqp == 1",
+        "-T",
+        "fields",
+        "-e",
+        "ip.src",
+        "-e",
+        "infiniband.mad.attributeid",
+    ]);
+    let a_ip = private_addr("127.7.29.22").to_string();
+    let mads: Vec<(bool, u64)> = ids
+        .lines()
+        .map(|l| {
+            let (src, id) = l.split_once('\t').unwrap();
+            let id = id.trim().trim_start_matches("0x");
+            (src == a_ip, u64::from_str_radix(id, 16).unwrap())
+        })
+        .collect();
+    // REQ, REP, RTU, DREQ, DREP in that order (sent by a, b, a, a, b).
+    let want = [
+        (true, 0x10),
+        (false, 0x13),
+        (true, 0x14),
+        (true, 0x15),
+        (false, 0x16),
+    ];
+    assert_eq!(mads, want, "{ids}");
+    let verbose = run(&["-Y", "infiniband.bth.destqp == 1", "-V"]);
+    for title in [
+        "CM ConnectRequest",
+        "CM ConnectReply",
+        "CM ReadyToUse",
+        "CM DisconnectRequest",
+        "CM DisconnectReply",
+    ] {
+        assert!(verbose.contains(title), "{title} not decoded:\n{verbose}");
+    }
+}
+
+const PEER_VAR: &str = "SV_CM_PEER";
+const PEER_PORT: u16 = 7100;
+
+/// The peer process of `two_processes_connect_move_data_and_disconnect`: its
+/// default device (its own loopback address), a listener; it accepts with
+/// its buffer's address and rkey as REP private data, checks the WRITE and
+/// the SEND, then answers the parent's DREQ.
+#[test]
+fn cm_peer() {
+    if std::env::var(PEER_VAR).is_err() {
+        return;
+    }
+    let ctx = devices().unwrap()[0].open().unwrap();
+    let s = Side::new(ctx, 1 << 16);
+    let l = Listener::bind(&s.pd, PortSpace::Tcp, PEER_PORT).unwrap();
+    println!("READY {}", ip(&s));
+    let req = l.accept_request(W).unwrap();
+    assert_eq!(&req.private_data()[..11], b"from parent");
+    let qp = s.pd.create_rc_qp(&s.init()).unwrap();
+    req.init_qp(&qp).unwrap();
+    qp.post_recv(&recv_wr(1, &[s.mr.sge(0, 4096)])).unwrap();
+    let mut rep = b"from peer!".to_vec();
+    rep.extend_from_slice(&s.mr.addr().to_be_bytes());
+    rep.extend_from_slice(&s.mr.rkey().to_be_bytes());
+    let mut c = req.accept(qp, &rep).unwrap();
+    assert_eq!(ids(&wait(&s.rcq, 1)), vec![(1, WcStatus::Success)]);
+    assert_eq!(read(&s.mr, 0, 2000), pattern(2000, 3));
+    assert_eq!(read(&s.mr, 8192, 6000), pattern(6000, 4));
+    println!("CHECKED");
+    assert!(c.wait_disconnected(W), "the parent's DREQ");
+    c.disconnect().unwrap();
+    // Let the DREP leave before the device closes.
+    std::thread::sleep(Duration::from_millis(100));
+    println!("DONE");
+}
+
+#[test]
+fn two_processes_connect_move_data_and_disconnect() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cm_peer", "--nocapture", "--test-threads=1"])
+        .env(PEER_VAR, "1")
+        .env_remove("SOFTVERBS_ADDR")
+        .env_remove("SOFTVERBS_FAULTS")
+        .env_remove("SOFTVERBS_PCAP")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut expect = |prefix: &str| -> String {
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                // The harness may print "test cm_peer ... " before it.
+                Ok(l) => {
+                    if let Some(i) = l.find(prefix) {
+                        return l[i..].to_string();
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill(); // our own child, by its PID
+                    let _ = child.wait();
+                    panic!("the peer did not say {prefix:?} in time");
+                }
+            }
+        }
+    };
+    let ready = expect("READY ");
+    let peer: std::net::IpAddr = ready["READY ".len()..].parse().unwrap();
+    let (a, _) = sides(8);
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let opts = ConnectOptions {
+        private_data: b"from parent".to_vec(),
+        wait: W,
+        ..Default::default()
+    };
+    let mut c = cm::connect(qa, peer, PEER_PORT, &opts).unwrap();
+    let pd = c.peer_private_data();
+    assert_eq!(&pd[..10], b"from peer!");
+    let addr = u64::from_be_bytes(pd[10..18].try_into().unwrap());
+    let rkey = u32::from_be_bytes(pd[18..22].try_into().unwrap());
+    // WRITE first, then the SEND: RC order means both landed when the SEND did.
+    assert!(a.mr.write(0, &pattern(2000, 3)));
+    assert!(a.mr.write(8192, &pattern(6000, 4)));
+    let sg = [a.mr.sge(8192, 6000)];
+    let target = WrTarget::Rdma(proto_target(addr + 8192, rkey));
+    c.qp()
+        .post_send(&send_wr(1, WrOpcode::RdmaWrite, &sg, target, SIG))
+        .unwrap();
+    let sg = [a.mr.sge(0, 2000)];
+    c.qp()
+        .post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, SIG))
+        .unwrap();
+    assert_eq!(
+        ids(&wait(&a.scq, 2)),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    expect("CHECKED");
+    c.disconnect().unwrap();
+    assert!(c.wait_disconnected(W), "the peer's DREP");
+    expect("DONE");
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "peer exit {st}");
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the peer did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn proto_target(remote_addr: u64, rkey: u32) -> RdmaTarget {
+    RdmaTarget { remote_addr, rkey }
+}
+
+#[test]
+fn channel_fds_are_readable_exactly_while_events_wait() {
+    let (a, b) = sides(9);
+    let l = Listener::bind(&b.pd, PortSpace::Tcp, 7012).unwrap();
+    let ch = l.channel().clone();
+    assert!(!ch.wait_readable(Some(Duration::ZERO)), "nothing yet");
+    assert!(l.try_request().is_none());
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let connecting = cm::connect_start(qa, ip(&b), 7012, &ConnectOptions::default()).unwrap();
+    // The REQ arrives: the listener's fd becomes readable (as rdma_cm's
+    // event channel fd, which the C ABI polls).
+    assert!(ch.wait_readable(Some(W)), "the REQ's event");
+    let req = l
+        .try_request()
+        .expect("a request after the fd was readable");
+    assert!(!ch.wait_readable(Some(Duration::ZERO)), "drained");
+    let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+    let pb = req.accept(qb, &[]).unwrap();
+    // The active side's outcome arrives on its own channel.
+    let ach = connecting.channel().unwrap().clone();
+    assert!(ach.wait_readable(Some(W)), "the REP's event");
+    let pa = connecting.wait(W).unwrap();
+    assert!(pb.channel().wait_readable(Some(W)), "the RTU's event");
+    assert_eq!(pb.next_event(Duration::ZERO), Some(ConnEvent::Established));
+    assert!(!pb.channel().wait_readable(Some(Duration::ZERO)));
+    drop(pa);
+}
+
+/// The QP through one CM-given transition, as the C ABI will do it with
+/// `rdma_init_qp_attr` + `ibv_modify_qp`.
+fn apply(qp: &QueuePair<Rc>, a: &cm::CmQpAttrs, t: cm::QpTarget) {
+    let (attr, mask) = a.to_verbs(t, 0).unwrap();
+    qp.modify(&attr, mask).unwrap();
+}
+
+#[test]
+fn the_cm_port_connects_the_way_librdmacm_will() {
+    let (a, b) = sides(10);
+    let (pa, pb) = (a.ctx.cm_port(), b.ctx.cm_port());
+    let (cha, chb) = (cm::CmChannel::new().unwrap(), cm::CmChannel::new().unwrap());
+    let listen = pb.listen(PortSpace::Tcp, 7020, &chb).unwrap();
+    // Active: rdma_connect (REQ), the QP to INIT.
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let p = cm::ConnectParams {
+        peer: ip(&b).into(),
+        service_id: (0x0106 << 16) | 7020,
+        qpn: cm::Qpn::from_masked(qa.qp_num()),
+        transport: cm::TransportType::Rc,
+        starting_psn: cm::Psn::from_masked(0x1000),
+        responder_resources: 4,
+        initiator_depth: 4,
+        flow_control: true,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        path_mtu: 3,
+        path: cm::PathParams::default(),
+        private_data: cm::cma_header(pa.local_addr(), 0xC123, ip(&b), b"raw"),
+    };
+    let timing = ConnectOptions::default().timing;
+    let ida = pa.connect(&p, timing, &cha).unwrap();
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Init).unwrap(),
+        cm::QpTarget::Init,
+    );
+    // Passive: the request on the listener's channel, moved to the new id's.
+    let Some(cm::CmEvent::ConnectRequest {
+        id: idb, request, ..
+    }) = chb.next_event(Some(W))
+    else {
+        panic!("no request")
+    };
+    assert_eq!(&request.private_data[36..39], b"raw");
+    let chb2 = cm::CmChannel::new().unwrap();
+    pb.route(idb, &chb2);
+    // rdma_accept, kernel order: QP to INIT/RTR/RTS (rq_psn = our starting
+    // PSN, as rdma_init_qp_attr sets it), then the REP.
+    let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+    apply(
+        &qb,
+        &pb.qp_attrs(idb, cm::QpTarget::Init).unwrap(),
+        cm::QpTarget::Init,
+    );
+    let mut rtr = pb.qp_attrs(idb, cm::QpTarget::Rtr).unwrap();
+    rtr.rq_psn = Some(cm::Psn::from_masked(0x2000));
+    apply(&qb, &rtr, cm::QpTarget::Rtr);
+    apply(
+        &qb,
+        &pb.qp_attrs(idb, cm::QpTarget::Rts).unwrap(),
+        cm::QpTarget::Rts,
+    );
+    let ap = cm::AcceptParams {
+        qpn: cm::Qpn::from_masked(qb.qp_num()),
+        starting_psn: cm::Psn::from_masked(0x2000),
+        responder_resources: request.responder_resources,
+        initiator_depth: request.initiator_depth,
+        flow_control: true,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: b"ok".to_vec(),
+    };
+    pb.accept(idb, &ap).unwrap();
+    // Active: the REP, the QP to RTR/RTS, the RTU.
+    let Some(cm::CmEvent::ConnectResponse { id, reply }) = cha.next_event(Some(W)) else {
+        panic!("no reply")
+    };
+    assert_eq!(id, ida);
+    assert_eq!(&reply.private_data[..2], b"ok");
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Rtr).unwrap(),
+        cm::QpTarget::Rtr,
+    );
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Rts).unwrap(),
+        cm::QpTarget::Rts,
+    );
+    pa.ready_to_use(ida, &[]).unwrap();
+    assert_eq!(
+        cha.next_event(Some(W)),
+        Some(cm::CmEvent::Established { id: ida })
+    );
+    assert_eq!(
+        chb2.next_event(Some(W)),
+        Some(cm::CmEvent::Established { id: idb })
+    );
+    let (x, y) = (qa.query().unwrap().attr, qb.query().unwrap().attr);
+    assert_eq!((x.sq_psn, x.rq_psn), (0x2000, 0x1000));
+    assert_eq!((y.sq_psn, y.rq_psn), (0x1000, 0x2000));
+    assert_eq!((x.dest_qp_num, y.dest_qp_num), (qb.qp_num(), qa.qp_num()));
+    // A SEND moves.
+    assert!(a.mr.write(0, b"through the port"));
+    qb.post_recv(&recv_wr(1, &[b.mr.sge(0, 64)])).unwrap();
+    let sg = [a.mr.sge(0, 16)];
+    qa.post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, SIG))
+        .unwrap();
+    assert_eq!(ids(&wait(&b.rcq, 1)), vec![(1, WcStatus::Success)]);
+    assert_eq!(read(&b.mr, 0, 16), b"through the port");
+    // Disconnect: DREQ, the peer's Disconnected, DREP, ours.
+    pa.disconnect(ida, &[]).unwrap();
+    assert!(
+        matches!(chb2.next_event(Some(W)), Some(cm::CmEvent::Disconnected { id, timed_out: false }) if id == idb)
+    );
+    pb.disconnect(idb, &[]).unwrap();
+    assert!(
+        matches!(cha.next_event(Some(W)), Some(cm::CmEvent::Disconnected { id, timed_out: false }) if id == ida)
+    );
+    pa.destroy(ida).unwrap();
+    pb.destroy(idb).unwrap();
+    pb.stop_listening(listen).unwrap();
 }

@@ -398,7 +398,7 @@ impl DropReason {
 pub const COUNTED_MESSAGES: usize = 9;
 
 /// What the CM did, for `softverbs counters` and tests.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CmCounters {
     /// MADs sent by attribute (first sends and resends).
     pub sent: [u64; COUNTED_MESSAGES],

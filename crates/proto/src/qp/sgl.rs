@@ -7,21 +7,9 @@ use crate::memory::Memory;
 use crate::mr::{Access, AccessError, MrTable};
 use crate::wr::Sge;
 
-/// Why a gather or scatter failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SglError {
-    /// An element failed the memory-region check → `IBV_WC_LOC_PROT_ERR`.
-    #[error(transparent)]
-    Access(AccessError),
-    /// The data does not fit the list → `IBV_WC_LOC_LEN_ERR`.
-    #[error("{need} bytes do not fit the scatter/gather list's {have}")]
-    Length {
-        /// Bytes that had to fit (offset + data).
-        need: u64,
-        /// Bytes the list holds.
-        have: u64,
-    },
-}
+// Why a gather or scatter failed: defined beside the access checks it
+// reports, so `wr`'s post errors can carry it without importing this file.
+pub use crate::mr::SglError;
 
 pub use crate::mr::mr_by_key;
 

@@ -27,7 +27,7 @@
 
 use crate::error::{Errno, ObjectKind};
 use crate::handle::{AhHandle, PdHandle};
-use crate::qp::sgl::SglError;
+use crate::mr::SglError;
 use crate::types::{QpState, QpType};
 use std::fmt;
 

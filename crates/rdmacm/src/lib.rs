@@ -1,0 +1,65 @@
+//! A drop-in `librdmacm.so.1`: the RDMA connection manager API of rdma-core 44
+//! (`<rdma/rdma_cma.h>`) for unmodified programs, over softverbs.
+//!
+//! Programs built against rdma-core load it instead of the system library
+//! through `LD_LIBRARY_PATH=<dir>` (`scripts/build-ibverbs.sh` puts it beside
+//! the drop-in libibverbs.so.1). Every default-version symbol and version node
+//! of the real library is exported (`exports.txt`, checked against
+//! spec/rdmacm-abi.md); each call reports errors as rdma-core documents (−1 and
+//! `errno`, or the value the manual page names), and every refusal is logged
+//! with its reason in words when `SOFTVERBS_LOG=warn` (or finer).
+//!
+//! # One engine per process
+//! A process has one softverbs engine, and `id->verbs` must be the very
+//! `ibv_context` our libibverbs.so.1 hands out, because programs call `ibv_*`
+//! on it. So this library links dynamically to libibverbs.so.1 (`DT_NEEDED`,
+//! like rdma-core's) and uses the public verbs for verbs things
+//! (`ibv_get_device_list`, `ibv_open_device`, `ibv_alloc_pd`, `ibv_create_cq`,
+//! `ibv_create_qp`, `ibv_modify_qp`, …). What it needs from the engine beyond
+//! them goes through the small private interface our libibverbs.so.1 exports
+//! under its own version node `SOFTVERBS_PRIVATE_1` (`softverbs_*` functions,
+//! see [`verbs`]); with another libibverbs the loader refuses this library.
+//!
+//! # What is real and what is not yet
+//! Event channels (real pollable fds, blocking or `O_NONBLOCK`), events and
+//! their ack accounting, synchronous ids, port spaces, binding and ports,
+//! address and route resolution, devices, `rdma_getaddrinfo`, options, QPs and
+//! SRQs on ids, `rdma_init_qp_attr`, the non-connecting parts of
+//! `rdma_create_ep`. The connection calls (connect, listen's wire part,
+//! accept, reject, disconnect, notify, establish, multicast, get_request) need
+//! the CM protocol; they go through one internal interface ([`conn::Cm`]) and,
+//! until the CM state machine of crates/proto is attached to it, fail with
+//! `ENOSYS` and a logged reason. The rsocket calls: `rsocket` answers
+//! `ENOSYS`; `rpoll`/`rselect` serve ordinary descriptors (there can be no
+//! rsocket); the others answer `EBADF` (their descriptor cannot be an rsocket).
+#![allow(unsafe_code)] // the C ABI: every block has a SAFETY line
+#![allow(clippy::missing_safety_doc)] // C entry points: the man pages are the contract
+
+pub mod ffi;
+pub mod verbs;
+
+mod addrinfo;
+mod channel;
+mod conn;
+mod device;
+mod ep;
+mod id;
+mod net;
+mod ports;
+mod qp;
+mod rate;
+mod route;
+mod rsocket;
+mod util;
+
+/// Gives the exports a module defines their default versions (the
+/// `.symver` directives build.rs generated for it from `exports.txt`).
+/// An export is never called from another module (its `_impl` is): in a
+/// release build a cross-module call can leave a `.symver` in a codegen unit
+/// without the definition, which the assembler refuses.
+macro_rules! symver {
+    ($module:literal) => {
+        include!(concat!(env!("OUT_DIR"), "/symver_", $module, ".rs"));
+    };
+}
+pub(crate) use symver;

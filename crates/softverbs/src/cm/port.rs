@@ -1,0 +1,171 @@
+//! [`CmPort`]: the device's CM at the level of `ib_cm`, for the C ABI.
+
+use super::*;
+
+/// The device's connection manager at the level of `ib_cm`, for the C ABI
+/// (librdmacm drives its QPs itself with `ibv_modify_qp`, from
+/// [`CmPort::qp_attrs`], as rdma-core's librdmacm does with
+/// `rdma_init_qp_attr`). Each call runs under the engine lock and wakes the
+/// progress thread; the events of an id go to the channel it was routed to.
+#[derive(Clone)]
+pub struct CmPort {
+    dev: Arc<Shared>,
+    hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for CmPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmPort").finish_non_exhaustive()
+    }
+}
+
+impl crate::Context {
+    /// The device's connection manager (see [`CmPort`]).
+    pub fn cm_port(&self) -> CmPort {
+        let dev = self.inner.dev.clone();
+        let hub = dev.hub();
+        CmPort { dev, hub }
+    }
+}
+
+impl CmPort {
+    /// The device's address (the source of its MADs).
+    pub fn local_addr(&self) -> IpAddr {
+        self.dev.with(|e| device_ip(e))
+    }
+
+    /// `rdma_listen`: REQs and SIDR_REQs for `port` of `ps` go to `ch`.
+    pub fn listen(
+        &self,
+        ps: PortSpace,
+        port: u16,
+        ch: &Arc<CmChannel>,
+    ) -> Result<ListenId, CmError> {
+        self.dev.cm(|e, _| {
+            let l = e.cm_mut().listen(cma::service_id(ps, port))?;
+            self.hub.set(Route::Listen(l.0), ch);
+            Ok(l)
+        })
+    }
+
+    /// Stops a listen (connections made through it stay).
+    pub fn stop_listening(&self, l: ListenId) -> Result<(), CmError> {
+        self.hub.unset(Route::Listen(l.0));
+        self.dev.cm(|e, _| e.cm_mut().stop_listening(l))?;
+        Ok(())
+    }
+
+    /// Sends a REQ (private data: the rdma_cm header + the user's bytes,
+    /// [`cma_header`]); the outcome arrives on `ch`.
+    pub fn connect(
+        &self,
+        p: &ConnectParams,
+        timing: CmTiming,
+        ch: &Arc<CmChannel>,
+    ) -> Result<ConnId, CmError> {
+        self.dev.cm(|e, now| {
+            let id = e.cm_mut().connect_with(now, p, timing)?;
+            self.hub.set(Route::Conn(id.0), ch);
+            Ok(id)
+        })
+    }
+
+    /// Routes `id`'s later events to `ch` (`rdma_migrate_id`, or a request
+    /// taken from a listener's channel onto the new id's channel).
+    pub fn route(&self, id: ConnId, ch: &Arc<CmChannel>) {
+        self.hub.set(Route::Conn(id.0), ch);
+    }
+
+    /// REP for a `ConnectRequest`.
+    pub fn accept(&self, id: ConnId, p: &AcceptParams) -> Result<(), CmError> {
+        self.dev.cm(|e, now| e.cm_mut().accept(now, id, p))?;
+        Ok(())
+    }
+
+    /// REJ (consumer defined) with `private_data`.
+    pub fn reject(&self, id: ConnId, private_data: &[u8]) -> Result<(), CmError> {
+        self.dev
+            .cm(|e, now| e.cm_mut().reject(now, id, private_data))?;
+        Ok(())
+    }
+
+    /// RTU after a `ConnectResponse` (the QP in RTS).
+    pub fn ready_to_use(&self, id: ConnId, private_data: &[u8]) -> Result<(), CmError> {
+        self.dev
+            .cm(|e, _| e.cm_mut().ready_to_use(id, private_data))?;
+        Ok(())
+    }
+
+    /// `rdma_notify(IBV_EVENT_COMM_EST)` / `rdma_establish`: the passive side
+    /// is established without the RTU.
+    pub fn establish(&self, id: ConnId) -> Result<(), CmError> {
+        self.dev.cm(|e, _| e.cm_mut().establish(id))?;
+        Ok(())
+    }
+
+    /// DREQ from ESTABLISHED, DREP after `Disconnected`.
+    pub fn disconnect(&self, id: ConnId, private_data: &[u8]) -> Result<(), CmError> {
+        self.dev
+            .cm(|e, now| e.cm_mut().disconnect(now, id, private_data))?;
+        Ok(())
+    }
+
+    /// `rdma_destroy_id`: forgets `id`, telling the peer as `cm_destroy_id` does.
+    pub fn destroy(&self, id: ConnId) -> Result<(), CmError> {
+        self.hub.unset(Route::Conn(id.0));
+        self.dev.cm(|e, _| e.cm_mut().destroy(id))?;
+        Ok(())
+    }
+
+    /// `rdma_init_qp_attr`: the attributes for `target`.
+    pub fn qp_attrs(&self, id: ConnId, target: QpTarget) -> Result<CmQpAttrs, CmError> {
+        Ok(self.dev.cm(|e, _| e.cm_mut().qp_attrs(id, target))?)
+    }
+
+    /// SIDR_REQ for `port` of `ps` at `peer`; the answer arrives on `ch`.
+    pub fn sidr_request(
+        &self,
+        peer: IpAddr,
+        ps: PortSpace,
+        port: u16,
+        private_data: &[u8],
+        ch: &Arc<CmChannel>,
+    ) -> Result<ConnId, CmError> {
+        self.dev.cm(|e, now| {
+            let sid = cma::service_id(ps, port);
+            let id = e
+                .cm_mut()
+                .sidr_request(now, Gid::from(peer), sid, private_data)?;
+            self.hub.set(Route::Conn(id.0), ch);
+            Ok(id)
+        })
+    }
+
+    /// SIDR_REP for a `SidrRequest`.
+    pub fn sidr_reply(
+        &self,
+        id: ConnId,
+        status: SidrStatus,
+        qpn: u32,
+        qkey: u32,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        self.hub.unset(Route::Conn(id.0));
+        self.dev.cm(|e, _| {
+            e.cm_mut()
+                .sidr_reply(id, status, Qpn::from_masked(qpn), qkey, private_data)
+        })?;
+        Ok(())
+    }
+}
+
+/// The 36-byte rdma_cm header (`cma_hdr`) for a REQ or SIDR_REQ from `src`
+/// (port `src_port`) to `dst`, followed by `user` (the caller's private data).
+pub fn cma_header(src: IpAddr, src_port: u16, dst: IpAddr, user: &[u8]) -> Vec<u8> {
+    let mut pd = vec![0u8; cma::HEADER_LEN];
+    let h = Header { src_port, src, dst };
+    // The buffer is HEADER_LEN long, the one way emit can fail.
+    let _ = h.emit(&mut pd);
+    pd.extend_from_slice(user);
+    pd
+}
