@@ -488,7 +488,7 @@ fn open_mpi_job_on_one_shared_address() {
     let Some(captures) = mpi_job("plain", &[]) else {
         return;
     };
-    let records: Vec<usize> = captures.iter().map(|c| c.len()).collect();
+    let records: Vec<usize> = captures.iter().map(Vec::len).collect();
     assert!(
         records.iter().all(|&n| n > 0),
         "every rank used softverbs: {records:?}"

@@ -69,7 +69,7 @@ proptest! {
             mad.resize(len, 0);
         }
         let from = if foreign { gid(7) } else if to_a { gid(2) } else { gid(1) };
-        let before = target.counters().clone();
+        let before = *target.counters();
         target.handle_mad(1, from, &mad);
         target.handle_timeout(u64::MAX / 2);
         let after = target.counters();

@@ -192,7 +192,7 @@ impl crate::Context {
         self.inner
             .dev
             .driver
-            .with(|d| d.engine.cm_counters().clone())
+            .with(|d| *d.engine.cm_counters())
     }
 
     /// Datagrams for QP1 that never reached the CM (not a GSI MAD).
