@@ -327,5 +327,7 @@ pub(crate) fn check_mapped(
 /// a refused range both answer EINVAL, so only a good page can tell them apart.
 fn populate_supported() -> bool {
     static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *KNOWN.get_or_init(|| populate(populate_supported as fn() -> bool as usize as u64, 1, false).is_ok())
+    *KNOWN.get_or_init(|| {
+        populate(populate_supported as fn() -> bool as usize as u64, 1, false).is_ok()
+    })
 }
