@@ -62,7 +62,9 @@ job() { # stack iters bytes: the program's result line
   case $stack in
     softverbs) args=(--mca pml ucx --mca btl '^vader,tcp,openib,uct' --mca osc '^ucx')
                export UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=softverbs0:1 ;;
-    ucx-tcp)   args=(--mca pml ucx --mca btl '^vader,tcp,openib,uct' --mca osc '^ucx')
+    # pml ucx declines a UCX that has only TCP unless told any transport will do.
+    ucx-tcp)   args=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any
+                     --mca btl '^vader,tcp,openib,uct' --mca osc '^ucx')
                export UCX_TLS=tcp UCX_NET_DEVICES=all ;;
     ob1-tcp)   args=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$addr_a/24")
                export UCX_TLS=tcp UCX_NET_DEVICES=all ;;
