@@ -19,13 +19,14 @@
 //! `mod.rs` never reaches into its own children):
 //!
 //! ```text
-//! 8  datapath/{mod,post,rx,tx}   impl Engine: post entry checks, demultiplexing, transmit turns, timers
+//! 9  testing                     (feature) the harness that connects QPs on engines
+//! 8  datapath/{mod,post,rx,tx,gsi} impl Engine: post entry checks, demultiplexing, transmit turns, timers, QP1 hooks
 //! 7  engine                      object tables, use counts, the Sink over CQs/SRQs/events, drive + sync
 //! 6  sched                       ready queue, timer heap                     (handle)
 //! 5  qp::actor/{mod,rx,tx,state} one QP: on_packet, on_timeout, on_modify, post_*, next_packet
 //! 4  output                      events, transmit descriptors, device counters, PostOutcome
 //! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
-//! 2  ah, cq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only)
+//! 2  ah, cq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
 //! 1  error, wr, wc, timers, device
 //! 0  handle, types, mask, rng     (handle imports nothing from the crate)
 //! ```
@@ -33,8 +34,9 @@
 //! Inside layer 3 the order is wqe, sgl → requester → completer (the
 //! requester's other half, which alone sees its fields) → responder → data.
 //! `tests/layering.rs` checks the sources: no circle of imports, except two
-//! not yet undone outside the data path (error ↔ mr/dm/wr: the error enum
-//! aggregates their leaf errors; cm/mod.rs ↔ cm::{conn, sidr}: the `Outbox`),
+//! not yet undone outside the data path (error ↔ mr/dm/wr/qp::sgl: the error
+//! enums aggregate each other's leaf errors; cm/mod.rs ↔ cm::{conn, sidr}: the
+//! `Outbox`),
 //! and nothing below the engine names the engine.
 //!
 //! # The path of a post
@@ -56,6 +58,7 @@
 //! ```text
 //! Engine::handle_datagram(now, from, to, bytes, mem)      datapath/rx.rs
 //!   TransportRepr::parse → ICRC → accept (QPN, transport, state, peer, P_Key)   drops counted
+//!   (DestQP 0xFFFFFF: datapath/mcast.rs, each QP attached to the group `to` names, in turn)
 //!   Engine::drive(h) → Qp::on_packet                       qp/actor/rx.rs
 //!     request:  Responder::handle (RQ or the SRQ's queue via the sink) → counters,
 //!               completions → CQ (overrun → QP to ERR), SRQ limit, fatal → ERR + flush

@@ -12,6 +12,7 @@
 //! through the [`crate::memory::Memory`] the driver passes in, only for ranges the memory
 //! region table allowed.
 
+mod gsi;
 mod mcast;
 mod post;
 mod rx;
