@@ -352,8 +352,8 @@ fn lossy_round(a: &Side, b: &Side, l: &Listener, port: u16, round: u8) {
 #[test]
 fn connections_form_and_tear_down_with_loss_dup_reorder() {
     let f = "loss=0.05,dup=0.05,reorder=0.05,seed=11";
-    let a = side_with("cm-lossy-a", "127.7.29.20", f, None);
-    let b = side_with("cm-lossy-b", "127.7.29.21", &f.replace("11", "12"), None);
+    let a = side_with("cm-lossy-a", "127.7.29.60", f, None);
+    let b = side_with("cm-lossy-b", "127.7.29.61", &f.replace("11", "12"), None);
     let l = Listener::bind(&b.pd, PortSpace::Tcp, 7010).unwrap();
     for round in 0..12 {
         lossy_round(&a, &b, &l, 7010, round);
@@ -378,8 +378,8 @@ fn a_pcap_of_a_connection_decodes_as_infiniband_cm() {
         .join(format!("cm-connection-{}.pcap", std::process::id()));
     let _ = std::fs::remove_file(&path);
     {
-        let a = side_with("cm-pcap-a", "127.7.29.22", "", Some(path.clone()));
-        let b = side_with("cm-pcap-b", "127.7.29.23", "", None);
+        let a = side_with("cm-pcap-a", "127.7.29.62", "", Some(path.clone()));
+        let b = side_with("cm-pcap-b", "127.7.29.63", "", None);
         let (mut pa, mut pb) = connected(&a, &b, 7011);
         send_and_write(&a, &b, &pa, &pb);
         pa.disconnect().unwrap();
@@ -419,7 +419,7 @@ fn a_pcap_of_a_connection_decodes_as_infiniband_cm() {
         "-e",
         "infiniband.mad.attributeid",
     ]);
-    let a_ip = private_addr("127.7.29.22").to_string();
+    let a_ip = private_addr("127.7.29.62").to_string();
     let mads: Vec<(bool, u64)> = ids
         .lines()
         .map(|l| {

@@ -241,7 +241,9 @@ pub fn ids(wc: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
 /// Signaled, the usual send flag of these tests.
 pub const SIG: SendFlags = SendFlags::SIGNALED;
 
-/// Two sides on 127.7.`net`.(2·`tag`) and .(2·`tag`+1), named
+/// Two sides on 127.7.`net`.(2·`tag`) and .(2·`tag`+1) (a test that also places
+/// devices by hand in that net keeps clear of these hosts: two devices on one
+/// address would share it, as processes of one host do), named
 /// `prefix-tag-a` / `-b`, each with an MR of `mr_len` bytes.
 pub fn sides_on(prefix: &str, net: u8, tag: u8, mr_len: usize) -> (Side, Side) {
     let side = |end: &str, host: u8| {
