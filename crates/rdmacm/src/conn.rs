@@ -100,10 +100,17 @@ impl Cm for NoCm {
     fn destroy(&self, _: &IdBlock) {}
 }
 
-/// The process's connection manager.
+/// The process's connection manager: softverbs' CM when libibverbs offers
+/// its private interface at our version, else [`NoCm`].
 pub(crate) fn cm() -> &'static dyn Cm {
-    static CM: NoCm = NoCm;
-    &CM
+    static NO: NoCm = NoCm;
+    static SOFT: crate::softcm::SoftCm = crate::softcm::SoftCm;
+    // SAFETY: a plain function of the libibverbs we link to.
+    if unsafe { crate::verbs::softverbs_private_version() } == crate::verbs::PRIVATE_VERSION {
+        &SOFT
+    } else {
+        &NO
+    }
 }
 
 /// rdma-core `ucma_valid_param`'s local part: PS_TCP without a QP needs
@@ -202,7 +209,11 @@ pub unsafe extern "C" fn rdma_get_request(
                 format_args!("the id is in state {:?}, not listening", st.state),
             ));
         }
-        Err(NoCm::missing(VERB))
+        drop(st);
+        let new = crate::softcm::get_request(VERB, b)?;
+        // SAFETY: non-NULL out-pointer from the caller.
+        unsafe { *id = new };
+        Ok(())
     });
     ret(r)
 }

@@ -50,6 +50,7 @@ mod qp;
 mod rate;
 mod route;
 mod rsocket;
+mod softcm;
 mod util;
 
 /// Gives the exports a module defines their default versions (the
