@@ -629,14 +629,52 @@ simple_cm_call!(
     /// `int softverbs_cm_establish(struct ibv_context *, uint32_t id)`: passive side up without the RTU.
     softverbs_cm_establish, establish
 );
-simple_cm_call!(
-    /// `int softverbs_cm_disconnect(struct ibv_context *, uint32_t id)`: DREQ, or DREP after DISCONNECTED.
-    softverbs_cm_disconnect, disconnect, &[]
-);
-simple_cm_call!(
-    /// `int softverbs_cm_destroy(struct ibv_context *, uint32_t id)`: forgets the connection.
-    softverbs_cm_destroy, destroy
-);
+/// `int softverbs_cm_disconnect(struct ibv_context *, uint32_t id)`: DREQ,
+/// or DREP after DISCONNECTED. `EALREADY` (logged at debug: not an error for
+/// `rdma_disconnect`, which succeeds then, as the kernel's does) when neither
+/// is due any more: the connection is in TimeWait or gone down already.
+#[no_mangle]
+pub unsafe extern "C" fn softverbs_cm_disconnect(context: *mut ibv_context, id: u32) -> c_int {
+    const VERB: &str = "softverbs_cm_disconnect";
+    code(
+        port_of(VERB, context).and_then(|cm| match cm.disconnect(ConnId(id), &[]) {
+            Ok(()) => Ok(()),
+            Err(CmError::Cm(e @ proto::cm::CmError::WrongState { .. })) => {
+                tracing::debug!(target: "softverbs", "{VERB}: no DREQ or DREP is due: {e}");
+                Err(libc::EALREADY)
+            }
+            Err(e) => Err(cm_refuse(VERB, &e)),
+        }),
+    )
+}
+/// `int softverbs_cm_destroy(struct ibv_context *, uint32_t id)`: forgets
+/// the connection; 0 also when the CM forgot it already (rejected, timed out).
+#[no_mangle]
+pub unsafe extern "C" fn softverbs_cm_destroy(context: *mut ibv_context, id: u32) -> c_int {
+    const VERB: &str = "softverbs_cm_destroy";
+    code(
+        port_of(VERB, context).and_then(|cm| match cm.destroy(ConnId(id)) {
+            Ok(()) | Err(CmError::Cm(proto::cm::CmError::UnknownId(_))) => Ok(()),
+            Err(e) => Err(cm_refuse(VERB, &e)),
+        }),
+    )
+}
+
+/// `int softverbs_cm_flush(struct ibv_context *, int timeout_ms)`: waits
+/// until the CM's queued MADs went out (`ETIMEDOUT` after `timeout_ms`).
+#[no_mangle]
+pub unsafe extern "C" fn softverbs_cm_flush(context: *mut ibv_context, timeout_ms: c_int) -> c_int {
+    const VERB: &str = "softverbs_cm_flush";
+    code(port_of(VERB, context).and_then(|cm| {
+        let t = std::time::Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+        if cm.flush(t) {
+            Ok(())
+        } else {
+            tracing::debug!(target: "softverbs", "{VERB}: MADs still queued after {timeout_ms} ms");
+            Err(libc::ETIMEDOUT)
+        }
+    }))
+}
 
 /// `int softverbs_cm_qp_attr(struct ibv_context *, uint32_t id, enum ibv_qp_state target,
 /// struct ibv_qp_attr *, int *mask)`: the attributes (INIT, RTR or RTS) the

@@ -243,6 +243,7 @@ pub mod cm {
         pub fn softverbs_cm_establish(ctx: *mut ibv_context, id: u32) -> c_int;
         pub fn softverbs_cm_disconnect(ctx: *mut ibv_context, id: u32) -> c_int;
         pub fn softverbs_cm_destroy(ctx: *mut ibv_context, id: u32) -> c_int;
+        pub fn softverbs_cm_flush(ctx: *mut ibv_context, timeout_ms: c_int) -> c_int;
         pub fn softverbs_cm_qp_attr(
             ctx: *mut ibv_context,
             id: u32,
