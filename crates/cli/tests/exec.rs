@@ -388,8 +388,19 @@ fn ucx_perftest_in(
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let client = run(addrs[1], Some(server_ip), netns[1]).output().unwrap();
+    // The server listens on its out-of-band port once it has started: until
+    // then the client's connect is refused (ucx_perftest says so on stdout),
+    // and it tries again (bounded).
+    let mut client = run(addrs[1], Some(server_ip), netns[1]).output().unwrap();
+    for _ in 0..40 {
+        if client.status.success()
+            || !String::from_utf8_lossy(&client.stdout).contains("Connection refused")
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        client = run(addrs[1], Some(server_ip), netns[1]).output().unwrap();
+    }
     let server = server.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&client.stdout);
     eprintln!("{text}{}", String::from_utf8_lossy(&client.stderr));

@@ -10,14 +10,20 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-const GROUP: &str = "239.20.0.1";
 const COUNT: &str = "5";
+
+/// A group of this test process alone (other runs of the suite on the host
+/// may use the same loopback addresses at the same time).
+fn group() -> String {
+    let pid = std::process::id();
+    format!("239.20.{}.{}", (pid >> 8) as u8, pid as u8)
+}
 
 fn run(exe: &std::path::Path, role: &str, addr: &str) -> Child {
     Command::new("timeout")
         .arg("60")
         .arg(exe)
-        .args([role, GROUP, COUNT])
+        .args([role, &group(), COUNT])
         .env("LD_LIBRARY_PATH", common::lib_dir())
         .env("SOFTVERBS_ADDR", addr)
         .env("SOFTVERBS_LOG", "warn")

@@ -67,7 +67,8 @@ pub enum Notification {
 pub trait Engine: Send + 'static {
     /// A datagram arrived: `from` is the sender, `to` the local address it was sent to.
     /// (`to` is the driver's bound address: a wildcard bind reports the wildcard,
-    /// as IP_PKTINFO is not read yet.)
+    /// as IP_PKTINFO is not read yet; for a datagram read from a multicast
+    /// group's socket, the group's address and port — see `Driver::set_groups`.)
     fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
     /// Writes the next datagram to send into `buf`; `None` when nothing is ready.
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;

@@ -34,6 +34,7 @@ pub(crate) fn bind_shared(addr: SocketAddr, opts: &DriverOptions) -> io::Result<
     sys::attach_reuseport_cbpf(socket.as_fd(), &share::steering_program())?;
     slot.joined();
     set_dont_fragment(&socket, addr)?;
+    set_multicast_if(&socket, addr);
     set_buffer(&socket, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcv);
     set_buffer(&socket, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, snd);
     Ok(socket)
@@ -48,6 +49,7 @@ pub(crate) fn bind(
     let socket = UdpSocket::bind(addr)?;
     socket.set_nonblocking(true)?;
     set_dont_fragment(&socket, addr)?;
+    set_multicast_if(&socket, addr);
     set_buffer(&socket, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcvbuf_bytes);
     set_buffer(&socket, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, sndbuf_bytes);
     Ok(socket)
@@ -75,6 +77,23 @@ fn set_dont_fragment(socket: &UdpSocket, addr: SocketAddr) -> io::Result<()> {
             let _ = sys::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, v4);
             Ok(())
         }
+    }
+}
+
+/// Datagrams to a multicast group (spec/multicast.md) leave through the
+/// interface that holds the device's address. IPv4 needs nothing: a socket
+/// bound to a local address sends multicast out of that address's interface
+/// (`ip_route_output_key_hash_rcu`); IPv6 has no such rule, so
+/// `IPV6_MULTICAST_IF` names it. A refusal is only logged (unicast is unaffected).
+fn set_multicast_if(socket: &UdpSocket, addr: SocketAddr) {
+    let SocketAddr::V6(v6) = addr else { return };
+    let index = crate::host::interface_of(addr.ip()).and_then(|n| crate::host::interface_index(&n));
+    let Some(index) = index.filter(|_| !v6.ip().is_unspecified()) else {
+        return;
+    };
+    let (level, name) = (libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF);
+    if let Err(e) = sys::setsockopt_int(socket.as_fd(), level, name, index as libc::c_int) {
+        tracing::debug!(error = %e, index, "IPV6_MULTICAST_IF refused");
     }
 }
 

@@ -58,6 +58,7 @@
 //! ```text
 //! Engine::handle_datagram(now, from, to, bytes, mem)      datapath/rx.rs
 //!   TransportRepr::parse → ICRC → accept (QPN, transport, state, peer, P_Key)   drops counted
+//!   (DestQP 0xFFFFFF: datapath/mcast.rs, each QP attached to the group `to` names, in turn)
 //!   Engine::drive(h) → Qp::on_packet                       qp/actor/rx.rs
 //!     request:  Responder::handle (RQ or the SRQ's queue via the sink) → counters,
 //!               completions → CQ (overrun → QP to ERR), SRQ limit, fatal → ERR + flush

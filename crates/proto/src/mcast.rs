@@ -37,7 +37,7 @@ pub enum McastError {
         gid: IpAddr,
     },
     /// The group's IP family is not the device's, so no socket of the device can join it.
-    #[error("multicast group {group} is not of the device's address family ({device}); RoCEv2 carries it in the device's IP version")]
+    #[error("multicast group {group} is not of the family of the device's address {device}: RoCE v2 carries a group in the device's IP version (an IPv4 device takes IPv4-mapped groups ::ffff:224.0.0.0/4, as rdma_cm builds them for RoCE v2; ff0e::ffff:a.b.c.d is the RoCE v1 form)")]
     WrongFamily {
         /// The group.
         group: IpAddr,

@@ -184,6 +184,12 @@ impl Mr {
     ) -> Result<u64, AccessError> {
         self.check(pd, key, addr, len, access)?;
         let host = self.host_of(addr);
+        // An atomic is done in place with a 64-bit atomic, which needs an
+        // aligned host address: a zero-based region (device memory at an odd
+        // offset) can map an aligned `addr` to an unaligned byte.
+        if access == Access::RemoteAtomic && !host.is_multiple_of(8) {
+            return Err(AccessError::Misaligned { addr, len });
+        }
         let write = matches!(
             access,
             Access::LocalWrite | Access::RemoteWrite | Access::RemoteAtomic
@@ -353,6 +359,23 @@ pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Error> {
         return Err(Error::invalid(
             "rereg_mr: flags name no change (IBV_REREG_MR_CHANGE_PD, _TRANSLATION or _ACCESS)",
         ));
+    }
+    // A device-memory region is not a user region: the kernel's rereg takes
+    // user MRs only (ib_uverbs_rereg_mr).
+    if old.access.contains(AccessFlags::ZERO_BASED) {
+        return Err(Error::invalid(
+            "rereg_mr: a device-memory (zero-based) region cannot be re-registered",
+        ));
+    }
+    // Paging is how the device reaches the memory: an on-demand region faults
+    // per access, a pinned one was checked at registration. Switching in place
+    // would leave one kind with the other's promise (mlx5 cannot either).
+    if let Some(new) = r.access {
+        if (new ^ old.access.0) & AccessFlags::ON_DEMAND.0 != 0 {
+            return Err(Error::unsupported(
+                "rereg_mr: IBV_ACCESS_ON_DEMAND cannot be switched on or off in place: register anew",
+            ));
+        }
     }
     let (addr, length) = r.translation.unwrap_or((old.addr, old.length));
     // ibv_rereg_mr (libibverbs) and ib_uverbs_rereg_mr: a new translation needs
@@ -623,6 +646,54 @@ mod tests {
             rkey,
             host: 0x1000,
         }
+    }
+
+    /// Memory that is always present (the check never needs a fault).
+    struct Present;
+    impl crate::memory::Memory for Present {
+        fn read(&self, _: u64, _: &mut [u8]) {}
+        fn write(&self, _: u64, _: &[u8]) {}
+        fn atomic(&self, _: u64, _: crate::memory::AtomicOp) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn rereg_keeps_paging_and_refuses_device_memory() {
+        let odp = mr(1 | AccessFlags::ON_DEMAND.0);
+        let access = |a: u32| Rereg {
+            pd: None,
+            translation: None,
+            access: Some(a),
+        };
+        let e = check_rereg(&odp, &access(1 | 2)).unwrap_err();
+        assert_eq!(e.errno(), crate::Errno::EOPNOTSUPP, "{e}");
+        assert!(e.to_string().contains("ON_DEMAND"), "{e}");
+        let pinned = mr(1);
+        let e = check_rereg(&pinned, &access(1 | AccessFlags::ON_DEMAND.0)).unwrap_err();
+        assert_eq!(e.errno(), crate::Errno::EOPNOTSUPP, "{e}");
+        assert!(check_rereg(&odp, &access(1 | 4 | AccessFlags::ON_DEMAND.0)).is_ok());
+        let dm = mr(1 | AccessFlags::ZERO_BASED.0);
+        let e = check_rereg(&dm, &access(1)).unwrap_err();
+        assert_eq!(e.errno(), crate::Errno::EINVAL, "{e}");
+    }
+
+    #[test]
+    fn an_atomic_through_a_zero_based_region_needs_an_aligned_host_byte() {
+        // Device memory registered at offset 4: va 0 is host byte base + 4.
+        let mut m = mr(1 | 8 | AccessFlags::ZERO_BASED.0);
+        m.addr = 0;
+        m.host = 0x10_0004;
+        let pd = m.pd;
+        assert_eq!(
+            m.check_present(pd, m.rkey, 0, 8, Access::RemoteAtomic, &Present),
+            Err(AccessError::Misaligned { addr: 0, len: 8 })
+        );
+        m.host = 0x10_0008;
+        assert_eq!(
+            m.check_present(pd, m.rkey, 8, 8, Access::RemoteAtomic, &Present),
+            Ok(0x10_0010)
+        );
     }
 
     #[test]

@@ -555,7 +555,9 @@ fn a_req_reusing_a_live_qp_is_rejected_as_stale_and_the_old_connection_dropped()
     a2.connect(0, &connect_params(1, 2, 0x11, 0x500, &[]))
         .unwrap();
     let req = drain(&mut a2);
-    b.handle_mad(0, gid(1), &req[0].mad);
+    // The REQ arrives a minute in: the DREQ's resends are timed from then.
+    let now = 60_000 * MS_NS;
+    b.handle_mad(now, gid(1), &req[0].mad);
     let out: Vec<_> = drain(&mut b).iter().map(parse).collect();
     assert!(
         matches!(&out[0], Message::Rej(r) if r.reason == RejReason::StaleConnection && r.message_rejected == MsgKind::Req)
@@ -565,6 +567,13 @@ fn a_req_reusing_a_live_qp_is_rejected_as_stale_and_the_old_connection_dropped()
         "cm_match_req disconnects the stale connection"
     );
     assert_eq!(b.state(id_b), Some("DREQ_SENT"));
+    let due = b.poll_timeout().expect("the DREQ is outstanding");
+    assert!(
+        due > now,
+        "the DREQ is not already overdue ({due} <= {now})"
+    );
+    b.handle_timeout(now);
+    assert!(drain(&mut b).is_empty(), "no resend at once");
 }
 
 #[test]

@@ -225,8 +225,13 @@ pub(crate) fn get_event(ch: &Channel) -> Result<*mut rdma_cm_event, c_int> {
 /// Acks a delivered event (`rdma_ack_cm_event`'s body).
 pub(crate) fn ack_event(verb: &str, event: *mut rdma_cm_event) -> Result<(), c_int> {
     EVENTS.check(verb, event)?;
-    EVENTS.remove(event);
-    // SAFETY: registered until now, made by `deliver`.
+    // Two threads acking one event both pass the check: only the one that
+    // takes it out of the registry may free it.
+    if !EVENTS.remove(event) {
+        tracing::warn!(target: "softverbs", "{verb}: event {event:p} was acked already");
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: registered until now (we removed it), made by `deliver`.
     let b = unsafe { Box::from_raw(event.cast::<EventBlock>()) };
     if let Some(id) = crate::id::live(b.id) {
         id.completed();

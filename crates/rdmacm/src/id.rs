@@ -108,8 +108,12 @@ impl IdBlock {
     }
 
     pub fn completed(&self) {
-        lock(&self.counts).1 += 1;
+        // Notify while the count is locked: once it is released, a waiting
+        // rdma_destroy_id may see the counts equal and free this block.
+        let mut c = lock(&self.counts);
+        c.1 += 1;
         self.acked.notify_all();
+        drop(c);
     }
 
     /// Waits until every event reported for this id has been acked.

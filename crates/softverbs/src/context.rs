@@ -24,8 +24,17 @@ pub(crate) struct CtxInner {
 
 impl Drop for CtxInner {
     fn drop(&mut self) {
-        if let Err(e) = self.dev.with(|e| e.close_context(self.h)) {
-            tracing::error!(target: "softverbs", "closing context: {e}");
+        let closed = self
+            .dev
+            .with(|e| e.close_context(self.h).map(|()| e.mcast_groups()));
+        match closed {
+            // Its QPs' multicast attachments went with them (spec/multicast.md).
+            Ok(groups) => {
+                if let Err(e) = self.dev.driver.set_groups(&groups) {
+                    tracing::warn!(target: "softverbs", "leaving multicast groups: {e}");
+                }
+            }
+            Err(e) => tracing::error!(target: "softverbs", "closing context: {e}"),
         }
     }
 }

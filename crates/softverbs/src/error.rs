@@ -26,6 +26,20 @@ pub enum Error {
     /// The device configuration (environment) is not valid.
     #[error("configuration: {0}")]
     Config(#[from] ConfigError),
+    /// A registration names memory this process has not mapped, or not
+    /// writable although the access flags allow writes: the kernel's pinning
+    /// (`ib_umem_get`) refuses it with `EFAULT`.
+    #[error("{op}: [{addr:#x}, +{len}) is not mapped{} in this process", if *.write { " writable" } else { "" })]
+    Unmapped {
+        /// The verb (`"reg_mr"`, `"rereg_mr"`).
+        op: &'static str,
+        /// Start of the range.
+        addr: u64,
+        /// Its length.
+        len: u64,
+        /// The access flags allow writes.
+        write: bool,
+    },
 }
 
 /// An `std::io::Error`, shareable so [`Error`] stays `Clone`; two are equal
@@ -123,6 +137,7 @@ impl Error {
             Error::Verbs(e) => e.errno(),
             Error::Post(e) => e.errno(),
             Error::Config(_) | Error::Os { .. } => Errno::EINVAL,
+            Error::Unmapped { .. } => Errno::EFAULT,
         }
     }
 }

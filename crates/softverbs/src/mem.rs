@@ -144,29 +144,7 @@ impl proto::memory::Memory for RawMemory {
     /// mapped, or not writable for a write. Unmapping memory while an access
     /// to it is in flight stays the program's race, as with any region.
     fn fault_in(&self, addr: u64, len: u64, write: bool) -> bool {
-        let page = page_size();
-        let start = addr & !(page - 1);
-        let Some(end) = addr
-            .checked_add(len)
-            .and_then(|e| e.checked_add(page - 1))
-            .map(|e| e & !(page - 1))
-        else {
-            return false;
-        };
-        let advice = if write {
-            libc::MADV_POPULATE_WRITE
-        } else {
-            libc::MADV_POPULATE_READ
-        };
-        // SAFETY: populating only faults pages in, as an access would; it reads
-        // and changes no byte and fails for ranges that are not mapped so.
-        unsafe {
-            libc::madvise(
-                start as usize as *mut libc::c_void,
-                (end - start) as usize,
-                advice,
-            ) == 0
-        }
+        populate(addr, len, write).is_ok()
     }
 
     fn atomic(&self, addr: u64, op: proto::memory::AtomicOp) -> u64 {
@@ -274,4 +252,82 @@ pub unsafe fn rereg_external_mr_translation(
     // SAFETY: nothing unsafe happens here; the caller's promise is what
     // RawMemory relies on once the engine knows the new range.
     mr.rereg_parts(pd, Some((addr, len)), access)
+}
+
+/// Faults `[addr, addr + len)` in as an access would (`madvise(MADV_POPULATE_READ
+/// / _WRITE)`, Linux 5.14+), or fails, without raising SIGSEGV, where the range
+/// is not mapped, or not writable for a write.
+fn populate(addr: u64, len: u64, write: bool) -> std::io::Result<()> {
+    let page = page_size();
+    let start = addr & !(page - 1);
+    let Some(end) = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_add(page - 1))
+        .map(|e| e & !(page - 1))
+    else {
+        return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
+    };
+    let advice = if write {
+        libc::MADV_POPULATE_WRITE
+    } else {
+        libc::MADV_POPULATE_READ
+    };
+    // SAFETY: populating only faults pages in, as an access would; it reads
+    // and changes no byte and fails for ranges that are not mapped so.
+    let rc = unsafe {
+        libc::madvise(
+            start as usize as *mut libc::c_void,
+            (end - start) as usize,
+            advice,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The kernel pins a region's pages when it is registered (`ib_umem_get`,
+/// writable when the access flags allow any write) and refuses with `EFAULT`
+/// what is not mapped so. softverbs pins nothing, but makes the same check,
+/// so a remote WRITE can never meet read-only or unmapped memory of a region
+/// registered in good faith. On-demand regions fault per access instead.
+/// A kernel without MADV_POPULATE_* (before 5.14) cannot tell: ranges pass.
+pub(crate) fn check_mapped(
+    op: &'static str,
+    addr: u64,
+    len: u64,
+    access: proto::AccessFlags,
+) -> Result<(), crate::Error> {
+    use proto::AccessFlags as A;
+    if access.contains(A::ON_DEMAND) || len == 0 {
+        return Ok(());
+    }
+    let write = [A::LOCAL_WRITE, A::REMOTE_WRITE, A::REMOTE_ATOMIC]
+        .iter()
+        .any(|f| access.contains(*f));
+    match populate(addr, len, write) {
+        Err(_) if populate_supported() => {
+            let e = crate::Error::Unmapped {
+                op,
+                addr,
+                len,
+                write,
+            };
+            tracing::warn!(target: "softverbs", "{op} refused (EFAULT): {e}");
+            Err(e)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether this kernel knows MADV_POPULATE_READ: asked once, on a page that
+/// is surely mapped and readable (this function's code). An unknown advice and
+/// a refused range both answer EINVAL, so only a good page can tell them apart.
+fn populate_supported() -> bool {
+    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        populate(populate_supported as fn() -> bool as usize as u64, 1, false).is_ok()
+    })
 }

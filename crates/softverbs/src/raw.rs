@@ -29,6 +29,8 @@ pub struct ExternalMemoryRegion {
     lkey: u32,
     rkey: u32,
     access: AccessFlags,
+    /// The range the region covers (its translation).
+    range: (u64, u64),
 }
 
 impl ExternalMemoryRegion {
@@ -58,9 +60,15 @@ impl ExternalMemoryRegion {
         translation: Option<(u64, u64)>,
         access: Option<AccessFlags>,
     ) -> Result<(), Error> {
+        let range = translation.unwrap_or(self.range);
+        let after = access.unwrap_or(self.access);
+        if translation.is_some() || access.is_some() {
+            crate::mem::check_mapped("rereg_mr", range.0, range.1, after)?;
+        }
         let (pd, access) = crate::mr::rereg_in_engine(&self.pd, self.h, pd, translation, access)?;
         self.pd = pd;
         self.access = access;
+        self.range = range;
         Ok(())
     }
 }
@@ -102,6 +110,7 @@ impl ExternalMemoryRegion {
         len: u64,
         access: AccessFlags,
     ) -> Result<Self, Error> {
+        crate::mem::check_mapped("reg_mr", addr, len, access)?;
         let (h, lkey, rkey, access) = logged(
             "reg_mr",
             pd.with(|e| {
@@ -115,6 +124,7 @@ impl ExternalMemoryRegion {
             lkey,
             rkey,
             access,
+            range: (addr, len),
         })
     }
 }

@@ -60,6 +60,14 @@ impl Side {
     }
 }
 
+/// A group of this test process alone (other runs of the suite on the host
+/// may use the same loopback addresses at the same time).
+fn group(n: u8) -> Gid {
+    let pid = std::process::id();
+    let ip = std::net::Ipv4Addr::new(239, n, (pid >> 8) as u8, pid as u8);
+    Gid::from(std::net::IpAddr::V4(ip))
+}
+
 fn send(s: &Side, qp: &QueuePair<Ud>, ah: &AddressHandle, qkey: u32, byte: u8) {
     s.mr.write(60_000, &[byte; 100]);
     qp.post_send(&SendWr {
@@ -85,7 +93,7 @@ fn recvs(s: &Side, n: usize, wait: Duration) -> Vec<WorkCompletion> {
 
 #[test]
 fn every_attached_qp_gets_one_copy() {
-    let group: Gid = Gid::from("239.10.0.1".parse::<std::net::IpAddr>().unwrap());
+    let group = group(10);
     let a = Side::new(device("mc-a", "127.31.0.1"));
     let b = Side::new(device("mc-b", "127.31.0.2"));
     let sender = Side::new(device("mc-s", "127.31.0.3"));
@@ -133,7 +141,7 @@ fn every_attached_qp_gets_one_copy() {
         // source 127.31.0.3, destination the group.
         assert_eq!(buf[20] >> 4, 4);
         assert_eq!(buf[32..36], [127, 31, 0, 3]);
-        assert_eq!(buf[36..40], [239, 10, 0, 1]);
+        assert_eq!(buf[36..40], group.0[12..]);
     }
 
     // Destroy while attached: EBUSY, the QP comes back; after detach it works.
@@ -178,7 +186,7 @@ fn bad_input_is_refused_in_words() {
     let e = ud.attach_mcast(&v6).unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL);
     assert!(e.to_string().contains("family"), "{e}");
-    let group = Gid::from("239.10.0.9".parse::<std::net::IpAddr>().unwrap());
+    let group = group(12);
     let e = ud.detach_mcast(&group).unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL, "{e}");
     let mut init = QpInit::new(&s.cq, &s.cq);
@@ -194,4 +202,31 @@ fn bad_input_is_refused_in_words() {
     again.attach_mcast(&group).unwrap();
     again.detach_mcast(&group).unwrap();
     again.destroy().unwrap();
+}
+
+#[test]
+fn the_sending_qp_gets_its_own_copy_when_attached() {
+    let group = group(11);
+    let s = Side::new(device("mc-self", "127.31.0.7"));
+    let qp = s.ud(QKEY);
+    qp.attach_mcast(&group).unwrap();
+    s.recv(&qp, 1);
+    let ah = s.pd.create_ah(&AhAttr::roce(group, 0)).unwrap();
+    s.mr.write(60_000, &[3; 100]);
+    qp.post_send(&SendWr {
+        wr_id: 99,
+        opcode: WrOpcode::Send,
+        flags: SendFlags::SIGNALED,
+        sg_list: &[s.mr.sge(60_000, 100)],
+        imm_data: ImmData::from_value(0),
+        target: ah.ud(0xff_ffff, QKEY),
+    })
+    .unwrap();
+    let mut got = recvs(&s, 2, T);
+    got.sort_by_key(|w| w.wr_id);
+    assert_eq!(got.len(), 2, "send completion and own copy: {got:?}");
+    assert_eq!((got[0].wr_id, got[0].opcode), (1, WcOpcode::Recv));
+    assert_eq!((got[0].src_qp, got[0].byte_len), (qp.qp_num(), 140));
+    assert_eq!(got[1].wr_id, 99);
+    qp.detach_mcast(&group).unwrap();
 }

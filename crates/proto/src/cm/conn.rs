@@ -76,6 +76,16 @@ impl State {
         }
     }
 
+    /// The message a REJ sent in this state rejects (`ib_send_cm_rej`: the REQ
+    /// while it is being answered, the REP while the RTU is not sent yet).
+    fn rejected_message(&self) -> MsgKind {
+        match self {
+            State::MraReqSent => MsgKind::Req,
+            State::MraRepSent => MsgKind::Rep,
+            _ => MsgKind::Other,
+        }
+    }
+
     fn outstanding(&mut self) -> Option<&mut Outstanding> {
         match self {
             State::ReqSent(o)
@@ -399,7 +409,7 @@ impl Conn {
         let r = rej::Repr {
             local_comm_id: self.local_id,
             remote_comm_id: self.remote_id,
-            message_rejected: rejected_kind(self.state.name()),
+            message_rejected: self.state.rejected_message(),
             reason,
             ari_len: n as u8,
             ari: ari_buf,

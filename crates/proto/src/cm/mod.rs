@@ -385,10 +385,10 @@ impl Cm {
         }
         let tid = repr.tid;
         let result = match &repr.message {
-            Message::Req(r) => self.on_req(from, tid, r),
+            Message::Req(r) => self.on_req(now, from, tid, r),
             Message::Mra(m) => self.on_mra(now, from, m),
             Message::Rej(r) => self.on_rej(now, from, r),
-            Message::Rep(r) => self.on_rep(from, tid, r),
+            Message::Rep(r) => self.on_rep(now, from, tid, r),
             Message::Rtu(r) => lookup(
                 &mut self.conns,
                 r.remote_comm_id,
@@ -416,7 +416,13 @@ impl Cm {
 // Received MADs that need the whole table.
 impl Cm {
     /// `cm_req_handler` / `cm_match_req` (spec/cm.md §5.3).
-    fn on_req(&mut self, from: Gid, tid: u64, r: &cm::req::Repr) -> Result<(), DropReason> {
+    fn on_req(
+        &mut self,
+        now: u64,
+        from: Gid,
+        tid: u64,
+        r: &cm::req::Repr,
+    ) -> Result<(), DropReason> {
         let dup = self.conns.values_mut().find(|c| {
             !c.active && c.remote_id == r.local_comm_id && c.remote_guid == r.local_ca_guid
         });
@@ -446,7 +452,7 @@ impl Cm {
                 MsgKind::Req,
                 RejReason::StaleConnection,
             );
-            self.disconnect_stale(old);
+            self.disconnect_stale(old, now);
             return Ok(());
         }
         if !self.listeners.contains(&r.service_id) {
@@ -501,10 +507,11 @@ impl Cm {
 
     /// A new REQ/REP reuses the QP of a connection we still hold: that one is
     /// stale; disconnect it (`cm_match_req`, `cm_rep_handler`).
-    fn disconnect_stale(&mut self, old: u32) {
+    fn disconnect_stale(&mut self, old: u32, now: u64) {
         if let Some(c) = self.conns.get_mut(&old) {
             // Only an ESTABLISHED connection sends a DREQ; others ignore it.
-            let _ = c.disconnect(&[], 0, &mut self.out);
+            // Its resends are timed from now, like any DREQ.
+            let _ = c.disconnect(&[], now, &mut self.out);
         }
     }
 
@@ -539,7 +546,13 @@ impl Cm {
     }
 
     /// `cm_rep_handler` / `cm_dup_rep_handler` (§5.4).
-    fn on_rep(&mut self, from: Gid, tid: u64, r: &cm::rep::Repr) -> Result<(), DropReason> {
+    fn on_rep(
+        &mut self,
+        now: u64,
+        from: Gid,
+        tid: u64,
+        r: &cm::rep::Repr,
+    ) -> Result<(), DropReason> {
         let c = lookup(&mut self.conns, r.remote_comm_id, None, from)?;
         if c.remote_id != 0 {
             if c.remote_id != r.local_comm_id {
@@ -569,7 +582,7 @@ impl Cm {
                 MsgKind::Rep,
                 RejReason::StaleConnection,
             );
-            self.disconnect_stale(old);
+            self.disconnect_stale(old, now);
             return Ok(());
         }
         let c = lookup(&mut self.conns, r.remote_comm_id, None, from)?;

@@ -6,7 +6,7 @@
 //! they carry (spec/cm.md §2, §6); only the ones with a twist are documented.
 #![allow(missing_docs)]
 
-use wire::cm::{MsgKind, RejReason, SidrStatus, TransportType};
+use wire::cm::{RejReason, SidrStatus, TransportType};
 use wire::mad::{MadError, MAD_LEN};
 use wire::{Psn, Qpn};
 
@@ -429,14 +429,5 @@ impl CmCounters {
         (0x10..=0x18)
             .contains(&attr_id)
             .then(|| usize::from(attr_id - 0x10))
-    }
-}
-
-/// Which message a REJ refuses, from the state that sends it (`cm_format_rej`).
-pub(crate) fn rejected_kind(state: &'static str) -> MsgKind {
-    match state {
-        "REQ_RCVD" | "MRA_REQ_SENT" => MsgKind::Req,
-        "REP_RCVD" | "MRA_REP_SENT" => MsgKind::Rep,
-        _ => MsgKind::Other,
     }
 }
