@@ -6,10 +6,11 @@
 //! then hands the work to the connection manager through [`Cm`], the one
 //! narrow interface between this library and the CM protocol (IBTA CM MADs on
 //! QP1, a sans-IO state machine in crates/proto driven by the engine's
-//! progress thread through libibverbs' private interface). Until that state
-//! machine is attached, [`NoCm`] answers every call with `ENOSYS` and a logged
-//! reason naming the missing piece: the calls are not done. The mapping of
-//! each call onto the CM state machine is spec/cm.md §7.
+//! progress thread). [`crate::softcm::SoftCm`] is it, reached through
+//! libibverbs' private interface (spec/rdmacm-abi.md §3.10–3.11); [`NoCm`]
+//! answers `ENOSYS` with a logged reason if that libibverbs lacks it, and
+//! still for multicast (not carried yet). The mapping of each call onto the
+//! CM state machine is spec/cm.md §7.
 
 use crate::ffi::*;
 use crate::id::{self, id_block, IdBlock, State};

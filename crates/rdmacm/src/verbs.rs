@@ -8,8 +8,8 @@
 //!   struct sockaddr_storage *)`: the IP address behind a GID (0, `ENODATA`
 //!   past the last one, `EINVAL`).
 //!
-//! The CM's later needs (sending and receiving CM MADs on QP1, driven by the
-//! engine's progress thread) will be added to this node as new functions.
+//! - `softverbs_cm_*`: the device's connection manager (spec/rdmacm-abi.md
+//!   §3.11), declared in [`cm`].
 
 use crate::ffi::*;
 use std::ffi::{c_int, c_void};
