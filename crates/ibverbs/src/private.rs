@@ -660,6 +660,75 @@ pub unsafe extern "C" fn softverbs_cm_destroy(context: *mut ibv_context, id: u32
     )
 }
 
+/// `int softverbs_cm_sidr_request(struct ibv_context *, struct softverbs_cm_channel *,
+/// const struct sockaddr_storage *src, const struct sockaddr_storage *dst, uint32_t ps,
+/// const void *private_data, uint8_t len, uint32_t *id)`: a SIDR_REQ for `dst`'s port
+/// (its private data: the rdma_cm header and the caller's bytes, at most 180).
+#[no_mangle]
+pub unsafe extern "C" fn softverbs_cm_sidr_request(
+    context: *mut ibv_context,
+    ch: *mut SoftverbsCmChannel,
+    src: *const libc::sockaddr_storage,
+    dst: *const libc::sockaddr_storage,
+    ps: u32,
+    private_data: *const c_void,
+    len: u8,
+    id: *mut u32,
+) -> c_int {
+    const VERB: &str = "softverbs_cm_sidr_request";
+    code((|| {
+        let (cm, c, ps) = (
+            port_of(VERB, context)?,
+            chan_of(VERB, ch)?,
+            port_space(VERB, ps)?,
+        );
+        if src.is_null() || dst.is_null() || id.is_null() {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                "an address or the id out-pointer is NULL",
+            ));
+        }
+        // SAFETY: non-NULL addresses from the caller.
+        let (s, d) = unsafe { (sockaddr_ip(&*src), sockaddr_ip(&*dst)) };
+        let ((src, src_port), (dst, dst_port)) = s
+            .zip(d)
+            .ok_or_else(|| refuse(VERB, EINVAL, "an address is not AF_INET or AF_INET6"))?;
+        let pd = cma_header(src, src_port, dst, bytes(private_data, len));
+        let conn = cm
+            .sidr_request(dst, ps, dst_port, &pd, c)
+            .map_err(|e| cm_refuse(VERB, &e))?;
+        out(id, conn.0);
+        Ok(())
+    })())
+}
+
+/// `int softverbs_cm_sidr_reply(struct ibv_context *, uint32_t id, uint8_t status,
+/// uint32_t qpn, uint32_t qkey, const void *private_data, uint8_t len)`: the SIDR_REP
+/// (status 0: the service is `qpn` with `qkey`).
+#[no_mangle]
+pub unsafe extern "C" fn softverbs_cm_sidr_reply(
+    context: *mut ibv_context,
+    id: u32,
+    status: u8,
+    qpn: u32,
+    qkey: u32,
+    private_data: *const c_void,
+    len: u8,
+) -> c_int {
+    const VERB: &str = "softverbs_cm_sidr_reply";
+    code(port_of(VERB, context).and_then(|cm| {
+        cm.sidr_reply(
+            ConnId(id),
+            softverbs::cm::SidrStatus::from_code(status),
+            qpn,
+            qkey,
+            bytes(private_data, len),
+        )
+        .map_err(|e| cm_refuse(VERB, &e))
+    }))
+}
+
 /// `int softverbs_cm_flush(struct ibv_context *, int timeout_ms)`: waits
 /// until the CM's queued MADs went out (`ETIMEDOUT` after `timeout_ms`).
 #[no_mangle]

@@ -229,11 +229,11 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
     let key = ctx as usize;
     tracing::debug!(target: "softverbs", "CM event {} for connection {:#x}", ev.kind, ev.id);
     let pd = &ev.private_data[..(ev.private_data_len as usize).min(256)];
-    if ev.kind == sv::CONNECT_REQUEST {
+    if ev.kind == sv::CONNECT_REQUEST || ev.kind == sv::SIDR_REQUEST {
         let listener = tables(|t| t.listens.get(&(key, ev.listen)).copied()).and_then(id::live);
         match listener {
             Some(l) => {
-                if let Err(e) = connect_request(ctx, l, ev, pd) {
+                if let Err(e) = connect_request(ctx, l, ev, pd, ev.kind == sv::SIDR_REQUEST) {
                     tracing::warn!(target: "softverbs", "{VERB}: a connection request was refused ({}): no id for it", errno_name(e));
                     // SAFETY: an open context.
                     unsafe { sv::softverbs_cm_reject(ctx, ev.id, std::ptr::null(), 0) };
@@ -296,6 +296,22 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
                 conn_pending(b.addr(), RDMA_CM_EVENT_REJECTED, status, ev, pd),
             );
         }
+        sv::SIDR_RESOLVED => {
+            let mut p = Pending::new(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0);
+            let ud = ud_param(b.dst().map(|(ip, _)| ip), ev, pd);
+            p.param.ud = ud;
+            p.private_data = pd.to_vec();
+            post(b, p);
+        }
+        sv::SIDR_UNREACHABLE => {
+            // Kernel `cma_sidr_rep_handler`: UNREACHABLE, status the SIDR_REP's.
+            let status = if ev.status == 0x100 {
+                -libc::ETIMEDOUT
+            } else {
+                c_int::try_from(ev.status).unwrap_or(c_int::MAX)
+            };
+            post(b, Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, status));
+        }
         sv::UNREACHABLE => {
             qp_to_err(qp_of(b));
             post(
@@ -309,6 +325,23 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
         }
         _ => {}
     }
+}
+
+/// `param.ud` of a SIDR event: the private data's length, the address
+/// vector to `peer` (a RoCE GRH, port 1, source GID 0), the QP and Q_Key.
+fn ud_param(peer: Option<IpAddr>, ev: &sv::SoftverbsCmEvent, pd: &[u8]) -> rdma_ud_param {
+    // SAFETY: all-zero is a valid rdma_ud_param (NULL pointer, numbers).
+    let mut ud: rdma_ud_param = unsafe { std::mem::zeroed() };
+    ud.private_data_len = u8::try_from(pd.len()).unwrap_or(u8::MAX);
+    if let Some(ip) = peer {
+        ud.ah_attr.grh.dgid.raw = net::gid_of(ip);
+        ud.ah_attr.grh.hop_limit = 64;
+        ud.ah_attr.is_global = 1;
+        ud.ah_attr.port_num = 1;
+    }
+    ud.qp_num = ev.remote_qpn;
+    ud.qkey = ev.qkey;
+    ud
 }
 
 /// The rdma_cm header's addresses: (peer, peer port, our address).
@@ -335,6 +368,7 @@ fn connect_request(
     l: &IdBlock,
     ev: &sv::SoftverbsCmEvent,
     pd: &[u8],
+    sidr: bool,
 ) -> Result<(), c_int> {
     const VERB: &str = "rdma_get_cm_event";
     let (peer, peer_port, local) = cma_addrs(pd).ok_or_else(|| {
@@ -416,6 +450,10 @@ fn connect_request(
     }
     let user = &pd[36..];
     let mut p = conn_pending(nb.addr(), RDMA_CM_EVENT_CONNECT_REQUEST, 0, ev, user);
+    if sidr {
+        // Kernel `cma_req_handler` for a SIDR_REQ: `param.ud`, 216 − 36 bytes.
+        p.param.ud = ud_param(Some(peer), ev, user);
+    }
     p.listen_id = l.addr();
     post(l, p);
     Ok(())
@@ -427,15 +465,11 @@ const DEFAULT_RD_ATOMIC: u8 = 16;
 impl Cm for SoftCm {
     fn connect(&self, b: &IdBlock, param: Option<&rdma_conn_param>) -> Result<(), c_int> {
         const VERB: &str = "rdma_connect";
-        if b.qp_type() == IBV_QPT_UD {
-            return Err(refuse(
-                VERB,
-                libc::ENOSYS,
-                "RDMA_PS_UDP connects through SIDR, which librdmacm does not drive yet",
-            ));
-        }
         let ctx = ctx_of(b);
         let ch = channel_for(VERB, ctx)?;
+        if b.qp_type() == IBV_QPT_UD {
+            return self.sidr_connect(b, ctx, ch, param);
+        }
         let qp = qp_of(b);
         // SAFETY: the id's fields, owned by the caller.
         let (c, srq) = unsafe { (&*b.c(), !(*b.c()).srq.is_null()) };
@@ -551,11 +585,15 @@ impl Cm for SoftCm {
         let conn = c.conn.unwrap_or(0);
         let ctx = c.ctx as *mut ibv_context;
         if b.qp_type() == IBV_QPT_UD {
-            return Err(refuse(
-                VERB,
-                libc::ENOSYS,
-                "SIDR replies (RDMA_PS_UDP) are not driven by librdmacm yet",
-            ));
+            let data = param.map_or(&[][..], |p| bytes(p.private_data, p.private_data_len));
+            let qp = qp_of(b);
+            // SAFETY: the id's QP.
+            let qpn = if qp.is_null() {
+                param.map_or(0, |p| p.qp_num)
+            } else {
+                unsafe { (*qp).qp_num }
+            };
+            return sidr_reply(VERB, b, ctx, conn, 0, qpn, data);
         }
         let qp = qp_of(b);
         // SAFETY: the id's SRQ field.
@@ -593,6 +631,18 @@ impl Cm for SoftCm {
         let c = id_cm(b)
             .filter(|c| c.conn.is_some())
             .ok_or_else(|| refuse(VERB, libc::EINVAL, "the id is not a connection request"))?;
+        if b.qp_type() == IBV_QPT_UD {
+            // SIDR_REP status 2 (rejected), kernel `rdma_reject` for UD.
+            return sidr_reply(
+                VERB,
+                b,
+                c.ctx as *mut ibv_context,
+                c.conn.unwrap_or(0),
+                2,
+                0,
+                private_data,
+            );
+        }
         let len = u8::try_from(private_data.len()).unwrap_or(u8::MAX);
         // SAFETY: an open context and the caller's bytes.
         match unsafe {
@@ -737,7 +787,86 @@ impl Cm for SoftCm {
     }
 }
 
+/// Sends the SIDR_REP and forgets the request (the CM does too).
+fn sidr_reply(
+    verb: &str,
+    b: &IdBlock,
+    ctx: *mut ibv_context,
+    conn: u32,
+    status: u8,
+    qpn: u32,
+    data: &[u8],
+) -> Result<(), c_int> {
+    let len = u8::try_from(data.len()).unwrap_or(u8::MAX);
+    // SAFETY: an open context and the caller's bytes.
+    let r = unsafe {
+        sv::softverbs_cm_sidr_reply(
+            ctx,
+            conn,
+            status,
+            qpn,
+            RDMA_UDP_QKEY,
+            data.as_ptr().cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        return Err(refuse(verb, r, "the CM refused the SIDR_REP"));
+    }
+    tables(|t| {
+        t.conns.remove(&(ctx as usize, conn));
+        if let Some(c) = t.ids.get_mut(&b.addr()) {
+            c.conn = None;
+        }
+    });
+    Ok(())
+}
+
 impl SoftCm {
+    /// `rdma_connect` on a UD id: a SIDR_REQ (kernel `cma_resolve_ib_udp`).
+    fn sidr_connect(
+        &self,
+        b: &IdBlock,
+        ctx: *mut ibv_context,
+        ch: *mut sv::SoftverbsCmChannel,
+        param: Option<&rdma_conn_param>,
+    ) -> Result<(), c_int> {
+        const VERB: &str = "rdma_connect";
+        let connect_data = b.lock().connect_data.clone();
+        let data = match param {
+            Some(p) => bytes(p.private_data, p.private_data_len).to_vec(),
+            None => connect_data,
+        };
+        // SAFETY: the id's addresses, owned by the caller.
+        let (src, dst) = unsafe { ((*b.c()).route.addr.src, (*b.c()).route.addr.dst) };
+        let mut conn = 0u32;
+        let _dispatch = lock(&DISPATCH);
+        // SAFETY: an open context, our channel, addresses and bytes that live through the call.
+        let r = unsafe {
+            sv::softverbs_cm_sidr_request(
+                ctx,
+                ch,
+                &raw const src,
+                &raw const dst,
+                b.ps(),
+                data.as_ptr().cast(),
+                u8::try_from(data.len()).unwrap_or(u8::MAX),
+                &raw mut conn,
+            )
+        };
+        if r != 0 {
+            return Err(refuse(VERB, r, "the CM refused the SIDR_REQ"));
+        }
+        tables(|t| {
+            t.conns.insert((ctx as usize, conn), b.addr());
+            let e = t.ids.entry(b.addr()).or_default();
+            e.ctx = ctx as usize;
+            e.conn = Some(conn);
+        });
+        b.lock().state = State::Connect;
+        Ok(())
+    }
+
     /// `rdma_notify(IBV_EVENT_COMM_EST)`: the passive side is up (first data before the RTU).
     fn establish_passive(&self, b: &IdBlock) -> Result<(), c_int> {
         const VERB: &str = "rdma_notify";

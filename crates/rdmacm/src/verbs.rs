@@ -181,6 +181,9 @@ pub mod cm {
     pub const REJECTED: u32 = 3;
     pub const UNREACHABLE: u32 = 4;
     pub const DISCONNECTED: u32 = 5;
+    pub const SIDR_REQUEST: u32 = 7;
+    pub const SIDR_RESOLVED: u32 = 8;
+    pub const SIDR_UNREACHABLE: u32 = 9;
 
     #[repr(C)]
     #[derive(Clone, Copy)]
@@ -244,6 +247,26 @@ pub mod cm {
         pub fn softverbs_cm_disconnect(ctx: *mut ibv_context, id: u32) -> c_int;
         pub fn softverbs_cm_destroy(ctx: *mut ibv_context, id: u32) -> c_int;
         pub fn softverbs_cm_flush(ctx: *mut ibv_context, timeout_ms: c_int) -> c_int;
+        #[allow(clippy::too_many_arguments)]
+        pub fn softverbs_cm_sidr_request(
+            ctx: *mut ibv_context,
+            ch: *mut SoftverbsCmChannel,
+            src: *const libc::sockaddr_storage,
+            dst: *const libc::sockaddr_storage,
+            ps: u32,
+            private_data: *const c_void,
+            len: u8,
+            id: *mut u32,
+        ) -> c_int;
+        pub fn softverbs_cm_sidr_reply(
+            ctx: *mut ibv_context,
+            id: u32,
+            status: u8,
+            qpn: u32,
+            qkey: u32,
+            private_data: *const c_void,
+            len: u8,
+        ) -> c_int;
         pub fn softverbs_cm_qp_attr(
             ctx: *mut ibv_context,
             id: u32,
