@@ -907,3 +907,45 @@ pub(crate) fn get_request(verb: &str, l: &IdBlock) -> Result<*mut rdma_cm_id, c_
     unsafe { (*id).event = ev };
     Ok(id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::cma_addrs;
+    use std::net::IpAddr;
+
+    fn header(ipv: u8, port: u16, src: [u8; 16], dst: [u8; 16]) -> Vec<u8> {
+        let mut h = vec![0u8; 36];
+        h[0] = 0x00;
+        h[1] = ipv << 4;
+        h[2..4].copy_from_slice(&port.to_be_bytes());
+        h[4..20].copy_from_slice(&src);
+        h[20..36].copy_from_slice(&dst);
+        h
+    }
+
+    #[test]
+    fn cma_header_ipv4_addresses_sit_in_the_last_four_bytes() {
+        let mut s = [0u8; 16];
+        s[12..].copy_from_slice(&[127, 0, 9, 2]);
+        let mut d = [0u8; 16];
+        d[12..].copy_from_slice(&[127, 0, 9, 1]);
+        let h = header(4, 40001, s, d);
+        assert_eq!(
+            cma_addrs(&h),
+            Some((
+                IpAddr::from([127, 0, 9, 2]),
+                40001,
+                IpAddr::from([127, 0, 9, 1])
+            ))
+        );
+    }
+
+    #[test]
+    fn cma_header_ipv6_and_bad_headers() {
+        let s = std::net::Ipv6Addr::LOCALHOST.octets();
+        let h = header(6, 7, s, s);
+        assert_eq!(cma_addrs(&h), Some((IpAddr::from(s), 7, IpAddr::from(s))));
+        assert_eq!(cma_addrs(&h[..35]), None, "shorter than the header");
+        assert_eq!(cma_addrs(&header(5, 7, s, s)), None, "IP version 5");
+    }
+}

@@ -539,6 +539,31 @@ static void private_data_both_ways(const char *ip)
 	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
 	CHECK(ibv_query_qp(c->qp, &qat, IBV_QP_STATE, &qia) == 0 && qat.qp_state == IBV_QPS_ERR, "the QP went to ERR");
 
+	/* An active id without a QP: CONNECT_RESPONSE, then rdma_establish sends the RTU. */
+	struct rdma_cm_id *q = resolved(cch, RDMA_PS_TCP, ip, 7480);
+	struct rdma_conn_param qp_less = { .qp_num = 0x4242, .responder_resources = 1, .initiator_depth = 1,
+					   .private_data = "bare", .private_data_len = 5 };
+	CHECK(rdma_connect(q, &qp_less) == 0, "rdma_connect without a QP");
+	struct rdma_cm_event *r = next_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *m = r->id;
+	CHECK(r->param.conn.qp_num == 0x4242 && strcmp(r->param.conn.private_data, "bare") == 0, "the QP number given");
+	rdma_ack_cm_event(r);
+	CHECK(rdma_create_qp(m, NULL, &qa) == 0, "server QP");
+	CHECK(rdma_accept(m, NULL) == 0, "rdma_accept without conn_param");
+	e = next_event(cch, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	CHECK(e->id == q && e->param.conn.qp_num == m->qp->qp_num, "CONNECT_RESPONSE with the acceptor's QP");
+	rdma_ack_cm_event(e);
+	CHECK(rdma_establish(q) == 0, "rdma_establish");
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(next_event(sch, RDMA_CM_EVENT_ESTABLISHED));
+	CHECK(rdma_disconnect(m) == 0, "rdma_disconnect from the passive side");
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+	CHECK(rdma_disconnect(q) == 0, "rdma_disconnect (DREP)");
+	rdma_ack_cm_event(next_event(sch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_destroy_qp(m);
+	rdma_destroy_id(m);
+	rdma_destroy_id(q);
+
 	/* Nobody listens on 7481: the REQ is rejected (invalid service ID, 8). */
 	struct rdma_cm_id *x = client(cch, ip, 7481, "anyone?");
 	e = next_event(cch, RDMA_CM_EVENT_REJECTED);
