@@ -128,6 +128,7 @@ fn modify_qp(
     conn: u32,
     qp: *mut ibv_qp,
     state: u32,
+    rq_psn: Option<u32>,
 ) -> Result<(), c_int> {
     // SAFETY: all-zero is a valid ibv_qp_attr.
     let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -141,6 +142,9 @@ fn modify_qp(
             format_args!("the CM has no attributes for QP state {state}"),
         ));
     }
+    if let Some(psn) = rq_psn.filter(|_| state == IBV_QPS_RTR) {
+        attr.rq_psn = psn;
+    }
     // SAFETY: the id's QP.
     match unsafe { verbs::ibv_modify_qp(qp, &raw mut attr, mask) } {
         0 => Ok(()),
@@ -152,9 +156,17 @@ fn modify_qp(
     }
 }
 
-fn connect_qp(verb: &str, ctx: *mut ibv_context, conn: u32, qp: *mut ibv_qp) -> Result<(), c_int> {
+/// INIT (again), RTR, RTS with the CM's attributes; `rq_psn`: the passive
+/// side's own starting PSN, chosen before the REP that announces it.
+fn connect_qp(
+    verb: &str,
+    ctx: *mut ibv_context,
+    conn: u32,
+    qp: *mut ibv_qp,
+    rq_psn: Option<u32>,
+) -> Result<(), c_int> {
     for s in [IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] {
-        modify_qp(verb, ctx, conn, qp, s)?;
+        modify_qp(verb, ctx, conn, qp, s, rq_psn)?;
     }
     Ok(())
 }
@@ -262,7 +274,7 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
                 );
                 return;
             }
-            let r = connect_qp(VERB, ctx, ev.id, qp).and_then(|()| {
+            let r = connect_qp(VERB, ctx, ev.id, qp, None).and_then(|()| {
                 // SAFETY: an open context.
                 match unsafe { sv::softverbs_cm_ready_to_use(ctx, ev.id) } {
                     0 => Ok(()),
@@ -615,13 +627,15 @@ impl Cm for SoftCm {
             private_data_len: data.len() as u8,
             private_data: data.as_ptr().cast(),
         };
+        // Kernel order (`rdma_accept` → `ucma_modify_qp_rtr`/`_rts`): the QP
+        // is in RTS, its RQ PSN the one the REP announces, before the REP goes.
+        if !qp.is_null() {
+            connect_qp(VERB, ctx, conn, qp, Some(a.starting_psn))?;
+        }
         // SAFETY: an open context, parameters that live through the call.
         let r = unsafe { sv::softverbs_cm_accept(ctx, conn, &raw const a) };
         if r != 0 {
             return Err(refuse(VERB, r, "the CM refused the REP"));
-        }
-        if !qp.is_null() {
-            connect_qp(VERB, ctx, conn, qp)?;
         }
         Ok(())
     }
