@@ -40,7 +40,7 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// Expands a `SOFTVERBS_PCAP` template: `%p` becomes the process ID, `%d` the
 /// device name, `%%` a percent sign. Any other `%` sequence is an error.
-pub fn capture_path(template: &str, device: &str) -> Result<PathBuf, String> {
+pub fn capture_path(template: &str, device: &str) -> Result<PathBuf, TemplateError> {
     let mut out = String::with_capacity(template.len() + 16);
     let mut chars = template.chars();
     while let Some(c) = chars.next() {
@@ -52,18 +52,32 @@ pub fn capture_path(template: &str, device: &str) -> Result<PathBuf, String> {
             Some('p') => out.push_str(&std::process::id().to_string()),
             Some('d') => out.push_str(device),
             Some('%') => out.push('%'),
-            other => {
-                let seq = other.map_or("%".to_string(), |o| format!("%{o}"));
-                return Err(format!(
-                    "{seq:?} is not %p (process ID), %d (device name) or %%"
-                ));
-            }
+            other => return Err(TemplateError::UnknownEscape { after: other }),
         }
     }
     if out.is_empty() {
-        return Err("empty path".into());
+        return Err(TemplateError::Empty);
     }
     Ok(PathBuf::from(out))
+}
+
+/// Why a `SOFTVERBS_PCAP` template cannot be expanded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// A `%` followed by something other than `p`, `d` or `%`.
+    #[error("{:?} is not %p (process ID), %d (device name) or %%", escape(*.after))]
+    UnknownEscape {
+        /// The character after the `%`; `None` at the end of the template.
+        after: Option<char>,
+    },
+    /// The template expands to the empty path.
+    #[error("empty path")]
+    Empty,
+}
+
+/// The escape sequence as written: `%` and the character after it, if any.
+fn escape(after: Option<char>) -> String {
+    after.map_or("%".to_string(), |c| format!("%{c}"))
 }
 
 /// Paths of the captures open in this process (two drivers must not share a file).
@@ -218,9 +232,13 @@ mod tests {
             PathBuf::from(format!("/tmp/softverbs0-{pid}.pcap"))
         );
         assert_eq!(capture_path("x%%y", "d").unwrap(), PathBuf::from("x%y"));
-        assert!(capture_path("x%q", "d").unwrap_err().contains("%q"));
-        assert!(capture_path("x%", "d").unwrap_err().contains("\"%\""));
-        assert!(capture_path("", "d").is_err());
+        let e = capture_path("x%q", "d").unwrap_err();
+        assert_eq!(e, TemplateError::UnknownEscape { after: Some('q') });
+        assert!(e.to_string().contains("%q"), "{e}");
+        let e = capture_path("x%", "d").unwrap_err();
+        assert_eq!(e, TemplateError::UnknownEscape { after: None });
+        assert!(e.to_string().contains("\"%\""), "{e}");
+        assert_eq!(capture_path("", "d").unwrap_err(), TemplateError::Empty);
     }
 
     #[test]

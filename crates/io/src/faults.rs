@@ -30,7 +30,6 @@
 //! given seed, whatever the other direction does. (Which datagram is the *n*-th
 //! still depends on the real network's timing.)
 
-use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -78,22 +77,90 @@ pub struct FaultConfig {
 }
 
 /// A `SOFTVERBS_FAULTS` value that cannot be used: which key, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("SOFTVERBS_FAULTS: {key:?}: {reason}")]
 pub struct FaultConfigError {
-    /// The key (or the whole item when it has no `=`).
+    /// The key as given (or the whole item when it has no `=`).
     pub key: String,
-    /// What was wrong, in words.
-    pub reason: String,
+    /// What was wrong with it.
+    #[source]
+    pub reason: FaultValueError,
 }
 
-impl fmt::Display for FaultConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SOFTVERBS_FAULTS: {:?}: {}", self.key, self.reason)
-    }
+/// What is wrong with one `SOFTVERBS_FAULTS` item; `value` is the value as given.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FaultValueError {
+    /// An item without `=`.
+    #[error("expected key=value (keys: {KEYS})")]
+    NotKeyValue,
+    /// A key that is not one of loss, dup, reorder, corrupt, delay, seed, dir.
+    #[error("unknown key (the keys are: {KEYS})")]
+    UnknownKey,
+    /// A key given twice.
+    #[error("given twice")]
+    Repeated,
+    /// `seed` that is not a `u64`.
+    #[error("{value:?} is not an unsigned integer")]
+    NotUnsigned {
+        /// The value given.
+        value: String,
+        /// Why it does not parse.
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    /// `dir` that is not `tx`, `rx` or `both`.
+    #[error("{value:?} is not tx, rx or both")]
+    NotDirection {
+        /// The value given.
+        value: String,
+    },
+    /// A probability that is not a number (with or without `%`).
+    #[error("{value:?} is not a probability (like 0.05 or 5%)")]
+    NotProbability {
+        /// The value given.
+        value: String,
+        /// Why it does not parse.
+        #[source]
+        source: std::num::ParseFloatError,
+    },
+    /// A probability outside 0..=1.
+    #[error("{value:?} is not between 0 and 1 (0% and 100%)")]
+    ProbabilityRange {
+        /// The value given.
+        value: String,
+    },
+    /// A duration without a unit.
+    #[error("{value:?} has no unit (ns, us, ms or s)")]
+    NoUnit {
+        /// The value given.
+        value: String,
+    },
+    /// A duration with a unit other than ns, us, ms or s.
+    #[error("{value:?}: unknown unit {unit:?} (ns, us, ms or s)")]
+    UnknownUnit {
+        /// The value given.
+        value: String,
+        /// The unit in it.
+        unit: String,
+    },
+    /// A duration whose number does not parse (or is missing).
+    #[error("{value:?} is not a duration (like 200us)")]
+    NotDuration {
+        /// The value given.
+        value: String,
+        /// Why the number does not parse; `None` when there is none.
+        #[source]
+        source: Option<std::num::ParseFloatError>,
+    },
+    /// A duration outside 0..=10 s.
+    #[error("{value:?} is not between 0 and 10 s")]
+    DurationRange {
+        /// The value given.
+        value: String,
+    },
 }
 
-impl std::error::Error for FaultConfigError {}
-
+/// The keys of `SOFTVERBS_FAULTS`.
 const KEYS: &str = "loss, dup, reorder, corrupt, delay, seed, dir";
 
 impl FaultConfig {
@@ -109,7 +176,7 @@ impl FaultConfig {
             || !self.delay.is_zero()
     }
 
-    fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+    fn set(&mut self, key: &str, value: &str) -> Result<(), FaultValueError> {
         match key {
             "loss" => self.loss = probability(value)?,
             "dup" => self.dup = probability(value)?,
@@ -119,17 +186,24 @@ impl FaultConfig {
             "seed" => {
                 self.seed = value
                     .parse()
-                    .map_err(|_| format!("{value:?} is not an unsigned integer"))?
+                    .map_err(|source| FaultValueError::NotUnsigned {
+                        value: value.into(),
+                        source,
+                    })?
             }
             "dir" => {
                 self.dir = match value {
                     "tx" => FaultDirection::Tx,
                     "rx" => FaultDirection::Rx,
                     "both" => FaultDirection::Both,
-                    _ => return Err(format!("{value:?} is not tx, rx or both")),
+                    _ => {
+                        return Err(FaultValueError::NotDirection {
+                            value: value.into(),
+                        })
+                    }
                 }
             }
-            _ => return Err(format!("unknown key (the keys are: {KEYS})")),
+            _ => return Err(FaultValueError::UnknownKey),
         }
         Ok(())
     }
@@ -147,16 +221,16 @@ impl FromStr for FaultConfig {
         }
         let mut seen: Vec<&str> = Vec::new();
         for item in text.split(',').map(str::trim) {
-            let err = |key: &str, reason: String| FaultConfigError {
+            let err = |key: &str, reason: FaultValueError| FaultConfigError {
                 key: key.to_string(),
                 reason,
             };
             let Some((key, value)) = item.split_once('=') else {
-                return Err(err(item, format!("expected key=value (keys: {KEYS})")));
+                return Err(err(item, FaultValueError::NotKeyValue));
             };
             let (key, value) = (key.trim(), value.trim());
             if seen.contains(&key) {
-                return Err(err(key, "given twice".into()));
+                return Err(err(key, FaultValueError::Repeated));
             }
             config.set(key, value).map_err(|reason| err(key, reason))?;
             seen.push(key);
@@ -166,24 +240,28 @@ impl FromStr for FaultConfig {
 }
 
 /// `0.05` or `5%`, within 0..=1.
-fn probability(value: &str) -> Result<f64, String> {
+fn probability(value: &str) -> Result<f64, FaultValueError> {
     let (number, scale) = match value.strip_suffix('%') {
         Some(n) => (n.trim(), 100.0),
         None => (value, 1.0),
     };
-    let p = number
-        .parse::<f64>()
-        .map(|p| p / scale)
-        .map_err(|_| format!("{value:?} is not a probability (like 0.05 or 5%)"))?;
+    let p = number.parse::<f64>().map(|p| p / scale).map_err(|source| {
+        FaultValueError::NotProbability {
+            value: value.into(),
+            source,
+        }
+    })?;
     if (0.0..=1.0).contains(&p) {
         Ok(p)
     } else {
-        Err(format!("{value:?} is not between 0 and 1 (0% and 100%)"))
+        Err(FaultValueError::ProbabilityRange {
+            value: value.into(),
+        })
     }
 }
 
 /// `200us`, `1ms`, `1.5ms`, `0`; units ns, us, ms, s. At most 10 s.
-fn duration(value: &str) -> Result<Duration, String> {
+fn duration(value: &str) -> Result<Duration, FaultValueError> {
     if value == "0" {
         return Ok(Duration::ZERO);
     }
@@ -191,10 +269,15 @@ fn duration(value: &str) -> Result<Duration, String> {
         .rfind(|c: char| !c.is_ascii_alphabetic())
         .map_or(0, |i| i + 1);
     if split == value.len() {
-        return Err(format!("{value:?} has no unit (ns, us, ms or s)"));
+        return Err(FaultValueError::NoUnit {
+            value: value.into(),
+        });
     }
     if split == 0 {
-        return Err(format!("{value:?} is not a duration (like 200us)"));
+        return Err(FaultValueError::NotDuration {
+            value: value.into(),
+            source: None,
+        });
     }
     let (number, unit) = value.split_at(split);
     let scale_ns = match unit {
@@ -203,18 +286,24 @@ fn duration(value: &str) -> Result<Duration, String> {
         "ms" => 1e6,
         "s" => 1e9,
         _ => {
-            return Err(format!(
-                "{value:?}: unknown unit {unit:?} (ns, us, ms or s)"
-            ))
+            return Err(FaultValueError::UnknownUnit {
+                value: value.into(),
+                unit: unit.into(),
+            })
         }
     };
     let n: f64 = number
         .trim()
         .parse()
-        .map_err(|_| format!("{value:?} is not a duration (like 200us)"))?;
+        .map_err(|source| FaultValueError::NotDuration {
+            value: value.into(),
+            source: Some(source),
+        })?;
     let ns = n * scale_ns;
     if !(0.0..=10e9).contains(&ns) {
-        return Err(format!("{value:?} is not between 0 and 10 s"));
+        return Err(FaultValueError::DurationRange {
+            value: value.into(),
+        });
     }
     Ok(Duration::from_nanos(ns.round() as u64))
 }

@@ -43,6 +43,6 @@ pub use driver::{Doorbell, Driver};
 pub use engine::{AsyncEvent, Engine, Notification, Transmit};
 pub use eventfd::EventFd;
 pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_CAPACITY};
-pub use faults::{FaultConfig, FaultConfigError, FaultDirection};
+pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};
 pub use options::{DriverOptions, OptionsError};
 pub use progress::MAX_SLEEP;

@@ -6,11 +6,10 @@
 //! - `SOFTVERBS_FAULTS`: fault injection, strict (see [`crate::faults`]);
 //! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]).
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::capture::capture_path;
+use crate::capture::{capture_path, TemplateError};
 use crate::faults::{FaultConfig, FaultConfigError};
 
 /// How a driver runs. `Default` suits one device on one host.
@@ -63,31 +62,21 @@ impl Default for DriverOptions {
 }
 
 /// An environment setting that cannot be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum OptionsError {
     /// `SOFTVERBS_FAULTS` is not valid.
-    Faults(FaultConfigError),
+    #[error(transparent)]
+    Faults(#[from] FaultConfigError),
     /// `SOFTVERBS_PCAP` is not a valid template.
+    #[error("{}: {value:?}: {reason}", DriverOptions::PCAP_ENV)]
     Capture {
         /// The value given.
         value: String,
         /// What is wrong with it.
-        reason: String,
+        #[source]
+        reason: TemplateError,
     },
 }
-
-impl fmt::Display for OptionsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OptionsError::Faults(e) => e.fmt(f),
-            OptionsError::Capture { value, reason } => {
-                write!(f, "{}: {value:?}: {reason}", DriverOptions::PCAP_ENV)
-            }
-        }
-    }
-}
-
-impl std::error::Error for OptionsError {}
 
 impl DriverOptions {
     /// Environment variable overriding [`DriverOptions::busy_poll`], in microseconds.
@@ -199,9 +188,24 @@ mod tests {
             .apply_env("d", env(&[("SOFTVERBS_FAULTS", "loss=2")]))
             .unwrap_err();
         assert!(e.to_string().contains("\"loss\""), "{e}");
+        assert!(
+            matches!(&e, OptionsError::Faults(f) if f.key == "loss"
+                && matches!(&f.reason, crate::faults::FaultValueError::ProbabilityRange { value } if value == "2")),
+            "{e:?}"
+        );
         let e = opts
             .apply_env("d", env(&[("SOFTVERBS_PCAP", "/tmp/%x")]))
             .unwrap_err();
         assert!(e.to_string().starts_with("SOFTVERBS_PCAP"), "{e}");
+        assert_eq!(
+            e,
+            OptionsError::Capture {
+                value: "/tmp/%x".into(),
+                reason: TemplateError::UnknownEscape { after: Some('x') },
+            }
+        );
+        // The template error is the source, for reports that print the chain.
+        let source = std::error::Error::source(&e).expect("a source");
+        assert!(source.to_string().contains("\"%x\""), "{source}");
     }
 }

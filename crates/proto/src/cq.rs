@@ -1,7 +1,7 @@
 //! Completion queues: creation rules.
 
 use crate::device::DeviceAttr;
-use crate::error::{Error, RangeError};
+use crate::error::{Error, InvalidArg, RangeError};
 use crate::handle::CtxHandle;
 
 /// Number of completion vectors (`num_comp_vectors`).
@@ -31,9 +31,11 @@ pub fn check_create(cqe: i32, comp_vector: i32, dev: &DeviceAttr) -> Result<u32,
         .into());
     }
     if comp_vector < 0 || comp_vector as u32 >= NUM_COMP_VECTORS {
-        return Err(Error::invalid(format!(
-            "comp_vector {comp_vector} does not exist (num_comp_vectors = {NUM_COMP_VECTORS})"
-        )));
+        return Err(InvalidArg::CompVector {
+            comp_vector,
+            count: NUM_COMP_VECTORS,
+        }
+        .into());
     }
     Ok(cqe as u32)
 }
@@ -151,10 +153,12 @@ impl CqRing {
     pub fn resize(&mut self, capacity: u32, owed: usize) -> Result<(), Error> {
         let queued = self.entries.len();
         if (capacity as usize) < queued + owed {
-            return Err(Error::invalid(format!(
-                "resize_cq: cqe {capacity} is below the {queued} completions queued \
-                 and {owed} more that signaled send WRs in flight will add"
-            )));
+            return Err(InvalidArg::CqResizeBelowQueued {
+                cqe: capacity,
+                queued,
+                owed,
+            }
+            .into());
         }
         self.capacity = capacity as usize;
         Ok(())

@@ -726,9 +726,7 @@ impl Engine {
         };
         let (qp_type, cap) = create::check(&req, &self.info.attr)?;
         let (Some(send_cq), Some(recv_cq)) = (c.send_cq, c.recv_cq) else {
-            return Err(Error::invalid(
-                "create_qp: send_cq and recv_cq must both be given (they may be the same CQ)",
-            ));
+            return Err(crate::error::InvalidArg::QpCqMissing.into());
         };
         for h in [send_cq, recv_cq] {
             if self.cq(h)?.ctx != ctx {

@@ -1,7 +1,7 @@
 //! Memory regions: registration rules, keys, and the bounds/access check that is
 //! the security boundary of every local and remote access.
 
-use crate::error::Error;
+use crate::error::{Error, InvalidArg, Unsupported};
 use crate::handle::{kind, PdHandle};
 use crate::table::Table;
 use crate::types::AccessFlags;
@@ -304,36 +304,31 @@ pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Err
     // An implicit region spans the whole address space: on demand only
     // (mlx5_ib_reg_user_mr: start 0, length U64_MAX, IB_ACCESS_ON_DEMAND).
     if length == IMPLICIT_LEN && (addr != 0 || access & AccessFlags::ON_DEMAND.0 == 0) {
-        return Err(Error::invalid(format!(
-            "reg_mr: length SIZE_MAX is an implicit region, which needs addr NULL and IBV_ACCESS_ON_DEMAND (got addr {addr:#x}, access {})",
-            AccessFlags(access)
-        )));
+        return Err(InvalidArg::ImplicitMr {
+            addr,
+            access: AccessFlags(access),
+        }
+        .into());
     }
     if addr.checked_add(length).is_none() {
-        return Err(Error::invalid(format!(
-            "reg_mr: addr {addr:#x} + length {length:#x} wraps around the address space"
-        )));
+        return Err(InvalidArg::MrWraps { addr, length }.into());
     }
     let flags = AccessFlags(access & !AccessFlags::OPTIONAL_RANGE.0);
     let unsupported = flags.0 & UNSUPPORTED;
     if unsupported != 0 {
-        return Err(Error::unsupported(format!(
-            "reg_mr access flags {} (no zero-based MRs or flush on this device)",
-            AccessFlags(unsupported)
-        )));
+        return Err(Unsupported::MrAccess {
+            flags: AccessFlags(unsupported),
+        }
+        .into());
     }
     let unknown = flags.0 & !(ACCEPTED | UNSUPPORTED);
     if unknown != 0 {
-        return Err(Error::invalid(format!(
-            "reg_mr: unknown access flag bits {unknown:#x}"
-        )));
+        return Err(InvalidArg::MrUnknownAccess { bits: unknown }.into());
     }
     // ibv_reg_mr(3): remote write or remote atomic access needs local write access.
     let needs_local = AccessFlags(AccessFlags::REMOTE_WRITE.0 | AccessFlags::REMOTE_ATOMIC.0);
     if flags.0 & needs_local.0 != 0 && !flags.contains(AccessFlags::LOCAL_WRITE) {
-        return Err(Error::invalid(format!(
-            "reg_mr access {flags}: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE too (ibv_reg_mr(3))"
-        )));
+        return Err(InvalidArg::MrRemoteWithoutLocalWrite { access: flags }.into());
     }
     Ok(flags)
 }
@@ -356,34 +351,30 @@ pub struct Rereg {
 pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Error> {
     // Kernel ib_uverbs_rereg_mr: no flag at all is EINVAL.
     if r.pd.is_none() && r.translation.is_none() && r.access.is_none() {
-        return Err(Error::invalid(
-            "rereg_mr: flags name no change (IBV_REREG_MR_CHANGE_PD, _TRANSLATION or _ACCESS)",
-        ));
+        return Err(InvalidArg::ReregNoChange.into());
     }
     // A device-memory region is not a user region: the kernel's rereg takes
     // user MRs only (ib_uverbs_rereg_mr).
     if old.access.contains(AccessFlags::ZERO_BASED) {
-        return Err(Error::invalid(
-            "rereg_mr: a device-memory (zero-based) region cannot be re-registered",
-        ));
+        return Err(InvalidArg::ReregDeviceMemory.into());
     }
     // Paging is how the device reaches the memory: an on-demand region faults
     // per access, a pinned one was checked at registration. Switching in place
     // would leave one kind with the other's promise (mlx5 cannot either).
     if let Some(new) = r.access {
         if (new ^ old.access.0) & AccessFlags::ON_DEMAND.0 != 0 {
-            return Err(Error::unsupported(
-                "rereg_mr: IBV_ACCESS_ON_DEMAND cannot be switched on or off in place: register anew",
-            ));
+            return Err(Unsupported::ReregOnDemandSwitch {
+                from: old.access,
+                to: AccessFlags(new),
+            }
+            .into());
         }
     }
     let (addr, length) = r.translation.unwrap_or((old.addr, old.length));
     // ibv_rereg_mr (libibverbs) and ib_uverbs_rereg_mr: a new translation needs
     // a non-NULL address and a non-zero length.
     if r.translation.is_some() && (addr == 0 || length == 0) {
-        return Err(Error::invalid(format!(
-            "rereg_mr: a new translation needs a non-NULL address and a non-zero length (got addr {addr:#x}, length {length})"
-        )));
+        return Err(InvalidArg::ReregTranslation { addr, length }.into());
     }
     let access = check_reg(addr, length, r.access.unwrap_or(old.access.0))?;
     Ok(Mr {
@@ -568,19 +559,18 @@ pub fn check_reg_dm(
     access: u32,
 ) -> Result<AccessFlags, Error> {
     if access & AccessFlags::ZERO_BASED.0 == 0 {
-        return Err(Error::invalid(
-            "reg_dm_mr: device memory regions are zero-based: access must include IBV_ACCESS_ZERO_BASED",
-        ));
+        return Err(InvalidArg::DmMrNotZeroBased.into());
     }
     if offset > dm_len || length > dm_len - offset {
-        return Err(Error::invalid(format!(
-            "reg_dm_mr: [{offset:#x}, +{length}) is outside the device memory of {dm_len} bytes"
-        )));
+        return Err(InvalidArg::DmMrOutside {
+            offset,
+            length,
+            dm_len,
+        }
+        .into());
     }
     if access & AccessFlags::ON_DEMAND.0 != 0 {
-        return Err(Error::invalid(
-            "reg_dm_mr: device memory is not paged: no IBV_ACCESS_ON_DEMAND",
-        ));
+        return Err(InvalidArg::DmMrOnDemand.into());
     }
     let rest = access & !AccessFlags::ZERO_BASED.0;
     let flags = check_reg(0, length, rest)?;
@@ -672,10 +662,18 @@ mod tests {
         let pinned = mr(1);
         let e = check_rereg(&pinned, &access(1 | AccessFlags::ON_DEMAND.0)).unwrap_err();
         assert_eq!(e.errno(), crate::Errno::EOPNOTSUPP, "{e}");
+        assert_eq!(
+            e,
+            Error::NotSupported(Unsupported::ReregOnDemandSwitch {
+                from: AccessFlags(1),
+                to: AccessFlags(1 | AccessFlags::ON_DEMAND.0),
+            })
+        );
         assert!(check_rereg(&odp, &access(1 | 4 | AccessFlags::ON_DEMAND.0)).is_ok());
         let dm = mr(1 | AccessFlags::ZERO_BASED.0);
         let e = check_rereg(&dm, &access(1)).unwrap_err();
         assert_eq!(e.errno(), crate::Errno::EINVAL, "{e}");
+        assert_eq!(e, Error::Invalid(InvalidArg::ReregDeviceMemory));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Shared receive queues: creation, `ibv_modify_srq` and `ibv_query_srq` rules.
 
 use crate::device::DeviceAttr;
-use crate::error::{Error, RangeError};
+use crate::error::{Error, InvalidArg, RangeError};
 use crate::handle::PdHandle;
 
 /// `struct ibv_srq_attr`.
@@ -80,9 +80,7 @@ impl Srq {
     pub fn modify(&mut self, attr: &SrqAttr, mask: u32, dev: &DeviceAttr) -> Result<(), Error> {
         let unknown = mask & !(SRQ_MAX_WR | SRQ_LIMIT);
         if unknown != 0 {
-            return Err(Error::invalid(format!(
-                "modify_srq: unknown srq_attr_mask bits {unknown:#x}"
-            )));
+            return Err(InvalidArg::SrqUnknownMask { bits: unknown }.into());
         }
         let mut next = self.attr;
         if mask & SRQ_MAX_WR != 0 {
@@ -94,10 +92,11 @@ impl Srq {
                 "; device limit max_srq_wr",
             )?;
             if attr.max_wr < self.posted {
-                return Err(Error::invalid(format!(
-                    "modify_srq: max_wr {} is below the {} receive WRs already posted",
-                    attr.max_wr, self.posted
-                )));
+                return Err(InvalidArg::SrqBelowPosted {
+                    max_wr: attr.max_wr,
+                    posted: self.posted,
+                }
+                .into());
             }
             next.max_wr = attr.max_wr;
         }

@@ -5,7 +5,7 @@ mod common;
 
 use common::{good_av, Fixture};
 use proto::engine::QpCreate;
-use proto::error::{ModifyError, ObjectKind};
+use proto::error::{InvalidArg, ModifyError, ObjectKind, Unsupported};
 use proto::srq::{SrqAttr, SRQ_LIMIT, SRQ_MAX_WR};
 use proto::{Errno, Error, Gid, QpType};
 
@@ -207,10 +207,14 @@ fn cq_sizes() {
         assert!(got >= want as u32);
         assert_eq!(fx.eng.cq(h).unwrap().cqe, got);
     }
+    let e = fx.eng.create_cq(fx.ctx, 4, 1).unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL, "comp_vector 1");
     assert_eq!(
-        fx.eng.create_cq(fx.ctx, 4, 1).unwrap_err().errno(),
-        Errno::EINVAL,
-        "comp_vector 1"
+        e,
+        Error::Invalid(InvalidArg::CompVector {
+            comp_vector: 1,
+            count: 1
+        })
     );
     assert_eq!(
         fx.eng.create_cq(fx.ctx, 4, -1).unwrap_err().errno(),
@@ -244,7 +248,20 @@ fn mr_access_flag_rules() {
         );
     }
     let before = fx.eng.object_counts();
-    assert!(fx.eng.reg_mr(fx.pd, u64::MAX - 10, 64, 0).is_err(), "wraps");
+    assert_eq!(
+        fx.eng.reg_mr(fx.pd, u64::MAX - 10, 64, 0).unwrap_err(),
+        Error::Invalid(InvalidArg::MrWraps {
+            addr: u64::MAX - 10,
+            length: 64
+        }),
+        "wraps"
+    );
+    assert_eq!(
+        fx.eng.reg_mr(fx.pd, 0x1000, 64, 1 << 8).unwrap_err(),
+        Error::NotSupported(Unsupported::MrAccess {
+            flags: proto::AccessFlags(1 << 8)
+        })
+    );
     assert_eq!(fx.eng.object_counts(), before);
     for ok in [
         0,

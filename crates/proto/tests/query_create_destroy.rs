@@ -7,6 +7,7 @@ mod common;
 
 use common::{good_attr, request, Fixture};
 use proto::engine::{QpCreate, QpHandle};
+use proto::error::{InvalidArg, Unsupported};
 use proto::qp::create::{comp_mask, send_ops};
 use proto::qp::QpControl;
 use proto::srq::SrqAttr;
@@ -383,6 +384,12 @@ fn unsupported_types_are_eopnotsupp() {
     for raw in [0u32, 1, 5, 8, 9, 10, 0xff, 1000] {
         let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| r.qp_type = raw));
         assert_eq!(e.errno(), Errno::EOPNOTSUPP, "qp_type {raw}: {e}");
+        let typed = match QpType::from_raw(raw) {
+            None => Unsupported::UnknownQpType { raw },
+            Some(t @ (QpType::Smi | QpType::Gsi)) => Unsupported::KernelOnlyQpType { qp_type: t },
+            Some(t) => Unsupported::QpType { qp_type: t },
+        };
+        assert_eq!(e, Error::NotSupported(typed), "qp_type {raw}");
     }
     for t in QpType::SUPPORTED {
         fx.eng.create_qp(&fx.create_args(t)).unwrap();
@@ -396,16 +403,26 @@ fn comp_mask_rules() {
     for bit in [XRCD, MAX_TSO_HEADER, IND_TABLE, RX_HASH, 1 << 7, 1 << 31] {
         let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| r.comp_mask = PD | bit));
         assert_eq!(e.errno(), Errno::EOPNOTSUPP, "comp_mask bit {bit:#x}");
+        assert_eq!(
+            e,
+            Error::NotSupported(Unsupported::QpExCompMask { bits: bit }),
+            "comp_mask bit {bit:#x}"
+        );
     }
     let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| r.comp_mask = 0));
     assert_eq!(e.errno(), Errno::EINVAL);
     assert!(e.to_string().contains("IBV_QP_INIT_ATTR_PD"), "{e}");
+    assert_eq!(e, Error::Invalid(InvalidArg::QpExWithoutPd));
     let e = create_err!(
         fx,
         &with_req(&fx, QpType::Rc, |r| (r.comp_mask, r.create_flags) =
             (PD | CREATE_FLAGS, 1 << 1))
     );
     assert_eq!(e.errno(), Errno::EOPNOTSUPP);
+    assert_eq!(
+        e,
+        Error::NotSupported(Unsupported::QpCreateFlags { flags: 1 << 1 })
+    );
     // create_flags without its comp_mask bit is not read; zero flags with the bit are fine.
     fx.eng
         .create_qp(&with_req(&fx, QpType::Rc, |r| r.create_flags = 1 << 8))
@@ -436,6 +453,11 @@ fn send_ops_flags_must_fit_the_type() {
         let e = create_err!(fx, &with_ops(&fx, t, ops));
         assert_eq!(e.errno(), Errno::EOPNOTSUPP, "{t:?} {ops:#x}");
         assert!(e.to_string().contains("send_ops_flags"), "{e}");
+        assert!(
+            matches!(e, Error::NotSupported(Unsupported::SendOps { qp_type, extra, .. })
+                if qp_type == t && extra == ops & !send_ops::supported(t)),
+            "{e:?}"
+        );
     }
     for t in QpType::SUPPORTED {
         fx.eng

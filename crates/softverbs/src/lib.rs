@@ -120,4 +120,4 @@ pub use proto::{
     AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, MigState, Mtu, QpAttr, QpCap, QpState,
     QpType,
 };
-pub use sv_io::{FaultConfig, FaultConfigError, FaultDirection};
+pub use sv_io::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};

@@ -67,6 +67,57 @@ fn errors_name_the_key() {
     }
 }
 
+#[test]
+fn errors_are_typed_and_keep_the_parse_error() {
+    use FaultValueError as V;
+    assert_eq!(err("los=0.1").reason, V::UnknownKey);
+    assert_eq!(err("loss").reason, V::NotKeyValue);
+    assert_eq!(err("dup=0,dup=0").reason, V::Repeated);
+    assert_eq!(
+        err("reorder=150%").reason,
+        V::ProbabilityRange {
+            value: "150%".into()
+        }
+    );
+    assert_eq!(
+        err("delay=200m").reason,
+        V::UnknownUnit {
+            value: "200m".into(),
+            unit: "m".into()
+        }
+    );
+    assert_eq!(
+        err("delay=ms").reason,
+        V::NotDuration {
+            value: "ms".into(),
+            source: None
+        }
+    );
+    assert_eq!(err("dir=up").reason, V::NotDirection { value: "up".into() });
+    // A value that does not parse keeps the parser's error as its source.
+    let e = err("seed=-1");
+    assert!(
+        matches!(&e.reason, V::NotUnsigned { value, .. } if value == "-1"),
+        "{e:?}"
+    );
+    let chain = std::error::Error::source(&e).and_then(std::error::Error::source);
+    assert!(
+        chain.is_some(),
+        "seed's ParseIntError is the reason's source"
+    );
+    let e = err("delay=1.2.3ms");
+    assert!(
+        matches!(
+            &e.reason,
+            V::NotDuration {
+                source: Some(_),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
 /// Counts of each fault over `n` decisions.
 fn tally(model: &mut FaultModel, n: usize) -> [usize; 4] {
     let mut t = [0; 4];

@@ -2,7 +2,7 @@
 //! capacities come back (`shared/spec/qp-query.md` §1–2).
 
 use crate::device::{DeviceAttr, MAX_INLINE_DATA};
-use crate::error::{Error, RangeError};
+use crate::error::{Error, InvalidArg, RangeError, Unsupported};
 use crate::types::{QpCap, QpType};
 
 /// `enum ibv_qp_init_attr_mask` bits.
@@ -131,32 +131,20 @@ pub fn check(req: &QpRequest, dev: &DeviceAttr) -> Result<(QpType, QpCap), Error
 }
 
 fn check_type(req: &QpRequest) -> Result<QpType, Error> {
-    let t = QpType::from_raw(req.qp_type).ok_or_else(|| {
-        Error::unsupported(format!(
-            "qp_type {} is not a QP type softverbs knows",
-            req.qp_type
-        ))
-    })?;
+    let t = QpType::from_raw(req.qp_type)
+        .ok_or_else(|| Error::from(Unsupported::UnknownQpType { raw: req.qp_type }))?;
     match t {
         QpType::Rc | QpType::Uc | QpType::Ud => {}
         QpType::XrcSend | QpType::XrcRecv | QpType::RawPacket => {
-            return Err(Error::unsupported(format!(
-                "{} QP: softverbs supports RC, UC and UD queue pairs",
-                type_name(t)
-            )))
+            return Err(Unsupported::QpType { qp_type: t }.into())
         }
         QpType::Smi | QpType::Gsi => {
-            return Err(Error::unsupported(format!(
-                "{} QP is kernel-only and cannot be created by applications",
-                type_name(t)
-            )))
+            return Err(Unsupported::KernelOnlyQpType { qp_type: t }.into())
         }
     }
     // ibv_create_qp(3): only RC and UD QPs may use an SRQ.
     if req.has_srq && t == QpType::Uc {
-        return Err(Error::invalid(
-            "a UC QP cannot use an SRQ (only RC and UD QPs can, ibv_create_qp(3))",
-        ));
+        return Err(InvalidArg::UcWithSrq.into());
     }
     Ok(t)
 }
@@ -164,40 +152,27 @@ fn check_type(req: &QpRequest) -> Result<QpType, Error> {
 fn check_ex(req: &QpRequest, t: QpType) -> Result<(), Error> {
     let unsupported = req.comp_mask & !comp_mask::SUPPORTED;
     if unsupported != 0 {
-        return Err(Error::unsupported(format!(
-            "create_qp_ex comp_mask bits {unsupported:#x} (softverbs accepts PD, CREATE_FLAGS, SEND_OPS_FLAGS)"
-        )));
+        return Err(Unsupported::QpExCompMask { bits: unsupported }.into());
     }
     if req.comp_mask & comp_mask::PD == 0 {
-        return Err(Error::invalid(
-            "create_qp_ex: comp_mask must include IBV_QP_INIT_ATTR_PD for this QP type",
-        ));
+        return Err(InvalidArg::QpExWithoutPd.into());
     }
     if req.comp_mask & comp_mask::CREATE_FLAGS != 0 && req.create_flags != 0 {
-        return Err(Error::unsupported(format!(
-            "create_flags {:#x}: softverbs supports no QP create flags",
-            req.create_flags
-        )));
+        return Err(Unsupported::QpCreateFlags {
+            flags: req.create_flags,
+        }
+        .into());
     }
     if req.comp_mask & comp_mask::SEND_OPS_FLAGS != 0 {
         let extra = req.send_ops_flags & !send_ops::supported(t);
         if extra != 0 {
-            return Err(Error::unsupported(format!(
-                "send_ops_flags {extra:#x} on {t} QP (supported: {:#x})",
-                send_ops::supported(t)
-            )));
+            return Err(Unsupported::SendOps {
+                qp_type: t,
+                extra,
+                supported: send_ops::supported(t),
+            }
+            .into());
         }
     }
     Ok(())
-}
-
-fn type_name(t: QpType) -> &'static str {
-    match t {
-        QpType::XrcSend => "an XRC_SEND",
-        QpType::XrcRecv => "an XRC_RECV",
-        QpType::RawPacket => "a RAW_PACKET",
-        QpType::Smi => "an SMI",
-        QpType::Gsi => "a GSI",
-        _ => "this",
-    }
 }
