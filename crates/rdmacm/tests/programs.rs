@@ -228,6 +228,17 @@ fn rdma_server_and_client_exchange_a_message() {
     no_refusals("rdma_client", &c);
 }
 
+/// Ends the child it holds (SIGKILL to its PID) when dropped, also after a
+/// failed assertion.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A connect to a port nobody listens on (the address has a device, with a
 /// listener on another port) ends REJECTED with status 8 (invalid service ID),
 /// and rping exits: its CQ thread, blocked in ibv_get_cq_event, is cancelled.
@@ -236,24 +247,17 @@ fn rping_to_a_port_nobody_listens_on_is_rejected() {
     if !common::have("rping") {
         return;
     }
-    let srv = Command::new("timeout")
-        .args([
-            "20",
-            "rping",
-            "-s",
-            "-a",
-            "127.0.26.1",
-            "-p",
-            "7476",
-            "-C",
-            "1",
-        ])
+    // rping itself (no timeout(1) in between), so that the guard's kill ends
+    // the server and not only a wrapper.
+    let srv = Command::new("rping")
+        .args(["-s", "-a", "127.0.26.1", "-p", "7476", "-C", "1"])
         .env("LD_LIBRARY_PATH", common::lib_dir())
         .env("SOFTVERBS_ADDR", "127.0.26.1")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let _server = KillOnDrop(srv);
     wait_device("127.0.26.1");
     let mut t = String::new();
     for _ in 0..40 {
@@ -273,11 +277,6 @@ fn rping_to_a_port_nobody_listens_on_is_rejected() {
         t.contains("cma event RDMA_CM_EVENT_REJECTED, error 8"),
         "{t}"
     );
-    // The server is left waiting for a client: ended by its timeout(1).
-    let mut srv = srv;
-    // SAFETY-free: kill our own child by PID.
-    let _ = srv.kill();
-    let _ = srv.wait();
 }
 
 /// RDMA_PS_UDP: the client's rdma_connect is a SIDR_REQ, the server's
