@@ -270,9 +270,12 @@ fn nonblocking(fd: c_int) -> bool {
 }
 
 /// `ibv_get_cq_event`: waits for the next event (or `EAGAIN` at once on a
-/// non-blocking fd); −1 with errno on error.
+/// non-blocking fd); −1 with errno on error. A cancellation point, as
+/// rdma-core's read(2) on the channel fd is: `C-unwind`, so that
+/// pthread_cancel's forced unwind may pass through (no destructor is live
+/// while it waits).
 #[no_mangle]
-pub unsafe extern "C" fn ibv_get_cq_event(
+pub unsafe extern "C-unwind" fn ibv_get_cq_event(
     channel: *mut ibv_comp_channel,
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
@@ -296,11 +299,24 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         let id = if nonblocking(b.c.fd) {
             raw::try_get_event(&b.inner)
         } else {
-            match b.inner.get_event(None) {
-                Ok(id) => id,
-                Err(e) => {
-                    set_errno(refuse("ibv_get_cq_event", EINVAL, e));
-                    return -1;
+            // Waits in poll(2), a cancellation point, so that a thread
+            // blocked here can be cancelled (rping's CQ thread is).
+            loop {
+                if let Some(id) = raw::try_get_event(&b.inner) {
+                    break Some(id);
+                }
+                let mut pfd = libc::pollfd {
+                    fd: b.c.fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                if unsafe { libc::poll(&raw mut pfd, 1, -1) } < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        set_errno(refuse("ibv_get_cq_event", EINVAL, e));
+                        return -1;
+                    }
                 }
             }
         };

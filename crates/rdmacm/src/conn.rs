@@ -6,10 +6,11 @@
 //! then hands the work to the connection manager through [`Cm`], the one
 //! narrow interface between this library and the CM protocol (IBTA CM MADs on
 //! QP1, a sans-IO state machine in crates/proto driven by the engine's
-//! progress thread through libibverbs' private interface). Until that state
-//! machine is attached, [`NoCm`] answers every call with `ENOSYS` and a logged
-//! reason naming the missing piece: the calls are not done. The mapping of
-//! each call onto the CM state machine is spec/cm.md §7.
+//! progress thread). [`crate::softcm::SoftCm`] is it, reached through
+//! libibverbs' private interface (spec/rdmacm-abi.md §3.10–3.11); [`NoCm`]
+//! answers `ENOSYS` with a logged reason if that libibverbs lacks it, and
+//! still for multicast (not carried yet). The mapping of each call onto the
+//! CM state machine is spec/cm.md §7.
 
 use crate::ffi::*;
 use crate::id::{self, id_block, IdBlock, State};
@@ -100,10 +101,17 @@ impl Cm for NoCm {
     fn destroy(&self, _: &IdBlock) {}
 }
 
-/// The process's connection manager.
+/// The process's connection manager: softverbs' CM when libibverbs offers
+/// its private interface at our version, else [`NoCm`].
 pub(crate) fn cm() -> &'static dyn Cm {
-    static CM: NoCm = NoCm;
-    &CM
+    static NO: NoCm = NoCm;
+    static SOFT: crate::softcm::SoftCm = crate::softcm::SoftCm;
+    // SAFETY: a plain function of the libibverbs we link to.
+    if unsafe { crate::verbs::softverbs_private_version() } == crate::verbs::PRIVATE_VERSION {
+        &SOFT
+    } else {
+        &NO
+    }
 }
 
 /// rdma-core `ucma_valid_param`'s local part: PS_TCP without a QP needs
@@ -202,7 +210,11 @@ pub unsafe extern "C" fn rdma_get_request(
                 format_args!("the id is in state {:?}, not listening", st.state),
             ));
         }
-        Err(NoCm::missing(VERB))
+        drop(st);
+        let new = crate::softcm::get_request(VERB, b)?;
+        // SAFETY: non-NULL out-pointer from the caller.
+        unsafe { *id = new };
+        Ok(())
     });
     ret(r)
 }

@@ -38,7 +38,13 @@ pub const RDMA_CM_EVENT_ADDR_RESOLVED: u32 = 0;
 pub const RDMA_CM_EVENT_ADDR_ERROR: u32 = 1;
 pub const RDMA_CM_EVENT_ROUTE_RESOLVED: u32 = 2;
 pub const RDMA_CM_EVENT_ROUTE_ERROR: u32 = 3;
+pub const RDMA_CM_EVENT_CONNECT_REQUEST: u32 = 4;
+pub const RDMA_CM_EVENT_CONNECT_RESPONSE: u32 = 5;
+pub const RDMA_CM_EVENT_CONNECT_ERROR: u32 = 6;
+pub const RDMA_CM_EVENT_UNREACHABLE: u32 = 7;
 pub const RDMA_CM_EVENT_REJECTED: u32 = 8;
+pub const RDMA_CM_EVENT_ESTABLISHED: u32 = 9;
+pub const RDMA_CM_EVENT_DISCONNECTED: u32 = 10;
 
 /// `enum rdma_port_space`.
 pub const RDMA_PS_IPOIB: u32 = 0x0002;

@@ -24,6 +24,8 @@ pub(crate) enum State {
     RouteResolved,
     AddrBound,
     Listen,
+    /// A REQ sent, or a request taken (kernel RDMA_CM_CONNECT).
+    Connect,
 }
 
 /// `rdma_set_option` values.

@@ -25,11 +25,11 @@
 //! their ack accounting, synchronous ids, port spaces, binding and ports,
 //! address and route resolution, devices, `rdma_getaddrinfo`, options, QPs and
 //! SRQs on ids, `rdma_init_qp_attr`, the non-connecting parts of
-//! `rdma_create_ep`. The connection calls (connect, listen's wire part,
-//! accept, reject, disconnect, notify, establish, multicast, get_request) need
-//! the CM protocol; they go through one internal interface ([`conn::Cm`]) and,
-//! until the CM state machine of crates/proto is attached to it, fail with
-//! `ENOSYS` and a logged reason. The rsocket calls: `rsocket` answers
+//! `rdma_create_ep`. The connection calls (connect, listen, accept, reject,
+//! disconnect, notify, establish, get_request) go through one internal
+//! interface ([`conn::Cm`]) to the device's CM in libibverbs (`softcm`,
+//! spec/rdmacm-abi.md §3.10), RDMA_PS_UDP through SIDR; multicast fails
+//! with `ENOSYS` and a logged reason. The rsocket calls: `rsocket` answers
 //! `ENOSYS`; `rpoll`/`rselect` serve ordinary descriptors (there can be no
 //! rsocket); the others answer `EBADF` (their descriptor cannot be an rsocket).
 #![allow(unsafe_code)] // the C ABI: every block has a SAFETY line
@@ -50,6 +50,7 @@ mod qp;
 mod rate;
 mod route;
 mod rsocket;
+mod softcm;
 mod util;
 
 /// Gives the exports a module defines their default versions (the

@@ -8,8 +8,8 @@
 //!   struct sockaddr_storage *)`: the IP address behind a GID (0, `ENODATA`
 //!   past the last one, `EINVAL`).
 //!
-//! The CM's later needs (sending and receiving CM MADs on QP1, driven by the
-//! engine's progress thread) will be added to this node as new functions.
+//! - `softverbs_cm_*`: the device's connection manager (spec/rdmacm-abi.md
+//!   §3.11), declared in [`cm`].
 
 use crate::ffi::*;
 use std::ffi::{c_int, c_void};
@@ -124,5 +124,155 @@ pub unsafe fn ibv_create_srq_ex(
         let f: unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq =
             std::mem::transmute(op);
         f(ctx, attr)
+    }
+}
+
+/// The connection manager's part of the private interface (crates/ibverbs
+/// src/private.rs has the definitions; the layouts below are the same).
+pub mod cm {
+    use super::*;
+
+    /// `struct softverbs_cm_channel`: opaque.
+    #[repr(C)]
+    pub struct SoftverbsCmChannel {
+        _opaque: [u8; 0],
+    }
+
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct SoftverbsCmConnect {
+        pub src: libc::sockaddr_storage,
+        pub dst: libc::sockaddr_storage,
+        pub ps: u32,
+        pub qp_num: u32,
+        pub starting_psn: u32,
+        pub responder_resources: u8,
+        pub initiator_depth: u8,
+        pub flow_control: u8,
+        pub retry_count: u8,
+        pub rnr_retry_count: u8,
+        pub srq: u8,
+        pub path_mtu: u8,
+        pub uc: u8,
+        pub packet_life_time: u8,
+        pub cm_response_timeout: u8,
+        pub max_cm_retries: u8,
+        pub private_data_len: u8,
+        pub private_data: *const c_void,
+    }
+
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct SoftverbsCmAccept {
+        pub qp_num: u32,
+        pub starting_psn: u32,
+        pub responder_resources: u8,
+        pub initiator_depth: u8,
+        pub flow_control: u8,
+        pub rnr_retry_count: u8,
+        pub srq: u8,
+        pub private_data_len: u8,
+        pub private_data: *const c_void,
+    }
+
+    pub const CONNECT_REQUEST: u32 = 0;
+    pub const CONNECT_RESPONSE: u32 = 1;
+    pub const ESTABLISHED: u32 = 2;
+    pub const REJECTED: u32 = 3;
+    pub const UNREACHABLE: u32 = 4;
+    pub const DISCONNECTED: u32 = 5;
+    pub const SIDR_REQUEST: u32 = 7;
+    pub const SIDR_RESOLVED: u32 = 8;
+    pub const SIDR_UNREACHABLE: u32 = 9;
+
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct SoftverbsCmEvent {
+        pub kind: u32,
+        pub id: u32,
+        pub listen: u64,
+        pub status: u32,
+        pub remote_qpn: u32,
+        pub remote_psn: u32,
+        pub qkey: u32,
+        pub responder_resources: u8,
+        pub initiator_depth: u8,
+        pub flow_control: u8,
+        pub retry_count: u8,
+        pub rnr_retry_count: u8,
+        pub srq: u8,
+        pub path_mtu: u8,
+        pub sends: u8,
+        pub from: [u8; 16],
+        pub private_data_len: u32,
+        pub private_data: [u8; 256],
+    }
+
+    #[link(name = "ibverbs")]
+    extern "C" {
+        pub fn softverbs_cm_channel_create(ch: *mut *mut SoftverbsCmChannel) -> c_int;
+        pub fn softverbs_cm_channel_fd(ch: *mut SoftverbsCmChannel) -> c_int;
+        pub fn softverbs_cm_get_event(
+            ch: *mut SoftverbsCmChannel,
+            timeout_ms: c_int,
+            ev: *mut SoftverbsCmEvent,
+        ) -> c_int;
+        pub fn softverbs_cm_listen(
+            ctx: *mut ibv_context,
+            ch: *mut SoftverbsCmChannel,
+            ps: u32,
+            port: u16,
+            listen: *mut u64,
+        ) -> c_int;
+        pub fn softverbs_cm_stop_listening(ctx: *mut ibv_context, listen: u64) -> c_int;
+        pub fn softverbs_cm_connect(
+            ctx: *mut ibv_context,
+            ch: *mut SoftverbsCmChannel,
+            p: *const SoftverbsCmConnect,
+            id: *mut u32,
+        ) -> c_int;
+        pub fn softverbs_cm_accept(
+            ctx: *mut ibv_context,
+            id: u32,
+            p: *const SoftverbsCmAccept,
+        ) -> c_int;
+        pub fn softverbs_cm_reject(
+            ctx: *mut ibv_context,
+            id: u32,
+            private_data: *const c_void,
+            len: u8,
+        ) -> c_int;
+        pub fn softverbs_cm_ready_to_use(ctx: *mut ibv_context, id: u32) -> c_int;
+        pub fn softverbs_cm_establish(ctx: *mut ibv_context, id: u32) -> c_int;
+        pub fn softverbs_cm_disconnect(ctx: *mut ibv_context, id: u32) -> c_int;
+        pub fn softverbs_cm_destroy(ctx: *mut ibv_context, id: u32) -> c_int;
+        pub fn softverbs_cm_flush(ctx: *mut ibv_context, timeout_ms: c_int) -> c_int;
+        #[allow(clippy::too_many_arguments)]
+        pub fn softverbs_cm_sidr_request(
+            ctx: *mut ibv_context,
+            ch: *mut SoftverbsCmChannel,
+            src: *const libc::sockaddr_storage,
+            dst: *const libc::sockaddr_storage,
+            ps: u32,
+            private_data: *const c_void,
+            len: u8,
+            id: *mut u32,
+        ) -> c_int;
+        pub fn softverbs_cm_sidr_reply(
+            ctx: *mut ibv_context,
+            id: u32,
+            status: u8,
+            qpn: u32,
+            qkey: u32,
+            private_data: *const c_void,
+            len: u8,
+        ) -> c_int;
+        pub fn softverbs_cm_qp_attr(
+            ctx: *mut ibv_context,
+            id: u32,
+            target: u32,
+            attr: *mut ibv_qp_attr,
+            mask: *mut c_int,
+        ) -> c_int;
     }
 }

@@ -1,12 +1,11 @@
 //! Unmodified Debian programs (rdmacm-utils 44.0) through the drop-in
 //! librdmacm.so.1 and libibverbs.so.1: every one binds (they are linked
-//! BIND_NOW, so a missing symbol or version node stops them at load), and the
-//! clients run address resolution, route resolution and QP creation on
-//! softverbs, then stop at `rdma_connect`, which answers ENOSYS until the CM
-//! protocol is attached (the reason is logged). (`rping -c` gets there too,
-//! but then cancels its CQ thread blocked in `ibv_get_cq_event`, which
-//! softverbs' libibverbs does not yet let a pthread_cancel interrupt, so it
-//! is left out until it can exit.)
+//! BIND_NOW, so a missing symbol or version node stops them at load); servers
+//! and clients connect as two processes, each with a loopback address of its
+//! own (`SOFTVERBS_ADDR`), through IBTA CM on QP1: `rping` (its data checked
+//! with `-v`), `ucmatose`, `rdma_server`/`rdma_client`; a connect to a port
+//! nobody listens on ends REJECTED (invalid service ID) instead of hanging,
+//! and `udaddy` (RDMA_PS_UDP) resolves its peer through SIDR.
 
 mod common;
 
@@ -65,57 +64,240 @@ fn every_rdmacm_utils_program_binds() {
     }
 }
 
-/// Runs a client against 127.0.0.1 and checks it got as far as `rdma_connect`.
-fn reaches_connect(args: &[&str], progress: &str) {
-    if !common::have(args[0]) {
+fn run_at(addr: &str, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg("30")
+        .args(args)
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("SOFTVERBS_ADDR", addr)
+        .env("SOFTVERBS_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// Starts `server` at `srv_addr`, then runs `client` at `cli_addr` (again
+/// while it is refused because the server is not listening yet, at most 40
+/// times); returns both outputs.
+fn pair(srv_addr: &str, server: &[&str], cli_addr: &str, client: &[&str]) -> (String, String) {
+    let srv = Command::new("timeout")
+        .arg("30")
+        .args(server)
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("SOFTVERBS_ADDR", srv_addr)
+        .env("SOFTVERBS_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_device(srv_addr);
+    let mut cli = String::new();
+    for _ in 0..40 {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let out = run_at(cli_addr, client);
+        cli = text(&out);
+        let refused = cli.contains("REJECTED")
+            || cli.contains("UNREACHABLE")
+            || cli.contains("refused")
+            || cli.contains("Connection refused");
+        if out.status.success() || !refused {
+            break;
+        }
+    }
+    let srv = srv.wait_with_output().unwrap();
+    (text(&srv), cli)
+}
+
+fn no_refusals(who: &str, t: &str) {
+    let r: Vec<&str> = t.lines().filter(|l| l.contains(" refused (")).collect();
+    assert!(
+        r.is_empty(),
+        "{who}: unexpected refusals:\n{}",
+        r.join("\n")
+    );
+}
+
+/// rping's `-v` lines: `rdma-ping-N: ` then characters from 'A' + N on,
+/// cycling through 'A'..='z' (rping.c: `c++; if (c > 122) c = 65`, and the
+/// start advances the same way each ping). The first 20 are checked.
+fn rping_lines(t: &str, prefix: &str, count: usize) {
+    for n in 0..count {
+        let head = format!("{prefix}rdma-ping-{n}: ");
+        let want: String = (0..20)
+            .map(|i| char::from(65 + ((n + i) % 58) as u8))
+            .collect();
+        let got = t
+            .lines()
+            .find_map(|l| l.strip_prefix(&head))
+            .unwrap_or_else(|| panic!("no line {head:?} in:\n{t}"));
+        assert!(got.starts_with(&want), "ping {n}: {got:?}, want {want:?}…");
+    }
+}
+
+/// Waits (at most 10 s) until a device has bound UDP port 4791 at `addr`
+/// (/proc/net/udp), so that a client's REQ finds it.
+fn wait_device(addr: &str) {
+    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
+    for _ in 0..100 {
+        let tab = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+        if tab.contains(&want) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("no device came up at {addr}");
+}
+
+fn rping(count: &str, n: usize, srv: &str, cli: &str, port: &str) {
+    if !common::have("rping") {
         return;
     }
-    let out = run(args);
-    let t = text(&out);
-    assert!(
-        t.contains(progress),
-        "{args:?} did not reach {progress:?}:\n{t}"
+    let (s, c) = pair(
+        srv,
+        &["rping", "-s", "-a", srv, "-p", port, "-v", "-C", count],
+        cli,
+        &["rping", "-c", "-a", srv, "-p", port, "-v", "-C", count],
     );
-    assert!(
-        t.contains("rdma_connect refused (ENOSYS): connection management (IBTA CM MADs on QP1) is not attached"),
-        "{args:?}: the refusal is not logged:\n{t}"
-    );
-    // Nothing before rdma_connect was refused.
-    let refusals: Vec<&str> = t
-        .lines()
-        .filter(|l| l.contains(" refused (") && !l.contains("rdma_connect refused"))
-        .collect();
-    assert!(
-        refusals.is_empty(),
-        "{args:?}: unexpected refusals:\n{}",
-        refusals.join("\n")
-    );
-    assert!(
-        !out.status.success(),
-        "{args:?} cannot succeed without a CM"
-    );
+    rping_lines(&c, "ping data: ", n);
+    rping_lines(&s, "server ping data: ", n);
+    assert!(s.contains("server DISCONNECT EVENT"), "server:\n{s}");
+    no_refusals("rping -c", &c);
 }
 
 #[test]
-fn ucmatose_client_resolves_creates_its_qp_and_stops_at_connect() {
-    reaches_connect(
-        &["ucmatose", "-s", "127.0.0.1"],
-        "cmatose: failure connecting: Function not implemented",
-    );
+fn rping_client_and_server_connect_and_verify_10() {
+    rping("10", 10, "127.0.21.1", "127.0.21.2", "7471");
 }
 
 #[test]
-fn udaddy_client_resolves_creates_its_ud_qp_and_stops_at_connect() {
-    reaches_connect(
-        &["udaddy", "-s", "127.0.0.1"],
-        "udaddy: failure connecting: Function not implemented",
-    );
+fn rping_client_and_server_connect_and_verify_100() {
+    rping("100", 100, "127.0.22.1", "127.0.22.2", "7472");
 }
 
 #[test]
-fn rdma_client_creates_its_endpoint_and_stops_at_connect() {
-    reaches_connect(
-        &["rdma_client", "-s", "127.0.0.1"],
-        "rdma_connect: Function not implemented",
+fn ucmatose_client_and_server_transfer_and_disconnect() {
+    if !common::have("ucmatose") {
+        return;
+    }
+    let (s, c) = pair(
+        "127.0.23.1",
+        &["ucmatose", "-b", "127.0.23.1", "-p", "7473"],
+        "127.0.23.2",
+        &["ucmatose", "-s", "127.0.23.1", "-p", "7473"],
     );
+    for (who, t) in [("server", &s), ("client", &c)] {
+        assert!(t.contains("data transfers complete"), "{who}:\n{t}");
+        assert!(t.contains("return status 0"), "{who}:\n{t}");
+        no_refusals(who, t);
+    }
+    assert!(s.contains("disconnected"), "server:\n{s}");
+}
+
+#[test]
+fn ucmatose_ten_connections() {
+    if !common::have("ucmatose") {
+        return;
+    }
+    let (s, c) = pair(
+        "127.0.24.1",
+        &["ucmatose", "-b", "127.0.24.1", "-p", "7474", "-c", "10"],
+        "127.0.24.2",
+        &["ucmatose", "-s", "127.0.24.1", "-p", "7474", "-c", "10"],
+    );
+    for (who, t) in [("server", &s), ("client", &c)] {
+        assert!(t.contains("data transfers complete"), "{who}:\n{t}");
+        assert!(t.contains("return status 0"), "{who}:\n{t}");
+        no_refusals(who, t);
+    }
+}
+
+#[test]
+fn rdma_server_and_client_exchange_a_message() {
+    if !common::have("rdma_server") {
+        return;
+    }
+    let (s, c) = pair(
+        "127.0.25.1",
+        &["rdma_server", "-s", "127.0.25.1", "-p", "7475"],
+        "127.0.25.2",
+        &["rdma_client", "-s", "127.0.25.1", "-p", "7475"],
+    );
+    assert!(s.contains("rdma_server: end 0"), "server:\n{s}");
+    assert!(c.contains("rdma_client: end 0"), "client:\n{c}");
+    no_refusals("rdma_server", &s);
+    no_refusals("rdma_client", &c);
+}
+
+/// Ends the child it holds (SIGKILL to its PID) when dropped, also after a
+/// failed assertion.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A connect to a port nobody listens on (the address has a device, with a
+/// listener on another port) ends REJECTED with status 8 (invalid service ID),
+/// and rping exits: its CQ thread, blocked in ibv_get_cq_event, is cancelled.
+#[test]
+fn rping_to_a_port_nobody_listens_on_is_rejected() {
+    if !common::have("rping") {
+        return;
+    }
+    // rping itself (no timeout(1) in between), so that the guard's kill ends
+    // the server and not only a wrapper.
+    let srv = Command::new("rping")
+        .args(["-s", "-a", "127.0.26.1", "-p", "7476", "-C", "1"])
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("SOFTVERBS_ADDR", "127.0.26.1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = KillOnDrop(srv);
+    wait_device("127.0.26.1");
+    let mut t = String::new();
+    for _ in 0..40 {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let out = run_at(
+            "127.0.26.2",
+            &["rping", "-c", "-a", "127.0.26.1", "-p", "7477", "-C", "1"],
+        );
+        t = text(&out);
+        assert_ne!(out.status.code(), Some(124), "rping -c hung:\n{t}");
+        if t.contains("RDMA_CM_EVENT_REJECTED") {
+            assert!(!out.status.success());
+            break;
+        }
+    }
+    assert!(
+        t.contains("cma event RDMA_CM_EVENT_REJECTED, error 8"),
+        "{t}"
+    );
+}
+
+/// RDMA_PS_UDP: the client's rdma_connect is a SIDR_REQ, the server's
+/// rdma_accept the SIDR_REP with its QP number and Q_Key; the client's
+/// ESTABLISHED carries them and the address vector, and the datagrams go
+/// both ways (udaddy's default port, 7174).
+#[test]
+fn udaddy_client_and_server_resolve_through_sidr_and_exchange_datagrams() {
+    if !common::have("udaddy") {
+        return;
+    }
+    let (s, c) = pair(
+        "127.0.27.1",
+        &["udaddy", "-b", "127.0.27.1", "-c", "2"],
+        "127.0.27.2",
+        &["udaddy", "-s", "127.0.27.1", "-c", "2"],
+    );
+    for (who, t) in [("server", &s), ("client", &c)] {
+        assert!(t.contains("data transfers complete"), "{who}:\n{t}");
+        assert!(t.contains("return status 0"), "{who}:\n{t}");
+        no_refusals(who, t);
+    }
+    assert!(s.contains("sending replies"), "server:\n{s}");
 }

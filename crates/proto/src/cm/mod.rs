@@ -348,6 +348,11 @@ impl Cm {
         self.out.tx.pop_front()
     }
 
+    /// MADs waiting for [`Cm::poll_transmit`].
+    pub fn transmits_pending(&self) -> usize {
+        self.out.tx.len()
+    }
+
     /// The next event for the owner.
     pub fn poll_event(&mut self) -> Option<CmEvent> {
         self.out.events.pop_front()

@@ -400,7 +400,7 @@ static void endpoints(void)
 	CHECK(rdma_getaddrinfo(NULL, "7475", &hints, &res) == 0, "passive addrinfo");
 	CHECK(rdma_create_ep(&ep, res, NULL, &a) == 0, "passive create_ep");
 	CHECK(rdma_get_src_port(ep) == htons(7475) && ep->qp == NULL, "bound, no QP yet");
-	FAILS_WITH(rdma_listen(ep, 1), ENOSYS); /* the CM is not attached yet */
+	CHECK(rdma_listen(ep, 1) == 0, "the passive endpoint listens");
 	rdma_destroy_ep(ep);
 	rdma_freeaddrinfo(res);
 
@@ -411,24 +411,23 @@ static void endpoints(void)
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qia;
 	CHECK(ibv_query_qp(ep->qp, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_INIT, "QP in INIT");
-	FAILS_WITH(rdma_connect(ep, NULL), ENOSYS); /* the CM is not attached yet */
 	rdma_destroy_ep(ep);
 	rdma_freeaddrinfo(res);
 }
 
-static void not_offered(struct rdma_event_channel *ch)
+static void connection_calls(struct rdma_event_channel *ch)
 {
 	struct rdma_cm_id *id = resolved(ch, RDMA_PS_TCP, "127.0.0.1", 7471);
-	struct rdma_conn_param p = { .qp_num = 1 };
-	FAILS_WITH(rdma_connect(id, &p), ENOSYS);
 	FAILS_WITH(rdma_connect(id, NULL), EINVAL); /* PS_TCP without a QP needs conn_param */
-	FAILS_WITH(rdma_disconnect(id), ENOSYS);
+	FAILS_WITH(rdma_disconnect(id), EINVAL);     /* never connected */
+	FAILS_WITH(rdma_accept(id, NULL), EINVAL);   /* not a connection request */
+	FAILS_WITH(rdma_reject(id, NULL, 0), EINVAL);
 	rdma_destroy_id(id);
 	struct rdma_cm_id *l;
 	CHECK(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0, "id");
-	FAILS_WITH(rdma_listen(l, 4), ENOSYS);
+	CHECK(rdma_listen(l, 4) == 0, "listen");
 	CHECK(l->route.addr.src_addr.sa_family == AF_INET, "listen bound the idle id to the IPv4 wildcard");
-	/* The failed listen left the port shareable through REUSEADDR again. */
+	/* REUSEADDR does not share the port of a listening id. */
 	struct rdma_cm_id *r1, *r2;
 	int one = 1;
 	struct sockaddr_in any = sin_of("0.0.0.0", 7476);
@@ -436,13 +435,151 @@ static void not_offered(struct rdma_event_channel *ch)
 	CHECK(rdma_set_option(r1, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one) == 0 &&
 	      rdma_set_option(r2, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof one) == 0, "REUSEADDR");
 	CHECK(rdma_bind_addr(r1, (struct sockaddr *)&any) == 0, "bind");
-	FAILS_WITH(rdma_listen(r1, 4), ENOSYS);
-	CHECK(rdma_bind_addr(r2, (struct sockaddr *)&any) == 0, "REUSEADDR shares the port of an id that is not listening");
+	CHECK(rdma_listen(r1, 4) == 0, "listen");
+	CHECK(rdma_bind_addr(r2, (struct sockaddr *)&any) == -1, "REUSEADDR does not share a listening id's port");
 	rdma_destroy_id(r1);
 	rdma_destroy_id(r2);
 	rdma_destroy_id(l);
 	FAILS_WITH(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
 	FAILS_WITH(rclose(0), EBADF);
+}
+
+/* The next event on `ch` (within 5 s), which must be `type`. */
+static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, enum rdma_cm_event_type type)
+{
+	struct rdma_cm_event *e;
+	CHECK(readable(ch->fd, 5000), "an event (%s) within 5 s", rdma_event_str(type));
+	CHECK(rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event");
+	CHECK(e->event == type, "event %s (status %d), wanted %s", rdma_event_str(e->event), e->status,
+	      rdma_event_str(type));
+	return e;
+}
+
+static struct rdma_cm_id *client(struct rdma_event_channel *cch, const char *ip, int port, const char *data)
+{
+	struct rdma_cm_id *c = resolved(cch, RDMA_PS_TCP, ip, port);
+	struct ibv_qp_init_attr a = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+				      .qp_type = IBV_QPT_RC };
+	CHECK(rdma_create_qp(c, NULL, &a) == 0, "client QP");
+	struct rdma_conn_param p = { .private_data = data, .private_data_len = strlen(data) + 1,
+				     .responder_resources = 2, .initiator_depth = 1, .retry_count = 5, .rnr_retry_count = 6 };
+	CHECK(rdma_connect(c, &p) == 0, "rdma_connect");
+	return c;
+}
+
+/* A request, as the passive side sees it: the peer's private data after the
+ * rdma_cm header (56 bytes), its QP, its parameters from our side. */
+static struct rdma_cm_id *request(struct rdma_event_channel *sch, struct rdma_cm_id *l, struct rdma_cm_id *c,
+				  const char *data)
+{
+	struct rdma_cm_event *e = next_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *n = e->id;
+	CHECK(e->listen_id == l && n != l && n->verbs == l->verbs && n->channel == sch, "a new id on the listener's channel");
+	CHECK(e->param.conn.private_data_len == 56 && strcmp(e->param.conn.private_data, data) == 0,
+	      "REQ private data (%u bytes)", e->param.conn.private_data_len);
+	CHECK(e->param.conn.qp_num == c->qp->qp_num, "the peer's QP number");
+	CHECK(e->param.conn.responder_resources == 1 && e->param.conn.initiator_depth == 2,
+	      "responder resources / initiator depth seen from this side (%u/%u)", e->param.conn.responder_resources,
+	      e->param.conn.initiator_depth);
+	CHECK(e->param.conn.retry_count == 5 && e->param.conn.rnr_retry_count == 6, "retry counts");
+	CHECK(rdma_get_src_port(n) == rdma_get_src_port(l) && rdma_get_dst_port(n) == rdma_get_src_port(c),
+	      "the new id's ports");
+	rdma_ack_cm_event(e);
+	return n;
+}
+
+static void private_data_both_ways(const char *ip)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel(), *cch = rdma_create_event_channel();
+	CHECK(sch && cch, "channels");
+	struct rdma_cm_id *l;
+	struct sockaddr_in a = sin_of(ip, 7480);
+	CHECK(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(l, (struct sockaddr *)&a) == 0 &&
+	      rdma_listen(l, 2) == 0, "listener");
+
+	/* Rejected, with private data back. */
+	struct rdma_cm_id *c = client(cch, ip, 7480, "hello-req");
+	struct rdma_cm_id *n = request(sch, l, c, "hello-req");
+	CHECK(rdma_reject(n, "no-thanks", 10) == 0, "rdma_reject");
+	struct rdma_cm_event *e = next_event(cch, RDMA_CM_EVENT_REJECTED);
+	CHECK(e->status == 28, "consumer reject: status %d", e->status);
+	CHECK(e->param.conn.private_data_len == 148 && strcmp(e->param.conn.private_data, "no-thanks") == 0,
+	      "REJ private data (%u bytes)", e->param.conn.private_data_len);
+	rdma_ack_cm_event(e);
+	rdma_destroy_id(n);
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+
+	/* Accepted, with private data back; then disconnected from the active side. */
+	c = client(cch, ip, 7480, "again");
+	n = request(sch, l, c, "again");
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	CHECK(rdma_create_qp(n, NULL, &qa) == 0, "server QP");
+	struct rdma_conn_param p = { .private_data = "welcome", .private_data_len = 8, .responder_resources = 1,
+				     .initiator_depth = 2, .rnr_retry_count = 7 };
+	CHECK(rdma_accept(n, &p) == 0, "rdma_accept");
+	e = next_event(cch, RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(e->id == c && e->param.conn.private_data_len == 196 && strcmp(e->param.conn.private_data, "welcome") == 0,
+	      "REP private data (%u bytes)", e->param.conn.private_data_len);
+	CHECK(e->param.conn.qp_num == n->qp->qp_num, "the acceptor's QP number");
+	rdma_ack_cm_event(e);
+	e = next_event(sch, RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(e->id == n, "the passive side is established (RTU)");
+	rdma_ack_cm_event(e);
+	struct ibv_qp_attr qat;
+	struct ibv_qp_init_attr qia;
+	CHECK(ibv_query_qp(c->qp, &qat, IBV_QP_STATE | IBV_QP_DEST_QPN, &qia) == 0 && qat.qp_state == IBV_QPS_RTS &&
+	      qat.dest_qp_num == n->qp->qp_num, "the client's QP is in RTS, connected to the server's");
+	CHECK(ibv_query_qp(n->qp, &qat, IBV_QP_STATE | IBV_QP_DEST_QPN, &qia) == 0 && qat.qp_state == IBV_QPS_RTS &&
+	      qat.dest_qp_num == c->qp->qp_num, "the server's QP is in RTS, connected to the client's");
+	CHECK(rdma_disconnect(c) == 0, "rdma_disconnect");
+	rdma_ack_cm_event(next_event(sch, RDMA_CM_EVENT_DISCONNECTED));
+	CHECK(rdma_disconnect(n) == 0, "rdma_disconnect (DREP)");
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+	CHECK(ibv_query_qp(c->qp, &qat, IBV_QP_STATE, &qia) == 0 && qat.qp_state == IBV_QPS_ERR, "the QP went to ERR");
+
+	/* An active id without a QP: CONNECT_RESPONSE, then rdma_establish sends the RTU. */
+	struct rdma_cm_id *q = resolved(cch, RDMA_PS_TCP, ip, 7480);
+	struct rdma_conn_param qp_less = { .qp_num = 0x4242, .responder_resources = 1, .initiator_depth = 1,
+					   .private_data = "bare", .private_data_len = 5 };
+	CHECK(rdma_connect(q, &qp_less) == 0, "rdma_connect without a QP");
+	struct rdma_cm_event *r = next_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *m = r->id;
+	CHECK(r->param.conn.qp_num == 0x4242 && strcmp(r->param.conn.private_data, "bare") == 0, "the QP number given");
+	rdma_ack_cm_event(r);
+	CHECK(rdma_create_qp(m, NULL, &qa) == 0, "server QP");
+	CHECK(rdma_accept(m, NULL) == 0, "rdma_accept without conn_param");
+	e = next_event(cch, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	CHECK(e->id == q && e->param.conn.qp_num == m->qp->qp_num, "CONNECT_RESPONSE with the acceptor's QP");
+	rdma_ack_cm_event(e);
+	CHECK(rdma_establish(q) == 0, "rdma_establish");
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(next_event(sch, RDMA_CM_EVENT_ESTABLISHED));
+	CHECK(rdma_disconnect(m) == 0, "rdma_disconnect from the passive side");
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+	CHECK(rdma_disconnect(q) == 0, "rdma_disconnect (DREP)");
+	rdma_ack_cm_event(next_event(sch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_destroy_qp(m);
+	rdma_destroy_id(m);
+	rdma_destroy_id(q);
+
+	/* Nobody listens on 7481: the REQ is rejected (invalid service ID, 8). */
+	struct rdma_cm_id *x = client(cch, ip, 7481, "anyone?");
+	e = next_event(cch, RDMA_CM_EVENT_REJECTED);
+	CHECK(e->id == x && e->status == 8, "invalid service ID: status %d", e->status);
+	rdma_ack_cm_event(e);
+	rdma_destroy_qp(x);
+	rdma_destroy_id(x);
+
+	rdma_destroy_qp(n);
+	rdma_destroy_id(n);
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+	rdma_destroy_id(l);
+	CHECK(!readable(sch->fd, 0) && !readable(cch->fd, 0), "no stray events");
+	rdma_destroy_event_channel(sch);
+	rdma_destroy_event_channel(cch);
 }
 
 int main(void)
@@ -469,7 +606,8 @@ int main(void)
 	migrate(ch);
 	addrinfo();
 	endpoints();
-	not_offered(ch);
+	connection_calls(ch);
+	private_data_both_ways(dev_ip);
 	CHECK(!readable(ch->fd, 0), "no stray events");
 	rdma_destroy_event_channel(ch);
 	printf("ok\n");

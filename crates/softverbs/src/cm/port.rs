@@ -122,6 +122,25 @@ impl CmPort {
         Ok(self.dev.cm(|e, _| e.cm_mut().qp_attrs(id, target))?)
     }
 
+    /// Waits (at most `timeout`) until the progress thread has taken every
+    /// MAD the CM queued, then 2 ms more for it to leave through the socket:
+    /// a process about to exit (its CM dies with it, unlike the kernel's)
+    /// calls this so that its last REJ, DREQ or DREP still goes out. True
+    /// when the queue emptied in time.
+    pub fn flush(&self, timeout: std::time::Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if self.dev.cm(|e, _| e.cm_mut().transmits_pending()) == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// SIDR_REQ for `port` of `ps` at `peer`; the answer arrives on `ch`.
     pub fn sidr_request(
         &self,

@@ -1,0 +1,965 @@
+//! [`SoftCm`]: the connection calls over the device's CM, reached through
+//! libibverbs' private interface (`softverbs_cm_*` in `SOFTVERBS_PRIVATE_1`,
+//! spec/rdmacm-abi.md §5).
+//!
+//! One CM channel per device context; a thread per channel takes the CM's
+//! events and does what the kernel's cma.c and rdma-core's librdmacm do with
+//! them: a CONNECT_REQUEST makes a new id (on the listener's channel, its
+//! `verbs` the listener's device, its QP made from `rdma_create_ep`'s
+//! attributes), a REP drives the id's QP INIT→RTR→RTS and sends the RTU
+//! before ESTABLISHED is reported (`ucma_process_conn_resp`), and every event
+//! is queued on the id's rdma_cm channel, whose fd becomes readable.
+
+use crate::channel::{self, Pending};
+use crate::conn::Cm;
+use crate::device;
+use crate::ffi::*;
+use crate::id::{self, IdBlock, State};
+use crate::net;
+use crate::util::*;
+use crate::verbs::{self, cm as sv};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+const IBV_QPS_INIT: u32 = 1;
+const IBV_QPS_RTR: u32 = 2;
+const IBV_QPS_RTS: u32 = 3;
+const IBV_QPS_ERR: u32 = 6;
+const IBV_QP_STATE: c_int = 1;
+
+/// What the CM knows of one rdma_cm id.
+#[derive(Debug, Default, Clone)]
+struct IdCm {
+    /// The device context of its connection.
+    ctx: usize,
+    conn: Option<u32>,
+    /// (context, listen handle) per device listened on.
+    listens: Vec<(usize, u64)>,
+    /// The REQ's responder resources / initiator depth (passive side).
+    req_rr: u8,
+    req_id: u8,
+    established: bool,
+    disconnected: bool,
+}
+
+#[derive(Default)]
+struct Tables {
+    /// (context, connection) -> id address.
+    conns: HashMap<(usize, u32), usize>,
+    /// (context, listen handle) -> listening id address.
+    listens: HashMap<(usize, u64), usize>,
+    ids: HashMap<usize, IdCm>,
+    /// context -> CM channel.
+    channels: HashMap<usize, usize>,
+}
+
+static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
+/// Held while the event thread handles an event, so that `rdma_destroy_id`
+/// never frees an id the thread is using.
+static DISPATCH: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    static ON_EVENT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn tables<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
+    f(lock(&TABLES).get_or_insert_with(Tables::default))
+}
+
+fn id_cm(b: &IdBlock) -> Option<IdCm> {
+    tables(|t| t.ids.get(&b.addr()).cloned())
+}
+
+/// The connection manager of softverbs' devices.
+pub(crate) struct SoftCm;
+
+/// The CM channel of `ctx`, made (with its event thread) on first use.
+fn channel_for(verb: &str, ctx: *mut ibv_context) -> Result<*mut sv::SoftverbsCmChannel, c_int> {
+    let key = ctx as usize;
+    let mut g = lock(&TABLES);
+    let t = g.get_or_insert_with(Tables::default);
+    if let Some(&c) = t.channels.get(&key) {
+        return Ok(c as *mut sv::SoftverbsCmChannel);
+    }
+    let mut ch = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let r = unsafe { sv::softverbs_cm_channel_create(&raw mut ch) };
+    if r != 0 {
+        return Err(refuse(verb, r, "libibverbs could not make a CM channel"));
+    }
+    let chan = ch as usize;
+    std::thread::Builder::new()
+        .name("rdmacm-events".into())
+        .spawn(move || event_thread(key, chan))
+        .map_err(|e| refuse(verb, libc::EAGAIN, format_args!("the CM event thread: {e}")))?;
+    t.channels.insert(key, chan);
+    Ok(ch)
+}
+
+fn random_psn() -> u32 {
+    let mut v: u32 = 0;
+    // SAFETY: getrandom(2) into a u32.
+    let n = unsafe { libc::getrandom((&raw mut v).cast::<c_void>(), 4, libc::GRND_NONBLOCK) };
+    if n != 4 {
+        v = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    }
+    v & 0x00ff_ffff
+}
+
+fn ctx_of(b: &IdBlock) -> *mut ibv_context {
+    // SAFETY: `verbs` is set once when the id gets its device.
+    unsafe { (*b.c()).verbs }
+}
+
+fn qp_of(b: &IdBlock) -> *mut ibv_qp {
+    // SAFETY: the id's own field.
+    unsafe { (*b.c()).qp }
+}
+
+/// Moves the id's QP to `state` with the CM's attributes for it (rdma-core
+/// `ucma_modify_qp_rtr`/`_rts`: INIT again first, then RTR, then RTS).
+fn modify_qp(
+    verb: &str,
+    ctx: *mut ibv_context,
+    conn: u32,
+    qp: *mut ibv_qp,
+    state: u32,
+    rq_psn: Option<u32>,
+) -> Result<(), c_int> {
+    // SAFETY: all-zero is a valid ibv_qp_attr.
+    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    let mut mask: c_int = 0;
+    // SAFETY: an open context and valid out-pointers.
+    let r = unsafe { sv::softverbs_cm_qp_attr(ctx, conn, state, &raw mut attr, &raw mut mask) };
+    if r != 0 {
+        return Err(refuse(
+            verb,
+            r,
+            format_args!("the CM has no attributes for QP state {state}"),
+        ));
+    }
+    if let Some(psn) = rq_psn.filter(|_| state == IBV_QPS_RTR) {
+        attr.rq_psn = psn;
+    }
+    // SAFETY: the id's QP.
+    match unsafe { verbs::ibv_modify_qp(qp, &raw mut attr, mask) } {
+        0 => Ok(()),
+        e => Err(refuse(
+            verb,
+            e,
+            format_args!("ibv_modify_qp to state {state} with the CM's attributes failed"),
+        )),
+    }
+}
+
+/// INIT (again), RTR, RTS with the CM's attributes; `rq_psn`: the passive
+/// side's own starting PSN, chosen before the REP that announces it.
+fn connect_qp(
+    verb: &str,
+    ctx: *mut ibv_context,
+    conn: u32,
+    qp: *mut ibv_qp,
+    rq_psn: Option<u32>,
+) -> Result<(), c_int> {
+    for s in [IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] {
+        modify_qp(verb, ctx, conn, qp, s, rq_psn)?;
+    }
+    Ok(())
+}
+
+fn qp_to_err(qp: *mut ibv_qp) {
+    if qp.is_null() {
+        return;
+    }
+    // SAFETY: all-zero is a valid ibv_qp_attr.
+    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    attr.qp_state = IBV_QPS_ERR;
+    // SAFETY: the id's QP.
+    unsafe { verbs::ibv_modify_qp(qp, &raw mut attr, IBV_QP_STATE) };
+}
+
+fn bytes<'a>(p: *const c_void, len: u8) -> &'a [u8] {
+    if p.is_null() || len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's buffer of `len` bytes.
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), usize::from(len)) }
+    }
+}
+
+/// A conn event for `id`, with `private_data` (its length as the kernel
+/// reports it: the whole field of the message).
+fn conn_pending(
+    id: usize,
+    event: u32,
+    status: c_int,
+    ev: &sv::SoftverbsCmEvent,
+    private_data: &[u8],
+) -> Pending {
+    let mut p = Pending::new(id, event, status);
+    p.param.conn = rdma_conn_param {
+        private_data: std::ptr::null(),
+        private_data_len: u8::try_from(private_data.len()).unwrap_or(u8::MAX),
+        responder_resources: ev.responder_resources,
+        initiator_depth: ev.initiator_depth,
+        flow_control: ev.flow_control,
+        retry_count: ev.retry_count,
+        rnr_retry_count: ev.rnr_retry_count,
+        srq: ev.srq,
+        qp_num: ev.remote_qpn,
+    };
+    p.private_data = private_data.to_vec();
+    p
+}
+
+fn post(b: &IdBlock, p: Pending) {
+    let st = b.lock();
+    st.channel.push(p);
+}
+
+fn event_thread(ctx: usize, chan: usize) {
+    ON_EVENT_THREAD.with(|f| f.set(true));
+    let ch = chan as *mut sv::SoftverbsCmChannel;
+    loop {
+        // SAFETY: all-zero is a valid event (plain numbers and arrays).
+        let mut ev: sv::SoftverbsCmEvent = unsafe { std::mem::zeroed() };
+        // SAFETY: our channel, never destroyed; a valid out-pointer.
+        if unsafe { sv::softverbs_cm_get_event(ch, 1000, &raw mut ev) } != 0 {
+            continue;
+        }
+        let _g = lock(&DISPATCH);
+        dispatch(ctx as *mut ibv_context, &ev);
+    }
+}
+
+fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
+    const VERB: &str = "rdma_get_cm_event";
+    let key = ctx as usize;
+    tracing::debug!(target: "softverbs", "CM event {} for connection {:#x}", ev.kind, ev.id);
+    let pd = &ev.private_data[..(ev.private_data_len as usize).min(256)];
+    if ev.kind == sv::CONNECT_REQUEST || ev.kind == sv::SIDR_REQUEST {
+        let listener = tables(|t| t.listens.get(&(key, ev.listen)).copied()).and_then(id::live);
+        match listener {
+            Some(l) => {
+                if let Err(e) = connect_request(ctx, l, ev, pd, ev.kind == sv::SIDR_REQUEST) {
+                    tracing::warn!(target: "softverbs", "{VERB}: a connection request was refused ({}): no id for it", errno_name(e));
+                    // SAFETY: an open context.
+                    unsafe { sv::softverbs_cm_reject(ctx, ev.id, std::ptr::null(), 0) };
+                }
+            }
+            // SAFETY: an open context.
+            None => unsafe {
+                sv::softverbs_cm_reject(ctx, ev.id, std::ptr::null(), 0);
+            },
+        }
+        return;
+    }
+    let Some(b) = tables(|t| t.conns.get(&(key, ev.id)).copied()).and_then(id::live) else {
+        tracing::debug!(target: "softverbs", "CM event {} for a destroyed id", ev.kind);
+        return;
+    };
+    let set = |f: &dyn Fn(&mut IdCm) -> bool| tables(|t| t.ids.get_mut(&b.addr()).is_some_and(f));
+    match ev.kind {
+        sv::CONNECT_RESPONSE => {
+            let qp = qp_of(b);
+            if qp.is_null() {
+                // The program moves its QP itself, then calls rdma_establish.
+                post(
+                    b,
+                    conn_pending(b.addr(), RDMA_CM_EVENT_CONNECT_RESPONSE, 0, ev, pd),
+                );
+                return;
+            }
+            let r = connect_qp(VERB, ctx, ev.id, qp, None).and_then(|()| {
+                // SAFETY: an open context.
+                match unsafe { sv::softverbs_cm_ready_to_use(ctx, ev.id) } {
+                    0 => Ok(()),
+                    e => Err(refuse(VERB, e, "the RTU could not be sent")),
+                }
+            });
+            match r {
+                Ok(()) => {
+                    if set(&|c| !std::mem::replace(&mut c.established, true)) {
+                        post(
+                            b,
+                            conn_pending(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0, ev, pd),
+                        );
+                    }
+                }
+                Err(e) => {
+                    // SAFETY: an open context.
+                    unsafe { sv::softverbs_cm_reject(ctx, ev.id, std::ptr::null(), 0) };
+                    post(b, Pending::new(b.addr(), RDMA_CM_EVENT_CONNECT_ERROR, -e));
+                }
+            }
+        }
+        sv::ESTABLISHED if set(&|c| !std::mem::replace(&mut c.established, true)) => {
+            post(b, Pending::new(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0));
+        }
+        sv::REJECTED => {
+            qp_to_err(qp_of(b));
+            let status = c_int::try_from(ev.status).unwrap_or(c_int::MAX);
+            post(
+                b,
+                conn_pending(b.addr(), RDMA_CM_EVENT_REJECTED, status, ev, pd),
+            );
+        }
+        sv::SIDR_RESOLVED => {
+            let mut p = Pending::new(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0);
+            let ud = ud_param(b.dst().map(|(ip, _)| ip), ev, pd);
+            p.param.ud = ud;
+            p.private_data = pd.to_vec();
+            post(b, p);
+        }
+        sv::SIDR_UNREACHABLE => {
+            // Kernel `cma_sidr_rep_handler`: UNREACHABLE, status the SIDR_REP's.
+            let status = if ev.status == 0x100 {
+                -libc::ETIMEDOUT
+            } else {
+                c_int::try_from(ev.status).unwrap_or(c_int::MAX)
+            };
+            post(b, Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, status));
+        }
+        sv::UNREACHABLE => {
+            qp_to_err(qp_of(b));
+            post(
+                b,
+                Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT),
+            );
+        }
+        sv::DISCONNECTED if set(&|c| !std::mem::replace(&mut c.disconnected, true)) => {
+            qp_to_err(qp_of(b));
+            post(b, Pending::new(b.addr(), RDMA_CM_EVENT_DISCONNECTED, 0));
+        }
+        _ => {}
+    }
+}
+
+/// `param.ud` of a SIDR event: the private data's length, the address
+/// vector to `peer` (a RoCE GRH, port 1, source GID 0), the QP and Q_Key.
+fn ud_param(peer: Option<IpAddr>, ev: &sv::SoftverbsCmEvent, pd: &[u8]) -> rdma_ud_param {
+    // SAFETY: all-zero is a valid rdma_ud_param (NULL pointer, numbers).
+    let mut ud: rdma_ud_param = unsafe { std::mem::zeroed() };
+    ud.private_data_len = u8::try_from(pd.len()).unwrap_or(u8::MAX);
+    if let Some(ip) = peer {
+        ud.ah_attr.grh.dgid.raw = net::gid_of(ip);
+        ud.ah_attr.grh.hop_limit = 64;
+        ud.ah_attr.is_global = 1;
+        ud.ah_attr.port_num = 1;
+    }
+    ud.qp_num = ev.remote_qpn;
+    ud.qkey = ev.qkey;
+    ud
+}
+
+/// The rdma_cm header's addresses: (peer, peer port, our address).
+fn cma_addrs(pd: &[u8]) -> Option<(IpAddr, u16, IpAddr)> {
+    if pd.len() < 36 {
+        return None;
+    }
+    let ipv = pd[1] >> 4;
+    let port = u16::from_be_bytes([pd[2], pd[3]]);
+    let addr = |a: &[u8]| -> Option<IpAddr> {
+        match ipv {
+            4 => Some(IpAddr::from(<[u8; 4]>::try_from(&a[12..16]).ok()?)),
+            6 => Some(IpAddr::from(<[u8; 16]>::try_from(a).ok()?)),
+            _ => None,
+        }
+    };
+    Some((addr(&pd[4..20])?, port, addr(&pd[20..36])?))
+}
+
+/// CONNECT_REQUEST: a new id for the request (rdma-core
+/// `ucma_process_conn_req`), the event on the listener's channel.
+fn connect_request(
+    ctx: *mut ibv_context,
+    l: &IdBlock,
+    ev: &sv::SoftverbsCmEvent,
+    pd: &[u8],
+    sidr: bool,
+) -> Result<(), c_int> {
+    const VERB: &str = "rdma_get_cm_event";
+    let (peer, peer_port, local) = cma_addrs(pd).ok_or_else(|| {
+        refuse(
+            VERB,
+            libc::EINVAL,
+            "the REQ's private data has no rdma_cm header",
+        )
+    })?;
+    let dev = device::devices(VERB)?
+        .iter()
+        .find(|d| d.ctx == ctx)
+        .ok_or_else(|| {
+            refuse(
+                VERB,
+                libc::ENODEV,
+                "the request came through a device librdmacm does not know",
+            )
+        })?;
+    let (lchan, sync, context, passive) = {
+        let st = l.lock();
+        // SAFETY: the listener's fields.
+        let c = unsafe { &*l.c() };
+        (
+            c.channel,
+            st.sync_channel.is_some(),
+            c.context,
+            st.passive_qp_attr.as_deref().map(|a| {
+                // SAFETY: a plain C struct, copied bit for bit as rdma-core does.
+                unsafe { std::ptr::read(a) }
+            }),
+        )
+    };
+    let lport = l.src().map_or(0, |(_, p)| p);
+    let new = id::create(
+        VERB,
+        if sync { std::ptr::null_mut() } else { lchan },
+        context,
+        l.ps(),
+        l.qp_type(),
+    )?;
+    let nb = id::id_block(VERB, new)?;
+    {
+        let mut st = nb.lock();
+        let local = if local.is_unspecified() {
+            dev.addrs.first().copied().unwrap_or(local)
+        } else {
+            local
+        };
+        nb.attach(&mut st, dev, local, VERB)?;
+        // SAFETY: under the new id's lock.
+        unsafe {
+            let c = &mut *nb.c();
+            c.route.addr.src = net::to_storage(local, lport);
+            c.route.addr.dst = net::to_storage(peer, peer_port);
+            c.route.addr.ibaddr.dgid.raw = net::gid_of(peer);
+        }
+        st.state = State::Connect;
+    }
+    tables(|t| {
+        t.conns.insert((ctx as usize, ev.id), nb.addr());
+        t.ids.insert(
+            nb.addr(),
+            IdCm {
+                ctx: ctx as usize,
+                conn: Some(ev.id),
+                req_rr: ev.responder_resources,
+                req_id: ev.initiator_depth,
+                ..IdCm::default()
+            },
+        );
+    });
+    if let Some(mut attr) = passive {
+        // SAFETY: the new id and a copy of the listener's attributes.
+        let r = unsafe { crate::qp::rdma_create_qp_impl(new, (*l.c()).pd, &raw mut attr) };
+        if r != 0 {
+            tracing::warn!(target: "softverbs", "{VERB}: the passive endpoint's QP could not be made for a request");
+        }
+    }
+    let user = &pd[36..];
+    let mut p = conn_pending(nb.addr(), RDMA_CM_EVENT_CONNECT_REQUEST, 0, ev, user);
+    if sidr {
+        // Kernel `cma_req_handler` for a SIDR_REQ: `param.ud`, 216 − 36 bytes.
+        p.param.ud = ud_param(Some(peer), ev, user);
+    }
+    p.listen_id = l.addr();
+    post(l, p);
+    Ok(())
+}
+
+/// rdma-core's default responder resources / initiator depth without conn_param.
+const DEFAULT_RD_ATOMIC: u8 = 16;
+
+impl Cm for SoftCm {
+    fn connect(&self, b: &IdBlock, param: Option<&rdma_conn_param>) -> Result<(), c_int> {
+        const VERB: &str = "rdma_connect";
+        let ctx = ctx_of(b);
+        let ch = channel_for(VERB, ctx)?;
+        if b.qp_type() == IBV_QPT_UD {
+            return self.sidr_connect(b, ctx, ch, param);
+        }
+        let qp = qp_of(b);
+        // SAFETY: the id's fields, owned by the caller.
+        let (c, srq) = unsafe { (&*b.c(), !(*b.c()).srq.is_null()) };
+        let connect_data = b.lock().connect_data.clone();
+        let data = match param {
+            Some(p) => bytes(p.private_data, p.private_data_len).to_vec(),
+            None => connect_data,
+        };
+        // SAFETY: all-zero is a valid ibv_port_attr.
+        let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: an open context.
+        if unsafe { verbs::ibv_query_port(ctx, c.port_num, &raw mut pa) } != 0 {
+            return Err(refuse(
+                VERB,
+                libc::EINVAL,
+                "ibv_query_port failed on the id's port",
+            ));
+        }
+        let p = sv::SoftverbsCmConnect {
+            src: c.route.addr.src,
+            dst: c.route.addr.dst,
+            ps: b.ps(),
+            // SAFETY: the id's QP.
+            qp_num: if qp.is_null() {
+                param.map_or(0, |p| p.qp_num)
+            } else {
+                unsafe { (*qp).qp_num }
+            },
+            starting_psn: random_psn(),
+            responder_resources: param.map_or(DEFAULT_RD_ATOMIC, |p| p.responder_resources),
+            initiator_depth: param.map_or(DEFAULT_RD_ATOMIC, |p| p.initiator_depth),
+            flow_control: param.map_or(1, |p| p.flow_control),
+            retry_count: param.map_or(7, |p| p.retry_count.min(7)),
+            rnr_retry_count: param.map_or(7, |p| p.rnr_retry_count.min(7)),
+            srq: u8::from(srq || param.is_some_and(|p| p.srq != 0)),
+            path_mtu: u8::try_from(pa.active_mtu).unwrap_or(1),
+            uc: u8::from(b.qp_type() == IBV_QPT_UC),
+            packet_life_time: 18,
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            private_data_len: u8::try_from(data.len())
+                .map_err(|_| refuse(VERB, libc::EINVAL, "private data longer than 255 bytes"))?,
+            private_data: data.as_ptr().cast(),
+        };
+        let mut conn = 0u32;
+        // The answer may come before the id is in the tables: the event
+        // thread waits for them.
+        let _dispatch = lock(&DISPATCH);
+        // SAFETY: an open context, our channel, parameters that live through the call.
+        let r = unsafe { sv::softverbs_cm_connect(ctx, ch, &raw const p, &raw mut conn) };
+        if r != 0 {
+            return Err(refuse(VERB, r, "the CM refused the REQ"));
+        }
+        tables(|t| {
+            t.conns.insert((ctx as usize, conn), b.addr());
+            let e = t.ids.entry(b.addr()).or_default();
+            e.ctx = ctx as usize;
+            e.conn = Some(conn);
+        });
+        b.lock().state = State::Connect;
+        Ok(())
+    }
+
+    fn listen(&self, b: &IdBlock, _backlog: c_int) -> Result<(), c_int> {
+        const VERB: &str = "rdma_listen";
+        let port = b.src().map_or(0, |(_, p)| p);
+        let ctx = ctx_of(b);
+        let ctxs: Vec<*mut ibv_context> = if ctx.is_null() {
+            device::devices(VERB)?.iter().map(|d| d.ctx).collect()
+        } else {
+            vec![ctx]
+        };
+        let mut done = Vec::new();
+        let _dispatch = lock(&DISPATCH);
+        for ctx in ctxs {
+            let r = channel_for(VERB, ctx).and_then(|ch| {
+                let mut l = 0u64;
+                // SAFETY: an open context, our channel, a valid out-pointer.
+                match unsafe { sv::softverbs_cm_listen(ctx, ch, b.ps(), port, &raw mut l) } {
+                    0 => Ok(l),
+                    e => Err(refuse(
+                        VERB,
+                        e,
+                        format_args!("the CM refused to listen on port {port}"),
+                    )),
+                }
+            });
+            match r {
+                Ok(l) => done.push((ctx as usize, l)),
+                Err(e) => {
+                    for (c, l) in done {
+                        // SAFETY: an open context.
+                        unsafe { sv::softverbs_cm_stop_listening(c as *mut ibv_context, l) };
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        tables(|t| {
+            for k in &done {
+                t.listens.insert(*k, b.addr());
+            }
+            t.ids.entry(b.addr()).or_default().listens = done;
+        });
+        Ok(())
+    }
+
+    fn accept(&self, b: &IdBlock, param: Option<&rdma_conn_param>) -> Result<(), c_int> {
+        const VERB: &str = "rdma_accept";
+        let c = id_cm(b)
+            .filter(|c| c.conn.is_some())
+            .ok_or_else(|| refuse(VERB, libc::EINVAL, "the id is not a connection request"))?;
+        let conn = c.conn.unwrap_or(0);
+        let ctx = c.ctx as *mut ibv_context;
+        if b.qp_type() == IBV_QPT_UD {
+            let data = param.map_or(&[][..], |p| bytes(p.private_data, p.private_data_len));
+            let qp = qp_of(b);
+            // SAFETY: the id's QP.
+            let qpn = if qp.is_null() {
+                param.map_or(0, |p| p.qp_num)
+            } else {
+                unsafe { (*qp).qp_num }
+            };
+            return sidr_reply(VERB, b, ctx, conn, 0, qpn, data);
+        }
+        let qp = qp_of(b);
+        // SAFETY: the id's SRQ field.
+        let srq = !unsafe { (*b.c()).srq }.is_null();
+        let data = param.map_or(&[][..], |p| bytes(p.private_data, p.private_data_len));
+        let a = sv::SoftverbsCmAccept {
+            // SAFETY: the id's QP.
+            qp_num: if qp.is_null() {
+                param.map_or(0, |p| p.qp_num)
+            } else {
+                unsafe { (*qp).qp_num }
+            },
+            starting_psn: random_psn(),
+            responder_resources: param.map_or(c.req_rr, |p| p.responder_resources),
+            initiator_depth: param.map_or(c.req_id, |p| p.initiator_depth),
+            flow_control: param.map_or(1, |p| p.flow_control),
+            rnr_retry_count: param.map_or(7, |p| p.rnr_retry_count.min(7)),
+            srq: u8::from(srq || param.is_some_and(|p| p.srq != 0)),
+            private_data_len: data.len() as u8,
+            private_data: data.as_ptr().cast(),
+        };
+        // Kernel order (`rdma_accept` → `ucma_modify_qp_rtr`/`_rts`): the QP
+        // is in RTS, its RQ PSN the one the REP announces, before the REP goes.
+        if !qp.is_null() {
+            connect_qp(VERB, ctx, conn, qp, Some(a.starting_psn))?;
+        }
+        // SAFETY: an open context, parameters that live through the call.
+        let r = unsafe { sv::softverbs_cm_accept(ctx, conn, &raw const a) };
+        if r != 0 {
+            return Err(refuse(VERB, r, "the CM refused the REP"));
+        }
+        Ok(())
+    }
+
+    fn reject(&self, b: &IdBlock, private_data: &[u8]) -> Result<(), c_int> {
+        const VERB: &str = "rdma_reject";
+        let c = id_cm(b)
+            .filter(|c| c.conn.is_some())
+            .ok_or_else(|| refuse(VERB, libc::EINVAL, "the id is not a connection request"))?;
+        if b.qp_type() == IBV_QPT_UD {
+            // SIDR_REP status 2 (rejected), kernel `rdma_reject` for UD.
+            return sidr_reply(
+                VERB,
+                b,
+                c.ctx as *mut ibv_context,
+                c.conn.unwrap_or(0),
+                2,
+                0,
+                private_data,
+            );
+        }
+        let len = u8::try_from(private_data.len()).unwrap_or(u8::MAX);
+        // SAFETY: an open context and the caller's bytes.
+        match unsafe {
+            sv::softverbs_cm_reject(
+                c.ctx as *mut ibv_context,
+                c.conn.unwrap_or(0),
+                private_data.as_ptr().cast(),
+                len,
+            )
+        } {
+            0 => Ok(()),
+            e => Err(refuse(VERB, e, "the CM refused the REJ")),
+        }
+    }
+
+    fn disconnect(&self, b: &IdBlock) -> Result<(), c_int> {
+        const VERB: &str = "rdma_disconnect";
+        let c = id_cm(b)
+            .filter(|c| c.conn.is_some())
+            .ok_or_else(|| refuse(VERB, libc::EINVAL, "the id has no connection"))?;
+        qp_to_err(qp_of(b));
+        // Kernel `rdma_disconnect`: a DREQ, else a DREP; when neither is due
+        // (the peer's DREQ was answered already: TimeWait) the call still
+        // succeeds.
+        // SAFETY: an open context.
+        let r =
+            unsafe { sv::softverbs_cm_disconnect(c.ctx as *mut ibv_context, c.conn.unwrap_or(0)) };
+        if r != 0 {
+            tracing::debug!(target: "softverbs", "{VERB}: neither DREQ nor DREP was due (the connection is down already)");
+        }
+        Ok(())
+    }
+
+    fn notify(&self, b: &IdBlock, event: c_int) -> Result<(), c_int> {
+        const IBV_EVENT_COMM_EST: c_int = 4;
+        if event != IBV_EVENT_COMM_EST {
+            // Kernel `ib_cm_notify`: other events are accepted and ignored here.
+            return Ok(());
+        }
+        self.establish_passive(b)
+    }
+
+    fn establish(&self, b: &IdBlock) -> Result<(), c_int> {
+        const VERB: &str = "rdma_establish";
+        if !qp_of(b).is_null() {
+            return Err(refuse(
+                VERB,
+                libc::EINVAL,
+                "the id has a QP: librdmacm completes its connection itself",
+            ));
+        }
+        let c = id_cm(b)
+            .filter(|c| c.conn.is_some())
+            .ok_or_else(|| refuse(VERB, libc::EINVAL, "the id has no connection"))?;
+        // SAFETY: an open context.
+        match unsafe {
+            sv::softverbs_cm_ready_to_use(c.ctx as *mut ibv_context, c.conn.unwrap_or(0))
+        } {
+            0 => {
+                let first = tables(|t| {
+                    t.ids
+                        .get_mut(&b.addr())
+                        .is_some_and(|c| !std::mem::replace(&mut c.established, true))
+                });
+                if first {
+                    post(b, Pending::new(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0));
+                }
+                Ok(())
+            }
+            e => Err(refuse(VERB, e, "the CM refused the RTU")),
+        }
+    }
+
+    fn multicast(
+        &self,
+        b: &IdBlock,
+        group: IpAddr,
+        join: bool,
+        context: *mut c_void,
+    ) -> Result<(), c_int> {
+        crate::conn::NoCm.multicast(b, group, join, context)
+    }
+
+    fn init_qp_attr(&self, b: &IdBlock, attr: &mut ibv_qp_attr) -> Option<Result<c_int, c_int>> {
+        const VERB: &str = "rdma_init_qp_attr";
+        let c = id_cm(b)?;
+        let conn = c.conn?;
+        if b.qp_type() == IBV_QPT_UD {
+            return None;
+        }
+        let mut mask: c_int = 0;
+        // SAFETY: an open context and valid out-pointers.
+        let r = unsafe {
+            sv::softverbs_cm_qp_attr(
+                c.ctx as *mut ibv_context,
+                conn,
+                attr.qp_state,
+                attr,
+                &raw mut mask,
+            )
+        };
+        Some(if r == 0 {
+            Ok(mask)
+        } else {
+            Err(refuse(
+                VERB,
+                r,
+                "the CM has no QP attributes for that state",
+            ))
+        })
+    }
+
+    fn destroy(&self, b: &IdBlock) {
+        let Some(c) = tables(|t| {
+            let c = t.ids.remove(&b.addr())?;
+            if let Some(conn) = c.conn {
+                t.conns.remove(&(c.ctx, conn));
+            }
+            for k in &c.listens {
+                t.listens.remove(k);
+            }
+            Some(c)
+        }) else {
+            return;
+        };
+        // SAFETY: open contexts.
+        unsafe {
+            if let Some(conn) = c.conn {
+                sv::softverbs_cm_destroy(c.ctx as *mut ibv_context, conn);
+                // The device's CM ends with the process, which may exit right
+                // after this: the DREP/REJ/DREQ just queued must leave first.
+                sv::softverbs_cm_flush(c.ctx as *mut ibv_context, 200);
+            }
+            for (ctx, l) in c.listens {
+                sv::softverbs_cm_stop_listening(ctx as *mut ibv_context, l);
+            }
+        }
+        if !ON_EVENT_THREAD.with(std::cell::Cell::get) {
+            // Waits for an event being handled with this id to be done.
+            drop(lock(&DISPATCH));
+        }
+    }
+}
+
+/// Sends the SIDR_REP and forgets the request (the CM does too).
+fn sidr_reply(
+    verb: &str,
+    b: &IdBlock,
+    ctx: *mut ibv_context,
+    conn: u32,
+    status: u8,
+    qpn: u32,
+    data: &[u8],
+) -> Result<(), c_int> {
+    let len = u8::try_from(data.len()).unwrap_or(u8::MAX);
+    // SAFETY: an open context and the caller's bytes.
+    let r = unsafe {
+        sv::softverbs_cm_sidr_reply(
+            ctx,
+            conn,
+            status,
+            qpn,
+            RDMA_UDP_QKEY,
+            data.as_ptr().cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        return Err(refuse(verb, r, "the CM refused the SIDR_REP"));
+    }
+    tables(|t| {
+        t.conns.remove(&(ctx as usize, conn));
+        if let Some(c) = t.ids.get_mut(&b.addr()) {
+            c.conn = None;
+        }
+    });
+    Ok(())
+}
+
+impl SoftCm {
+    /// `rdma_connect` on a UD id: a SIDR_REQ (kernel `cma_resolve_ib_udp`).
+    fn sidr_connect(
+        &self,
+        b: &IdBlock,
+        ctx: *mut ibv_context,
+        ch: *mut sv::SoftverbsCmChannel,
+        param: Option<&rdma_conn_param>,
+    ) -> Result<(), c_int> {
+        const VERB: &str = "rdma_connect";
+        let connect_data = b.lock().connect_data.clone();
+        let data = match param {
+            Some(p) => bytes(p.private_data, p.private_data_len).to_vec(),
+            None => connect_data,
+        };
+        // SAFETY: the id's addresses, owned by the caller.
+        let (src, dst) = unsafe { ((*b.c()).route.addr.src, (*b.c()).route.addr.dst) };
+        let mut conn = 0u32;
+        let _dispatch = lock(&DISPATCH);
+        // SAFETY: an open context, our channel, addresses and bytes that live through the call.
+        let r = unsafe {
+            sv::softverbs_cm_sidr_request(
+                ctx,
+                ch,
+                &raw const src,
+                &raw const dst,
+                b.ps(),
+                data.as_ptr().cast(),
+                u8::try_from(data.len()).unwrap_or(u8::MAX),
+                &raw mut conn,
+            )
+        };
+        if r != 0 {
+            return Err(refuse(VERB, r, "the CM refused the SIDR_REQ"));
+        }
+        tables(|t| {
+            t.conns.insert((ctx as usize, conn), b.addr());
+            let e = t.ids.entry(b.addr()).or_default();
+            e.ctx = ctx as usize;
+            e.conn = Some(conn);
+        });
+        b.lock().state = State::Connect;
+        Ok(())
+    }
+
+    /// `rdma_notify(IBV_EVENT_COMM_EST)`: the passive side is up (first data before the RTU).
+    fn establish_passive(&self, b: &IdBlock) -> Result<(), c_int> {
+        const VERB: &str = "rdma_notify";
+        let c = id_cm(b)
+            .filter(|c| c.conn.is_some())
+            .ok_or_else(|| refuse(VERB, libc::EINVAL, "the id has no connection"))?;
+        // SAFETY: an open context.
+        match unsafe { sv::softverbs_cm_establish(c.ctx as *mut ibv_context, c.conn.unwrap_or(0)) }
+        {
+            0 => Ok(()),
+            e => Err(refuse(VERB, e, "the CM refused COMM_EST")),
+        }
+    }
+}
+
+/// `rdma_get_request`'s body (rdma-core): the next event of a synchronous
+/// listener must be a CONNECT_REQUEST; its id keeps the event.
+pub(crate) fn get_request(verb: &str, l: &IdBlock) -> Result<*mut rdma_cm_id, c_int> {
+    let ch = l.lock().channel.clone();
+    let ev = channel::get_event(&ch)?;
+    // SAFETY: a delivered event.
+    let (kind, status, id) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
+    if status != 0 || kind != RDMA_CM_EVENT_CONNECT_REQUEST {
+        let _ = channel::ack_event(verb, ev);
+        return Err(refuse(
+            verb,
+            if status != 0 {
+                status.abs()
+            } else {
+                libc::EINVAL
+            },
+            format_args!(
+                "the listener's next event is {kind}, status {status}, not a connection request"
+            ),
+        ));
+    }
+    // SAFETY: the new id, owned by the caller now.
+    unsafe { (*id).event = ev };
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cma_addrs;
+    use std::net::IpAddr;
+
+    fn header(ipv: u8, port: u16, src: [u8; 16], dst: [u8; 16]) -> Vec<u8> {
+        let mut h = vec![0u8; 36];
+        h[0] = 0x00;
+        h[1] = ipv << 4;
+        h[2..4].copy_from_slice(&port.to_be_bytes());
+        h[4..20].copy_from_slice(&src);
+        h[20..36].copy_from_slice(&dst);
+        h
+    }
+
+    #[test]
+    fn cma_header_ipv4_addresses_sit_in_the_last_four_bytes() {
+        let mut s = [0u8; 16];
+        s[12..].copy_from_slice(&[127, 0, 9, 2]);
+        let mut d = [0u8; 16];
+        d[12..].copy_from_slice(&[127, 0, 9, 1]);
+        let h = header(4, 40001, s, d);
+        assert_eq!(
+            cma_addrs(&h),
+            Some((
+                IpAddr::from([127, 0, 9, 2]),
+                40001,
+                IpAddr::from([127, 0, 9, 1])
+            ))
+        );
+    }
+
+    #[test]
+    fn cma_header_ipv6_and_bad_headers() {
+        let s = std::net::Ipv6Addr::LOCALHOST.octets();
+        let h = header(6, 7, s, s);
+        assert_eq!(cma_addrs(&h), Some((IpAddr::from(s), 7, IpAddr::from(s))));
+        assert_eq!(cma_addrs(&h[..35]), None, "shorter than the header");
+        assert_eq!(cma_addrs(&header(5, 7, s, s)), None, "IP version 5");
+    }
+}
