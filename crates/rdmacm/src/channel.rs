@@ -31,6 +31,18 @@ pub(crate) struct Pending {
 unsafe impl Send for Pending {}
 
 impl Pending {
+    /// The id whose event counts this event belongs to: a CONNECT_REQUEST's
+    /// listener (rdma-core counts it there, so the new id can be destroyed
+    /// before the event is acked, and the listener waits for the ack),
+    /// otherwise the event's own id.
+    fn owner(&self) -> usize {
+        if self.listen_id != 0 {
+            self.listen_id
+        } else {
+            self.id
+        }
+    }
+
     /// An event with no parameters.
     pub fn new(id: usize, event: u32, status: c_int) -> Pending {
         // SAFETY: all-zero is a valid parameter union (NULL pointers, zeros).
@@ -117,7 +129,7 @@ impl Channel {
         if q.is_empty() {
             self.lower();
         }
-        if let Some(id) = crate::id::live(p.id) {
+        if let Some(id) = crate::id::live(p.owner()) {
             id.reported();
         }
         Some(p)
@@ -187,6 +199,7 @@ pub(crate) fn free_channel(p: *mut rdma_event_channel) {
 #[repr(C)]
 struct EventBlock {
     c: UnsafeCell<rdma_cm_event>,
+    /// The id the ack is counted on ([`Pending::owner`]).
     id: usize,
     private_data: Vec<u8>,
 }
@@ -201,7 +214,7 @@ fn deliver(p: Pending) -> *mut rdma_cm_event {
             status: p.status,
             param: p.param,
         }),
-        id: p.id,
+        id: p.owner(),
         private_data: p.private_data,
     });
     let raw = Box::into_raw(b);

@@ -510,6 +510,18 @@ static void private_data_both_ways(const char *ip)
 	rdma_destroy_qp(c);
 	rdma_destroy_id(c);
 
+	/* Rejected and destroyed before its CONNECT_REQUEST is acked: the event
+	 * counts on the listener (as in rdma-core), so the destroy returns. */
+	c = client(cch, ip, 7480, "bye");
+	e = next_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	n = e->id;
+	CHECK(rdma_reject(n, NULL, 0) == 0, "rdma_reject");
+	CHECK(rdma_destroy_id(n) == 0, "destroying the new id before its event is acked");
+	rdma_ack_cm_event(e);
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_REJECTED));
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+
 	/* Accepted, with private data back; then disconnected from the active side. */
 	c = client(cch, ip, 7480, "again");
 	n = request(sch, l, c, "again");
