@@ -38,9 +38,10 @@
 //! All members of a reuseport group must have one effective user id: processes
 //! of different users cannot share an address (the bind fails, in words).
 
+use crate::sys;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
 use std::sync::Mutex;
@@ -161,6 +162,11 @@ impl Slot {
                 Ok(sock) => {
                     sock.set_nonblocking(true)
                         .map_err(io("set the inbox nonblocking"))?;
+                    // Abstract names have no permissions: the kernel's
+                    // credentials on each datagram tell our own forwards
+                    // from anyone else's ([`Slot::receive`]).
+                    sys::setsockopt_int(sock.as_fd(), libc::SOL_SOCKET, libc::SO_PASSCRED, 1)
+                        .map_err(io("ask for the inbox senders' credentials"))?;
                     tracing::debug!(%ip, slot = index, "claimed a slot of the address");
                     return Ok(Slot {
                         index,
@@ -231,8 +237,17 @@ impl Slot {
 
     /// Reads one forwarded datagram into `buf`: its sender and length
     /// (the datagram is `buf[..len]`). `WouldBlock` when there is none.
+    /// Only processes of our own user may forward (they share the address's
+    /// reuseport group, which needs one effective uid): a datagram from any
+    /// other sender is refused (`PermissionDenied`), never delivered.
     pub(crate) fn receive(&self, buf: &mut [u8]) -> io::Result<(SocketAddr, usize)> {
-        let n = self.inbox.recv(buf)?;
+        let (n, uid) = sys::recv_with_uid(self.inbox.as_fd(), buf)?;
+        if uid != Some(sys::euid()) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("a forward from uid {uid:?}, not ours: dropped"),
+            ));
+        }
         if n < HEADER {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "short forward"));
         }
@@ -341,5 +356,54 @@ mod tests {
         let (got, len) = a.receive(&mut buf).unwrap();
         assert_eq!((got, len), (v6, 1));
         assert!(b.receive(&mut buf).unwrap_err().kind() == io::ErrorKind::WouldBlock);
+    }
+
+    /// A datagram another user sends into an inbox (abstract names carry no
+    /// permissions) is refused, never delivered. Needs root to send as
+    /// `nobody`; CI runs as root.
+    #[test]
+    fn a_forward_from_another_user_is_refused() {
+        if sys::euid() != 0 {
+            eprintln!("skipped: sending as another user needs root");
+            return;
+        }
+        let ip: IpAddr = "127.0.77.3".parse().unwrap();
+        let a = Slot::claim(ip).unwrap();
+        a.joined();
+        // A well-formed forward header (IPv4 127.1.2.3:4791) and a payload.
+        let mut msg = vec![4u8, 0x12, 0xb7];
+        msg.extend_from_slice(
+            &std::net::Ipv4Addr::new(127, 1, 2, 3)
+                .to_ipv6_mapped()
+                .octets(),
+        );
+        msg.extend_from_slice(b"forged");
+        let script = format!(
+            "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); \
+             s.sendto(bytes.fromhex('{}'), b'\\0softverbs/4791/{ip}/{}')",
+            msg.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            a.index()
+        );
+        let st = std::process::Command::new("timeout")
+            .args([
+                "20",
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ])
+            .args(["/usr/bin/python3", "-c", &script])
+            .current_dir("/")
+            .status()
+            .unwrap();
+        assert!(st.success(), "the foreign sender ran: {st:?}");
+        let mut buf = vec![0u8; Slot::buffer_len(64)];
+        let e = a.receive(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        // Our own forwards still pass.
+        a.forward(a.index(), "127.1.2.3:4791".parse().unwrap(), b"ours")
+            .unwrap();
+        let (_, len) = a.receive(&mut buf).unwrap();
+        assert_eq!(&buf[..len], b"ours");
     }
 }

@@ -84,6 +84,52 @@ pub(crate) fn pollfd(fd: RawFd, events: libc::c_short) -> libc::pollfd {
     }
 }
 
+/// recv(2) on a unix datagram socket with `SO_PASSCRED` set: the datagram
+/// into `buf`, its length, and the sender's uid (`SCM_CREDENTIALS`, which the
+/// kernel attaches and the sender cannot forge; `None` if it is missing).
+pub(crate) fn recv_with_uid(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<u32>)> {
+    // Room for one SCM_CREDENTIALS message, aligned as cmsghdr needs.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is a valid empty one; the fields set below
+    // point at live locals for the duration of the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `msg` describes `buf` and `control`, both live and writable.
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &raw mut msg, libc::MSG_DONTWAIT) };
+    let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+    let mut uid = None;
+    // SAFETY: the CMSG_* walk stays within `msg_controllen` bytes of
+    // `control`, which the kernel filled; an SCM_CREDENTIALS payload is a
+    // `ucred`, read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
+                let cred = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::ucred>());
+                uid = Some(cred.uid);
+            }
+            c = libc::CMSG_NXTHDR(&raw const msg, c);
+        }
+    }
+    Ok((n, uid))
+}
+
+/// This process's effective user ID.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// setsockopt(2) with an `int` value.
 pub(crate) fn setsockopt_int(
     fd: BorrowedFd<'_>,
