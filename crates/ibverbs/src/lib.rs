@@ -30,6 +30,7 @@ mod memory;
 mod misc;
 mod post;
 mod private;
+mod private_abi;
 mod qp;
 mod srq;
 mod stubs;

@@ -241,11 +241,13 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
     let key = ctx as usize;
     tracing::debug!(target: "softverbs", "CM event {} for connection {:#x}", ev.kind, ev.id);
     let pd = &ev.private_data[..(ev.private_data_len as usize).min(256)];
-    if ev.kind == sv::CONNECT_REQUEST || ev.kind == sv::SIDR_REQUEST {
+    if ev.kind == sv::SOFTVERBS_CM_CONNECT_REQUEST || ev.kind == sv::SOFTVERBS_CM_SIDR_REQUEST {
         let listener = tables(|t| t.listens.get(&(key, ev.listen)).copied()).and_then(id::live);
         match listener {
             Some(l) => {
-                if let Err(e) = connect_request(ctx, l, ev, pd, ev.kind == sv::SIDR_REQUEST) {
+                if let Err(e) =
+                    connect_request(ctx, l, ev, pd, ev.kind == sv::SOFTVERBS_CM_SIDR_REQUEST)
+                {
                     tracing::warn!(target: "softverbs", "{VERB}: a connection request was refused ({}): no id for it", errno_name(e));
                     // SAFETY: an open context.
                     unsafe { sv::softverbs_cm_reject(ctx, ev.id, std::ptr::null(), 0) };
@@ -264,7 +266,7 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
     };
     let set = |f: &dyn Fn(&mut IdCm) -> bool| tables(|t| t.ids.get_mut(&b.addr()).is_some_and(f));
     match ev.kind {
-        sv::CONNECT_RESPONSE => {
+        sv::SOFTVERBS_CM_CONNECT_RESPONSE => {
             let qp = qp_of(b);
             if qp.is_null() {
                 // The program moves its QP itself, then calls rdma_establish.
@@ -297,10 +299,10 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
                 }
             }
         }
-        sv::ESTABLISHED if set(&|c| !std::mem::replace(&mut c.established, true)) => {
+        sv::SOFTVERBS_CM_ESTABLISHED if set(&|c| !std::mem::replace(&mut c.established, true)) => {
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0));
         }
-        sv::REJECTED => {
+        sv::SOFTVERBS_CM_REJECTED => {
             qp_to_err(qp_of(b));
             let status = c_int::try_from(ev.status).unwrap_or(c_int::MAX);
             post(
@@ -308,14 +310,14 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
                 conn_pending(b.addr(), RDMA_CM_EVENT_REJECTED, status, ev, pd),
             );
         }
-        sv::SIDR_RESOLVED => {
+        sv::SOFTVERBS_CM_SIDR_RESOLVED => {
             let mut p = Pending::new(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0);
             let ud = ud_param(b.dst().map(|(ip, _)| ip), ev, pd);
             p.param.ud = ud;
             p.private_data = pd.to_vec();
             post(b, p);
         }
-        sv::SIDR_UNREACHABLE => {
+        sv::SOFTVERBS_CM_SIDR_UNREACHABLE => {
             // Kernel `cma_sidr_rep_handler`: UNREACHABLE, status the SIDR_REP's.
             let status = if ev.status == 0x100 {
                 -libc::ETIMEDOUT
@@ -324,14 +326,16 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
             };
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, status));
         }
-        sv::UNREACHABLE => {
+        sv::SOFTVERBS_CM_UNREACHABLE => {
             qp_to_err(qp_of(b));
             post(
                 b,
                 Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT),
             );
         }
-        sv::DISCONNECTED if set(&|c| !std::mem::replace(&mut c.disconnected, true)) => {
+        sv::SOFTVERBS_CM_DISCONNECTED
+            if set(&|c| !std::mem::replace(&mut c.disconnected, true)) =>
+        {
             qp_to_err(qp_of(b));
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_DISCONNECTED, 0));
         }

@@ -127,8 +127,11 @@ pub unsafe fn ibv_create_srq_ex(
     }
 }
 
-/// The connection manager's part of the private interface (crates/ibverbs
-/// src/private.rs has the definitions; the layouts below are the same).
+#[path = "../../ibverbs/src/private_abi.rs"]
+mod private_abi;
+
+/// The connection manager's part of the private interface (its layouts are
+/// libibverbs' own, `crates/ibverbs/src/private_abi.rs`).
 pub mod cm {
     use super::*;
 
@@ -138,75 +141,7 @@ pub mod cm {
         _opaque: [u8; 0],
     }
 
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    pub struct SoftverbsCmConnect {
-        pub src: libc::sockaddr_storage,
-        pub dst: libc::sockaddr_storage,
-        pub ps: u32,
-        pub qp_num: u32,
-        pub starting_psn: u32,
-        pub responder_resources: u8,
-        pub initiator_depth: u8,
-        pub flow_control: u8,
-        pub retry_count: u8,
-        pub rnr_retry_count: u8,
-        pub srq: u8,
-        pub path_mtu: u8,
-        pub uc: u8,
-        pub packet_life_time: u8,
-        pub cm_response_timeout: u8,
-        pub max_cm_retries: u8,
-        pub private_data_len: u8,
-        pub private_data: *const c_void,
-    }
-
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    pub struct SoftverbsCmAccept {
-        pub qp_num: u32,
-        pub starting_psn: u32,
-        pub responder_resources: u8,
-        pub initiator_depth: u8,
-        pub flow_control: u8,
-        pub rnr_retry_count: u8,
-        pub srq: u8,
-        pub private_data_len: u8,
-        pub private_data: *const c_void,
-    }
-
-    pub const CONNECT_REQUEST: u32 = 0;
-    pub const CONNECT_RESPONSE: u32 = 1;
-    pub const ESTABLISHED: u32 = 2;
-    pub const REJECTED: u32 = 3;
-    pub const UNREACHABLE: u32 = 4;
-    pub const DISCONNECTED: u32 = 5;
-    pub const SIDR_REQUEST: u32 = 7;
-    pub const SIDR_RESOLVED: u32 = 8;
-    pub const SIDR_UNREACHABLE: u32 = 9;
-
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    pub struct SoftverbsCmEvent {
-        pub kind: u32,
-        pub id: u32,
-        pub listen: u64,
-        pub status: u32,
-        pub remote_qpn: u32,
-        pub remote_psn: u32,
-        pub qkey: u32,
-        pub responder_resources: u8,
-        pub initiator_depth: u8,
-        pub flow_control: u8,
-        pub retry_count: u8,
-        pub rnr_retry_count: u8,
-        pub srq: u8,
-        pub path_mtu: u8,
-        pub sends: u8,
-        pub from: [u8; 16],
-        pub private_data_len: u32,
-        pub private_data: [u8; 256],
-    }
+    pub use super::private_abi::*;
 
     #[link(name = "ibverbs")]
     extern "C" {
