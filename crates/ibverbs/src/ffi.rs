@@ -120,6 +120,44 @@ pub struct ibv_mr {
     pub rkey: u32,
 }
 
+/// `struct ibv_mw`.
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub type_: u32,
+}
+
+/// `struct ibv_mw_bind_info`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: u32,
+}
+
+/// `struct ibv_mw_bind` (`ibv_bind_mw`).
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// The `bind_mw` member of `ibv_send_wr`'s last union (the other is `tso`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_bind_mw {
+    pub mw: *mut ibv_mw,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
 #[repr(C)]
 pub struct ibv_comp_channel {
     pub context: *mut ibv_context,
@@ -302,8 +340,9 @@ pub struct ibv_send_wr {
     pub imm_data: u32,
     pub wr: ibv_send_wr_wr,
     pub qp_type: u32,
-    /// The `bind_mw` / `tso` union (48 bytes); unused here.
-    pub _bind_mw_tso: [u64; 6],
+    /// The `bind_mw` / `tso` union (48 bytes): `bind_mw` is read for
+    /// IBV_WR_BIND_MW; `tso` is never (no TSO).
+    pub bind_mw: ibv_send_wr_bind_mw,
 }
 
 #[repr(C)]

@@ -131,8 +131,16 @@ fn every_mirror_matches_verbs_h() {
         ibv_send_wr = "struct ibv_send_wr" {
             wr_id = "wr_id", next = "next", sg_list = "sg_list", num_sge = "num_sge", opcode = "opcode",
             send_flags = "send_flags", imm_data = "imm_data", wr = "wr", qp_type = "qp_type",
-            _bind_mw_tso = "bind_mw",
+            bind_mw = "bind_mw",
         }
+        ibv_send_wr_bind_mw = "struct { struct ibv_mw *mw; uint32_t rkey; struct ibv_mw_bind_info bind_info; }" {
+            mw = "mw", rkey = "rkey", bind_info = "bind_info",
+        }
+        ibv_mw = "struct ibv_mw" { context = "context", pd = "pd", rkey = "rkey", handle = "handle", type_ = "type" }
+        ibv_mw_bind_info = "struct ibv_mw_bind_info" {
+            mr = "mr", addr = "addr", length = "length", mw_access_flags = "mw_access_flags",
+        }
+        ibv_mw_bind = "struct ibv_mw_bind" { wr_id = "wr_id", send_flags = "send_flags", bind_info = "bind_info" }
         ibv_recv_wr = "struct ibv_recv_wr" { wr_id = "wr_id", next = "next", sg_list = "sg_list", num_sge = "num_sge" }
         ibv_qp_cap = "struct ibv_qp_cap" {
             max_send_wr = "max_send_wr", max_recv_wr = "max_recv_wr", max_send_sge = "max_send_sge",

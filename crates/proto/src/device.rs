@@ -117,6 +117,10 @@ pub mod cap_flags {
     pub const SRQ_RESIZE: u32 = 1 << 13;
     /// Port active event.
     pub const PORT_ACTIVE_EVENT: u32 = 1 << 14;
+    /// Memory windows (`ibv_alloc_mw`; spec/memory-windows.md).
+    pub const MEM_WINDOW: u32 = 1 << 17;
+    /// Type 2B memory windows (bound by a BIND_MW work request, to one QP).
+    pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
 }
 
 /// The largest inline data a send WR may carry.
@@ -187,7 +191,9 @@ impl DeviceAttr {
                 | cap_flags::SYS_IMAGE_GUID
                 | cap_flags::RC_RNR_NAK_GEN
                 | cap_flags::SRQ_RESIZE
-                | cap_flags::PORT_ACTIVE_EVENT,
+                | cap_flags::PORT_ACTIVE_EVENT
+                | cap_flags::MEM_WINDOW
+                | cap_flags::MEM_WINDOW_TYPE_2B,
             max_sge: 32,
             max_sge_rd: 32,
             max_cq: M,
@@ -202,7 +208,7 @@ impl DeviceAttr {
             atomic_cap: AtomicCap::Hca,
             max_ee: 0,
             max_rdd: 0,
-            max_mw: 0,
+            max_mw: M,
             max_raw_ipv6_qp: 0,
             max_raw_ethy_qp: 0,
             max_mcast_grp: crate::mcast::MAX_GROUPS as u32,

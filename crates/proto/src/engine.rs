@@ -80,7 +80,9 @@ pub struct Pd {
     users: Users,
 }
 
-pub use crate::handle::{AhHandle, CqHandle, CtxHandle, MrHandle, PdHandle, QpHandle, SrqHandle};
+pub use crate::handle::{
+    AhHandle, CqHandle, CtxHandle, MrHandle, MwHandle, PdHandle, QpHandle, SrqHandle,
+};
 pub use crate::qp::actor::Qp;
 
 /// A CQ with its use count.
@@ -258,6 +260,9 @@ pub struct Engine {
     ctxs: Table<Ctx, kind::Ctx>,
     pds: Table<Pd, kind::Pd>,
     pub(crate) mrs: MrTable,
+    /// Memory windows: changed by the data path too (binds and invalidations
+    /// run in a QP's turn, which reads the region table meanwhile).
+    pub(crate) mws: std::cell::RefCell<mr::mw::MwTable>,
     pub(crate) cqs: Table<CqEntry, kind::Cq>,
     pub(crate) srqs: Table<SrqEntry, kind::Srq>,
     pub(crate) ahs: Table<Ah, kind::Ah>,
@@ -299,6 +304,7 @@ impl Engine {
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),
+            mws: std::cell::RefCell::new(Table::new(a.max_mw as usize)),
             cqs: Table::new(a.max_cq as usize),
             srqs: Table::new(a.max_srq as usize),
             ahs: Table::new(a.max_ah as usize),
@@ -356,6 +362,7 @@ impl Engine {
         for h in ahs {
             self.destroy_ah(h)?;
         }
+        self.mws.get_mut().retain_by(|w| !in_pd(&w.pd));
         let mrs: Vec<_> = self
             .mrs
             .iter()
@@ -418,6 +425,15 @@ impl Engine {
             .get(pd)
             .ok_or_else(|| missing(ObjectKind::Pd, pd))?;
         p.users.busy(ObjectKind::Pd)?;
+        let count = self
+            .mws
+            .get_mut()
+            .iter()
+            .filter(|(_, w)| w.pd == pd)
+            .count();
+        if count > 0 {
+            return Err(mr::mw::MwError::PdHasWindows { count }.into());
+        }
         let ctx = p.ctx;
         self.pds.remove(pd);
         if let Some(c) = self.ctxs.get_mut(ctx) {
@@ -513,6 +529,11 @@ impl Engine {
 
     /// `ibv_dereg_mr`.
     pub fn dereg_mr(&mut self, h: MrHandle) -> Result<Mr, Error> {
+        // A bound window holds its region (rxe `num_mw`; spec/memory-windows.md §5).
+        let count = mr::mw::windows_on(self.mws.get_mut(), h);
+        if count > 0 {
+            return Err(mr::mw::MwError::MrHasWindows { count }.into());
+        }
         let m = self
             .mrs
             .remove(h)
@@ -552,6 +573,56 @@ impl Engine {
     pub fn mr_by_rkey(&self, rkey: u32) -> Option<&Mr> {
         let (_, m) = self.mrs.get_by_index(mr::key_index(rkey)?)?;
         (m.rkey == rkey).then_some(m)
+    }
+
+    // ---- memory windows ----
+
+    /// `ibv_alloc_mw`: a window of `mw_type` (raw `ibv_mw_type`) on `pd`;
+    /// returns its handle and rkey. Type 1 is usable (bindable) at once, type 2
+    /// starts free (spec/memory-windows.md §2).
+    pub fn alloc_mw(&mut self, pd: PdHandle, mw_type: u32) -> Result<(MwHandle, u32), Error> {
+        let t =
+            mr::mw::MwType::from_raw(mw_type).ok_or(mr::mw::MwError::BadType { raw: mw_type })?;
+        self.pd_ctx(pd)?;
+        let limit = u64::from(self.info.attr.max_mw);
+        self.mr_serial = self.mr_serial.wrapping_add(1);
+        let key = self.mr_serial as u8;
+        let mws = self.mws.get_mut();
+        let h = mws
+            .insert(mr::mw::Mw {
+                pd,
+                mw_type: t,
+                rkey: 0,
+                binding: None,
+            })
+            .ok_or(Error::TooMany {
+                kind: ObjectKind::Mr,
+                limit,
+            })?;
+        let rkey = mr::mw::window_key(h.index(), key);
+        if let Some(w) = mws.get_mut(h) {
+            w.rkey = rkey;
+        }
+        Ok((h, rkey))
+    }
+
+    /// `ibv_dealloc_mw`: allowed bound or not; the window's rkey stops
+    /// working at once (spec/memory-windows.md §5).
+    pub fn dealloc_mw(&mut self, h: MwHandle) -> Result<(), Error> {
+        self.mws
+            .get_mut()
+            .remove(h)
+            .map(|_| ())
+            .ok_or(mr::mw::MwError::NoSuchWindow.into())
+    }
+
+    /// A window as it is now (its rkey, its binding).
+    pub fn mw(&self, h: MwHandle) -> Result<mr::mw::Mw, Error> {
+        self.mws
+            .borrow()
+            .get(h)
+            .cloned()
+            .ok_or(mr::mw::MwError::NoSuchWindow.into())
     }
 
     // ---- completion queues ----
@@ -910,6 +981,12 @@ impl Engine {
             return Err(e.into());
         }
         self.qp_uses(h, false);
+        // Type 2 windows bound through this QP become free: no QP can reach them.
+        for (_, w) in self.mws.get_mut().iter_mut() {
+            if w.binding.is_some_and(|b| b.qp == Some(h)) {
+                w.binding = None;
+            }
+        }
         let q = self.qps.remove(h).expect("checked above");
         self.qpns.remove(&q.ctl.qpn());
         self.dev.timers.set(h, None);
@@ -927,6 +1004,8 @@ impl Engine {
     ) -> Option<R> {
         let q = self.qps.get_mut(h)?;
         let env = QpEnv {
+            qp: h,
+            mws: &self.mws,
             mrs: &self.mrs,
             mem,
             gids: &self.info.gids,

@@ -188,6 +188,9 @@ pub enum Error {
     /// `ibv_advise_mr` refused.
     #[error(transparent)]
     Advise(#[from] crate::mr::AdviseError),
+    /// A memory-window verb refused (mr/mw.rs).
+    #[error(transparent)]
+    Mw(#[from] crate::mr::mw::MwError),
     /// P_Key index beyond the P_Key table.
     #[error("P_Key index {index} is beyond the P_Key table (pkey_tbl_len = {len})")]
     PkeyIndex {
@@ -211,6 +214,7 @@ impl Error {
             Error::TooMany { .. } => Errno::ENOMEM,
             Error::GidEmpty { .. } => Errno::ENODATA,
             Error::Advise(e) => e.errno(),
+            Error::Mw(e) => e.errno(),
             Error::Dm(e) => e.errno(),
             Error::Mcast(e) => e.errno(),
         }

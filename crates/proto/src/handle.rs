@@ -32,6 +32,9 @@ pub mod kind {
     /// A queue pair.
     #[derive(Debug)]
     pub enum Qp {}
+    /// A memory window.
+    #[derive(Debug)]
+    pub enum Mw {}
 }
 
 /// A typed handle: slot `index` at `generation` in the table of kind `K`.
@@ -55,6 +58,8 @@ pub type SrqHandle = Handle<kind::Srq>;
 pub type AhHandle = Handle<kind::Ah>;
 /// Handle of a QP.
 pub type QpHandle = Handle<kind::Qp>;
+/// Handle of a memory window.
+pub type MwHandle = Handle<kind::Mw>;
 
 impl<K> Handle<K> {
     /// The handle of slot `index` at `generation` (for the tables).

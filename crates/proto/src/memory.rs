@@ -22,6 +22,12 @@ pub enum AtomicOp {
         /// The addend.
         add: u64,
     },
+    /// Store 8 bytes in one piece (IBA 1.5 ATOMIC WRITE): `value` holds the
+    /// bytes as they arrived, read in host order, so memory gets them unchanged.
+    Store {
+        /// The new value.
+        value: u64,
+    },
 }
 
 impl AtomicOp {
@@ -31,6 +37,7 @@ impl AtomicOp {
             AtomicOp::CompareSwap { compare, swap } if original == compare => swap,
             AtomicOp::CompareSwap { .. } => original,
             AtomicOp::FetchAdd { add } => original.wrapping_add(add),
+            AtomicOp::Store { value } => value,
         }
     }
 }

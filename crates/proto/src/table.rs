@@ -103,6 +103,26 @@ impl<T, K> Table<T, K> {
         s.value.as_ref().map(|v| (h, v))
     }
 
+    /// Every live object with its handle, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Handle<K>, &mut T)> {
+        self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
+            let h = Handle::new(i as u32, s.generation);
+            s.value.as_mut().map(|v| (h, v))
+        })
+    }
+
+    /// Removes every object `keep` refuses.
+    pub fn retain_by(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        for i in 0..self.slots.len() {
+            let s = &mut self.slots[i];
+            if s.value.as_ref().is_some_and(|v| !keep(v)) {
+                s.value = None;
+                self.free.push(i as u32);
+                self.len -= 1;
+            }
+        }
+    }
+
     /// Every live object with its handle.
     pub fn iter(&self) -> impl Iterator<Item = (Handle<K>, &T)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| {

@@ -197,3 +197,15 @@ pub fn connect(e: &mut Engine, qp: QpHandle, t: QpType, c: &Connect) -> Result<(
     }
     Ok(())
 }
+
+/// The device's memory-region table (for tests that call the check
+/// functions of `mr` directly).
+pub fn mr_table(e: &Engine) -> &crate::mr::MrTable {
+    &e.mrs
+}
+
+/// The handle of the region an lkey names.
+pub fn mr_handle(e: &Engine, lkey: u32) -> Option<crate::handle::MrHandle> {
+    let (h, m) = e.mrs.get_by_index(crate::mr::key_index(lkey)?)?;
+    (m.lkey == lkey).then_some(h)
+}

@@ -136,11 +136,13 @@ fn reach(g: &Graph, m: &str) -> BTreeSet<String> {
 /// Circles that exist outside the data path and are not yet undone: the
 /// error enum aggregates mr's (and dm's) leaf errors while mr builds `Error`s
 /// and takes wr's `Sge`, wr uses error's `Errno` and carries qp::sgl's
-/// `SglError`, which gathers over wr's `Sge`; the CM's `Outbox` lives in
+/// `SglError`, which gathers over wr's `Sge` (memory windows, mr::mw, are
+/// part of mr: the error enum aggregates theirs too, and wr's bind target is
+/// theirs); the CM's `Outbox` lives in
 /// cm/mod.rs beside the code that drives conn and sidr, which use it. A
 /// circle may lie only inside one of these groups.
 const KNOWN_CIRCLES: &[&[&str]] = &[
-    &["error", "dm", "mr", "wr", "qp::sgl"],
+    &["error", "dm", "mr", "mr::mw", "wr", "qp::sgl"],
     &["cm", "cm::conn", "cm::sidr"],
 ];
 

@@ -155,6 +155,7 @@ impl proto::memory::Memory for RawMemory {
         let word = unsafe { AtomicU64::from_ptr(addr as usize as *mut u64) };
         match op {
             proto::memory::AtomicOp::FetchAdd { add } => word.fetch_add(add, SeqCst),
+            proto::memory::AtomicOp::Store { value } => word.swap(value, SeqCst),
             proto::memory::AtomicOp::CompareSwap { compare, swap } => word
                 .compare_exchange(compare, swap, SeqCst, SeqCst)
                 .unwrap_or_else(|v| v),

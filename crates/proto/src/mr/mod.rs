@@ -114,6 +114,12 @@ pub enum AccessError {
         /// The key.
         key: u32,
     },
+    /// A type 2 window's rkey used on another QP than the one that bound it.
+    #[error("rkey {key:#x} is a type 2 memory window bound to another QP")]
+    WrongQp {
+        /// The key.
+        key: u32,
+    },
     /// The range is not inside the MR.
     #[error(
         "[{addr:#x}, +{len}) is outside memory region [{mr_addr:#x}, +{mr_len}) of key {key:#x}"
@@ -545,6 +551,9 @@ pub fn advise(
 
 /// The MR an lkey or rkey names (the slot index sits in the key's high bits).
 pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
+    if mw::is_window_key(key) {
+        return None;
+    }
     mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
 }
 
@@ -591,6 +600,8 @@ pub fn keys(index: u32, serial: u32) -> (u32, u32) {
 pub fn key_index(key: u32) -> Option<u32> {
     (key >> 8).checked_sub(1)
 }
+
+pub mod mw;
 
 #[cfg(test)]
 mod tests;

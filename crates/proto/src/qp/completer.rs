@@ -158,11 +158,13 @@ impl Requester {
     ) {
         let mut upto = upto;
         for w in &mut sq.wqes {
-            if w.npsn == 0 || w.done {
-                if w.npsn == 0 {
-                    break;
-                }
+            // Done WQEs (a local operation has no PSN) are stepped over; the
+            // first not yet started one ends the sent part.
+            if w.done {
                 continue;
+            }
+            if w.npsn == 0 {
+                break;
             }
             // Every PSN before `upto` reached the responder, so a WQE ending
             // before it was fully sent once, even if a rewind since then reset

@@ -41,12 +41,21 @@ pub mod send_ops {
     pub const ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
     /// `ibv_wr_atomic_fetch_add`.
     pub const ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+    /// `ibv_wr_local_inv`.
+    pub const LOCAL_INV: u64 = 1 << 7;
+    /// `ibv_wr_bind_mw`.
+    pub const BIND_MW: u64 = 1 << 8;
+    /// `ibv_wr_send_inv`.
+    pub const SEND_WITH_INV: u64 = 1 << 9;
+    /// `ibv_wr_atomic_write`.
+    pub const ATOMIC_WRITE: u64 = 1 << 12;
     /// The operations each QP type offers through `ibv_wr_*` on softverbs.
     pub fn supported(qp_type: crate::types::QpType) -> u64 {
         use crate::types::QpType;
+        let windows = LOCAL_INV | BIND_MW;
         match qp_type {
-            QpType::Rc => 0x7f,
-            QpType::Uc => RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM,
+            QpType::Rc => 0x7f | windows | SEND_WITH_INV | ATOMIC_WRITE,
+            QpType::Uc => RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM | windows,
             QpType::Ud => SEND | SEND_WITH_IMM,
             _ => 0,
         }

@@ -295,6 +295,11 @@ impl Requester {
         if headers.contains(wire::HeaderSet::IMMDT) {
             r.immdt = Some(immdt::Repr { imm: w.imm.value() });
         }
+        if headers.contains(wire::HeaderSet::IETH) {
+            if let WrTarget::Invalidate { rkey } = w.target {
+                r.ieth = Some(wire::ieth::Repr { rkey: Rkey(rkey) });
+            }
+        }
         match (w.opcode, w.target) {
             (WrOpcode::RdmaRead, WrTarget::Rdma(t)) => {
                 // A resumed READ asks only for what has not arrived (rc-reliability.md §1.3).
@@ -345,6 +350,10 @@ impl Requester {
         let mut found = None;
         for (i, w) in sq.wqes.iter_mut().enumerate() {
             if w.npsn == 0 {
+                // An executed local operation (no PSN) is stepped over.
+                if w.done && w.opcode.is_local() {
+                    continue;
+                }
                 break;
             }
             let off = from.offset_from(w.first_psn);
@@ -387,7 +396,7 @@ fn packet_psn(w: &SendWqe, mtu: u32) -> Psn {
 fn carries_se(op: WrOpcode) -> bool {
     matches!(
         op,
-        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWriteWithImm
     )
 }
 
@@ -402,6 +411,9 @@ fn opcode_for(w: &SendWqe, t: QpType, pos: Position) -> Opcode {
         WrOpcode::SendWithImm => MessageKind::SendWithImm,
         WrOpcode::RdmaWrite => MessageKind::Write,
         WrOpcode::RdmaWriteWithImm => MessageKind::WriteWithImm,
+        WrOpcode::SendWithInv => MessageKind::SendWithInv,
+        // IBA 1.5 ATOMIC WRITE: one packet, RETH and 8 bytes of data.
+        WrOpcode::AtomicWrite => return rc_op(0x1D),
         WrOpcode::RdmaRead => return rc_op(0x0C),
         WrOpcode::AtomicCmpAndSwp => return rc_op(0x13),
         WrOpcode::AtomicFetchAndAdd => return rc_op(0x14),

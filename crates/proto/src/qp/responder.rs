@@ -10,7 +10,7 @@
 //! Responses (ACK, NAK, READ responses, atomic ACKs) wait in an outbox and are
 //! written one packet at a time by [`Responder::next_response`].
 
-use super::sgl::{self, mr_by_key, SglError};
+use super::sgl::{self, SglError};
 use super::wqe::{RecvQueue, RecvWqe};
 use crate::handle::PdHandle;
 use crate::memory::{AtomicOp, Memory};
@@ -46,6 +46,10 @@ pub struct RespEnv<'a> {
     pub min_rnr_timer: u8,
     /// Own Q_Key (UD).
     pub qkey: u32,
+    /// The QP's own handle (type 2 windows are bound to one QP).
+    pub qp: crate::handle::QpHandle,
+    /// Memory windows (remote accesses read them; SEND_WITH_INV changes them).
+    pub mws: &'a std::cell::RefCell<crate::mr::mw::MwTable>,
     /// Memory regions.
     pub mrs: &'a MrTable,
     /// Memory.
@@ -332,6 +336,11 @@ impl Responder {
         match op.operation() {
             Operation::ReadRequest => self.rc_read(env, pkt.repr),
             Operation::CompareSwap | Operation::FetchAdd => self.rc_atomic(env, pkt.repr),
+            Operation::AtomicWrite => {
+                self.rc_atomic_write(env, pkt)?;
+                self.executed(b);
+                Ok(())
+            }
             Operation::Send | Operation::SendWithImm | Operation::SendWithInv => {
                 self.place_send(env, rq, pkt, fx)?;
                 self.executed(b);
@@ -447,6 +456,28 @@ impl Responder {
         Ok(())
     }
 
+    /// IBA 1.5 ATOMIC WRITE: 8 bytes stored in one piece at an 8-byte-aligned
+    /// address the R_Key allows writing (spec/memory-windows.md §8). A
+    /// duplicate is re-ACKed like a WRITE, never stored again.
+    fn rc_atomic_write(&mut self, env: &RespEnv<'_>, pkt: &Incoming<'_>) -> Result<(), Refusal> {
+        let reth = pkt.repr.reth.ok_or(Refusal::InvalidRequest)?;
+        // rxe check_resource: like READ and atomics, it needs responder resources.
+        if env.max_dest_rd_atomic == 0 || reth.dma_len != 8 || reth.va % 8 != 0 {
+            return Err(Refusal::InvalidRequest);
+        }
+        let bytes: [u8; 8] = pkt
+            .payload
+            .try_into()
+            .map_err(|_| Refusal::InvalidRequest)?;
+        let host = check_remote(env, reth.rkey.0, reth.va, 8, Access::RemoteWrite)?;
+        if host % 8 != 0 {
+            return Err(Refusal::InvalidRequest);
+        }
+        let value = u64::from_ne_bytes(bytes);
+        env.mem.atomic(host, AtomicOp::Store { value });
+        Ok(())
+    }
+
     /// Keeps at most `max_dest_rd_atomic` saved resources, recycling the oldest.
     fn save(&mut self, env: &RespEnv<'_>, r: Resource) {
         while self.resources.len() >= usize::from(env.max_dest_rd_atomic.max(1)) {
@@ -551,10 +582,26 @@ impl Responder {
             Err(SglError::Access(_)) => return Err(Refusal::BadRecvWqe),
         }
         if op.ends_message() {
+            // SEND_WITH_INV: the IETH's window is invalidated before the
+            // receive completes (spec/memory-windows.md §6); a refusal fails
+            // the message, and the WQE in progress completes in error.
+            let invalidated = match pkt.repr.ieth {
+                Some(ieth) => {
+                    let mut mws = env.mws.borrow_mut();
+                    crate::mr::mw::invalidate(&mut mws, env.pd, Some(env.qp), ieth.rkey.0)
+                        .map_err(|_| Refusal::InvalidRequest)?;
+                    Some(ieth.rkey.0)
+                }
+                None => None,
+            };
             let InMsg::Send { wqe, offset } = std::mem::take(&mut self.msg) else {
                 unreachable!()
             };
             complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::Recv, offset);
+            if let (Some(rkey), Some((wc, _))) = (invalidated, fx.completions.last_mut()) {
+                wc.imm_data = ImmData::from_c_field(rkey);
+                wc.wc_flags = WcFlags::WITH_INV;
+            }
             rq.recycle(wqe);
         }
         Ok(())
@@ -787,7 +834,10 @@ impl Responder {
 /// rc-reliability.md §3 step 3: the QP's own access flags.
 fn check_qp_access(op: Operation, access: AccessFlags) -> Result<(), Refusal> {
     let need = match op {
-        Operation::Write | Operation::WriteWithImm => AccessFlags::REMOTE_WRITE,
+        // rxe check_op_valid: ATOMIC WRITE needs remote write on the QP.
+        Operation::Write | Operation::WriteWithImm | Operation::AtomicWrite => {
+            AccessFlags::REMOTE_WRITE
+        }
         Operation::ReadRequest => AccessFlags::REMOTE_READ,
         Operation::CompareSwap | Operation::FetchAdd => AccessFlags::REMOTE_ATOMIC,
         _ => return Ok(()),
@@ -810,9 +860,12 @@ fn check_remote(
     if len == 0 && access != Access::RemoteAtomic {
         return Ok(va);
     }
-    let mr = mr_by_key(env.mrs, rkey).ok_or(Refusal::AccessError)?;
-    mr.check_present(env.pd, rkey, va, len, access, env.mem)
-        .map_err(|_| Refusal::AccessError)
+    // A window's rkey is checked like a region's (spec/memory-windows.md §4).
+    let mws = env.mws.borrow();
+    crate::mr::mw::check_rkey(
+        &mws, env.mrs, env.pd, env.qp, rkey, va, len, access, env.mem,
+    )
+    .map_err(|_| Refusal::AccessError)
 }
 
 /// roce-wire.md §6: FIRST/MIDDLE carry exactly one MTU, LAST 1..=MTU, ONLY ≤ MTU.

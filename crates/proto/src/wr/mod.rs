@@ -146,6 +146,12 @@ impl WrOpcode {
         )
     }
 
+    /// Executed by the send queue itself, with no packet: BIND_MW, LOCAL_INV
+    /// (rc-reliability.md §1.1).
+    pub fn is_local(self) -> bool {
+        matches!(self, WrOpcode::BindMw | WrOpcode::LocalInv)
+    }
+
     /// Carries immediate data (`imm_data` is read).
     pub fn has_imm(self) -> bool {
         matches!(self, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
@@ -157,9 +163,10 @@ impl WrOpcode {
     }
 
     /// May be posted with `IBV_SEND_INLINE`: only SEND* and RDMA_WRITE*
-    /// (`ibv_post_send(3)`; spec qp-state-machine.md §7).
+    /// (`ibv_post_send(3)`; spec qp-state-machine.md §7), and ATOMIC_WRITE,
+    /// whose 8 bytes `ibv_wr_atomic_write` hands over by pointer.
     pub fn allows_inline(self) -> bool {
-        self.is_send() || self.is_rdma_write()
+        self.is_send() || self.is_rdma_write() || self == WrOpcode::AtomicWrite
     }
 }
 
@@ -194,10 +201,9 @@ const N: bool = false;
 const Y: bool = true;
 
 /// The WR-opcode × QP-type matrix, columns `[UD, UC, RC]`. Not offered by
-/// softverbs: LOCAL_INV, BIND_MW (no memory windows), SEND_WITH_INV (no
-/// invalidation; and UC has no wire opcode for it, spec roce-wire.md §4.2),
-/// TSO (no offloads), FLUSH and ATOMIC_WRITE (IBA 1.5 extensions, not yet).
-/// DRIVER1 is valid on no type.
+/// softverbs: SEND_WITH_INV on UC (UC has no wire opcode for it, spec
+/// roce-wire.md §4.2), TSO (no offloads), FLUSH (not yet). DRIVER1 is valid
+/// on no type.
 pub const OPCODE_MATRIX: [OpcodeSupport; 14] = [
     row(WrOpcode::Send, [Y, Y, Y], [Y, Y, Y]),
     row(WrOpcode::SendWithImm, [Y, Y, Y], [Y, Y, Y]),
@@ -206,13 +212,13 @@ pub const OPCODE_MATRIX: [OpcodeSupport; 14] = [
     row(WrOpcode::RdmaRead, [N, N, Y], [N, N, Y]),
     row(WrOpcode::AtomicCmpAndSwp, [N, N, Y], [N, N, Y]),
     row(WrOpcode::AtomicFetchAndAdd, [N, N, Y], [N, N, Y]),
-    row(WrOpcode::LocalInv, [N, Y, Y], [N, N, N]),
-    row(WrOpcode::BindMw, [N, Y, Y], [N, N, N]),
-    row(WrOpcode::SendWithInv, [N, Y, Y], [N, N, N]),
+    row(WrOpcode::LocalInv, [N, Y, Y], [N, Y, Y]),
+    row(WrOpcode::BindMw, [N, Y, Y], [N, Y, Y]),
+    row(WrOpcode::SendWithInv, [N, Y, Y], [N, N, Y]),
     row(WrOpcode::Tso, [Y, N, N], [N, N, N]),
     row(WrOpcode::Driver1, [N, N, N], [N, N, N]),
     row(WrOpcode::Flush, [N, N, Y], [N, N, N]),
-    row(WrOpcode::AtomicWrite, [N, N, Y], [N, N, N]),
+    row(WrOpcode::AtomicWrite, [N, N, Y], [N, N, Y]),
 ];
 
 fn matrix_column(qp_type: QpType) -> Option<usize> {
@@ -349,6 +355,13 @@ pub enum WrTarget {
     Atomic(AtomicTarget),
     /// `wr.ud` (every WR on a UD QP).
     Ud(UdTarget),
+    /// `bind_mw` (IBV_WR_BIND_MW; `ibv_bind_mw` for type 1 windows).
+    Bind(crate::mr::mw::BindRequest),
+    /// `invalidate_rkey` (IBV_WR_LOCAL_INV, IBV_WR_SEND_WITH_INV).
+    Invalidate {
+        /// The rkey to invalidate.
+        rkey: u32,
+    },
 }
 
 impl WrTarget {
@@ -359,6 +372,8 @@ impl WrTarget {
             WrTarget::Rdma(_) => TargetKind::Rdma,
             WrTarget::Atomic(_) => TargetKind::Atomic,
             WrTarget::Ud(_) => TargetKind::Ud,
+            WrTarget::Bind(_) => TargetKind::Bind,
+            WrTarget::Invalidate { .. } => TargetKind::Invalidate,
         }
     }
 }
@@ -374,6 +389,10 @@ pub enum TargetKind {
     Atomic,
     /// `wr.ud`.
     Ud,
+    /// `bind_mw`.
+    Bind,
+    /// `invalidate_rkey`.
+    Invalidate,
 }
 
 impl TargetKind {
@@ -382,7 +401,14 @@ impl TargetKind {
     pub fn of(opcode: WrOpcode, qp_type: QpType) -> TargetKind {
         if qp_type == QpType::Ud {
             TargetKind::Ud
-        } else if opcode.is_rdma_write() || opcode == WrOpcode::RdmaRead {
+        } else if opcode == WrOpcode::BindMw {
+            TargetKind::Bind
+        } else if matches!(opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
+            TargetKind::Invalidate
+        } else if opcode.is_rdma_write()
+            || opcode == WrOpcode::RdmaRead
+            || opcode == WrOpcode::AtomicWrite
+        {
             TargetKind::Rdma
         } else if opcode.is_atomic() {
             TargetKind::Atomic
@@ -398,6 +424,8 @@ impl TargetKind {
             TargetKind::Rdma => "wr.rdma",
             TargetKind::Atomic => "wr.atomic",
             TargetKind::Ud => "wr.ud",
+            TargetKind::Bind => "bind_mw",
+            TargetKind::Invalidate => "invalidate_rkey",
         }
     }
 }
@@ -611,7 +639,7 @@ pub enum PostError {
         /// The opcode.
         opcode: WrOpcode,
     },
-    /// An atomic whose local buffer is not 8 bytes.
+    /// An atomic whose local buffer (ATOMIC_WRITE: its data) is not 8 bytes.
     #[error("{opcode}: the local buffer must be exactly 8 bytes, the sg_list has {len}")]
     AtomicLength {
         /// The opcode.
@@ -620,10 +648,12 @@ pub enum PostError {
         len: u64,
     },
     /// An atomic to a remote address that is not 8-byte aligned.
-    #[error("{opcode}: wr.atomic.remote_addr = {remote_addr:#x} is not 8-byte aligned")]
+    #[error("{opcode}: {field} = {remote_addr:#x} is not 8-byte aligned")]
     AtomicAlignment {
         /// The opcode.
         opcode: WrOpcode,
+        /// Where the address is: `wr.atomic.remote_addr` or `wr.rdma.remote_addr`.
+        field: &'static str,
         /// The address given.
         remote_addr: u64,
     },
@@ -817,6 +847,11 @@ fn check_inline(wr: &SendWr<'_>, len: u64, max: u32) -> Result<(), PostError> {
     if !wr.opcode.allows_inline() {
         return Err(PostError::InlineOpcode { opcode: wr.opcode });
     }
+    // ATOMIC_WRITE's 8 bytes are its operand, not inline data: check_atomic
+    // holds them to exactly 8, whatever cap.max_inline_data is.
+    if wr.opcode == WrOpcode::AtomicWrite {
+        return Ok(());
+    }
     check_inline_len(len, max)
 }
 
@@ -853,8 +888,24 @@ fn check_atomic(wr: &SendWr<'_>, len: u64, max_rd_atomic: u8) -> Result<(), Post
         if a.remote_addr % 8 != 0 {
             return Err(PostError::AtomicAlignment {
                 opcode,
+                field: "wr.atomic.remote_addr",
                 remote_addr: a.remote_addr,
             });
+        }
+    }
+    if opcode == WrOpcode::AtomicWrite {
+        // ibv_wr_atomic_write(3): 8 bytes to an 8-byte-aligned address.
+        if len != ATOMIC_LEN {
+            return Err(PostError::AtomicLength { opcode, len });
+        }
+        if let WrTarget::Rdma(t) = wr.target {
+            if t.remote_addr % 8 != 0 {
+                return Err(PostError::AtomicAlignment {
+                    opcode,
+                    field: "wr.rdma.remote_addr",
+                    remote_addr: t.remote_addr,
+                });
+            }
         }
     }
     // spec rc-reliability.md §1.2: with max_rd_atomic == 0 such WRs can never be

@@ -134,15 +134,23 @@ fn opcode_check_words_and_errno() {
         WrOpcode::LocalInv,
         WrOpcode::BindMw,
         WrOpcode::SendWithInv,
-        WrOpcode::Flush,
         WrOpcode::AtomicWrite,
     ] {
-        assert_eq!(
-            check_opcode(op, QpType::Rc).unwrap_err().errno(),
-            Errno::EOPNOTSUPP,
-            "{op}"
-        );
+        assert_eq!(check_opcode(op, QpType::Rc), Ok(()), "{op}");
     }
+    // UC has no SEND_WITH_INVALIDATE opcode (roce-wire.md §4.2).
+    assert_eq!(
+        check_opcode(WrOpcode::SendWithInv, QpType::Uc)
+            .unwrap_err()
+            .errno(),
+        Errno::EOPNOTSUPP
+    );
+    assert_eq!(
+        check_opcode(WrOpcode::Flush, QpType::Rc)
+            .unwrap_err()
+            .errno(),
+        Errno::EOPNOTSUPP
+    );
     assert_eq!(
         check_opcode(WrOpcode::Tso, QpType::Ud).unwrap_err().errno(),
         Errno::EOPNOTSUPP

@@ -24,6 +24,7 @@
 //! Sits on: the QP's parts (`super::{requester, completer, responder, wqe,
 //! sgl, data}`), [`crate::handle`], [`crate::output`], [`crate::mr`], wire.
 
+mod local;
 mod rx;
 mod state;
 mod tx;
@@ -56,6 +57,11 @@ pub trait Sink {
 
 /// What a QP reads from its device while it works.
 pub struct QpEnv<'a> {
+    /// The QP's own handle (type 2 windows are bound to one QP).
+    pub qp: crate::handle::QpHandle,
+    /// Memory windows: read by remote accesses, changed by binds and
+    /// invalidations (in this QP's turn only).
+    pub mws: &'a std::cell::RefCell<crate::mr::mw::MwTable>,
     /// Memory regions (every local and remote access is checked against them).
     pub mrs: &'a MrTable,
     /// Memory, reached only for ranges the MR table allowed.

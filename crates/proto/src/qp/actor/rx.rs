@@ -42,6 +42,8 @@ impl Qp {
             max_dest_rd_atomic: a.max_dest_rd_atomic,
             min_rnr_timer: a.min_rnr_timer,
             qkey: self.ctl.qkey_or_zero(),
+            qp: env.qp,
+            mws: env.mws,
             mrs: env.mrs,
             mem: env.mem,
         }

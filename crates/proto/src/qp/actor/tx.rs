@@ -82,6 +82,9 @@ impl Qp {
             return None;
         }
         self.dp.rnr_until = None;
+        if !self.run_local_ops(env, sink) {
+            return None;
+        }
         let dp = &mut self.dp;
         let pkt = dp.req.next_packet(&mut dp.sq, &renv)?;
         self.check_send_invariants(&renv);
@@ -150,12 +153,14 @@ impl Qp {
         if let Some(wc) = wc {
             self.complete(sink, cq, wc, false);
         }
+        // Local operations executed behind it complete now, in order.
+        self.retire_done_front(sink);
         self.check_drained(sink);
     }
 
     /// A request could not be built: its WQE completes in error; RC goes to
     /// ERR, UC/UD to SQE (rc-reliability.md §5, qp-state-machine.md §6.4).
-    fn fail_request(&mut self, index: usize, status: WcStatus, sink: &mut impl Sink) {
+    pub(super) fn fail_request(&mut self, index: usize, status: WcStatus, sink: &mut impl Sink) {
         let (qpn, cq, t) = (self.ctl.qpn(), self.send_cq, self.ctl.qp_type());
         if index != 0 && t == QpType::Rc {
             // Older WQEs are still outstanding: they complete first (in order),

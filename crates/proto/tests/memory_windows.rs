@@ -1,0 +1,486 @@
+//! Memory windows, local and remote invalidation, and IBA 1.5 ATOMIC WRITE
+//! between two engines on a virtual network (spec/memory-windows.md): what
+//! works, and each refusal with the completion status or errno the spec names.
+
+mod net;
+use net::*;
+use proto::engine::MwHandle;
+use proto::mr::mw::BindRequest;
+use proto::wc::WcFlags;
+
+const LOCAL_WRITE: u32 = 1;
+const REMOTE_WRITE: u32 = 2;
+const REMOTE_READ: u32 = 4;
+const MW_BIND: u32 = 16;
+const ZERO_BASED: u32 = 32;
+
+/// A connected RC pair; B has an MR over [BASE, +4096) that allows binding.
+struct Pair {
+    net: Net,
+    qa: QpHandle,
+    qb: QpHandle,
+    /// A's source buffer's lkey.
+    la: u32,
+    /// B's region's lkey.
+    lb: u32,
+}
+
+fn pair(mr_access: u32) -> Pair {
+    let mut net = Net::new();
+    let (qa, _, qb, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 4096, LOCAL_WRITE);
+    let (lb, _) = net.b.mr(0, 4096, mr_access);
+    Pair {
+        net,
+        qa,
+        qb,
+        la,
+        lb,
+    }
+}
+
+impl Pair {
+    /// B binds `mw` over [BASE + off, + len) with `access`; returns the
+    /// completion of the bind.
+    fn bind(&mut self, mw: MwHandle, off: u64, len: u64, access: u32) -> WorkCompletion {
+        let cur = self.net.b.e.mw(mw).unwrap().rkey;
+        let req = BindRequest {
+            mw,
+            rkey: (cur & !0xff) | ((cur + 1) & 0xff),
+            mr_lkey: Some(self.lb),
+            addr: BASE + off,
+            length: len,
+            access,
+        };
+        self.post_b(WrOpcode::BindMw, WrTarget::Bind(req));
+        self.one_b()
+    }
+
+    fn post_b(&mut self, opcode: WrOpcode, target: WrTarget) {
+        let wr = send_wr(7, opcode, &[], target);
+        self.net.b.e.post_send(self.qb, &wr, None).unwrap();
+        self.net.run();
+    }
+
+    fn one_b(&mut self) -> WorkCompletion {
+        let wc = self.net.b.poll();
+        assert_eq!(wc.len(), 1, "{wc:?}");
+        wc[0]
+    }
+
+    /// A writes `data` to `va` through `rkey`; returns A's completion.
+    fn write(&mut self, rkey: u32, va: u64, data: &[u8]) -> WorkCompletion {
+        self.net.a.mem.write(BASE, data);
+        let sg = [Sge {
+            addr: BASE,
+            length: data.len() as u32,
+            lkey: self.la,
+        }];
+        let t = WrTarget::Rdma(RdmaTarget {
+            remote_addr: va,
+            rkey,
+        });
+        let wr = send_wr(1, WrOpcode::RdmaWrite, &sg, t);
+        self.net.a.e.post_send(self.qa, &wr, None).unwrap();
+        self.net.run();
+        let wc = self.net.a.poll();
+        assert_eq!(wc.len(), 1, "{wc:?}");
+        wc[0]
+    }
+}
+
+#[test]
+fn type1_window_allows_exactly_its_range_and_rights() {
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, rkey0) = p.net.b.e.alloc_mw(p.net.b.pd, 1).unwrap();
+    assert!(rkey0 & (1 << 31) != 0, "window keys are apart from MR keys");
+    let wc = p.bind(mw, 256, 512, REMOTE_WRITE | LOCAL_WRITE);
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::Success, WcOpcode::BindMw)
+    );
+    let rkey = p.net.b.e.mw(mw).unwrap().rkey;
+    assert_eq!(rkey >> 8, rkey0 >> 8, "only the key part changes");
+    assert_ne!(rkey, rkey0);
+    // Inside the window: placed at the region's address.
+    let data = pattern(64, 3);
+    assert_eq!(p.write(rkey, BASE + 256, &data).status, WcStatus::Success);
+    assert_eq!(p.net.b.mem.snapshot(BASE + 256, 64), data);
+    // The old key no longer works; nor does a byte past the window.
+    let mut p2 = pair(LOCAL_WRITE | MW_BIND);
+    let (mw2, _) = p2.net.b.e.alloc_mw(p2.net.b.pd, 1).unwrap();
+    p2.bind(mw2, 0, 64, REMOTE_WRITE);
+    let k2 = p2.net.b.e.mw(mw2).unwrap().rkey;
+    let wc = p2.write(k2, BASE + 32, &[1; 33]);
+    assert_eq!(
+        wc.status,
+        WcStatus::RemAccessErr,
+        "one byte past the window"
+    );
+    assert_eq!(
+        p2.net.b.mem.snapshot(BASE + 32, 33),
+        [0; 33],
+        "nothing placed"
+    );
+    assert_eq!(
+        p.write(rkey0, BASE + 256, &data).status,
+        WcStatus::RemAccessErr
+    );
+}
+
+#[test]
+fn window_rights_are_the_windows_not_the_regions() {
+    // The region allows no remote access at all; a window grants write only.
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    assert_eq!(p.bind(mw, 0, 128, REMOTE_READ).status, WcStatus::Success);
+    let rkey = p.net.b.e.mw(mw).unwrap().rkey;
+    assert_eq!(p.write(rkey, BASE, &[5; 8]).status, WcStatus::RemAccessErr);
+    assert_eq!(p.net.b.state(p.qb), QpState::Err, "responder QP → ERR");
+}
+
+#[test]
+fn type2_local_invalidate_cuts_remote_access() {
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    assert_eq!(p.bind(mw, 0, 4096, REMOTE_WRITE).status, WcStatus::Success);
+    let rkey = p.net.b.e.mw(mw).unwrap().rkey;
+    assert_eq!(p.write(rkey, BASE + 8, &[7; 8]).status, WcStatus::Success);
+    p.post_b(WrOpcode::LocalInv, WrTarget::Invalidate { rkey });
+    let wc = p.one_b();
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::Success, WcOpcode::LocalInv)
+    );
+    assert!(p.net.b.e.mw(mw).unwrap().binding.is_none());
+    assert_eq!(
+        p.write(rkey, BASE + 8, &[9; 8]).status,
+        WcStatus::RemAccessErr
+    );
+    assert_eq!(p.net.b.mem.snapshot(BASE + 8, 8), [7; 8]);
+}
+
+#[test]
+fn type2_zero_based_window_is_addressed_from_zero() {
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    let access = REMOTE_WRITE | ZERO_BASED;
+    assert_eq!(p.bind(mw, 1024, 64, access).status, WcStatus::Success);
+    let rkey = p.net.b.e.mw(mw).unwrap().rkey;
+    assert_eq!(p.write(rkey, 16, &[4; 8]).status, WcStatus::Success);
+    assert_eq!(p.net.b.mem.snapshot(BASE + 1024 + 16, 8), [4; 8]);
+    assert_eq!(p.write(rkey, 60, &[4; 8]).status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn remote_invalidation_by_send_with_inv() {
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    assert_eq!(p.bind(mw, 0, 256, REMOTE_WRITE).status, WcStatus::Success);
+    let rkey = p.net.b.e.mw(mw).unwrap().rkey;
+    let recv = [Sge {
+        addr: BASE + 2048,
+        length: 64,
+        lkey: p.lb,
+    }];
+    let rwr = RecvWr {
+        wr_id: 44,
+        sg_list: &recv,
+    };
+    p.net.b.e.post_recv(p.qb, &rwr).unwrap();
+    let sg = [Sge {
+        addr: BASE,
+        length: 16,
+        lkey: p.la,
+    }];
+    let wr = send_wr(2, WrOpcode::SendWithInv, &sg, WrTarget::Invalidate { rkey });
+    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    p.net.run();
+    let a = p.net.a.poll();
+    assert_eq!(
+        (a[0].status, a[0].opcode),
+        (WcStatus::Success, WcOpcode::Send)
+    );
+    let wc = p.one_b();
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(wc.wc_flags, WcFlags::WITH_INV);
+    assert_eq!(
+        wc.imm_data.to_c_field(),
+        rkey,
+        "invalidated_rkey, host order"
+    );
+    assert!(p.net.b.e.mw(mw).unwrap().binding.is_none());
+    assert_eq!(p.write(rkey, BASE, &[1; 8]).status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn bind_without_mw_bind_access_fails_with_mw_bind_err() {
+    // The region lacks IBV_ACCESS_MW_BIND (IBA C10-73).
+    let mut p = pair(LOCAL_WRITE | REMOTE_WRITE);
+    let (mw, rkey0) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    let wc = p.bind(mw, 0, 64, REMOTE_WRITE);
+    assert_eq!(wc.status, WcStatus::MwBindErr);
+    assert_eq!(
+        p.net.b.state(p.qb),
+        QpState::Err,
+        "a failed bind moves the QP to ERR"
+    );
+    let w = p.net.b.e.mw(mw).unwrap();
+    assert!(
+        w.binding.is_none() && w.rkey == rkey0,
+        "a refused bind changes nothing"
+    );
+    // The rule in words, as the engine checks it.
+    let mws = &mut proto::mr::mw::MwTable::new(4);
+    let mut n = Node::new("127.0.0.3");
+    let pd = n.pd;
+    let (lkey, _) = n.mr(0, 64, LOCAL_WRITE);
+    let mrs = proto::testing::mr_table(&n.e);
+    let mw = mws
+        .insert(proto::mr::mw::Mw {
+            pd,
+            mw_type: proto::mr::mw::MwType::Two,
+            rkey: proto::mr::mw::window_key(0, 1),
+            binding: None,
+        })
+        .unwrap();
+    let req = BindRequest {
+        mw,
+        rkey: proto::mr::mw::window_key(0, 2),
+        mr_lkey: Some(lkey),
+        addr: BASE,
+        length: 64,
+        access: REMOTE_WRITE,
+    };
+    let qp = proto::engine::QpHandle::from_raw(0);
+    let err = proto::mr::mw::bind(mws, mrs, qp, pd, &req).unwrap_err();
+    assert!(
+        err.to_string().contains("without IBV_ACCESS_MW_BIND"),
+        "{err}"
+    );
+}
+
+#[test]
+fn type2_rebind_before_invalidate_and_empty_bind_are_refused() {
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    assert_eq!(p.bind(mw, 0, 64, REMOTE_WRITE).status, WcStatus::Success);
+    assert_eq!(p.bind(mw, 0, 64, REMOTE_WRITE).status, WcStatus::MwBindErr);
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    assert_eq!(p.bind(mw, 0, 0, REMOTE_WRITE).status, WcStatus::MwBindErr);
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 1).unwrap();
+    let zb = REMOTE_WRITE | ZERO_BASED;
+    assert_eq!(
+        p.bind(mw, 0, 64, zb).status,
+        WcStatus::MwBindErr,
+        "type 1 zero-based"
+    );
+    let mut p = pair(MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    let wc = p.bind(mw, 0, 64, REMOTE_WRITE);
+    assert_eq!(
+        wc.status,
+        WcStatus::MwBindErr,
+        "writable window needs LOCAL_WRITE (C10-74)"
+    );
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    let wc = p.bind(mw, 4000, 200, REMOTE_WRITE);
+    assert_eq!(
+        wc.status,
+        WcStatus::MwBindErr,
+        "outside the region (C10-75)"
+    );
+}
+
+#[test]
+fn invalidating_a_foreign_rkey_fails_locally_with_loc_qp_op_err() {
+    let mut p = pair(LOCAL_WRITE | MW_BIND | REMOTE_WRITE);
+    // A window of another PD on the same device.
+    let ctx = p.net.b.e.pd_ctx(p.net.b.pd).unwrap();
+    let other = p.net.b.e.alloc_pd(ctx).unwrap();
+    let (_, foreign) = p.net.b.e.alloc_mw(other, 2).unwrap();
+    p.post_b(WrOpcode::LocalInv, WrTarget::Invalidate { rkey: foreign });
+    let wc = p.one_b();
+    assert_eq!(wc.status, WcStatus::LocQpOpErr);
+    assert_eq!(p.net.b.state(p.qb), QpState::Err);
+    // An MR's rkey cannot be invalidated either (no fast-register regions).
+    let mut p = pair(LOCAL_WRITE | MW_BIND | REMOTE_WRITE);
+    let mr_rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    p.post_b(WrOpcode::LocalInv, WrTarget::Invalidate { rkey: mr_rkey });
+    assert_eq!(p.one_b().status, WcStatus::LocQpOpErr);
+    // A type 1 window is unbound by binding, not invalidated (o10-37.2.26).
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 1).unwrap();
+    p.bind(mw, 0, 64, REMOTE_WRITE);
+    let rkey = p.net.b.e.mw(mw).unwrap().rkey;
+    p.post_b(WrOpcode::LocalInv, WrTarget::Invalidate { rkey });
+    assert_eq!(p.one_b().status, WcStatus::LocQpOpErr);
+}
+
+#[test]
+fn send_with_inv_of_a_foreign_rkey_fails_both_sides() {
+    let mut p = pair(LOCAL_WRITE | MW_BIND | REMOTE_WRITE);
+    let mr_rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    let recv = [Sge {
+        addr: BASE,
+        length: 64,
+        lkey: p.lb,
+    }];
+    let rwr = RecvWr {
+        wr_id: 9,
+        sg_list: &recv,
+    };
+    p.net.b.e.post_recv(p.qb, &rwr).unwrap();
+    let wr = send_wr(
+        3,
+        WrOpcode::SendWithInv,
+        &[],
+        WrTarget::Invalidate { rkey: mr_rkey },
+    );
+    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    p.net.run();
+    assert_eq!(p.net.a.poll()[0].status, WcStatus::RemInvReqErr);
+    let wc = p.one_b();
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::RemInvReqErr));
+    assert_eq!(p.net.b.state(p.qb), QpState::Err);
+}
+
+#[test]
+fn type2_window_is_reachable_only_through_its_qp() {
+    let mut net = Net::new();
+    let (qa, _, qb, _) = connect(&mut net, QpType::Rc);
+    let (qa2, _, qb2, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 4096, LOCAL_WRITE);
+    let (lb, _) = net.b.mr(0, 4096, LOCAL_WRITE | MW_BIND);
+    let (mw, rkey0) = net.b.e.alloc_mw(net.b.pd, 2).unwrap();
+    let req = BindRequest {
+        mw,
+        rkey: rkey0,
+        mr_lkey: Some(lb),
+        addr: BASE,
+        length: 64,
+        access: REMOTE_WRITE,
+    };
+    let wr = send_wr(1, WrOpcode::BindMw, &[], WrTarget::Bind(req));
+    net.b.e.post_send(qb, &wr, None).unwrap();
+    net.run();
+    assert_eq!(net.b.poll()[0].status, WcStatus::Success);
+    let sg = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey: rkey0,
+    });
+    for (q, want) in [(qa, WcStatus::Success), (qa2, WcStatus::RemAccessErr)] {
+        let wr = send_wr(2, WrOpcode::RdmaWrite, &sg, t);
+        net.a.e.post_send(q, &wr, None).unwrap();
+        net.run();
+        assert_eq!(net.a.poll()[0].status, want);
+    }
+    assert_eq!(net.b.state(qb2), QpState::Err);
+    assert_eq!(net.b.state(qb), QpState::Rts);
+}
+
+#[test]
+fn dealloc_of_a_bound_window_and_what_it_holds() {
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    let pd = p.net.b.pd;
+    let (mw, _) = p.net.b.e.alloc_mw(pd, 2).unwrap();
+    assert_eq!(p.bind(mw, 0, 64, REMOTE_WRITE).status, WcStatus::Success);
+    let rkey = p.net.b.e.mw(mw).unwrap().rkey;
+    // A bound window holds its region and the PD.
+    let mr_h = proto::testing::mr_handle(&p.net.b.e, p.lb).unwrap();
+    let e = p.net.b.e.dereg_mr(mr_h).unwrap_err();
+    assert_eq!(e.errno(), Errno::EBUSY);
+    assert!(e.to_string().contains("window(s) are bound"), "{e}");
+    assert_eq!(p.net.b.e.dealloc_pd(pd).unwrap_err().errno(), Errno::EBUSY);
+    // Deallocating a bound window is allowed; its rkey dies with it.
+    p.net.b.e.dealloc_mw(mw).unwrap();
+    assert_eq!(p.write(rkey, BASE, &[1; 8]).status, WcStatus::RemAccessErr);
+    assert_eq!(p.net.b.e.dealloc_mw(mw).unwrap_err().errno(), Errno::EINVAL);
+    p.net.b.e.dereg_mr(mr_h).unwrap();
+}
+
+#[test]
+fn alloc_of_an_unknown_type_is_einval() {
+    let mut n = Node::new("127.0.0.1");
+    let e = n.e.alloc_mw(n.pd, 3).unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL);
+    assert!(e.to_string().contains("type 3"), "{e}");
+}
+
+#[test]
+fn atomic_write_stores_eight_bytes_once() {
+    let mut p = pair(LOCAL_WRITE | REMOTE_WRITE);
+    let rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    let data = 0x0102_0304_0506_0708u64.to_ne_bytes();
+    p.net.a.mem.write(BASE, &data);
+    let sg = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: p.la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 64,
+        rkey,
+    });
+    let wr = send_wr(5, WrOpcode::AtomicWrite, &sg, t);
+    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    p.net.run();
+    let wc = p.net.a.poll();
+    assert_eq!(
+        (wc[0].status, wc[0].opcode),
+        (WcStatus::Success, WcOpcode::AtomicWrite)
+    );
+    assert_eq!(p.net.b.mem.snapshot(BASE + 64, 8), data);
+    // Misaligned, or not 8 bytes: refused at post time, with the reason.
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 60,
+        rkey,
+    });
+    let e = p
+        .net
+        .a
+        .e
+        .post_send(p.qa, &send_wr(6, WrOpcode::AtomicWrite, &sg, t), None)
+        .unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL);
+    assert!(e.to_string().contains("not 8-byte aligned"), "{e}");
+    let four = [Sge { length: 4, ..sg[0] }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 64,
+        rkey,
+    });
+    let e = p
+        .net
+        .a
+        .e
+        .post_send(p.qa, &send_wr(7, WrOpcode::AtomicWrite, &four, t), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("exactly 8 bytes"), "{e}");
+}
+
+#[test]
+fn atomic_write_needs_remote_write_on_the_region() {
+    let mut p = pair(LOCAL_WRITE | REMOTE_READ);
+    let rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    let sg = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: p.la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey,
+    });
+    let wr = send_wr(5, WrOpcode::AtomicWrite, &sg, t);
+    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    p.net.run();
+    assert_eq!(p.net.a.poll()[0].status, WcStatus::RemAccessErr);
+}
