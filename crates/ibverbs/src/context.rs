@@ -92,9 +92,9 @@ pub(crate) fn open_context(
         device: (&raw const dev.dev).cast_mut(),
         ops: ibv_context_ops {
             _compat: [NULL; 7],
-            alloc_mw: NULL,
-            bind_mw: NULL,
-            dealloc_mw: NULL,
+            alloc_mw: crate::memory::alloc_mw as Op,
+            bind_mw: crate::memory::bind_mw as Op,
+            dealloc_mw: crate::memory::dealloc_mw as Op,
             _compat_create_cq: NULL,
             poll_cq: crate::cq::poll_cq as Op,
             req_notify_cq: crate::cq::req_notify_cq as Op,

@@ -300,8 +300,9 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         );
     }
     let odp = proto::mr::ODP_CAPS;
+    let a = b.ctx.query_device();
     let full = ibv_device_attr_ex {
-        orig_attr: device_attr(&b.ctx.query_device()),
+        orig_attr: device_attr(&a),
         comp_mask: 0,
         odp_caps: ibv_odp_caps {
             general_caps: odp.general,
@@ -311,7 +312,9 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         },
         completion_timestamp_mask: 0,
         hca_core_clock: 0,
-        device_cap_flags_ex: 0,
+        // The legacy bits and the extended ones (kernel ib_uverbs_ex_query_device).
+        device_cap_flags_ex: u64::from(a.device_cap_flags)
+            | proto::device::cap_flags::EX_ATOMIC_WRITE,
         _caps: [0; 88],
         max_dm_size: proto::dm::MAX_DM_SIZE,
         _pci_atomic_caps: [0; 8],

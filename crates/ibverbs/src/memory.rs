@@ -219,11 +219,139 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    if let Err(e) = block::<MrBlock>("ibv_dereg_mr", mr) {
-        return e;
+    let b = match block::<MrBlock>("ibv_dereg_mr", mr) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    // A region with memory windows bound to it stays (EBUSY, spec/memory-windows.md §5).
+    if let MrInner::Host(m) = &b.inner {
+        if let Err(e) = raw::dereg_external_mr(m) {
+            return errno_of(&e);
+        }
     }
     free::<MrBlock>(mr);
     0
+}
+
+// ---- memory windows (spec/memory-windows.md) ----
+
+#[repr(C)]
+pub(crate) struct MwBlock {
+    pub c: ibv_mw,
+    magic: u64,
+    pub inner: softverbs::MemoryWindow,
+}
+impl_block!(MwBlock, ibv_mw, "memory window", 0x736f_6674_6d77_3031);
+
+/// `ibv_alloc_mw` (the ops slot): `EINVAL` for a type other than 1 or 2.
+pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_mw {
+    const VERB: &str = "ibv_alloc_mw";
+    let made = block::<PdBlock>(VERB, pd).and_then(|b| {
+        let t = softverbs::MwType::from_raw(mw_type).ok_or_else(|| {
+            refuse(
+                VERB,
+                EINVAL,
+                format_args!("type {mw_type} is not IBV_MW_TYPE_1 (1) or IBV_MW_TYPE_2 (2)"),
+            )
+        })?;
+        let mw = b.pd().alloc_mw(t).map_err(|e| errno_of(&e))?;
+        let c = ibv_mw {
+            context: b.c.context,
+            pd,
+            rkey: mw.rkey(),
+            handle: 0,
+            type_: mw_type,
+        };
+        Ok(into_c(MwBlock {
+            c,
+            magic: MwBlock::MAGIC,
+            inner: mw,
+        }))
+    });
+    made.unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
+}
+
+/// `ibv_dealloc_mw` (the ops slot): allowed while bound; the rkey stops
+/// working at once.
+pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    if let Err(e) = block::<MwBlock>("ibv_dealloc_mw", mw) {
+        return e;
+    }
+    free::<MwBlock>(mw);
+    0
+}
+
+/// `ibv_bind_mw` (the ops slot; libibverbs' inline wrapper has checked the
+/// type, the NULL-MR case and the PDs): a BIND_MW work request on `qp` with
+/// the key part advanced (`ibv_inc_rkey`); `mw->rkey` is the new rkey once
+/// posted. The bind completes on the send CQ.
+pub(crate) unsafe extern "C" fn bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    const VERB: &str = "ibv_bind_mw";
+    let r = (|| {
+        let q = block::<crate::qp::QpBlock>(VERB, qp)?;
+        let w = block::<MwBlock>(VERB, mw)?;
+        if mw_bind.is_null() {
+            return Err(refuse(VERB, EINVAL, "mw_bind is NULL"));
+        }
+        if w.inner.mw_type() != softverbs::MwType::One {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                "ibv_bind_mw binds type 1 windows; bind a type 2 window with an IBV_WR_BIND_MW work request",
+            ));
+        }
+        // SAFETY: the caller's struct (checked non-NULL).
+        let bind = unsafe { &*mw_bind };
+        let rkey = (w.c.rkey & !0xff) | (w.c.rkey.wrapping_add(1) & 0xff);
+        let target = bind_target(VERB, w, rkey, &bind.bind_info)?;
+        let wr = softverbs::SendWr {
+            wr_id: bind.wr_id,
+            opcode: softverbs::WrOpcode::BindMw,
+            flags: softverbs::SendFlags(bind.send_flags),
+            sg_list: &[],
+            imm_data: softverbs::ImmData::default(),
+            target,
+        };
+        raw::post_send_gathered(&q.inner, &wr, None).map_err(|e| errno_of(&e))?;
+        Ok(rkey)
+    })();
+    match r {
+        Ok(rkey) => {
+            // SAFETY: a live window block (checked above).
+            unsafe { (*mw).rkey = rkey };
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// The bind target of window block `w` from a C `ibv_mw_bind_info`.
+pub(crate) fn bind_target(
+    verb: &str,
+    w: &MwBlock,
+    rkey: u32,
+    info: &ibv_mw_bind_info,
+) -> Result<softverbs::WrTarget, c_int> {
+    let mr_lkey = if info.mr.is_null() {
+        None
+    } else {
+        // SAFETY: `block` checks the pointer.
+        Some(unsafe { block::<MrBlock>(verb, info.mr) }?.c.lkey)
+    };
+    Ok(w.inner.bind_target(
+        mr_lkey,
+        info.addr,
+        info.length,
+        AccessFlags(info.mw_access_flags),
+        rkey,
+    ))
 }
 
 /// `IBV_REREG_MR_CHANGE_TRANSLATION`, `_PD`, `_ACCESS`.

@@ -120,6 +120,14 @@ unsafe fn post_one(
                 })
             }
             TargetKind::None => WrTarget::None,
+            // The same field as imm_data (verbs.h: "When opcode is *_INV:
+            // stores the rkey to invalidate"), in host order.
+            TargetKind::Invalidate => WrTarget::Invalidate { rkey: wr.imm_data },
+            TargetKind::Bind => {
+                let b = wr.bind_mw;
+                let w = block::<crate::memory::MwBlock>(VERB, b.mw)?;
+                crate::memory::bind_target(VERB, w, b.rkey, &b.bind_info)?
+            }
         }
     };
     let flags = SendFlags(wr.send_flags);
@@ -399,8 +407,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     begin(qp, WrOpcode::AtomicFetchAndAdd, 0, WrTarget::Atomic(t));
 }
 
-/// Builders for operations softverbs does not offer (memory windows, local
-/// invalidate, send-with-invalidate, TSO, XRC, atomic write): `EOPNOTSUPP`
+/// Builders for operations softverbs does not offer (TSO, XRC): `EOPNOTSUPP`
 /// from `ibv_wr_complete`.
 unsafe fn unsupported(qp: *mut ibv_qp_ex, what: &str) {
     with_batch(qp, |_, batch| {
@@ -414,17 +421,37 @@ unsafe fn unsupported(qp: *mut ibv_qp_ex, what: &str) {
 
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ibv_qp_ex,
-    _mw: *mut c_void,
-    _rkey: u32,
-    _info: *const c_void,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
 ) {
-    unsupported(qp, "ibv_wr_bind_mw");
+    const VERB: &str = "ibv_wr_bind_mw";
+    let target = (|| {
+        let w = block::<crate::memory::MwBlock>(VERB, mw)?;
+        if info.is_null() {
+            return Err(refuse(VERB, EINVAL, "bind_info is NULL"));
+        }
+        // SAFETY: the caller's struct (checked non-NULL).
+        crate::memory::bind_target(VERB, w, rkey, unsafe { &*info })
+    })();
+    match target {
+        Ok(t) => {
+            begin(qp, WrOpcode::BindMw, 0, t);
+            // The program reads mw->rkey for the new key, as rdma-core's
+            // providers set it when the bind is posted.
+            // SAFETY: a live window block (checked above).
+            unsafe { (*mw).rkey = ((*mw).rkey & !0xff) | (rkey & 0xff) };
+        }
+        Err(e) => with_batch(qp, |_, batch| {
+            batch.error.get_or_insert(e);
+        }),
+    }
 }
-unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
-    unsupported(qp, "ibv_wr_local_inv");
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    begin(qp, WrOpcode::LocalInv, 0, WrTarget::Invalidate { rkey });
 }
-unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
-    unsupported(qp, "ibv_wr_send_inv");
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    begin(qp, WrOpcode::SendWithInv, 0, WrTarget::Invalidate { rkey });
 }
 unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _hdr_sz: u16, _mss: u16) {
     unsupported(qp, "ibv_wr_send_tso");
@@ -432,15 +459,36 @@ unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _hdr_sz:
 unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
     unsupported(qp, "ibv_wr_set_xrc_srqn");
 }
+/// `ibv_wr_atomic_write`: the 8 bytes at `data` are taken now (IBA 1.5 ATOMIC WRITE).
 unsafe extern "C" fn wr_atomic_write(
     qp: *mut ibv_qp_ex,
-    _rkey: u32,
-    _addr: u64,
-    _data: *const c_void,
+    rkey: u32,
+    remote_addr: u64,
+    data: *const c_void,
 ) {
-    unsupported(qp, "ibv_wr_atomic_write");
+    begin(
+        qp,
+        WrOpcode::AtomicWrite,
+        0,
+        WrTarget::Rdma(RdmaTarget { remote_addr, rkey }),
+    );
+    last(qp, "ibv_wr_atomic_write", |_, p| {
+        if data.is_null() {
+            return Err(refuse("ibv_wr_atomic_write", EINVAL, "atomic_wr is NULL"));
+        }
+        // SAFETY: ibv_wr_atomic_write(3): `data` points at 8 bytes, read now.
+        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), 8) };
+        p.flags = p.flags | SendFlags::INLINE;
+        p.inline = Some(bytes.to_vec());
+        // The length the posting checks see (8); the bytes are the inline ones.
+        p.sges = vec![Sge {
+            addr: data as u64,
+            length: 8,
+            lkey: 0,
+        }];
+        Ok(())
+    });
 }
-
 unsafe extern "C" fn wr_set_ud_addr(
     qp: *mut ibv_qp_ex,
     ah: *mut ibv_ah,

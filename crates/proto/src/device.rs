@@ -121,6 +121,9 @@ pub mod cap_flags {
     pub const MEM_WINDOW: u32 = 1 << 17;
     /// Type 2B memory windows (bound by a BIND_MW work request, to one QP).
     pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
+    /// `device_cap_flags_ex` only (`IB_UVERBS_DEVICE_ATOMIC_WRITE`, kernel
+    /// `ib_user_ioctl_verbs.h`): IBA 1.5 ATOMIC WRITE.
+    pub const EX_ATOMIC_WRITE: u64 = 1 << 40;
 }
 
 /// The largest inline data a send WR may carry.

@@ -542,6 +542,19 @@ impl Engine {
         Ok(m)
     }
 
+    /// Deregisters `h` whatever is bound to it: the windows on it lose their
+    /// binding first (type 2 ones become free), so none can reach the memory
+    /// afterwards. For owners that are going away and free the memory next
+    /// (a dropped region), where `EBUSY` would leave the keys alive.
+    pub fn dereg_mr_unbinding(&mut self, h: MrHandle) -> Result<Mr, Error> {
+        for (_, w) in self.mws.get_mut().iter_mut() {
+            if w.binding.is_some_and(|b| b.mr == h) {
+                w.binding = None;
+            }
+        }
+        self.dereg_mr(h)
+    }
+
     /// `ibv_rereg_mr`: changes the PD, the translation and/or the access of a
     /// region, all or nothing; the keys stay (spec/mr-rereg.md). Every access
     /// after this returns is checked against the new values.

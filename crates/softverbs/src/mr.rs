@@ -170,7 +170,9 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         // The engine forgets the keys before the buffer is freed (field order:
         // `buf` is dropped after this body runs).
-        let _ = self.pd.with(|e| e.dereg_mr(self.h));
+        // Windows bound to it lose their binding first: none may reach the
+        // buffer once it is freed.
+        let _ = self.pd.with(|e| e.dereg_mr_unbinding(self.h));
     }
 }
 

@@ -86,9 +86,17 @@ pub fn rereg_external_mr(
 
 impl Drop for ExternalMemoryRegion {
     fn drop(&mut self) {
-        // Under the engine lock: once this returns, no packet can reach the memory.
-        let _ = self.pd.with(|e| e.dereg_mr(self.h));
+        // Under the engine lock: once this returns, no packet can reach the
+        // memory, through its rkey or a window bound to it.
+        let _ = self.pd.with(|e| e.dereg_mr_unbinding(self.h));
     }
+}
+
+/// `ibv_dereg_mr`: takes the region out of the engine, or refuses and
+/// changes nothing (`EBUSY` while memory windows are bound to it). After
+/// success the caller drops it (which then has nothing left to do).
+pub fn dereg_external_mr(mr: &ExternalMemoryRegion) -> Result<(), Error> {
+    logged("dereg_mr", mr.pd.with(|e| e.dereg_mr(mr.h).map(|_| ())))
 }
 
 impl std::fmt::Debug for ExternalMemoryRegion {
