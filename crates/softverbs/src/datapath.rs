@@ -45,6 +45,15 @@ impl<T: Transport> QueuePair<T> {
         let h = self.handle();
         self.pd().with(|e| e.qp_counters(h))
     }
+
+    /// Why the last memory-window bind or invalidation on this QP was refused
+    /// (`IBV_WC_MW_BIND_ERR`, `IBV_WC_LOC_QP_OP_ERR`, or a SEND_WITH_INV it
+    /// received): the completion has the status, this has the rule.
+    pub fn window_error(&self) -> Option<crate::MwError> {
+        let h = self.handle();
+        self.pd()
+            .with(|e| e.qp(h).ok().and_then(|q| q.window_error().cloned()))
+    }
 }
 
 impl SharedReceiveQueue {

@@ -100,7 +100,7 @@ pub use datapath::{AsyncEvent, CompletionChannel};
 pub use dm::{DeviceMemory, DmMemoryRegion};
 pub use error::{ConfigError, DestroyError, Error, OsError};
 pub use mr::{MemoryRegion, Rereg};
-pub use mw::{BindRequest, MemoryWindow, MwType};
+pub use mw::{BindRequest, MemoryWindow, MwError, MwType};
 pub use pd::ProtectionDomain;
 pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
 pub use srq::SharedReceiveQueue;

@@ -4,7 +4,7 @@
 use crate::error::{logged, Error};
 use crate::pd::PdInner;
 use proto::engine::MwHandle;
-pub use proto::mr::mw::{BindRequest, MwType};
+pub use proto::mr::mw::{BindRequest, MwError, MwType};
 use proto::wr::WrTarget;
 use proto::AccessFlags;
 use std::sync::Arc;

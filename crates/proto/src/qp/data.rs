@@ -138,6 +138,9 @@ pub struct QpData {
     pub resp_wcs: Vec<(crate::wc::WorkCompletion, bool)>,
     /// The completer's completions buffer, reused from packet to packet.
     pub comp_wcs: Vec<crate::wc::WorkCompletion>,
+    /// Why the last bind or invalidation on this QP was refused (its
+    /// completion carries only the status).
+    pub window_error: Option<crate::mr::mw::MwError>,
 }
 
 impl QpData {

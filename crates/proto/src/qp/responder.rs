@@ -79,6 +79,8 @@ pub struct RespEffects {
     pub dropped: Option<Drop>,
     /// A PSN-sequence or fatal NAK was queued (RNR NAKs: [`Drop::NoWqe`] on RC).
     pub nak_sent: Option<NakCode>,
+    /// Why a SEND_WITH_INV's invalidation was refused.
+    pub window_error: Option<crate::mr::mw::MwError>,
 }
 
 /// Why the QP goes to ERR, for the async event.
@@ -589,7 +591,10 @@ impl Responder {
                 Some(ieth) => {
                     let mut mws = env.mws.borrow_mut();
                     crate::mr::mw::invalidate(&mut mws, env.pd, Some(env.qp), ieth.rkey.0)
-                        .map_err(|_| Refusal::InvalidRequest)?;
+                        .map_err(|e| {
+                            fx.window_error = Some(e);
+                            Refusal::InvalidRequest
+                        })?;
                     Some(ieth.rkey.0)
                 }
                 None => None,

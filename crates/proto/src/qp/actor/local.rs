@@ -62,15 +62,18 @@ impl Qp {
         let r = match (w.opcode, w.target) {
             (WrOpcode::BindMw, WrTarget::Bind(req)) => mw::bind(&mut mws, env.mrs, qp, pd, &req)
                 .map(|_| ())
-                .map_err(|_| WcStatus::MwBindErr),
+                .map_err(|e| (e, WcStatus::MwBindErr)),
             (WrOpcode::LocalInv, WrTarget::Invalidate { rkey }) => {
-                mw::invalidate(&mut mws, pd, None, rkey).map_err(|_| WcStatus::LocQpOpErr)
+                mw::invalidate(&mut mws, pd, None, rkey).map_err(|e| (e, WcStatus::LocQpOpErr))
             }
             // Posting checked the target (wr::check_post_send).
-            _ => Err(WcStatus::LocQpOpErr),
+            _ => return Err(WcStatus::LocQpOpErr),
         };
         w.done = r.is_ok();
-        r
+        r.map_err(|(e, status)| {
+            self.dp.window_error = Some(e);
+            status
+        })
     }
 
     /// Retires the WQEs at the front that are done, in order (a local

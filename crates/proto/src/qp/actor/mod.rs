@@ -167,6 +167,12 @@ impl Qp {
         &self.dp.counters
     }
 
+    /// Why the last bind or invalidation executed on this QP (a local
+    /// operation, or a received SEND_WITH_INV) was refused.
+    pub fn window_error(&self) -> Option<&crate::mr::mw::MwError> {
+        self.dp.window_error.as_ref()
+    }
+
     /// Send WQEs posted and not yet retired.
     pub fn send_queue_len(&self) -> usize {
         self.dp.sq.len()

@@ -77,6 +77,9 @@ impl Qp {
 
     fn apply_responder(&mut self, fx: &mut RespEffects, sink: &mut impl Sink) -> bool {
         let t = self.ctl.qp_type();
+        if let Some(e) = fx.window_error.take() {
+            self.dp.window_error = Some(e);
+        }
         count_responder(&mut self.dp.counters, fx, t);
         let dropped = fx
             .dropped
