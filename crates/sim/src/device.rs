@@ -95,7 +95,8 @@ impl Device {
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC;
+            | AccessFlags::REMOTE_ATOMIC
+            | AccessFlags::MW_BIND;
         let mr = engine.reg_mr(pd, BASE, len, access.0).expect("an MR").1;
         let (lkey, rkey) = (mr.lkey, mr.rkey);
         Device {

@@ -11,7 +11,12 @@
 //!   completions in posting order per QP;
 //! - every received message lands in the right receive, byte for byte;
 //! - the responders' memory equals a shadow model, READs return model bytes,
-//!   COMPARE_SWAPs return model values, FETCH_ADDs are linearizable;
+//!   COMPARE_SWAPs return model values, FETCH_ADDs are linearizable,
+//!   ATOMIC_WRITEs land whole;
+//! - memory windows: every access through a window's rkey succeeds while the
+//!   model has it bound, keys rotate by LOCAL_INV + BIND_MW and by the peer's
+//!   SEND_WITH_INV (the receive reports the rkey), and at quiescence each
+//!   window is bound with the model's rkey or unbound;
 //! - no QP takes more than `retry_cnt` + 1 ACK timeouts in a row, and no ACK
 //!   timeout fires earlier than 4.096 µs × 2^timeout after progress;
 //! - corrupted datagrams are dropped by the ICRC check.
@@ -104,8 +109,10 @@ pub fn run(name: &str, seed: u64) -> Summary {
 pub fn summary_line(name: &str, seed: u64, s: &Summary) -> String {
     let t = &s.dev;
     format!(
-        "{name:<10} seed={seed:<6} ok: {} WRs, {} recvs, {:.3} ms; net sent {} lost {} part {} dup {} reord {} corrupt {}; drop icrc {} malformed {}; retx {} pkts {} rounds, {} timeouts, {} implied, rnr {}, seq {}, dups {}",
+        "{name:<10} seed={seed:<6} ok: {} WRs ({} through windows, {} binds/invalidations), {} recvs, {:.3} ms; net sent {} lost {} part {} dup {} reord {} corrupt {}; drop icrc {} malformed {}; retx {} pkts {} rounds, {} timeouts, {} implied, rnr {}, seq {}, dups {}",
         s.wrs,
+        s.window_wrs,
+        s.window_ops,
         s.recvs,
         s.end_ns as f64 / 1e6,
         s.net.sent,

@@ -64,7 +64,12 @@ pub fn dead_link(name: &str, seed: u64, retry_cnt: u8) -> Summary {
         ..crate::scenario::QP
     };
     let wrs = rng.range(1, 10);
-    let mut cfg = two_devices(name, qp, wrs, Mix::ALL);
+    // No windows: their local operations would add WRs to the exact count.
+    let mix = Mix {
+        windows: false,
+        ..Mix::ALL
+    };
+    let mut cfg = two_devices(name, qp, wrs, mix);
     cfg.faults.loss = 1.0;
     let mut w = World::new(cfg, seed);
     w.run_until(None);
@@ -141,7 +146,8 @@ pub fn rnr(name: &str, seed: u64, rnr_retry: u8) -> Summary {
     };
     let wrs = rng.range(1, 5);
     let sends = Mix {
-        weights: [1, 1, 0, 0, 0, 0, 0],
+        weights: [1, 1, 0, 0, 0, 0, 0, 0],
+        windows: false,
     };
     let delay = rnr_timer_ns(code).unwrap_or(0);
     let mut cfg = two_devices(name, qp, wrs, sends);

@@ -11,7 +11,16 @@
 //! - a COMPARE_SWAP on the peer's per-QP word returns the model value;
 //! - FETCH_ADDs of all requesters on a device's shared word are checked for
 //!   linearizability when the run ends;
-//! - SEND / WRITE_WITH_IMM consume the peer's receives in posting order.
+//! - SEND / WRITE_WITH_IMM consume the peer's receives in posting order;
+//! - ATOMIC_WRITE stores its 8 bytes in the model like a WRITE;
+//! - memory windows (spec/memory-windows.md): each QP binds a type 2 window
+//!   over its own window area (zero-based or not) through a BIND_MW on its own
+//!   send queue; its peer then reaches the area through the window's rkey as
+//!   often as through the region's. Keys rotate while the peer has nothing
+//!   outstanding through the window: the owner posts LOCAL_INV then a new
+//!   BIND_MW, or the peer sends a SEND_WITH_INV (the receive must say
+//!   WITH_INV with that rkey). A use of an invalidated key would fail the QP,
+//!   which no random scenario allows.
 
 use crate::device::{Area, SLOT, SLOTS, WINDOW};
 use crate::rng::Rng;
@@ -36,6 +45,26 @@ pub enum Expect {
     },
     /// COMPARE_SWAP: the original value must be this.
     CompareSwap(u64),
+    /// BIND_MW of this QP's window: once complete it is bound with this rkey.
+    Bind {
+        /// The window's rkey after the bind.
+        rkey: u32,
+        /// Bound zero-based.
+        zero_based: bool,
+    },
+}
+
+/// Where a QP's memory window stands in the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowState {
+    /// Not bound: the peer uses the region's rkey.
+    Unbound,
+    /// A BIND_MW is posted, not complete.
+    Binding,
+    /// Bound: the peer may use the window's rkey.
+    Bound,
+    /// The peer sent a SEND_WITH_INV for it; unbound once its receive completes.
+    Invalidating,
 }
 
 /// A send WR not yet known to be complete.
@@ -53,6 +82,8 @@ pub struct Posted {
     pub slot: u64,
     /// The result to check.
     pub expect: Expect,
+    /// It reaches the peer's area through the peer's memory window.
+    pub via_window: bool,
 }
 
 /// A receive the peer's next consuming message must complete.
@@ -66,6 +97,8 @@ pub struct RecvExpect {
     pub imm: Option<u32>,
     /// Bytes placed in the receive buffer (SEND only).
     pub data: Vec<u8>,
+    /// SEND_WITH_INV: the rkey the receive must report invalidated.
+    pub inv: Option<u32>,
 }
 
 /// One simulated RC QP: requester state, responder expectations, models.
@@ -111,6 +144,20 @@ pub struct SimQp {
     pub completed: u64,
     /// The first error completion: (status, time, WR sequence number).
     pub error: Option<(proto::wc::WcStatus, u64, u64)>,
+    /// This QP's type 2 memory window over its window area (when the mix has windows).
+    pub mw: Option<proto::engine::MwHandle>,
+    /// Its state in the model.
+    pub mw_state: WindowState,
+    /// Its rkey (the last one bound or asked for).
+    pub mw_rkey: u32,
+    /// Bound zero-based (the peer addresses it from 0).
+    pub mw_zero_based: bool,
+    /// The peer's WRs outstanding through this window.
+    pub window_uses: u64,
+    /// Local operations (BIND_MW, LOCAL_INV) among `completed`.
+    pub local_ops: u64,
+    /// SEND_WITH_INVs among `completed`, and WRs that went through the peer's window.
+    pub window_wrs: u64,
 }
 
 impl SimQp {
@@ -137,7 +184,19 @@ impl SimQp {
             completions: 0,
             completed: 0,
             error: None,
+            mw: None,
+            mw_state: WindowState::Unbound,
+            mw_rkey: 0,
+            mw_zero_based: false,
+            window_uses: 0,
+            local_ops: 0,
+            window_wrs: 0,
         }
+    }
+
+    /// May a local operation (BIND_MW, LOCAL_INV) be posted now?
+    pub fn may_post_local(&self) -> bool {
+        !self.failed && (self.outstanding.len() as u64) < SLOTS
     }
 
     /// May another WR be posted now (a free slot, nothing failed)?
@@ -149,22 +208,37 @@ impl SimQp {
     }
 }
 
+/// The opcodes a mix weighs: rxe's RC set, then IBA 1.5 ATOMIC_WRITE.
+pub const OPS: [WrOpcode; 8] = [
+    WrOpcode::Send,
+    WrOpcode::SendWithImm,
+    WrOpcode::RdmaWrite,
+    WrOpcode::RdmaWriteWithImm,
+    WrOpcode::RdmaRead,
+    WrOpcode::AtomicFetchAndAdd,
+    WrOpcode::AtomicCmpAndSwp,
+    WrOpcode::AtomicWrite,
+];
+
 /// The relative weights of the WR opcodes in a workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mix {
-    /// SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM, READ, FETCH_ADD, CMP_SWAP.
-    pub weights: [u32; 7],
+    /// SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM, READ, FETCH_ADD, CMP_SWAP,
+    /// ATOMIC_WRITE ([`OPS`]).
+    pub weights: [u32; 8],
+    /// Memory windows: bound, used, invalidated and rebound (see the module doc).
+    pub windows: bool,
 }
 
 impl Mix {
-    /// Every opcode.
+    /// Every opcode, and memory windows.
     pub const ALL: Mix = Mix {
-        weights: [3, 2, 3, 2, 3, 1, 1],
+        weights: [3, 2, 3, 2, 3, 1, 1, 1],
+        windows: true,
     };
 
     /// Draws an opcode.
     pub fn pick(&self, rng: &mut Rng) -> WrOpcode {
-        const OPS: [WrOpcode; 7] = proto::testing::RC_OPCODES;
         let total: u32 = self.weights.iter().sum();
         let mut x = rng.below(u64::from(total)) as u32;
         for (op, w) in OPS.iter().zip(self.weights) {

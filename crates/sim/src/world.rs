@@ -4,13 +4,15 @@
 use crate::device::{Device, QpParams, SLOT, WINDOW};
 use crate::net::{Faults, Network};
 use crate::rng::Rng;
-use crate::workload::{draw_len, Expect, Mix, Posted, RecvExpect, SimQp};
+use crate::workload::{draw_len, Expect, Mix, Posted, RecvExpect, SimQp, WindowState};
 use proto::memory::Memory;
+use proto::mr::mw::BindRequest;
 use proto::timers::local_ack_timeout_ns;
 use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use proto::wr::{
     AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
+use proto::AccessFlags;
 use std::net::{IpAddr, SocketAddr};
 
 /// The RoCEv2 port.
@@ -55,8 +57,12 @@ pub struct Config {
 /// Totals reported at the end of a run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Summary {
-    /// Send WRs completed.
+    /// Send WRs of the workload completed (local operations not counted).
     pub wrs: u64,
+    /// Memory-window local operations completed (BIND_MW, LOCAL_INV).
+    pub window_ops: u64,
+    /// WRs that used a window's rkey or invalidated one remotely.
+    pub window_wrs: u64,
     /// Receives completed.
     pub recvs: u64,
     /// Virtual time at quiescence.
@@ -143,6 +149,14 @@ impl World {
                 let back = if cfg.one_way { 0 } else { cfg.wrs_per_qp };
                 qps.push(SimQp::new(a, ha, na, area_a, ib, cfg.wrs_per_qp));
                 qps.push(SimQp::new(b, hb, nb, area_b, ia, back));
+                if cfg.mix.windows {
+                    for (i, d) in [(ia, a), (ib, b)] {
+                        let pd = devs[d].pd;
+                        let (mw, rkey) = devs[d].engine.alloc_mw(pd, 2).expect("a window");
+                        qps[i].mw = Some(mw);
+                        qps[i].mw_rkey = rkey;
+                    }
+                }
             }
         }
         let mut net = Network::new(cfg.faults, rng.fork());
@@ -296,6 +310,9 @@ impl World {
                 self.qps[i].recv_due.pop_front();
                 self.post_recv(i);
             }
+            if self.qps[i].mw_state == WindowState::Unbound && self.peer_uses_windows(i) {
+                self.post_bind(i);
+            }
             while self.qps[i].may_post(self.now) {
                 self.post_one(i);
             }
@@ -326,7 +343,20 @@ impl World {
     }
 
     fn post_one(&mut self, i: usize) {
-        let op = self.cfg.mix.pick(&mut self.rng);
+        self.maybe_rotate(i);
+        if !self.qps[i].may_post(self.now) {
+            return;
+        }
+        let peer = self.qps[i].peer;
+        let invalidate = self.cfg.mix.windows
+            && self.qps[peer].mw_state == WindowState::Bound
+            && self.qps[peer].window_uses == 0
+            && self.rng.chance(0.1);
+        let op = if invalidate {
+            WrOpcode::SendWithInv
+        } else {
+            self.cfg.mix.pick(&mut self.rng)
+        };
         let seq = self.qps[i].next_seq;
         let q = &self.qps[i];
         let last = q.to_post == 1 || q.outstanding.len() as u64 + 1 >= crate::device::SLOTS;
@@ -335,7 +365,7 @@ impl World {
         let (peer, dev) = (q.peer, q.dev);
         let pdev = self.qps[peer].dev;
         let len = match op {
-            WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp => 8,
+            WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicWrite => 8,
             _ => draw_len(&mut self.rng),
         };
         let mut data = vec![0u8; len as usize];
@@ -344,19 +374,56 @@ impl World {
         let mut target = WrTarget::None;
         let mut expect = Expect::Nothing;
         let imm = self.rng.next_u64() as u32;
-        let rkey = self.devs[pdev].rkey;
         let (off, rlen) = self.window_range(len);
-        let window = self.qps[peer].area.window() + off;
+        let off = if op == WrOpcode::AtomicWrite {
+            off & !7
+        } else {
+            off
+        };
+        // Through the peer's memory window half the time it is bound.
+        let via_window = matches!(
+            op,
+            WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteWithImm
+                | WrOpcode::RdmaRead
+                | WrOpcode::AtomicWrite
+        ) && self.qps[peer].mw_state == WindowState::Bound
+            && self.rng.chance(0.5);
+        let (rkey, window) = if via_window {
+            let p = &mut self.qps[peer];
+            p.window_uses += 1;
+            let base = if p.mw_zero_based { 0 } else { p.area.window() };
+            (p.mw_rkey, base + off)
+        } else {
+            (self.devs[pdev].rkey, self.qps[peer].area.window() + off)
+        };
         match op {
-            WrOpcode::Send | WrOpcode::SendWithImm => {
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => {
                 self.devs[dev].mem.write(slot, &data);
+                let inv = (op == WrOpcode::SendWithInv).then_some(self.qps[peer].mw_rkey);
+                if let Some(rkey) = inv {
+                    target = WrTarget::Invalidate { rkey };
+                    self.qps[peer].mw_state = WindowState::Invalidating;
+                }
                 self.expect_recv(
                     peer,
                     WcOpcode::Recv,
                     len,
                     (op == WrOpcode::SendWithImm).then_some(imm),
                     data,
+                    inv,
                 );
+            }
+            WrOpcode::AtomicWrite => {
+                self.devs[dev].mem.write(slot, &data);
+                self.qps[peer].window[off as usize..][..8].copy_from_slice(&data);
+                target = WrTarget::Rdma(RdmaTarget {
+                    remote_addr: window,
+                    rkey,
+                });
+                if self.qps[i].reads_outstanding > 0 {
+                    flags |= SendFlags::FENCE.0;
+                }
             }
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
                 self.devs[dev].mem.write(slot, &data);
@@ -369,7 +436,14 @@ impl World {
                     flags |= SendFlags::FENCE.0;
                 }
                 if op == WrOpcode::RdmaWriteWithImm {
-                    self.expect_recv(peer, WcOpcode::RecvRdmaWithImm, len, Some(imm), Vec::new());
+                    self.expect_recv(
+                        peer,
+                        WcOpcode::RecvRdmaWithImm,
+                        len,
+                        Some(imm),
+                        Vec::new(),
+                        None,
+                    );
                 }
             }
             WrOpcode::RdmaRead => {
@@ -388,7 +462,7 @@ impl World {
                     remote_addr: self.devs[pdev].faa_word(),
                     compare_add: add,
                     swap: 0,
-                    rkey,
+                    rkey: self.devs[pdev].rkey,
                 });
                 expect = Expect::FetchAdd { add, target: pdev };
             }
@@ -407,7 +481,7 @@ impl World {
                     remote_addr: self.qps[peer].area.cas_word(),
                     compare_add: compare,
                     swap,
-                    rkey,
+                    rkey: self.devs[pdev].rkey,
                 });
                 expect = Expect::CompareSwap(model);
             }
@@ -437,10 +511,99 @@ impl World {
             signaled,
             slot,
             expect,
+            via_window,
         });
         q.next_seq += 1;
         q.to_post -= 1;
         q.next_post_ns = self.now + self.rng.range(0, 2 * self.cfg.post_gap_ns);
+    }
+
+    // ------------------------------------------------------ memory windows
+
+    /// QP `i`'s window is worth binding: its peer still posts.
+    fn peer_uses_windows(&self, i: usize) -> bool {
+        let p = &self.qps[self.qps[i].peer];
+        self.cfg.mix.windows && self.qps[i].mw.is_some() && p.to_post > 0 && !p.failed
+    }
+
+    /// Before QP `i` posts: now and then, while nothing of its peer's is
+    /// outstanding through its window, it invalidates the window and binds it
+    /// again with the next key.
+    fn maybe_rotate(&mut self, i: usize) {
+        let q = &self.qps[i];
+        if q.mw_state != WindowState::Bound || q.window_uses > 0 || !q.may_post_local() {
+            return;
+        }
+        if !self.rng.chance(0.1) {
+            return;
+        }
+        let rkey = q.mw_rkey;
+        self.post_local(
+            i,
+            WrOpcode::LocalInv,
+            WrTarget::Invalidate { rkey },
+            Expect::Nothing,
+        );
+        self.qps[i].mw_state = WindowState::Unbound;
+        if self.peer_uses_windows(i) {
+            self.post_bind(i);
+        }
+    }
+
+    /// QP `i` binds its window over its window area with the next key,
+    /// zero-based half the time.
+    fn post_bind(&mut self, i: usize) {
+        if !self.qps[i].may_post_local() {
+            return;
+        }
+        let zero_based = self.rng.chance(0.5);
+        let q = &self.qps[i];
+        let Some(mw) = q.mw else { return };
+        let rkey = (q.mw_rkey & !0xff) | (q.mw_rkey.wrapping_add(1) & 0xff);
+        let mut access = AccessFlags::REMOTE_WRITE.0 | AccessFlags::REMOTE_READ.0;
+        if zero_based {
+            access |= AccessFlags::ZERO_BASED.0;
+        }
+        let req = BindRequest {
+            mw,
+            rkey,
+            mr_lkey: Some(self.devs[q.dev].lkey),
+            addr: q.area.window(),
+            length: WINDOW,
+            access,
+        };
+        let expect = Expect::Bind { rkey, zero_based };
+        self.post_local(i, WrOpcode::BindMw, WrTarget::Bind(req), expect);
+        self.qps[i].mw_state = WindowState::Binding;
+    }
+
+    /// Posts a signaled local operation on QP `i` (no packet, no `to_post`).
+    fn post_local(&mut self, i: usize, op: WrOpcode, target: WrTarget, expect: Expect) {
+        let q = &self.qps[i];
+        let seq = q.next_seq;
+        let wr = SendWr {
+            wr_id: wr_id(i, seq),
+            opcode: op,
+            flags: SendFlags::SIGNALED,
+            sg_list: &[],
+            imm_data: ImmData::default(),
+            target,
+        };
+        let (dev, h, slot) = (q.dev, q.h, q.area.send_slot(seq));
+        if let Err(e) = self.devs[dev].engine.post_send(h, &wr, None) {
+            fail!(self, "post_send {op:?} on QP {i}: {e}");
+        }
+        let q = &mut self.qps[i];
+        q.outstanding.push_back(Posted {
+            seq,
+            op,
+            len: 0,
+            signaled: true,
+            slot,
+            expect,
+            via_window: false,
+        });
+        q.next_seq += 1;
     }
 
     /// An offset and length inside the window for a `len`-byte RDMA.
@@ -456,6 +619,7 @@ impl World {
         len: u32,
         imm: Option<u32>,
         data: Vec<u8>,
+        inv: Option<u32>,
     ) {
         let lag = self.rng.range(0, self.cfg.recv_lag_ns);
         let q = &mut self.qps[peer];
@@ -464,6 +628,7 @@ impl World {
             len,
             imm,
             data,
+            inv,
         });
         let due = q
             .recv_due
@@ -528,6 +693,9 @@ impl World {
             if wc.status != WcStatus::WrFlushErr || front.as_ref().map(|p| p.seq) != Some(seq) {
                 fail!(self, "QP {i}: after an error expected flushes in order, got {wc:?} (front {front:?})");
             }
+            if let Some(p) = &front {
+                self.count_done(i, p);
+            }
             self.qps[i].completed += 1;
             return;
         }
@@ -542,6 +710,7 @@ impl World {
             if p.op == WrOpcode::RdmaRead {
                 self.qps[i].reads_outstanding -= 1;
             }
+            self.count_done(i, &p);
             if p.seq == seq {
                 return self.check_send(i, &p, &wc);
             }
@@ -556,6 +725,30 @@ impl World {
             // An unsignaled WR before it is complete too (completion order).
             self.check_result(i, &p);
         }
+    }
+
+    /// WR `p` of QP `i` is complete: the window counts.
+    fn count_done(&mut self, i: usize, p: &Posted) {
+        if p.op.is_local() {
+            self.qps[i].local_ops += 1;
+        }
+        if p.via_window || p.op == WrOpcode::SendWithInv {
+            self.qps[i].window_wrs += 1;
+        }
+        if p.via_window {
+            self.window_use_done(i);
+        }
+    }
+
+    /// A WR of QP `i` through its peer's window is complete (acknowledged:
+    /// never sent again).
+    fn window_use_done(&mut self, i: usize) {
+        let peer = self.qps[i].peer;
+        let uses = &mut self.qps[peer].window_uses;
+        if *uses == 0 {
+            fail!(self, "QP {peer}: more window uses completed than posted");
+        }
+        *uses -= 1;
     }
 
     fn check_send(&mut self, i: usize, p: &Posted, wc: &WorkCompletion) {
@@ -629,6 +822,14 @@ impl World {
                     );
                 }
             }
+            Expect::Bind { rkey, zero_based } => {
+                let q = &mut self.qps[i];
+                if q.mw_state == WindowState::Binding {
+                    q.mw_state = WindowState::Bound;
+                }
+                q.mw_rkey = *rkey;
+                q.mw_zero_based = *zero_based;
+            }
         }
     }
 
@@ -677,6 +878,22 @@ impl World {
                 e.imm
             );
         }
+        let inv = wc
+            .wc_flags
+            .contains(WcFlags::WITH_INV)
+            .then(|| wc.imm_data.to_c_field());
+        if inv != e.inv {
+            fail!(
+                self,
+                "QP {i}: receive {seq}: invalidated rkey {inv:x?}, want {:x?}",
+                e.inv
+            );
+        }
+        if e.inv.is_some() {
+            // The window was invalidated when the message arrived.
+            self.qps[i].mw_state = WindowState::Unbound;
+        }
+        let q = &self.qps[i];
         let got = self.devs[q.dev]
             .mem
             .snapshot(q.area.recv_slot(seq), e.data.len());
@@ -789,11 +1006,38 @@ impl World {
             if cas != q.cas {
                 fail!(self, "QP {i}: CMP_SWAP word {cas:#x}, model {:#x}", q.cas);
             }
+            self.check_window(i);
         }
         for d in 0..self.devs.len() {
             self.check_faa(d);
         }
         self.check_corruption();
+    }
+
+    /// QP `i`'s window is as the model has it: bound with the model's rkey,
+    /// or unbound, and nothing still uses it.
+    fn check_window(&self, i: usize) {
+        let q = &self.qps[i];
+        let Some(mw) = q.mw else { return };
+        let Ok(w) = self.devs[q.dev].engine.mw(mw) else {
+            fail!(self, "QP {i}: its memory window is gone");
+        };
+        let bound = q.mw_state == WindowState::Bound;
+        if q.window_uses != 0
+            || !matches!(q.mw_state, WindowState::Bound | WindowState::Unbound)
+            || w.binding.is_some() != bound
+            || (bound && w.rkey != q.mw_rkey)
+        {
+            fail!(
+                self,
+                "QP {i}: window {:?} rkey {:#x} ({} uses) in the model, engine: bound {} rkey {:#x}",
+                q.mw_state,
+                q.mw_rkey,
+                q.window_uses,
+                w.binding.is_some(),
+                w.rkey
+            );
+        }
     }
 
     /// Every datagram with a flipped bit was dropped (as ICRC mismatch, or
@@ -847,7 +1091,9 @@ impl World {
             ..Summary::default()
         };
         for q in &self.qps {
-            s.wrs += q.completed;
+            s.wrs += q.completed - q.local_ops;
+            s.window_ops += q.local_ops;
+            s.window_wrs += q.window_wrs;
             s.recvs += q.recvs_done;
         }
         for d in &self.devs {

@@ -41,6 +41,13 @@ fn completed_all(seed: u64, s: &Summary) {
     let cfg = scenario::config("clean").expect("clean");
     // Three devices, one QP pair per device pair, each QP posts its WRs.
     assert_eq!(s.wrs, 6 * cfg.wrs_per_qp, "seed {seed}");
+    // Memory windows were bound, rotated and used (the mix has them).
+    assert!(
+        s.window_wrs > 0 && s.window_ops > 0,
+        "seed {seed}: {} WRs through windows, {} binds/invalidations",
+        s.window_wrs,
+        s.window_ops
+    );
 }
 
 #[test]
