@@ -123,6 +123,16 @@ unsafe fn post_one(
             // The same field as imm_data (verbs.h: "When opcode is *_INV:
             // stores the rkey to invalidate"), in host order.
             TargetKind::Invalidate => WrTarget::Invalidate { rkey: wr.imm_data },
+            // rdma-core 44's ibv_send_wr has no member for FLUSH's
+            // arguments: it is posted with ibv_wr_flush only, which this
+            // library's ibv_qp_ex (rdma-core 44's) does not have.
+            TargetKind::Flush => {
+                return Err(refuse(
+                    VERB,
+                    EOPNOTSUPP,
+                    "IBV_WR_FLUSH cannot be expressed in an ibv_send_wr (rdma-core posts it with ibv_wr_flush)",
+                ))
+            }
             TargetKind::Bind => {
                 let b = wr.bind_mw;
                 let w = block::<crate::memory::MwBlock>(VERB, b.mw)?;

@@ -36,6 +36,8 @@ const QP_INIT_ATTR_PD: u32 = 1;
 const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+/// `IBV_QP_EX_WITH_FLUSH`.
+const SEND_OPS_WITH_FLUSH: u64 = 1 << 11;
 
 /// Creates a QP from an `ibv_qp_init_attr_ex` whose fields past `sq_sig_all`
 /// are read only when `ext` (the plain `ibv_qp_init_attr` is a prefix of it).
@@ -66,6 +68,15 @@ unsafe fn create(
     } else {
         (QP_INIT_ATTR_PD, 0, 0)
     };
+    // ibv_wr_flush sits past the end of rdma-core 44's ibv_qp_ex, which is
+    // what this library hands out: a QP promising it would be called there.
+    if send_ops_flags & SEND_OPS_WITH_FLUSH != 0 {
+        return Err(refuse(
+            verb,
+            EOPNOTSUPP,
+            "send_ops_flags has IBV_QP_EX_WITH_FLUSH: ibv_wr_flush is not in this library's ibv_qp_ex (rdma-core 44)",
+        ));
+    }
     // SAFETY: the common prefix is valid in both forms.
     let (qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all) = unsafe {
         let a = &*a;

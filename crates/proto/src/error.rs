@@ -337,7 +337,7 @@ pub enum InvalidArg {
 pub enum Unsupported {
     /// `ibv_reg_mr` access flags this device does not implement.
     #[error(
-        "not supported: reg_mr access flags {flags} (no zero-based MRs or flush on this device)"
+        "not supported: reg_mr access flags {flags} (no zero-based user MRs or persistent memory on this device)"
     )]
     MrAccess {
         /// The unsupported flags given.
@@ -571,7 +571,7 @@ mod tests {
             (
                 Unsupported::MrAccess { flags: AccessFlags::ZERO_BASED }.into(),
                 Errno::EOPNOTSUPP,
-                "not supported: reg_mr access flags ZERO_BASED (no zero-based MRs or flush on this device)",
+                "not supported: reg_mr access flags ZERO_BASED (no zero-based user MRs or persistent memory on this device)",
             ),
             (
                 Unsupported::QpType { qp_type: QpType::XrcSend }.into(),

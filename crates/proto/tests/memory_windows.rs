@@ -484,3 +484,124 @@ fn atomic_write_needs_remote_write_on_the_region() {
     p.net.run();
     assert_eq!(p.net.a.poll()[0].status, WcStatus::RemAccessErr);
 }
+
+const FLUSH_GLOBAL: u32 = 1 << 8;
+
+fn flush(
+    p: &mut Pair,
+    rkey: u32,
+    addr: u64,
+    len: u32,
+    placement: u8,
+    level: u8,
+) -> SendWr<'static> {
+    let _ = p;
+    let t = WrTarget::Flush(proto::wr::FlushTarget {
+        remote_addr: addr,
+        rkey,
+        len,
+        placement,
+        level,
+    });
+    send_wr(8, WrOpcode::Flush, &[], t)
+}
+
+#[test]
+fn flush_to_global_visibility_of_a_range_and_of_a_region() {
+    let mut p = pair(LOCAL_WRITE | REMOTE_WRITE | FLUSH_GLOBAL);
+    let rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    assert_eq!(
+        p.write(rkey, BASE + 128, &[3; 64]).status,
+        WcStatus::Success
+    );
+    for level in [0u8, 1] {
+        let wr = flush(&mut p, rkey, BASE + 128, 64, 1, level);
+        p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+        p.net.run();
+        let wc = p.net.a.poll();
+        assert_eq!(
+            (wc[0].status, wc[0].opcode),
+            (WcStatus::Success, WcOpcode::Flush),
+            "level {level}"
+        );
+    }
+    assert_eq!(p.net.b.mem.snapshot(BASE + 128, 64), [3; 64]);
+    // Outside the region, or a region without IBV_ACCESS_FLUSH_GLOBAL.
+    let wr = flush(&mut p, rkey, BASE + 4000, 200, 1, 0);
+    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    p.net.run();
+    assert_eq!(p.net.a.poll()[0].status, WcStatus::RemAccessErr);
+    let mut p = pair(LOCAL_WRITE | REMOTE_WRITE);
+    let rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    let wr = flush(&mut p, rkey, BASE, 64, 1, 1);
+    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    p.net.run();
+    assert_eq!(p.net.a.poll()[0].status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn flush_refusals_at_post_time() {
+    let mut p = pair(LOCAL_WRITE | REMOTE_WRITE | FLUSH_GLOBAL);
+    let rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    let cases: [(u8, u8, Errno, &str); 3] = [
+        (2, 0, Errno::EOPNOTSUPP, "no persistent memory"),
+        (
+            1,
+            2,
+            Errno::EINVAL,
+            "is not IBV_FLUSH_RANGE (0) or IBV_FLUSH_MR (1)",
+        ),
+        (8, 0, Errno::EINVAL, "is not IBV_FLUSH_GLOBAL"),
+    ];
+    for (placement, level, errno, why) in cases {
+        let wr = flush(&mut p, rkey, BASE, 8, placement, level);
+        let e = p.net.a.e.post_send(p.qa, &wr, None).unwrap_err();
+        assert_eq!(e.errno(), errno, "{e}");
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    // Registering for persistence is refused.
+    let e = p
+        .net
+        .b
+        .e
+        .reg_mr(p.net.b.pd, BASE, 64, LOCAL_WRITE | (1 << 9))
+        .unwrap_err();
+    assert_eq!(e.errno(), Errno::EOPNOTSUPP);
+}
+
+#[test]
+fn a_duplicate_atomic_write_is_answered_not_stored_again() {
+    let mut p = pair(LOCAL_WRITE | REMOTE_WRITE);
+    let rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    p.net.a.mem.write(BASE, &[0xaa; 8]);
+    let sg = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: p.la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 8,
+        rkey,
+    });
+    // B's first response is lost; before the resend arrives the word changes.
+    let mut lost = false;
+    p.net.drop_from_b = Some(Box::new(move |_| !std::mem::replace(&mut lost, true)));
+    let wr = send_wr(5, WrOpcode::AtomicWrite, &sg, t);
+    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    p.net.pump_once();
+    assert_eq!(p.net.b.mem.snapshot(BASE + 8, 8), [0xaa; 8]);
+    p.net.b.mem.write(BASE + 8, &[0x55; 8]);
+    p.net.run();
+    let wc = p.net.a.poll();
+    assert_eq!(
+        (wc[0].status, wc[0].opcode),
+        (WcStatus::Success, WcOpcode::AtomicWrite)
+    );
+    assert_eq!(
+        p.net.b.mem.snapshot(BASE + 8, 8),
+        [0x55; 8],
+        "not stored twice"
+    );
+    let c = p.net.b.e.qp_counters(p.qb).unwrap();
+    assert_eq!(c.dup_atomics_answered, 1, "{c:?}");
+}

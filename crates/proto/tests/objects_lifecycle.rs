@@ -231,10 +231,11 @@ fn mr_access_flag_rules() {
         assert_eq!(e.errno(), Errno::EINVAL, "{bad:#x}");
     }
     for (flags, errno) in [
-        // ZERO_BASED (device memory only) and FLUSH are not offered; ON_DEMAND
-        // (1 << 6) is (spec/odp.md).
+        // ZERO_BASED (device memory only) and FLUSH_PERSISTENT (no persistent
+        // memory) are not offered; ON_DEMAND (1 << 6, spec/odp.md) and
+        // FLUSH_GLOBAL (1 << 8, spec/memory-windows.md) are.
         (1u32 << 5, Errno::EOPNOTSUPP),
-        (1 << 8, Errno::EOPNOTSUPP),
+        (1 << 9, Errno::EOPNOTSUPP),
         (1 << 12, Errno::EINVAL),
     ] {
         assert_eq!(
@@ -257,9 +258,9 @@ fn mr_access_flag_rules() {
         "wraps"
     );
     assert_eq!(
-        fx.eng.reg_mr(fx.pd, 0x1000, 64, 1 << 8).unwrap_err(),
+        fx.eng.reg_mr(fx.pd, 0x1000, 64, 1 << 9).unwrap_err(),
         Error::NotSupported(Unsupported::MrAccess {
-            flags: proto::AccessFlags(1 << 8)
+            flags: proto::AccessFlags(1 << 9)
         })
     );
     assert_eq!(fx.eng.object_counts(), before);
@@ -271,6 +272,7 @@ fn mr_access_flag_rules() {
         lw | ra,
         lw | rw | rr | ra,
         lw | (1 << 20),
+        lw | (1 << 8),
     ] {
         fx.eng
             .reg_mr(fx.pd, 0x1000, 64, ok)

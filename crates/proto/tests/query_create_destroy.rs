@@ -447,7 +447,6 @@ fn send_ops_flags_must_fit_the_type() {
         (QpType::Uc, send_ops::RDMA_READ),
         (QpType::Uc, send_ops::ATOMIC_FETCH_AND_ADD),
         (QpType::Rc, 1 << 10), // TSO
-        (QpType::Rc, 1 << 11), // FLUSH (not yet)
         (QpType::Rc, 1 << 40),
     ];
     for (t, ops) in bad {

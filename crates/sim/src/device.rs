@@ -96,7 +96,8 @@ impl Device {
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC
-            | AccessFlags::MW_BIND;
+            | AccessFlags::MW_BIND
+            | AccessFlags::FLUSH_GLOBAL;
         let mr = engine.reg_mr(pd, BASE, len, access.0).expect("an MR").1;
         let (lkey, rkey) = (mr.lkey, mr.rkey);
         Device {

@@ -146,7 +146,7 @@ pub fn rnr(name: &str, seed: u64, rnr_retry: u8) -> Summary {
     };
     let wrs = rng.range(1, 5);
     let sends = Mix {
-        weights: [1, 1, 0, 0, 0, 0, 0, 0],
+        weights: [1, 1, 0, 0, 0, 0, 0, 0, 0],
         windows: false,
     };
     let delay = rnr_timer_ns(code).unwrap_or(0);

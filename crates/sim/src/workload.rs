@@ -12,7 +12,8 @@
 //! - FETCH_ADDs of all requesters on a device's shared word are checked for
 //!   linearizability when the run ends;
 //! - SEND / WRITE_WITH_IMM consume the peer's receives in posting order;
-//! - ATOMIC_WRITE stores its 8 bytes in the model like a WRITE;
+//! - ATOMIC_WRITE stores its 8 bytes in the model like a WRITE; FLUSH (to
+//!   global visibility, of a range or of the whole region) changes nothing;
 //! - memory windows (spec/memory-windows.md): each QP binds a type 2 window
 //!   over its own window area (zero-based or not) through a BIND_MW on its own
 //!   send queue; its peer then reaches the area through the window's rkey as
@@ -208,8 +209,8 @@ impl SimQp {
     }
 }
 
-/// The opcodes a mix weighs: rxe's RC set, then IBA 1.5 ATOMIC_WRITE.
-pub const OPS: [WrOpcode; 8] = [
+/// The opcodes a mix weighs: rxe's RC set, then IBA 1.5 ATOMIC_WRITE and FLUSH.
+pub const OPS: [WrOpcode; 9] = [
     WrOpcode::Send,
     WrOpcode::SendWithImm,
     WrOpcode::RdmaWrite,
@@ -218,14 +219,15 @@ pub const OPS: [WrOpcode; 8] = [
     WrOpcode::AtomicFetchAndAdd,
     WrOpcode::AtomicCmpAndSwp,
     WrOpcode::AtomicWrite,
+    WrOpcode::Flush,
 ];
 
 /// The relative weights of the WR opcodes in a workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mix {
     /// SEND, SEND_WITH_IMM, WRITE, WRITE_WITH_IMM, READ, FETCH_ADD, CMP_SWAP,
-    /// ATOMIC_WRITE ([`OPS`]).
-    pub weights: [u32; 8],
+    /// ATOMIC_WRITE, FLUSH ([`OPS`]).
+    pub weights: [u32; 9],
     /// Memory windows: bound, used, invalidated and rebound (see the module doc).
     pub windows: bool,
 }
@@ -233,7 +235,7 @@ pub struct Mix {
 impl Mix {
     /// Every opcode, and memory windows.
     pub const ALL: Mix = Mix {
-        weights: [3, 2, 3, 2, 3, 1, 1, 1],
+        weights: [3, 2, 3, 2, 3, 1, 1, 1, 1],
         windows: true,
     };
 

@@ -10,7 +10,8 @@ use proto::mr::mw::BindRequest;
 use proto::timers::local_ack_timeout_ns;
 use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use proto::wr::{
-    AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
+    AtomicTarget, FlushTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode,
+    WrTarget,
 };
 use proto::AccessFlags;
 use std::net::{IpAddr, SocketAddr};
@@ -366,6 +367,8 @@ impl World {
         let pdev = self.qps[peer].dev;
         let len = match op {
             WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicWrite => 8,
+            // The range flushed; the WR itself carries no data.
+            WrOpcode::Flush => draw_len(&mut self.rng),
             _ => draw_len(&mut self.rng),
         };
         let mut data = vec![0u8; len as usize];
@@ -456,6 +459,15 @@ impl World {
                 });
                 self.qps[i].reads_outstanding += 1;
             }
+            WrOpcode::Flush => {
+                target = WrTarget::Flush(FlushTarget {
+                    remote_addr: self.qps[peer].area.window() + off,
+                    rkey: self.devs[pdev].rkey,
+                    len: rlen as u32,
+                    placement: proto::wr::FLUSH_GLOBAL,
+                    level: self.rng.below(2) as u8,
+                });
+            }
             WrOpcode::AtomicFetchAndAdd => {
                 let add = self.rng.range(1, 1 << 20);
                 target = WrTarget::Atomic(AtomicTarget {
@@ -491,11 +503,17 @@ impl World {
             length: len,
             lkey: self.devs[dev].lkey,
         }];
+        // A FLUSH has no local buffer and completes with byte_len 0.
+        let (sg_list, len): (&[Sge], u32) = if op == WrOpcode::Flush {
+            (&[], 0)
+        } else {
+            (&sge, len)
+        };
         let wr = SendWr {
             wr_id: wr_id(i, seq),
             opcode: op,
             flags: SendFlags(flags),
-            sg_list: &sge,
+            sg_list,
             imm_data: ImmData::from_value(imm),
             target,
         };

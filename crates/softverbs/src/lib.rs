@@ -115,8 +115,8 @@ pub use proto::device::{
 pub use proto::srq::SrqAttr;
 pub use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use proto::wr::{
-    AtomicTarget, ImmData, PostError, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode,
-    WrTarget,
+    AtomicTarget, FlushTarget, ImmData, PostError, RdmaTarget, RecvWr, SendFlags, SendWr, Sge,
+    WrOpcode, WrTarget, FLUSH_GLOBAL, FLUSH_MR, FLUSH_PERSISTENT, FLUSH_RANGE,
 };
 pub use proto::{
     AccessFlags, AhAttr, AttrMask, Errno, Gid, GlobalRoute, MigState, Mtu, QpAttr, QpCap, QpState,

@@ -159,3 +159,46 @@ fn atomic_write_places_eight_bytes() {
     assert_eq!(e.errno(), Errno::EINVAL);
     assert!(e.to_string().contains("not 8-byte aligned"), "{e}");
 }
+
+#[test]
+fn flush_to_global_visibility() {
+    let (a, b) = sides_on("mw-flush", 27, 5, LEN);
+    let (qa, _qb) = rc_pair(&a, &b);
+    let region =
+        b.pd.reg_mr(
+            LEN,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::FLUSH_GLOBAL,
+        )
+        .unwrap();
+    let target = |level| {
+        WrTarget::Flush(FlushTarget {
+            remote_addr: region.addr(),
+            rkey: region.rkey(),
+            len: 64,
+            placement: FLUSH_GLOBAL,
+            level,
+        })
+    };
+    assert!(a.mr.write(0, b"flushed!"));
+    assert_eq!(
+        write_to(&a, &qa, region.addr(), region.rkey(), 1),
+        WcStatus::Success
+    );
+    for level in [FLUSH_RANGE, FLUSH_MR] {
+        qa.post_send(&send_wr(2, WrOpcode::Flush, &[], target(level), SIG))
+            .unwrap();
+        let wc = wait(&a.scq, 1)[0];
+        assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Flush));
+    }
+    assert_eq!(read(&region, 0, 8), b"flushed!");
+    // Persistence is not offered: refused at post time, in words.
+    let mut t = target(FLUSH_RANGE);
+    if let WrTarget::Flush(f) = &mut t {
+        f.placement = FLUSH_PERSISTENT;
+    }
+    let e = qa
+        .post_send(&send_wr(3, WrOpcode::Flush, &[], t, SIG))
+        .unwrap_err();
+    assert_eq!(e.errno(), Errno::EOPNOTSUPP);
+    assert!(e.to_string().contains("no persistent memory"), "{e}");
+}

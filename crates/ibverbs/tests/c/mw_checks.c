@@ -345,6 +345,16 @@ static void atomic_write(void)
 	wr.wr.rdma.remote_addr = (uintptr_t)p.dst + 16;
 	CHECK(ibv_post_send(p.a, &wr, &bad) == EINVAL, "atomic write of 4 bytes");
 	free_pair(&p);
+
+	/* ibv_wr_flush lies past rdma-core 44's ibv_qp_ex: a QP asking for it
+	 * (IBV_QP_EX_WITH_FLUSH, 1 << 11) is refused. */
+	struct ibv_qp_init_attr_ex init = {.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
+					   .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
+						   .max_recv_sge = 1},
+					   .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					   .pd = pd, .send_ops_flags = 1 << 11};
+	errno = 0;
+	CHECK(ibv_create_qp_ex(ctx, &init) == NULL && errno == EOPNOTSUPP, "WITH_FLUSH: errno %d", errno);
 }
 
 int main(void)

@@ -57,6 +57,8 @@ pub enum Access {
     RemoteWrite,
     /// A peer performs an atomic (via rkey; 8 bytes, 8-byte aligned).
     RemoteAtomic,
+    /// A peer flushes to global visibility (IBA 1.5 FLUSH, via rkey).
+    RemoteFlush,
 }
 
 impl Access {
@@ -68,6 +70,7 @@ impl Access {
             Access::RemoteRead => Some(AccessFlags::REMOTE_READ),
             Access::RemoteWrite => Some(AccessFlags::REMOTE_WRITE),
             Access::RemoteAtomic => Some(AccessFlags::REMOTE_ATOMIC),
+            Access::RemoteFlush => Some(AccessFlags::FLUSH_GLOBAL),
         }
     }
 
@@ -75,7 +78,7 @@ impl Access {
     pub fn is_remote(self) -> bool {
         matches!(
             self,
-            Access::RemoteRead | Access::RemoteWrite | Access::RemoteAtomic
+            Access::RemoteRead | Access::RemoteWrite | Access::RemoteAtomic | Access::RemoteFlush
         )
     }
 }
@@ -262,10 +265,11 @@ const ACCEPTED: u32 = AccessFlags::LOCAL_WRITE.0
     | AccessFlags::REMOTE_ATOMIC.0
     | AccessFlags::MW_BIND.0
     | AccessFlags::ON_DEMAND.0
-    | AccessFlags::HUGETLB.0;
-/// Known flags that need device features softverbs does not have.
-const UNSUPPORTED: u32 =
-    AccessFlags::ZERO_BASED.0 | AccessFlags::FLUSH_GLOBAL.0 | AccessFlags::FLUSH_PERSISTENT.0;
+    | AccessFlags::HUGETLB.0
+    | AccessFlags::FLUSH_GLOBAL.0;
+/// Known flags that need device features softverbs does not have (zero-based
+/// user regions; persistent memory for FLUSH to persistence).
+const UNSUPPORTED: u32 = AccessFlags::ZERO_BASED.0 | AccessFlags::FLUSH_PERSISTENT.0;
 
 /// The length of an implicit on-demand region (`ibv_reg_mr(pd, NULL,
 /// SIZE_MAX, IBV_ACCESS_ON_DEMAND)`): the whole address space (spec/odp.md).

@@ -257,7 +257,12 @@ impl Requester {
             // come again after the resend.
             return fx.ignored = true;
         }
-        if w.opcode != WrOpcode::RdmaRead {
+        // READ, and the zero-length READ response of ATOMIC_WRITE and FLUSH
+        // (rxe send_read_response_ack).
+        if !matches!(
+            w.opcode,
+            WrOpcode::RdmaRead | WrOpcode::AtomicWrite | WrOpcode::Flush
+        ) {
             return self.fail_wqe(sq, env, WcStatus::BadRespErr, fx);
         }
         if q != expected {
@@ -278,7 +283,7 @@ impl Requester {
             }
             return;
         }
-        let left = w.len - w.read_done;
+        let left = w.response_len() - w.read_done;
         let n = payload.len() as u64;
         let ok_len = match repr.bth.opcode.position() {
             Position::First | Position::Middle => n == mtu && n < left,
@@ -299,7 +304,7 @@ impl Requester {
         w.read_done += n;
         fx.progress = true;
         self.una = q.next();
-        if w.read_done >= w.len {
+        if w.read_done >= w.response_len() {
             w.done = true;
             self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
             self.una = w.last_psn().next();

@@ -47,6 +47,8 @@ pub mod send_ops {
     pub const BIND_MW: u64 = 1 << 8;
     /// `ibv_wr_send_inv`.
     pub const SEND_WITH_INV: u64 = 1 << 9;
+    /// `ibv_wr_flush`.
+    pub const FLUSH: u64 = 1 << 11;
     /// `ibv_wr_atomic_write`.
     pub const ATOMIC_WRITE: u64 = 1 << 12;
     /// The operations each QP type offers through `ibv_wr_*` on softverbs.
@@ -54,7 +56,7 @@ pub mod send_ops {
         use crate::types::QpType;
         let windows = LOCAL_INV | BIND_MW;
         match qp_type {
-            QpType::Rc => 0x7f | windows | SEND_WITH_INV | ATOMIC_WRITE,
+            QpType::Rc => 0x7f | windows | SEND_WITH_INV | ATOMIC_WRITE | FLUSH,
             QpType::Uc => RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM | windows,
             QpType::Ud => SEND | SEND_WITH_IMM,
             _ => 0,

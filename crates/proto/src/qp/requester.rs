@@ -312,6 +312,19 @@ impl Requester {
                 });
                 Payload::None
             }
+            (WrOpcode::Flush, WrTarget::Flush(f)) => {
+                // IBA 1.5 FLUSH: RETH (range) + FETH (selectivity, placement).
+                r.reth = Some(reth::Repr {
+                    va: f.remote_addr,
+                    rkey: Rkey(f.rkey),
+                    dma_len: f.len,
+                });
+                r.feth = Some(wire::feth::Repr {
+                    selectivity: f.level,
+                    placement: f.placement,
+                });
+                Payload::None
+            }
             (op, WrTarget::Atomic(t)) if op.is_atomic() => {
                 let (swap_add, compare) = match op {
                     WrOpcode::AtomicCmpAndSwp => (t.swap, t.compare_add),
@@ -414,6 +427,8 @@ fn opcode_for(w: &SendWqe, t: QpType, pos: Position) -> Opcode {
         WrOpcode::SendWithInv => MessageKind::SendWithInv,
         // IBA 1.5 ATOMIC WRITE: one packet, RETH and 8 bytes of data.
         WrOpcode::AtomicWrite => return rc_op(0x1D),
+        // IBA 1.5 FLUSH: one packet, RETH and FETH.
+        WrOpcode::Flush => return rc_op(0x1C),
         WrOpcode::RdmaRead => return rc_op(0x0C),
         WrOpcode::AtomicCmpAndSwp => return rc_op(0x13),
         WrOpcode::AtomicFetchAndAdd => return rc_op(0x14),

@@ -163,6 +163,11 @@ enum Resource {
         psn: Psn,
         orig: u64,
     },
+    /// An ATOMIC WRITE or FLUSH, executed: a duplicate is answered again
+    /// without executing (rxe `duplicate_request`, oA19-14/15).
+    Placed {
+        psn: Psn,
+    },
 }
 
 /// A message being received.
@@ -338,11 +343,8 @@ impl Responder {
         match op.operation() {
             Operation::ReadRequest => self.rc_read(env, pkt.repr),
             Operation::CompareSwap | Operation::FetchAdd => self.rc_atomic(env, pkt.repr),
-            Operation::AtomicWrite => {
-                self.rc_atomic_write(env, pkt)?;
-                self.executed(b);
-                Ok(())
-            }
+            Operation::AtomicWrite => self.rc_atomic_write(env, pkt),
+            Operation::Flush => self.rc_flush(env, pkt.repr),
             Operation::Send | Operation::SendWithImm | Operation::SendWithInv => {
                 self.place_send(env, rq, pkt, fx)?;
                 self.executed(b);
@@ -459,8 +461,8 @@ impl Responder {
     }
 
     /// IBA 1.5 ATOMIC WRITE: 8 bytes stored in one piece at an 8-byte-aligned
-    /// address the R_Key allows writing (spec/memory-windows.md §8). A
-    /// duplicate is re-ACKed like a WRITE, never stored again.
+    /// address the R_Key allows writing, answered by a zero-length READ
+    /// response (rxe `send_read_response_ack`; spec/memory-windows.md §8).
     fn rc_atomic_write(&mut self, env: &RespEnv<'_>, pkt: &Incoming<'_>) -> Result<(), Refusal> {
         let reth = pkt.repr.reth.ok_or(Refusal::InvalidRequest)?;
         // rxe check_resource: like READ and atomics, it needs responder resources.
@@ -477,7 +479,55 @@ impl Responder {
         }
         let value = u64::from_ne_bytes(bytes);
         env.mem.atomic(host, AtomicOp::Store { value });
+        self.placed(env, pkt.repr.bth.psn);
         Ok(())
+    }
+
+    /// IBA 1.5 FLUSH to global visibility of a range (`IBV_FLUSH_RANGE`) or
+    /// of the whole region (`IBV_FLUSH_MR`) the R_Key allows flushing
+    /// (`IBV_ACCESS_FLUSH_GLOBAL`). Every earlier WRITE is placed in host
+    /// memory before its packet is acknowledged, so global visibility holds
+    /// already: the FLUSH is an ordering point, answered by a zero-length READ
+    /// response. Persistence is refused: the region cannot have
+    /// `IBV_ACCESS_FLUSH_PERSISTENT` here (spec/memory-windows.md §9).
+    fn rc_flush(&mut self, env: &RespEnv<'_>, repr: &TransportRepr) -> Result<(), Refusal> {
+        let (Some(reth), Some(feth)) = (repr.reth, repr.feth) else {
+            return Err(Refusal::InvalidRequest);
+        };
+        if env.max_dest_rd_atomic == 0 || feth.selectivity > 1 || feth.placement & !3 != 0 {
+            return Err(Refusal::InvalidRequest);
+        }
+        if feth.placement != 1 {
+            // Persistence: no region of this device allows it.
+            return Err(Refusal::AccessError);
+        }
+        let rkey = reth.rkey.0;
+        if feth.selectivity == 0 {
+            check_remote(
+                env,
+                rkey,
+                reth.va,
+                u64::from(reth.dma_len),
+                Access::RemoteFlush,
+            )?;
+        } else {
+            // The whole region: its key must allow flushing (windows never do).
+            let mr = crate::mr::mr_by_key(env.mrs, rkey).ok_or(Refusal::AccessError)?;
+            mr.check(env.pd, rkey, mr.addr, mr.length, Access::RemoteFlush)
+                .map_err(|_| Refusal::AccessError)?;
+        }
+        self.placed(env, repr.bth.psn);
+        Ok(())
+    }
+
+    /// An ATOMIC WRITE or FLUSH at `psn` executed: saved for duplicates,
+    /// counted in the MSN, answered by a zero-length READ response.
+    fn placed(&mut self, env: &RespEnv<'_>, psn: Psn) {
+        self.save(env, Resource::Placed { psn });
+        self.msn = (self.msn + 1) & 0xff_ffff;
+        self.ack_psn = psn;
+        self.epsn = psn.next();
+        self.outbox.push_back(Response::Read(empty_read(psn)));
     }
 
     /// Keeps at most `max_dest_rd_atomic` saved resources, recycling the oldest.
@@ -540,6 +590,16 @@ impl Responder {
                 };
                 self.outbox.push_back(Response::Read(job));
                 fx.dropped = Some(Drop::DupRead);
+            }
+            Operation::AtomicWrite | Operation::Flush => {
+                let found = self
+                    .resources
+                    .iter()
+                    .any(|r| matches!(*r, Resource::Placed { psn } if psn == q));
+                if found {
+                    self.outbox.push_back(Response::Read(empty_read(q)));
+                    fx.dropped = Some(Drop::DupAtomic);
+                }
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let orig = self.resources.iter().find_map(|r| match *r {
@@ -833,6 +893,20 @@ impl Responder {
             *j = job;
         }
         (r, n)
+    }
+}
+
+/// The zero-length READ response ONLY at `psn` that answers an ATOMIC WRITE
+/// or a FLUSH.
+fn empty_read(psn: Psn) -> ReadJob {
+    ReadJob {
+        psn,
+        first: psn,
+        npsn: 1,
+        va: 0,
+        rkey: 0,
+        len: 0,
+        offset: 0,
     }
 }
 

@@ -152,7 +152,17 @@ impl SendWqe {
 
     /// READ or atomic: answered by a response, counted against `max_rd_atomic`.
     pub fn is_rd_atomic(&self) -> bool {
-        self.opcode == WrOpcode::RdmaRead || self.opcode.is_atomic()
+        self.opcode.answered_by_response()
+    }
+
+    /// Bytes the response carries: the READ's length; 0 for the zero-length
+    /// READ response that answers ATOMIC_WRITE and FLUSH.
+    pub fn response_len(&self) -> u64 {
+        if self.opcode == WrOpcode::RdmaRead {
+            self.len
+        } else {
+            0
+        }
     }
 
     /// Request packets this message needs at path MTU `mtu`.

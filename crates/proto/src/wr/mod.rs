@@ -159,7 +159,19 @@ impl WrOpcode {
 
     /// Counts against the initiator depth `max_rd_atomic` (spec rc-reliability.md §1.2).
     pub fn needs_rd_atomic(self) -> bool {
-        self == WrOpcode::RdmaRead || self.is_atomic()
+        self.answered_by_response()
+    }
+
+    /// Answered by a response rather than acknowledged: READ, the two
+    /// atomics, and the IBA 1.5 ATOMIC_WRITE and FLUSH (answered by a
+    /// zero-length READ response, rxe `send_read_response_ack`). Each takes a
+    /// responder resource, so each counts against `max_rd_atomic`, as in rxe
+    /// (which leaves FLUSH out of the count; spec/memory-windows.md §8).
+    pub fn answered_by_response(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::RdmaRead | WrOpcode::AtomicWrite | WrOpcode::Flush
+        ) || self.is_atomic()
     }
 
     /// May be posted with `IBV_SEND_INLINE`: only SEND* and RDMA_WRITE*
@@ -202,8 +214,7 @@ const Y: bool = true;
 
 /// The WR-opcode × QP-type matrix, columns `[UD, UC, RC]`. Not offered by
 /// softverbs: SEND_WITH_INV on UC (UC has no wire opcode for it, spec
-/// roce-wire.md §4.2), TSO (no offloads), FLUSH (not yet). DRIVER1 is valid
-/// on no type.
+/// roce-wire.md §4.2), TSO (no offloads). DRIVER1 is valid on no type.
 pub const OPCODE_MATRIX: [OpcodeSupport; 14] = [
     row(WrOpcode::Send, [Y, Y, Y], [Y, Y, Y]),
     row(WrOpcode::SendWithImm, [Y, Y, Y], [Y, Y, Y]),
@@ -217,7 +228,7 @@ pub const OPCODE_MATRIX: [OpcodeSupport; 14] = [
     row(WrOpcode::SendWithInv, [N, Y, Y], [N, N, Y]),
     row(WrOpcode::Tso, [Y, N, N], [N, N, N]),
     row(WrOpcode::Driver1, [N, N, N], [N, N, N]),
-    row(WrOpcode::Flush, [N, N, Y], [N, N, N]),
+    row(WrOpcode::Flush, [N, N, Y], [N, N, Y]),
     row(WrOpcode::AtomicWrite, [N, N, Y], [N, N, Y]),
 ];
 
@@ -332,6 +343,30 @@ pub struct AtomicTarget {
     pub rkey: u32,
 }
 
+/// `IBV_FLUSH_GLOBAL`: the data reaches global visibility (placement type bit 0).
+pub const FLUSH_GLOBAL: u8 = 1;
+/// `IBV_FLUSH_PERSISTENT`: the data reaches persistence (placement type bit 1).
+pub const FLUSH_PERSISTENT: u8 = 2;
+/// `IBV_FLUSH_RANGE`: flush `[remote_addr, + len)` (selectivity level 0).
+pub const FLUSH_RANGE: u8 = 0;
+/// `IBV_FLUSH_MR`: flush the whole region the rkey names (selectivity level 1).
+pub const FLUSH_MR: u8 = 1;
+
+/// `ibv_wr_flush(qpx, rkey, remote_addr, len, type, level)` (IBA 1.5 FLUSH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlushTarget {
+    /// Remote address (`IBV_FLUSH_RANGE`).
+    pub remote_addr: u64,
+    /// R_Key of the remote region.
+    pub rkey: u32,
+    /// Bytes (`IBV_FLUSH_RANGE`).
+    pub len: u32,
+    /// `enum ibv_placement_type` bits: [`FLUSH_GLOBAL`], [`FLUSH_PERSISTENT`].
+    pub placement: u8,
+    /// `enum ibv_selectivity_level`: [`FLUSH_RANGE`] or [`FLUSH_MR`].
+    pub level: u8,
+}
+
 /// `wr.ud` of `ibv_send_wr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdTarget {
@@ -362,6 +397,8 @@ pub enum WrTarget {
         /// The rkey to invalidate.
         rkey: u32,
     },
+    /// The arguments of `ibv_wr_flush` (IBV_WR_FLUSH).
+    Flush(FlushTarget),
 }
 
 impl WrTarget {
@@ -374,6 +411,7 @@ impl WrTarget {
             WrTarget::Ud(_) => TargetKind::Ud,
             WrTarget::Bind(_) => TargetKind::Bind,
             WrTarget::Invalidate { .. } => TargetKind::Invalidate,
+            WrTarget::Flush(_) => TargetKind::Flush,
         }
     }
 }
@@ -393,6 +431,8 @@ pub enum TargetKind {
     Bind,
     /// `invalidate_rkey`.
     Invalidate,
+    /// `ibv_wr_flush`'s arguments.
+    Flush,
 }
 
 impl TargetKind {
@@ -403,6 +443,8 @@ impl TargetKind {
             TargetKind::Ud
         } else if opcode == WrOpcode::BindMw {
             TargetKind::Bind
+        } else if opcode == WrOpcode::Flush {
+            TargetKind::Flush
         } else if matches!(opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
             TargetKind::Invalidate
         } else if opcode.is_rdma_write()
@@ -426,6 +468,7 @@ impl TargetKind {
             TargetKind::Ud => "wr.ud",
             TargetKind::Bind => "bind_mw",
             TargetKind::Invalidate => "invalidate_rkey",
+            TargetKind::Flush => "flush",
         }
     }
 }
@@ -715,6 +758,24 @@ pub enum PostError {
         /// The raw handle.
         handle: u64,
     },
+    /// FLUSH with a placement type other than `IBV_FLUSH_GLOBAL`.
+    #[error("IBV_WR_FLUSH: placement type {placement:#x} is not IBV_FLUSH_GLOBAL (1); this device has no persistent memory (IBV_FLUSH_PERSISTENT is not offered)")]
+    FlushPlacement {
+        /// The type given.
+        placement: u8,
+    },
+    /// FLUSH with an unknown selectivity level.
+    #[error("IBV_WR_FLUSH: level {level} is not IBV_FLUSH_RANGE (0) or IBV_FLUSH_MR (1)")]
+    FlushLevel {
+        /// The level given.
+        level: u8,
+    },
+    /// FLUSH carries no local data.
+    #[error("IBV_WR_FLUSH takes no scatter/gather list (num_sge = {num_sge})")]
+    FlushSge {
+        /// SGEs given.
+        num_sge: usize,
+    },
     /// The bytes of an `IBV_SEND_INLINE` WR could not be gathered.
     #[error("IBV_SEND_INLINE data: {error}")]
     InlineData {
@@ -730,6 +791,7 @@ impl PostError {
         match self {
             PostError::QueueFull { .. } => Errno::ENOMEM,
             PostError::OpcodeNotOffered { .. } => Errno::EOPNOTSUPP,
+            PostError::FlushPlacement { placement } if *placement & !3 == 0 => Errno::EOPNOTSUPP,
             _ => Errno::EINVAL,
         }
     }
@@ -794,6 +856,7 @@ pub fn check_post_send(
     check_inline(wr, len, q.max_inline_data)?;
     check_target(wr, q.qp_type)?;
     check_atomic(wr, len, q.max_rd_atomic)?;
+    check_flush(wr)?;
     if let WrTarget::Ud(ud) = wr.target {
         check_ud(q, wr.opcode, &ud, len, ah_pd)?;
     }
@@ -912,6 +975,28 @@ fn check_atomic(wr: &SendWr<'_>, len: u64, max_rd_atomic: u8) -> Result<(), Post
     // sent; rdmavt rejects at post time (recommended). We do so for READ too.
     if opcode.needs_rd_atomic() && max_rd_atomic == 0 {
         return Err(PostError::NoRdAtomic { opcode });
+    }
+    Ok(())
+}
+
+/// FLUSH: global visibility only (host memory is not persistent), a known
+/// selectivity level, and no local buffer (spec/memory-windows.md §9).
+fn check_flush(wr: &SendWr<'_>) -> Result<(), PostError> {
+    let WrTarget::Flush(f) = wr.target else {
+        return Ok(());
+    };
+    if !wr.sg_list.is_empty() {
+        return Err(PostError::FlushSge {
+            num_sge: wr.sg_list.len(),
+        });
+    }
+    if f.level > FLUSH_MR {
+        return Err(PostError::FlushLevel { level: f.level });
+    }
+    if f.placement != FLUSH_GLOBAL {
+        return Err(PostError::FlushPlacement {
+            placement: f.placement,
+        });
     }
     Ok(())
 }
