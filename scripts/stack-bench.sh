@@ -127,7 +127,7 @@ done
 if [ "${SKIP_MPI:-0}" != 1 ]; then
   # "<stack> latency|bandwidth pingpong N x B bytes: half-rtt X us, Y MB/s; ..."
   SOFTVERBS_LIBIBVERBS_DIR="$lib" BW_ITERS=50 scripts/mpi-bench.sh >"$work/mpi.out" 2>&1 || true
-  mpi() { awk -v s="$1" -v k="$2" -v f="$3" '$1 == s && $2 == k { for (i = 1; i <= NF; i++) if ($i == f || $i == f ";") { v = $(i - 1); gsub(/,/, "", v); print v } }' "$work/mpi.out"; }
+  mpi() { awk -v s="$1" -v k="$2" -v f="$3" '$1 == s && $2 == k { for (i = 1; i <= NF; i++) { w = $i; sub(/[,;]$/, "", w); if (w == f) { v = $(i - 1); gsub(/,/, "", v); print v } } }' "$work/mpi.out"; }
   for tcp in ucx-tcp ob1-tcp; do
     row "Open MPI vs $tcp (mean)" "lat us" "$(mpi softverbs latency us)" "$(mpi "$tcp" latency us)"
     row "Open MPI vs $tcp 1 MiB" "bw MB/s" "$(mpi softverbs bandwidth MB/s)" "$(mpi "$tcp" bandwidth MB/s)"

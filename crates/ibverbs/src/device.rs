@@ -364,13 +364,20 @@ pub unsafe extern "C" fn ibv_query_port(
     query_port_into("ibv_query_port", context, port, attr, COMPAT_PORT_ATTR_SIZE)
 }
 
-/// `verbs_context.query_port`: writes `min(attr_size, sizeof)` bytes.
+/// `verbs_context.query_port`: writes `min(attr_size, sizeof)` bytes, and
+/// zeroes a larger caller's struct first (rdma-core `__lib_query_port`), so
+/// fields of a newer `ibv_port_attr` than ours read as 0: NCCL passes its own
+/// copy with `active_speed_ex`, which it reads as "XDR or faster" if non-zero.
 pub(crate) unsafe extern "C" fn query_port_op(
     context: *mut ibv_context,
     port: u8,
     attr: *mut ibv_port_attr,
     attr_size: usize,
 ) -> c_int {
+    if !attr.is_null() && attr_size > std::mem::size_of::<ibv_port_attr>() {
+        // SAFETY: the caller's buffer holds `attr_size` bytes.
+        unsafe { std::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size) };
+    }
     query_port_into("ibv_query_port", context, port, attr, attr_size)
 }
 
