@@ -416,8 +416,21 @@ fn gid_entry(b: &CtxBlock, port: u8, index: u32) -> Result<ibv_gid_entry, c_int>
         gid_index: index,
         port_num: u32::from(port),
         gid_type: GID_TYPE_ROCE_V2,
-        ndev_ifindex: 0,
+        ndev_ifindex: ndev_ifindex(g.0),
     })
+}
+
+/// The index of the network interface holding a RoCE GID's address (the
+/// kernel's `gid_attr->ndev`, reported by rdma-core as `ndev_ifindex`; the same
+/// interface sysfs `gid_attrs/ndevs` names), 0 when no interface holds it.
+fn ndev_ifindex(raw: [u8; 16]) -> u32 {
+    let v6 = std::net::Ipv6Addr::from(raw);
+    let ip = v6
+        .to_ipv4_mapped()
+        .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4);
+    sv_io::host::interface_of(ip)
+        .and_then(|name| sv_io::host::interface_index(&name))
+        .unwrap_or(0)
 }
 
 /// `ibv_query_gid_ex`: returns an errno value (`ENODATA` for an empty slot).
