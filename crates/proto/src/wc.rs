@@ -328,7 +328,7 @@ impl WcFlags {
     pub const WITH_IMM: WcFlags = WcFlags(1 << 1);
     /// `IBV_WC_IP_CSUM_OK`: checksum-offload devices only; never set by softverbs.
     pub const IP_CSUM_OK: WcFlags = WcFlags(1 << 2);
-    /// `IBV_WC_WITH_INV`: `invalidated_rkey` is valid (not produced: no SEND_WITH_INV).
+    /// `IBV_WC_WITH_INV`: `invalidated_rkey` is valid (a received SEND_WITH_INV).
     pub const WITH_INV: WcFlags = WcFlags(1 << 3);
     /// `IBV_WC_TM_SYNC_REQ` (tag matching).
     pub const TM_SYNC_REQ: WcFlags = WcFlags(1 << 4);
@@ -367,8 +367,9 @@ pub struct WorkCompletion {
     pub vendor_err: u32,
     /// Bytes (receive: written incl. the 40-byte GRH area on UD; READ: read; atomics: 8).
     pub byte_len: u32,
-    /// Immediate data (network order) when `wc_flags` has `WITH_IMM`. The C
-    /// union's other member, `invalidated_rkey`, is never produced.
+    /// Immediate data (network order) when `wc_flags` has `WITH_IMM`; with
+    /// `WITH_INV` the C union's other member, `invalidated_rkey` (host order:
+    /// [`WorkCompletion::invalidated_rkey`]).
     pub imm_data: ImmData,
     /// Local QPN (for SRQ receives: the QP that consumed the WQE). Always valid.
     pub qp_num: u32,
@@ -389,6 +390,13 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
+    /// The rkey a received SEND_WITH_INV invalidated (`IBV_WC_WITH_INV`).
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.wc_flags
+            .contains(WcFlags::WITH_INV)
+            .then(|| self.imm_data.to_c_field())
+    }
+
     /// An error completion: only `wr_id`, `status`, `qp_num` (and `vendor_err`
     /// = 0) are meaningful; the rest is zero (spec completions.md §1,
     /// `ibv_poll_cq(3)`). `opcode` records what the WR was, for the engine.

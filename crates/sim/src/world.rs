@@ -896,10 +896,7 @@ impl World {
                 e.imm
             );
         }
-        let inv = wc
-            .wc_flags
-            .contains(WcFlags::WITH_INV)
-            .then(|| wc.imm_data.to_c_field());
+        let inv = wc.invalidated_rkey();
         if inv != e.inv {
             fail!(
                 self,

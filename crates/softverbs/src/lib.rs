@@ -2,8 +2,9 @@
 //!
 //! A userspace RoCEv2 device behind a safe Rust API with verbs names:
 //! [`devices`] lists the devices, [`Device::open`] gives a [`Context`], and from
-//! there [`ProtectionDomain`], [`MemoryRegion`], [`CompletionQueue`],
-//! [`SharedReceiveQueue`], [`AddressHandle`] and [`QueuePair`].
+//! there [`ProtectionDomain`], [`MemoryRegion`], [`MemoryWindow`],
+//! [`CompletionQueue`], [`SharedReceiveQueue`], [`AddressHandle`] and
+//! [`QueuePair`].
 //!
 //! Queue pairs follow the verbs rules exactly (states, transitions, required and
 //! optional attributes, query semantics, error codes); every refusal is an
