@@ -605,3 +605,52 @@ fn a_duplicate_atomic_write_is_answered_not_stored_again() {
     let c = p.net.b.e.qp_counters(p.qb).unwrap();
     assert_eq!(c.dup_atomics_answered, 1, "{c:?}");
 }
+
+#[test]
+fn a_bind_between_writes_runs_once_and_completes_in_order_under_loss() {
+    let mut p = pair(LOCAL_WRITE | REMOTE_WRITE);
+    let rkey = p.net.b.e.mr_by_lkey(p.lb).unwrap().rkey;
+    // A binds a window of its own between two WRITEs whose first packet is lost.
+    let (la2, _) = p.net.a.mr(8192, 4096, LOCAL_WRITE | MW_BIND);
+    let (mw, rkey0) = p.net.a.e.alloc_mw(p.net.a.pd, 2).unwrap();
+    let mut dropped = false;
+    p.net.drop_from_a = Some(Box::new(move |_| !std::mem::replace(&mut dropped, true)));
+    let sg = [Sge {
+        addr: BASE,
+        length: 2048,
+        lkey: p.la,
+    }];
+    let w = |id| {
+        let t = WrTarget::Rdma(RdmaTarget {
+            remote_addr: BASE,
+            rkey,
+        });
+        send_wr(id, WrOpcode::RdmaWrite, &sg, t)
+    };
+    let req = BindRequest {
+        mw,
+        rkey: (rkey0 & !0xff) | ((rkey0 + 1) & 0xff),
+        mr_lkey: Some(la2),
+        addr: BASE + 8192,
+        length: 4096,
+        access: REMOTE_WRITE,
+    };
+    let bind = send_wr(2, WrOpcode::BindMw, &[], WrTarget::Bind(req));
+    for wr in [w(1), bind, w(3)] {
+        p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    }
+    p.net.run();
+    let wc: Vec<_> = p.net.a.poll().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        wc,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::Success)
+        ]
+    );
+    assert!(p.net.a.e.qp_counters(p.qa).unwrap().retransmitted_packets > 0);
+    let w = p.net.a.e.mw(mw).unwrap();
+    assert_eq!(w.rkey, req.rkey, "bound once, with the key asked for");
+    assert!(w.binding.is_some());
+}
