@@ -654,3 +654,79 @@ fn a_bind_between_writes_runs_once_and_completes_in_order_under_loss() {
     assert_eq!(w.rkey, req.rkey, "bound once, with the key asked for");
     assert!(w.binding.is_some());
 }
+
+#[test]
+fn uc_binds_invalidates_and_writes_through_a_window() {
+    let mut net = Net::new();
+    let (qa, _, qb, _) = connect(&mut net, QpType::Uc);
+    let (la, _) = net.a.mr(0, 4096, LOCAL_WRITE);
+    let (lb, _) = net.b.mr(0, 4096, LOCAL_WRITE | MW_BIND);
+    let (mw, rkey0) = net.b.e.alloc_mw(net.b.pd, 2).unwrap();
+    let req = BindRequest {
+        mw,
+        rkey: rkey0,
+        mr_lkey: Some(lb),
+        addr: BASE,
+        length: 64,
+        access: REMOTE_WRITE,
+    };
+    net.b
+        .e
+        .post_send(
+            qb,
+            &send_wr(1, WrOpcode::BindMw, &[], WrTarget::Bind(req)),
+            None,
+        )
+        .unwrap();
+    net.run();
+    assert_eq!(net.b.poll()[0].status, WcStatus::Success);
+    net.a.mem.write(BASE, &[6; 8]);
+    let sg = [Sge {
+        addr: BASE,
+        length: 8,
+        lkey: la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 8,
+        rkey: rkey0,
+    });
+    net.a
+        .e
+        .post_send(qa, &send_wr(2, WrOpcode::RdmaWrite, &sg, t), None)
+        .unwrap();
+    net.run();
+    assert_eq!(net.b.mem.snapshot(BASE + 8, 8), [6; 8]);
+    let inv = send_wr(
+        3,
+        WrOpcode::LocalInv,
+        &[],
+        WrTarget::Invalidate { rkey: rkey0 },
+    );
+    net.b.e.post_send(qb, &inv, None).unwrap();
+    net.run();
+    assert_eq!(net.b.poll()[0].status, WcStatus::Success);
+    // UC drops what the window no longer allows, silently.
+    net.a.mem.write(BASE, &[7; 8]);
+    net.a
+        .e
+        .post_send(qa, &send_wr(4, WrOpcode::RdmaWrite, &sg, t), None)
+        .unwrap();
+    net.run();
+    assert_eq!(net.b.mem.snapshot(BASE + 8, 8), [6; 8]);
+    // SEND_WITH_INV has no UC opcode.
+    let e = net
+        .a
+        .e
+        .post_send(
+            qa,
+            &send_wr(
+                5,
+                WrOpcode::SendWithInv,
+                &[],
+                WrTarget::Invalidate { rkey: rkey0 },
+            ),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(e.errno(), Errno::EOPNOTSUPP);
+}
