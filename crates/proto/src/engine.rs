@@ -176,6 +176,12 @@ pub struct DeviceData {
     pub(crate) counters: crate::output::DeviceCounters,
     /// Counters of destroyed QPs.
     pub(crate) retired: crate::qp::data::QpCounters,
+    /// RAW_PACKET QPs that may have a frame to send (datapath/raw.rs).
+    pub(crate) raw_ready: ReadyQueue,
+    /// The longest frame a RAW_PACKET send may build.
+    pub(crate) raw_frame_max: u32,
+    /// The raw path's counters.
+    pub(crate) raw_counters: crate::datapath::RawCounters,
 }
 
 impl Default for DeviceData {
@@ -191,6 +197,9 @@ impl Default for DeviceData {
             inline_buf: Vec::new(),
             counters: crate::output::DeviceCounters::default(),
             retired: Default::default(),
+            raw_ready: ReadyQueue::default(),
+            raw_frame_max: crate::datapath::DEFAULT_FRAME_MAX,
+            raw_counters: Default::default(),
         }
     }
 }
@@ -972,7 +981,12 @@ impl Engine {
         };
         if q.take_wants_tx() && !q.dp.scheduled {
             q.dp.scheduled = true;
-            self.dev.ready.push_back(h);
+            // RAW_PACKET QPs send frames, not datagrams (datapath/raw.rs).
+            if q.ctl.qp_type() == crate::types::QpType::RawPacket {
+                self.dev.raw_ready.push_back(h);
+            } else {
+                self.dev.ready.push_back(h);
+            }
         }
         // Most calls leave the deadline as the heap has it.
         let deadline = q.deadline();

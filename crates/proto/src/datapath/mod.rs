@@ -15,10 +15,13 @@
 mod gsi;
 mod mcast;
 mod post;
+mod raw;
 mod rx;
 mod tx;
 
 use crate::handle::{CqHandle, QpHandle};
+
+pub use raw::{Frame, RawCounters, DEFAULT_FRAME_MAX, ETH_HEADER_LEN, VLAN_TAG_LEN};
 
 pub use crate::output::{
     AsyncEventKind, DeviceCounters, Event, EventElement, PostOutcome, Transmit, ROCE_PORT,
