@@ -39,6 +39,15 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.poll_timeout()
     }
 
+    fn poll_frame(&mut self, buf: &mut [u8]) -> Option<(u32, usize)> {
+        let f = self.engine.poll_frame(&self.mem, buf)?;
+        Some((f.qpn, f.len))
+    }
+
+    fn handle_frame(&mut self, qpn: u32, frame: &[u8]) {
+        self.engine.handle_frame(qpn, frame, &self.mem);
+    }
+
     fn handle_timeout(&mut self, now: Nanos) {
         self.engine.handle_timeout(now);
         self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)

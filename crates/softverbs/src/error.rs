@@ -40,6 +40,17 @@ pub enum Error {
         /// The access flags allow writes.
         write: bool,
     },
+    /// A RAW_PACKET QP's packet socket could not be opened (`EPERM` without
+    /// `CAP_NET_RAW`, as hardware providers answer).
+    #[error("create_qp: a RAW_PACKET QP sends and receives Ethernet frames through an AF_PACKET socket, which needs CAP_NET_RAW: {source}")]
+    RawPacket {
+        /// The system's error.
+        #[source]
+        source: OsError,
+    },
+    /// `ibv_create_flow` refused the rule (`EOPNOTSUPP` or `EINVAL`).
+    #[error("create_flow: {0}")]
+    Flow(#[from] sv_io::raw::FlowError),
 }
 
 /// An `std::io::Error`, shareable so [`Error`] stays `Clone`; two are equal
@@ -138,6 +149,12 @@ impl Error {
             Error::Post(e) => e.errno(),
             Error::Config(_) | Error::Os { .. } => Errno::EINVAL,
             Error::Unmapped { .. } => Errno::EFAULT,
+            Error::RawPacket { source } => match source.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => Errno::EPERM,
+                _ => Errno::EINVAL,
+            },
+            Error::Flow(e) if e.errno() == libc::EOPNOTSUPP => Errno::EOPNOTSUPP,
+            Error::Flow(_) => Errno::EINVAL,
         }
     }
 }

@@ -100,7 +100,7 @@ pub use dm::{DeviceMemory, DmMemoryRegion};
 pub use error::{ConfigError, DestroyError, Error, OsError};
 pub use mr::{MemoryRegion, Rereg};
 pub use pd::ProtectionDomain;
-pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
+pub use qp::{AnyTransport, Flow, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
 pub use srq::SharedReceiveQueue;
 pub use transition::{
     ConnectedInit, DatagramInit, Drain, Modify, RcRtr, RcRts, Resume, SqPsnRts, ToError, ToInit,

@@ -83,6 +83,54 @@ impl<'a> QpInit<'a> {
     }
 }
 
+/// A RAW_PACKET QP's packet socket (spec/raw-packet.md): without it (no
+/// `CAP_NET_RAW`: `EPERM`) the QP is destroyed again and creation fails. The
+/// engine learns the interface's MTU, which bounds a frame.
+fn open_raw(pd: &Arc<PdInner>, h: QpHandle, qpn: u32) -> Result<(), Error> {
+    match pd.ctx.dev.driver.open_raw(qpn) {
+        Ok(port) => {
+            let max = port.mtu + proto::datapath::ETH_HEADER_LEN + proto::datapath::VLAN_TAG_LEN;
+            pd.with(|e| e.set_raw_frame_max(max));
+            Ok(())
+        }
+        Err(source) => {
+            let _ = pd.with(|e| e.destroy_qp(h));
+            let err = Error::RawPacket {
+                source: source.into(),
+            };
+            tracing::debug!(error = %err, "create_qp refused");
+            Err(err)
+        }
+    }
+}
+
+/// A flow steering rule attached to a RAW_PACKET QP (`struct ibv_flow`):
+/// frames it matches go to the QP's receive queue. Destroyed when dropped.
+pub struct Flow {
+    qp: Arc<QpInner>,
+    id: u64,
+}
+
+impl Flow {
+    /// `ibv_destroy_flow`.
+    pub fn destroy(self) {}
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self.qp.pd.ctx.dev.driver.remove_flow(self.qp.qpn, self.id);
+    }
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flow")
+            .field("qp_num", &self.qp.qpn)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
 /// A queue pair (`struct ibv_qp`) of transport `T`.
 pub struct QueuePair<T: Transport = AnyTransport> {
     inner: Arc<QpInner>,
@@ -101,6 +149,9 @@ struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
+        if self.qp_type == QpType::RawPacket {
+            self.pd.ctx.dev.driver.close_raw(self.qpn);
+        }
         // The last handle is gone: detach (as closing the verbs file does), destroy.
         let (left, groups) = self.pd.with(|e| {
             let left = e.forget_mcast(self.h);
@@ -207,6 +258,9 @@ impl QueuePair<AnyTransport> {
             sq_sig_all: init.sq_sig_all,
         };
         let created = logged("create_qp", pd.with(|e| e.create_qp(&c)))?;
+        if created.qp_type == QpType::RawPacket {
+            open_raw(&pd, created.handle, created.qpn)?;
+        }
         let inner = QpInner {
             pd,
             _cqs: [init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
@@ -335,6 +389,38 @@ impl<T: Transport> QueuePair<T> {
     /// `dgid` is `gid` and remote QPN 0xFFFFFF. See `spec/multicast.md`.
     pub fn attach_mcast(&self, gid: &proto::Gid) -> Result<(), Error> {
         self.inner.mcast(gid, true)
+    }
+
+    /// `ibv_create_flow` with the rule in its C layout (`struct
+    /// ibv_flow_attr` followed by its specs; spec/raw-packet.md §3 lists
+    /// what is offered). RAW_PACKET QPs only: a UD QP's flows (IPoIB
+    /// steering) are not offered (`EOPNOTSUPP`), other types are `EINVAL`.
+    pub fn create_flow(&self, attr: &[u8]) -> Result<Flow, Error> {
+        let q = &self.inner;
+        let refuse = |what: String, unsupported: bool| {
+            Error::Flow(if unsupported {
+                sv_io::raw::FlowError::Unsupported { what }
+            } else {
+                sv_io::raw::FlowError::Invalid { what }
+            })
+        };
+        match q.qp_type {
+            QpType::RawPacket => {}
+            QpType::Ud => {
+                return Err(refuse("flow steering to a UD QP".into(), true));
+            }
+            t => {
+                return Err(refuse(
+                    format!("flows steer to RAW_PACKET QPs, not {t:?} QPs"),
+                    false,
+                ))
+            }
+        }
+        let rule = sv_io::raw::flow::parse(attr).map_err(Error::Flow);
+        let id = rule
+            .and_then(|r| q.pd.ctx.dev.driver.add_flow(q.qpn, r).map_err(Error::Flow))
+            .inspect_err(|e| tracing::debug!(error = %e, "create_flow refused"))?;
+        Ok(Flow { qp: q.clone(), id })
     }
 
     /// `ibv_detach_mcast`: `EINVAL` when the QP is not attached to `gid`.
