@@ -644,3 +644,12 @@ pub struct ibv_poll_cq_attr {
 pub struct ibv_query_device_ex_input {
     pub comp_mask: u32,
 }
+
+/// `struct ibv_flow` (24 bytes).
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_flow {
+    pub comp_mask: u32,
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}

@@ -26,6 +26,7 @@ mod cq;
 mod device;
 mod dm;
 mod domain;
+mod flow;
 mod memory;
 mod misc;
 mod post;

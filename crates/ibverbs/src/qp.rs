@@ -36,6 +36,31 @@ const QP_INIT_ATTR_PD: u32 = 1;
 const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+/// `IBV_QP_INIT_ATTR_MAX_TSO_HEADER`.
+const QP_INIT_ATTR_MAX_TSO_HEADER: u32 = 1 << 3;
+
+/// `max_tso_header` (spec/raw-packet.md §4): RAW_PACKET QPs only, and 0, as
+/// the device offers no TSO (`tso_caps.max_tso` is 0). Returns the comp_mask
+/// without the bit, which has then been honoured.
+fn check_tso(verb: &str, a: &ibv_qp_init_attr_ex) -> Result<u32, c_int> {
+    if a.comp_mask & QP_INIT_ATTR_MAX_TSO_HEADER == 0 {
+        return Ok(a.comp_mask);
+    }
+    if a.qp_type != 8 {
+        return Err(refuse(verb, EINVAL, "max_tso_header is for RAW_PACKET QPs"));
+    }
+    if a.max_tso_header != 0 {
+        return Err(refuse(
+            verb,
+            EINVAL,
+            format!(
+                "max_tso_header = {}: this device offers no TSO (tso_caps.max_tso = 0)",
+                a.max_tso_header
+            ),
+        ));
+    }
+    Ok(a.comp_mask & !QP_INIT_ATTR_MAX_TSO_HEADER)
+}
 
 /// Creates a QP from an `ibv_qp_init_attr_ex` whose fields past `sq_sig_all`
 /// are read only when `ext` (the plain `ibv_qp_init_attr` is a prefix of it).
@@ -62,7 +87,7 @@ unsafe fn create(
         } else {
             0
         };
-        (a.comp_mask, create_flags, send_ops_flags)
+        (check_tso(verb, a)?, create_flags, send_ops_flags)
     } else {
         (QP_INIT_ATTR_PD, 0, 0)
     };

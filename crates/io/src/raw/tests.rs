@@ -250,10 +250,10 @@ fn refusals_name_the_reason_and_errno() {
     let e = |a: Vec<u8>| parse(&a).unwrap_err();
     let eth_ok = eth(DST_MAC, SRC_MAC, 0, false, false);
     assert!(matches!(
-        e(attr(0, 0, 2, &[eth_ok.clone()])),
+        e(attr(0, 0, 2, std::slice::from_ref(&eth_ok))),
         FlowError::Invalid { .. }
     ));
-    let egress = e(attr(0, 1 << 2, 1, &[eth_ok.clone()]));
+    let egress = e(attr(0, 1 << 2, 1, std::slice::from_ref(&eth_ok)));
     assert_eq!(egress.errno(), libc::EOPNOTSUPP, "{egress}");
     assert_eq!(e(attr(1, 0, 1, &[])).errno(), libc::EOPNOTSUPP);
     let vxlan = spec(0x50, 16, 8, &[0; 4], 12, &[0xff; 4]);
