@@ -150,7 +150,7 @@ impl Error {
             Error::Config(_) | Error::Os { .. } => Errno::EINVAL,
             Error::Unmapped { .. } => Errno::EFAULT,
             Error::RawPacket { source } => match source.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => Errno::EPERM,
+                Some(libc::EPERM | libc::EACCES) => Errno::EPERM,
                 _ => Errno::EINVAL,
             },
             Error::Flow(e) if e.errno() == libc::EOPNOTSUPP => Errno::EOPNOTSUPP,
