@@ -136,7 +136,7 @@ pub(crate) fn open_context(
         destroy_wq: NULL,
         modify_wq: NULL,
         create_wq: NULL,
-        query_rt_values: NULL,
+        query_rt_values: crate::device::query_rt_values as Op,
         create_cq_ex: crate::cq::create_cq_ex as Op,
         priv_: std::ptr::null_mut(),
         query_device_ex: crate::device::query_device_ex as Op,

@@ -309,8 +309,9 @@ pub(crate) unsafe extern "C" fn query_device_ex(
             uc_odp_caps: odp.uc,
             ud_odp_caps: odp.ud,
         },
-        completion_timestamp_mask: 0,
-        hca_core_clock: 0,
+        // Completion timestamps count the device clock's nanoseconds in 64 bits.
+        completion_timestamp_mask: u64::MAX,
+        hca_core_clock: softverbs::Context::CORE_CLOCK_KHZ,
         device_cap_flags_ex: 0,
         _caps: [0; 88],
         max_dm_size: proto::dm::MAX_DM_SIZE,
@@ -568,3 +569,41 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
 }
 
 crate::symver!("device");
+
+/// `IBV_VALUES_MASK_RAW_CLOCK`.
+const VALUES_MASK_RAW_CLOCK: u32 = 1;
+
+/// `struct ibv_values_ex`.
+#[repr(C)]
+pub(crate) struct ibv_values_ex {
+    comp_mask: u32,
+    raw_clock: libc::timespec,
+}
+
+/// `verbs_context.query_rt_values` (`ibv_query_rt_values_ex`): the raw clock
+/// is the device clock that completion timestamps count (ns, `hca_core_clock`
+/// 1 GHz), as a timespec. `comp_mask` comes back as the values filled.
+pub(crate) unsafe extern "C" fn query_rt_values(
+    context: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    const VERB: &str = "ibv_query_rt_values_ex";
+    let b = match crate::context::ctx_block(VERB, context) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if values.is_null() {
+        return refuse(VERB, EINVAL, "values is NULL");
+    }
+    // SAFETY: the caller's non-NULL, writable values.
+    let v = unsafe { &mut *values };
+    let mut filled = 0;
+    if v.comp_mask & VALUES_MASK_RAW_CLOCK != 0 {
+        let ns = b.ctx.clock_ns();
+        v.raw_clock.tv_sec = (ns / 1_000_000_000) as libc::time_t;
+        v.raw_clock.tv_nsec = (ns % 1_000_000_000) as libc::c_long;
+        filled |= VALUES_MASK_RAW_CLOCK;
+    }
+    v.comp_mask = filled;
+    0
+}

@@ -182,6 +182,9 @@ pub struct DeviceData {
     pub(crate) raw_frame_max: u32,
     /// The raw path's counters.
     pub(crate) raw_counters: crate::datapath::RawCounters,
+    /// The latest time the driver told ([`Engine::set_now`]): completions
+    /// are stamped with it.
+    pub(crate) now: u64,
 }
 
 impl Default for DeviceData {
@@ -200,6 +203,7 @@ impl Default for DeviceData {
             raw_ready: ReadyQueue::default(),
             raw_frame_max: crate::datapath::DEFAULT_FRAME_MAX,
             raw_counters: Default::default(),
+            now: 0,
         }
     }
 }
@@ -210,6 +214,7 @@ pub(crate) struct EngineSink<'a> {
     srqs: &'a mut Table<SrqEntry, kind::Srq>,
     events: &'a mut VecDeque<Event>,
     qp: QpHandle,
+    now: u64,
 }
 
 impl Sink for EngineSink<'_> {
@@ -218,6 +223,10 @@ impl Sink for EngineSink<'_> {
     fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {
         let Some(c) = self.cqs.get_mut(cq) else {
             return true;
+        };
+        let wc = WorkCompletion {
+            timestamp_ns: self.now,
+            ..wc
         };
         match c.ring.push(wc, solicited) {
             Pushed::Stored { event } => {
@@ -947,6 +956,7 @@ impl Engine {
             srqs: &mut self.srqs,
             events: &mut self.dev.events,
             qp: h,
+            now: self.dev.now,
         };
         let r = f(q, &env, &mut sink, &mut self.dev.scratch);
         self.sync(h);
@@ -965,6 +975,7 @@ impl Engine {
             srqs: &mut self.srqs,
             events: &mut self.dev.events,
             qp: h,
+            now: self.dev.now,
         };
         let r = f(q, &mut sink);
         self.sync(h);

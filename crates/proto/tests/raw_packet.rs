@@ -236,3 +236,49 @@ fn a_gather_outside_any_mr_fails_the_wqe_and_the_sq() {
     assert_eq!((wc[0].wr_id, wc[0].status), (8, WcStatus::LocProtErr));
     assert_eq!(n.state(qp), QpState::Sqe);
 }
+
+#[test]
+fn completions_carry_the_drivers_time_which_never_goes_back() {
+    let mut n = Node::new("10.9.0.7");
+    let (qp, qpn) = raw_qp(&mut n);
+    to_rts(&mut n, qp);
+    let (lkey, _) = n.mr(0, 65536, 1);
+    let sg = [Sge {
+        addr: BASE,
+        length: 2048,
+        lkey,
+    }];
+    for i in 0..2 {
+        n.e.post_recv(
+            qp,
+            &RecvWr {
+                wr_id: i,
+                sg_list: &sg,
+            },
+        )
+        .unwrap();
+    }
+    n.e.set_now(5_000);
+    assert!(n.e.handle_frame(qpn, &frame(60, 1), &n.mem));
+    n.e.set_now(4_000); // an older reading: ignored
+    assert!(n.e.handle_frame(qpn, &frame(60, 2), &n.mem));
+    n.e.set_now(9_000);
+    n.e.post_send(
+        qp,
+        &send_wr(
+            7,
+            WrOpcode::Send,
+            &[Sge {
+                length: 60,
+                ..sg[0]
+            }],
+            WrTarget::None,
+        ),
+        None,
+    )
+    .unwrap();
+    let mut buf = vec![0u8; 2048];
+    assert!(n.e.poll_frame(&n.mem, &mut buf).is_some());
+    let ts: Vec<_> = n.poll().iter().map(|w| (w.wr_id, w.timestamp_ns)).collect();
+    assert_eq!(ts, [(0, 5_000), (1, 5_000), (7, 9_000)]);
+}

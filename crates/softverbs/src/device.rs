@@ -21,12 +21,14 @@ pub(crate) struct DeviceEngine {
 
 impl sv_io::Engine for DeviceEngine {
     fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
+        self.engine.set_now(now);
         self.engine
             .handle_datagram(now, from, to, payload, &self.mem);
         self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
     }
 
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.engine.set_now(now);
         self.engine
             .poll_transmit(now, &self.mem, buf)
             .map(|t| Transmit {
@@ -39,16 +41,19 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.poll_timeout()
     }
 
-    fn poll_frame(&mut self, buf: &mut [u8]) -> Option<(u32, usize)> {
+    fn poll_frame(&mut self, now: Nanos, buf: &mut [u8]) -> Option<(u32, usize)> {
+        self.engine.set_now(now);
         let f = self.engine.poll_frame(&self.mem, buf)?;
         Some((f.qpn, f.len))
     }
 
-    fn handle_frame(&mut self, qpn: u32, frame: &[u8]) {
+    fn handle_frame(&mut self, now: Nanos, qpn: u32, frame: &[u8]) {
+        self.engine.set_now(now);
         self.engine.handle_frame(qpn, frame, &self.mem);
     }
 
     fn handle_timeout(&mut self, now: Nanos) {
+        self.engine.set_now(now);
         self.engine.handle_timeout(now);
         self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
     }
@@ -133,12 +138,21 @@ impl Shared {
 
     /// Runs `f` on the engine (under the engine lock).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
-        self.driver.with(|d| f(&mut d.engine))
+        // Completions an API call makes (flushes) carry the device's time too.
+        let now = self.driver.now();
+        self.driver.with(|d| {
+            d.engine.set_now(now);
+            f(&mut d.engine)
+        })
     }
 
     /// Runs `f` on the engine with the memory accessor.
     pub(crate) fn with_mem<R>(&self, f: impl FnOnce(&mut Engine, &RawMemory) -> R) -> R {
-        self.driver.with(|d| f(&mut d.engine, &d.mem))
+        let now = self.driver.now();
+        self.driver.with(|d| {
+            d.engine.set_now(now);
+            f(&mut d.engine, &d.mem)
+        })
     }
 
     /// Wakes the progress thread after new work was posted.

@@ -245,7 +245,8 @@ impl RawPath {
                     );
                     continue;
                 }
-                shared.engine().handle_frame(s.qpn, &self.buf[..n]);
+                let now = shared.clock.now();
+                shared.engine().handle_frame(now, s.qpn, &self.buf[..n]);
             }
         }
         work
@@ -259,7 +260,8 @@ impl RawPath {
         }
         let mut work = false;
         for _ in 0..budget {
-            let Some((qpn, len)) = shared.engine().poll_frame(&mut self.buf) else {
+            let now = shared.clock.now();
+            let Some((qpn, len)) = shared.engine().poll_frame(now, &mut self.buf) else {
                 break;
             };
             work = true;

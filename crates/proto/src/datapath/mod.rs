@@ -28,6 +28,13 @@ pub use crate::output::{
 };
 
 impl crate::Engine {
+    /// The driver's clock, now (nanoseconds): the completions the engine makes
+    /// from here on carry it (`WorkCompletion::timestamp_ns`, what
+    /// `ibv_wc_read_completion_ts` reads). Never goes back.
+    pub fn set_now(&mut self, now: u64) {
+        self.dev.now = self.dev.now.max(now);
+    }
+
     /// The UDP port the driver sends from (covered by the ICRC).
     pub fn set_local_port(&mut self, port: u16) {
         self.dev.local_port = port;
