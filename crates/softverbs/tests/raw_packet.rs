@@ -6,41 +6,18 @@
 //! and a datagram no flow matches is not delivered.
 //!
 //! The checks run in child processes of this test binary (selected by the
-//! `SV_RAW_CHILD` variable): as nobody (setpriv), and inside the namespaces
+//! `SV_NETNS_CHILD` variable (tests/netns)): as nobody (setpriv), and inside the namespaces
 //! (`ip netns exec`), each bounded by `timeout`.
+mod netns;
+
+use netns::{assert_child, child, have, run_child, Netns};
 use softverbs::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const CHILD: &str = "SV_RAW_CHILD";
 const ADDRS: [&str; 2] = ["10.79.0.1", "10.79.0.2"];
 const QP_PORT: u16 = 4000;
 const PEER_PORT: u16 = 5000;
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn mode() -> Option<String> {
-    std::env::var(CHILD).ok()
-}
-
-/// Runs this binary's test `name` as a child with `SV_RAW_CHILD=name`,
-/// behind `prefix` (setpriv, ip netns exec), bounded by 60 s.
-fn run_child(prefix: &[&str], name: &str, env: &[(&str, String)]) -> std::process::Output {
-    let exe = std::env::current_exe().unwrap();
-    let mut c = Command::new("timeout");
-    c.arg("60").args(prefix).arg(&exe);
-    c.args(["--exact", name, "--nocapture", "--test-threads=1"]);
-    c.env(CHILD, name);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
-}
 
 fn device(ip: &str) -> Context {
     let cfg = DeviceConfig {
@@ -53,7 +30,7 @@ fn device(ip: &str) -> Context {
 
 #[test]
 fn raw_qp_needs_cap_net_raw() {
-    if mode().is_none() {
+    if child().is_none() {
         if !have("setpriv") {
             eprintln!("skipping: setpriv not installed");
             return;
@@ -66,12 +43,7 @@ fn raw_qp_needs_cap_net_raw() {
             "--inh-caps=-all",
         ];
         let o = run_child(&prefix, "raw_qp_needs_cap_net_raw", &[]);
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success() && out.contains("EPERM-CHECKED"),
-            "{out}\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert_child(&o, "EPERM-CHECKED");
         return;
     }
     // As nobody: the device works, a RAW_PACKET QP is refused with EPERM.
@@ -87,92 +59,6 @@ fn raw_qp_needs_cap_net_raw() {
     // Nothing was left behind: a UD QP is still fine.
     pd.create_ud_qp(&init).unwrap();
     println!("EPERM-CHECKED");
-}
-
-/// Two namespaces joined by a veth pair; deleted (with anything left in
-/// them, by PID) when dropped.
-struct Netns {
-    names: [String; 2],
-    links: [String; 2],
-}
-
-impl Netns {
-    fn create() -> Option<Netns> {
-        let ip = |args: &[&str]| {
-            Command::new("timeout")
-                .arg("20")
-                .arg("ip")
-                .args(args)
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        let pid = std::process::id();
-        let ns = Netns {
-            names: [format!("svrA{pid}"), format!("svrB{pid}")],
-            links: [format!("svra{pid}"), format!("svrb{pid}")],
-        };
-        if !ip(&["netns", "add", &ns.names[0]]) {
-            return None;
-        }
-        let (a, b) = (ns.names[0].as_str(), ns.names[1].as_str());
-        let (va, vb) = (ns.links[0].as_str(), ns.links[1].as_str());
-        let (aa, ab) = (format!("{}/24", ADDRS[0]), format!("{}/24", ADDRS[1]));
-        let steps: [&[&str]; 8] = [
-            &["netns", "add", b],
-            &[
-                "link", "add", va, "netns", a, "type", "veth", "peer", "name", vb, "netns", b,
-            ],
-            &["-n", a, "addr", "add", &aa, "dev", va],
-            &["-n", b, "addr", "add", &ab, "dev", vb],
-            &["-n", a, "link", "set", va, "up"],
-            &["-n", b, "link", "set", vb, "up"],
-            &["-n", a, "link", "set", "lo", "up"],
-            &["-n", b, "link", "set", "lo", "up"],
-        ];
-        for step in steps {
-            assert!(ip(step), "ip {}", step.join(" "));
-        }
-        Some(ns)
-    }
-
-    /// The MAC address of link `i` (in its namespace).
-    fn mac(&self, i: usize) -> String {
-        let o = Command::new("timeout")
-            .args([
-                "20",
-                "ip",
-                "-n",
-                &self.names[i],
-                "link",
-                "show",
-                &self.links[i],
-            ])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&o.stdout).into_owned();
-        let at = text.find("link/ether ").expect("a MAC") + "link/ether ".len();
-        text[at..at + 17].to_owned()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let pids = Command::new("timeout")
-                .args(["20", "ip", "netns", "pids", n])
-                .output();
-            for pid in pids
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default()
-                .split_whitespace()
-            {
-                let _ = Command::new("kill").args(["-KILL", pid]).output();
-            }
-            let _ = Command::new("timeout")
-                .args(["20", "ip", "netns", "delete", n])
-                .output();
-        }
-    }
 }
 
 fn parse_mac(s: &str) -> [u8; 6] {
@@ -245,7 +131,7 @@ fn flow_attr(dst_ip: [u8; 4], dst_port: u16) -> Vec<u8> {
 
 #[test]
 fn raw_frames_cross_a_veth_pair() {
-    match mode().as_deref() {
+    match child().as_deref() {
         None => {}
         Some("raw_frames_cross_a_veth_pair") => return qp_side(),
         Some(_) => return,
@@ -254,10 +140,12 @@ fn raw_frames_cross_a_veth_pair() {
         eprintln!("skipping: iproute2 not installed");
         return;
     }
-    let Some(ns) = Netns::create() else {
+    let Some(ns) = Netns::create("svr", 2) else {
         eprintln!("skipping: network namespaces need root");
         return;
     };
+    ns.addr(0, &format!("{}/24", ADDRS[0]));
+    ns.addr(1, &format!("{}/24", ADDRS[1]));
     let env = [
         ("SV_RAW_MAC_A", ns.mac(0)),
         ("SV_RAW_MAC_B", ns.mac(1)),
@@ -265,12 +153,7 @@ fn raw_frames_cross_a_veth_pair() {
     ];
     let prefix = ["ip", "netns", "exec", &ns.names[0]];
     let o = run_child(&prefix, "raw_frames_cross_a_veth_pair", &env);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success() && out.contains("VETH-CHECKED"),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_child(&o, "VETH-CHECKED");
 }
 
 /// The peer: a plain UDP socket in namespace B (a shell one-liner would need
