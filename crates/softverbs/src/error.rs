@@ -48,6 +48,15 @@ pub enum Error {
         #[source]
         source: OsError,
     },
+    /// `ibv_destroy_qp` while flows steer to the QP (`EBUSY`, as the kernel's
+    /// QP use count refuses it).
+    #[error("destroy_qp: {flows} flow(s) still steer to QP {qpn:#x}; destroy them first (ibv_destroy_flow)")]
+    QpHasFlows {
+        /// The QP.
+        qpn: u32,
+        /// Flows attached.
+        flows: usize,
+    },
     /// `ibv_create_flow` refused the rule (`EOPNOTSUPP` or `EINVAL`).
     #[error("create_flow: {0}")]
     Flow(#[from] sv_io::raw::FlowError),
@@ -153,6 +162,7 @@ impl Error {
                 Some(libc::EPERM | libc::EACCES) => Errno::EPERM,
                 _ => Errno::EINVAL,
             },
+            Error::QpHasFlows { .. } => Errno::EBUSY,
             Error::Flow(e) if e.errno() == libc::EOPNOTSUPP => Errno::EOPNOTSUPP,
             Error::Flow(_) => Errno::EINVAL,
         }

@@ -119,6 +119,9 @@ impl Flow {
 impl Drop for Flow {
     fn drop(&mut self) {
         self.qp.pd.ctx.dev.driver.remove_flow(self.qp.qpn, self.id);
+        self.qp
+            .flows
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -145,6 +148,8 @@ struct QpInner {
     qpn: u32,
     qp_type: QpType,
     cap: QpCap,
+    /// Flows steering to this QP (`ibv_destroy_qp` is `EBUSY` meanwhile).
+    flows: std::sync::atomic::AtomicUsize,
 }
 
 impl Drop for QpInner {
@@ -269,6 +274,7 @@ impl QueuePair<AnyTransport> {
             qpn: created.qpn,
             qp_type: created.qp_type,
             cap: created.cap,
+            flows: Default::default(),
         };
         Ok(QueuePair {
             inner: Arc::new(inner),
@@ -375,8 +381,17 @@ impl<T: Transport> QueuePair<T> {
     }
 
     /// Whether [`QueuePair::destroy`] would succeed: `EBUSY` while attached
-    /// to a multicast group.
+    /// to a multicast group or while flows steer to it.
     pub fn destroyable(&self) -> Result<(), Error> {
+        let flows = self.inner.flows.load(std::sync::atomic::Ordering::SeqCst);
+        if flows > 0 {
+            let e = Error::QpHasFlows {
+                qpn: self.inner.qpn,
+                flows,
+            };
+            tracing::debug!(error = %e, "destroy_qp refused");
+            return Err(e);
+        }
         let h = self.inner.h;
         logged("destroy_qp", self.inner.pd.with(|e| e.mcast_attached(h)))
     }
@@ -420,6 +435,7 @@ impl<T: Transport> QueuePair<T> {
         let id = rule
             .and_then(|r| q.pd.ctx.dev.driver.add_flow(q.qpn, r).map_err(Error::Flow))
             .inspect_err(|e| tracing::debug!(error = %e, "create_flow refused"))?;
+        q.flows.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(Flow { qp: q.clone(), id })
     }
 

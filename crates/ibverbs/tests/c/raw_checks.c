@@ -174,6 +174,8 @@ static void root_checks(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_c
 	CHECK(sends == 2 && recvs == 1, "sends %d recvs %d", sends, recvs);
 	/* Nothing more: the frame to the other MAC was not delivered. */
 	CHECK(!wait_wc(cq, &wc, 0.3), "an extra completion: wr %llu", (unsigned long long)wc.wr_id);
+	/* The kernel's QP use count: no destroy while a flow steers to it. */
+	CHECK(ibv_destroy_qp(qp) == EBUSY, "destroy_qp with a flow attached");
 	CHECK(ibv_destroy_flow(flow) == 0, "destroy_flow");
 	MUST(ibv_destroy_qp(qp) == 0);
 	MUST(ibv_dereg_mr(mr) == 0);
