@@ -313,7 +313,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         completion_timestamp_mask: u64::MAX,
         hca_core_clock: softverbs::Context::CORE_CLOCK_KHZ,
         device_cap_flags_ex: 0,
-        _caps: [0; 88],
+        _caps: caps_blob(b.ctx.query_device().max_qp),
         max_dm_size: proto::dm::MAX_DM_SIZE,
         _pci_atomic_caps: [0; 8],
         xrc_odp_caps: odp.xrc,
@@ -606,4 +606,25 @@ pub(crate) unsafe extern "C" fn query_rt_values(
     }
     v.comp_mask = filled;
     0
+}
+
+/// `tso_caps` … `cq_mod_caps` of `ibv_device_attr_ex` (88 bytes from offset
+/// 288): all zero (no TSO, packet pacing, raw-packet offloads, tag matching or
+/// CQ moderation) but `rss_caps` and `max_wq_type_rq` (spec/raw-packet.md §6):
+/// RSS on RAW_PACKET QPs, tables of up to 2^8 WQs, the IPv4/IPv6 address and
+/// TCP/UDP port fields, Toeplitz. A WQ is a QP of the engine, so WQs and
+/// tables are bounded by `max_qp`.
+fn caps_blob(max_qp: u32) -> [u8; 88] {
+    let mut c = [0u8; 88];
+    let rss = 8; // rss_caps
+    let put32 =
+        |c: &mut [u8; 88], at: usize, v: u32| c[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+    put32(&mut c, rss, 1 << 8); // supported_qpts: IBV_QPT_RAW_PACKET
+    put32(&mut c, rss + 4, max_qp); // max_rwq_indirection_tables
+    put32(&mut c, rss + 8, 1 << softverbs::MAX_LOG_IND_TBL_SIZE); // max_rwq_indirection_table_size
+    let fields = softverbs::rx_hash_fields::SUPPORTED;
+    c[rss + 16..rss + 24].copy_from_slice(&fields.to_ne_bytes()); // rx_hash_fields_mask
+    c[rss + 24] = 1; // rx_hash_function: IBV_RX_HASH_FUNC_TOEPLITZ
+    put32(&mut c, 40, max_qp); // max_wq_type_rq
+    c
 }

@@ -36,6 +36,7 @@ mod qp;
 mod srq;
 mod stubs;
 mod util;
+mod wq;
 
 /// Gives the exports a module defines their default versions (the
 /// `.symver` directives build.rs generated for it from `exports.txt`). Not in

@@ -57,6 +57,9 @@ pub enum Error {
         /// Flows attached.
         flows: usize,
     },
+    /// A work queue, indirection table or RSS QP verb was refused.
+    #[error(transparent)]
+    Rss(#[from] crate::rss::RssError),
     /// `ibv_create_flow` refused the rule (`EOPNOTSUPP` or `EINVAL`).
     #[error("create_flow: {0}")]
     Flow(#[from] sv_io::raw::FlowError),
@@ -163,6 +166,7 @@ impl Error {
                 _ => Errno::EINVAL,
             },
             Error::QpHasFlows { .. } => Errno::EBUSY,
+            Error::Rss(e) => e.errno(),
             Error::Flow(e) if e.errno() == libc::EOPNOTSUPP => Errno::EOPNOTSUPP,
             Error::Flow(_) => Errno::EINVAL,
         }

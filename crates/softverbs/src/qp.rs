@@ -83,6 +83,13 @@ impl<'a> QpInit<'a> {
     }
 }
 
+/// How a QP is set up besides the engine's QP.
+enum Setup {
+    Plain,
+    Hidden,
+    Rss(Arc<crate::rss::IndTableInner>, crate::device::RssDispatch),
+}
+
 /// A RAW_PACKET QP's packet socket (spec/raw-packet.md): without it (no
 /// `CAP_NET_RAW`: `EPERM`) the QP is destroyed again and creation fails. The
 /// engine learns the interface's MTU, which bounds a frame.
@@ -150,12 +157,30 @@ struct QpInner {
     cap: QpCap,
     /// Flows steering to this QP (`ibv_destroy_qp` is `EBUSY` meanwhile).
     flows: std::sync::atomic::AtomicUsize,
+    /// What kind of RAW_PACKET QP it is (none for other types).
+    raw: RawKind,
+}
+
+/// A RAW_PACKET QP with its own packet socket, a work queue's hidden QP
+/// (rss.rs: no socket), or an RSS QP (a socket, frames spread over a table).
+enum RawKind {
+    NotRaw,
+    Socket,
+    Hidden,
+    Rss(Arc<crate::rss::IndTableInner>),
 }
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        if self.qp_type == QpType::RawPacket {
-            self.pd.ctx.dev.driver.close_raw(self.qpn);
+        match &self.raw {
+            RawKind::Socket => self.pd.ctx.dev.driver.close_raw(self.qpn),
+            RawKind::Rss(table) => {
+                self.pd.ctx.dev.driver.close_raw(self.qpn);
+                let qpn = self.qpn;
+                self.pd.ctx.dev.with_device(|d| d.rss.remove(&qpn));
+                table.qps.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            RawKind::NotRaw | RawKind::Hidden => {}
         }
         // The last handle is gone: detach (as closing the verbs file does), destroy.
         let (left, groups) = self.pd.with(|e| {
@@ -246,6 +271,48 @@ impl QpInfo {
 
 impl QueuePair<AnyTransport> {
     pub(crate) fn create(pd: Arc<PdInner>, init: &QpInit<'_>, qp_type: u32) -> Result<Self, Error> {
+        Self::create_as(pd, init, qp_type, Setup::Plain)
+    }
+
+    /// A work queue's receive-only RAW_PACKET QP, with no packet socket (rss.rs).
+    pub(crate) fn create_hidden(pd: Arc<PdInner>, init: &QpInit<'_>) -> Result<Self, Error> {
+        Self::create_as(pd, init, QpType::RawPacket.raw(), Setup::Hidden)
+    }
+
+    /// An RSS QP over `table` (rss.rs): its engine QP (on the first WQ's
+    /// CQ, never moved from RESET: it neither sends nor receives itself), its
+    /// packet socket, and the device's dispatch of its frames.
+    pub(crate) fn create_rss(
+        pd: Arc<PdInner>,
+        table: Arc<crate::rss::IndTableInner>,
+        dispatch: crate::device::RssDispatch,
+    ) -> Result<Self, Error> {
+        let cq = table.first_cq();
+        let cq = crate::cq::CompletionQueue { inner: cq };
+        let init = QpInit {
+            cap: QpCap {
+                max_send_wr: 0,
+                max_recv_wr: 0,
+                max_send_sge: 0,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            },
+            ..QpInit::new(&cq, &cq)
+        };
+        Self::create_as(
+            pd,
+            &init,
+            QpType::RawPacket.raw(),
+            Setup::Rss(table, dispatch),
+        )
+    }
+
+    fn create_as(
+        pd: Arc<PdInner>,
+        init: &QpInit<'_>,
+        qp_type: u32,
+        setup: Setup,
+    ) -> Result<Self, Error> {
         let req = QpRequest {
             qp_type,
             cap: init.cap,
@@ -263,9 +330,21 @@ impl QueuePair<AnyTransport> {
             sq_sig_all: init.sq_sig_all,
         };
         let created = logged("create_qp", pd.with(|e| e.create_qp(&c)))?;
-        if created.qp_type == QpType::RawPacket {
-            open_raw(&pd, created.handle, created.qpn)?;
-        }
+        let raw = match (created.qp_type, setup) {
+            (QpType::RawPacket, Setup::Hidden) => RawKind::Hidden,
+            (QpType::RawPacket, Setup::Plain) => {
+                open_raw(&pd, created.handle, created.qpn)?;
+                RawKind::Socket
+            }
+            (QpType::RawPacket, Setup::Rss(table, dispatch)) => {
+                open_raw(&pd, created.handle, created.qpn)?;
+                let qpn = created.qpn;
+                pd.ctx.dev.with_device(|d| d.rss.insert(qpn, dispatch));
+                table.qps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                RawKind::Rss(table)
+            }
+            _ => RawKind::NotRaw,
+        };
         let inner = QpInner {
             pd,
             _cqs: [init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
@@ -275,6 +354,7 @@ impl QueuePair<AnyTransport> {
             qp_type: created.qp_type,
             cap: created.cap,
             flows: Default::default(),
+            raw,
         };
         Ok(QueuePair {
             inner: Arc::new(inner),
@@ -293,6 +373,11 @@ impl QueuePair<AnyTransport> {
 }
 
 impl<T: Transport> QueuePair<T> {
+    /// The receive CQ's shared part.
+    pub(crate) fn cq_inner(&self) -> Arc<CqInner> {
+        self.inner._cqs[1].clone()
+    }
+
     pub(crate) fn retype<U: Transport>(self) -> QueuePair<U> {
         QueuePair {
             inner: self.inner,

@@ -273,3 +273,162 @@ fn qp_side() {
     let _ = p.wait();
     println!("VETH-CHECKED");
 }
+
+/// Microsoft's published Toeplitz key.
+const RSS_KEY: [u8; 40] = [
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
+    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
+    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+fn to_rts(qp: &QueuePair) {
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    qp.modify(&attr, AttrMask::STATE | AttrMask::PORT).unwrap();
+    for s in [QpState::Rtr, QpState::Rts] {
+        let attr = QpAttr {
+            qp_state: s,
+            ..QpAttr::default()
+        };
+        qp.modify(&attr, AttrMask::STATE).unwrap();
+    }
+}
+
+/// An ETH rule on the destination MAC, in the C layout.
+fn eth_rule(mac: [u8; 6]) -> Vec<u8> {
+    let mut a = Vec::new();
+    a.extend(0u32.to_ne_bytes());
+    a.extend(0u32.to_ne_bytes());
+    a.extend(60u16.to_ne_bytes());
+    a.extend(0u16.to_ne_bytes());
+    a.extend([1u8, 1, 0, 0]);
+    a.extend(0u32.to_ne_bytes());
+    let mut eth = vec![0u8; 40];
+    eth[..4].copy_from_slice(&0x20u32.to_ne_bytes());
+    eth[4..6].copy_from_slice(&40u16.to_ne_bytes());
+    eth[6..12].copy_from_slice(&mac);
+    eth[22..28].copy_from_slice(&[0xff; 6]);
+    a.extend(eth);
+    a
+}
+
+#[test]
+fn rss_spreads_frames_over_the_tables_wqs() {
+    if !netns::is_root() {
+        eprintln!("skipping: RAW_PACKET QPs need CAP_NET_RAW");
+        return;
+    }
+    let pid = std::process::id();
+    // A multicast MAC of this process alone: lo shows every frame to every socket.
+    let mac = [
+        0x03,
+        0x52,
+        0x55,
+        (pid >> 16) as u8,
+        (pid >> 8) as u8,
+        pid as u8,
+    ];
+    let ctx = device("127.79.1.1");
+    let pd = ctx.alloc_pd().unwrap();
+    let cqs = [ctx.create_cq(64).unwrap(), ctx.create_cq(64).unwrap()];
+    let mr = pd.reg_mr(1 << 20, AccessFlags(1)).unwrap();
+    let wqs: Vec<WorkQueue> = (0..4)
+        .map(|i| pd.create_wq(&cqs[i % 2], 32, 1).unwrap())
+        .collect();
+    // RESET -> ERR is no WQ transition; a wrong curr_wq_state is refused.
+    let e = wqs[0].modify(WqState::Err, None).unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL, "{e}");
+    let e = wqs[0].modify(WqState::Rdy, Some(WqState::Rdy)).unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL, "{e}");
+    for (i, wq) in wqs.iter().enumerate() {
+        wq.modify(WqState::Rdy, Some(WqState::Reset)).unwrap();
+        assert_eq!(wq.state(), WqState::Rdy);
+        for j in 0..16 {
+            let slot = i * 16 + j;
+            wq.post_recv(&RecvWr {
+                wr_id: slot as u64,
+                sg_list: &[mr.sge(slot * 2048, 2048)],
+            })
+            .unwrap();
+        }
+    }
+    let refs: Vec<&WorkQueue> = wqs.iter().collect();
+    let e = ctx.create_rwq_ind_table(3, &refs).unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL, "{e}");
+    let table = ctx.create_rwq_ind_table(2, &refs).unwrap();
+    let fields = rx_hash_fields::SRC_IPV4 | rx_hash_fields::DST_IPV4;
+    for (function, key, fields, errno) in [
+        (2u8, &RSS_KEY[..], fields, Errno::EOPNOTSUPP),
+        (1, &RSS_KEY[..], 1 << 8, Errno::EOPNOTSUPP),
+        (1, &[][..], fields, Errno::EINVAL),
+    ] {
+        let e = pd.create_rss_qp(&table, function, key, fields).unwrap_err();
+        assert_eq!(e.errno(), errno, "{e}");
+    }
+    let rss = pd.create_rss_qp(&table, 1, &RSS_KEY, fields).unwrap();
+    let _flow = rss.create_flow(&eth_rule(mac)).unwrap();
+
+    // A plain RAW_PACKET QP sends 32 frames from 32 source addresses.
+    let scq = ctx.create_cq(64).unwrap();
+    let mut init = QpInit::new(&scq, &scq);
+    init.sq_sig_all = true;
+    init.cap.max_send_wr = 64;
+    let tx = pd.create_qp(&init, QpType::RawPacket.raw()).unwrap();
+    to_rts(&tx);
+    let base = 600 * 1024;
+    for i in 0..32u8 {
+        let mut f = udp_frame(mac, [2, 0, 0, 0, 0, 1], (1234, 5678), b"rss");
+        f[14 + 12..14 + 16].copy_from_slice(&[10, i, 1, 1]);
+        let at = base + usize::from(i) * 256;
+        mr.write(at, &f);
+        tx.post_send(&SendWr {
+            wr_id: u64::from(i),
+            opcode: WrOpcode::Send,
+            flags: SendFlags::SIGNALED,
+            sg_list: &[mr.sge(at, f.len() as u32)],
+            imm_data: ImmData::from_value(0),
+            target: WrTarget::None,
+        })
+        .unwrap();
+    }
+    assert_eq!(scq.wait(32, Duration::from_secs(10)).len(), 32);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < 32 && Instant::now() < deadline {
+        for cq in &cqs {
+            got.extend(cq.wait(32, Duration::from_millis(20)));
+        }
+    }
+    assert_eq!(got.len(), 32, "every frame reached a WQ: {got:?}");
+    let wq_nums: Vec<u32> = wqs.iter().map(WorkQueue::wq_num).collect();
+    let mut used = std::collections::BTreeSet::new();
+    let mut scratch = Vec::new();
+    for wc in &got {
+        assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Recv));
+        let slot = wc.wr_id as usize;
+        let mut frame = vec![0u8; wc.byte_len as usize];
+        mr.read(slot * 2048, &mut frame);
+        // The WQ the Toeplitz hash of the addresses picks, and its CQ.
+        let want = wq_nums[rss_pick(&RSS_KEY, fields, 2, &frame, &mut scratch)];
+        assert_eq!(wc.qp_num, want, "frame from {:?}", &frame[26..30]);
+        assert_eq!(wq_nums[slot / 16], want, "the WQE came from that WQ");
+        used.insert(want);
+    }
+    assert!(
+        used.len() > 1,
+        "32 source addresses spread over one WQ only"
+    );
+
+    // What is in use cannot go.
+    let table = table.destroy().unwrap_err();
+    assert_eq!(table.error.errno(), Errno::EBUSY, "{}", table.error);
+    let wq0 = wqs.into_iter().next().unwrap().destroy().unwrap_err();
+    assert_eq!(wq0.error.errno(), Errno::EBUSY, "{}", wq0.error);
+    drop(_flow);
+    rss.destroy().unwrap();
+    table.object.destroy().unwrap();
+    wq0.object.destroy().unwrap();
+}

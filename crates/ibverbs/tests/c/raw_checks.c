@@ -78,8 +78,62 @@ static void send_frame(struct ibv_qp *qp, struct ibv_mr *mr, char *buf, uint32_t
 	MUST(ibv_post_send(qp, &wr, &bad) == 0);
 }
 
+/* Work queues and indirection tables: what query_device_ex says of RSS,
+ * the WQ state machine, the refusals, and EBUSY for what is in use. */
+static void wq_checks(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_device_attr_ex dev;
+	MUST(ibv_query_device_ex(ctx, NULL, &dev) == 0);
+	CHECK(dev.rss_caps.supported_qpts == 1u << IBV_QPT_RAW_PACKET && dev.rss_caps.rx_hash_function ==
+	      IBV_RX_HASH_FUNC_TOEPLITZ && dev.rss_caps.rx_hash_fields_mask == 0xff &&
+	      dev.rss_caps.max_rwq_indirection_table_size == 256 && dev.max_wq_type_rq > 0,
+	      "rss_caps qpts %#x function %#x fields %#llx size %u", dev.rss_caps.supported_qpts,
+	      dev.rss_caps.rx_hash_function, (unsigned long long)dev.rss_caps.rx_hash_fields_mask,
+	      dev.rss_caps.max_rwq_indirection_table_size);
+	CHECK(dev.tso_caps.max_tso == 0, "max_tso %u", dev.tso_caps.max_tso);
+
+	struct ibv_wq_init_attr wa = {.wq_type = IBV_WQT_RQ, .max_wr = 4, .max_sge = 1, .pd = pd, .cq = cq,
+				      .comp_mask = IBV_WQ_INIT_ATTR_FLAGS,
+				      .create_flags = IBV_WQ_FLAGS_CVLAN_STRIPPING};
+	errno = 0;
+	CHECK(ibv_create_wq(ctx, &wa) == NULL && errno == EOPNOTSUPP, "CVLAN stripping errno %d", errno);
+	wa.comp_mask = 0;
+	struct ibv_wq *wq = ibv_create_wq(ctx, &wa);
+	MUST(wq);
+	CHECK(wq->state == IBV_WQS_RESET && wq->wq_num != 0, "state %d wq_num %u", wq->state, wq->wq_num);
+	struct ibv_wq_attr m = {.attr_mask = IBV_WQ_ATTR_STATE, .wq_state = IBV_WQS_ERR};
+	CHECK(ibv_modify_wq(wq, &m) == EINVAL, "RESET -> ERR");
+	m.wq_state = IBV_WQS_RDY;
+	CHECK(ibv_modify_wq(wq, &m) == 0 && wq->state == IBV_WQS_RDY, "RESET -> RDY");
+	static char rb[256];
+	struct ibv_mr *mr = ibv_reg_mr(pd, rb, sizeof rb, IBV_ACCESS_LOCAL_WRITE);
+	MUST(mr);
+	struct ibv_sge s = {.addr = (uintptr_t)rb, .length = sizeof rb, .lkey = mr->lkey};
+	struct ibv_recv_wr r = {.wr_id = 77, .sg_list = &s, .num_sge = 1}, *bad;
+	CHECK(ibv_post_wq_recv(wq, &r, &bad) == 0, "post_wq_recv");
+	/* RDY -> ERR flushes the WQE to the WQ's CQ. */
+	m.wq_state = IBV_WQS_ERR;
+	CHECK(ibv_modify_wq(wq, &m) == 0, "RDY -> ERR");
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(cq, 1, &wc) == 1 && wc.wr_id == 77 && wc.status == IBV_WC_WR_FLUSH_ERR &&
+	      wc.qp_num == wq->wq_num, "flushed WQE: wr_id %llu status %d", (unsigned long long)wc.wr_id, wc.status);
+	struct ibv_wq *tbl[2] = {wq, wq};
+	struct ibv_rwq_ind_table_init_attr ta = {.log_ind_tbl_size = 1, .ind_tbl = tbl};
+	struct ibv_rwq_ind_table *t = ibv_create_rwq_ind_table(ctx, &ta);
+	MUST(t);
+	CHECK(ibv_destroy_wq(wq) == EBUSY, "a WQ in a table");
+	struct ibv_qp_init_attr_ex qa = {.qp_type = IBV_QPT_RAW_PACKET, .pd = pd, .rwq_ind_tbl = t,
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_IND_TABLE};
+	errno = 0;
+	CHECK(ibv_create_qp_ex(ctx, &qa) == NULL && errno == EINVAL, "IND_TABLE without RX_HASH errno %d", errno);
+	CHECK(ibv_destroy_rwq_ind_table(t) == 0, "destroy table");
+	CHECK(ibv_destroy_wq(wq) == 0, "destroy WQ");
+	MUST(ibv_dereg_mr(mr) == 0);
+}
+
 static void root_checks(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_cq *cq)
 {
+	wq_checks(ctx, pd, cq);
 	struct ibv_qp *qp = raw_qp(pd, cq);
 	MUST(qp);
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};

@@ -14,6 +14,14 @@ pub fn child() -> Option<String> {
     std::env::var(CHILD).ok()
 }
 
+/// True if this process runs as root.
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
 /// True if `tool` is on PATH.
 pub fn have(tool: &str) -> bool {
     Command::new("sh")
