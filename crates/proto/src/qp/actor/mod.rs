@@ -25,6 +25,7 @@
 //! sgl, data}`), [`crate::handle`], [`crate::output`], [`crate::mr`], wire.
 
 mod local;
+pub mod raw;
 mod rx;
 mod state;
 mod tx;
