@@ -196,6 +196,7 @@ impl<E: Engine> Progress<E> {
         let released = self.release();
         let sent = self.transmit();
         let notified = self.notify();
+        Counters::add(&self.shared.counters.passes, 1);
         received || fired || released || sent || notified
     }
 

@@ -27,7 +27,8 @@ pub(crate) struct Pending {
     pub private_data: Vec<u8>,
 }
 
-// SAFETY: the raw pointers inside `param` are NULL until delivery.
+// SAFETY: the raw pointers inside `param` are NULL until delivery, or (a
+// multicast event's) the program's own context pointer, never dereferenced here.
 unsafe impl Send for Pending {}
 
 impl Pending {

@@ -171,7 +171,11 @@ fn connect_qp(
     Ok(())
 }
 
-fn qp_to_err(qp: *mut ibv_qp) {
+/// Moves the id's QP (if it still has one) to ERR, under the id's lock so
+/// that a concurrent `rdma_destroy_qp` never frees it meanwhile.
+fn qp_to_err(b: &IdBlock) {
+    let _st = b.lock();
+    let qp = qp_of(b);
     if qp.is_null() {
         return;
     }
@@ -303,7 +307,7 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0));
         }
         sv::SOFTVERBS_CM_REJECTED => {
-            qp_to_err(qp_of(b));
+            qp_to_err(b);
             let status = c_int::try_from(ev.status).unwrap_or(c_int::MAX);
             post(
                 b,
@@ -327,7 +331,7 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, status));
         }
         sv::SOFTVERBS_CM_UNREACHABLE => {
-            qp_to_err(qp_of(b));
+            qp_to_err(b);
             post(
                 b,
                 Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT),
@@ -336,7 +340,9 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
         sv::SOFTVERBS_CM_DISCONNECTED
             if set(&|c| !std::mem::replace(&mut c.disconnected, true)) =>
         {
-            qp_to_err(qp_of(b));
+            // rdma-core `rdma_get_cm_event`: DISCONNECTED leaves the QP alone
+            // (rdma_disconnect moves it to ERR); programs may destroy it with
+            // ibv_destroy_qp right after their own rdma_disconnect (rping).
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_DISCONNECTED, 0));
         }
         _ => {}
@@ -681,7 +687,7 @@ impl Cm for SoftCm {
         let c = id_cm(b)
             .filter(|c| c.conn.is_some())
             .ok_or_else(|| refuse(VERB, libc::EINVAL, "the id has no connection"))?;
-        qp_to_err(qp_of(b));
+        qp_to_err(b);
         // Kernel `rdma_disconnect`: a DREQ, else a DREP; when neither is due
         // (the peer's DREQ was answered already: TimeWait) the call still
         // succeeds.
@@ -741,7 +747,11 @@ impl Cm for SoftCm {
         join: bool,
         context: *mut c_void,
     ) -> Result<(), c_int> {
-        crate::conn::NoCm.multicast(b, group, join, context)
+        if join {
+            crate::mcast::join("rdma_join_multicast", b, group, context)
+        } else {
+            crate::mcast::leave("rdma_leave_multicast", b, group)
+        }
     }
 
     fn init_qp_attr(&self, b: &IdBlock, attr: &mut ibv_qp_attr) -> Option<Result<c_int, c_int>> {
@@ -774,6 +784,7 @@ impl Cm for SoftCm {
     }
 
     fn destroy(&self, b: &IdBlock) {
+        crate::mcast::forget(b);
         let Some(c) = tables(|t| {
             let c = t.ids.remove(&b.addr())?;
             if let Some(conn) = c.conn {

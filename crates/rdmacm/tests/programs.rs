@@ -301,3 +301,49 @@ fn udaddy_client_and_server_resolve_through_sidr_and_exchange_datagrams() {
     }
     assert!(s.contains("sending replies"), "server:\n{s}");
 }
+
+/// Waits (at most 10 s) until some process has bound UDP port 4791 on the
+/// IPv4 multicast `group` (/proc/net/udp): a device joined the group.
+fn wait_group(group: &str) {
+    wait_device(group);
+}
+
+/// `mckey` (RDMA_PS_UDP multicast) as two processes: the receiver joins the
+/// group (MULTICAST_JOIN with the IPv4-mapped MGID, its QP attached), the
+/// sender joins and sends 5 datagrams to the group address vector the join
+/// gave (QPN 0xFFFFFF, RDMA_UDP_QKEY); the receiver ends only when all 5
+/// arrived. Both leave the group and exit 0.
+#[test]
+fn mckey_receiver_and_sender_exchange_datagrams_through_a_group() {
+    if !common::have("mckey") {
+        return;
+    }
+    let group = "239.1.44.1";
+    let recv = Command::new("timeout")
+        .args(["30", "mckey", "-m", group, "-b", "127.0.44.1", "-C", "5"])
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("SOFTVERBS_ADDR", "127.0.44.1")
+        .env("SOFTVERBS_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The receiver's QP is attached once its device holds the group socket;
+    // the sender sends 3 s after its own join (mckey's pause).
+    wait_group(group);
+    let s = text(&run_at(
+        "127.0.44.2",
+        &["mckey", "-m", group, "-b", "127.0.44.2", "-s", "-C", "5"],
+    ));
+    let r = text(&recv.wait_with_output().unwrap());
+    let joined = format!("mckey: joined dgid: ::ffff:{group} mlid 0x0 sl 0");
+    for (who, t) in [("receiver", &r), ("sender", &s)] {
+        assert!(t.contains(&joined), "{who}:\n{t}");
+        assert!(t.contains("data transfers complete"), "{who}:\n{t}");
+        assert!(t.contains("return status 0"), "{who}:\n{t}");
+        assert!(!t.contains("failure leaving"), "{who}:\n{t}");
+        no_refusals(who, t);
+    }
+    assert!(r.contains("receiving data transfers"), "receiver:\n{r}");
+    assert!(s.contains("initiating data transfers"), "sender:\n{s}");
+}
