@@ -49,6 +49,8 @@ mod net;
 mod ports;
 mod qp;
 mod rate;
+#[path = "../../ibverbs/src/restart.rs"]
+mod restart;
 mod route;
 mod rsocket;
 mod softcm;

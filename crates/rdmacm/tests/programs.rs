@@ -95,7 +95,9 @@ fn pair(srv_addr: &str, server: &[&str], cli_addr: &str, client: &[&str]) -> (St
         std::thread::sleep(std::time::Duration::from_millis(250));
         let out = run_at(cli_addr, client);
         cli = text(&out);
+        // perftest names a REJECTED event by its number.
         let refused = cli.contains("REJECTED")
+            || cli.contains("Unexpected CM event bl blka 8")
             || cli.contains("UNREACHABLE")
             || cli.contains("refused")
             || cli.contains("Connection refused");
@@ -346,4 +348,167 @@ fn mckey_receiver_and_sender_exchange_datagrams_through_a_group() {
     }
     assert!(r.contains("receiving data transfers"), "receiver:\n{r}");
     assert!(s.contains("initiating data transfers"), "sender:\n{s}");
+}
+
+/// A perftest pair over rdma_cm (`-R`: the connection and the exchange of
+/// buffer addresses through the CM's private data), 100 iterations: both
+/// sides print the rdma_cm data-exchange method, the peer's GID and their
+/// result row.
+fn perftest(prog: &str, srv: &str, cli: &str, port: &str, row: &str) {
+    if !common::have(prog) {
+        return;
+    }
+    let (s, c) = pair(
+        srv,
+        &[prog, "-R", "-n", "100", "-p", port],
+        cli,
+        &[prog, "-R", "-n", "100", "-p", port, srv],
+    );
+    let peer_gid = |ip: &str| {
+        let o: Vec<String> = ip.split('.').map(|b| format!("{b:0>2}")).collect();
+        format!("GID: 00:00:00:00:00:00:00:00:00:00:255:255:{}", o.join(":"))
+    };
+    for (who, t, peer) in [("server", &s, cli), ("client", &c, srv)] {
+        assert!(
+            t.contains("Data ex. method : rdma_cm"),
+            "{prog} {who}:\n{t}"
+        );
+        assert!(t.contains("rdma_cm QPs\t : ON"), "{prog} {who}:\n{t}");
+        assert!(
+            t.contains(&peer_gid(peer)),
+            "{prog} {who}: no peer GID:\n{t}"
+        );
+        assert!(
+            t.lines().any(|l| l.trim_start().starts_with(row)),
+            "{prog} {who}: no result row {row:?}:\n{t}"
+        );
+        no_refusals(who, t);
+    }
+}
+
+#[test]
+fn ib_write_bw_over_rdma_cm() {
+    perftest(
+        "ib_write_bw",
+        "127.0.45.1",
+        "127.0.45.2",
+        "18611",
+        "65536      100",
+    );
+}
+
+#[test]
+fn ib_read_bw_over_rdma_cm() {
+    perftest(
+        "ib_read_bw",
+        "127.0.45.3",
+        "127.0.45.4",
+        "18612",
+        "65536      100",
+    );
+}
+
+#[test]
+fn ib_send_lat_over_rdma_cm() {
+    perftest(
+        "ib_send_lat",
+        "127.0.45.5",
+        "127.0.45.6",
+        "18613",
+        "2       100",
+    );
+}
+
+/// Waits (at most 10 s) until a TCP socket listens on `port` (/proc/net/tcp, tcp6).
+fn wait_tcp_listen(port: u16) {
+    let want = format!(":{port:04X} ");
+    for _ in 0..100 {
+        let tab = ["/proc/net/tcp", "/proc/net/tcp6"]
+            .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+            .concat();
+        // State 0A: LISTEN.
+        if tab
+            .lines()
+            .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
+        {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("nothing listens on TCP port {port}");
+}
+
+/// Waits (at most 10 s) until no socket is bound to UDP port 4791 at `addr`
+/// (every device on that address closed).
+fn wait_device_gone(addr: &str) {
+    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
+    for _ in 0..100 {
+        let tab = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+        if !tab.contains(&want) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("a device at {addr} did not close");
+}
+
+/// qperf with the connection manager (`-cm1`; without it qperf addresses the
+/// peer by LID, which RoCE refuses: no GRH): its control connection is TCP,
+/// its RC QPs connect through the drop-in librdmacm, each test runs 1 s and
+/// prints its result. qperf's server forks a child per test that exits
+/// without destroying its ids: the library's exit hook sends the DREQ/DREP
+/// the kernel sends when the rdma_cm file closes, or the client would wait
+/// for DISCONNECTED until its DREQ times out. One test per client run, each
+/// after the previous server child is gone: two children alive at once share
+/// the address, and CM MADs reach only the first (see the README).
+#[test]
+fn qperf_rc_bw_and_rc_lat_over_rdma_cm() {
+    if !common::have("qperf") {
+        return;
+    }
+    let srv = Command::new("qperf")
+        .args(["-lp", "19811"])
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("SOFTVERBS_ADDR", "127.0.49.1")
+        .env("SOFTVERBS_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = KillOnDrop(srv);
+    wait_tcp_listen(19811);
+    for (test, want) in [
+        ("rc_bw", "rc_bw:\n    bw  ="),
+        ("rc_lat", "rc_lat:\n    latency  ="),
+    ] {
+        let out = run_at(
+            "127.0.49.2",
+            &[
+                "qperf",
+                "127.0.49.1",
+                "-lp",
+                "19811",
+                "-t",
+                "1",
+                "-cm1",
+                test,
+            ],
+        );
+        let t = text(&out);
+        assert!(out.status.success(), "qperf {test} failed:\n{t}");
+        assert!(t.contains(want), "{t}");
+        // qperf's rd_close deallocates its PD before it deregisters the MR:
+        // EBUSY, as with rdma-core. Nothing else is refused.
+        let others: Vec<&str> = t
+            .lines()
+            .filter(|l| l.contains(" refused (") && !l.contains("dealloc_pd refused (EBUSY)"))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "qperf {test}: unexpected refusals:\n{}",
+            others.join("\n")
+        );
+        wait_device_gone("127.0.49.1");
+    }
 }
