@@ -512,3 +512,73 @@ fn qperf_rc_bw_and_rc_lat_over_rdma_cm() {
         wait_device_gone("127.0.49.1");
     }
 }
+
+/// Refusals other than the EBUSY ones a program's own teardown order causes
+/// (it destroys a CQ, channel or PD its QPs or MRs still use: rdma-core
+/// refuses those too).
+fn refusals_beyond_teardown(t: &str) -> Vec<&str> {
+    t.lines()
+        .filter(|l| l.contains(" refused ("))
+        .filter(|l| {
+            !(l.contains("destroy_cq refused (EBUSY)")
+                || l.contains("ibv_destroy_comp_channel refused (EBUSY)")
+                || l.contains("dealloc_pd refused (EBUSY)"))
+        })
+        .collect()
+}
+
+/// cmtime with 10 connections: the client's every step (create id, resolve
+/// addr and route, create QP, connect, disconnect, destroy) completes and it
+/// prints its step table; the server (which runs until killed, by design)
+/// accepts, and disconnects each connection when the client's DREQ comes.
+/// cmtime hands one `ibv_qp_init_attr` to every rdma_create_qp, and rdma-core
+/// writes the first id's CQs back into it, so the later QPs share them and
+/// the first id's CQ destroy is refused (EBUSY), as with rdma-core.
+#[test]
+fn cmtime_ten_connections() {
+    if !common::have("cmtime") {
+        return;
+    }
+    let srv = Command::new("cmtime")
+        .args(["-b", "127.0.50.1", "-c", "10", "-p", "7490"])
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("SOFTVERBS_ADDR", "127.0.50.1")
+        .env("SOFTVERBS_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = KillOnDrop(srv);
+    wait_device("127.0.50.1");
+    let mut c = String::new();
+    for _ in 0..40 {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let out = run_at(
+            "127.0.50.2",
+            &["cmtime", "-s", "127.0.50.1", "-c", "10", "-p", "7490"],
+        );
+        c = text(&out);
+        assert_ne!(out.status.code(), Some(124), "cmtime -s hung:\n{c}");
+        if !c.contains("RDMA_CM_EVENT_REJECTED") {
+            assert!(out.status.success(), "cmtime -s failed:\n{c}");
+            break;
+        }
+    }
+    for step in [
+        "creating id",
+        "resolving address",
+        "resolving route",
+        "creating qp",
+        "connecting",
+        "disconnecting",
+        "destroying id",
+    ] {
+        assert!(c.contains(step), "client lacks {step:?}:\n{c}");
+    }
+    for row in ["connect      :", "disconnect   :", "destroy      :"] {
+        assert!(c.contains(row), "client lacks {row:?}:\n{c}");
+    }
+    assert!(!c.contains("event: RDMA_CM_EVENT"), "{c}");
+    let r = refusals_beyond_teardown(&c);
+    assert!(r.is_empty(), "unexpected refusals:\n{}", r.join("\n"));
+}
