@@ -127,18 +127,15 @@ impl QpInner {
         const MAX_WAIT: Duration = Duration::from_millis(100);
         let h = self.h;
         let dev = &self.pd.ctx.dev;
-        let sent_any = || {
-            self.pd
-                .with(|e| e.qp_counters(h))
-                .is_some_and(|c| c.packets_sent > 0)
-        };
+        let pending = || self.pd.with(|e| e.qp_tx_pending(h));
+        if !pending() {
+            // Nothing queued: an idle QP is destroyed at once.
+            return;
+        }
         let deadline = Instant::now() + MAX_WAIT;
-        while self.pd.with(|e| e.qp_tx_pending(h)) && Instant::now() < deadline {
+        while pending() && Instant::now() < deadline {
             dev.doorbell();
             std::thread::sleep(Duration::from_micros(200));
-        }
-        if !sent_any() {
-            return;
         }
         // The last packets taken may still wait in the progress thread's
         // batch: one more whole pass has flushed them.
