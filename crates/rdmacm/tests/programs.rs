@@ -766,9 +766,9 @@ fn finish_within(child: std::process::Child, secs: u64) -> (String, bool) {
 /// client tears down and exits 0.
 ///
 /// Not asserted: the server's DISCONNECTED. When the client's DREQ is lost
-/// and the client exits at once (rping and ucmatose do), nothing resends it:
-/// the device's CM ends with the process, where the kernel's outlives it
-/// and keeps resending. So the server is given 3 s, then ended.
+/// and the client destroys its id at once (rping and ucmatose do), nothing
+/// resends it, as on Linux (cm.c `cm_destroy_id`: DREQ_SENT cancels the
+/// DREQ and enters TimeWait). So the server is given 3 s, then ended.
 #[test]
 fn rping_and_ucmatose_with_loss_duplication_and_reordering() {
     if !common::have("rping") || !common::have("ucmatose") || !common::have("stdbuf") {
