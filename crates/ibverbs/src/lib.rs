@@ -35,6 +35,7 @@ mod qp;
 mod srq;
 mod stubs;
 mod util;
+mod xrc;
 
 /// Gives the exports a module defines their default versions (the
 /// `.symver` directives build.rs generated for it from `exports.txt`). Not in

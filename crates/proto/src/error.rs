@@ -16,6 +16,10 @@ pub enum Errno {
     ENOMEM,
     /// Bad address (14).
     EFAULT,
+    /// Bad file descriptor (9).
+    EBADF,
+    /// Try again: e.g. no XRC domain for a file without O_CREAT (11).
+    EAGAIN,
     /// Resource busy: still in use (16).
     EBUSY,
     /// Invalid argument (22).
@@ -32,6 +36,8 @@ impl Errno {
         match self {
             Errno::EPERM => 1,
             Errno::ENOENT => 2,
+            Errno::EBADF => 9,
+            Errno::EAGAIN => 11,
             Errno::ENOMEM => 12,
             Errno::EFAULT => 14,
             Errno::EBUSY => 16,
@@ -185,6 +191,9 @@ pub enum Error {
     /// A multicast attach, detach or destroy refused (mcast.rs).
     #[error(transparent)]
     Mcast(#[from] crate::mcast::McastError),
+    /// An XRC verb refused (xrcd.rs).
+    #[error(transparent)]
+    Xrc(#[from] crate::xrcd::XrcError),
     /// `ibv_advise_mr` refused.
     #[error(transparent)]
     Advise(#[from] crate::mr::AdviseError),
@@ -213,6 +222,7 @@ impl Error {
             Error::Advise(e) => e.errno(),
             Error::Dm(e) => e.errno(),
             Error::Mcast(e) => e.errno(),
+            Error::Xrc(e) => e.errno(),
         }
     }
 }

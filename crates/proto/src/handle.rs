@@ -32,6 +32,9 @@ pub mod kind {
     /// A queue pair.
     #[derive(Debug)]
     pub enum Qp {}
+    /// An open of an XRC domain.
+    #[derive(Debug)]
+    pub enum Xrcd {}
 }
 
 /// A typed handle: slot `index` at `generation` in the table of kind `K`.
@@ -55,6 +58,8 @@ pub type SrqHandle = Handle<kind::Srq>;
 pub type AhHandle = Handle<kind::Ah>;
 /// Handle of a QP.
 pub type QpHandle = Handle<kind::Qp>;
+/// Handle of an open XRC domain.
+pub type XrcdHandle = Handle<kind::Xrcd>;
 
 impl<K> Handle<K> {
     /// The handle of slot `index` at `generation` (for the tables).

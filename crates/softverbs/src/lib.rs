@@ -89,6 +89,7 @@ mod qp;
 pub mod raw;
 mod srq;
 mod transition;
+mod xrc;
 
 pub use ah::AddressHandle;
 pub use config::{devices, log_level_from_env, Device};
@@ -100,12 +101,14 @@ pub use dm::{DeviceMemory, DmMemoryRegion};
 pub use error::{ConfigError, DestroyError, Error, OsError};
 pub use mr::{MemoryRegion, Rereg};
 pub use pd::ProtectionDomain;
+pub use proto::xrcd::{XrcdKey, O_CREAT, O_EXCL};
 pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
 pub use srq::SharedReceiveQueue;
 pub use transition::{
     ConnectedInit, DatagramInit, Drain, Modify, RcRtr, RcRts, Resume, SqPsnRts, ToError, ToInit,
     ToReset, ToRtr, ToRts, Transition, UcRtr, UdRtr,
 };
+pub use xrc::XrcDomain;
 
 pub use proto::device::{
     AtomicCap, DeviceAttr, DeviceConfig, DeviceInfo, Identity, PortAttr, PortState,

@@ -91,8 +91,10 @@ pub struct QueuePair<T: Transport = AnyTransport> {
 
 struct QpInner {
     pd: Arc<PdInner>,
-    _cqs: [Arc<CqInner>; 2],
+    _cqs: Vec<Arc<CqInner>>,
     _srq: Option<Arc<SrqInner>>,
+    /// An XRC_RECV QP's XRC domain, kept alive while the QP is.
+    _xrcd: Option<Arc<dyn std::any::Any + Send + Sync>>,
     h: QpHandle,
     qpn: u32,
     qp_type: QpType,
@@ -209,8 +211,9 @@ impl QueuePair<AnyTransport> {
         let created = logged("create_qp", pd.with(|e| e.create_qp(&c)))?;
         let inner = QpInner {
             pd,
-            _cqs: [init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
+            _cqs: vec![init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
             _srq: init.srq.map(|s| s.inner.clone()),
+            _xrcd: None,
             h: created.handle,
             qpn: created.qpn,
             qp_type: created.qp_type,
@@ -220,6 +223,28 @@ impl QueuePair<AnyTransport> {
             inner: Arc::new(inner),
             _transport: PhantomData,
         })
+    }
+
+    /// An XRC_RECV QP (created or opened) in an XRC domain: no PD, no CQs.
+    pub(crate) fn xrc_target(
+        pd: Arc<PdInner>,
+        created: &proto::engine::QpCreated,
+        xrcd: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        let inner = QpInner {
+            pd,
+            _cqs: Vec::new(),
+            _srq: None,
+            _xrcd: Some(xrcd),
+            h: created.handle,
+            qpn: created.qpn,
+            qp_type: created.qp_type,
+            cap: created.cap,
+        };
+        QueuePair {
+            inner: Arc::new(inner),
+            _transport: PhantomData,
+        }
     }
 
     /// The typed view of this QP, if it is of transport `T`.

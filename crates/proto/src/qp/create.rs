@@ -22,7 +22,7 @@ pub mod comp_mask {
     /// `send_ops_flags` is valid.
     pub const SEND_OPS_FLAGS: u32 = 1 << 6;
     /// The bits softverbs accepts.
-    pub const SUPPORTED: u32 = PD | CREATE_FLAGS | SEND_OPS_FLAGS;
+    pub const SUPPORTED: u32 = PD | XRCD | CREATE_FLAGS | SEND_OPS_FLAGS;
 }
 
 /// `enum ibv_qp_create_send_ops_flags` bits.
@@ -45,7 +45,8 @@ pub mod send_ops {
     pub fn supported(qp_type: crate::types::QpType) -> u64 {
         use crate::types::QpType;
         match qp_type {
-            QpType::Rc => 0x7f,
+            // ibv_post_send(3): XRC_SEND offers the RC operations.
+            QpType::Rc | QpType::XrcSend => 0x7f,
             QpType::Uc => RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM,
             QpType::Ud => SEND | SEND_WITH_IMM,
             _ => 0,
@@ -109,7 +110,11 @@ pub fn check(req: &QpRequest, dev: &DeviceAttr) -> Result<(QpType, QpCap), Error
         "; device inline limit",
     )?;
     let mut cap = c;
-    if req.has_srq {
+    // spec/xrc.md §2: XRC_SEND has no receive queue (uverbs zeroes its receive
+    // capacities); XRC_RECV has neither queue (its receives are the SRQs').
+    if qp_type == QpType::XrcRecv {
+        cap = QpCap::default();
+    } else if req.has_srq || qp_type == QpType::XrcSend {
         // With an SRQ, receive capacities are neither checked nor used (man page, rxe).
         cap.max_recv_wr = 0;
         cap.max_recv_sge = 0;
@@ -134,10 +139,8 @@ fn check_type(req: &QpRequest) -> Result<QpType, Error> {
     let t = QpType::from_raw(req.qp_type)
         .ok_or_else(|| Error::from(Unsupported::UnknownQpType { raw: req.qp_type }))?;
     match t {
-        QpType::Rc | QpType::Uc | QpType::Ud => {}
-        QpType::XrcSend | QpType::XrcRecv | QpType::RawPacket => {
-            return Err(Unsupported::QpType { qp_type: t }.into())
-        }
+        QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend | QpType::XrcRecv => {}
+        QpType::RawPacket => return Err(Unsupported::QpType { qp_type: t }.into()),
         QpType::Smi | QpType::Gsi => {
             return Err(Unsupported::KernelOnlyQpType { qp_type: t }.into())
         }
@@ -154,7 +157,12 @@ fn check_ex(req: &QpRequest, t: QpType) -> Result<(), Error> {
     if unsupported != 0 {
         return Err(Unsupported::QpExCompMask { bits: unsupported }.into());
     }
-    if req.comp_mask & comp_mask::PD == 0 {
+    if t == QpType::XrcRecv {
+        // spec/xrc.md §2: a target QP lives in an XRC domain, not a PD.
+        if req.comp_mask & comp_mask::XRCD == 0 {
+            return Err(crate::xrcd::XrcError::RecvQpWithoutXrcd.into());
+        }
+    } else if req.comp_mask & comp_mask::PD == 0 {
         return Err(InvalidArg::QpExWithoutPd.into());
     }
     if req.comp_mask & comp_mask::CREATE_FLAGS != 0 && req.create_flags != 0 {

@@ -141,7 +141,9 @@ pub fn minimal(t: QpType, from: QpState, to: QpState) -> AttrMask {
         (Reset, Init, QpType::Ud) => m(&[A::PKEY_INDEX, A::PORT, A::QKEY]),
         (Reset, Init, _) => m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
         (Init, Rtr, QpType::Ud) => A::EMPTY,
-        (Init, Rtr, QpType::Uc) => m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
+        (Init, Rtr, QpType::Uc | QpType::XrcSend) => {
+            m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN])
+        }
         (Init, Rtr, _) => m(&[
             A::AV,
             A::PATH_MTU,
@@ -150,13 +152,14 @@ pub fn minimal(t: QpType, from: QpState, to: QpState) -> AttrMask {
             A::MAX_DEST_RD_ATOMIC,
             A::MIN_RNR_TIMER,
         ]),
-        (Rtr, Rts, QpType::Rc) => m(&[
+        (Rtr, Rts, QpType::Rc | QpType::XrcSend) => m(&[
             A::SQ_PSN,
             A::MAX_QP_RD_ATOMIC,
             A::RETRY_CNT,
             A::RNR_RETRY,
             A::TIMEOUT,
         ]),
+        (Rtr, Rts, QpType::XrcRecv) => m(&[A::SQ_PSN, A::TIMEOUT]),
         (Rtr, Rts, _) => A::SQ_PSN,
         _ => A::EMPTY,
     }

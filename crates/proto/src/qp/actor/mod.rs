@@ -52,6 +52,12 @@ pub trait Sink {
     fn srq_queue(&mut self, srq: SrqHandle) -> Option<&mut RecvQueue>;
     /// A WQE was taken from SRQ `srq`: check its armed limit.
     fn srq_taken(&mut self, srq: SrqHandle);
+    /// XRC: the SRQ number `srqn` names, if it is an XRC SRQ of `domain`.
+    fn xrc_target(
+        &mut self,
+        srqn: u32,
+        domain: u32,
+    ) -> Result<crate::xrcd::XrcTarget, crate::xrcd::XrcMiss>;
 }
 
 /// What a QP reads from its device while it works.
@@ -87,6 +93,8 @@ pub struct PostedSend<'a> {
     pub inline: Option<&'a [u8]>,
     /// A UD WR's destination, resolved from its address handle.
     pub ud: Option<UdDest>,
+    /// XRC_SEND: the remote XRC SRQ number (`qp_type.xrc.remote_srqn`).
+    pub xrc_srqn: u32,
 }
 
 /// A queue pair: the objects it uses, its control state and its data path.
@@ -100,6 +108,8 @@ pub struct Qp {
     pub recv_cq: CqHandle,
     /// SRQ, if receives come from one.
     pub srq: Option<SrqHandle>,
+    /// XRC_RECV: its XRC domain (receives go to the SRQ each request names).
+    pub xrc: Option<crate::xrcd::XrcLink>,
     /// The control-path state.
     pub ctl: QpControl,
     /// The data-path state (queues, requester, responder, timers).
@@ -120,6 +130,7 @@ impl Qp {
             send_cq: cqs.0,
             recv_cq: cqs.1,
             srq,
+            xrc: None,
             ctl,
             dp,
         }
@@ -194,6 +205,9 @@ impl Qp {
         );
         let sig_all = self.ctl.sq_sig_all();
         self.dp.sq.push(wr, sig_all, posted.inline, posted.ud);
+        if let Some(w) = self.dp.sq.wqes.back_mut() {
+            w.xrc_srqn = posted.xrc_srqn;
+        }
         self.wake();
     }
 

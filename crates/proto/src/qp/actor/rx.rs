@@ -53,7 +53,7 @@ impl Qp {
             self.dp.comm_est = true;
             sink.qp_event(AsyncEventKind::CommEst);
         }
-        let renv = self.resp_env(env);
+        let mut renv = self.resp_env(env);
         // The completions buffer is the QP's own, reused: no allocation per packet.
         let mut fx = RespEffects {
             completions: std::mem::take(&mut self.dp.resp_wcs),
@@ -64,31 +64,59 @@ impl Qp {
             payload: pkt.payload,
             grh: pkt.grh,
         };
-        match self.srq.and_then(|s| sink.srq_queue(s)) {
-            Some(q) => self.dp.resp.handle(&renv, q, &inc, &mut fx),
-            None => self.dp.resp.handle(&renv, &mut self.dp.rq, &inc, &mut fx),
-        }
-        let dropped = self.apply_responder(&mut fx, sink);
+        let (cq, srq) = match self.xrc {
+            Some(link) => {
+                let srqn = pkt.repr.xrceth.map_or(0, |x| x.xrc_srqn.get());
+                match sink.xrc_target(srqn, link.domain) {
+                    Ok(t) => {
+                        // spec/xrc.md §4: memory is checked against the SRQ's PD.
+                        renv.pd = t.pd;
+                        if let Some(q) = sink.srq_queue(t.srq) {
+                            self.dp.resp.handle(&renv, q, &inc, &mut fx);
+                        }
+                        (t.cq, Some(t.srq))
+                    }
+                    Err(_) => {
+                        let rq = &mut self.dp.rq;
+                        self.dp.resp.handle_invalid(&renv, rq, &inc, &mut fx);
+                        (self.recv_cq, None)
+                    }
+                }
+            }
+            None => {
+                match self.srq.and_then(|s| sink.srq_queue(s)) {
+                    Some(q) => self.dp.resp.handle(&renv, q, &inc, &mut fx),
+                    None => self.dp.resp.handle(&renv, &mut self.dp.rq, &inc, &mut fx),
+                }
+                (self.recv_cq, self.srq)
+            }
+        };
+        let dropped = self.apply_responder(&mut fx, cq, srq, sink);
         self.dp.resp_wcs = fx.completions;
         dropped
     }
 
-    fn apply_responder(&mut self, fx: &mut RespEffects, sink: &mut impl Sink) -> bool {
+    fn apply_responder(
+        &mut self,
+        fx: &mut RespEffects,
+        cq: crate::handle::CqHandle,
+        srq: Option<crate::handle::SrqHandle>,
+        sink: &mut impl Sink,
+    ) -> bool {
         let t = self.ctl.qp_type();
         count_responder(&mut self.dp.counters, fx, t);
         let dropped = fx
             .dropped
             .is_some_and(|d| !d.is_duplicate() && d != Drop::NoWqe)
-            || (fx.dropped == Some(Drop::NoWqe) && t != QpType::Rc);
+            || (fx.dropped == Some(Drop::NoWqe) && !t.is_reliable());
         if self.dp.resp.has_output() {
             self.wake();
         }
-        let cq = self.recv_cq;
         for (wc, solicited) in fx.completions.drain(..) {
             self.complete(sink, cq, wc, solicited);
         }
         if fx.took_wqe {
-            if let Some(s) = self.srq {
+            if let Some(s) = srq {
                 sink.srq_taken(s);
             }
         }
@@ -184,7 +212,7 @@ fn count_responder(c: &mut QpCounters, fx: &RespEffects, t: QpType) {
         Drop::DupRead => &mut c.dup_reads_answered,
         Drop::DupAtomic => &mut c.dup_atomics_answered,
         Drop::DupDropped => &mut c.dup_dropped,
-        Drop::NoWqe if t == QpType::Rc => &mut c.rnr_naks_sent,
+        Drop::NoWqe if t.is_reliable() => &mut c.rnr_naks_sent,
         Drop::NoWqe => &mut c.drop_no_recv_wqe,
         Drop::Sequence => &mut c.drop_sequence,
         Drop::Qkey => &mut c.drop_qkey,
@@ -193,7 +221,7 @@ fn count_responder(c: &mut QpCounters, fx: &RespEffects, t: QpType) {
     *field += 1;
     if d.is_duplicate() {
         c.duplicates += 1;
-    } else if d != Drop::NoWqe || t != QpType::Rc {
+    } else if d != Drop::NoWqe || !t.is_reliable() {
         c.dropped += 1;
     }
 }

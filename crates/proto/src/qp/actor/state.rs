@@ -8,7 +8,7 @@ use crate::mask::AttrMask;
 use crate::output::AsyncEventKind;
 use crate::qp::data::QpData;
 use crate::qp::modify::Transition;
-use crate::types::{QpState, QpType};
+use crate::types::QpState;
 
 impl Qp {
     /// Side effects of a successful `ibv_modify_qp` (`t`, with attribute mask `mask`).
@@ -74,7 +74,7 @@ impl Qp {
     /// A send error on a UC/UD QP: SQE, the send queue flushed, receives go on
     /// (qp-state-machine.md §6.4).
     pub(super) fn enter_sqe(&mut self, sink: &mut impl Sink) {
-        if self.ctl.qp_type() == QpType::Rc {
+        if self.ctl.qp_type().is_reliable() {
             return self.enter_error(AsyncEventKind::QpFatal, sink);
         }
         self.ctl.device_move(QpState::Sqe);
