@@ -117,6 +117,8 @@ pub mod cap_flags {
     pub const SRQ_RESIZE: u32 = 1 << 13;
     /// Port active event.
     pub const PORT_ACTIVE_EVENT: u32 = 1 << 14;
+    /// XRC domains, XRC SRQs and XRC QPs (`IBV_DEVICE_XRC`, spec/xrc.md).
+    pub const XRC: u32 = 1 << 20;
 }
 
 /// The largest inline data a send WR may carry.
@@ -187,7 +189,8 @@ impl DeviceAttr {
                 | cap_flags::SYS_IMAGE_GUID
                 | cap_flags::RC_RNR_NAK_GEN
                 | cap_flags::SRQ_RESIZE
-                | cap_flags::PORT_ACTIVE_EVENT,
+                | cap_flags::PORT_ACTIVE_EVENT
+                | cap_flags::XRC,
             max_sge: 32,
             max_sge_rd: 32,
             max_cq: M,
