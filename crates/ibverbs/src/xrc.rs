@@ -43,7 +43,7 @@ fn file_key(verb: &str, fd: c_int) -> Result<softverbs::XrcdKey, c_int> {
     // SAFETY: a zeroed `stat` is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat reads `fd` and writes `st`, which we own.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+    if unsafe { libc::fstat(fd, &raw mut st) } != 0 {
         let why = format_args!("fd {fd} is not an open file descriptor");
         return Err(refuse(verb, libc::EBADF, why));
     }

@@ -111,6 +111,9 @@ pub struct SimQp {
     pub completed: u64,
     /// The first error completion: (status, time, WR sequence number).
     pub error: Option<(proto::wc::WcStatus, u64, u64)>,
+    /// XRC_RECV: the XRC SRQ its receives are posted to and its number,
+    /// which the peer's XRC_SEND WRs name.
+    pub srq: Option<(proto::engine::SrqHandle, u32)>,
 }
 
 impl SimQp {
@@ -137,6 +140,7 @@ impl SimQp {
             completions: 0,
             completed: 0,
             error: None,
+            srq: None,
         }
     }
 
