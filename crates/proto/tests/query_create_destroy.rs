@@ -157,6 +157,8 @@ fn reset_makes_everything_but_state_and_cap_invalid_again() {
                 // spec/xrc.md §2: no receive side.
                 (want.max_recv_wr, want.max_recv_sge) = (0, 0);
             }
+            // qp-query.md §2: the WQE's gather list holds 16 inline bytes per SGE.
+            want.max_inline_data = want.max_inline_data.max(16 * want.max_send_sge);
             assert_eq!(init.cap, want, "cap survives RESET");
             // And the whole sequence must be supplied again.
             fx.drive(h, t, Rts);

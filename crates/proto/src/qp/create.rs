@@ -73,8 +73,12 @@ pub struct QpRequest {
 
 /// Checks a create request; returns the QP type and the capacities granted.
 ///
-/// Capacities come back exactly as requested (always ≥ the request, as the man
-/// page promises); with an SRQ the receive capacities are 0.
+/// Capacities come back as requested (always ≥ the request, as the man page
+/// promises), except that the inline capacity is at least what the gather
+/// list of a WQE holds, 16 bytes per send SGE, as rxe grants it (spec
+/// qp-query.md §2: "max_inline_data = max(requested_inline, 16 ×
+/// max_send_sge)"; rdma_xclient posts 16 inline bytes on a QP that asked for
+/// none); with an SRQ the receive capacities are 0.
 pub fn check(req: &QpRequest, dev: &DeviceAttr) -> Result<(QpType, QpCap), Error> {
     let qp_type = check_type(req)?;
     check_ex(req, qp_type)?;
@@ -131,6 +135,12 @@ pub fn check(req: &QpRequest, dev: &DeviceAttr) -> Result<(QpType, QpCap), Error
             dev.max_sge,
             "; device limit max_sge",
         )?;
+    }
+    if qp_type != QpType::XrcRecv {
+        cap.max_inline_data = cap
+            .max_inline_data
+            .max(16 * cap.max_send_sge)
+            .min(MAX_INLINE_DATA);
     }
     Ok((qp_type, cap))
 }
