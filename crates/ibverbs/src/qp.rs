@@ -305,7 +305,12 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         return errno_of(&e);
     }
     if let Ok(ctx) = crate::context::ctx_block("ibv_destroy_qp", b.c.qp_base.context) {
-        ctx.objects().qps.remove(&b.inner.id());
+        // An XRC_RECV QP may have several handles (ibv_open_qp): the registry
+        // forgets only the one it names, if it is this one.
+        let mut objects = ctx.objects();
+        if objects.qps.get(&b.inner.id()) == Some(&(qp as usize)) {
+            objects.qps.remove(&b.inner.id());
+        }
     }
     free::<QpBlock>(qp);
     0

@@ -867,7 +867,7 @@ fn uc_connections_get_no_rdma_read_or_retry_attributes() {
     assert_eq!(rts.sq_psn, Some(Psn::from_masked(2)));
 }
 
-/// XRC (transport 3, Extended Transport Type 1; spec/xrc.md §9): the active
+/// XRC (transport 3, Extended Transport Type 1; spec/xrc.md §8): the active
 /// side's QP is the initiator (no responder attributes at RTR), the passive
 /// side's the target (no requester attributes at RTS), both get the ACK
 /// timeout (kernel cm.c `cm_init_qp_rtr_attr`, `cm_init_qp_rts_attr`).

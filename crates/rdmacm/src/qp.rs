@@ -167,7 +167,7 @@ const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
 
 /// The XRC domain of a device's XRC targets and XRC SRQs, opened (without a
 /// file) on first use and kept while the process runs (rdma-core
-/// `ucma_get_xrcd`: one per device, fd -1, `O_CREAT`; spec/xrc.md §9).
+/// `ucma_get_xrcd`: one per device, fd -1, `O_CREAT`; spec/xrc.md §8).
 fn xrcd_of(verb: &str, ctx: *mut ibv_context) -> Result<*mut c_void, c_int> {
     static XRCDS: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
     let mut t = XRCDS

@@ -522,7 +522,7 @@ impl Cm for SoftCm {
             rnr_retry_count: param.map_or(7, |p| p.rnr_retry_count.min(7)),
             srq: u8::from(srq || param.is_some_and(|p| p.srq != 0)),
             path_mtu: u8::try_from(pa.active_mtu).unwrap_or(1),
-            // The CM's transport code (1 UC, 3 XRC: spec/xrc.md §9).
+            // The CM's transport code (1 UC, 3 XRC: spec/xrc.md §8).
             uc: match b.qp_type() {
                 IBV_QPT_UC => 1,
                 9 | 10 => 3,

@@ -196,7 +196,7 @@ fn req_repr(
         rnr_retry_count: p.rnr_retry_count,
         max_cm_retries: cfg.max_cm_retries,
         srq: p.srq,
-        // Extended Transport Type 1: XRC (spec/xrc.md §9).
+        // Extended Transport Type 1: XRC (spec/xrc.md §8).
         extended_transport_type: u8::from(p.transport == TransportType::Extended),
         // cm_format_req: hop limit > 1 → permissive LIDs, not subnet local.
         primary_path: cm::req::Path {
@@ -817,7 +817,7 @@ impl Conn {
             State::DreqSent(_) | State::DreqRcvd | State::TimeWait { .. }
         );
         // Kernel cm.c: the QP type is RC or UC, or for XRC (transport 3,
-        // spec/xrc.md §9) XRC_INI on the active side and XRC_TGT on the
+        // spec/xrc.md §8) XRC_INI on the active side and XRC_TGT on the
         // passive one (`cm_req_get_qp_type`). RTR carries the responder's
         // attributes for RC and XRC_TGT (`cm_init_qp_rtr_attr`); RTS the
         // requester's for RC and XRC_INI, and the ACK timeout for every
