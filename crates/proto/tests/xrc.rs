@@ -394,3 +394,52 @@ fn xrc_qps_refuse_what_they_do_not_have() {
     assert_eq!(b.e.destroy_cq(b.cq).unwrap_err().errno(), Errno::EBUSY);
     b.e.destroy_srq(h).unwrap();
 }
+
+#[test]
+fn a_message_in_progress_is_flushed_to_its_srqs_cq() {
+    let mut p = pair();
+    let xrcd = p.xrcd;
+    let (s1, n1) = srq(&mut p, xrcd);
+    let (la, _) = p.net.a.mr(0, 8192, 1);
+    let (lb, _) = p.net.b.mr(0, 8192, 1);
+    let sg = [Sge {
+        addr: BASE + 4096,
+        length: 4096,
+        lkey: lb,
+    }];
+    p.net
+        .b
+        .e
+        .post_srq_recv(
+            s1,
+            &RecvWr {
+                wr_id: 5,
+                sg_list: &sg,
+            },
+        )
+        .unwrap();
+    // A three-packet message whose LAST packet never arrives.
+    let mut sent = 0;
+    p.net.drop_from_a = Some(Box::new(move |_| {
+        sent += 1;
+        sent > 2
+    }));
+    let data = pattern(3000, 1);
+    xrc_send(&mut p, 1, n1, &data, la);
+    for _ in 0..4 {
+        p.net.pump_once();
+    }
+    assert!(p.net.b.poll().is_empty(), "the message is in progress");
+    let to_err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    modify(&mut p.net.b, p.rqp, to_err, AttrMask::STATE);
+    let wc = p.net.b.poll();
+    let got: Vec<_> = wc.iter().map(|w| (w.wr_id, w.status, w.qp_num)).collect();
+    assert_eq!(
+        got,
+        [(5, WcStatus::WrFlushErr, p.rqpn)],
+        "the SRQ WQE the message held completes once, on the SRQ's CQ"
+    );
+}

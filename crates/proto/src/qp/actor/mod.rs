@@ -110,6 +110,9 @@ pub struct Qp {
     pub srq: Option<SrqHandle>,
     /// XRC_RECV: its XRC domain (receives go to the SRQ each request names).
     pub xrc: Option<crate::xrcd::XrcLink>,
+    /// XRC_RECV: the CQ of the SRQ whose WQE the message in progress holds
+    /// (its error or flush completion goes there).
+    pub(crate) xrc_msg_cq: Option<CqHandle>,
     /// The control-path state.
     pub ctl: QpControl,
     /// The data-path state (queues, requester, responder, timers).
@@ -131,6 +134,7 @@ impl Qp {
             recv_cq: cqs.1,
             srq,
             xrc: None,
+            xrc_msg_cq: None,
             ctl,
             dp,
         }

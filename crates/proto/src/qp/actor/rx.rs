@@ -74,12 +74,18 @@ impl Qp {
                         if let Some(q) = sink.srq_queue(t.srq) {
                             self.dp.resp.handle(&renv, q, &inc, &mut fx);
                         }
-                        (t.cq, Some(t.srq))
+                        // A message completes on the CQ of the SRQ its first
+                        // packet took the WQE from.
+                        if fx.took_wqe {
+                            self.xrc_msg_cq = Some(t.cq);
+                        }
+                        (self.xrc_msg_cq.unwrap_or(t.cq), Some(t.srq))
                     }
                     Err(_) => {
                         let rq = &mut self.dp.rq;
                         self.dp.resp.handle_invalid(&renv, rq, &inc, &mut fx);
-                        (self.recv_cq, None)
+                        // A message in progress completes (in error) where it began.
+                        (self.xrc_msg_cq.unwrap_or(self.recv_cq), None)
                     }
                 }
             }

@@ -92,6 +92,8 @@ impl Qp {
         // Completions go straight to the sink, never back through
         // `Qp::complete`: a flush that overruns the CQ has nothing left to fail.
         if let Some(w) = self.dp.resp.take_in_progress() {
+            // XRC_RECV: on the CQ of the SRQ the WQE came from.
+            let cq = self.xrc_msg_cq.unwrap_or(cq);
             sink.complete(cq, flush_wc_recv(&w, qpn), true);
         }
         while let Some(w) = self.dp.rq.wqes.pop_front() {
