@@ -65,30 +65,7 @@ impl Qp {
             grh: pkt.grh,
         };
         let (cq, srq) = match self.xrc {
-            Some(link) => {
-                let srqn = pkt.repr.xrceth.map_or(0, |x| x.xrc_srqn.get());
-                match sink.xrc_target(srqn, link.domain) {
-                    Ok(t) => {
-                        // spec/xrc.md §4: memory is checked against the SRQ's PD.
-                        renv.pd = t.pd;
-                        if let Some(q) = sink.srq_queue(t.srq) {
-                            self.dp.resp.handle(&renv, q, &inc, &mut fx);
-                        }
-                        // A message completes on the CQ of the SRQ its first
-                        // packet took the WQE from.
-                        if fx.took_wqe {
-                            self.xrc_msg_cq = Some(t.cq);
-                        }
-                        (self.xrc_msg_cq.unwrap_or(t.cq), Some(t.srq))
-                    }
-                    Err(_) => {
-                        let rq = &mut self.dp.rq;
-                        self.dp.resp.handle_invalid(&renv, rq, &inc, &mut fx);
-                        // A message in progress completes (in error) where it began.
-                        (self.xrc_msg_cq.unwrap_or(self.recv_cq), None)
-                    }
-                }
-            }
+            Some(link) => self.on_xrc_request(link, &mut renv, &inc, &mut fx, sink),
             None => {
                 match self.srq.and_then(|s| sink.srq_queue(s)) {
                     Some(q) => self.dp.resp.handle(&renv, q, &inc, &mut fx),
@@ -100,6 +77,39 @@ impl Qp {
         let dropped = self.apply_responder(&mut fx, cq, srq, sink);
         self.dp.resp_wcs = fx.completions;
         dropped
+    }
+
+    /// XRC_RECV (spec/xrc.md §4): the request goes to the XRC SRQ its XRCETH
+    /// names if that is an XRC SRQ of the QP's domain (memory checked against
+    /// the SRQ's PD), else it is an invalid request. Returns where the
+    /// completions go: the CQ of the SRQ the message's first packet took its
+    /// WQE from, and the SRQ whose limit to check.
+    fn on_xrc_request(
+        &mut self,
+        link: crate::xrcd::XrcLink,
+        renv: &mut RespEnv<'_>,
+        inc: &Incoming<'_>,
+        fx: &mut RespEffects,
+        sink: &mut impl Sink,
+    ) -> (crate::handle::CqHandle, Option<crate::handle::SrqHandle>) {
+        let srqn = inc.repr.xrceth.map_or(0, |x| x.xrc_srqn.get());
+        match sink.xrc_target(srqn, link.domain) {
+            Ok(t) => {
+                renv.pd = t.pd;
+                if let Some(q) = sink.srq_queue(t.srq) {
+                    self.dp.resp.handle(renv, q, inc, fx);
+                }
+                if fx.took_wqe {
+                    self.xrc_msg_cq = Some(t.cq);
+                }
+                (self.xrc_msg_cq.unwrap_or(t.cq), Some(t.srq))
+            }
+            Err(_) => {
+                let rq = &mut self.dp.rq;
+                self.dp.resp.handle_invalid(renv, rq, inc, fx);
+                (self.xrc_msg_cq.unwrap_or(self.recv_cq), None)
+            }
+        }
     }
 
     fn apply_responder(
