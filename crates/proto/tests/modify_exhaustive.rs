@@ -174,6 +174,17 @@ fn rc_every_pair() {
     check_type(QpType::Rc);
 }
 
+/// The XRC rows (spec/qp-state-machine.md §4, spec/xrc.md §6) on live QPs.
+#[test]
+fn xrc_send_every_pair() {
+    check_type(QpType::XrcSend);
+}
+
+#[test]
+fn xrc_recv_every_pair() {
+    check_type(QpType::XrcRecv);
+}
+
 #[test]
 fn uc_every_pair() {
     check_type(QpType::Uc);

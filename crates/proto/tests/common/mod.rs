@@ -62,6 +62,20 @@ impl Fixture {
     }
 
     pub fn qp(&mut self, t: QpType) -> QpHandle {
+        if t == QpType::XrcRecv {
+            // A target QP lives in an XRC domain, not a PD (spec/xrc.md §2).
+            let flags = proto::xrcd::OpenFlags::from_raw(proto::xrcd::O_CREAT);
+            let x = self
+                .eng
+                .open_xrcd(self.ctx, None, flags)
+                .expect("open_xrcd");
+            let req = QpRequest {
+                comp_mask: comp_mask::XRCD,
+                ..request(t)
+            };
+            let q = self.eng.create_xrc_recv_qp(x, &req);
+            return q.expect("create_xrc_recv_qp").handle;
+        }
         let args = self.create_args(t);
         self.eng.create_qp(&args).expect("create_qp").handle
     }
