@@ -363,8 +363,8 @@ pub enum Unsupported {
         /// The raw value given.
         raw: u32,
     },
-    /// A QP type softverbs does not implement (XRC, raw packet).
-    #[error("not supported: {qp_type} QP: softverbs supports RC, UC and UD queue pairs")]
+    /// A QP type softverbs does not implement (raw packet).
+    #[error("not supported: {qp_type} QP: softverbs supports RC, UC, UD and XRC queue pairs")]
     QpType {
         /// The type asked for.
         qp_type: QpType,
@@ -580,9 +580,9 @@ mod tests {
                 "not supported: reg_mr access flags ZERO_BASED (no zero-based MRs or flush on this device)",
             ),
             (
-                Unsupported::QpType { qp_type: QpType::XrcSend }.into(),
+                Unsupported::QpType { qp_type: QpType::RawPacket }.into(),
                 Errno::EOPNOTSUPP,
-                "not supported: an XRC_SEND QP: softverbs supports RC, UC and UD queue pairs",
+                "not supported: a RAW_PACKET QP: softverbs supports RC, UC, UD and XRC queue pairs",
             ),
             (
                 Unsupported::KernelOnlyQpType { qp_type: QpType::Gsi }.into(),
