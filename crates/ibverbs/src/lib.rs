@@ -26,6 +26,7 @@ mod cq;
 mod device;
 mod dm;
 mod domain;
+mod flow;
 mod memory;
 mod misc;
 mod post;
@@ -35,6 +36,7 @@ mod qp;
 mod srq;
 mod stubs;
 mod util;
+mod wq;
 mod xrc;
 
 /// Gives the exports a module defines their default versions (the

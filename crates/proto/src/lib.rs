@@ -86,6 +86,7 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
+pub mod rss;
 /// The seeded generator (crates/faults): the CM draws its IDs from it.
 pub use faults::rng;
 pub mod sched;
