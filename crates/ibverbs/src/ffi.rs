@@ -488,6 +488,27 @@ pub struct ibv_srq_init_attr {
 }
 
 #[repr(C)]
+pub struct ibv_xrcd {
+    pub context: *mut ibv_context,
+}
+
+#[repr(C)]
+pub struct ibv_xrcd_init_attr {
+    pub comp_mask: u32,
+    pub fd: c_int,
+    pub oflags: c_int,
+}
+
+#[repr(C)]
+pub struct ibv_qp_open_attr {
+    pub comp_mask: u32,
+    pub qp_num: u32,
+    pub xrcd: *mut ibv_xrcd,
+    pub qp_context: *mut c_void,
+    pub qp_type: u32,
+}
+
+#[repr(C)]
 pub struct ibv_srq_init_attr_ex {
     pub srq_context: *mut c_void,
     pub attr: ibv_srq_attr,

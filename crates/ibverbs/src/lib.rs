@@ -38,6 +38,7 @@ mod srq;
 mod stubs;
 mod util;
 mod wq;
+mod xrc;
 
 /// Gives the exports a module defines their default versions (the
 /// `.symver` directives build.rs generated for it from `exports.txt`). Not in

@@ -155,7 +155,8 @@ unsafe fn post_one(
     } else {
         None
     };
-    raw::post_send_gathered(&qp.inner, &send, gathered).map_err(|e| errno_of(&e))
+    // `qp_type.xrc.remote_srqn`: read by XRC_SEND QPs only (spec/xrc.md §5).
+    raw::post_send_gathered_xrc(&qp.inner, &send, gathered, wr.qp_type).map_err(|e| errno_of(&e))
 }
 
 /// `ibv_post_send` (the ops slot): posts the list in order; on the first
@@ -250,6 +251,8 @@ struct Pending {
     target: WrTarget,
     sges: Vec<Sge>,
     inline: Option<Vec<u8>>,
+    /// `ibv_wr_set_xrc_srqn` (XRC_SEND).
+    xrc_srqn: u32,
 }
 
 /// The batch of a QP: its WRs and the first builder error, which
@@ -280,6 +283,7 @@ unsafe fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, imm: u32, target: WrTarget
             target,
             sges: Vec::new(),
             inline: None,
+            xrc_srqn: 0,
         })
     });
 }
@@ -340,7 +344,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
             }
             None => None,
         };
-        if let Err(e) = raw::post_send_gathered(&b.inner, &wr, inline) {
+        if let Err(e) = raw::post_send_gathered_xrc(&b.inner, &wr, inline, p.xrc_srqn) {
             return errno_of(&e);
         }
     }
@@ -417,7 +421,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     begin(qp, WrOpcode::AtomicFetchAndAdd, 0, WrTarget::Atomic(t));
 }
 
-/// Builders for operations softverbs does not offer (TSO, XRC): `EOPNOTSUPP`
+/// Builders for operations softverbs does not offer (TSO): `EOPNOTSUPP`
 /// from `ibv_wr_complete`.
 unsafe fn unsupported(qp: *mut ibv_qp_ex, what: &str) {
     with_batch(qp, |_, batch| {
@@ -466,8 +470,11 @@ unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
 unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _hdr_sz: u16, _mss: u16) {
     unsupported(qp, "ibv_wr_send_tso");
 }
-unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
-    unsupported(qp, "ibv_wr_set_xrc_srqn");
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, srqn: u32) {
+    last(qp, "ibv_wr_set_xrc_srqn", |_, p| {
+        p.xrc_srqn = srqn;
+        Ok(())
+    });
 }
 /// `ibv_wr_atomic_write`: the 8 bytes at `data` are taken now (IBA 1.5 ATOMIC WRITE).
 unsafe extern "C" fn wr_atomic_write(

@@ -410,10 +410,10 @@ pub unsafe extern "C" fn softverbs_cm_connect(
             peer: dst.into(),
             service_id: (u64::from(ps as u16) << 16) | u64::from(dst_port),
             qpn: Qpn::from_masked(p.qp_num),
-            transport: if p.uc == 1 {
-                TransportType::Uc
-            } else {
-                TransportType::Rc
+            transport: match p.uc {
+                1 => TransportType::Uc,
+                3 => TransportType::Extended,
+                _ => TransportType::Rc,
             },
             starting_psn: Psn::from_masked(p.starting_psn),
             responder_resources: p.responder_resources,

@@ -22,7 +22,7 @@ pub struct SoftverbsCmConnect {
     pub srq: u8,
     /// IB MTU code 1..=5.
     pub path_mtu: u8,
-    /// 1: UC, else RC.
+    /// The CM's transport code: 1 UC, 3 XRC (extended), else RC.
     pub uc: u8,
     pub packet_life_time: u8,
     pub cm_response_timeout: u8,

@@ -158,6 +158,12 @@ unsafe fn create(
         )
     };
     let pdb = block::<PdBlock>(verb, pd)?;
+    // spec/xrc.md §2: an XRC_SEND QP has no receive side; its recv_cq may be NULL.
+    let recv_cq = if qp_type == QPT_XRC_SEND && recv_cq.is_null() {
+        send_cq
+    } else {
+        recv_cq
+    };
     let rss = ext && comp_mask & (QP_INIT_ATTR_IND_TABLE | QP_INIT_ATTR_RX_HASH) != 0;
     let qp = if rss {
         // SAFETY: `ext`: the caller's full ibv_qp_init_attr_ex.
@@ -194,8 +200,25 @@ unsafe fn create(
     // The capacities granted go back to the caller, as the kernel's do.
     // SAFETY: the caller's attributes, writable.
     unsafe { (*a).cap = c_qp_cap(&qp.cap()) };
-    let context = pdb.c.context;
-    let id = qp.id();
+    let cqs = (send_cq, recv_cq);
+    // SAFETY: the PD's own context.
+    Ok(unsafe { register(verb, pdb.c.context, pd, cqs, srq, qp_context, qp) })
+}
+
+/// The C block of a new (or opened) QP, in its context's registry.
+///
+/// # Safety
+/// `context` is the live context the QP was made in (or NULL).
+pub(crate) unsafe fn register(
+    verb: &str,
+    context: *mut ibv_context,
+    pd: *mut ibv_pd,
+    (send_cq, recv_cq): (*mut ibv_cq, *mut ibv_cq),
+    srq: *mut ibv_srq,
+    qp_context: *mut c_void,
+    qp: softverbs::QueuePair,
+) -> *mut ibv_qp {
+    let (qp_type, id) = (qp.qp_type().raw(), qp.id());
     let c = ibv_qp_ex {
         qp_base: ibv_qp {
             context,
@@ -223,11 +246,16 @@ unsafe fn create(
         inner: qp,
         batch: Mutex::default(),
     });
-    if let Ok(ctx) = crate::context::ctx_block(verb, context) {
+    // SAFETY: the caller's live context (`ctx_block` checks it).
+    if let Ok(ctx) = unsafe { crate::context::ctx_block(verb, context) } {
         ctx.objects().qps.insert(id, p as usize);
     }
-    Ok(p)
+    p
 }
+
+/// `IBV_QPT_XRC_SEND`, `IBV_QPT_XRC_RECV`.
+const QPT_XRC_SEND: u32 = 9;
+const QPT_XRC_RECV: u32 = 10;
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_qp(
@@ -258,6 +286,11 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         }
         // SAFETY: non-NULL attributes from the caller.
         let (mask, pd) = unsafe { ((*attr).comp_mask, (*attr).pd) };
+        // SAFETY: as above.
+        if unsafe { (*attr).qp_type } == QPT_XRC_RECV {
+            // SAFETY: as above.
+            return unsafe { crate::xrc::create_recv_qp(context, &mut *attr) };
+        }
         if mask & QP_INIT_ATTR_PD == 0 {
             return Err(refuse(
                 VERB,
@@ -355,7 +388,12 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         return errno_of(&e);
     }
     if let Ok(ctx) = crate::context::ctx_block("ibv_destroy_qp", b.c.qp_base.context) {
-        ctx.objects().qps.remove(&b.inner.id());
+        // An XRC_RECV QP may have several handles (ibv_open_qp): the registry
+        // forgets only the one it names, if it is this one.
+        let mut objects = ctx.objects();
+        if objects.qps.get(&b.inner.id()) == Some(&(qp as usize)) {
+            objects.qps.remove(&b.inner.id());
+        }
     }
     free::<QpBlock>(qp);
     0

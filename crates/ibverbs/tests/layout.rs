@@ -165,6 +165,11 @@ fn every_mirror_matches_verbs_h() {
             srq_context = "srq_context", attr = "attr", comp_mask = "comp_mask", srq_type = "srq_type", pd = "pd",
             xrcd = "xrcd", cq = "cq", tm_cap = "tm_cap",
         }
+        ibv_xrcd = "struct ibv_xrcd" { context = "context" }
+        ibv_xrcd_init_attr = "struct ibv_xrcd_init_attr" { comp_mask = "comp_mask", fd = "fd", oflags = "oflags" }
+        ibv_qp_open_attr = "struct ibv_qp_open_attr" {
+            comp_mask = "comp_mask", qp_num = "qp_num", xrcd = "xrcd", qp_context = "qp_context", qp_type = "qp_type",
+        }
         ibv_device_attr = "struct ibv_device_attr" {
             fw_ver = "fw_ver", node_guid = "node_guid", sys_image_guid = "sys_image_guid",
             max_mr_size = "max_mr_size", page_size_cap = "page_size_cap", vendor_id = "vendor_id",

@@ -124,6 +124,8 @@ pub mod cap_flags {
     /// `device_cap_flags_ex` only (`IB_UVERBS_DEVICE_ATOMIC_WRITE`, kernel
     /// `ib_user_ioctl_verbs.h`): IBA 1.5 ATOMIC WRITE.
     pub const EX_ATOMIC_WRITE: u64 = 1 << 40;
+    /// XRC domains, XRC SRQs and XRC QPs (`IBV_DEVICE_XRC`, spec/xrc.md).
+    pub const XRC: u32 = 1 << 20;
 }
 
 /// The largest inline data a send WR may carry.
@@ -196,7 +198,8 @@ impl DeviceAttr {
                 | cap_flags::SRQ_RESIZE
                 | cap_flags::PORT_ACTIVE_EVENT
                 | cap_flags::MEM_WINDOW
-                | cap_flags::MEM_WINDOW_TYPE_2B,
+                | cap_flags::MEM_WINDOW_TYPE_2B
+                | cap_flags::XRC,
             max_sge: 32,
             max_sge_rd: 32,
             max_cq: M,

@@ -30,6 +30,8 @@ use crate::types::{AhAttr, QpAttr, QpCap, QpState, QpType};
 use crate::wc::WorkCompletion;
 use std::collections::{HashMap, VecDeque};
 
+mod xrc;
+
 /// How many objects of each kind use an object.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Users([u32; 7]);
@@ -256,6 +258,32 @@ impl Sink for EngineSink<'_> {
         self.srqs.get_mut(srq).map(|s| &mut s.queue)
     }
 
+    /// spec/xrc.md §4: the SRQ must exist, be an XRC SRQ, and be in `domain`.
+    fn xrc_target(
+        &mut self,
+        srqn: u32,
+        domain: u32,
+    ) -> Result<crate::xrcd::XrcTarget, crate::xrcd::XrcMiss> {
+        use crate::xrcd::{srq_index, XrcMiss, XrcTarget};
+        let found = srq_index(srqn).and_then(|i| self.srqs.get_by_index(i));
+        let Some((srq, s)) = found else {
+            return Err(XrcMiss::NoSrq { srqn });
+        };
+        match s.srq.xrc {
+            None => Err(XrcMiss::NotXrc { srqn }),
+            Some(x) if x.domain != domain => Err(XrcMiss::OtherDomain {
+                srqn,
+                srq_domain: x.domain,
+                qp_domain: domain,
+            }),
+            Some(x) => Ok(XrcTarget {
+                srq,
+                pd: s.srq.pd,
+                cq: x.cq,
+            }),
+        }
+    }
+
     /// rc-reliability.md §8: below the armed limit → one event, then disarmed.
     fn srq_taken(&mut self, srq: SrqHandle) {
         let Some(s) = self.srqs.get_mut(srq) else {
@@ -295,6 +323,8 @@ pub struct Engine {
     pub(crate) gsi: crate::gsi::Gsi,
     /// Multicast attachments (mcast.rs, datapath/mcast.rs).
     pub(crate) groups: crate::mcast::Groups,
+    /// XRC domains and their opens (engine/xrc.rs).
+    xrc: crate::xrcd::XrcState,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -319,6 +349,7 @@ impl Engine {
         Engine {
             gsi,
             groups: crate::mcast::Groups::default(),
+            xrc: crate::xrcd::XrcState::default(),
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),
@@ -359,6 +390,7 @@ impl Engine {
         self.ctxs
             .get(ctx)
             .ok_or_else(|| missing(ObjectKind::Context, ctx))?;
+        self.xrc_close_context_qps(ctx)?;
         let pds: Vec<PdHandle> = self
             .pds
             .iter()
@@ -417,6 +449,7 @@ impl Engine {
         for h in pds {
             self.dealloc_pd(h)?;
         }
+        self.xrc_close_context(ctx);
         self.ctxs.remove(ctx);
         Ok(())
     }
@@ -745,6 +778,7 @@ impl Engine {
             pd,
             attr: granted,
             posted: 0,
+            xrc: None,
         };
         let entry = SrqEntry {
             srq,
@@ -784,8 +818,11 @@ impl Engine {
             .get(h)
             .ok_or_else(|| missing(ObjectKind::Srq, h))?;
         s.users.busy(ObjectKind::Srq)?;
-        let pd = s.srq.pd;
+        let (pd, xrc) = (s.srq.pd, s.srq.xrc);
         self.srqs.remove(h);
+        if let Some(x) = xrc {
+            self.xrc_srq_gone(x);
+        }
         self.pd_use(pd, ObjectKind::Srq, false)
     }
 
@@ -828,11 +865,22 @@ impl Engine {
         let ctx = self.pd_ctx(c.pd)?;
         // The SRQ handle, not the request's flag, says whether there is an SRQ: a
         // disagreeing flag must not let UC + SRQ through or keep receive capacities.
+        // spec/xrc.md §2: an XRC_SEND QP has no receive side (uverbs ignores its
+        // SRQ and receive CQ); it counts its send CQ once.
+        let xrc_send = c.req.qp_type == QpType::XrcSend.raw();
+        let c = &QpCreate {
+            srq: c.srq.filter(|_| !xrc_send),
+            recv_cq: if xrc_send { c.send_cq } else { c.recv_cq },
+            ..*c
+        };
         let req = QpRequest {
             has_srq: c.srq.is_some(),
             ..c.req
         };
         let (qp_type, cap) = create::check(&req, &self.info.attr)?;
+        if qp_type == QpType::XrcRecv {
+            return Err(crate::xrcd::XrcError::RecvQpWithoutXrcd.into());
+        }
         let (Some(send_cq), Some(recv_cq)) = (c.send_cq, c.recv_cq) else {
             return Err(crate::error::InvalidArg::QpCqMissing.into());
         };
@@ -1013,6 +1061,9 @@ impl Engine {
     /// (ibv_destroy_qp(3); kernel `ib_destroy_qp_user`: `usecnt`).
     pub fn destroy_qp(&mut self, h: QpHandle) -> Result<(), Error> {
         let qpn = self.qp(h)?.ctl.qpn();
+        if self.xrc_qp_release(h) {
+            return Ok(());
+        }
         if let Some((groups, first)) = self.groups.of_qp(h) {
             let e = crate::mcast::McastError::Attached { qpn, groups, first };
             return Err(e.into());
@@ -1028,6 +1079,9 @@ impl Engine {
         self.qpns.remove(&q.ctl.qpn());
         self.dev.timers.set(h, None);
         self.dev.retired.add(q.counters());
+        if let Some(link) = q.xrc {
+            self.xrc_qp_gone(link);
+        }
         Ok(())
     }
 

@@ -16,6 +16,10 @@ pub enum Errno {
     ENOMEM,
     /// Bad address (14).
     EFAULT,
+    /// Bad file descriptor (9).
+    EBADF,
+    /// Try again: e.g. no XRC domain for a file without O_CREAT (11).
+    EAGAIN,
     /// Resource busy: still in use (16).
     EBUSY,
     /// Invalid argument (22).
@@ -32,6 +36,8 @@ impl Errno {
         match self {
             Errno::EPERM => 1,
             Errno::ENOENT => 2,
+            Errno::EBADF => 9,
+            Errno::EAGAIN => 11,
             Errno::ENOMEM => 12,
             Errno::EFAULT => 14,
             Errno::EBUSY => 16,
@@ -185,6 +191,9 @@ pub enum Error {
     /// A multicast attach, detach or destroy refused (mcast.rs).
     #[error(transparent)]
     Mcast(#[from] crate::mcast::McastError),
+    /// An XRC verb refused (xrcd.rs).
+    #[error(transparent)]
+    Xrc(#[from] crate::xrcd::XrcError),
     /// `ibv_advise_mr` refused.
     #[error(transparent)]
     Advise(#[from] crate::mr::AdviseError),
@@ -217,6 +226,7 @@ impl Error {
             Error::Mw(e) => e.errno(),
             Error::Dm(e) => e.errno(),
             Error::Mcast(e) => e.errno(),
+            Error::Xrc(e) => e.errno(),
         }
     }
 }
@@ -357,8 +367,9 @@ pub enum Unsupported {
         /// The raw value given.
         raw: u32,
     },
-    /// A QP type softverbs does not implement (XRC, raw packet).
-    #[error("not supported: {qp_type} QP: softverbs supports RC, UC and UD queue pairs")]
+    /// A QP type this device does not offer (every type a user may create
+    /// is offered today; kept for the C ABI's answer to a future one).
+    #[error("not supported: {qp_type} QP on this device")]
     QpType {
         /// The type asked for.
         qp_type: QpType,
@@ -574,9 +585,9 @@ mod tests {
                 "not supported: reg_mr access flags ZERO_BASED (no zero-based user MRs or persistent memory on this device)",
             ),
             (
-                Unsupported::QpType { qp_type: QpType::XrcSend }.into(),
+                Unsupported::QpType { qp_type: QpType::RawPacket }.into(),
                 Errno::EOPNOTSUPP,
-                "not supported: an XRC_SEND QP: softverbs supports RC, UC and UD queue pairs",
+                "not supported: a RAW_PACKET QP on this device",
             ),
             (
                 Unsupported::KernelOnlyQpType { qp_type: QpType::Gsi }.into(),

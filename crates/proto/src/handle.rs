@@ -35,6 +35,9 @@ pub mod kind {
     /// A memory window.
     #[derive(Debug)]
     pub enum Mw {}
+    /// An open of an XRC domain.
+    #[derive(Debug)]
+    pub enum Xrcd {}
 }
 
 /// A typed handle: slot `index` at `generation` in the table of kind `K`.
@@ -60,6 +63,8 @@ pub type AhHandle = Handle<kind::Ah>;
 pub type QpHandle = Handle<kind::Qp>;
 /// Handle of a memory window.
 pub type MwHandle = Handle<kind::Mw>;
+/// Handle of an open XRC domain.
+pub type XrcdHandle = Handle<kind::Xrcd>;
 
 impl<K> Handle<K> {
     /// The handle of slot `index` at `generation` (for the tables).

@@ -100,6 +100,7 @@ pub mod timers;
 pub mod types;
 pub mod wc;
 pub mod wr;
+pub mod xrcd;
 
 pub use engine::Engine;
 pub use error::{Errno, Error};

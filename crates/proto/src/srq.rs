@@ -29,6 +29,8 @@ pub struct Srq {
     pub attr: SrqAttr,
     /// Receive WRs currently posted (maintained by the data path).
     pub posted: u32,
+    /// An XRC SRQ's domain and CQ (`None`: a basic SRQ).
+    pub xrc: Option<crate::xrcd::XrcSrq>,
 }
 
 fn range(

@@ -177,6 +177,24 @@ pub fn connect(e: &mut Engine, qp: QpHandle, t: QpType, c: &Connect) -> Result<(
             M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
             M::STATE | M::SQ_PSN,
         ),
+        // spec/qp-state-machine.md §4: the initiator's RTR has no responder
+        // attributes; the target's RTS no requester ones.
+        QpType::XrcSend => (
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+            M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
+            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+        ),
+        QpType::XrcRecv => (
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+            M::STATE
+                | M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER,
+            M::STATE | M::SQ_PSN | M::TIMEOUT,
+        ),
         _ => (
             M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
             M::STATE

@@ -44,8 +44,9 @@ impl QpType {
         QpType::Gsi,
     ];
 
-    /// The types a user can create on softverbs.
-    pub const SUPPORTED: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
+    /// The types a user can create on softverbs through a PD (XRC_RECV QPs
+    /// are made in an XRC domain instead, spec/xrc.md §2).
+    pub const SUPPORTED: [QpType; 4] = [QpType::Rc, QpType::Uc, QpType::Ud, QpType::XrcSend];
 
     /// From the `ibv_qp_type` value.
     pub fn from_raw(v: u32) -> Option<QpType> {
@@ -82,6 +83,13 @@ impl QpType {
             self,
             QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv
         )
+    }
+
+    /// Reliable transports: RC and its extension XRC (both halves), which
+    /// acknowledge, retry and answer RDMA READ/atomics the same way
+    /// (spec/xrc.md §4).
+    pub fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
     }
 
     /// Datagram-style QPs, which carry a Q_Key.

@@ -867,6 +867,45 @@ fn uc_connections_get_no_rdma_read_or_retry_attributes() {
     assert_eq!(rts.sq_psn, Some(Psn::from_masked(2)));
 }
 
+/// XRC (transport 3, Extended Transport Type 1; spec/xrc.md §8): the active
+/// side's QP is the initiator (no responder attributes at RTR), the passive
+/// side's the target (no requester attributes at RTS), both get the ACK
+/// timeout (kernel cm.c `cm_init_qp_rtr_attr`, `cm_init_qp_rts_attr`).
+#[test]
+fn xrc_connections_split_the_attributes_between_initiator_and_target() {
+    let (mut a, mut b) = (node(1, 19), node(2, 19));
+    b.listen(service()).unwrap();
+    let mut p = connect_params(1, 2, 0x11, 1, &[]);
+    p.transport = wire::cm::TransportType::Extended;
+    let id_a = a.connect(0, &p).unwrap();
+    pump(&mut a, gid(1), &mut b, 0);
+    let Some(CmEvent::ConnectRequest {
+        id: id_b, request, ..
+    }) = b.poll_event()
+    else {
+        panic!()
+    };
+    assert_eq!(request.transport, wire::cm::TransportType::Extended);
+    b.accept(0, id_b, &accept_params(0x22, 2, &[])).unwrap();
+    pump(&mut b, gid(2), &mut a, 0);
+    // The initiator.
+    let rtr = a.qp_attrs(id_a, QpTarget::Rtr).unwrap();
+    assert_eq!((rtr.max_dest_rd_atomic, rtr.min_rnr_timer), (None, None));
+    assert_eq!(rtr.dest_qpn, Some(Qpn::from_masked(0x22)));
+    let rts = a.qp_attrs(id_a, QpTarget::Rts).unwrap();
+    assert!(rts.retry_cnt.is_some() && rts.rnr_retry.is_some() && rts.max_rd_atomic.is_some());
+    assert!(rts.timeout.is_some());
+    // The target.
+    let rtr = b.qp_attrs(id_b, QpTarget::Rtr).unwrap();
+    assert!(rtr.max_dest_rd_atomic.is_some() && rtr.min_rnr_timer.is_some());
+    let rts = b.qp_attrs(id_b, QpTarget::Rts).unwrap();
+    assert_eq!(
+        (rts.retry_cnt, rts.rnr_retry, rts.max_rd_atomic),
+        (None, None, None)
+    );
+    assert!(rts.timeout.is_some() && rts.sq_psn.is_some());
+}
+
 #[test]
 fn comm_ids_are_unique_non_zero_and_tids_carry_them() {
     let mut a = node(1, 18);

@@ -174,6 +174,17 @@ fn rc_every_pair() {
     check_type(QpType::Rc);
 }
 
+/// The XRC rows (spec/qp-state-machine.md §4, spec/xrc.md §6) on live QPs.
+#[test]
+fn xrc_send_every_pair() {
+    check_type(QpType::XrcSend);
+}
+
+#[test]
+fn xrc_recv_every_pair() {
+    check_type(QpType::XrcRecv);
+}
+
 #[test]
 fn uc_every_pair() {
     check_type(QpType::Uc);
@@ -245,8 +256,9 @@ fn cur_state_replaces_the_current_state_for_the_table() {
             .required;
         accepted(&mut fx, h, &a, mask | req, QpState::Rts, QpState::Rts);
         // The application tells the driver the device moved the QP to SQE
-        // (UC/UD only: the RC row of SQE→RTS has no optional bits, not even CUR_STATE).
-        if t == QpType::Rc {
+        // (UC/UD only: the RC and XRC rows of SQE→RTS have no optional bits,
+        // not even CUR_STATE).
+        if t.is_reliable() {
             continue;
         }
         let h = fx.qp_in(t, QpState::Rts);

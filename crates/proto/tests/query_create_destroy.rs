@@ -26,7 +26,7 @@ fn valid_in(t: QpType, s: QpState) -> AttrMask {
     };
     let rtr = match t {
         QpType::Ud => A::EMPTY,
-        QpType::Uc => A::of(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
+        QpType::Uc | QpType::XrcSend => A::of(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
         _ => A::of(&[
             A::AV,
             A::PATH_MTU,
@@ -37,7 +37,7 @@ fn valid_in(t: QpType, s: QpState) -> AttrMask {
         ]),
     };
     let rts = match t {
-        QpType::Rc => A::of(&[
+        QpType::Rc | QpType::XrcSend => A::of(&[
             A::SQ_PSN,
             A::TIMEOUT,
             A::RETRY_CNT,
@@ -152,7 +152,14 @@ fn reset_makes_everything_but_state_and_cap_invalid_again() {
             let (attr, valid, init) = fx.eng.query_qp(h).unwrap();
             assert_eq!(valid, A::STATE | A::CAP, "{t:?} {s}→RESET");
             assert_eq!(attr, expected(valid, Reset, init.cap));
-            assert_eq!(init.cap, request(t).cap, "cap survives RESET");
+            let mut want = request(t).cap;
+            if t == QpType::XrcSend {
+                // spec/xrc.md §2: no receive side.
+                (want.max_recv_wr, want.max_recv_sge) = (0, 0);
+            }
+            // qp-query.md §2: the WQE's gather list holds 16 inline bytes per SGE.
+            want.max_inline_data = want.max_inline_data.max(16 * want.max_send_sge);
+            assert_eq!(init.cap, want, "cap survives RESET");
             // And the whole sequence must be supplied again.
             fx.drive(h, t, Rts);
             assert_eq!(fx.snap(h).1, valid_in(t, Rts) | A::STATE | A::CAP);
@@ -381,8 +388,8 @@ fn srq_makes_receive_caps_ignored() {
 #[test]
 fn unsupported_types_are_eopnotsupp() {
     let mut fx = Fixture::new();
-    // 8 (RAW_PACKET) is offered: tests/raw_packet.rs.
-    for raw in [0u32, 1, 5, 9, 10, 0xff, 1000] {
+    // 8 (RAW_PACKET) is offered: tests/raw_packet.rs; 9, 10 (XRC): tests/xrc.rs.
+    for raw in [0u32, 1, 5, 0xff, 1000] {
         let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| r.qp_type = raw));
         assert_eq!(e.errno(), Errno::EOPNOTSUPP, "qp_type {raw}: {e}");
         let typed = match QpType::from_raw(raw) {
@@ -401,7 +408,7 @@ fn unsupported_types_are_eopnotsupp() {
 fn comp_mask_rules() {
     let mut fx = Fixture::new();
     use comp_mask::*;
-    for bit in [XRCD, MAX_TSO_HEADER, IND_TABLE, RX_HASH, 1 << 7, 1 << 31] {
+    for bit in [MAX_TSO_HEADER, IND_TABLE, RX_HASH, 1 << 7, 1 << 31] {
         let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| r.comp_mask = PD | bit));
         assert_eq!(e.errno(), Errno::EOPNOTSUPP, "comp_mask bit {bit:#x}");
         assert_eq!(

@@ -104,8 +104,12 @@ fn create_cqs(verb: &str, c: &mut rdma_cm_id, send: u32, recv: u32) -> Result<()
     Ok(())
 }
 
-/// Destroys the CQs and channels the id made (rdma-core `ucma_destroy_cqs`).
+/// Destroys the CQs and channels the id made (rdma-core `ucma_destroy_cqs`),
+/// except while an XRC_RECV id's XRC SRQ completes on them: they go with it.
 fn destroy_cqs(c: &mut rdma_cm_id) {
+    if c.qp_type == IBV_QPT_XRC_RECV && !c.srq.is_null() {
+        return;
+    }
     // SAFETY: objects this library made on the id, destroyed once.
     unsafe {
         if !c.recv_cq.is_null() {
@@ -155,6 +159,35 @@ fn init_qp(verb: &str, b: &IdBlock, qp: *mut ibv_qp) -> Result<(), c_int> {
         modify(&mut attr, IBV_QP_STATE | IBV_QP_SQ_PSN, "RTS")?;
     }
     Ok(())
+}
+
+/// `IBV_QPT_XRC_RECV`, `IBV_QP_INIT_ATTR_XRCD`.
+const IBV_QPT_XRC_RECV: u32 = 10;
+const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
+
+/// The XRC domain of a device's XRC targets and XRC SRQs, opened (without a
+/// file) on first use and kept while the process runs (rdma-core
+/// `ucma_get_xrcd`: one per device, fd -1, `O_CREAT`; spec/xrc.md §8).
+fn xrcd_of(verb: &str, ctx: *mut ibv_context) -> Result<*mut c_void, c_int> {
+    static XRCDS: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+    let mut t = XRCDS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(&(_, x)) = t.iter().find(|(c, _)| *c == ctx as usize) {
+        return Ok(x as *mut c_void);
+    }
+    let mut a = crate::ffi::verbs::ibv_xrcd_init_attr {
+        comp_mask: 3,
+        fd: -1,
+        oflags: libc::O_CREAT,
+    };
+    // SAFETY: an open context and our attributes.
+    let x = unsafe { verbs::ibv_open_xrcd(ctx, &raw mut a) };
+    if x.is_null() {
+        return Err(refuse(verb, errno(), "ibv_open_xrcd failed"));
+    }
+    t.push((ctx as usize, x as usize));
+    Ok(x.cast())
 }
 
 /// `rdma_create_qp_ex`'s body.
@@ -215,6 +248,12 @@ fn create_qp_ex(verb: &str, b: &IdBlock, attr: &mut ibv_qp_init_attr_ex) -> Resu
     if !c.srq.is_null() && attr.srq.is_null() {
         attr.srq = c.srq;
     }
+    if attr.qp_type == IBV_QPT_XRC_RECV
+        && (attr.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null())
+    {
+        attr.xrcd = xrcd_of(verb, c.verbs)?;
+        attr.comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+    }
     // SAFETY: an open context and the caller's attributes.
     let qp = unsafe { verbs::ibv_create_qp_ex(c.verbs, attr) };
     if qp.is_null() {
@@ -232,8 +271,11 @@ fn create_qp_ex(verb: &str, b: &IdBlock, attr: &mut ibv_qp_init_attr_ex) -> Resu
         destroy_cqs(c);
         return Err(e);
     }
-    // SAFETY: a live QP.
-    c.pd = unsafe { (*qp).pd };
+    // SAFETY: a live QP (an XRC_RECV QP has no PD: the id keeps its own).
+    let qp_pd = unsafe { (*qp).pd };
+    if !qp_pd.is_null() {
+        c.pd = qp_pd;
+    }
     c.qp = qp;
     Ok(())
 }
@@ -351,6 +393,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
 }
 
 const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
 const IBV_SRQT_XRC: u32 = 1;
 
 /// `int rdma_create_srq_ex(struct rdma_cm_id *, struct ibv_srq_init_attr_ex *)`.
@@ -374,13 +417,6 @@ pub(crate) unsafe fn rdma_create_srq_ex_impl(
                 "comp_mask lacks IBV_SRQ_INIT_ATTR_TYPE",
             ));
         }
-        if attr.srq_type == IBV_SRQT_XRC || attr.comp_mask & IBV_SRQ_INIT_ATTR_XRCD != 0 {
-            return Err(refuse(
-                VERB,
-                libc::EOPNOTSUPP,
-                "XRC SRQs are not offered (libibverbs has no XRC domains)",
-            ));
-        }
         let _st = b.lock();
         // SAFETY: under the id's lock.
         let c = unsafe { &mut *b.c() };
@@ -394,6 +430,19 @@ pub(crate) unsafe fn rdma_create_srq_ex_impl(
         if attr.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || attr.pd.is_null() {
             attr.pd = c.pd;
             attr.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+        }
+        if attr.srq_type == IBV_SRQT_XRC {
+            // rdma-core: the device's XRC domain and the id's receive CQ.
+            if attr.comp_mask & IBV_SRQ_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null() {
+                attr.xrcd = xrcd_of(VERB, c.verbs)?;
+            }
+            if attr.comp_mask & IBV_SRQ_INIT_ATTR_CQ == 0 || attr.cq.is_null() {
+                if c.recv_cq.is_null() {
+                    create_cqs(VERB, c, 0, attr.attr.max_wr)?;
+                }
+                attr.cq = c.recv_cq;
+            }
+            attr.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
         }
         // SAFETY: an open context and the caller's attributes.
         let srq = unsafe { verbs::ibv_create_srq_ex(c.verbs, attr) };
@@ -442,7 +491,9 @@ pub unsafe extern "C" fn rdma_create_srq(
     // SAFETY: both hold at least `n` bytes.
     unsafe { std::ptr::copy_nonoverlapping(attr as *const u8, (&raw mut ex).cast::<u8>(), n) };
     ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-    ex.srq_type = IBV_SRQT_BASIC;
+    // rdma-core `rdma_create_srq`: an XRC SRQ on an XRC_RECV id.
+    let xrc = id_block("rdma_create_srq", id).is_ok_and(|b| b.qp_type() == IBV_QPT_XRC_RECV);
+    ex.srq_type = if xrc { IBV_SRQT_XRC } else { IBV_SRQT_BASIC };
     ex.pd = pd;
     // SAFETY: forwarding the caller's id.
     let r = unsafe { rdma_create_srq_ex_impl(id, &raw mut ex) };

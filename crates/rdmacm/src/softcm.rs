@@ -686,7 +686,12 @@ impl Cm for SoftCm {
             rnr_retry_count: param.map_or(7, |p| p.rnr_retry_count.min(7)),
             srq: u8::from(srq || param.is_some_and(|p| p.srq != 0)),
             path_mtu: u8::try_from(pa.active_mtu).unwrap_or(1),
-            uc: u8::from(b.qp_type() == IBV_QPT_UC),
+            // The CM's transport code (1 UC, 3 XRC: spec/xrc.md §8).
+            uc: match b.qp_type() {
+                IBV_QPT_UC => 1,
+                9 | 10 => 3,
+                _ => 0,
+            },
             packet_life_time: 18,
             cm_response_timeout: 20,
             max_cm_retries: 15,

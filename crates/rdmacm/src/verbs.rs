@@ -133,6 +133,28 @@ pub unsafe fn ibv_create_srq_ex(
     }
 }
 
+/// The header's inline `ibv_open_xrcd`.
+///
+/// # Safety
+/// `ctx` is a live context; `attr` is valid.
+pub unsafe fn ibv_open_xrcd(
+    ctx: *mut ibv_context,
+    attr: *mut verbs::ibv_xrcd_init_attr,
+) -> *mut verbs::ibv_xrcd {
+    // SAFETY: per the contract.
+    unsafe {
+        let Some(op) = ctx_op(ctx, std::mem::offset_of!(verbs_context, open_xrcd)) else {
+            crate::util::set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        };
+        let f: unsafe extern "C" fn(
+            *mut ibv_context,
+            *mut verbs::ibv_xrcd_init_attr,
+        ) -> *mut verbs::ibv_xrcd = std::mem::transmute(op);
+        f(ctx, attr)
+    }
+}
+
 #[path = "../../ibverbs/src/private_abi.rs"]
 mod private_abi;
 

@@ -1,12 +1,14 @@
 //! One simulated device: an [`Engine`] with its own memory, one PD, one CQ,
-//! one memory region over all of its memory, and its RC QPs.
+//! one memory region over all of its memory, and its RC QPs (or, in the XRC
+//! scenarios, its XRC_SEND QPs and its XRC_RECV QPs, each with an XRC SRQ of
+//! the device's one XRC domain).
 //!
 //! Memory layout (offsets from [`BASE`]): a 4 KiB header whose first word is
 //! the device's shared FETCH_ADD counter, then one [`AREA`]-byte area per QP:
 //! send slots, receive slots, the window peers WRITE and READ, and the word
 //! the peer's COMPARE_SWAPs act on.
 
-use proto::engine::{CqHandle, PdHandle, QpHandle};
+use proto::engine::{CqHandle, PdHandle, QpHandle, SrqHandle};
 use proto::memory::VecMemory;
 use proto::testing::Connect;
 use proto::{AccessFlags, Engine, Gid, Mtu, QpCap, QpType};
@@ -84,6 +86,8 @@ pub struct Device {
     pub lkey: u32,
     /// R_Key of that MR.
     pub rkey: u32,
+    /// The XRC domain of its XRC SRQs and XRC_RECV QPs (XRC scenarios).
+    pub xrcd: Option<proto::handle::XrcdHandle>,
 }
 
 impl Device {
@@ -108,6 +112,7 @@ impl Device {
             cq,
             lkey,
             rkey,
+            xrcd: None,
         }
     }
 
@@ -136,6 +141,52 @@ impl Device {
             .expect("an RC QP")
     }
 
+    /// A new XRC_SEND QP in RESET (spec/xrc.md); returns (handle, QPN).
+    pub fn create_xrc_send_qp(&mut self) -> (QpHandle, u32) {
+        let cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 0,
+            max_send_sge: 2,
+            max_recv_sge: 0,
+            max_inline_data: 0,
+        };
+        let t = QpType::XrcSend;
+        proto::testing::create_qp(&mut self.engine, self.pd, self.cq, t, cap, false)
+            .expect("an XRC_SEND QP")
+    }
+
+    /// A new XRC_RECV QP in RESET in the device's XRC domain (opened on first
+    /// use), and an XRC SRQ of that domain completing on the device's CQ;
+    /// returns (QP handle, QPN, SRQ handle, SRQ number).
+    pub fn create_xrc_target(&mut self) -> (QpHandle, u32, SrqHandle, u32) {
+        let e = &mut self.engine;
+        let xrcd = match self.xrcd {
+            Some(x) => x,
+            None => {
+                let ctx = e.pd_ctx(self.pd).expect("the PD's context");
+                let flags = proto::xrcd::OpenFlags::from_raw(proto::xrcd::O_CREAT);
+                let x = e.open_xrcd(ctx, None, flags).expect("an XRC domain");
+                *self.xrcd.insert(x)
+            }
+        };
+        let req = proto::qp::create::QpRequest {
+            qp_type: QpType::XrcRecv.raw(),
+            comp_mask: proto::qp::create::comp_mask::XRCD,
+            ..Default::default()
+        };
+        let q = e.create_xrc_recv_qp(xrcd, &req).expect("an XRC_RECV QP");
+        let attr = proto::srq::SrqAttr {
+            max_wr: 64,
+            max_sge: 2,
+            srq_limit: 0,
+        };
+        let (srq, _) = e
+            .create_xrc_srq(self.pd, xrcd, self.cq, &attr)
+            .expect("an XRC SRQ");
+        let srqn = e.srq_num(srq).expect("its number");
+        (q.handle, q.qpn, srq, srqn)
+    }
+
     /// RESET → INIT → RTR → RTS towards `peer_qpn` at `peer_ip`.
     pub fn connect(&mut self, qp: QpHandle, peer_qpn: u32, peer_ip: IpAddr, p: &QpParams) {
         let own_qpn = self.engine.qp(qp).expect("QP").ctl.qpn();
@@ -153,7 +204,8 @@ impl Device {
             rnr_retry: p.rnr_retry,
             ..Connect::rc(peer_qpn, Gid::from(peer_ip))
         };
-        if let Err(e) = proto::testing::connect(&mut self.engine, qp, QpType::Rc, &c) {
+        let t = self.engine.qp(qp).expect("QP").ctl.qp_type();
+        if let Err(e) = proto::testing::connect(&mut self.engine, qp, t, &c) {
             panic!("{e}");
         }
     }

@@ -34,7 +34,8 @@
 //! ```
 //!
 //! Scenarios: `clean`, `loss1`, `loss5`, `loss20`, `dupreorder`, `corrupt`,
-//! `partition`, `mixed`, `stress` (random workloads, fault phase then heal), and the
+//! `partition`, `mixed`, `stress`, `xrc` (XRC_SEND → XRC_RECV QPs and their XRC SRQs;
+//! random workloads, fault phase then heal), and the
 //! exact ones `deadlink0`..`deadlink7` (RETRY_EXC_ERR after exactly
 //! `retry_cnt` retries at the formula's time) and `rnr0`..`rnr7`
 //! (RNR_RETRY_EXC_ERR after exactly `rnr_retry` RNR retries; 7 = until a

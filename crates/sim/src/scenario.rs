@@ -7,7 +7,7 @@ use crate::workload::Mix;
 use crate::world::Config;
 
 /// Names of the random-workload scenarios, in the order `--seeds` runs them.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "clean",
     "loss1",
     "loss5",
@@ -17,6 +17,7 @@ pub const NAMES: [&str; 9] = [
     "partition",
     "mixed",
     "stress",
+    "xrc",
 ];
 
 /// Link latency of every scenario.
@@ -99,6 +100,13 @@ pub fn config(name: &str) -> Option<Config> {
             post_gap_ns: 2_000,
             ..base
         },
+        // XRC (spec/xrc.md): every operation through XRC_SEND → XRC_RECV
+        // pairs and their XRC SRQs, under every kind of fault at once.
+        "xrc" => Config {
+            faults: f(0.05, 0.02, 0.05, 0.02),
+            xrc: true,
+            ..base
+        },
         _ => return None,
     };
     Some(cfg)
@@ -122,5 +130,6 @@ pub fn base(name: &str) -> Config {
         one_way: false,
         expect_errors: false,
         recv_not_before_ns: 0,
+        xrc: false,
     }
 }

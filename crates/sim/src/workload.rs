@@ -159,6 +159,9 @@ pub struct SimQp {
     pub local_ops: u64,
     /// SEND_WITH_INVs among `completed`, and WRs that went through the peer's window.
     pub window_wrs: u64,
+    /// XRC_RECV: the XRC SRQ its receives are posted to and its number,
+    /// which the peer's XRC_SEND WRs name.
+    pub srq: Option<(proto::engine::SrqHandle, u32)>,
 }
 
 impl SimQp {
@@ -192,6 +195,7 @@ impl SimQp {
             window_uses: 0,
             local_ops: 0,
             window_wrs: 0,
+            srq: None,
         }
     }
 

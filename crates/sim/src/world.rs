@@ -53,6 +53,9 @@ pub struct Config {
     pub expect_errors: bool,
     /// No receive is posted before this time (`u64::MAX`: never).
     pub recv_not_before_ns: u64,
+    /// XRC instead of RC: per device pair, an XRC_SEND QP on each side
+    /// reaching an XRC_RECV QP (with its own XRC SRQ) on the other.
+    pub xrc: bool,
 }
 
 /// Totals reported at the end of a run.
@@ -109,6 +112,22 @@ struct Watch {
     timeouts: u64,
 }
 
+/// An XRC_SEND QP on device `s` connected to an XRC_RECV QP (with its XRC
+/// SRQ) on device `r`: the sender posts `cfg.wrs_per_qp` WRs, the target
+/// none (it has no send queue). Areas and peers are filled in by the caller.
+fn xrc_pair(devs: &mut [Device], s: usize, r: usize, cfg: &Config) -> (SimQp, SimQp) {
+    let (hs, ns) = devs[s].create_xrc_send_qp();
+    let (hr, nr, srq, srqn) = devs[r].create_xrc_target();
+    let (ips, ipr) = (devs[s].ip, devs[r].ip);
+    devs[s].connect(hs, nr, ipr, &cfg.qp);
+    devs[r].connect(hr, ns, ips, &cfg.qp);
+    let area = devs[s].area(0);
+    let sender = SimQp::new(s, hs, ns, area, 0, cfg.wrs_per_qp);
+    let mut target = SimQp::new(r, hr, nr, area, 0, 0);
+    target.srq = Some((srq, srqn));
+    (sender, target)
+}
+
 /// Panics with the seed and the replay command.
 #[macro_export]
 macro_rules! fail {
@@ -132,11 +151,29 @@ impl World {
                 format!("127.0.0.{}", i + 1).parse().expect("ip")
             }
         };
-        let mut devs: Vec<Device> = (0..n).map(|i| Device::new(ip(i), n - 1)).collect();
+        // XRC: two QPs per peer (a sender and a target), so two areas.
+        let per_dev = if cfg.xrc { 2 * (n - 1) } else { n - 1 };
+        let mut devs: Vec<Device> = (0..n).map(|i| Device::new(ip(i), per_dev)).collect();
         let mut qps = Vec::new();
         let mut areas = vec![0usize; n];
         for a in 0..n {
             for b in a + 1..n {
+                if cfg.xrc {
+                    for (s, r) in [(a, b), (b, a)] {
+                        let i = qps.len();
+                        let area_s = devs[s].area(areas[s]);
+                        let area_r = devs[r].area(areas[r]);
+                        areas[s] += 1;
+                        areas[r] += 1;
+                        let mut pair = xrc_pair(&mut devs, s, r, &cfg);
+                        pair.0.area = area_s;
+                        pair.1.area = area_r;
+                        pair.0.peer = i + 1;
+                        pair.1.peer = i;
+                        qps.extend([pair.0, pair.1]);
+                    }
+                    continue;
+                }
                 let (ha, na) = devs[a].create_rc_qp();
                 let (hb, nb) = devs[b].create_rc_qp();
                 let (ipa, ipb) = (devs[a].ip, devs[b].ip);
@@ -338,7 +375,11 @@ impl World {
             wr_id: wr_id(i, seq),
             sg_list: &sge,
         };
-        if let Err(e) = dev.engine.post_recv(q.h, &wr) {
+        let posted = match q.srq {
+            Some((srq, _)) => dev.engine.post_srq_recv(srq, &wr),
+            None => dev.engine.post_recv(q.h, &wr).map(drop),
+        };
+        if let Err(e) = posted {
             fail!(self, "post_recv on QP {i}: {e}");
         }
     }
@@ -518,7 +559,9 @@ impl World {
             target,
         };
         let h = self.qps[i].h;
-        if let Err(e) = self.devs[dev].engine.post_send(h, &wr, None) {
+        // XRC: every WR names the peer's XRC SRQ (spec/xrc.md §5).
+        let srqn = self.qps[peer].srq.map_or(0, |(_, n)| n);
+        if let Err(e) = self.devs[dev].engine.post_send_xrc(h, &wr, None, srqn) {
             fail!(self, "post_send {op:?} on QP {i}: {e}");
         }
         let q = &mut self.qps[i];

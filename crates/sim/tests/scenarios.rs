@@ -215,3 +215,23 @@ fn a_failure_names_its_seed() {
     let w = sim::World::new(scenario::config("clean").expect("clean"), 5);
     sim::fail!(w, "deliberate");
 }
+
+/// XRC (spec/xrc.md) under every kind of fault: XRC_SEND QPs reach XRC_RECV
+/// QPs and the XRC SRQ each WR names, with every RC operation; every WR
+/// completes, every message lands in its receive, memory equals the model,
+/// and every datagram of the run is on the XRC transport.
+#[test]
+fn xrc_under_faults() {
+    each("xrc", completed_all);
+    for seed in [1, 77] {
+        let cfg = scenario::config("xrc").expect("xrc");
+        let mut w = sim::World::new(cfg, seed);
+        let s = w.run();
+        assert!(s.recvs > 0, "seed {seed}: messages went to the SRQs");
+        let not_xrc: Vec<_> = w.tx_log.iter().filter(|t| t.2 >> 5 != 5).collect();
+        assert!(
+            !w.tx_log.is_empty() && not_xrc.is_empty(),
+            "seed {seed}: {not_xrc:?}"
+        );
+    }
+}

@@ -92,6 +92,7 @@ pub mod raw;
 mod rss;
 mod srq;
 mod transition;
+mod xrc;
 
 pub use ah::AddressHandle;
 pub use config::{devices, log_level_from_env, Device};
@@ -105,6 +106,7 @@ pub use mr::{MemoryRegion, Rereg};
 pub use mw::{BindRequest, MemoryWindow, MwError, MwType};
 pub use pd::ProtectionDomain;
 pub use proto::rss::{fields as rx_hash_fields, pick as rss_pick, toeplitz};
+pub use proto::xrcd::{XrcdKey, O_CREAT, O_EXCL};
 pub use qp::{AnyTransport, Flow, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
 pub use rss::{RssError, RwqIndTable, WorkQueue, WqState, MAX_HASH_KEY_LEN, MAX_LOG_IND_TBL_SIZE};
 pub use srq::SharedReceiveQueue;
@@ -112,6 +114,7 @@ pub use transition::{
     ConnectedInit, DatagramInit, Drain, Modify, RcRtr, RcRts, Resume, SqPsnRts, ToError, ToInit,
     ToReset, ToRtr, ToRts, Transition, UcRtr, UdRtr,
 };
+pub use xrc::XrcDomain;
 
 pub use proto::device::{
     AtomicCap, DeviceAttr, DeviceConfig, DeviceInfo, Identity, PortAttr, PortState,

@@ -33,6 +33,17 @@ impl Drop for PdInner {
 }
 
 impl PdInner {
+    /// No PD, only the way to the engine: what an XRC_RECV QP holds, which
+    /// lives in an XRC domain instead (spec/xrc.md §2). Its handle names no
+    /// object and its drop deallocates nothing.
+    pub(crate) fn detached(ctx: Arc<CtxInner>) -> Arc<PdInner> {
+        Arc::new(PdInner {
+            ctx,
+            h: PdHandle::from_raw(u64::MAX),
+            destroyed: AtomicBool::new(true),
+        })
+    }
+
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut proto::Engine) -> R) -> R {
         self.ctx.dev.with(f)
     }

@@ -149,8 +149,10 @@ pub struct QueuePair<T: Transport = AnyTransport> {
 
 struct QpInner {
     pd: Arc<PdInner>,
-    _cqs: [Arc<CqInner>; 2],
+    _cqs: Vec<Arc<CqInner>>,
     _srq: Option<Arc<SrqInner>>,
+    /// An XRC_RECV QP's XRC domain, kept alive while the QP is.
+    _xrcd: Option<Arc<dyn std::any::Any + Send + Sync>>,
     h: QpHandle,
     qpn: u32,
     qp_type: QpType,
@@ -377,8 +379,9 @@ impl QueuePair<AnyTransport> {
         };
         let inner = QpInner {
             pd,
-            _cqs: [init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
+            _cqs: vec![init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
             _srq: init.srq.map(|s| s.inner.clone()),
+            _xrcd: None,
             h: created.handle,
             qpn: created.qpn,
             qp_type: created.qp_type,
@@ -390,6 +393,30 @@ impl QueuePair<AnyTransport> {
             inner: Arc::new(inner),
             _transport: PhantomData,
         })
+    }
+
+    /// An XRC_RECV QP (created or opened) in an XRC domain: no PD, no CQs.
+    pub(crate) fn xrc_target(
+        pd: Arc<PdInner>,
+        created: &proto::engine::QpCreated,
+        xrcd: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        let inner = QpInner {
+            pd,
+            _cqs: Vec::new(),
+            _srq: None,
+            _xrcd: Some(xrcd),
+            h: created.handle,
+            qpn: created.qpn,
+            qp_type: created.qp_type,
+            cap: created.cap,
+            flows: Default::default(),
+            raw: RawKind::NotRaw,
+        };
+        QueuePair {
+            inner: Arc::new(inner),
+            _transport: PhantomData,
+        }
     }
 
     /// The typed view of this QP, if it is of transport `T`.

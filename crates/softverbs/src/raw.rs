@@ -148,9 +148,21 @@ pub fn post_send_gathered<T: Transport>(
     wr: &SendWr<'_>,
     inline: Option<&[u8]>,
 ) -> Result<(), Error> {
+    post_send_gathered_xrc(qp, wr, inline, 0)
+}
+
+/// [`post_send_gathered`] with the WR's `qp_type.xrc.remote_srqn`, the XRC
+/// SRQ an XRC_SEND QP's message is for (ignored on other QP types).
+pub fn post_send_gathered_xrc<T: Transport>(
+    qp: &QueuePair<T>,
+    wr: &SendWr<'_>,
+    inline: Option<&[u8]>,
+    remote_srqn: u32,
+) -> Result<(), Error> {
     let shared = &qp.pd().ctx.dev;
     let h = qp.handle();
-    shared.with(|e| e.post_send(h, wr, inline)).map_err(|e| {
+    let posted = shared.with(|e| e.post_send_xrc(h, wr, inline, remote_srqn));
+    posted.map_err(|e| {
         tracing::warn!(target: "softverbs", "post_send refused ({}): {e}", e.errno());
         Error::Post(e)
     })?;

@@ -16,6 +16,9 @@ pub(crate) struct SrqInner {
     pub(crate) pd: Arc<PdInner>,
     pub(crate) h: SrqHandle,
     destroyed: AtomicBool,
+    /// What an XRC SRQ uses besides its PD (its XRC domain, its CQ): kept
+    /// alive until the SRQ is gone.
+    _uses: Vec<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Drop for SrqInner {
@@ -29,13 +32,31 @@ impl Drop for SrqInner {
 impl SharedReceiveQueue {
     pub(crate) fn create(pd: Arc<PdInner>, attr: SrqAttr) -> Result<Self, Error> {
         let (h, _) = logged("create_srq", pd.with(|e| e.create_srq(pd.h, &attr)))?;
-        Ok(SharedReceiveQueue {
+        Ok(Self::from_parts(pd, h, Vec::new()))
+    }
+
+    pub(crate) fn from_parts(
+        pd: Arc<PdInner>,
+        h: SrqHandle,
+        uses: Vec<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Self {
+        SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 pd,
                 h,
                 destroyed: AtomicBool::new(false),
+                _uses: uses,
             }),
-        })
+        }
+    }
+
+    /// `ibv_get_srq_num`: the number an XRC sender names this SRQ by
+    /// (`ibv_wr_set_xrc_srqn`, `wr.qp_type.xrc.remote_srqn`).
+    pub fn srq_num(&self) -> Result<u32, Error> {
+        logged(
+            "get_srq_num",
+            self.inner.pd.with(|e| e.srq_num(self.inner.h)),
+        )
     }
 
     /// An identifier that async events (`IBV_EVENT_SRQ_LIMIT_REACHED`) name

@@ -255,9 +255,10 @@ fn create_rules_and_caps() {
         "UC cannot use an SRQ"
     );
 
-    let e = pd.create_qp(&QpInit::new(&cq, &cq), 9).unwrap_err();
-    assert_eq!(e.errno(), Errno::EOPNOTSUPP);
-    assert!(e.to_string().contains("XRC_SEND"), "{e}");
+    // An XRC_RECV QP lives in an XRC domain, not a PD (spec/xrc.md §2).
+    let e = pd.create_qp(&QpInit::new(&cq, &cq), 10).unwrap_err();
+    assert_eq!(e.errno(), Errno::EINVAL);
+    assert!(e.to_string().contains("XRC domain"), "{e}");
     // RAW_PACKET needs CAP_NET_RAW (tests/raw_packet.rs): made, or EPERM.
     match pd.create_qp(&QpInit::new(&cq, &cq), 8) {
         Ok(raw) => assert!(raw.typed::<Rc>().is_err()),

@@ -118,9 +118,18 @@ static void bad_input(struct ibv_context *ctx, struct ibv_pd *pd)
 	errno = 0;
 	CHECK(ibv_create_qp(pd, &init) == NULL && errno == EINVAL, "create_qp without send_cq");
 	init.send_cq = cq;
+	/* XRC (spec/xrc.md): an initiator through a PD works (no receive side);
+	 * a target needs an XRC domain. */
 	init.qp_type = IBV_QPT_XRC_SEND;
+	struct ibv_qp *xrc = ibv_create_qp(pd, &init);
+	CHECK(xrc != NULL && init.cap.max_recv_wr == 0, "XRC_SEND through a PD");
+	if (xrc)
+		MUST(ibv_destroy_qp(xrc) == 0);
+	init.qp_type = IBV_QPT_XRC_RECV;
 	errno = 0;
-	CHECK(ibv_create_qp(pd, &init) == NULL && errno == EOPNOTSUPP, "XRC errno %d", errno);
+	CHECK(ibv_create_qp(pd, &init) == NULL && errno == EINVAL, "XRC_RECV errno %d", errno);
+	init.cap.max_recv_wr = 1;
+	init.cap.max_recv_sge = 1;
 	init.qp_type = IBV_QPT_RC;
 	init.cap.max_send_sge = 1000;
 	errno = 0;

@@ -196,7 +196,8 @@ fn req_repr(
         rnr_retry_count: p.rnr_retry_count,
         max_cm_retries: cfg.max_cm_retries,
         srq: p.srq,
-        extended_transport_type: 0,
+        // Extended Transport Type 1: XRC (spec/xrc.md §8).
+        extended_transport_type: u8::from(p.transport == TransportType::Extended),
         // cm_format_req: hop limit > 1 → permissive LIDs, not subnet local.
         primary_path: cm::req::Path {
             local_lid: 0xFFFF,
@@ -815,7 +816,16 @@ impl Conn {
             self.state,
             State::DreqSent(_) | State::DreqRcvd | State::TimeWait { .. }
         );
+        // Kernel cm.c: the QP type is RC or UC, or for XRC (transport 3,
+        // spec/xrc.md §8) XRC_INI on the active side and XRC_TGT on the
+        // passive one (`cm_req_get_qp_type`). RTR carries the responder's
+        // attributes for RC and XRC_TGT (`cm_init_qp_rtr_attr`); RTS the
+        // requester's for RC and XRC_INI, and the ACK timeout for every
+        // reliable one (`cm_init_qp_rts_attr`).
         let rc = self.transport == TransportType::Rc;
+        let xrc = self.transport == TransportType::Extended;
+        let responder = rc || (xrc && !self.active);
+        let requester = rc || (xrc && self.active);
         let mut a = CmQpAttrs::default();
         match target {
             QpTarget::Init if alive => {
@@ -840,17 +850,19 @@ impl Conn {
                 a.path_mtu = Some(self.path_mtu);
                 a.dest_qpn = Some(self.remote_qpn);
                 a.rq_psn = Some(self.rq_psn);
-                if rc {
+                if responder {
                     a.max_dest_rd_atomic = Some(self.responder_resources);
                     a.min_rnr_timer = Some(0);
                 }
             }
             QpTarget::Rts if alive && remote_known => {
                 a.sq_psn = Some(self.sq_psn);
-                if rc {
+                if requester {
                     a.retry_cnt = Some(self.retry_count);
                     a.rnr_retry = Some(self.rnr_retry_count);
                     a.max_rd_atomic = Some(self.initiator_depth);
+                }
+                if rc || xrc {
                     a.timeout = Some(self.ack_timeout);
                 }
             }

@@ -36,6 +36,18 @@ impl Engine {
         wr: &SendWr<'_>,
         inline: Option<&[u8]>,
     ) -> Result<PostOutcome, PostError> {
+        self.post_send_xrc(h, wr, inline, 0)
+    }
+
+    /// [`Engine::post_send`] with the WR's `qp_type.xrc.remote_srqn`, which
+    /// an XRC_SEND QP puts in every request's XRCETH (other types ignore it).
+    pub fn post_send_xrc(
+        &mut self,
+        h: QpHandle,
+        wr: &SendWr<'_>,
+        inline: Option<&[u8]>,
+        xrc_srqn: u32,
+    ) -> Result<PostOutcome, PostError> {
         let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
         let a = q.ctl.attr();
         let ctx = SendQueueCtx {
@@ -63,6 +75,7 @@ impl Engine {
             flushed: disposition == Disposition::Flushed,
             inline,
             ud,
+            xrc_srqn: xrc_srqn & crate::types::MASK_24,
         };
         self.drive_ctl(h, |q, sink| q.post_send(wr, posted, sink));
         Ok(outcome(posted.flushed))
@@ -105,13 +118,25 @@ impl Engine {
         wr: &SendWr<'_>,
         mem: &dyn crate::memory::Memory,
     ) -> Result<PostOutcome, PostError> {
+        self.post_send_checked_xrc(h, wr, mem, 0)
+    }
+
+    /// [`Engine::post_send_checked`] with the XRC SRQ number an XRC_SEND
+    /// QP's requests name ([`Engine::post_send_xrc`]).
+    pub fn post_send_checked_xrc(
+        &mut self,
+        h: QpHandle,
+        wr: &SendWr<'_>,
+        mem: &dyn crate::memory::Memory,
+        xrc_srqn: u32,
+    ) -> Result<PostOutcome, PostError> {
         if !wr.flags.contains(SendFlags::INLINE) {
-            return self.post_send(h, wr, None);
+            return self.post_send_xrc(h, wr, None, xrc_srqn);
         }
         let mut buf = std::mem::take(&mut self.dev.inline_buf);
         let r = self
             .gather_checked_into(h, wr.sg_list, mem, &mut buf)
-            .and_then(|()| self.post_send(h, wr, Some(&buf)));
+            .and_then(|()| self.post_send_xrc(h, wr, Some(&buf), xrc_srqn));
         // A refused oversized WR must not pin its size: keep only what a
         // valid inline WR can need.
         if buf.capacity() <= crate::device::MAX_INLINE_DATA as usize {

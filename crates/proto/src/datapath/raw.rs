@@ -119,6 +119,7 @@ impl Engine {
             flushed: disposition == Disposition::Flushed,
             inline,
             ud: None,
+            xrc_srqn: 0,
         };
         self.drive_ctl(h, |q, sink| q.post_send(wr, posted, sink));
         Ok(if posted.flushed {

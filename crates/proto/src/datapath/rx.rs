@@ -82,6 +82,7 @@ impl Engine {
         let want = match q.ctl.qp_type() {
             QpType::Rc => Transport::Rc,
             QpType::Uc => Transport::Uc,
+            QpType::XrcSend | QpType::XrcRecv => Transport::Xrc,
             _ => Transport::Ud,
         };
         let a = q.ctl.attr();

@@ -277,7 +277,7 @@ pub const IMPLICIT_LEN: u64 = u64::MAX;
 
 /// `struct ibv_odp_caps` as this device reports it (spec/odp.md): every
 /// region may be on-demand, implicit ones too, for every operation of RC, UC
-/// and UD (SRQ receives included); no XRC.
+/// and UD (SRQ receives included), and XRC as RC (spec/xrc.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OdpCaps {
     /// `general_caps`: `IBV_ODP_SUPPORT` | `IBV_ODP_SUPPORT_IMPLICIT`.
@@ -306,7 +306,8 @@ pub const ODP_CAPS: OdpCaps = OdpCaps {
     rc: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV,
     uc: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_SRQ_RECV,
     ud: ODP_SEND | ODP_RECV | ODP_SRQ_RECV,
-    xrc: 0,
+    // XRC requests reach memory through the same checks as RC (spec/xrc.md §4).
+    xrc: ODP_SEND | ODP_RECV | ODP_WRITE | ODP_READ | ODP_ATOMIC | ODP_SRQ_RECV,
 };
 
 /// Checks `ibv_reg_mr` arguments; returns the access flags in force.

@@ -22,7 +22,7 @@ pub mod comp_mask {
     /// `send_ops_flags` is valid.
     pub const SEND_OPS_FLAGS: u32 = 1 << 6;
     /// The bits softverbs accepts.
-    pub const SUPPORTED: u32 = PD | CREATE_FLAGS | SEND_OPS_FLAGS;
+    pub const SUPPORTED: u32 = PD | XRCD | CREATE_FLAGS | SEND_OPS_FLAGS;
 }
 
 /// `enum ibv_qp_create_send_ops_flags` bits.
@@ -57,6 +57,9 @@ pub mod send_ops {
         let windows = LOCAL_INV | BIND_MW;
         match qp_type {
             QpType::Rc => 0x7f | windows | SEND_WITH_INV | ATOMIC_WRITE | FLUSH,
+            // ibv_post_send(3): XRC_SEND offers the RC operations (those of
+            // IBA 1.2; windows and the IBA 1.5 opcodes are not built for XRC).
+            QpType::XrcSend => 0x7f,
             QpType::Uc => RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM | windows,
             QpType::Ud => SEND | SEND_WITH_IMM,
             _ => 0,
@@ -83,8 +86,12 @@ pub struct QpRequest {
 
 /// Checks a create request; returns the QP type and the capacities granted.
 ///
-/// Capacities come back exactly as requested (always ≥ the request, as the man
-/// page promises); with an SRQ the receive capacities are 0.
+/// Capacities come back as requested (always ≥ the request, as the man page
+/// promises), except that the inline capacity is at least what the gather
+/// list of a WQE holds, 16 bytes per send SGE, as rxe grants it (spec
+/// qp-query.md §2: "max_inline_data = max(requested_inline, 16 ×
+/// max_send_sge)"; rdma_xclient posts 16 inline bytes on a QP that asked for
+/// none); with an SRQ the receive capacities are 0.
 pub fn check(req: &QpRequest, dev: &DeviceAttr) -> Result<(QpType, QpCap), Error> {
     let qp_type = check_type(req)?;
     check_ex(req, qp_type)?;
@@ -120,7 +127,11 @@ pub fn check(req: &QpRequest, dev: &DeviceAttr) -> Result<(QpType, QpCap), Error
         "; device inline limit",
     )?;
     let mut cap = c;
-    if req.has_srq {
+    // spec/xrc.md §2: XRC_SEND has no receive queue (uverbs zeroes its receive
+    // capacities); XRC_RECV has neither queue (its receives are the SRQs').
+    if qp_type == QpType::XrcRecv {
+        cap = QpCap::default();
+    } else if req.has_srq || qp_type == QpType::XrcSend {
         // With an SRQ, receive capacities are neither checked nor used (man page, rxe).
         cap.max_recv_wr = 0;
         cap.max_recv_sge = 0;
@@ -138,6 +149,12 @@ pub fn check(req: &QpRequest, dev: &DeviceAttr) -> Result<(QpType, QpCap), Error
             "; device limit max_sge",
         )?;
     }
+    if qp_type != QpType::XrcRecv {
+        cap.max_inline_data = cap
+            .max_inline_data
+            .max(16 * cap.max_send_sge)
+            .min(MAX_INLINE_DATA);
+    }
     Ok((qp_type, cap))
 }
 
@@ -147,8 +164,12 @@ fn check_type(req: &QpRequest) -> Result<QpType, Error> {
     match t {
         // RAW_PACKET: the driver refuses it (EPERM) without CAP_NET_RAW
         // (spec/raw-packet.md); the engine takes it like any other type.
-        QpType::Rc | QpType::Uc | QpType::Ud | QpType::RawPacket => {}
-        QpType::XrcSend | QpType::XrcRecv => return Err(Unsupported::QpType { qp_type: t }.into()),
+        QpType::Rc
+        | QpType::Uc
+        | QpType::Ud
+        | QpType::RawPacket
+        | QpType::XrcSend
+        | QpType::XrcRecv => {}
         QpType::Smi | QpType::Gsi => {
             return Err(Unsupported::KernelOnlyQpType { qp_type: t }.into())
         }
@@ -165,7 +186,12 @@ fn check_ex(req: &QpRequest, t: QpType) -> Result<(), Error> {
     if unsupported != 0 {
         return Err(Unsupported::QpExCompMask { bits: unsupported }.into());
     }
-    if req.comp_mask & comp_mask::PD == 0 {
+    if t == QpType::XrcRecv {
+        // spec/xrc.md §2: a target QP lives in an XRC domain, not a PD.
+        if req.comp_mask & comp_mask::XRCD == 0 {
+            return Err(crate::xrcd::XrcError::RecvQpWithoutXrcd.into());
+        }
+    } else if req.comp_mask & comp_mask::PD == 0 {
         return Err(InvalidArg::QpExWithoutPd.into());
     }
     if req.comp_mask & comp_mask::CREATE_FLAGS != 0 && req.create_flags != 0 {

@@ -182,7 +182,7 @@ impl QpControl {
 
     /// Does this state process responses (RTS, SQD)?
     pub fn accepts_responses(&self) -> bool {
-        self.qp_type() == QpType::Rc && matches!(self.state(), QpState::Rts | QpState::Sqd)
+        self.qp_type().is_reliable() && matches!(self.state(), QpState::Rts | QpState::Sqd)
     }
 
     /// Updates the live PSNs the data path reports, which query returns

@@ -10,7 +10,10 @@ use super::wqe::{SendQueue, SendWqe};
 use crate::types::QpType;
 use crate::wr::{SendFlags, WrOpcode, WrTarget};
 use wire::opcode::{MessageKind, Position, Transport};
-use wire::{aeth, atomic_eth, deth, immdt, reth, Opcode, Psn, Qkey, Qpn, Rkey, TransportRepr};
+use wire::{
+    aeth, atomic_eth, deth, immdt, reth, xrceth, Opcode, Psn, Qkey, Qpn, Rkey, TransportRepr,
+    XrcSrqn,
+};
 
 /// Unacknowledged PSNs an RC requester keeps in flight at most (rxe uses 128;
 /// far below 2^23, roce-wire.md §9).
@@ -203,7 +206,7 @@ impl Requester {
         if wqe.sent_pkts == 0 && wqe.npsn == 0 && !self.may_begin(wqe, env) {
             return None;
         }
-        let reliable = env.qp_type == QpType::Rc;
+        let reliable = env.qp_type.is_reliable();
         let wqe = &mut sq.wqes[index];
         if wqe.npsn == 0 {
             self.assign_psns(wqe, env);
@@ -261,7 +264,7 @@ impl Requester {
         let last = i + 1 >= total;
         let opcode = opcode_for(w, env.qp_type, Position::of(i as usize, total as usize));
         let ack_req =
-            env.qp_type == QpType::Rc && (last || self.since_ack_req + 1 >= ACK_REQ_EVERY);
+            env.qp_type.is_reliable() && (last || self.since_ack_req + 1 >= ACK_REQ_EVERY);
         self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
         let solicited = last && w.flags.contains(SendFlags::SOLICITED) && carries_se(w.opcode);
         let dest = w.ud.map_or(env.dest_qpn, |u| u.remote_qpn);
@@ -290,6 +293,12 @@ impl Requester {
             r.deth = Some(deth::Repr {
                 qkey: Qkey(ud.qkey),
                 src_qp: Qpn::from_masked(env.qpn),
+            });
+        }
+        if headers.contains(wire::HeaderSet::XRCETH) {
+            // spec/xrc.md §3: every XRC request names the target's XRC SRQ.
+            r.xrceth = Some(xrceth::Repr {
+                xrc_srqn: XrcSrqn::from_masked(w.xrc_srqn),
             });
         }
         if headers.contains(wire::HeaderSet::IMMDT) {
@@ -417,8 +426,12 @@ fn opcode_for(w: &SendWqe, t: QpType, pos: Position) -> Opcode {
     let transport = match t {
         QpType::Uc => Transport::Uc,
         QpType::Ud => Transport::Ud,
+        QpType::XrcSend => Transport::Xrc,
         _ => Transport::Rc,
     };
+    // roce-wire.md §4.5: each XRC request opcode is its RC one with the
+    // transport bits 101 (0xA0 | the RC code).
+    let base = if transport == Transport::Xrc { 0xA0 } else { 0 };
     let kind = match w.opcode {
         WrOpcode::Send => MessageKind::Send,
         WrOpcode::SendWithImm => MessageKind::SendWithImm,
@@ -426,12 +439,13 @@ fn opcode_for(w: &SendWqe, t: QpType, pos: Position) -> Opcode {
         WrOpcode::RdmaWriteWithImm => MessageKind::WriteWithImm,
         WrOpcode::SendWithInv => MessageKind::SendWithInv,
         // IBA 1.5 ATOMIC WRITE: one packet, RETH and 8 bytes of data.
+        // (RC only: XRC_SEND does not offer the IBA 1.5 opcodes, create.rs.)
         WrOpcode::AtomicWrite => return rc_op(0x1D),
         // IBA 1.5 FLUSH: one packet, RETH and FETH.
         WrOpcode::Flush => return rc_op(0x1C),
-        WrOpcode::RdmaRead => return rc_op(0x0C),
-        WrOpcode::AtomicCmpAndSwp => return rc_op(0x13),
-        WrOpcode::AtomicFetchAndAdd => return rc_op(0x14),
+        WrOpcode::RdmaRead => return rc_op(base | 0x0C),
+        WrOpcode::AtomicCmpAndSwp => return rc_op(base | 0x13),
+        WrOpcode::AtomicFetchAndAdd => return rc_op(base | 0x14),
         // Posting refuses every other opcode (wr::check_opcode).
         _ => MessageKind::Send,
     };

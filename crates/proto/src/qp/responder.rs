@@ -147,6 +147,9 @@ struct ReadJob {
     len: u64,
     /// Bytes of the response already sent (from the original VA).
     offset: u64,
+    /// The PD the memory is checked against (an XRC target's comes from the
+    /// SRQ the request named, spec/xrc.md §4).
+    pd: PdHandle,
 }
 
 /// A saved READ or atomic, to answer duplicates (rc-reliability.md §3.1, §3.3).
@@ -250,7 +253,7 @@ impl Responder {
         fx: &mut RespEffects,
     ) {
         let r = match env.qp_type {
-            QpType::Rc => self.rc(env, rq, pkt, fx),
+            QpType::Rc | QpType::XrcRecv => self.rc(env, rq, pkt, fx),
             QpType::Uc => self.uc(env, rq, pkt, fx),
             _ => self.ud(env, rq, pkt, fx),
         };
@@ -259,10 +262,28 @@ impl Responder {
         }
     }
 
+    /// An XRC request whose XRCETH names no SRQ of the target's domain
+    /// (spec/xrc.md §4): in sequence it is an invalid request (NAK, the QP to
+    /// ERR); a duplicate or out-of-sequence one is handled as any other.
+    pub fn handle_invalid(
+        &mut self,
+        env: &RespEnv<'_>,
+        rq: &mut RecvQueue,
+        pkt: &Incoming<'_>,
+        fx: &mut RespEffects,
+    ) {
+        let psn = pkt.repr.bth.psn;
+        if psn == self.epsn {
+            self.refuse(env, psn, Refusal::InvalidRequest, fx);
+        } else {
+            self.handle(env, rq, pkt, fx);
+        }
+    }
+
     /// The IBA error class of a refusal (rc-reliability.md §3.2): silent drop,
     /// NAK with the QP unchanged (class B), or NAK and ERR (class A/C).
     fn refuse(&mut self, env: &RespEnv<'_>, psn: Psn, why: Refusal, fx: &mut RespEffects) {
-        if env.qp_type != QpType::Rc {
+        if !env.qp_type.is_reliable() {
             fx.dropped = Some(if why == Refusal::NoWqe {
                 Drop::NoWqe
             } else {
@@ -418,6 +439,7 @@ impl Responder {
             rkey: reth.rkey.0,
             len,
             offset: 0,
+            pd: env.pd,
         };
         self.save(
             env,
@@ -527,7 +549,7 @@ impl Responder {
         self.msn = (self.msn + 1) & 0xff_ffff;
         self.ack_psn = psn;
         self.epsn = psn.next();
-        self.outbox.push_back(Response::Read(empty_read(psn)));
+        self.outbox.push_back(Response::Read(empty_read(psn, env.pd)));
     }
 
     /// Keeps at most `max_dest_rd_atomic` saved resources, recycling the oldest.
@@ -587,6 +609,7 @@ impl Responder {
                     rkey,
                     len,
                     offset,
+                    pd: env.pd,
                 };
                 self.outbox.push_back(Response::Read(job));
                 fx.dropped = Some(Drop::DupRead);
@@ -597,7 +620,7 @@ impl Responder {
                     .iter()
                     .any(|r| matches!(*r, Resource::Placed { psn } if psn == q));
                 if found {
-                    self.outbox.push_back(Response::Read(empty_read(q)));
+                    self.outbox.push_back(Response::Read(empty_read(q, env.pd)));
                     fx.dropped = Some(Drop::DupAtomic);
                 }
             }
@@ -856,6 +879,10 @@ impl Responder {
             }
             Response::Read(job) => self.read_packet(env, job, payload),
         };
+        let mut out = out;
+        if env.qp_type == QpType::XrcRecv {
+            out.0.bth.opcode = xrc_response(out.0.bth.opcode);
+        }
         Some(out)
     }
 
@@ -880,6 +907,7 @@ impl Responder {
         }
         // The memory is re-checked for every packet: the MR may have gone.
         let va = job.va + job.offset;
+        let env = &RespEnv { pd: job.pd, ..*env };
         match check_remote(env, job.rkey, va, n as u64, Access::RemoteRead) {
             Ok(host) if n > 0 => env.mem.read(host, &mut buf[..n]),
             _ => buf[..n].fill(0),
@@ -897,8 +925,8 @@ impl Responder {
 }
 
 /// The zero-length READ response ONLY at `psn` that answers an ATOMIC WRITE
-/// or a FLUSH.
-fn empty_read(psn: Psn) -> ReadJob {
+/// or a FLUSH (no bytes, so `pd` checks nothing).
+fn empty_read(psn: Psn, pd: PdHandle) -> ReadJob {
     ReadJob {
         psn,
         first: psn,
@@ -907,6 +935,7 @@ fn empty_read(psn: Psn) -> ReadJob {
         rkey: 0,
         len: 0,
         offset: 0,
+        pd,
     }
 }
 
@@ -986,6 +1015,13 @@ fn recv_completion(
         wc.wc_flags = WcFlags::WITH_IMM;
     }
     wc
+}
+
+/// An XRC target answers on the XRC transport: ACKNOWLEDGE 0xB1, ATOMIC
+/// ACKNOWLEDGE 0xB2, READ responses 0xAD–0xB0, each the RC code with the
+/// transport bits 101 (roce-wire.md §4.5, spec/xrc.md §3).
+fn xrc_response(rc: Opcode) -> Opcode {
+    Opcode::new(0xA0 | (rc.get() & 0x1f)).unwrap_or(rc)
 }
 
 fn rc_opcode(code: u8) -> Opcode {

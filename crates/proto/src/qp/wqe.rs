@@ -71,6 +71,8 @@ pub struct SendWqe {
     /// Failed locally (RC gather error) while older WQEs were still
     /// outstanding: it completes with this status once it reaches the front.
     pub failed: Option<crate::wc::WcStatus>,
+    /// XRC_SEND: the remote XRC SRQ number the XRCETH names (spec/xrc.md §3).
+    pub xrc_srqn: u32,
 }
 
 impl SendWqe {
@@ -100,6 +102,7 @@ impl SendWqe {
             done: false,
             read_reasked: None,
             failed: None,
+            xrc_srqn: 0,
         };
         w.fill(wr, sq_sig_all, inline, ud);
         w
@@ -138,6 +141,7 @@ impl SendWqe {
         self.done = false;
         self.read_reasked = None;
         self.failed = None;
+        self.xrc_srqn = 0;
     }
 
     /// The inline payload, if the WR was `IBV_SEND_INLINE`.

@@ -236,7 +236,8 @@ fn matrix_column(qp_type: QpType) -> Option<usize> {
     match qp_type {
         QpType::Ud => Some(0),
         QpType::Uc => Some(1),
-        QpType::Rc => Some(2),
+        // ibv_post_send(3): XRC_SEND takes the RC opcodes (spec/xrc.md §5).
+        QpType::Rc | QpType::XrcSend => Some(2),
         _ => None,
     }
 }

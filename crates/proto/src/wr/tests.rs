@@ -156,8 +156,19 @@ fn opcode_check_words_and_errno() {
             .errno(),
         Errno::EINVAL
     );
+    // spec/xrc.md §5: XRC_SEND takes the RC opcodes; XRC_RECV has no send queue.
+    for op in [
+        WrOpcode::Send,
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicCmpAndSwp,
+    ] {
+        assert_eq!(
+            check_opcode(op, QpType::XrcSend),
+            check_opcode(op, QpType::Rc)
+        );
+    }
     assert_eq!(
-        check_opcode(WrOpcode::Send, QpType::XrcSend)
+        check_opcode(WrOpcode::Send, QpType::XrcRecv)
             .unwrap_err()
             .errno(),
         Errno::EINVAL

@@ -62,6 +62,20 @@ impl Fixture {
     }
 
     pub fn qp(&mut self, t: QpType) -> QpHandle {
+        if t == QpType::XrcRecv {
+            // A target QP lives in an XRC domain, not a PD (spec/xrc.md §2).
+            let flags = proto::xrcd::OpenFlags::from_raw(proto::xrcd::O_CREAT);
+            let x = self
+                .eng
+                .open_xrcd(self.ctx, None, flags)
+                .expect("open_xrcd");
+            let req = QpRequest {
+                comp_mask: comp_mask::XRCD,
+                ..request(t)
+            };
+            let q = self.eng.create_xrc_recv_qp(x, &req);
+            return q.expect("create_xrc_recv_qp").handle;
+        }
         let args = self.create_args(t);
         self.eng.create_qp(&args).expect("create_qp").handle
     }
@@ -141,7 +155,9 @@ pub fn minimal(t: QpType, from: QpState, to: QpState) -> AttrMask {
         (Reset, Init, QpType::Ud) => m(&[A::PKEY_INDEX, A::PORT, A::QKEY]),
         (Reset, Init, _) => m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]),
         (Init, Rtr, QpType::Ud) => A::EMPTY,
-        (Init, Rtr, QpType::Uc) => m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
+        (Init, Rtr, QpType::Uc | QpType::XrcSend) => {
+            m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN])
+        }
         (Init, Rtr, _) => m(&[
             A::AV,
             A::PATH_MTU,
@@ -150,13 +166,14 @@ pub fn minimal(t: QpType, from: QpState, to: QpState) -> AttrMask {
             A::MAX_DEST_RD_ATOMIC,
             A::MIN_RNR_TIMER,
         ]),
-        (Rtr, Rts, QpType::Rc) => m(&[
+        (Rtr, Rts, QpType::Rc | QpType::XrcSend) => m(&[
             A::SQ_PSN,
             A::MAX_QP_RD_ATOMIC,
             A::RETRY_CNT,
             A::RNR_RETRY,
             A::TIMEOUT,
         ]),
+        (Rtr, Rts, QpType::XrcRecv) => m(&[A::SQ_PSN, A::TIMEOUT]),
         (Rtr, Rts, _) => A::SQ_PSN,
         _ => A::EMPTY,
     }

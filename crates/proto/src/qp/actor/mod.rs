@@ -54,6 +54,12 @@ pub trait Sink {
     fn srq_queue(&mut self, srq: SrqHandle) -> Option<&mut RecvQueue>;
     /// A WQE was taken from SRQ `srq`: check its armed limit.
     fn srq_taken(&mut self, srq: SrqHandle);
+    /// XRC: the SRQ number `srqn` names, if it is an XRC SRQ of `domain`.
+    fn xrc_target(
+        &mut self,
+        srqn: u32,
+        domain: u32,
+    ) -> Result<crate::xrcd::XrcTarget, crate::xrcd::XrcMiss>;
 }
 
 /// What a QP reads from its device while it works.
@@ -94,6 +100,8 @@ pub struct PostedSend<'a> {
     pub inline: Option<&'a [u8]>,
     /// A UD WR's destination, resolved from its address handle.
     pub ud: Option<UdDest>,
+    /// XRC_SEND: the remote XRC SRQ number (`qp_type.xrc.remote_srqn`).
+    pub xrc_srqn: u32,
 }
 
 /// A queue pair: the objects it uses, its control state and its data path.
@@ -107,6 +115,11 @@ pub struct Qp {
     pub recv_cq: CqHandle,
     /// SRQ, if receives come from one.
     pub srq: Option<SrqHandle>,
+    /// XRC_RECV: its XRC domain (receives go to the SRQ each request names).
+    pub xrc: Option<crate::xrcd::XrcLink>,
+    /// XRC_RECV: the CQ of the SRQ whose WQE the message in progress holds
+    /// (its error or flush completion goes there).
+    pub(crate) xrc_msg_cq: Option<CqHandle>,
     /// The control-path state.
     pub ctl: QpControl,
     /// The data-path state (queues, requester, responder, timers).
@@ -127,6 +140,8 @@ impl Qp {
             send_cq: cqs.0,
             recv_cq: cqs.1,
             srq,
+            xrc: None,
+            xrc_msg_cq: None,
             ctl,
             dp,
         }
@@ -207,6 +222,9 @@ impl Qp {
         );
         let sig_all = self.ctl.sq_sig_all();
         self.dp.sq.push(wr, sig_all, posted.inline, posted.ud);
+        if let Some(w) = self.dp.sq.wqes.back_mut() {
+            w.xrc_srqn = posted.xrc_srqn;
+        }
         self.wake();
     }
 

@@ -55,7 +55,7 @@ impl Qp {
             self.dp.comm_est = true;
             sink.qp_event(AsyncEventKind::CommEst);
         }
-        let renv = self.resp_env(env);
+        let mut renv = self.resp_env(env);
         // The completions buffer is the QP's own, reused: no allocation per packet.
         let mut fx = RespEffects {
             completions: std::mem::take(&mut self.dp.resp_wcs),
@@ -66,16 +66,61 @@ impl Qp {
             payload: pkt.payload,
             grh: pkt.grh,
         };
-        match self.srq.and_then(|s| sink.srq_queue(s)) {
-            Some(q) => self.dp.resp.handle(&renv, q, &inc, &mut fx),
-            None => self.dp.resp.handle(&renv, &mut self.dp.rq, &inc, &mut fx),
-        }
-        let dropped = self.apply_responder(&mut fx, sink);
+        let (cq, srq) = match self.xrc {
+            Some(link) => self.on_xrc_request(link, &mut renv, &inc, &mut fx, sink),
+            None => {
+                match self.srq.and_then(|s| sink.srq_queue(s)) {
+                    Some(q) => self.dp.resp.handle(&renv, q, &inc, &mut fx),
+                    None => self.dp.resp.handle(&renv, &mut self.dp.rq, &inc, &mut fx),
+                }
+                (self.recv_cq, self.srq)
+            }
+        };
+        let dropped = self.apply_responder(&mut fx, cq, srq, sink);
         self.dp.resp_wcs = fx.completions;
         dropped
     }
 
-    fn apply_responder(&mut self, fx: &mut RespEffects, sink: &mut impl Sink) -> bool {
+    /// XRC_RECV (spec/xrc.md §4): the request goes to the XRC SRQ its XRCETH
+    /// names if that is an XRC SRQ of the QP's domain (memory checked against
+    /// the SRQ's PD), else it is an invalid request. Returns where the
+    /// completions go: the CQ of the SRQ the message's first packet took its
+    /// WQE from, and the SRQ whose limit to check.
+    fn on_xrc_request(
+        &mut self,
+        link: crate::xrcd::XrcLink,
+        renv: &mut RespEnv<'_>,
+        inc: &Incoming<'_>,
+        fx: &mut RespEffects,
+        sink: &mut impl Sink,
+    ) -> (crate::handle::CqHandle, Option<crate::handle::SrqHandle>) {
+        let srqn = inc.repr.xrceth.map_or(0, |x| x.xrc_srqn.get());
+        match sink.xrc_target(srqn, link.domain) {
+            Ok(t) => {
+                renv.pd = t.pd;
+                if let Some(q) = sink.srq_queue(t.srq) {
+                    self.dp.resp.handle(renv, q, inc, fx);
+                }
+                if fx.took_wqe {
+                    self.xrc_msg_cq = Some(t.cq);
+                }
+                (self.xrc_msg_cq.unwrap_or(t.cq), Some(t.srq))
+            }
+            Err(_) => {
+                let rq = &mut self.dp.rq;
+                self.dp.resp.handle_invalid(renv, rq, inc, fx);
+                (self.xrc_msg_cq.unwrap_or(self.recv_cq), None)
+            }
+        }
+    }
+
+    fn apply_responder(
+        &mut self,
+        fx: &mut RespEffects,
+        cq: crate::handle::CqHandle,
+        srq: Option<crate::handle::SrqHandle>,
+        sink: &mut impl Sink,
+    ) -> bool {
         let t = self.ctl.qp_type();
         if let Some(e) = fx.window_error.take() {
             self.dp.window_error = Some(e);
@@ -84,16 +129,15 @@ impl Qp {
         let dropped = fx
             .dropped
             .is_some_and(|d| !d.is_duplicate() && d != Drop::NoWqe)
-            || (fx.dropped == Some(Drop::NoWqe) && t != QpType::Rc);
+            || (fx.dropped == Some(Drop::NoWqe) && !t.is_reliable());
         if self.dp.resp.has_output() {
             self.wake();
         }
-        let cq = self.recv_cq;
         for (wc, solicited) in fx.completions.drain(..) {
             self.complete(sink, cq, wc, solicited);
         }
         if fx.took_wqe {
-            if let Some(s) = self.srq {
+            if let Some(s) = srq {
                 sink.srq_taken(s);
             }
         }
@@ -189,7 +233,7 @@ fn count_responder(c: &mut QpCounters, fx: &RespEffects, t: QpType) {
         Drop::DupRead => &mut c.dup_reads_answered,
         Drop::DupAtomic => &mut c.dup_atomics_answered,
         Drop::DupDropped => &mut c.dup_dropped,
-        Drop::NoWqe if t == QpType::Rc => &mut c.rnr_naks_sent,
+        Drop::NoWqe if t.is_reliable() => &mut c.rnr_naks_sent,
         Drop::NoWqe => &mut c.drop_no_recv_wqe,
         Drop::Sequence => &mut c.drop_sequence,
         Drop::Qkey => &mut c.drop_qkey,
@@ -198,7 +242,7 @@ fn count_responder(c: &mut QpCounters, fx: &RespEffects, t: QpType) {
     *field += 1;
     if d.is_duplicate() {
         c.duplicates += 1;
-    } else if d != Drop::NoWqe || t != QpType::Rc {
+    } else if d != Drop::NoWqe || !t.is_reliable() {
         c.dropped += 1;
     }
 }

@@ -8,7 +8,7 @@ use crate::mask::AttrMask;
 use crate::output::AsyncEventKind;
 use crate::qp::data::QpData;
 use crate::qp::modify::Transition;
-use crate::types::{QpState, QpType};
+use crate::types::QpState;
 
 impl Qp {
     /// Side effects of a successful `ibv_modify_qp` (`t`, with attribute mask `mask`).
@@ -74,7 +74,7 @@ impl Qp {
     /// A send error on a UC/UD QP: SQE, the send queue flushed, receives go on
     /// (qp-state-machine.md §6.4).
     pub(super) fn enter_sqe(&mut self, sink: &mut impl Sink) {
-        if self.ctl.qp_type() == QpType::Rc {
+        if self.ctl.qp_type().is_reliable() {
             return self.enter_error(AsyncEventKind::QpFatal, sink);
         }
         self.ctl.device_move(QpState::Sqe);
@@ -92,6 +92,8 @@ impl Qp {
         // Completions go straight to the sink, never back through
         // `Qp::complete`: a flush that overruns the CQ has nothing left to fail.
         if let Some(w) = self.dp.resp.take_in_progress() {
+            // XRC_RECV: on the CQ of the SRQ the WQE came from.
+            let cq = self.xrc_msg_cq.unwrap_or(cq);
             sink.complete(cq, flush_wc_recv(&w, qpn), true);
         }
         while let Some(w) = self.dp.rq.wqes.pop_front() {

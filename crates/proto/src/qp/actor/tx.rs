@@ -136,7 +136,7 @@ impl Qp {
 
     /// UC/UD complete a WQE when its last packet is out; RC arms its ACK timer.
     fn after_request(&mut self, now: u64, pkt: &ReqPacket, t: QpType, sink: &mut impl Sink) {
-        if t == QpType::Rc {
+        if t.is_reliable() {
             if self.dp.ack_deadline.is_none() {
                 let timeout = local_ack_timeout_ns(self.ctl.attr().timeout).ok().flatten();
                 self.dp.ack_deadline = timeout.map(|ns| now + ns);
@@ -162,7 +162,7 @@ impl Qp {
     /// ERR, UC/UD to SQE (rc-reliability.md §5, qp-state-machine.md §6.4).
     pub(super) fn fail_request(&mut self, index: usize, status: WcStatus, sink: &mut impl Sink) {
         let (qpn, cq, t) = (self.ctl.qpn(), self.send_cq, self.ctl.qp_type());
-        if index != 0 && t == QpType::Rc {
+        if index != 0 && t.is_reliable() {
             // Older WQEs are still outstanding: they complete first (in order),
             // then this one with its own status, then the QP goes to ERR.
             let dp = &mut self.dp;
@@ -175,7 +175,7 @@ impl Qp {
                 self.dp.sq.recycle(w);
             }
         }
-        if t == QpType::Rc {
+        if t.is_reliable() {
             self.enter_error(AsyncEventKind::QpFatal, sink);
         } else {
             self.enter_sqe(sink);
@@ -233,7 +233,7 @@ impl Qp {
         );
         debug_assert!(sq.next <= sq.len(), "send cursor past the queue");
         debug_assert!(
-            renv.qp_type != QpType::Rc
+            !renv.qp_type.is_reliable()
                 || req.rd_atomic_inflight() as usize
                     == sq
                         .wqes
