@@ -614,6 +614,15 @@ impl Engine {
         Ok(granted)
     }
 
+    /// The pollers' side of a CQ's ring: `ibv_poll_cq` and `ibv_req_notify_cq`
+    /// through it take neither the engine nor its lock ([`crate::cq::SharedCq`]).
+    pub fn cq_shared(&self, h: CqHandle) -> Result<std::sync::Arc<crate::cq::SharedCq>, Error> {
+        self.cqs
+            .get(h)
+            .map(|c| c.ring.shared().clone())
+            .ok_or_else(|| missing(ObjectKind::Cq, h))
+    }
+
     /// A CQ.
     pub fn cq(&self, h: CqHandle) -> Result<&Cq, Error> {
         self.cqs

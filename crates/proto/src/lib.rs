@@ -27,7 +27,7 @@
 //! 4  output                      events, transmit descriptors, device counters, PostOutcome
 //! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
 //! 2  ah, cq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
-//! 1  error, wr, wc, timers, device
+//! 1  error, wr, wc, cqe, timers, device
 //! 0  handle, types, mask, rng     (handle imports nothing from the crate)
 //! ```
 //!
@@ -53,6 +53,19 @@
 //!   sync(h): sent → back of the ready queue; deadline → timer heap
 //! ```
 //!
+//! # The path of a poll (no engine, no engine lock)
+//!
+//! ```text
+//! producer (the engine, under its lock): Sink::complete → CqRing::push   cq.rs
+//!   head (Acquire) → room? (else overrun for good) → slot words (cqe.rs) → tail (Release)
+//!   → SeqCst fence → notify armed? → disarm (CAS), completion event
+//! pollers (any thread, any number): SharedCq::poll_with            cq.rs
+//!   per-CQ consumer lock → tail (Acquire) → copy slots out → head (Release)
+//! SharedCq::req_notify: notify = max(notify, want) → SeqCst fence (no lost event)
+//! rare, with &mut Engine (the producer excluded) + the consumer lock: growth
+//! of the slot array, purge on RESET; resize only moves the capacity.
+//! ```
+//!
 //! # The path of a received datagram
 //!
 //! ```text
@@ -73,6 +86,7 @@
 pub mod ah;
 pub mod cm;
 pub mod cq;
+pub mod cqe;
 pub mod datapath;
 pub mod device;
 pub mod dm;

@@ -60,14 +60,16 @@ impl SharedReceiveQueue {
 
 impl CompletionQueue {
     /// `ibv_poll_cq`: up to `max` completions, oldest first, appended to `out`;
-    /// returns how many.
+    /// returns how many. Reads the CQ's ring without the engine lock and
+    /// without a system call (proto::cq::SharedCq).
     pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let h = self.inner.h;
-        self.inner
-            .ctx
-            .dev
-            .with(|e| e.poll_cq(h, max, out))
-            .unwrap_or(0)
+        self.inner.ring.poll(max, out)
+    }
+
+    /// `ibv_poll_cq` into a callback (no buffer): up to `max` completions,
+    /// oldest first, each handed to `f`; returns how many.
+    pub fn poll_with(&self, max: usize, f: impl FnMut(WorkCompletion)) -> usize {
+        self.inner.ring.poll_with(max, f)
     }
 
     /// Polls until `n` completions arrived or `timeout` passed, yielding the
@@ -86,13 +88,14 @@ impl CompletionQueue {
 
     /// `ibv_req_notify_cq`: the next (solicited-only: next solicited or
     /// unsuccessful) completion raises one event on the CQ's channel.
+    ///
+    /// Sets the ring's arm state without the engine lock; a completion added
+    /// while it arms either fires the event or is returned by the next poll
+    /// (proto::cq::SharedCq::req_notify), so "arm, poll, then wait" never
+    /// sleeps on a completion it missed.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
-        let h = self.inner.h;
-        self.inner
-            .ctx
-            .dev
-            .with(|e| e.req_notify_cq(h, solicited_only))
-            .map_err(Error::Verbs)
+        self.inner.ring.req_notify(solicited_only);
+        Ok(())
     }
 
     /// An identifier that [`CompletionChannel::get_event`] returns for this CQ.
