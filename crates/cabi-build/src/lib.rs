@@ -17,6 +17,9 @@
 //! library is found by the loader at run time.
 #![forbid(unsafe_code)]
 
+pub mod elf;
+pub mod layout;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -50,20 +50,7 @@ fn every_process_and_qp_gets_one_copy() {
     if !common::have_verbs_h() {
         return;
     }
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/mcast_checks.c");
-    let exe = std::env::temp_dir().join(format!("softverbs-mcast-checks-{}", std::process::id()));
-    let cc = Command::new("cc")
-        .args(["-std=gnu11", "-Wall", "-O1", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .arg(common::lib_path())
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let exe = common::compile_c("mcast_checks");
     let mut receivers = Vec::new();
     for addr in ["127.32.0.1", "127.32.0.1", "127.32.0.2"] {
         let mut child = run(&exe, "recv", addr);

@@ -6,8 +6,8 @@
 
 mod common;
 
+use softverbs_cabi_build::elf;
 use std::collections::BTreeSet;
-use std::process::Command;
 
 /// The rows of spec §1.1: each version node with its default-version symbols.
 fn spec_table() -> Vec<(String, Vec<String>)> {
@@ -16,36 +16,12 @@ fn spec_table() -> Vec<(String, Vec<String>)> {
         "/../../spec/ibverbs-abi.md"
     ))
     .unwrap();
-    let table = spec
-        .split("### 1.1")
-        .nth(1)
-        .unwrap()
-        .split("###")
-        .next()
-        .unwrap();
-    table
-        .lines()
-        .filter(|l| l.starts_with("| IBVERBS_"))
-        .map(|row| {
-            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-            // cells[3]: "N: `sym`, `sym`, …" (the default versions)
-            let syms = cells[3]
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(String::from)
-                .collect();
-            (cells[1].to_string(), syms)
-        })
-        .collect()
+    elf::spec_table(&spec, "### 1.1", "###", "| IBVERBS_")
 }
 
 /// `symbol@@NODE` for every default-version export the spec lists.
 fn spec_exports() -> BTreeSet<String> {
-    spec_table()
-        .into_iter()
-        .flat_map(|(node, syms)| syms.into_iter().map(move |s| format!("{s}@@{node}")))
-        .collect()
+    elf::default_exports(&spec_table())
 }
 
 /// The private node and its `symbol@@NODE` exports, from exports.txt.
@@ -63,17 +39,6 @@ fn private_exports() -> BTreeSet<String> {
         .collect()
 }
 
-fn readelf(args: &[&str]) -> String {
-    let lib = common::lib_path();
-    let out = Command::new("readelf")
-        .args(args)
-        .arg(&lib)
-        .output()
-        .expect("readelf (binutils) runs");
-    assert!(out.status.success(), "readelf {args:?} failed");
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[test]
 fn exports_cover_the_spec_list_with_versions() {
     if !common::have("readelf") {
@@ -86,16 +51,7 @@ fn exports_cover_the_spec_list_with_versions() {
         "the spec lists 146 default-version symbols"
     );
 
-    // Defined global symbols, as `name@@VERSION` (readelf -W --dyn-syms).
-    let syms = readelf(&["-W", "--dyn-syms"]);
-    let mut have = BTreeSet::new();
-    for line in syms.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        // Num: Value Size Type Bind Vis Ndx Name
-        if f.len() >= 8 && f[4] == "GLOBAL" && f[6] != "UND" {
-            have.insert(f[7].to_string());
-        }
-    }
+    let have = elf::defined_syms(&common::lib_path());
     // The private interface is checked on its own: present, in its node only.
     let private = private_exports();
     assert!(
@@ -127,30 +83,23 @@ fn soname_and_version_nodes() {
     if !common::have("readelf") {
         return;
     }
-    let dynamic = readelf(&["-d"]);
+    let lib = common::lib_path();
+    let dynamic = elf::readelf(&lib, &["-d"]);
     assert!(
         dynamic.contains("Library soname: [libibverbs.so.1]"),
         "SONAME:\n{dynamic}"
     );
-    let versions = readelf(&["-V"]);
-    let defs = versions
-        .split("Version definition section")
-        .nth(1)
-        .expect(".gnu.version_d present");
-    let defs = defs.split("Version needs section").next().unwrap();
+    let (defs, _) = elf::version_sections(&lib);
     let nodes = spec_table();
     assert_eq!(nodes.len(), 13, "the spec lists 13 version nodes");
     for (node, _) in &nodes {
-        let node = node.as_str();
         assert!(
-            defs.lines()
-                .any(|l| l.split_whitespace().last() == Some(node)),
+            elf::defines_node(&defs, node),
             "version node {node} not defined:\n{defs}"
         );
     }
     assert!(
-        defs.lines()
-            .any(|l| l.split_whitespace().last() == Some(PRIVATE_NODE)),
+        elf::defines_node(&defs, PRIVATE_NODE),
         "private node {PRIVATE_NODE} not defined:\n{defs}"
     );
     // rust-lld records no parent links between the nodes (rdma-core's GNU ld

@@ -9,33 +9,8 @@ mod ffi;
 mod common;
 
 use ffi::*;
-use std::fmt::Write as _;
-use std::process::Command;
-
-/// One checked item: a C expression and the value Rust gives it.
-struct Check {
-    c_expr: String,
-    rust: usize,
-}
-
-/// `layout!(checks; rust_struct = "c struct" { rust_field = "c_field", … })`:
-/// size and alignment of the struct, offset and size of each field.
-macro_rules! layout {
-    ($checks:ident; $($ty:ident = $cty:literal { $($f:ident = $cf:literal),* $(,)? })*) => {$(
-        $checks.push(Check { c_expr: format!("sizeof({})", $cty), rust: std::mem::size_of::<$ty>() });
-        $checks.push(Check { c_expr: format!("_Alignof({})", $cty), rust: std::mem::align_of::<$ty>() });
-        $(
-            $checks.push(Check { c_expr: format!("offsetof({}, {})", $cty, $cf), rust: std::mem::offset_of!($ty, $f) });
-            $checks.push(Check {
-                c_expr: format!("sizeof((({} *)0)->{})", $cty, $cf),
-                rust: {
-                    fn size_of_field<T, F>(_: impl Fn(&T) -> &F) -> usize { std::mem::size_of::<F>() }
-                    size_of_field(|s: &$ty| &s.$f)
-                },
-            });
-        )*
-    )*};
-}
+use softverbs_cabi_build::layout;
+use softverbs_cabi_build::layout::Check;
 
 #[test]
 fn every_mirror_matches_verbs_h() {
@@ -273,48 +248,6 @@ fn every_mirror_matches_verbs_h() {
         rust: COMPAT_PORT_ATTR_SIZE,
     });
 
-    let mut c = String::from("#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n");
-    for k in &checks {
-        writeln!(c, "  printf(\"%zu\\n\", (size_t)({}));", k.c_expr).unwrap();
-    }
-    c.push_str("  return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("softverbs-layout-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (src, exe) = (dir.join("layout.c"), dir.join("layout"));
-    std::fs::write(&src, c).unwrap();
-    let cc = Command::new("cc")
-        .arg("-std=gnu11")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let out = Command::new(&exe).output().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    let values: Vec<usize> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(values.len(), checks.len());
-    let wrong: Vec<String> = checks
-        .iter()
-        .zip(&values)
-        .filter(|(k, v)| k.rust != **v)
-        .map(|(k, v)| format!("{}: C {v}, Rust {}", k.c_expr, k.rust))
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "layout differs from verbs.h:\n{}",
-        wrong.join("\n")
-    );
-    eprintln!(
-        "{} sizes, alignments and offsets match verbs.h",
-        checks.len()
-    );
+    let n = layout::assert_matches_c(&["infiniband/verbs.h"], "verbs.h", &checks);
+    eprintln!("{n} sizes, alignments and offsets match verbs.h");
 }

@@ -5,8 +5,8 @@
 
 mod common;
 
+use softverbs_cabi_build::elf;
 use std::collections::BTreeSet;
-use std::process::Command;
 
 /// The rows of spec §1: each version node with its default-version symbols.
 fn spec_table() -> Vec<(String, Vec<String>)> {
@@ -15,55 +15,11 @@ fn spec_table() -> Vec<(String, Vec<String>)> {
         "/../../spec/rdmacm-abi.md"
     ))
     .unwrap();
-    let table = spec
-        .split("## 1.")
-        .nth(1)
-        .unwrap()
-        .split("## 2.")
-        .next()
-        .unwrap();
-    table
-        .lines()
-        .filter(|l| l.starts_with("| RDMACM_"))
-        .map(|row| {
-            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-            let syms = cells[3]
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(String::from)
-                .collect();
-            (cells[1].to_string(), syms)
-        })
-        .collect()
+    elf::spec_table(&spec, "## 1.", "## 2.", "| RDMACM_")
 }
 
 fn spec_exports() -> BTreeSet<String> {
-    spec_table()
-        .into_iter()
-        .flat_map(|(node, syms)| syms.into_iter().map(move |s| format!("{s}@@{node}")))
-        .collect()
-}
-
-fn readelf(args: &[&str]) -> String {
-    let out = Command::new("readelf")
-        .args(args)
-        .arg(common::lib_path())
-        .output()
-        .expect("readelf runs");
-    assert!(out.status.success(), "readelf {args:?} failed");
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// (Ndx, name) of every GLOBAL dynamic symbol.
-fn dyn_syms() -> Vec<(String, String)> {
-    readelf(&["-W", "--dyn-syms"])
-        .lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            (f.len() >= 8 && f[4] == "GLOBAL").then(|| (f[6].to_string(), f[7].to_string()))
-        })
-        .collect()
+    elf::default_exports(&spec_table())
 }
 
 #[test]
@@ -73,11 +29,7 @@ fn exports_are_exactly_the_spec_list_with_versions() {
     }
     let want = spec_exports();
     assert_eq!(want.len(), 68, "the spec lists 68 default-version symbols");
-    let have: BTreeSet<String> = dyn_syms()
-        .into_iter()
-        .filter(|(ndx, _)| ndx != "UND")
-        .map(|(_, n)| n)
-        .collect();
+    let have = elf::defined_syms(&common::lib_path());
     let missing: Vec<_> = want.difference(&have).collect();
     let extra: Vec<_> = have.difference(&want).collect();
     assert!(missing.is_empty(), "missing exports: {missing:?}");
@@ -111,7 +63,8 @@ fn soname_nodes_and_the_link_to_libibverbs() {
     if !common::have("readelf") {
         return;
     }
-    let dynamic = readelf(&["-d"]);
+    let lib = common::lib_path();
+    let dynamic = elf::readelf(&lib, &["-d"]);
     assert!(
         dynamic.contains("Library soname: [librdmacm.so.1]"),
         "SONAME:\n{dynamic}"
@@ -120,26 +73,18 @@ fn soname_nodes_and_the_link_to_libibverbs() {
         dynamic.contains("Shared library: [libibverbs.so.1]"),
         "DT_NEEDED libibverbs.so.1:\n{dynamic}"
     );
-    let versions = readelf(&["-V"]);
-    let defs = versions
-        .split("Version definition section")
-        .nth(1)
-        .expect(".gnu.version_d present");
-    let (defs, needs) = defs
-        .split_once("Version needs section")
-        .expect(".gnu.version_r present");
+    let (defs, needs) = elf::version_sections(&lib);
     let nodes = spec_table();
     assert_eq!(nodes.len(), 4, "the spec lists 4 version nodes");
     for (node, _) in &nodes {
         assert!(
-            defs.lines()
-                .any(|l| l.split_whitespace().last() == Some(node.as_str())),
+            elf::defines_node(&defs, node),
             "version node {node} not defined:\n{defs}"
         );
     }
     // The verbs come from libibverbs under rdma-core's nodes, the engine's
     // extras under the private node; nothing else is imported from it.
-    let imports: Vec<String> = dyn_syms()
+    let imports: Vec<String> = elf::dyn_syms(&lib)
         .into_iter()
         .filter(|(ndx, _)| ndx == "UND")
         .map(|(_, n)| n)

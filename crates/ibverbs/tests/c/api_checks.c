@@ -11,23 +11,7 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			failures++;                                        \
-			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                      \
-			fprintf(stderr, "\n");                             \
-		}                                                          \
-	} while (0)
-#define MUST(cond)                                                         \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "FATAL %s:%d: %s (errno %d)\n", __FILE__, __LINE__, #cond, errno); \
-			exit(2);                                           \
-		}                                                          \
-	} while (0)
+#include "check.h"
 
 enum { LEN = 8192, MTU_BYTES = 1024 };
 

@@ -64,10 +64,9 @@ pub fn have_verbs_h() -> bool {
     have("cc")
 }
 
-/// Compiles `tests/c/<name>.c` against the system `<infiniband/verbs.h>`,
-/// links it to this library and runs it (bounded by 120 s) with
-/// `SOFTVERBS_LOG=warn`; the program's output.
-pub fn run_c_program(name: &str) -> std::process::Output {
+/// Compiles `tests/c/<name>.c` against the system `<infiniband/verbs.h>` and
+/// links it to this library; the executable (the caller removes it).
+pub fn compile_c(name: &str) -> PathBuf {
     let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let exe = std::env::temp_dir().join(format!("softverbs-{name}-{}", std::process::id()));
     let cc = Command::new("cc")
@@ -82,6 +81,13 @@ pub fn run_c_program(name: &str) -> std::process::Output {
         "cc {name}.c failed:\n{}",
         String::from_utf8_lossy(&cc.stderr)
     );
+    exe
+}
+
+/// Compiles `tests/c/<name>.c` ([`compile_c`]) and runs it (bounded by
+/// 120 s) with `SOFTVERBS_LOG=warn`; the program's output.
+pub fn run_c_program(name: &str) -> std::process::Output {
+    let exe = compile_c(name);
     let out = Command::new("timeout")
         .arg("120")
         .arg(&exe)

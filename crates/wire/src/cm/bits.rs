@@ -52,6 +52,25 @@ macro_rules! cm_fields {
 }
 pub(crate) use cm_fields;
 
+/// Defines `private_data`/`private_data_mut` on `Packet<T>`: the
+/// `PRIVATE_DATA_LEN` bytes at `PRIVATE_DATA_OFFSET` of the message's module.
+macro_rules! cm_private_data {
+    () => {
+        impl<T: AsRef<[u8]>> Packet<T> {
+            pub fn private_data(&self) -> &[u8] {
+                &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            pub fn private_data_mut(&mut self) -> &mut [u8] {
+                &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
+            }
+        }
+    };
+}
+pub(crate) use cm_private_data;
+
 #[cfg(test)]
 mod tests {
     use super::*;

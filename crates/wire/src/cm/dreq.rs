@@ -1,7 +1,7 @@
 //! DREQ (spec/cm.md §2.7; table 112): the two comm IDs, the remote QPN the
 //! request is for, and 220 bytes of private data. Promise as in [`crate::cm`].
 
-use super::bits::cm_fields;
+use super::bits::{cm_fields, cm_private_data};
 use crate::field::fixed_header_view;
 use crate::mad::{MadError, DATA_LEN};
 use crate::Qpn;
@@ -18,17 +18,7 @@ cm_fields! {
     (remote_qpn, set_remote_qpn) = (8, 0, 24);
 }
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
-    }
-}
+cm_private_data!();
 
 /// A parsed DREQ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! sender's service timeout, 222 bytes of private data. Promise as in
 //! [`crate::cm`]; `parse` refuses Message MRAed = 3 (reserved).
 
-use super::bits::cm_fields;
+use super::bits::{cm_fields, cm_private_data};
 use super::MsgKind;
 use crate::field::fixed_header_view;
 use crate::mad::{MadError, DATA_LEN};
@@ -21,17 +21,7 @@ cm_fields! {
     (service_timeout, set_service_timeout) = (9, 0, 5);
 }
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
-    }
-}
+cm_private_data!();
 
 /// A parsed MRA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! data. Promise as in [`crate::cm`]; `parse` refuses Message REJected = 3 and
 //! a Reject Info Length over 72.
 
-use super::bits::cm_fields;
+use super::bits::{cm_fields, cm_private_data};
 use super::{MsgKind, RejReason};
 use crate::field::fixed_header_view;
 use crate::mad::{MadError, DATA_LEN};
@@ -26,21 +26,17 @@ cm_fields! {
     (reason, set_reason) = (10, 0, 16);
 }
 
+cm_private_data!();
+
 impl<T: AsRef<[u8]>> Packet<T> {
     pub fn ari(&self) -> &[u8] {
         &self.bytes()[ARI_OFFSET..ARI_OFFSET + ARI_LEN]
-    }
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn ari_mut(&mut self) -> &mut [u8] {
         &mut self.bytes_mut()[ARI_OFFSET..ARI_OFFSET + ARI_LEN]
-    }
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 }
 

@@ -2,7 +2,7 @@
 //! RDMA read resources, target ACK delay, CA GUID and 196 bytes of private
 //! data. Promise as in [`crate::cm`].
 
-use super::bits::cm_fields;
+use super::bits::{cm_fields, cm_private_data};
 use crate::field::{self, fixed_header_view};
 use crate::mad::{MadError, DATA_LEN};
 use crate::{Psn, Qkey, Qpn};
@@ -34,21 +34,17 @@ cm_fields! {
     (srq, set_srq) = (27, 3, 1);
 }
 
+cm_private_data!();
+
 impl<T: AsRef<[u8]>> Packet<T> {
     pub fn local_ca_guid(&self) -> u64 {
         field::read_u64(self.bytes(), LOCAL_CA_GUID_OFFSET)
-    }
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_local_ca_guid(&mut self, guid: u64) {
         field::write_u64(self.bytes_mut(), LOCAL_CA_GUID_OFFSET, guid);
-    }
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 }
 

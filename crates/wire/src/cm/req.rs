@@ -4,7 +4,7 @@
 //! of private data (the first 36 are rdma_cm's [`super::cma`] header). Promise
 //! as in [`crate::cm`]; `parse` refuses Transport Service Type 2 (reserved).
 
-use super::bits::{self, cm_fields};
+use super::bits::{self, cm_fields, cm_private_data};
 use super::TransportType;
 use crate::field::{self, fixed_header_view};
 use crate::mad::{MadError, DATA_LEN};
@@ -57,6 +57,8 @@ cm_fields! {
     (sap_supported, set_sap_supported) = (139, 5, 1);
 }
 
+cm_private_data!();
+
 /// A path's bit fields relative to its start (§2.2): `(name, byte, bit, width)`.
 pub const PATH_FIELDS: [(&str, usize, u32, u32); 9] = [
     ("local_lid", 0, 0, 16),
@@ -99,9 +101,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn local_ca_guid(&self) -> u64 {
         field::read_u64(self.bytes(), LOCAL_CA_GUID_OFFSET)
     }
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
-    }
 
     /// The path at `base` ([`PRIMARY_PATH`] or [`ALTERNATE_PATH`]).
     pub fn path(&self, base: usize) -> Path {
@@ -137,9 +136,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     pub fn set_local_ca_guid(&mut self, guid: u64) {
         field::write_u64(self.bytes_mut(), LOCAL_CA_GUID_OFFSET, guid);
-    }
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 
     /// Writes every field of the path at `base`.

@@ -1,7 +1,7 @@
 //! RTU and DREP (spec/cm.md §2.6; tables 111 and 113): the two comm IDs and
 //! 224 bytes of private data. Promise as in [`crate::cm`].
 
-use super::bits::cm_fields;
+use super::bits::{cm_fields, cm_private_data};
 use crate::field::fixed_header_view;
 use crate::mad::{MadError, DATA_LEN};
 
@@ -15,17 +15,7 @@ cm_fields! {
     (remote_comm_id, set_remote_comm_id) = (4, 0, 32);
 }
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
-    }
-}
+cm_private_data!();
 
 /// A parsed RTU or DREP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

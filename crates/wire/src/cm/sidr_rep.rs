@@ -3,7 +3,7 @@
 //! bytes of private data. Promise as in [`crate::cm`]; `parse` refuses an
 //! Additional Information Length over 72.
 
-use super::bits::cm_fields;
+use super::bits::{cm_fields, cm_private_data};
 use super::SidrStatus;
 use crate::field::{self, fixed_header_view};
 use crate::mad::{MadError, DATA_LEN};
@@ -25,15 +25,14 @@ cm_fields! {
     (qkey, set_qkey) = (20, 0, 32);
 }
 
+cm_private_data!();
+
 impl<T: AsRef<[u8]>> Packet<T> {
     pub fn service_id(&self) -> u64 {
         field::read_u64(self.bytes(), SERVICE_ID_OFFSET)
     }
     pub fn info(&self) -> &[u8] {
         &self.bytes()[INFO_OFFSET..INFO_OFFSET + INFO_LEN]
-    }
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 }
 
@@ -43,9 +42,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     pub fn info_mut(&mut self) -> &mut [u8] {
         &mut self.bytes_mut()[INFO_OFFSET..INFO_OFFSET + INFO_LEN]
-    }
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 }
 

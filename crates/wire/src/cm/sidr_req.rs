@@ -2,7 +2,7 @@
 //! to a UD QP — request ID, P_Key, service ID, 216 bytes of private data (the
 //! first 36 are rdma_cm's [`super::cma`] header). Promise as in [`crate::cm`].
 
-use super::bits::cm_fields;
+use super::bits::{cm_fields, cm_private_data};
 use crate::field::{self, fixed_header_view};
 use crate::mad::{MadError, DATA_LEN};
 use crate::PKey;
@@ -18,21 +18,17 @@ cm_fields! {
     (pkey, set_pkey) = (4, 0, 16);
 }
 
+cm_private_data!();
+
 impl<T: AsRef<[u8]>> Packet<T> {
     pub fn service_id(&self) -> u64 {
         field::read_u64(self.bytes(), SERVICE_ID_OFFSET)
-    }
-    pub fn private_data(&self) -> &[u8] {
-        &self.bytes()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_service_id(&mut self, id: u64) {
         field::write_u64(self.bytes_mut(), SERVICE_ID_OFFSET, id);
-    }
-    pub fn private_data_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes_mut()[PRIVATE_DATA_OFFSET..PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN]
     }
 }
 
