@@ -979,6 +979,17 @@ impl Engine {
             self.dev.timers.set(h, None);
             return;
         };
+        // The state mirror the receive ring checks posts against; WQEs posted
+        // while it said otherwise are flushed or discarded now (proto::rq).
+        if q.recv_ring().set_state(q.ctl.state()) {
+            let mut sink = EngineSink {
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+                events: &mut self.dev.events,
+                qp: h,
+            };
+            q.settle_recv(&mut sink);
+        }
         if q.take_wants_tx() && !q.dp.scheduled {
             q.dp.scheduled = true;
             self.dev.ready.push_back(h);

@@ -26,7 +26,7 @@
 //! 5  qp::actor/{mod,rx,tx,state} one QP: on_packet, on_timeout, on_modify, post_*, next_packet
 //! 4  output                      events, transmit descriptors, device counters, PostOutcome
 //! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
-//! 2  ah, cq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
+//! 2  ah, cq, rq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
 //! 1  error, wr, wc, cqe, timers, device
 //! 0  handle, types, mask, rng     (handle imports nothing from the crate)
 //! ```
@@ -100,6 +100,7 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
+pub mod rq;
 /// The seeded generator (crates/faults): the CM draws its IDs from it.
 pub use faults::rng;
 pub mod sched;

@@ -70,10 +70,11 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    /// `poll` and `req_notify` never take the engine lock: they succeed
-    /// while another thread holds it (bounded by timeouts, not timed).
+    /// `poll`, `req_notify` and `post_recv` (in INIT..RTS) never take the
+    /// engine lock: they succeed while another thread holds it (bounded by
+    /// timeouts, not timed).
     #[test]
-    fn poll_and_arm_do_not_take_the_engine_lock() {
+    fn poll_arm_and_post_recv_do_not_take_the_engine_lock() {
         let ctx = devices().unwrap().remove(0).open().unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let mr = pd.reg_mr(64, AccessFlags(0)).unwrap();
@@ -95,6 +96,13 @@ mod tests {
         }
         // Moving to ERR flushes both receives into the CQ.
         qp.apply(ToError).unwrap();
+        let qp2 = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
+        qp2.to_init(ConnectedInit {
+            pkey_index: 0,
+            port_num: 1,
+            access: AccessFlags(0),
+        })
+        .unwrap();
 
         let (locked_tx, locked_rx) = mpsc::channel();
         let (release_tx, release_rx) = mpsc::channel::<()>();
@@ -109,8 +117,14 @@ mod tests {
             });
             locked_rx.recv_timeout(Duration::from_secs(20)).unwrap();
             let (done_tx, done_rx) = mpsc::channel();
-            let cq = &cq;
+            let (cq, qp2, mr) = (&cq, &qp2, &mr);
             s.spawn(move || {
+                let sge = [mr.sge(0, 64)];
+                qp2.post_recv(&RecvWr {
+                    wr_id: 3,
+                    sg_list: &sge,
+                })
+                .unwrap();
                 let mut out = Vec::new();
                 cq.req_notify(false).unwrap();
                 cq.poll(8, &mut out);
@@ -119,9 +133,14 @@ mod tests {
             let got = done_rx.recv_timeout(Duration::from_secs(10));
             release_tx.send(()).unwrap();
             holder.join().unwrap();
-            let got = got.expect("poll_cq waited for the engine lock");
+            let got = got.expect("post_recv or poll_cq waited for the engine lock");
             let ids: Vec<_> = got.iter().map(|w| (w.wr_id, w.status)).collect();
             assert_eq!(ids, [(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]);
         });
+        // The receive posted without the lock is on qp2's queue: ERR flushes it.
+        qp2.apply(ToError).unwrap();
+        let got = cq.wait(1, Duration::from_secs(10));
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].wr_id, got[0].status), (3, WcStatus::WrFlushErr));
     }
 }

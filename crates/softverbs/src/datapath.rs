@@ -8,6 +8,7 @@ use crate::mr::MemoryRegion;
 use crate::qp::{QueuePair, Transport};
 use crate::srq::SharedReceiveQueue;
 use crate::AddressHandle;
+use proto::rq::RingPost;
 use proto::wc::WorkCompletion;
 use proto::wr::{RecvWr, SendWr, Sge, UdTarget, WrTarget};
 use std::sync::Arc;
@@ -31,13 +32,27 @@ impl<T: Transport> QueuePair<T> {
         Ok(())
     }
 
-    /// `ibv_post_recv` for one WR.
+    /// `ibv_post_recv` for one WR: written into the QP's receive ring without
+    /// the engine lock (proto::rq); only a post in ERR (an immediate flush
+    /// completion) or one that raced a move to ERR/RESET takes the lock.
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let h = self.handle();
-        self.pd()
-            .with(|e| e.post_recv(h, wr))
-            .map_err(|e| post_err("post_recv", e))?;
-        Ok(())
+        let posted = match self.recv_ring() {
+            Some(ring) => ring.post(wr),
+            None => Ok(RingPost::Flush),
+        };
+        match posted.map_err(|e| post_err("post_recv", e))? {
+            RingPost::Queued => Ok(()),
+            RingPost::Flush => self
+                .pd()
+                .with(|e| e.post_recv(h, wr))
+                .map(drop)
+                .map_err(|e| post_err("post_recv", e)),
+            RingPost::Settle => self
+                .pd()
+                .with(|e| e.settle_recv(h))
+                .map_err(|e| post_err("post_recv", e)),
+        }
     }
 
     /// Counters of this QP (packets, retransmissions, NAKs, drops…).

@@ -97,6 +97,8 @@ struct QpInner {
     qpn: u32,
     qp_type: QpType,
     cap: QpCap,
+    /// The receive ring `post_recv` writes without the engine lock.
+    recv_ring: Option<Arc<proto::rq::RecvRing>>,
 }
 
 impl Drop for QpInner {
@@ -206,8 +208,12 @@ impl QueuePair<AnyTransport> {
             req,
             sq_sig_all: init.sq_sig_all,
         };
-        let created = logged("create_qp", pd.with(|e| e.create_qp(&c)))?;
+        let (created, recv_ring) = logged(
+            "create_qp",
+            pd.with(|e| e.create_qp(&c).map(|cr| (cr, e.recv_ring(cr.handle).ok()))),
+        )?;
         let inner = QpInner {
+            recv_ring,
             pd,
             _cqs: [init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
             _srq: init.srq.map(|s| s.inner.clone()),
@@ -238,6 +244,11 @@ impl<T: Transport> QueuePair<T> {
             inner: self.inner,
             _transport: PhantomData,
         }
+    }
+
+    /// The receive ring (posting without the engine lock).
+    pub(crate) fn recv_ring(&self) -> Option<&Arc<proto::rq::RecvRing>> {
+        self.inner.recv_ring.as_ref()
     }
 
     pub(crate) fn handle(&self) -> QpHandle {

@@ -26,11 +26,14 @@ impl Qp {
             (_, QpState::Reset) => {
                 // Everything queued is discarded without completions (§6.1).
                 // The counters stay, and so does what the engine's heap holds.
+                // The receive ring stays (the application holds it), emptied.
                 let (counters, in_heap) = (self.dp.counters, self.dp.in_heap);
+                self.dp.rq.clear();
+                let ring = self.recv_ring().clone();
                 self.dp = QpData {
                     counters,
                     in_heap,
-                    ..QpData::with_capacity(self.ctl.cap())
+                    ..QpData::with_capacity(self.ctl.cap(), ring)
                 };
             }
             (QpState::Init, QpState::Rtr) => self.dp.resp.start(a.rq_psn),
@@ -94,7 +97,7 @@ impl Qp {
         if let Some(w) = self.dp.resp.take_in_progress() {
             sink.complete(cq, flush_wc_recv(&w, qpn), true);
         }
-        while let Some(w) = self.dp.rq.wqes.pop_front() {
+        while let Some(w) = self.dp.rq.pop_front() {
             sink.complete(cq, flush_wc_recv(&w, qpn), true);
             self.dp.rq.recycle(w);
         }
