@@ -12,4 +12,8 @@ dir="$PWD/target/libibverbs"
 mkdir -p "$dir"
 ln -sf ../release/libibverbs.so "$dir/libibverbs.so.1"
 ln -sf ../release/librdmacm.so "$dir/librdmacm.so.1"
+# The development names too: programs that dlopen "libibverbs.so" (NCCL tries
+# it before libibverbs.so.1) must find the drop-in, not the system's link.
+ln -sf ../release/libibverbs.so "$dir/libibverbs.so"
+ln -sf ../release/librdmacm.so "$dir/librdmacm.so"
 echo "$dir"

@@ -364,13 +364,20 @@ pub unsafe extern "C" fn ibv_query_port(
     query_port_into("ibv_query_port", context, port, attr, COMPAT_PORT_ATTR_SIZE)
 }
 
-/// `verbs_context.query_port`: writes `min(attr_size, sizeof)` bytes.
+/// `verbs_context.query_port`: writes `min(attr_size, sizeof)` bytes, and
+/// zeroes a larger caller's struct first (rdma-core `__lib_query_port`), so
+/// fields of a newer `ibv_port_attr` than ours read as 0: NCCL passes its own
+/// copy with `active_speed_ex`, which it reads as "XDR or faster" if non-zero.
 pub(crate) unsafe extern "C" fn query_port_op(
     context: *mut ibv_context,
     port: u8,
     attr: *mut ibv_port_attr,
     attr_size: usize,
 ) -> c_int {
+    if !attr.is_null() && attr_size > std::mem::size_of::<ibv_port_attr>() {
+        // SAFETY: the caller's buffer holds `attr_size` bytes.
+        unsafe { std::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size) };
+    }
     query_port_into("ibv_query_port", context, port, attr, attr_size)
 }
 
@@ -409,8 +416,21 @@ fn gid_entry(b: &CtxBlock, port: u8, index: u32) -> Result<ibv_gid_entry, c_int>
         gid_index: index,
         port_num: u32::from(port),
         gid_type: GID_TYPE_ROCE_V2,
-        ndev_ifindex: 0,
+        ndev_ifindex: ndev_ifindex(g.0),
     })
+}
+
+/// The index of the network interface holding a RoCE GID's address (the
+/// kernel's `gid_attr->ndev`, reported by rdma-core as `ndev_ifindex`; the same
+/// interface sysfs `gid_attrs/ndevs` names), 0 when no interface holds it.
+fn ndev_ifindex(raw: [u8; 16]) -> u32 {
+    let v6 = std::net::Ipv6Addr::from(raw);
+    let ip = v6
+        .to_ipv4_mapped()
+        .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4);
+    sv_io::host::interface_of(ip)
+        .and_then(|name| sv_io::host::interface_index(&name))
+        .unwrap_or(0)
 }
 
 /// `ibv_query_gid_ex`: returns an errno value (`ENODATA` for an empty slot).

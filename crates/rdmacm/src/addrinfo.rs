@@ -102,6 +102,13 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     if res.is_null() {
         return fail(refuse(VERB, libc::EINVAL, "res is NULL"));
     }
+    if node.is_null() && service.is_null() && hints.is_null() {
+        return fail(refuse(
+            VERB,
+            libc::EINVAL,
+            "node, service and hints are all NULL",
+        ));
+    }
     // SAFETY: all-zero is a valid rdma_addrinfo (the default hints).
     let none: rdma_addrinfo = unsafe { std::mem::zeroed() };
     // SAFETY: NULL or the caller's hints.
@@ -118,7 +125,9 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     }
     // SAFETY: just allocated and zeroed.
     let r = unsafe { &mut *rai };
-    if !node.is_null() || h.ai_flags & RAI_PASSIVE != 0 {
+    // rdma-core: getaddrinfo(3) only for a node or a service; else the
+    // result is the hints' own (a passive user's source address, say).
+    if !node.is_null() || !service.is_null() {
         let ai_hints = to_ai_hints(h);
         let mut ai: *mut libc::addrinfo = std::ptr::null_mut();
         // SAFETY: C strings or NULL from the caller; valid hints and out-pointer.
@@ -146,13 +155,16 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         from_ai(r, h, unsafe { &*ai }, h.ai_flags & RAI_PASSIVE != 0);
         // SAFETY: from getaddrinfo.
         unsafe { libc::freeaddrinfo(ai) };
-    } else if h.ai_dst_len != 0 {
+    } else {
+        r.ai_flags = h.ai_flags;
         r.ai_family = h.ai_family;
         r.ai_qp_type = h.ai_qp_type;
         r.ai_port_space = h.ai_port_space;
-        r.ai_dst_addr =
-            dup(h.ai_dst_addr as *const c_void, h.ai_dst_len as usize).cast::<libc::sockaddr>();
-        r.ai_dst_len = h.ai_dst_len;
+        if h.ai_dst_len != 0 {
+            r.ai_dst_addr =
+                dup(h.ai_dst_addr as *const c_void, h.ai_dst_len as usize).cast::<libc::sockaddr>();
+            r.ai_dst_len = h.ai_dst_len;
+        }
     }
     if r.ai_src_len == 0 && h.ai_src_len != 0 {
         r.ai_src_addr =

@@ -122,6 +122,8 @@ fn qp_of(b: &IdBlock) -> *mut ibv_qp {
 
 /// Moves the id's QP to `state` with the CM's attributes for it (rdma-core
 /// `ucma_modify_qp_rtr`/`_rts`: INIT again first, then RTR, then RTS).
+/// `rd`: the passive side's (responder resources, initiator depth) as
+/// `rdma_accept` settled them, which replace the REQ's in RTR and RTS.
 fn modify_qp(
     verb: &str,
     ctx: *mut ibv_context,
@@ -129,6 +131,7 @@ fn modify_qp(
     qp: *mut ibv_qp,
     state: u32,
     rq_psn: Option<u32>,
+    rd: Option<RdAtomic>,
 ) -> Result<(), c_int> {
     // SAFETY: all-zero is a valid ibv_qp_attr.
     let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -144,6 +147,12 @@ fn modify_qp(
     }
     if let Some(psn) = rq_psn.filter(|_| state == IBV_QPS_RTR) {
         attr.rq_psn = psn;
+    }
+    // rdma-core `ucma_modify_qp_rtr(id, resp_res)` / `ucma_modify_qp_rts(id, init_depth)`.
+    match (rd, state) {
+        (Some(rd), IBV_QPS_RTR) => attr.max_dest_rd_atomic = rd.responder_resources,
+        (Some(rd), IBV_QPS_RTS) => attr.max_rd_atomic = rd.initiator_depth,
+        _ => {}
     }
     // SAFETY: the id's QP.
     match unsafe { verbs::ibv_modify_qp(qp, &raw mut attr, mask) } {
@@ -164,11 +173,77 @@ fn connect_qp(
     conn: u32,
     qp: *mut ibv_qp,
     rq_psn: Option<u32>,
+    rd: Option<RdAtomic>,
 ) -> Result<(), c_int> {
     for s in [IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] {
-        modify_qp(verb, ctx, conn, qp, s, rq_psn)?;
+        modify_qp(verb, ctx, conn, qp, s, rq_psn, rd)?;
     }
     Ok(())
+}
+
+/// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as many as the device allows".
+const RDMA_MAX_RD_ATOMIC: u8 = 0xff;
+
+/// Responder resources and initiator depth of a connection, from this side.
+#[derive(Debug, Clone, Copy)]
+struct RdAtomic {
+    responder_resources: u8,
+    initiator_depth: u8,
+}
+
+/// The device's limits as rdma-core's `ucma_init_device` keeps them
+/// (`max_qp_rd_atom`, `max_qp_init_rd_atom`, cut to a byte).
+fn rd_atomic_limits(verb: &str, ctx: *mut ibv_context) -> Result<RdAtomic, c_int> {
+    // SAFETY: all-zero is a valid ibv_device_attr.
+    let mut a: crate::ffi::verbs::ibv_device_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: an open context and a valid out-pointer.
+    if unsafe { verbs::ibv_query_device(ctx, &raw mut a) } != 0 {
+        return Err(refuse(verb, libc::EINVAL, "ibv_query_device failed"));
+    }
+    Ok(RdAtomic {
+        responder_resources: a.max_qp_rd_atom as u8,
+        initiator_depth: a.max_qp_init_rd_atom as u8,
+    })
+}
+
+/// What `rdma_connect` (`base`: the device's limits) or `rdma_accept`
+/// (`base`: the REQ's values cut to the limits) settles, rdma-core
+/// `ucma_valid_param` and `rdma_connect`/`rdma_accept`: 0xff takes `base`;
+/// another value above the device's limit is EINVAL.
+fn settle_rd_atomic(
+    verb: &str,
+    param: Option<&rdma_conn_param>,
+    max: RdAtomic,
+    base: RdAtomic,
+) -> Result<RdAtomic, c_int> {
+    let Some(p) = param else { return Ok(base) };
+    let pick = |asked: u8, limit: u8, base: u8, what: &str| {
+        if asked == RDMA_MAX_RD_ATOMIC {
+            Ok(base)
+        } else if asked > limit {
+            Err(refuse(
+                verb,
+                libc::EINVAL,
+                format_args!("conn_param.{what} = {asked} is above the device's limit {limit}"),
+            ))
+        } else {
+            Ok(asked)
+        }
+    };
+    Ok(RdAtomic {
+        responder_resources: pick(
+            p.responder_resources,
+            max.responder_resources,
+            base.responder_resources,
+            "responder_resources",
+        )?,
+        initiator_depth: pick(
+            p.initiator_depth,
+            max.initiator_depth,
+            base.initiator_depth,
+            "initiator_depth",
+        )?,
+    })
 }
 
 fn qp_to_err(qp: *mut ibv_qp) {
@@ -276,7 +351,7 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
                 );
                 return;
             }
-            let r = connect_qp(VERB, ctx, ev.id, qp, None).and_then(|()| {
+            let r = connect_qp(VERB, ctx, ev.id, qp, None, None).and_then(|()| {
                 // SAFETY: an open context.
                 match unsafe { sv::softverbs_cm_ready_to_use(ctx, ev.id) } {
                     0 => Ok(()),
@@ -475,9 +550,6 @@ fn connect_request(
     Ok(())
 }
 
-/// rdma-core's default responder resources / initiator depth without conn_param.
-const DEFAULT_RD_ATOMIC: u8 = 16;
-
 impl Cm for SoftCm {
     fn connect(&self, b: &IdBlock, param: Option<&rdma_conn_param>) -> Result<(), c_int> {
         const VERB: &str = "rdma_connect";
@@ -490,6 +562,8 @@ impl Cm for SoftCm {
         // SAFETY: the id's fields, owned by the caller.
         let (c, srq) = unsafe { (&*b.c(), !(*b.c()).srq.is_null()) };
         let connect_data = b.lock().connect_data.clone();
+        let max = rd_atomic_limits(VERB, ctx)?;
+        let rd = settle_rd_atomic(VERB, param, max, max)?;
         let data = match param {
             Some(p) => bytes(p.private_data, p.private_data_len).to_vec(),
             None => connect_data,
@@ -515,8 +589,8 @@ impl Cm for SoftCm {
                 unsafe { (*qp).qp_num }
             },
             starting_psn: random_psn(),
-            responder_resources: param.map_or(DEFAULT_RD_ATOMIC, |p| p.responder_resources),
-            initiator_depth: param.map_or(DEFAULT_RD_ATOMIC, |p| p.initiator_depth),
+            responder_resources: rd.responder_resources,
+            initiator_depth: rd.initiator_depth,
             flow_control: param.map_or(1, |p| p.flow_control),
             retry_count: param.map_or(7, |p| p.retry_count.min(7)),
             rnr_retry_count: param.map_or(7, |p| p.rnr_retry_count.min(7)),
@@ -615,6 +689,12 @@ impl Cm for SoftCm {
         // SAFETY: the id's SRQ field.
         let srq = !unsafe { (*b.c()).srq }.is_null();
         let data = param.map_or(&[][..], |p| bytes(p.private_data, p.private_data_len));
+        let max = rd_atomic_limits(VERB, ctx)?;
+        let req = RdAtomic {
+            responder_resources: c.req_rr.min(max.responder_resources),
+            initiator_depth: c.req_id.min(max.initiator_depth),
+        };
+        let rd = settle_rd_atomic(VERB, param, max, req)?;
         let a = sv::SoftverbsCmAccept {
             // SAFETY: the id's QP.
             qp_num: if qp.is_null() {
@@ -623,8 +703,8 @@ impl Cm for SoftCm {
                 unsafe { (*qp).qp_num }
             },
             starting_psn: random_psn(),
-            responder_resources: param.map_or(c.req_rr, |p| p.responder_resources),
-            initiator_depth: param.map_or(c.req_id, |p| p.initiator_depth),
+            responder_resources: rd.responder_resources,
+            initiator_depth: rd.initiator_depth,
             flow_control: param.map_or(1, |p| p.flow_control),
             rnr_retry_count: param.map_or(7, |p| p.rnr_retry_count.min(7)),
             srq: u8::from(srq || param.is_some_and(|p| p.srq != 0)),
@@ -634,7 +714,7 @@ impl Cm for SoftCm {
         // Kernel order (`rdma_accept` → `ucma_modify_qp_rtr`/`_rts`): the QP
         // is in RTS, its RQ PSN the one the REP announces, before the REP goes.
         if !qp.is_null() {
-            connect_qp(VERB, ctx, conn, qp, Some(a.starting_psn))?;
+            connect_qp(VERB, ctx, conn, qp, Some(a.starting_psn), Some(rd))?;
         }
         // SAFETY: an open context, parameters that live through the call.
         let r = unsafe { sv::softverbs_cm_accept(ctx, conn, &raw const a) };

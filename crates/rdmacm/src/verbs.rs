@@ -21,6 +21,10 @@ extern "C" {
     pub fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context;
     pub fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd;
     pub fn ibv_query_port(context: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int;
+    pub fn ibv_query_device(
+        context: *mut ibv_context,
+        attr: *mut crate::ffi::verbs::ibv_device_attr,
+    ) -> c_int;
     pub fn ibv_get_pkey_index(context: *mut ibv_context, port: u8, pkey: u16) -> c_int;
     pub fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel;
     pub fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int;

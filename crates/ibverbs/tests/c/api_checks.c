@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
+#include <net/if.h>
 
 #include "check.h"
 
@@ -92,6 +93,24 @@ static void bad_input(struct ibv_context *ctx, struct ibv_pd *pd)
 	CHECK(ibv_query_gid_ex(ctx, 1, 99, &entry, 0) != 0, "query_gid_ex beyond the table");
 	CHECK(ibv_query_gid_ex(ctx, 1, 0, &entry, 0) == 0 && entry.gid_type == IBV_GID_TYPE_ROCE_V2, "gid_ex type");
 	CHECK(ibv_query_gid_table(ctx, &entry, 0, 0) == -EINVAL, "gid table in 0 entries");
+	/* The GID's net device, as rdma-core reports the kernel's gid_attr->ndev:
+	 * a loopback address is on lo. */
+	MUST(ibv_query_gid(ctx, 1, 0, &gid) == 0);
+	if (gid.raw[10] == 0xff && gid.raw[11] == 0xff && gid.raw[12] == 127)
+		CHECK(entry.ndev_ifindex == if_nametoindex("lo"), "gid_ex ndev_ifindex %u is lo's",
+		      entry.ndev_ifindex);
+	struct ibv_port_attr gpa;
+	MUST(ibv_query_port(ctx, 1, &gpa) == 0);
+	struct ibv_gid_entry table[8];
+	ssize_t ng = ibv_query_gid_table(ctx, table, 8, 0);
+	CHECK(ng == gpa.gid_tbl_len, "gid table: %zd entries, gid_tbl_len %d", ng, gpa.gid_tbl_len);
+	for (ssize_t i = 0; i < ng && i < 8; i++)
+		CHECK(table[i].gid_index == (uint32_t)i && table[i].port_num == 1 &&
+			      table[i].gid_type == IBV_GID_TYPE_ROCE_V2 && table[i].ndev_ifindex != 0,
+		      "gid table entry %zd: index %u port %u type %u ndev %u", i, table[i].gid_index, table[i].port_num,
+		      table[i].gid_type, table[i].ndev_ifindex);
+	CHECK(ng < 1 || (memcmp(&table[0].gid, &gid, sizeof gid) == 0 && table[0].ndev_ifindex == entry.ndev_ifindex),
+	      "the table's entry 0 is gid_ex's");
 	struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
 	MUST(cq);
 	struct ibv_qp_init_attr init = {.send_cq = NULL, .recv_cq = cq, .qp_type = IBV_QPT_RC,

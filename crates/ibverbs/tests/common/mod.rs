@@ -21,9 +21,13 @@ pub fn lib_dir() -> PathBuf {
     assert!(so.exists(), "{} not built", so.display());
     let dir = target.join("libibverbs-test");
     std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&so, &link).unwrap();
+    // Both names: programs that dlopen "libibverbs.so" (NCCL) must find this
+    // library, not the system's development link.
+    for name in ["libibverbs.so.1", "libibverbs.so"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&so, &link).unwrap();
+    }
     dir
 }
 

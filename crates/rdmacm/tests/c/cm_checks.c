@@ -390,6 +390,19 @@ static void addrinfo(void)
 	CHECK(res->ai_qp_type == IBV_QPT_UD && res->ai_port_space == RDMA_PS_UDP && res->ai_flags == 0, "UD, PS_UDP");
 	rdma_freeaddrinfo(res);
 	CHECK(rdma_getaddrinfo("not-a-number", "1", &h2, &res) == EAI_NONAME, "NUMERICHOST refuses a name");
+
+	/* No node nor service: the hints' own addresses (libfabric's ofi_rxm asks so). */
+	struct sockaddr_in src = sin_of("127.0.0.1", 7473);
+	struct rdma_addrinfo h3 = { .ai_flags = RAI_PASSIVE, .ai_family = AF_INET, .ai_qp_type = IBV_QPT_RC,
+				    .ai_port_space = RDMA_PS_TCP, .ai_src_len = sizeof src,
+				    .ai_src_addr = (struct sockaddr *)&src };
+	CHECK(rdma_getaddrinfo(NULL, NULL, &h3, &res) == 0, "getaddrinfo from the hints alone");
+	CHECK(res->ai_flags == RAI_PASSIVE && res->ai_src_len == sizeof src &&
+	      memcmp(res->ai_src_addr, &src, sizeof src) == 0 && res->ai_src_addr != h3.ai_src_addr &&
+	      res->ai_qp_type == IBV_QPT_RC && res->ai_port_space == RDMA_PS_TCP && res->ai_family == AF_INET,
+	      "the hints' source address, copied");
+	rdma_freeaddrinfo(res);
+	FAILS_WITH(rdma_getaddrinfo(NULL, NULL, NULL, &res), EINVAL);
 }
 
 static void endpoints(void)
@@ -594,6 +607,59 @@ static void private_data_both_ways(const char *ip)
 	rdma_destroy_event_channel(cch);
 }
 
+/* RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (0xff) ask for the device's limits
+ * (rdma-core rdma_connect / rdma_accept); a value above them is EINVAL. */
+static void max_rd_atomic(const char *ip)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel(), *cch = rdma_create_event_channel();
+	CHECK(sch && cch, "channels");
+	struct rdma_cm_id *l;
+	struct sockaddr_in a = sin_of(ip, 7482);
+	CHECK(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP) == 0 && rdma_bind_addr(l, (struct sockaddr *)&a) == 0 &&
+	      rdma_listen(l, 2) == 0, "listener");
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(l->verbs, &da) == 0, "ibv_query_device");
+	struct rdma_cm_id *c = resolved(cch, RDMA_PS_TCP, ip, 7482);
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	CHECK(rdma_create_qp(c, NULL, &qa) == 0, "client QP");
+	struct rdma_conn_param too_many = { .responder_resources = da.max_qp_rd_atom + 1, .initiator_depth = 1 };
+	FAILS_WITH(rdma_connect(c, &too_many), EINVAL);
+	struct rdma_conn_param p = { .responder_resources = RDMA_MAX_RESP_RES, .initiator_depth = RDMA_MAX_INIT_DEPTH,
+				     .retry_count = 7, .rnr_retry_count = 7 };
+	CHECK(rdma_connect(c, &p) == 0, "rdma_connect asking for the device's limits");
+	struct rdma_cm_event *e = next_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *n = e->id;
+	CHECK(e->param.conn.responder_resources == (uint8_t)da.max_qp_init_rd_atom &&
+	      e->param.conn.initiator_depth == (uint8_t)da.max_qp_rd_atom,
+	      "the REQ carries the device's limits (%u/%u)", e->param.conn.responder_resources,
+	      e->param.conn.initiator_depth);
+	rdma_ack_cm_event(e);
+	CHECK(rdma_create_qp(n, NULL, &qa) == 0, "server QP");
+	CHECK(rdma_accept(n, &p) == 0, "rdma_accept asking for the device's limits");
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(next_event(sch, RDMA_CM_EVENT_ESTABLISHED));
+	struct ibv_qp_attr qat;
+	struct ibv_qp_init_attr qia;
+	CHECK(ibv_query_qp(n->qp, &qat, IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MAX_QP_RD_ATOMIC, &qia) == 0 &&
+	      qat.max_dest_rd_atomic == (uint8_t)da.max_qp_rd_atom && qat.max_rd_atomic == (uint8_t)da.max_qp_init_rd_atom,
+	      "the acceptor's QP: %u responder resources, %u initiator depth", qat.max_dest_rd_atomic, qat.max_rd_atomic);
+	CHECK(ibv_query_qp(c->qp, &qat, IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MAX_QP_RD_ATOMIC, &qia) == 0 &&
+	      qat.max_dest_rd_atomic == (uint8_t)da.max_qp_rd_atom && qat.max_rd_atomic == (uint8_t)da.max_qp_init_rd_atom,
+	      "the connector's QP: %u responder resources, %u initiator depth", qat.max_dest_rd_atomic, qat.max_rd_atomic);
+	CHECK(rdma_disconnect(c) == 0, "rdma_disconnect");
+	rdma_ack_cm_event(next_event(sch, RDMA_CM_EVENT_DISCONNECTED));
+	CHECK(rdma_disconnect(n) == 0, "rdma_disconnect (DREP)");
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_destroy_qp(n);
+	rdma_destroy_id(n);
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(sch);
+	rdma_destroy_event_channel(cch);
+}
+
 int main(void)
 {
 	event_names();
@@ -620,6 +686,7 @@ int main(void)
 	endpoints();
 	connection_calls(ch);
 	private_data_both_ways(dev_ip);
+	max_rd_atomic(dev_ip);
 	CHECK(!readable(ch->fd, 0), "no stray events");
 	rdma_destroy_event_channel(ch);
 	printf("ok\n");
