@@ -290,8 +290,8 @@ pub(crate) unsafe extern "C" fn poll_cq(
     // Straight from the CQ's ring into the caller's array: no engine lock,
     // no buffer in between.
     let mut i = 0;
-    let n = b.cq().poll_with(num_entries as usize, |w| {
-        // SAFETY: the caller's array holds num_entries entries; poll_with
+    let n = raw::poll_cq_into(b.cq(), num_entries as usize, |w| {
+        // SAFETY: the caller's array holds num_entries entries; poll_cq_into
         // hands over at most that many.
         unsafe { wc.add(i).write(to_c(&w)) };
         i += 1;

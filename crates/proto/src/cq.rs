@@ -117,7 +117,9 @@ impl SharedCq {
 
     /// `ibv_poll_cq` into a callback: up to `max` completions, oldest first;
     /// returns how many. Takes only this CQ's consumer lock, makes no system
-    /// call and allocates nothing.
+    /// call and allocates nothing. `f` runs under that lock: it must not call
+    /// into the engine, which takes the consumer lock (growth, purge) while
+    /// it holds its own.
     pub fn poll_with(&self, max: usize, mut f: impl FnMut(WorkCompletion)) -> usize {
         let slots = lock(&self.slots);
         let mask = slots.len() as u64 - 1;

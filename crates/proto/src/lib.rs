@@ -53,6 +53,21 @@
 //!   sync(h): sent → back of the ready queue; deadline → timer heap
 //! ```
 //!
+//! # The path of a receive post (no engine, no engine lock)
+//!
+//! ```text
+//! RecvRing::post(wr)          (any thread; Engine::post_recv calls the same)   rq.rs
+//!   per-QP posting lock → check_post_recv against the state mirror, max_recv_sge,
+//!   queued (ring + engine queue) → queued += 1 → slot words → tail (Release)
+//!   → SeqCst fence → state mirror again: ERR/RESET → Settle (engine flushes/discards)
+//!   ERR at the check → Flush: Engine::post_recv makes the flush completion
+//! engine: RecvQueue::{pop_front, front, clear} drain the ring first    qp/wqe.rs
+//!   (tail Acquire → recycled WQEs → head Release); a WQE leaving → queued −= 1
+//!   before its completion is pushed; Engine::sync writes the state mirror
+//!   (on a change: SeqCst fence, then settle what the ring holds)
+//! ```
+//! SRQs and send WRs are still posted under the engine lock.
+//!
 //! # The path of a poll (no engine, no engine lock)
 //!
 //! ```text

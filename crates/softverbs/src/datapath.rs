@@ -81,12 +81,6 @@ impl CompletionQueue {
         self.inner.ring.poll(max, out)
     }
 
-    /// `ibv_poll_cq` into a callback (no buffer): up to `max` completions,
-    /// oldest first, each handed to `f`; returns how many.
-    pub fn poll_with(&self, max: usize, f: impl FnMut(WorkCompletion)) -> usize {
-        self.inner.ring.poll_with(max, f)
-    }
-
     /// Polls until `n` completions arrived or `timeout` passed, yielding the
     /// CPU between empty polls (the progress thread that produces the
     /// completions may need this core). Returns what arrived.
