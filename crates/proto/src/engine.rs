@@ -649,7 +649,10 @@ impl Engine {
         };
         let entry = SrqEntry {
             srq,
-            queue: crate::qp::wqe::RecvQueue::with_depth(granted.max_wr as usize),
+            queue: crate::qp::wqe::RecvQueue::with_ring(
+                granted.max_wr as usize,
+                std::sync::Arc::new(crate::rq::RecvRing::srq(granted.max_wr, granted.max_sge)),
+            ),
             users: Users::default(),
         };
         let h = self.srqs.insert(entry).ok_or(Error::TooMany {
@@ -666,8 +669,18 @@ impl Engine {
             .srqs
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Srq, h))?;
-        s.srq.posted = s.queue.len() as u32;
-        s.srq.modify(attr, mask, &self.info.attr)
+        let dev = &self.info.attr;
+        let Some(ring) = s.queue.ring().cloned() else {
+            s.srq.posted = s.queue.len() as u32;
+            return s.srq.modify(attr, mask, dev);
+        };
+        // Under the ring's posting lock: no post between the check against
+        // the posted count and the new depth.
+        ring.resize(|queued| {
+            s.srq.posted = queued;
+            s.srq.modify(attr, mask, dev)?;
+            Ok(Some(s.srq.attr.max_wr))
+        })
     }
 
     /// `ibv_query_srq`.

@@ -26,7 +26,9 @@
 #![forbid(unsafe_code)]
 
 use crate::types::QpState;
-use crate::wr::{check_post_recv, Disposition, PostError, RecvQueueCtx, RecvWr, Sge};
+use crate::wr::{
+    check_post_recv, check_post_srq_recv, Disposition, PostError, RecvQueueCtx, RecvWr, Sge,
+};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8};
 use std::sync::{Mutex, PoisonError};
@@ -42,6 +44,31 @@ pub enum RingPost {
     /// Posted, but the QP moved to ERR or RESET meanwhile: the engine must
     /// settle the ring (`Engine::settle_recv`).
     Settle,
+    /// Not posted: an SRQ's ring is full although the SRQ has room (its
+    /// ring keeps at most [`SRQ_RING_SLOTS`] WQEs between two visits of the
+    /// engine, whatever `max_wr` grows to): post through the engine
+    /// (`Engine::post_srq_recv`).
+    Full,
+}
+
+/// Slots of an SRQ's ring at most (its `max_wr` may grow by `ibv_modify_srq`;
+/// the ring is only the staging area between posts and the engine).
+pub const SRQ_RING_SLOTS: u32 = 4096;
+
+/// Whose receive ring it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// A QP's own receive queue (`has_srq`: the QP receives through an SRQ
+    /// and posting to it is refused).
+    Qp { has_srq: bool },
+    /// A shared receive queue (no state; `ibv_modify_srq` may change its depth).
+    Srq,
+}
+
+enum Write<'a> {
+    Written(Written<'a>),
+    Flush,
+    Full,
 }
 
 /// Words per slot: wr_id, the SGE count, two per SGE.
@@ -57,9 +84,12 @@ struct Written<'a> {
 
 /// The receive ring of one QP. See the module doc.
 pub struct RecvRing {
-    depth: u32,
+    owner: Owner,
+    /// `max_recv_wr` / the SRQ's `max_wr` (changed under the posting lock).
+    depth: AtomicU32,
     max_sge: u32,
-    has_srq: bool,
+    /// Slots in `words`.
+    slots: u32,
     words: Box<[AtomicU64]>,
     head: AtomicU64,
     tail: AtomicU64,
@@ -72,15 +102,26 @@ impl RecvRing {
     /// A ring for `depth` WQEs of up to `max_sge` SGEs each, the QP in RESET.
     pub fn new(depth: u32, max_sge: u32, has_srq: bool) -> RecvRing {
         // A QP on an SRQ never posts here: no slots.
-        let n = if has_srq {
-            0
-        } else {
-            depth as usize * stride(max_sge)
-        };
+        let slots = if has_srq { 0 } else { depth };
+        RecvRing::with_slots(Owner::Qp { has_srq }, depth, slots, max_sge)
+    }
+
+    /// A ring for an SRQ of `max_wr` WQEs of up to `max_sge` SGEs each.
+    pub fn srq(max_wr: u32, max_sge: u32) -> RecvRing {
+        let slots = max_wr.min(SRQ_RING_SLOTS);
+        let r = RecvRing::with_slots(Owner::Srq, max_wr, slots, max_sge);
+        // An SRQ has no state: posts are always taken.
+        r.state.store(QpState::Rts as u8, Relaxed);
+        r
+    }
+
+    fn with_slots(owner: Owner, depth: u32, slots: u32, max_sge: u32) -> RecvRing {
+        let n = slots as usize * stride(max_sge);
         RecvRing {
-            depth,
+            owner,
+            depth: AtomicU32::new(depth),
             max_sge,
-            has_srq,
+            slots,
             words: (0..n).map(|_| AtomicU64::new(0)).collect(),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
@@ -97,31 +138,51 @@ impl RecvRing {
     /// `ibv_post_recv` for one WR, from any thread, without the engine.
     pub fn post(&self, wr: &RecvWr<'_>) -> Result<RingPost, PostError> {
         match self.write(wr)? {
-            Some(w) => Ok(self.publish(w)),
-            None => Ok(RingPost::Flush),
+            Write::Written(w) => Ok(self.publish(w)),
+            Write::Flush => Ok(RingPost::Flush),
+            Write::Full => Ok(RingPost::Full),
         }
     }
 
-    /// The first half of a post: checks (as `check_post_recv`), counts and
-    /// writes the slot; `None` if the WR is to be flushed instead.
-    fn write(&self, wr: &RecvWr<'_>) -> Result<Option<Written<'_>>, PostError> {
+    /// The checks of a post (`check_post_recv`, or `check_post_srq_recv`),
+    /// against the current count; the posting lock must be held.
+    fn check(&self, wr: &RecvWr<'_>) -> Result<Disposition, PostError> {
+        // Only the engine changes the count meanwhile, and only downwards.
+        let outstanding = self.queued.load(Acquire);
+        let depth = self.depth.load(Relaxed);
+        match self.owner {
+            Owner::Qp { has_srq } => {
+                let ctx = RecvQueueCtx {
+                    state: self.mirrored_state(),
+                    has_srq,
+                    max_recv_wr: depth,
+                    max_recv_sge: self.max_sge,
+                    outstanding,
+                };
+                check_post_recv(&ctx, wr)
+            }
+            Owner::Srq => {
+                check_post_srq_recv(wr, depth, self.max_sge, outstanding)?;
+                Ok(Disposition::Queued)
+            }
+        }
+    }
+
+    /// The first half of a post: checks, counts and writes the slot.
+    fn write(&self, wr: &RecvWr<'_>) -> Result<Write<'_>, PostError> {
         let serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
-        let ctx = RecvQueueCtx {
-            state: self.mirrored_state(),
-            has_srq: self.has_srq,
-            max_recv_wr: self.depth,
-            max_recv_sge: self.max_sge,
-            // Only the engine changes it meanwhile, and only downwards.
-            outstanding: self.queued.load(Acquire),
-        };
-        if check_post_recv(&ctx, wr)? == Disposition::Flushed {
-            return Ok(None);
+        if self.check(wr)? == Disposition::Flushed {
+            return Ok(Write::Flush);
+        }
+        let tail = self.tail.load(Relaxed);
+        if tail - self.head.load(Acquire) >= u64::from(self.slots) {
+            // Only an SRQ's ring can be smaller than its queue.
+            return Ok(Write::Full);
         }
         // queued ≥ WQEs in the ring at all times: count first, then publish.
         self.queued.fetch_add(1, SeqCst);
-        let tail = self.tail.load(Relaxed);
-        // tail − head ≤ queued − 1 < depth: this slot was taken already.
-        let base = (tail % u64::from(self.depth)) as usize * stride(self.max_sge);
+        // The slot is free: tail − head < slots (checked above).
+        let base = (tail % u64::from(self.slots)) as usize * stride(self.max_sge);
         let slot = &self.words[base..base + stride(self.max_sge)];
         slot[0].store(wr.wr_id, Relaxed);
         slot[1].store(wr.sg_list.len() as u64, Relaxed);
@@ -129,7 +190,7 @@ impl RecvRing {
             slot[2 + 2 * i].store(s.addr, Relaxed);
             slot[3 + 2 * i].store(u64::from(s.length) | u64::from(s.lkey) << 32, Relaxed);
         }
-        Ok(Some(Written {
+        Ok(Write::Written(Written {
             _serial: serial,
             tail: tail + 1,
         }))
@@ -138,6 +199,9 @@ impl RecvRing {
     /// The second half: publishes the slot, then looks at the state again.
     fn publish(&self, w: Written<'_>) -> RingPost {
         self.tail.store(w.tail, Release);
+        if self.owner == Owner::Srq {
+            return RingPost::Queued;
+        }
         // Pairs with the fence in `set_state` (no WQE left behind).
         fence(SeqCst);
         match self.mirrored_state() {
@@ -171,6 +235,28 @@ impl RecvRing {
         self.queued.load(Acquire)
     }
 
+    /// Engine: a post that the ring could not take ([`RingPost::Full`]):
+    /// checked and counted under the posting lock as any post, then handed
+    /// to `push` (which drains the ring first, keeping the order).
+    pub fn post_direct(&self, wr: &RecvWr<'_>, push: impl FnOnce()) -> Result<(), PostError> {
+        let _serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
+        self.check(wr)?;
+        self.queued.fetch_add(1, SeqCst);
+        push();
+        Ok(())
+    }
+
+    /// Engine: `ibv_modify_srq` under the posting lock, so no post slips in
+    /// between its check of the count (`f` gets it) and the new depth
+    /// (`f`'s answer, if any).
+    pub fn resize<E>(&self, f: impl FnOnce(u32) -> Result<Option<u32>, E>) -> Result<(), E> {
+        let _serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(depth) = f(self.queued.load(Acquire))? {
+            self.depth.store(depth, Relaxed);
+        }
+        Ok(())
+    }
+
     /// Engine: takes each posted WQE in order: `f(wr_id, sges)`.
     pub fn drain(&self, mut f: impl FnMut(u64, &mut dyn Iterator<Item = Sge>)) {
         let (head, tail) = (self.head.load(Relaxed), self.tail.load(Acquire));
@@ -179,7 +265,7 @@ impl RecvRing {
         }
         let st = stride(self.max_sge);
         for i in head..tail {
-            let base = (i % u64::from(self.depth)) as usize * st;
+            let base = (i % u64::from(self.slots)) as usize * st;
             let slot = &self.words[base..base + st];
             let n = (slot[1].load(Relaxed) as usize).min(self.max_sge as usize);
             let mut sges = (0..n).map(|k| {
@@ -210,7 +296,7 @@ impl RecvRing {
 impl std::fmt::Debug for RecvRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RecvRing")
-            .field("depth", &self.depth)
+            .field("depth", &self.depth.load(Relaxed))
             .field("pending", &self.pending())
             .field("queued", &self.queued())
             .finish_non_exhaustive()
@@ -299,19 +385,25 @@ mod tests {
         // no settle); then the slot is published: the post must say Settle.
         let r = RecvRing::new(4, 1, false);
         r.set_state(QpState::Rts);
-        let w = r.write(&wr).unwrap().unwrap();
+        let Ok(Write::Written(w)) = r.write(&wr) else {
+            panic!("not written")
+        };
         assert!(!r.set_state(QpState::Err));
         assert_eq!(r.publish(w), RingPost::Settle);
         // Published before the move: the engine settles it.
         let r = RecvRing::new(4, 1, false);
         r.set_state(QpState::Rts);
-        let w = r.write(&wr).unwrap().unwrap();
+        let Ok(Write::Written(w)) = r.write(&wr) else {
+            panic!("not written")
+        };
         assert_eq!(r.publish(w), RingPost::Queued);
         assert!(r.set_state(QpState::Err));
         // The same for RESET (discarded rather than flushed).
         let r = RecvRing::new(4, 1, false);
         r.set_state(QpState::Init);
-        let w = r.write(&wr).unwrap().unwrap();
+        let Ok(Write::Written(w)) = r.write(&wr) else {
+            panic!("not written")
+        };
         assert!(!r.set_state(QpState::Reset));
         assert_eq!(r.publish(w), RingPost::Settle);
     }
@@ -391,5 +483,70 @@ mod tests {
         assert_eq!(posted, [PER, PER], "posters did not finish in time");
         assert_eq!(next[1..], [PER, PER]);
         assert_eq!(r.queued(), 0);
+    }
+
+    #[test]
+    fn an_srq_ring_checks_as_check_post_srq_recv_and_falls_back_when_full() {
+        let r = Arc::new(RecvRing::srq(SRQ_RING_SLOTS + 2, 1));
+        let e = post(&r, 1, 2).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PostError::TooManySge {
+                    queue: crate::wr::Queue::Srq,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        for id in 0..u64::from(SRQ_RING_SLOTS) {
+            assert_eq!(post(&r, id, 1).unwrap(), RingPost::Queued);
+        }
+        // The ring is full, the SRQ is not: the engine's way.
+        assert_eq!(post(&r, 9000, 1).unwrap(), RingPost::Full);
+        let mut q = RecvQueue::with_ring(8, r.clone());
+        let wr = RecvWr {
+            wr_id: 9000,
+            sg_list: &[],
+        };
+        r.post_direct(&wr, || q.push(&wr)).unwrap();
+        assert_eq!(q.len() as u32, SRQ_RING_SLOTS + 1);
+        assert_eq!(
+            post(&r, 9001, 0).unwrap(),
+            RingPost::Queued,
+            "drained: room again"
+        );
+        let e = post(&r, 9002, 0).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PostError::QueueFull {
+                    queue: crate::wr::Queue::Srq,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            r.post_direct(&wr, || unreachable!()).is_err(),
+            "post_direct checks too"
+        );
+        // Oldest first: the ring's WQEs, then the direct one, then the next.
+        for id in 0..u64::from(SRQ_RING_SLOTS) {
+            assert_eq!(q.pop_front().unwrap().wr_id, id);
+        }
+        assert_eq!(q.pop_front().unwrap().wr_id, 9000);
+        assert_eq!(q.pop_front().unwrap().wr_id, 9001);
+        // A resize sees the count under the posting lock and sets the depth.
+        post(&r, 1, 0).unwrap();
+        r.resize(|queued| {
+            assert_eq!(queued, 1);
+            Ok::<_, ()>(Some(1))
+        })
+        .unwrap();
+        assert!(matches!(
+            post(&r, 2, 0),
+            Err(PostError::QueueFull { depth: 1, .. })
+        ));
     }
 }

@@ -53,7 +53,9 @@ fn posts_racing_the_move_to_err_each_complete_once() {
                     };
                     let r = match ring.post(&wr) {
                         Ok(RingPost::Queued) => Ok(()),
-                        Ok(RingPost::Flush) => node.lock().unwrap().e.post_recv(qa, &wr).map(drop),
+                        Ok(RingPost::Flush | RingPost::Full) => {
+                            node.lock().unwrap().e.post_recv(qa, &wr).map(drop)
+                        }
                         Ok(RingPost::Settle) => node.lock().unwrap().e.settle_recv(qa),
                         Err(e) => Err(e),
                     };

@@ -43,7 +43,7 @@ impl<T: Transport> QueuePair<T> {
         };
         match posted.map_err(|e| post_err("post_recv", e))? {
             RingPost::Queued => Ok(()),
-            RingPost::Flush => self
+            RingPost::Flush | RingPost::Full => self
                 .pd()
                 .with(|e| e.post_recv(h, wr))
                 .map(drop)
@@ -63,9 +63,19 @@ impl<T: Transport> QueuePair<T> {
 }
 
 impl SharedReceiveQueue {
-    /// `ibv_post_srq_recv` for one WR.
+    /// `ibv_post_srq_recv` for one WR: written into the SRQ's ring without
+    /// the engine lock (proto::rq); only a full ring (an SRQ grown past
+    /// `proto::rq::SRQ_RING_SLOTS`) takes the lock.
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let h = self.inner.h;
+        if let Some(ring) = &self.inner.ring {
+            match ring.post(wr).map_err(|e| post_err("post_srq_recv", e))? {
+                // Posted (an SRQ has no state to settle).
+                RingPost::Queued | RingPost::Settle => return Ok(()),
+                // Not posted: the engine's way.
+                RingPost::Full | RingPost::Flush => {}
+            }
+        }
         self.inner
             .pd
             .with(|e| e.post_srq_recv(h, wr))

@@ -15,6 +15,8 @@ pub struct SharedReceiveQueue {
 pub(crate) struct SrqInner {
     pub(crate) pd: Arc<PdInner>,
     pub(crate) h: SrqHandle,
+    /// The ring `post_recv` writes without the engine lock.
+    pub(crate) ring: Option<Arc<proto::rq::RecvRing>>,
     destroyed: AtomicBool,
 }
 
@@ -28,11 +30,18 @@ impl Drop for SrqInner {
 
 impl SharedReceiveQueue {
     pub(crate) fn create(pd: Arc<PdInner>, attr: SrqAttr) -> Result<Self, Error> {
-        let (h, _) = logged("create_srq", pd.with(|e| e.create_srq(pd.h, &attr)))?;
+        let (h, ring) = logged(
+            "create_srq",
+            pd.with(|e| {
+                e.create_srq(pd.h, &attr)
+                    .map(|(h, _)| (h, e.srq_ring(h).ok()))
+            }),
+        )?;
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 pd,
                 h,
+                ring,
                 destroyed: AtomicBool::new(false),
             }),
         })

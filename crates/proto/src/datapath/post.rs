@@ -8,8 +8,7 @@ use crate::qp::wqe::UdDest;
 use crate::rq::{RecvRing, RingPost};
 use crate::wc::WorkCompletion;
 use crate::wr::{
-    check_post_send, check_post_srq_recv, Disposition, PostError, RecvWr, SendFlags, SendQueueCtx,
-    SendWr, WrTarget,
+    check_post_send, Disposition, PostError, RecvWr, SendFlags, SendQueueCtx, SendWr, WrTarget,
 };
 use crate::Engine;
 
@@ -156,6 +155,14 @@ impl Engine {
                 self.settle_recv(h)?;
                 Ok(PostOutcome::Queued)
             }
+            RingPost::Full => {
+                // Not for a QP's ring (as many slots as max_recv_wr); handled
+                // all the same.
+                let q = self.qps.get_mut(h).ok_or_else(|| no_qp(h))?;
+                let ring = q.recv_ring().clone();
+                ring.post_direct(wr, || q.dp.rq.push(wr))?;
+                Ok(PostOutcome::Queued)
+            }
         }
     }
 
@@ -181,11 +188,33 @@ impl Engine {
                 kind: ObjectKind::Srq,
                 handle: h.raw(),
             })?;
-        let a = s.srq.attr;
-        check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;
-        s.queue.push(wr);
-        debug_assert!(s.queue.len() <= a.max_wr as usize, "SRQ beyond max_wr");
+        let Some(ring) = s.queue.ring().cloned() else {
+            return Err(PostError::NoSuchObject {
+                kind: ObjectKind::Srq,
+                handle: h.raw(),
+            });
+        };
+        // The same post the application side makes without the engine; an
+        // SRQ has no state, so only a full ring comes back here.
+        if ring.post(wr)? == RingPost::Full {
+            ring.post_direct(wr, || s.queue.push(wr))?;
+        }
+        debug_assert!(
+            s.queue.len() <= s.srq.attr.max_wr as usize,
+            "SRQ beyond max_wr"
+        );
         Ok(())
+    }
+
+    /// An SRQ's receive ring, for posting without the engine.
+    pub fn srq_ring(&self, h: SrqHandle) -> Result<std::sync::Arc<RecvRing>, PostError> {
+        self.srqs
+            .get(h)
+            .and_then(|s| s.queue.ring().cloned())
+            .ok_or(PostError::NoSuchObject {
+                kind: ObjectKind::Srq,
+                handle: h.raw(),
+            })
     }
 
     /// `ibv_poll_cq`: up to `max` completions, oldest first, appended to `out`.

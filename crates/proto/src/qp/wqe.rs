@@ -333,8 +333,9 @@ impl RecvQueue {
         });
     }
 
-    /// Queues a WQE for `wr` at the back (a queue without a ring: an SRQ's):
-    /// a recycled one when there is one (no allocation).
+    /// Queues a WQE for `wr` at the back, after what the ring holds: a
+    /// recycled one when there is one (no allocation). With a ring, the
+    /// count is the caller's ([`RecvRing::post_direct`]).
     pub fn push(&mut self, wr: &RecvWr<'_>) {
         self.drain();
         let w = match self.free.pop() {
