@@ -309,10 +309,11 @@ pub(crate) unsafe extern "C" fn query_device_ex(
             uc_odp_caps: odp.uc,
             ud_odp_caps: odp.ud,
         },
-        completion_timestamp_mask: 0,
-        hca_core_clock: 0,
+        // Completion timestamps count the device clock's nanoseconds in 64 bits.
+        completion_timestamp_mask: u64::MAX,
+        hca_core_clock: softverbs::Context::CORE_CLOCK_KHZ,
         device_cap_flags_ex: 0,
-        _caps: [0; 88],
+        _caps: caps_blob(b.ctx.query_device().max_qp),
         max_dm_size: proto::dm::MAX_DM_SIZE,
         _pci_atomic_caps: [0; 8],
         xrc_odp_caps: odp.xrc,
@@ -588,3 +589,62 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
 }
 
 crate::symver!("device");
+
+/// `IBV_VALUES_MASK_RAW_CLOCK`.
+const VALUES_MASK_RAW_CLOCK: u32 = 1;
+
+/// `struct ibv_values_ex`.
+#[repr(C)]
+pub(crate) struct ibv_values_ex {
+    comp_mask: u32,
+    raw_clock: libc::timespec,
+}
+
+/// `verbs_context.query_rt_values` (`ibv_query_rt_values_ex`): the raw clock
+/// is the device clock that completion timestamps count (ns, `hca_core_clock`
+/// 1 GHz), as a timespec. `comp_mask` comes back as the values filled.
+pub(crate) unsafe extern "C" fn query_rt_values(
+    context: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    const VERB: &str = "ibv_query_rt_values_ex";
+    let b = match crate::context::ctx_block(VERB, context) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    if values.is_null() {
+        return refuse(VERB, EINVAL, "values is NULL");
+    }
+    // SAFETY: the caller's non-NULL, writable values.
+    let v = unsafe { &mut *values };
+    let mut filled = 0;
+    if v.comp_mask & VALUES_MASK_RAW_CLOCK != 0 {
+        let ns = b.ctx.clock_ns();
+        v.raw_clock.tv_sec = (ns / 1_000_000_000) as libc::time_t;
+        v.raw_clock.tv_nsec = (ns % 1_000_000_000) as libc::c_long;
+        filled |= VALUES_MASK_RAW_CLOCK;
+    }
+    v.comp_mask = filled;
+    0
+}
+
+/// `tso_caps` … `cq_mod_caps` of `ibv_device_attr_ex` (88 bytes from offset
+/// 288): all zero (no TSO, packet pacing, raw-packet offloads, tag matching or
+/// CQ moderation) but `rss_caps` and `max_wq_type_rq` (spec/raw-packet.md §6):
+/// RSS on RAW_PACKET QPs, tables of up to 2^8 WQs, the IPv4/IPv6 address and
+/// TCP/UDP port fields, Toeplitz. A WQ is a QP of the engine, so WQs and
+/// tables are bounded by `max_qp`.
+fn caps_blob(max_qp: u32) -> [u8; 88] {
+    let mut c = [0u8; 88];
+    let rss = 8; // rss_caps
+    let put32 =
+        |c: &mut [u8; 88], at: usize, v: u32| c[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+    put32(&mut c, rss, 1 << 8); // supported_qpts: IBV_QPT_RAW_PACKET
+    put32(&mut c, rss + 4, max_qp); // max_rwq_indirection_tables
+    put32(&mut c, rss + 8, 1 << softverbs::MAX_LOG_IND_TBL_SIZE); // max_rwq_indirection_table_size
+    let fields = softverbs::rx_hash_fields::SUPPORTED;
+    c[rss + 16..rss + 24].copy_from_slice(&fields.to_ne_bytes()); // rx_hash_fields_mask
+    c[rss + 24] = 1; // rx_hash_function: IBV_RX_HASH_FUNC_TOEPLITZ
+    put32(&mut c, 40, max_qp); // max_wq_type_rq
+    c
+}

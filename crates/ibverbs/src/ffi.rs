@@ -644,3 +644,70 @@ pub struct ibv_poll_cq_attr {
 pub struct ibv_query_device_ex_input {
     pub comp_mask: u32,
 }
+
+/// `struct ibv_flow` (24 bytes).
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_flow {
+    pub comp_mask: u32,
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+/// `struct ibv_wq`.
+#[repr(C)]
+pub struct ibv_wq {
+    pub context: *mut ibv_context,
+    pub wq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub cq: *mut ibv_cq,
+    pub wq_num: u32,
+    pub handle: u32,
+    pub state: u32,
+    pub wq_type: u32,
+    pub post_recv: Op,
+    pub mutex: PthreadMutex,
+    pub cond: PthreadCond,
+    pub events_completed: u32,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_wq_init_attr`.
+#[repr(C)]
+pub struct ibv_wq_init_attr {
+    pub wq_context: *mut c_void,
+    pub wq_type: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub pd: *mut ibv_pd,
+    pub cq: *mut ibv_cq,
+    pub comp_mask: u32,
+    pub create_flags: u32,
+}
+
+/// `struct ibv_wq_attr`.
+#[repr(C)]
+pub struct ibv_wq_attr {
+    pub attr_mask: u32,
+    pub wq_state: u32,
+    pub curr_wq_state: u32,
+    pub flags: u32,
+    pub flags_mask: u32,
+}
+
+/// `struct ibv_rwq_ind_table`.
+#[repr(C)]
+pub struct ibv_rwq_ind_table {
+    pub context: *mut ibv_context,
+    pub ind_tbl_handle: c_int,
+    pub ind_tbl_num: c_int,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_rwq_ind_table_init_attr`.
+#[repr(C)]
+pub struct ibv_rwq_ind_table_init_attr {
+    pub log_ind_tbl_size: u32,
+    pub ind_tbl: *mut *mut ibv_wq,
+    pub comp_mask: u32,
+}

@@ -26,6 +26,7 @@ mod cq;
 mod device;
 mod dm;
 mod domain;
+mod flow;
 mod memory;
 mod misc;
 mod post;
@@ -35,6 +36,7 @@ mod qp;
 mod srq;
 mod stubs;
 mod util;
+mod wq;
 
 /// Gives the exports a module defines their default versions (the
 /// `.symver` directives build.rs generated for it from `exports.txt`). Not in

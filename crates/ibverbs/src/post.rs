@@ -169,7 +169,7 @@ pub(crate) unsafe extern "C" fn post_send(
 }
 
 /// Posts a C receive list through `post` (QP or SRQ).
-unsafe fn post_recv_list(
+pub(crate) unsafe fn post_recv_list(
     verb: &str,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,

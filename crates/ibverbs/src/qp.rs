@@ -36,6 +36,73 @@ const QP_INIT_ATTR_PD: u32 = 1;
 const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+/// `IBV_QP_INIT_ATTR_IND_TABLE`, `IBV_QP_INIT_ATTR_RX_HASH`: an RSS QP.
+const QP_INIT_ATTR_IND_TABLE: u32 = 1 << 4;
+const QP_INIT_ATTR_RX_HASH: u32 = 1 << 5;
+
+/// An RSS QP (spec/raw-packet.md §6): RAW_PACKET, both the table and the
+/// hash configuration; it has no queues of its own, so CQs, SRQ and
+/// capacities are not read.
+unsafe fn create_rss(
+    verb: &str,
+    pdb: &PdBlock,
+    a: &ibv_qp_init_attr_ex,
+) -> Result<softverbs::QueuePair, c_int> {
+    let both = QP_INIT_ATTR_IND_TABLE | QP_INIT_ATTR_RX_HASH;
+    if a.comp_mask & both != both || a.qp_type != 8 {
+        return Err(refuse(
+            verb,
+            EINVAL,
+            "an RSS QP is a RAW_PACKET QP with both IBV_QP_INIT_ATTR_IND_TABLE and _RX_HASH",
+        ));
+    }
+    let table = block::<crate::wq::IndTableBlock>(verb, a.rwq_ind_tbl.cast())?;
+    let h = &a.rx_hash_conf;
+    let len = usize::from(h.rx_hash_key_len);
+    if h.rx_hash_key.is_null() && len > 0 {
+        return Err(refuse(verb, EINVAL, "rx_hash_key is NULL"));
+    }
+    let key = if len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's key of rx_hash_key_len bytes.
+        unsafe { std::slice::from_raw_parts(h.rx_hash_key, len) }.to_vec()
+    };
+    pdb.pd()
+        .create_rss_qp(
+            table.table(),
+            h.rx_hash_function,
+            &key,
+            h.rx_hash_fields_mask,
+        )
+        .map_err(|e| errno_of(&e))
+}
+
+/// `IBV_QP_INIT_ATTR_MAX_TSO_HEADER`.
+const QP_INIT_ATTR_MAX_TSO_HEADER: u32 = 1 << 3;
+
+/// `max_tso_header` (spec/raw-packet.md §4): RAW_PACKET QPs only, and 0, as
+/// the device offers no TSO (`tso_caps.max_tso` is 0). Returns the comp_mask
+/// without the bit, which has then been honoured.
+fn check_tso(verb: &str, a: &ibv_qp_init_attr_ex) -> Result<u32, c_int> {
+    if a.comp_mask & QP_INIT_ATTR_MAX_TSO_HEADER == 0 {
+        return Ok(a.comp_mask);
+    }
+    if a.qp_type != 8 {
+        return Err(refuse(verb, EINVAL, "max_tso_header is for RAW_PACKET QPs"));
+    }
+    if a.max_tso_header != 0 {
+        return Err(refuse(
+            verb,
+            EINVAL,
+            format!(
+                "max_tso_header = {}: this device offers no TSO (tso_caps.max_tso = 0)",
+                a.max_tso_header
+            ),
+        ));
+    }
+    Ok(a.comp_mask & !QP_INIT_ATTR_MAX_TSO_HEADER)
+}
 
 /// Creates a QP from an `ibv_qp_init_attr_ex` whose fields past `sq_sig_all`
 /// are read only when `ext` (the plain `ibv_qp_init_attr` is a prefix of it).
@@ -62,7 +129,7 @@ unsafe fn create(
         } else {
             0
         };
-        (a.comp_mask, create_flags, send_ops_flags)
+        (check_tso(verb, a)?, create_flags, send_ops_flags)
     } else {
         (QP_INIT_ATTR_PD, 0, 0)
     };
@@ -80,34 +147,39 @@ unsafe fn create(
         )
     };
     let pdb = block::<PdBlock>(verb, pd)?;
-    if send_cq.is_null() || recv_cq.is_null() {
-        return Err(refuse(
-            verb,
-            EINVAL,
-            "send_cq and recv_cq are required (NULL given)",
-        ));
-    }
-    let scq = block::<CqBlock>(verb, send_cq)?;
-    let rcq = block::<CqBlock>(verb, recv_cq)?;
-    let srqb = if srq.is_null() {
-        None
+    let rss = ext && comp_mask & (QP_INIT_ATTR_IND_TABLE | QP_INIT_ATTR_RX_HASH) != 0;
+    let qp = if rss {
+        // SAFETY: `ext`: the caller's full ibv_qp_init_attr_ex.
+        unsafe { create_rss(verb, pdb, &*a) }?
     } else {
-        Some(block::<SrqBlock>(verb, srq)?)
+        if send_cq.is_null() || recv_cq.is_null() {
+            return Err(refuse(
+                verb,
+                EINVAL,
+                "send_cq and recv_cq are required (NULL given)",
+            ));
+        }
+        let scq = block::<CqBlock>(verb, send_cq)?;
+        let rcq = block::<CqBlock>(verb, recv_cq)?;
+        let srqb = if srq.is_null() {
+            None
+        } else {
+            Some(block::<SrqBlock>(verb, srq)?)
+        };
+        let init = QpInit {
+            send_cq: scq.cq(),
+            recv_cq: rcq.cq(),
+            srq: srqb.map(super::srq::SrqBlock::srq),
+            cap: qp_cap(&cap),
+            sq_sig_all: sq_sig_all != 0,
+            comp_mask,
+            create_flags,
+            send_ops_flags,
+        };
+        pdb.pd()
+            .create_qp(&init, qp_type)
+            .map_err(|e| errno_of(&e))?
     };
-    let init = QpInit {
-        send_cq: scq.cq(),
-        recv_cq: rcq.cq(),
-        srq: srqb.map(super::srq::SrqBlock::srq),
-        cap: qp_cap(&cap),
-        sq_sig_all: sq_sig_all != 0,
-        comp_mask,
-        create_flags,
-        send_ops_flags,
-    };
-    let qp = pdb
-        .pd()
-        .create_qp(&init, qp_type)
-        .map_err(|e| errno_of(&e))?;
     // The capacities granted go back to the caller, as the kernel's do.
     // SAFETY: the caller's attributes, writable.
     unsafe { (*a).cap = c_qp_cap(&qp.cap()) };

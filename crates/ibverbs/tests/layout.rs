@@ -213,6 +213,27 @@ fn every_mirror_matches_verbs_h() {
         ibv_data_buf = "struct ibv_data_buf" { addr = "addr", length = "length" }
         ibv_poll_cq_attr = "struct ibv_poll_cq_attr" { comp_mask = "comp_mask" }
         ibv_query_device_ex_input = "struct ibv_query_device_ex_input" { comp_mask = "comp_mask" }
+        ibv_flow = "struct ibv_flow" { comp_mask = "comp_mask", context = "context", handle = "handle" }
+        ibv_wq = "struct ibv_wq" {
+            context = "context", wq_context = "wq_context", pd = "pd", cq = "cq", wq_num = "wq_num",
+            handle = "handle", state = "state", wq_type = "wq_type", post_recv = "post_recv", mutex = "mutex",
+            cond = "cond", events_completed = "events_completed", comp_mask = "comp_mask",
+        }
+        ibv_wq_init_attr = "struct ibv_wq_init_attr" {
+            wq_context = "wq_context", wq_type = "wq_type", max_wr = "max_wr", max_sge = "max_sge", pd = "pd",
+            cq = "cq", comp_mask = "comp_mask", create_flags = "create_flags",
+        }
+        ibv_wq_attr = "struct ibv_wq_attr" {
+            attr_mask = "attr_mask", wq_state = "wq_state", curr_wq_state = "curr_wq_state", flags = "flags",
+            flags_mask = "flags_mask",
+        }
+        ibv_rwq_ind_table = "struct ibv_rwq_ind_table" {
+            context = "context", ind_tbl_handle = "ind_tbl_handle", ind_tbl_num = "ind_tbl_num",
+            comp_mask = "comp_mask",
+        }
+        ibv_rwq_ind_table_init_attr = "struct ibv_rwq_ind_table_init_attr" {
+            log_ind_tbl_size = "log_ind_tbl_size", ind_tbl = "ind_tbl", comp_mask = "comp_mask",
+        }
     );
     // The embedded bases and the unions of ibv_send_wr's `wr`.
     checks.push(Check {

@@ -106,6 +106,8 @@ pub(crate) struct Shared<E> {
     /// their changes (the progress thread re-reads the list when it moves).
     pub(crate) groups: Mutex<Vec<crate::mcast::GroupSocket>>,
     pub(crate) groups_version: std::sync::atomic::AtomicU64,
+    /// The RAW_PACKET QPs' packet sockets (crate::raw).
+    pub(crate) raw: crate::raw::RawSockets,
 }
 
 impl<E> Shared<E> {
@@ -150,6 +152,7 @@ impl<E: Engine> Driver<E> {
             async_events: Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?),
             groups: Mutex::new(Vec::new()),
             groups_version: std::sync::atomic::AtomicU64::new(0),
+            raw: Default::default(),
         });
         let progress = Progress::new(shared.clone(), socket, local, &opts, capture);
         let thread = std::thread::Builder::new()
@@ -206,6 +209,10 @@ impl<E: Engine> Driver<E> {
             self.shared.doorbell.ring();
         }
         result
+    }
+
+    pub(crate) fn shared(&self) -> &Shared<E> {
+        &self.shared
     }
 
     /// Wakes the progress thread (coalesced; see [`Doorbell`]).

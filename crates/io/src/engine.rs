@@ -78,4 +78,11 @@ pub trait Engine: Send + 'static {
     fn handle_timeout(&mut self, now: Nanos);
     /// The next notification for the driver to deliver.
     fn poll_notification(&mut self) -> Option<Notification>;
+    /// Writes the next Ethernet frame of a RAW_PACKET QP into `buf`: (the
+    /// QP's number, whose packet socket sends it; its length). `crate::raw`.
+    fn poll_frame(&mut self, _now: Nanos, _buf: &mut [u8]) -> Option<(u32, usize)> {
+        None
+    }
+    /// A frame arrived on the packet socket of RAW_PACKET QP `qpn`.
+    fn handle_frame(&mut self, _now: Nanos, _qpn: u32, _frame: &[u8]) {}
 }

@@ -33,6 +33,7 @@ pub mod host;
 mod mcast;
 mod options;
 mod progress;
+pub mod raw;
 pub mod share;
 mod socket;
 mod sys;

@@ -130,6 +130,8 @@ pub(crate) struct Progress<E> {
     groups_seen: u64,
     group_buf: Vec<u8>,
     pollfds: Vec<libc::pollfd>,
+    /// RAW_PACKET QPs' frames (crate::raw).
+    raw: crate::raw::RawPath,
 }
 
 impl<E: Engine> Progress<E> {
@@ -168,6 +170,7 @@ impl<E: Engine> Progress<E> {
             groups_seen: 0,
             group_buf: Vec::new(),
             pollfds: Vec::with_capacity(3),
+            raw: crate::raw::RawPath::new(),
         }
     }
 
@@ -191,10 +194,13 @@ impl<E: Engine> Progress<E> {
 
     /// One pass; whether it did anything.
     fn pass(&mut self) -> bool {
-        let received = self.receive() | self.receive_forwarded() | self.receive_groups();
+        let received = self.receive()
+            | self.receive_forwarded()
+            | self.receive_groups()
+            | self.raw.receive(&self.shared, self.batch);
         let fired = self.timers();
         let released = self.release();
-        let sent = self.transmit();
+        let sent = self.transmit() | self.raw.transmit(&self.shared, self.batch);
         let notified = self.notify();
         received || fired || released || sent || notified
     }
@@ -716,6 +722,7 @@ impl<E: Engine> Progress<E> {
         ]);
         let groups = self.groups.iter();
         fds.extend(groups.map(|(_, s)| sys::pollfd(s.as_raw_fd(), libc::POLLIN)));
+        self.raw.pollfds(&mut fds);
         Counters::add(&self.shared.counters.sleeps, 1);
         if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
             tracing::warn!(error = %e, "poll failed");

@@ -10,6 +10,8 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+pub(crate) mod packet;
+
 /// Maps a C `-1` return to the thread's `errno`.
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret == -1 {

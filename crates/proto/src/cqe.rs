@@ -1,5 +1,5 @@
 //! The completion-queue entry as it sits in a CQ ring: a [`WorkCompletion`]
-//! packed into five 64-bit words (a 64-byte, cache-line-aligned slot, like a
+//! packed into six 64-bit words (a 64-byte, cache-line-aligned slot, like a
 //! hardware CQE), so the ring ([`crate::cq`]) can store it in atomics and
 //! be shared by the engine and polling threads without `unsafe`.
 //!
@@ -10,6 +10,7 @@
 //! 2: byte_len 0..32 | imm_data (wire bytes, native u32) 32..64
 //! 3: qp_num 0..32 | src_qp 32..64
 //! 4: wc_flags 0..32 | pkey_index 32..48 | slid 48..64
+//! 5: timestamp_ns
 //! ```
 //! `decode(encode(wc)) == Some(wc)` for every completion (property test).
 #![forbid(unsafe_code)]
@@ -19,7 +20,7 @@ use crate::wr::ImmData;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Words of a packed completion.
-pub const CQE_WORDS: usize = 5;
+pub const CQE_WORDS: usize = 6;
 
 /// A completion packed into words ([`encode`]).
 pub type CqeWords = [u64; CQE_WORDS];
@@ -62,6 +63,7 @@ pub fn encode(wc: &WorkCompletion) -> CqeWords {
         u64::from(wc.byte_len) | u64::from(u32::from_ne_bytes(wc.imm_data.0)) << 32,
         u64::from(wc.qp_num) | u64::from(wc.src_qp) << 32,
         u64::from(wc.wc_flags.0) | u64::from(wc.pkey_index) << 32 | u64::from(wc.slid) << 48,
+        wc.timestamp_ns,
     ]
 }
 
@@ -82,6 +84,7 @@ pub fn decode(w: &CqeWords) -> Option<WorkCompletion> {
         wc_flags: WcFlags(w[4] as u32),
         pkey_index: (w[4] >> 32) as u16,
         slid: (w[4] >> 48) as u16,
+        timestamp_ns: w[5],
     })
 }
 
@@ -96,10 +99,10 @@ mod tests {
             (any::<u64>(), 0..WC_STATUSES.len(), 0..WC_OPCODES.len()),
             (any::<u32>(), any::<u32>(), any::<[u8; 4]>(), any::<u32>()),
             (any::<u32>(), any::<u32>(), any::<u16>(), any::<u16>()),
-            (any::<u8>(), any::<u8>()),
+            (any::<u8>(), any::<u8>(), any::<u64>()),
         )
             .prop_map(
-                |((wr_id, s, o), (ve, bl, imm, qpn), (src, fl, pk, slid), (sl, dpb))| {
+                |((wr_id, s, o), (ve, bl, imm, qpn), (src, fl, pk, slid), (sl, dpb, ts))| {
                     WorkCompletion {
                         wr_id,
                         status: WC_STATUSES[s].0,
@@ -114,6 +117,7 @@ mod tests {
                         slid,
                         sl,
                         dlid_path_bits: dpb,
+                        timestamp_ns: ts,
                     }
                 },
             )

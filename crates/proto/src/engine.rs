@@ -176,6 +176,15 @@ pub struct DeviceData {
     pub(crate) counters: crate::output::DeviceCounters,
     /// Counters of destroyed QPs.
     pub(crate) retired: crate::qp::data::QpCounters,
+    /// RAW_PACKET QPs that may have a frame to send (datapath/raw.rs).
+    pub(crate) raw_ready: ReadyQueue,
+    /// The longest frame a RAW_PACKET send may build.
+    pub(crate) raw_frame_max: u32,
+    /// The raw path's counters.
+    pub(crate) raw_counters: crate::datapath::RawCounters,
+    /// The latest time the driver told ([`Engine::set_now`]): completions
+    /// are stamped with it.
+    pub(crate) now: u64,
 }
 
 impl Default for DeviceData {
@@ -191,6 +200,10 @@ impl Default for DeviceData {
             inline_buf: Vec::new(),
             counters: crate::output::DeviceCounters::default(),
             retired: Default::default(),
+            raw_ready: ReadyQueue::default(),
+            raw_frame_max: crate::datapath::DEFAULT_FRAME_MAX,
+            raw_counters: Default::default(),
+            now: 0,
         }
     }
 }
@@ -201,6 +214,7 @@ pub(crate) struct EngineSink<'a> {
     srqs: &'a mut Table<SrqEntry, kind::Srq>,
     events: &'a mut VecDeque<Event>,
     qp: QpHandle,
+    now: u64,
 }
 
 impl Sink for EngineSink<'_> {
@@ -209,6 +223,10 @@ impl Sink for EngineSink<'_> {
     fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {
         let Some(c) = self.cqs.get_mut(cq) else {
             return true;
+        };
+        let wc = WorkCompletion {
+            timestamp_ns: self.now,
+            ..wc
         };
         match c.ring.push(wc, solicited) {
             Pushed::Stored { event } => {
@@ -960,6 +978,7 @@ impl Engine {
             srqs: &mut self.srqs,
             events: &mut self.dev.events,
             qp: h,
+            now: self.dev.now,
         };
         let r = f(q, &env, &mut sink, &mut self.dev.scratch);
         self.sync(h);
@@ -978,6 +997,7 @@ impl Engine {
             srqs: &mut self.srqs,
             events: &mut self.dev.events,
             qp: h,
+            now: self.dev.now,
         };
         let r = f(q, &mut sink);
         self.sync(h);
@@ -1000,12 +1020,18 @@ impl Engine {
                 srqs: &mut self.srqs,
                 events: &mut self.dev.events,
                 qp: h,
+                now: self.dev.now,
             };
             q.settle_recv(&mut sink);
         }
         if q.take_wants_tx() && !q.dp.scheduled {
             q.dp.scheduled = true;
-            self.dev.ready.push_back(h);
+            // RAW_PACKET QPs send frames, not datagrams (datapath/raw.rs).
+            if q.ctl.qp_type() == crate::types::QpType::RawPacket {
+                self.dev.raw_ready.push_back(h);
+            } else {
+                self.dev.ready.push_back(h);
+            }
         }
         // Most calls leave the deadline as the heap has it.
         let deadline = q.deadline();

@@ -116,6 +116,7 @@ pub mod mr;
 pub mod output;
 pub mod qp;
 pub mod rq;
+pub mod rss;
 /// The seeded generator (crates/faults): the CM draws its IDs from it.
 pub use faults::rng;
 pub mod sched;

@@ -386,6 +386,10 @@ pub struct WorkCompletion {
     pub sl: u8,
     /// InfiniBand only; 0 on RoCE.
     pub dlid_path_bits: u8,
+    /// When the device generated the completion, on the driver's clock
+    /// (nanoseconds; [`crate::Engine::set_now`]): what
+    /// `ibv_wc_read_completion_ts` reports. 0 where no clock drives the engine.
+    pub timestamp_ns: u64,
 }
 
 impl WorkCompletion {
@@ -407,6 +411,7 @@ impl WorkCompletion {
             slid: 0,
             sl: 0,
             dlid_path_bits: 0,
+            timestamp_ns: 0,
         }
     }
 

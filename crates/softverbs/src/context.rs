@@ -56,6 +56,28 @@ impl Context {
         self.with(|e| e.info().name.clone())
     }
 
+    /// The rate of the device's clock in kHz (`hca_core_clock`): it ticks
+    /// once a nanosecond.
+    pub const CORE_CLOCK_KHZ: u64 = 1_000_000;
+
+    /// The device's clock (`ibv_query_rt_values_ex`'s raw clock): nanoseconds
+    /// since the device started, monotonic; what completion timestamps
+    /// (`WorkCompletion::timestamp_ns`) count.
+    pub fn clock_ns(&self) -> u64 {
+        self.inner.dev.driver.now()
+    }
+
+    /// The wall-clock time (nanoseconds since the Unix epoch) of device time
+    /// `ts` (`ibv_wc_read_completion_wallclock_ns`): read now from both
+    /// clocks, then back by how long ago `ts` was on the device's.
+    pub fn wallclock_ns(&self, ts: u64) -> u64 {
+        let device_now = self.clock_ns();
+        let wall_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        wall_now.saturating_sub(device_now.saturating_sub(ts))
+    }
+
     /// `ibv_query_device`.
     pub fn query_device(&self) -> DeviceAttr {
         self.with(|e| e.info().attr.clone())

@@ -11,22 +11,36 @@ use std::sync::Arc;
 use sv_io::share::{self, Slot};
 use sv_io::{AsyncEvent, Driver, DriverOptions, Nanos, Notification, Transmit};
 
+/// An RSS QP's spreading of its frames (rss.rs): the WQs' QPNs in table
+/// order, the Toeplitz key and the hashed fields.
+pub(crate) struct RssDispatch {
+    pub(crate) wqs: Vec<u32>,
+    pub(crate) key: Vec<u8>,
+    pub(crate) fields: u64,
+    pub(crate) log_size: u32,
+}
+
 /// The engine as the driver sees it.
 pub(crate) struct DeviceEngine {
     pub(crate) engine: Engine,
     mem: RawMemory,
+    /// RSS QPs by QPN, and the hash input buffer (reused).
+    pub(crate) rss: std::collections::HashMap<u32, RssDispatch>,
+    rss_scratch: Vec<u8>,
     /// Where the CM's events go (cm.rs).
     pub(crate) cm_hub: std::sync::Arc<crate::cm::Hub>,
 }
 
 impl sv_io::Engine for DeviceEngine {
     fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
+        self.engine.set_now(now);
         self.engine
             .handle_datagram(now, from, to, payload, &self.mem);
         self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
     }
 
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.engine.set_now(now);
         self.engine
             .poll_transmit(now, &self.mem, buf)
             .map(|t| Transmit {
@@ -39,7 +53,28 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.poll_timeout()
     }
 
+    fn poll_frame(&mut self, now: Nanos, buf: &mut [u8]) -> Option<(u32, usize)> {
+        self.engine.set_now(now);
+        let f = self.engine.poll_frame(&self.mem, buf)?;
+        Some((f.qpn, f.len))
+    }
+
+    fn handle_frame(&mut self, now: Nanos, qpn: u32, frame: &[u8]) {
+        self.engine.set_now(now);
+        // An RSS QP's frame goes to the WQ its hash picks (rss.rs).
+        let qpn = match self.rss.get(&qpn) {
+            Some(d) => {
+                let i =
+                    proto::rss::pick(&d.key, d.fields, d.log_size, frame, &mut self.rss_scratch);
+                d.wqs.get(i).copied().unwrap_or(qpn)
+            }
+            None => qpn,
+        };
+        self.engine.handle_frame(qpn, frame, &self.mem);
+    }
+
     fn handle_timeout(&mut self, now: Nanos) {
+        self.engine.set_now(now);
         self.engine.handle_timeout(now);
         self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
     }
@@ -104,6 +139,8 @@ impl Shared {
             let de = DeviceEngine {
                 engine,
                 mem: RawMemory,
+                rss: Default::default(),
+                rss_scratch: Vec::new(),
                 cm_hub: Default::default(),
             };
             match Driver::start(de, bind, opts.clone()) {
@@ -124,12 +161,26 @@ impl Shared {
 
     /// Runs `f` on the engine (under the engine lock).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
-        self.driver.with(|d| f(&mut d.engine))
+        // Completions an API call makes (flushes) carry the device's time too.
+        let now = self.driver.now();
+        self.driver.with(|d| {
+            d.engine.set_now(now);
+            f(&mut d.engine)
+        })
     }
 
     /// Runs `f` on the engine with the memory accessor.
     pub(crate) fn with_mem<R>(&self, f: impl FnOnce(&mut Engine, &RawMemory) -> R) -> R {
-        self.driver.with(|d| f(&mut d.engine, &d.mem))
+        let now = self.driver.now();
+        self.driver.with(|d| {
+            d.engine.set_now(now);
+            f(&mut d.engine, &d.mem)
+        })
+    }
+
+    /// Runs `f` on the driver's view of the engine (RSS dispatch tables).
+    pub(crate) fn with_device<R>(&self, f: impl FnOnce(&mut DeviceEngine) -> R) -> R {
+        self.driver.with(f)
     }
 
     /// Wakes the progress thread after new work was posted.

@@ -40,6 +40,29 @@ pub enum Error {
         /// The access flags allow writes.
         write: bool,
     },
+    /// A RAW_PACKET QP's packet socket could not be opened (`EPERM` without
+    /// `CAP_NET_RAW`, as hardware providers answer).
+    #[error("create_qp: a RAW_PACKET QP sends and receives Ethernet frames through an AF_PACKET socket, which needs CAP_NET_RAW: {source}")]
+    RawPacket {
+        /// The system's error.
+        #[source]
+        source: OsError,
+    },
+    /// `ibv_destroy_qp` while flows steer to the QP (`EBUSY`, as the kernel's
+    /// QP use count refuses it).
+    #[error("destroy_qp: {flows} flow(s) still steer to QP {qpn:#x}; destroy them first (ibv_destroy_flow)")]
+    QpHasFlows {
+        /// The QP.
+        qpn: u32,
+        /// Flows attached.
+        flows: usize,
+    },
+    /// A work queue, indirection table or RSS QP verb was refused.
+    #[error(transparent)]
+    Rss(#[from] crate::rss::RssError),
+    /// `ibv_create_flow` refused the rule (`EOPNOTSUPP` or `EINVAL`).
+    #[error("create_flow: {0}")]
+    Flow(#[from] sv_io::raw::FlowError),
 }
 
 /// An `std::io::Error`, shareable so [`Error`] stays `Clone`; two are equal
@@ -138,6 +161,14 @@ impl Error {
             Error::Post(e) => e.errno(),
             Error::Config(_) | Error::Os { .. } => Errno::EINVAL,
             Error::Unmapped { .. } => Errno::EFAULT,
+            Error::RawPacket { source } => match source.raw_os_error() {
+                Some(libc::EPERM | libc::EACCES) => Errno::EPERM,
+                _ => Errno::EINVAL,
+            },
+            Error::QpHasFlows { .. } => Errno::EBUSY,
+            Error::Rss(e) => e.errno(),
+            Error::Flow(e) if e.errno() == libc::EOPNOTSUPP => Errno::EOPNOTSUPP,
+            Error::Flow(_) => Errno::EINVAL,
         }
     }
 }

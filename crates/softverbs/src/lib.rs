@@ -87,6 +87,7 @@ mod mr;
 mod pd;
 mod qp;
 pub mod raw;
+mod rss;
 mod srq;
 mod transition;
 
@@ -100,7 +101,9 @@ pub use dm::{DeviceMemory, DmMemoryRegion};
 pub use error::{ConfigError, DestroyError, Error, OsError};
 pub use mr::{MemoryRegion, Rereg};
 pub use pd::ProtectionDomain;
-pub use qp::{AnyTransport, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
+pub use proto::rss::{fields as rx_hash_fields, pick as rss_pick, toeplitz};
+pub use qp::{AnyTransport, Flow, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
+pub use rss::{RssError, RwqIndTable, WorkQueue, WqState, MAX_HASH_KEY_LEN, MAX_LOG_IND_TBL_SIZE};
 pub use srq::SharedReceiveQueue;
 pub use transition::{
     ConnectedInit, DatagramInit, Drain, Modify, RcRtr, RcRts, Resume, SqPsnRts, ToError, ToInit,

@@ -83,6 +83,64 @@ impl<'a> QpInit<'a> {
     }
 }
 
+/// How a QP is set up besides the engine's QP.
+enum Setup {
+    Plain,
+    Hidden,
+    Rss(Arc<crate::rss::IndTableInner>, crate::device::RssDispatch),
+}
+
+/// A RAW_PACKET QP's packet socket (spec/raw-packet.md): without it (no
+/// `CAP_NET_RAW`: `EPERM`) the QP is destroyed again and creation fails. The
+/// engine learns the interface's MTU, which bounds a frame.
+fn open_raw(pd: &Arc<PdInner>, h: QpHandle, qpn: u32) -> Result<(), Error> {
+    match pd.ctx.dev.driver.open_raw(qpn) {
+        Ok(port) => {
+            let max = port.mtu + proto::datapath::ETH_HEADER_LEN + proto::datapath::VLAN_TAG_LEN;
+            pd.with(|e| e.set_raw_frame_max(max));
+            Ok(())
+        }
+        Err(source) => {
+            let _ = pd.with(|e| e.destroy_qp(h));
+            let err = Error::RawPacket {
+                source: source.into(),
+            };
+            tracing::debug!(error = %err, "create_qp refused");
+            Err(err)
+        }
+    }
+}
+
+/// A flow steering rule attached to a RAW_PACKET QP (`struct ibv_flow`):
+/// frames it matches go to the QP's receive queue. Destroyed when dropped.
+pub struct Flow {
+    qp: Arc<QpInner>,
+    id: u64,
+}
+
+impl Flow {
+    /// `ibv_destroy_flow`.
+    pub fn destroy(self) {}
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self.qp.pd.ctx.dev.driver.remove_flow(self.qp.qpn, self.id);
+        self.qp
+            .flows
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flow")
+            .field("qp_num", &self.qp.qpn)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
 /// A queue pair (`struct ibv_qp`) of transport `T`.
 pub struct QueuePair<T: Transport = AnyTransport> {
     inner: Arc<QpInner>,
@@ -99,10 +157,33 @@ struct QpInner {
     cap: QpCap,
     /// The receive ring `post_recv` writes without the engine lock.
     recv_ring: Option<Arc<proto::rq::RecvRing>>,
+    /// Flows steering to this QP (`ibv_destroy_qp` is `EBUSY` meanwhile).
+    flows: std::sync::atomic::AtomicUsize,
+    /// What kind of RAW_PACKET QP it is (none for other types).
+    raw: RawKind,
+}
+
+/// A RAW_PACKET QP with its own packet socket, a work queue's hidden QP
+/// (rss.rs: no socket), or an RSS QP (a socket, frames spread over a table).
+enum RawKind {
+    NotRaw,
+    Socket,
+    Hidden,
+    Rss(Arc<crate::rss::IndTableInner>),
 }
 
 impl Drop for QpInner {
     fn drop(&mut self) {
+        match &self.raw {
+            RawKind::Socket => self.pd.ctx.dev.driver.close_raw(self.qpn),
+            RawKind::Rss(table) => {
+                self.pd.ctx.dev.driver.close_raw(self.qpn);
+                let qpn = self.qpn;
+                self.pd.ctx.dev.with_device(|d| d.rss.remove(&qpn));
+                table.qps.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            RawKind::NotRaw | RawKind::Hidden => {}
+        }
         // The last handle is gone: detach (as closing the verbs file does), destroy.
         let (left, groups) = self.pd.with(|e| {
             let left = e.forget_mcast(self.h);
@@ -192,6 +273,48 @@ impl QpInfo {
 
 impl QueuePair<AnyTransport> {
     pub(crate) fn create(pd: Arc<PdInner>, init: &QpInit<'_>, qp_type: u32) -> Result<Self, Error> {
+        Self::create_as(pd, init, qp_type, Setup::Plain)
+    }
+
+    /// A work queue's receive-only RAW_PACKET QP, with no packet socket (rss.rs).
+    pub(crate) fn create_hidden(pd: Arc<PdInner>, init: &QpInit<'_>) -> Result<Self, Error> {
+        Self::create_as(pd, init, QpType::RawPacket.raw(), Setup::Hidden)
+    }
+
+    /// An RSS QP over `table` (rss.rs): its engine QP (on the first WQ's
+    /// CQ, never moved from RESET: it neither sends nor receives itself), its
+    /// packet socket, and the device's dispatch of its frames.
+    pub(crate) fn create_rss(
+        pd: Arc<PdInner>,
+        table: Arc<crate::rss::IndTableInner>,
+        dispatch: crate::device::RssDispatch,
+    ) -> Result<Self, Error> {
+        let cq = table.first_cq();
+        let cq = crate::cq::CompletionQueue { inner: cq };
+        let init = QpInit {
+            cap: QpCap {
+                max_send_wr: 0,
+                max_recv_wr: 0,
+                max_send_sge: 0,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            },
+            ..QpInit::new(&cq, &cq)
+        };
+        Self::create_as(
+            pd,
+            &init,
+            QpType::RawPacket.raw(),
+            Setup::Rss(table, dispatch),
+        )
+    }
+
+    fn create_as(
+        pd: Arc<PdInner>,
+        init: &QpInit<'_>,
+        qp_type: u32,
+        setup: Setup,
+    ) -> Result<Self, Error> {
         let req = QpRequest {
             qp_type,
             cap: init.cap,
@@ -212,6 +335,21 @@ impl QueuePair<AnyTransport> {
             "create_qp",
             pd.with(|e| e.create_qp(&c).map(|cr| (cr, e.recv_ring(cr.handle).ok()))),
         )?;
+        let raw = match (created.qp_type, setup) {
+            (QpType::RawPacket, Setup::Hidden) => RawKind::Hidden,
+            (QpType::RawPacket, Setup::Plain) => {
+                open_raw(&pd, created.handle, created.qpn)?;
+                RawKind::Socket
+            }
+            (QpType::RawPacket, Setup::Rss(table, dispatch)) => {
+                open_raw(&pd, created.handle, created.qpn)?;
+                let qpn = created.qpn;
+                pd.ctx.dev.with_device(|d| d.rss.insert(qpn, dispatch));
+                table.qps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                RawKind::Rss(table)
+            }
+            _ => RawKind::NotRaw,
+        };
         let inner = QpInner {
             recv_ring,
             pd,
@@ -221,6 +359,8 @@ impl QueuePair<AnyTransport> {
             qpn: created.qpn,
             qp_type: created.qp_type,
             cap: created.cap,
+            flows: Default::default(),
+            raw,
         };
         Ok(QueuePair {
             inner: Arc::new(inner),
@@ -239,6 +379,11 @@ impl QueuePair<AnyTransport> {
 }
 
 impl<T: Transport> QueuePair<T> {
+    /// The receive CQ's shared part.
+    pub(crate) fn cq_inner(&self) -> Arc<CqInner> {
+        self.inner._cqs[1].clone()
+    }
+
     pub(crate) fn retype<U: Transport>(self) -> QueuePair<U> {
         QueuePair {
             inner: self.inner,
@@ -332,8 +477,17 @@ impl<T: Transport> QueuePair<T> {
     }
 
     /// Whether [`QueuePair::destroy`] would succeed: `EBUSY` while attached
-    /// to a multicast group.
+    /// to a multicast group or while flows steer to it.
     pub fn destroyable(&self) -> Result<(), Error> {
+        let flows = self.inner.flows.load(std::sync::atomic::Ordering::SeqCst);
+        if flows > 0 {
+            let e = Error::QpHasFlows {
+                qpn: self.inner.qpn,
+                flows,
+            };
+            tracing::debug!(error = %e, "destroy_qp refused");
+            return Err(e);
+        }
         let h = self.inner.h;
         logged("destroy_qp", self.inner.pd.with(|e| e.mcast_attached(h)))
     }
@@ -346,6 +500,39 @@ impl<T: Transport> QueuePair<T> {
     /// `dgid` is `gid` and remote QPN 0xFFFFFF. See `spec/multicast.md`.
     pub fn attach_mcast(&self, gid: &proto::Gid) -> Result<(), Error> {
         self.inner.mcast(gid, true)
+    }
+
+    /// `ibv_create_flow` with the rule in its C layout (`struct
+    /// ibv_flow_attr` followed by its specs; spec/raw-packet.md §3 lists
+    /// what is offered). RAW_PACKET QPs only: a UD QP's flows (IPoIB
+    /// steering) are not offered (`EOPNOTSUPP`), other types are `EINVAL`.
+    pub fn create_flow(&self, attr: &[u8]) -> Result<Flow, Error> {
+        let q = &self.inner;
+        let refuse = |what: String, unsupported: bool| {
+            Error::Flow(if unsupported {
+                sv_io::raw::FlowError::Unsupported { what }
+            } else {
+                sv_io::raw::FlowError::Invalid { what }
+            })
+        };
+        match q.qp_type {
+            QpType::RawPacket => {}
+            QpType::Ud => {
+                return Err(refuse("flow steering to a UD QP".into(), true));
+            }
+            t => {
+                return Err(refuse(
+                    format!("flows steer to RAW_PACKET QPs, not {t:?} QPs"),
+                    false,
+                ))
+            }
+        }
+        let rule = sv_io::raw::flow::parse(attr).map_err(Error::Flow);
+        let id = rule
+            .and_then(|r| q.pd.ctx.dev.driver.add_flow(q.qpn, r).map_err(Error::Flow))
+            .inspect_err(|e| tracing::debug!(error = %e, "create_flow refused"))?;
+        q.flows.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Flow { qp: q.clone(), id })
     }
 
     /// `ibv_detach_mcast`: `EINVAL` when the QP is not attached to `gid`.

@@ -186,9 +186,9 @@ int main(void)
 	MUST(ch);
 	struct ibv_cq_init_attr_ex cqa = {.cqe = 64, .channel = ch,
 					  .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM};
-	struct ibv_cq_init_attr_ex tsa = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
+	struct ibv_cq_init_attr_ex tma = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_TM_INFO};
 	errno = 0;
-	CHECK(ibv_create_cq_ex(ctx, &tsa) == NULL && errno == EOPNOTSUPP, "timestamps refused, errno %d", errno);
+	CHECK(ibv_create_cq_ex(ctx, &tma) == NULL && errno == EOPNOTSUPP, "tag-matching info refused, errno %d", errno);
 	struct ibv_cq_ex *scq_ex = ibv_create_cq_ex(ctx, &cqa);
 	MUST(scq_ex);
 	/* A non-blocking channel fd with no event: EAGAIN at once. */

@@ -7,7 +7,7 @@ use std::process::Command;
 
 /// The directory holding `libibverbs.so.1`: `SOFTVERBS_LIBIBVERBS_DIR` (the
 /// release build `scripts/build-ibverbs.sh` makes; the test script sets it),
-/// else the library cargo built next to this test (debug).
+/// else the library cargo built for this test run (debug, `deps/`).
 pub fn lib_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("SOFTVERBS_LIBIBVERBS_DIR") {
         return PathBuf::from(d);
@@ -17,7 +17,9 @@ pub fn lib_dir() -> PathBuf {
         .parent()
         .and_then(|d| d.parent())
         .expect("target/<profile>/deps");
-    let so = target.join("libibverbs.so");
+    // deps/ holds the library cargo built for this very test run; the copy
+    // in target/<profile> is refreshed only by `cargo build` and can be stale.
+    let so = target.join("deps/libibverbs.so");
     assert!(so.exists(), "{} not built", so.display());
     let dir = target.join("libibverbs-test");
     std::fs::create_dir_all(&dir).unwrap();

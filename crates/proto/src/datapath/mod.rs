@@ -15,16 +15,26 @@
 mod gsi;
 mod mcast;
 mod post;
+mod raw;
 mod rx;
 mod tx;
 
 use crate::handle::{CqHandle, QpHandle};
+
+pub use raw::{Frame, RawCounters, DEFAULT_FRAME_MAX, ETH_HEADER_LEN, VLAN_TAG_LEN};
 
 pub use crate::output::{
     AsyncEventKind, DeviceCounters, Event, EventElement, PostOutcome, Transmit, ROCE_PORT,
 };
 
 impl crate::Engine {
+    /// The driver's clock, now (nanoseconds): the completions the engine makes
+    /// from here on carry it (`WorkCompletion::timestamp_ns`, what
+    /// `ibv_wc_read_completion_ts` reads). Never goes back.
+    pub fn set_now(&mut self, now: u64) {
+        self.dev.now = self.dev.now.max(now);
+    }
+
     /// The UDP port the driver sends from (covered by the ICRC).
     pub fn set_local_port(&mut self, port: u16) {
         self.dev.local_port = port;

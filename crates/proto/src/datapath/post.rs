@@ -49,6 +49,9 @@ impl Engine {
             ud_mtu: self.info.port.active_mtu.bytes(),
             outstanding: q.dp.sq.len() as u32,
         };
+        if ctx.qp_type == crate::types::QpType::RawPacket {
+            return self.post_raw_send(h, &ctx, wr, inline); // datapath/raw.rs
+        }
         let ahs = &self.ahs;
         let disposition = check_post_send(&ctx, wr, |ah| ahs.get(ah).map(|a| a.pd))?;
         let inline = wr

@@ -134,10 +134,10 @@ fn check_type(req: &QpRequest) -> Result<QpType, Error> {
     let t = QpType::from_raw(req.qp_type)
         .ok_or_else(|| Error::from(Unsupported::UnknownQpType { raw: req.qp_type }))?;
     match t {
-        QpType::Rc | QpType::Uc | QpType::Ud => {}
-        QpType::XrcSend | QpType::XrcRecv | QpType::RawPacket => {
-            return Err(Unsupported::QpType { qp_type: t }.into())
-        }
+        // RAW_PACKET: the driver refuses it (EPERM) without CAP_NET_RAW
+        // (spec/raw-packet.md); the engine takes it like any other type.
+        QpType::Rc | QpType::Uc | QpType::Ud | QpType::RawPacket => {}
+        QpType::XrcSend | QpType::XrcRecv => return Err(Unsupported::QpType { qp_type: t }.into()),
         QpType::Smi | QpType::Gsi => {
             return Err(Unsupported::KernelOnlyQpType { qp_type: t }.into())
         }

@@ -692,6 +692,16 @@ pub enum PostError {
         #[source]
         error: SglError,
     },
+    /// A RAW_PACKET send is one Ethernet frame (spec/raw-packet.md).
+    #[error("a RAW_PACKET send is one Ethernet frame of {min}..={max} bytes (header, payload, one VLAN tag; the interface's MTU sets the limit), the sg_list has {len}")]
+    RawFrameLength {
+        /// Bytes gathered.
+        len: u64,
+        /// An Ethernet header.
+        min: u32,
+        /// The interface's MTU + header + VLAN tag.
+        max: u32,
+    },
 }
 
 impl PostError {

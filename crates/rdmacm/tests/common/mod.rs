@@ -30,7 +30,7 @@ pub fn lib_dir() -> PathBuf {
         ("librdmacm.so", "librdmacm.so.1"),
         ("libibverbs.so", "libibverbs.so.1"),
     ] {
-        let so = target.join(so);
+        let so = freshest(&[target.join("deps").join(so), target.join(so)]);
         assert!(
             so.exists(),
             "{} not built: `cargo build -p softverbs-ibverbs -p softverbs-rdmacm` (cargo test --workspace does)",
@@ -41,6 +41,16 @@ pub fn lib_dir() -> PathBuf {
         std::os::unix::fs::symlink(&so, &link).unwrap();
     }
     dir
+}
+
+/// The newest existing file of `paths` (cargo refreshes the copy in
+/// target/<profile> only on `cargo build`; deps/ may be newer), else the first.
+fn freshest(paths: &[PathBuf]) -> PathBuf {
+    paths
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t)
+        .map_or_else(|| paths[0].clone(), |(_, p)| p.clone())
 }
 
 /// The drop-in librdmacm itself.

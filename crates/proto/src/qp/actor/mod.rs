@@ -24,6 +24,7 @@
 //! Sits on: the QP's parts (`super::{requester, completer, responder, wqe,
 //! sgl, data}`), [`crate::handle`], [`crate::output`], [`crate::mr`], wire.
 
+pub mod raw;
 mod rx;
 mod state;
 mod tx;

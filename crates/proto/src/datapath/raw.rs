@@ -1,0 +1,175 @@
+//! RAW_PACKET queue pairs on the device (spec/raw-packet.md): frames out and
+//! in, tagged with the QP they belong to. The driver owns one packet socket
+//! per RAW_PACKET QP (its flows are that socket's filter), so a frame's tag
+//! is all the routing there is: [`Engine::poll_frame`] says which QP's socket
+//! a frame leaves through, [`Engine::handle_frame`] which QP a socket's frame
+//! is for. RoCE datagrams never take this path, nor frames the other.
+
+use crate::handle::QpHandle;
+use crate::memory::Memory;
+use crate::output::PostOutcome;
+use crate::qp::actor::raw::FrameFate;
+use crate::qp::actor::PostedSend;
+use crate::types::QpType;
+use crate::wr::{
+    check_inline_len, check_post_send, Disposition, PostError, SendFlags, SendQueueCtx, SendWr,
+    WrOpcode,
+};
+use crate::Engine;
+
+/// An Ethernet header: destination and source MAC, EtherType.
+pub const ETH_HEADER_LEN: u32 = 14;
+/// One 802.1Q tag.
+pub const VLAN_TAG_LEN: u32 = 4;
+/// The default frame limit: a 1500-byte MTU, its header and one VLAN tag.
+pub const DEFAULT_FRAME_MAX: u32 = 1500 + ETH_HEADER_LEN + VLAN_TAG_LEN;
+
+/// A frame the engine wrote into the driver's buffer: `len` bytes, to leave
+/// through the packet socket of QP `qpn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// The RAW_PACKET QP whose socket sends it.
+    pub qpn: u32,
+    /// Bytes written at the start of the buffer.
+    pub len: usize,
+}
+
+/// Device counters of the raw path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawCounters {
+    /// Frames sent.
+    pub frames_sent: u64,
+    /// Frames delivered to a receive WQE.
+    pub frames_received: u64,
+    /// Frames dropped: no such RAW_PACKET QP, or not in a receiving state.
+    pub drop_not_ready: u64,
+    /// Frames dropped for want of a receive WQE.
+    pub drop_no_wqe: u64,
+}
+
+impl Engine {
+    /// The longest frame a RAW_PACKET send may build: the MTU of the
+    /// interface the driver's packet sockets are on, plus the Ethernet header
+    /// and one VLAN tag (the kernel's limit for a packet socket's send,
+    /// `net/packet/af_packet.c` `packet_snd`). Set by the driver.
+    pub fn set_raw_frame_max(&mut self, bytes: u32) {
+        self.dev.raw_frame_max = bytes.max(ETH_HEADER_LEN);
+    }
+
+    /// See [`Engine::set_raw_frame_max`].
+    pub fn raw_frame_max(&self) -> u32 {
+        self.dev.raw_frame_max
+    }
+
+    /// The raw path's counters.
+    pub fn raw_counters(&self) -> RawCounters {
+        self.dev.raw_counters
+    }
+
+    /// `ibv_post_send` on a RAW_PACKET QP: `IBV_WR_SEND` only, one frame of
+    /// [`ETH_HEADER_LEN`] to [`Engine::raw_frame_max`] bytes; `IBV_WR_TSO` is
+    /// refused with `EOPNOTSUPP` (the device reports `max_tso` 0).
+    pub(crate) fn post_raw_send(
+        &mut self,
+        h: QpHandle,
+        ctx: &SendQueueCtx,
+        wr: &SendWr<'_>,
+        inline: Option<&[u8]>,
+    ) -> Result<PostOutcome, PostError> {
+        match wr.opcode {
+            WrOpcode::Send => {}
+            WrOpcode::Tso => {
+                return Err(PostError::OpcodeNotOffered {
+                    opcode: wr.opcode,
+                    qp_type: QpType::RawPacket,
+                })
+            }
+            opcode => {
+                return Err(PostError::OpcodeForQpType {
+                    opcode,
+                    qp_type: QpType::RawPacket,
+                })
+            }
+        }
+        // The common checks of a SEND (state, flags, SGEs, inline, room),
+        // made as for a connected QP: a raw SEND reads no union member.
+        let as_uc = SendQueueCtx {
+            qp_type: QpType::Uc,
+            ..*ctx
+        };
+        let disposition = check_post_send(&as_uc, wr, |_| None)?;
+        let len = crate::wr::sg_total_len(wr.sg_list);
+        let max = self.dev.raw_frame_max;
+        if disposition != Disposition::Flushed
+            && !(u64::from(ETH_HEADER_LEN)..=u64::from(max)).contains(&len)
+        {
+            return Err(PostError::RawFrameLength {
+                len,
+                min: ETH_HEADER_LEN,
+                max,
+            });
+        }
+        let inline = if wr.flags.contains(SendFlags::INLINE) {
+            check_inline_len(len, ctx.max_inline_data)?;
+            Some(inline.unwrap_or(&[]))
+        } else {
+            None
+        };
+        let posted = PostedSend {
+            flushed: disposition == Disposition::Flushed,
+            inline,
+            ud: None,
+        };
+        self.drive_ctl(h, |q, sink| q.post_send(wr, posted, sink));
+        Ok(if posted.flushed {
+            PostOutcome::Flushed
+        } else {
+            PostOutcome::Queued
+        })
+    }
+
+    /// The next frame of a RAW_PACKET QP with sends waiting, written into
+    /// `buf` (at least [`Engine::raw_frame_max`] bytes); `None` when none has.
+    /// QPs take turns, one frame each.
+    pub fn poll_frame(&mut self, mem: &dyn Memory, buf: &mut [u8]) -> Option<Frame> {
+        while let Some(h) = self.dev.raw_ready.pop_front() {
+            let turn = self.drive(h, mem, |q, env, sink, _| {
+                q.dp.scheduled = false;
+                let qpn = q.ctl.qpn();
+                q.next_frame(env, buf, sink).map(|len| Frame { qpn, len })
+            });
+            if let Some(Some(f)) = turn {
+                self.dev.raw_counters.frames_sent += 1;
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    /// A frame arrived on the packet socket of RAW_PACKET QP `qpn` (it passed
+    /// that QP's flow filter): it fills the QP's next receive WQE. Frames for
+    /// a QP that is gone, not RAW_PACKET, or not receiving are dropped and
+    /// counted.
+    pub fn handle_frame(&mut self, qpn: u32, frame: &[u8], mem: &dyn Memory) -> bool {
+        let raw = self.qp_by_qpn(qpn).filter(|&h| {
+            self.qps
+                .get(h)
+                .is_some_and(|q| q.ctl.qp_type() == QpType::RawPacket)
+        });
+        let fate = match raw {
+            Some(h) => self.drive(h, mem, |q, env, sink, _| q.on_frame(env, frame, sink)),
+            None => None,
+        };
+        let c = &mut self.dev.raw_counters;
+        match fate.unwrap_or(FrameFate::NotReady) {
+            FrameFate::Delivered => {
+                c.frames_received += 1;
+                return true;
+            }
+            FrameFate::NotReady => c.drop_not_ready += 1,
+            FrameFate::NoWqe => c.drop_no_wqe += 1,
+            FrameFate::Failed => {}
+        }
+        false
+    }
+}
