@@ -2,7 +2,13 @@
 //!
 //! The driver owns the engine (behind a mutex shared with the API layer), the
 //! socket (owned by the progress thread alone), the doorbell, the completion
-//! channels and the async-event queue of one device. It promises:
+//! channels and the async-event queue of one device. The engine lock
+//! ([`Driver::with`]) is the way in for everything that changes the engine's
+//! objects, but not for polling: each CQ's ring is shared by the engine (its
+//! only producer, under the lock) and the pollers, who read it through
+//! `proto::cq::SharedCq` with acquire/release indices and never take this
+//! lock (`ibv_poll_cq` and `ibv_req_notify_cq` contend only with other pollers
+//! of the same CQ). It promises:
 //! - the engine lock is taken per step and never held across a system call;
 //! - datagrams to the driver's own address never touch the socket;
 //! - socket errors are logged and counted, never panics;

@@ -755,6 +755,15 @@ impl Engine {
         Ok(granted)
     }
 
+    /// The pollers' side of a CQ's ring: `ibv_poll_cq` and `ibv_req_notify_cq`
+    /// through it take neither the engine nor its lock ([`crate::cq::SharedCq`]).
+    pub fn cq_shared(&self, h: CqHandle) -> Result<std::sync::Arc<crate::cq::SharedCq>, Error> {
+        self.cqs
+            .get(h)
+            .map(|c| c.ring.shared().clone())
+            .ok_or_else(|| missing(ObjectKind::Cq, h))
+    }
+
     /// A CQ.
     pub fn cq(&self, h: CqHandle) -> Result<&Cq, Error> {
         self.cqs
@@ -782,7 +791,10 @@ impl Engine {
         };
         let entry = SrqEntry {
             srq,
-            queue: crate::qp::wqe::RecvQueue::with_depth(granted.max_wr as usize),
+            queue: crate::qp::wqe::RecvQueue::with_ring(
+                granted.max_wr as usize,
+                std::sync::Arc::new(crate::rq::RecvRing::srq(granted.max_wr, granted.max_sge)),
+            ),
             users: Users::default(),
         };
         let h = self.srqs.insert(entry).ok_or(Error::TooMany {
@@ -799,8 +811,18 @@ impl Engine {
             .srqs
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Srq, h))?;
-        s.srq.posted = s.queue.len() as u32;
-        s.srq.modify(attr, mask, &self.info.attr)
+        let dev = &self.info.attr;
+        let Some(ring) = s.queue.ring().cloned() else {
+            s.srq.posted = s.queue.len() as u32;
+            return s.srq.modify(attr, mask, dev);
+        };
+        // Under the ring's posting lock: no post between the check against
+        // the posted count and the new depth.
+        ring.resize(|queued| {
+            s.srq.posted = queued;
+            s.srq.modify(attr, mask, dev)?;
+            Ok(Some(s.srq.attr.max_wr))
+        })
     }
 
     /// `ibv_query_srq`.
@@ -1142,6 +1164,18 @@ impl Engine {
             self.dev.timers.set(h, None);
             return;
         };
+        // The state mirror the receive ring checks posts against; WQEs posted
+        // while it said otherwise are flushed or discarded now (proto::rq).
+        if q.recv_ring().set_state(q.ctl.state()) {
+            let mut sink = EngineSink {
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+                events: &mut self.dev.events,
+                qp: h,
+                now: self.dev.now,
+            };
+            q.settle_recv(&mut sink);
+        }
         if q.take_wants_tx() && !q.dp.scheduled {
             q.dp.scheduled = true;
             // RAW_PACKET QPs send frames, not datagrams (datapath/raw.rs).

@@ -26,8 +26,8 @@
 //! 5  qp::actor/{mod,rx,tx,state} one QP: on_packet, on_timeout, on_modify, post_*, next_packet
 //! 4  output                      events, transmit descriptors, device counters, PostOutcome
 //! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
-//! 2  ah, cq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
-//! 1  error, wr, wc, timers, device
+//! 2  ah, cq, rq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
+//! 1  error, wr, wc, cqe, timers, device
 //! 0  handle, types, mask, rng     (handle imports nothing from the crate)
 //! ```
 //!
@@ -53,6 +53,34 @@
 //!   sync(h): sent → back of the ready queue; deadline → timer heap
 //! ```
 //!
+//! # The path of a receive post (no engine, no engine lock)
+//!
+//! ```text
+//! RecvRing::post(wr)          (any thread; Engine::post_recv calls the same)   rq.rs
+//!   per-QP posting lock → check_post_recv against the state mirror, max_recv_sge,
+//!   queued (ring + engine queue) → queued += 1 → slot words → tail (Release)
+//!   → SeqCst fence → state mirror again: ERR/RESET → Settle (engine flushes/discards)
+//!   ERR at the check → Flush: Engine::post_recv makes the flush completion
+//! engine: RecvQueue::{pop_front, front, clear} drain the ring first    qp/wqe.rs
+//!   (tail Acquire → recycled WQEs → head Release); a WQE leaving → queued −= 1
+//!   before its completion is pushed; Engine::sync writes the state mirror
+//!   (on a change: SeqCst fence, then settle what the ring holds)
+//! ```
+//! SRQs and send WRs are still posted under the engine lock.
+//!
+//! # The path of a poll (no engine, no engine lock)
+//!
+//! ```text
+//! producer (the engine, under its lock): Sink::complete → CqRing::push   cq.rs
+//!   head (Acquire) → room? (else overrun for good) → slot words (cqe.rs) → tail (Release)
+//!   → SeqCst fence → notify armed? → disarm (CAS), completion event
+//! pollers (any thread, any number): SharedCq::poll_with            cq.rs
+//!   per-CQ consumer lock → tail (Acquire) → copy slots out → head (Release)
+//! SharedCq::req_notify: notify = max(notify, want) → SeqCst fence (no lost event)
+//! rare, with &mut Engine (the producer excluded) + the consumer lock: growth
+//! of the slot array, purge on RESET; resize only moves the capacity.
+//! ```
+//!
 //! # The path of a received datagram
 //!
 //! ```text
@@ -73,6 +101,7 @@
 pub mod ah;
 pub mod cm;
 pub mod cq;
+pub mod cqe;
 pub mod datapath;
 pub mod device;
 pub mod dm;
@@ -86,6 +115,7 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
+pub mod rq;
 pub mod rss;
 /// The seeded generator (crates/faults): the CM draws its IDs from it.
 pub use faults::rng;

@@ -114,11 +114,14 @@ impl Context {
 
     /// `ibv_create_cq` on a given completion vector.
     pub fn create_cq_on(&self, cqe: i32, comp_vector: i32) -> Result<CompletionQueue, Error> {
-        let (h, granted) = logged(
+        let (h, granted, ring) = logged(
             "create_cq",
-            self.with(|e| e.create_cq(self.inner.h, cqe, comp_vector)),
+            self.with(|e| {
+                let (h, granted) = e.create_cq(self.inner.h, cqe, comp_vector)?;
+                Ok((h, granted, e.cq_shared(h)?))
+            }),
         )?;
-        Ok(CompletionQueue::new(self.inner.clone(), h, granted))
+        Ok(CompletionQueue::new(self.inner.clone(), h, granted, ring))
     }
 
     /// How many contexts, PDs, MRs, CQs, SRQs, AHs and QPs the device holds now

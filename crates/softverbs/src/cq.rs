@@ -2,6 +2,7 @@
 
 use crate::context::CtxInner;
 use crate::error::{finish_destroy, DestroyError};
+use proto::cq::SharedCq;
 use proto::engine::CqHandle;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,6 +15,9 @@ pub struct CompletionQueue {
 pub(crate) struct CqInner {
     pub(crate) ctx: Arc<CtxInner>,
     pub(crate) h: CqHandle,
+    /// The pollers' side of the CQ's ring: `poll` and `req_notify` go
+    /// through it without the engine lock.
+    pub(crate) ring: Arc<SharedCq>,
     cqe: u32,
     destroyed: AtomicBool,
 }
@@ -27,11 +31,12 @@ impl Drop for CqInner {
 }
 
 impl CompletionQueue {
-    pub(crate) fn new(ctx: Arc<CtxInner>, h: CqHandle, cqe: u32) -> Self {
+    pub(crate) fn new(ctx: Arc<CtxInner>, h: CqHandle, cqe: u32, ring: Arc<SharedCq>) -> Self {
         CompletionQueue {
             inner: Arc::new(CqInner {
                 ctx,
                 h,
+                ring,
                 cqe,
                 destroyed: AtomicBool::new(false),
             }),
@@ -56,5 +61,86 @@ impl std::fmt::Debug for CompletionQueue {
         f.debug_struct("CompletionQueue")
             .field("cqe", &self.inner.cqe)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// `poll`, `req_notify` and `post_recv` (in INIT..RTS) never take the
+    /// engine lock: they succeed while another thread holds it (bounded by
+    /// timeouts, not timed).
+    #[test]
+    fn poll_arm_and_post_recv_do_not_take_the_engine_lock() {
+        let ctx = devices().unwrap().remove(0).open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = pd.reg_mr(64, AccessFlags(0)).unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        let qp = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
+        qp.to_init(ConnectedInit {
+            pkey_index: 0,
+            port_num: 1,
+            access: AccessFlags(0),
+        })
+        .unwrap();
+        for id in [1, 2] {
+            let sge = [mr.sge(0, 64)];
+            qp.post_recv(&RecvWr {
+                wr_id: id,
+                sg_list: &sge,
+            })
+            .unwrap();
+        }
+        // Moving to ERR flushes both receives into the CQ.
+        qp.apply(ToError).unwrap();
+        let qp2 = pd.create_rc_qp(&QpInit::new(&cq, &cq)).unwrap();
+        qp2.to_init(ConnectedInit {
+            pkey_index: 0,
+            port_num: 1,
+            access: AccessFlags(0),
+        })
+        .unwrap();
+
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let ctx = &ctx;
+            let holder = s.spawn(move || {
+                ctx.with(|_| {
+                    locked_tx.send(()).unwrap();
+                    // Bounded: released by the poller, or gives up.
+                    let _ = release_rx.recv_timeout(Duration::from_secs(20));
+                });
+            });
+            locked_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            let (done_tx, done_rx) = mpsc::channel();
+            let (cq, qp2, mr) = (&cq, &qp2, &mr);
+            s.spawn(move || {
+                let sge = [mr.sge(0, 64)];
+                qp2.post_recv(&RecvWr {
+                    wr_id: 3,
+                    sg_list: &sge,
+                })
+                .unwrap();
+                let mut out = Vec::new();
+                cq.req_notify(false).unwrap();
+                cq.poll(8, &mut out);
+                done_tx.send(out).unwrap();
+            });
+            let got = done_rx.recv_timeout(Duration::from_secs(10));
+            release_tx.send(()).unwrap();
+            holder.join().unwrap();
+            let got = got.expect("post_recv or poll_cq waited for the engine lock");
+            let ids: Vec<_> = got.iter().map(|w| (w.wr_id, w.status)).collect();
+            assert_eq!(ids, [(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]);
+        });
+        // The receive posted without the lock is on qp2's queue: ERR flushes it.
+        qp2.apply(ToError).unwrap();
+        let got = cq.wait(1, Duration::from_secs(10));
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].wr_id, got[0].status), (3, WcStatus::WrFlushErr));
     }
 }

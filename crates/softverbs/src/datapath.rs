@@ -8,6 +8,7 @@ use crate::mr::MemoryRegion;
 use crate::qp::{QueuePair, Transport};
 use crate::srq::SharedReceiveQueue;
 use crate::AddressHandle;
+use proto::rq::RingPost;
 use proto::wc::WorkCompletion;
 use proto::wr::{RecvWr, SendWr, Sge, UdTarget, WrTarget};
 use std::sync::Arc;
@@ -31,13 +32,27 @@ impl<T: Transport> QueuePair<T> {
         Ok(())
     }
 
-    /// `ibv_post_recv` for one WR.
+    /// `ibv_post_recv` for one WR: written into the QP's receive ring without
+    /// the engine lock (proto::rq); only a post in ERR (an immediate flush
+    /// completion) or one that raced a move to ERR/RESET takes the lock.
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let h = self.handle();
-        self.pd()
-            .with(|e| e.post_recv(h, wr))
-            .map_err(|e| post_err("post_recv", e))?;
-        Ok(())
+        let posted = match self.recv_ring() {
+            Some(ring) => ring.post(wr),
+            None => Ok(RingPost::Flush),
+        };
+        match posted.map_err(|e| post_err("post_recv", e))? {
+            RingPost::Queued => Ok(()),
+            RingPost::Flush | RingPost::Full => self
+                .pd()
+                .with(|e| e.post_recv(h, wr))
+                .map(drop)
+                .map_err(|e| post_err("post_recv", e)),
+            RingPost::Settle => self
+                .pd()
+                .with(|e| e.settle_recv(h))
+                .map_err(|e| post_err("post_recv", e)),
+        }
     }
 
     /// Counters of this QP (packets, retransmissions, NAKs, drops…).
@@ -57,9 +72,19 @@ impl<T: Transport> QueuePair<T> {
 }
 
 impl SharedReceiveQueue {
-    /// `ibv_post_srq_recv` for one WR.
+    /// `ibv_post_srq_recv` for one WR: written into the SRQ's ring without
+    /// the engine lock (proto::rq); only a full ring (an SRQ grown past
+    /// `proto::rq::SRQ_RING_SLOTS`) takes the lock.
     pub fn post_recv(&self, wr: &RecvWr<'_>) -> Result<(), Error> {
         let h = self.inner.h;
+        if let Some(ring) = &self.inner.ring {
+            match ring.post(wr).map_err(|e| post_err("post_srq_recv", e))? {
+                // Posted (an SRQ has no state to settle).
+                RingPost::Queued | RingPost::Settle => return Ok(()),
+                // Not posted: the engine's way.
+                RingPost::Full | RingPost::Flush => {}
+            }
+        }
         self.inner
             .pd
             .with(|e| e.post_srq_recv(h, wr))
@@ -69,14 +94,10 @@ impl SharedReceiveQueue {
 
 impl CompletionQueue {
     /// `ibv_poll_cq`: up to `max` completions, oldest first, appended to `out`;
-    /// returns how many.
+    /// returns how many. Reads the CQ's ring without the engine lock and
+    /// without a system call (proto::cq::SharedCq).
     pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let h = self.inner.h;
-        self.inner
-            .ctx
-            .dev
-            .with_no_clock(|e| e.poll_cq(h, max, out))
-            .unwrap_or(0)
+        self.inner.ring.poll(max, out)
     }
 
     /// Polls until `n` completions arrived or `timeout` passed, yielding the
@@ -95,13 +116,14 @@ impl CompletionQueue {
 
     /// `ibv_req_notify_cq`: the next (solicited-only: next solicited or
     /// unsuccessful) completion raises one event on the CQ's channel.
+    ///
+    /// Sets the ring's arm state without the engine lock; a completion added
+    /// while it arms either fires the event or is returned by the next poll
+    /// (proto::cq::SharedCq::req_notify), so "arm, poll, then wait" never
+    /// sleeps on a completion it missed.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
-        let h = self.inner.h;
-        self.inner
-            .ctx
-            .dev
-            .with(|e| e.req_notify_cq(h, solicited_only))
-            .map_err(Error::Verbs)
+        self.inner.ring.req_notify(solicited_only);
+        Ok(())
     }
 
     /// An identifier that [`CompletionChannel::get_event`] returns for this CQ.

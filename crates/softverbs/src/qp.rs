@@ -157,6 +157,8 @@ struct QpInner {
     qpn: u32,
     qp_type: QpType,
     cap: QpCap,
+    /// The receive ring `post_recv` writes without the engine lock.
+    recv_ring: Option<Arc<proto::rq::RecvRing>>,
     /// Flows steering to this QP (`ibv_destroy_qp` is `EBUSY` meanwhile).
     flows: std::sync::atomic::AtomicUsize,
     /// What kind of RAW_PACKET QP it is (none for other types).
@@ -361,7 +363,10 @@ impl QueuePair<AnyTransport> {
             req,
             sq_sig_all: init.sq_sig_all,
         };
-        let created = logged("create_qp", pd.with(|e| e.create_qp(&c)))?;
+        let (created, recv_ring) = logged(
+            "create_qp",
+            pd.with(|e| e.create_qp(&c).map(|cr| (cr, e.recv_ring(cr.handle).ok()))),
+        )?;
         let raw = match (created.qp_type, setup) {
             (QpType::RawPacket, Setup::Hidden) => RawKind::Hidden,
             (QpType::RawPacket, Setup::Plain) => {
@@ -378,6 +383,7 @@ impl QueuePair<AnyTransport> {
             _ => RawKind::NotRaw,
         };
         let inner = QpInner {
+            recv_ring,
             pd,
             _cqs: vec![init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
             _srq: init.srq.map(|s| s.inner.clone()),
@@ -410,6 +416,8 @@ impl QueuePair<AnyTransport> {
             qpn: created.qpn,
             qp_type: created.qp_type,
             cap: created.cap,
+            // An XRC_RECV QP has no receive queue of its own (its SRQs do).
+            recv_ring: None,
             flows: Default::default(),
             raw: RawKind::NotRaw,
         };
@@ -440,6 +448,11 @@ impl<T: Transport> QueuePair<T> {
             inner: self.inner,
             _transport: PhantomData,
         }
+    }
+
+    /// The receive ring (posting without the engine lock).
+    pub(crate) fn recv_ring(&self) -> Option<&Arc<proto::rq::RecvRing>> {
+        self.inner.recv_ring.as_ref()
     }
 
     pub(crate) fn handle(&self) -> QpHandle {

@@ -210,6 +210,19 @@ pub fn try_get_event(channel: &CompletionChannel) -> Option<u64> {
     channel.inner.try_get_event()
 }
 
+/// `ibv_poll_cq` straight into the caller's array: up to `max` completions,
+/// oldest first, each handed to `f` while the CQ's consumer lock is held (one
+/// contiguous batch, as a hardware provider's per-CQ lock gives). `f` must not
+/// call into the device (the engine may wait for this lock while it holds its
+/// own); copying the completion out is what it is for.
+pub fn poll_cq_into(
+    cq: &CompletionQueue,
+    max: usize,
+    f: impl FnMut(proto::wc::WorkCompletion),
+) -> usize {
+    cq.inner.ring.poll_with(max, f)
+}
+
 /// `ibv_resize_cq`: returns the capacity granted; `EINVAL` below the
 /// completions queued plus those signaled send WRs in flight will add, or
 /// above `max_cqe`.

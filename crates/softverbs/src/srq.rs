@@ -15,6 +15,8 @@ pub struct SharedReceiveQueue {
 pub(crate) struct SrqInner {
     pub(crate) pd: Arc<PdInner>,
     pub(crate) h: SrqHandle,
+    /// The ring `post_recv` writes without the engine lock.
+    pub(crate) ring: Option<Arc<proto::rq::RecvRing>>,
     destroyed: AtomicBool,
     /// What an XRC SRQ uses besides its PD (its XRC domain, its CQ): kept
     /// alive until the SRQ is gone.
@@ -40,10 +42,12 @@ impl SharedReceiveQueue {
         h: SrqHandle,
         uses: Vec<Arc<dyn std::any::Any + Send + Sync>>,
     ) -> Self {
+        let ring = pd.with(|e| e.srq_ring(h).ok());
         SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 pd,
                 h,
+                ring,
                 destroyed: AtomicBool::new(false),
                 _uses: uses,
             }),

@@ -5,10 +5,10 @@ use crate::handle::{CqHandle, QpHandle, SrqHandle};
 use crate::output::PostOutcome;
 use crate::qp::actor::PostedSend;
 use crate::qp::wqe::UdDest;
+use crate::rq::{RecvRing, RingPost};
 use crate::wc::WorkCompletion;
 use crate::wr::{
-    check_post_recv, check_post_send, check_post_srq_recv, Disposition, PostError, RecvQueueCtx,
-    RecvWr, SendFlags, SendQueueCtx, SendWr, WrTarget,
+    check_post_send, Disposition, PostError, RecvWr, SendFlags, SendQueueCtx, SendWr, WrTarget,
 };
 use crate::Engine;
 
@@ -168,19 +168,43 @@ impl Engine {
         })
     }
 
-    /// `ibv_post_recv` for one WR.
+    /// `ibv_post_recv` for one WR: the same post on the QP's receive ring
+    /// that the application side makes without the engine
+    /// ([`crate::rq::RecvRing::post`]), then what needs the engine.
     pub fn post_recv(&mut self, h: QpHandle, wr: &RecvWr<'_>) -> Result<PostOutcome, PostError> {
         let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
-        let ctx = RecvQueueCtx {
-            state: q.ctl.state(),
-            has_srq: q.srq.is_some(),
-            max_recv_wr: q.ctl.cap().max_recv_wr,
-            max_recv_sge: q.ctl.cap().max_recv_sge,
-            outstanding: q.dp.rq.len() as u32,
-        };
-        let flushed = check_post_recv(&ctx, wr)? == Disposition::Flushed;
-        self.drive_ctl(h, |q, sink| q.post_recv(wr, flushed, sink));
-        Ok(outcome(flushed))
+        match q.recv_ring().post(wr)? {
+            RingPost::Queued => Ok(PostOutcome::Queued),
+            RingPost::Flush => {
+                self.drive_ctl(h, |q, sink| q.post_recv_flushed(wr, sink));
+                Ok(PostOutcome::Flushed)
+            }
+            RingPost::Settle => {
+                self.settle_recv(h)?;
+                Ok(PostOutcome::Queued)
+            }
+            RingPost::Full => {
+                // Not for a QP's ring (as many slots as max_recv_wr); handled
+                // all the same.
+                let q = self.qps.get_mut(h).ok_or_else(|| no_qp(h))?;
+                let ring = q.recv_ring().clone();
+                ring.post_direct(wr, || q.dp.rq.push(wr))?;
+                Ok(PostOutcome::Queued)
+            }
+        }
+    }
+
+    /// After a post on the receive ring raced the QP's move to ERR or RESET
+    /// ([`RingPost::Settle`]): flushes (ERR) or discards (RESET) what the ring holds.
+    pub fn settle_recv(&mut self, h: QpHandle) -> Result<(), PostError> {
+        self.drive_ctl(h, |q, sink| q.settle_recv(sink))
+            .ok_or_else(|| no_qp(h))
+    }
+
+    /// The QP's receive ring, for posting without the engine.
+    pub fn recv_ring(&self, h: QpHandle) -> Result<std::sync::Arc<RecvRing>, PostError> {
+        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
+        Ok(q.recv_ring().clone())
     }
 
     /// `ibv_post_srq_recv` for one WR.
@@ -192,11 +216,33 @@ impl Engine {
                 kind: ObjectKind::Srq,
                 handle: h.raw(),
             })?;
-        let a = s.srq.attr;
-        check_post_srq_recv(wr, a.max_wr, a.max_sge, s.queue.len() as u32)?;
-        s.queue.push(wr);
-        debug_assert!(s.queue.len() <= a.max_wr as usize, "SRQ beyond max_wr");
+        let Some(ring) = s.queue.ring().cloned() else {
+            return Err(PostError::NoSuchObject {
+                kind: ObjectKind::Srq,
+                handle: h.raw(),
+            });
+        };
+        // The same post the application side makes without the engine; an
+        // SRQ has no state, so only a full ring comes back here.
+        if ring.post(wr)? == RingPost::Full {
+            ring.post_direct(wr, || s.queue.push(wr))?;
+        }
+        debug_assert!(
+            s.queue.len() <= s.srq.attr.max_wr as usize,
+            "SRQ beyond max_wr"
+        );
         Ok(())
+    }
+
+    /// An SRQ's receive ring, for posting without the engine.
+    pub fn srq_ring(&self, h: SrqHandle) -> Result<std::sync::Arc<RecvRing>, PostError> {
+        self.srqs
+            .get(h)
+            .and_then(|s| s.queue.ring().cloned())
+            .ok_or(PostError::NoSuchObject {
+                kind: ObjectKind::Srq,
+                handle: h.raw(),
+            })
     }
 
     /// `ibv_poll_cq`: up to `max` completions, oldest first, appended to `out`.

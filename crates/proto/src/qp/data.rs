@@ -146,10 +146,14 @@ pub struct QpData {
 impl QpData {
     /// Fresh data-path state whose queues keep up to their depth of retired
     /// WQEs for reuse (see [`super::wqe`]).
-    pub fn with_capacity(cap: crate::types::QpCap) -> QpData {
+    /// The receive queue is fed by `ring` (the QP's own, kept across RESET).
+    pub fn with_capacity(
+        cap: crate::types::QpCap,
+        ring: std::sync::Arc<crate::rq::RecvRing>,
+    ) -> QpData {
         QpData {
             sq: SendQueue::with_depth(cap.max_send_wr as usize),
-            rq: RecvQueue::with_depth(cap.max_recv_wr as usize),
+            rq: RecvQueue::with_ring(cap.max_recv_wr as usize, ring),
             ..QpData::default()
         }
     }

@@ -654,7 +654,7 @@ impl Responder {
         let op = pkt.repr.bth.opcode;
         check_payload_len(op, pkt.payload.len(), env.mtu)?;
         if op.starts_message() {
-            let wqe = rq.wqes.pop_front().ok_or(Refusal::NoWqe)?;
+            let wqe = rq.pop_front().ok_or(Refusal::NoWqe)?;
             fx.took_wqe = true;
             self.msg = InMsg::Send { wqe, offset: 0 };
         }
@@ -752,7 +752,7 @@ impl Responder {
         if op.ends_message() {
             self.msg = InMsg::Idle;
             if op.has_immediate() {
-                let wqe = rq.wqes.pop_front().ok_or(Refusal::NoWqe)?;
+                let wqe = rq.pop_front().ok_or(Refusal::NoWqe)?;
                 fx.took_wqe = true;
                 // byte_len is the RDMA length (completions.md §1), not this packet's.
                 complete_recv(env, pkt, fx, wqe.wr_id, WcOpcode::RecvRdmaWithImm, total);
@@ -803,7 +803,7 @@ impl Responder {
     /// head of the queue to be reused (qib/hfi1; rc-reliability.md §6).
     fn abandon(&mut self, rq: &mut RecvQueue) {
         if let InMsg::Send { wqe, .. } = std::mem::take(&mut self.msg) {
-            rq.wqes.push_front(wqe);
+            rq.push_front(wqe);
         }
     }
 
@@ -820,7 +820,7 @@ impl Responder {
             fx.dropped = Some(Drop::Qkey);
             return Ok(());
         }
-        let wqe = rq.wqes.front().ok_or(Refusal::NoWqe)?;
+        let wqe = rq.front().ok_or(Refusal::NoWqe)?;
         let need = 40 + pkt.payload.len() as u64;
         if need > wqe.capacity() {
             // Dropped; the WQE stays for the next message (rdmavt).
@@ -828,7 +828,7 @@ impl Responder {
         }
         let scatter = sgl::scatter(env.mrs, env.pd, env.mem, &wqe.sges, 0, pkt.grh)
             .and_then(|()| sgl::scatter(env.mrs, env.pd, env.mem, &wqe.sges, 40, pkt.payload));
-        let wqe = rq.wqes.pop_front().expect("checked above");
+        let wqe = rq.pop_front().expect("checked above");
         fx.took_wqe = true;
         let imm = pkt.repr.immdt.map(|i| ImmData::from_value(i.imm));
         let mut wc = match scatter {

@@ -8,9 +8,11 @@
 //! the most WQEs outstanding and the largest gather list / inline payload
 //! seen. Nothing is reserved up front, so an idle deep queue costs nothing.
 
+use crate::rq::RecvRing;
 use crate::types::Gid;
 use crate::wr::{ImmData, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use wire::Psn;
 
 /// Where a UD send goes, resolved from its address handle at post time.
@@ -288,14 +290,22 @@ impl SendQueue {
 }
 
 /// A receive queue (a QP's own, or an SRQ's).
+///
+/// A QP's own queue is fed by its [`RecvRing`] (posted without the engine):
+/// every look at the queue first moves what the ring holds to its back, and
+/// every WQE that leaves (or returns to) the queue is counted on the ring,
+/// which checks the depth at post time. An SRQ's queue has no ring (posted
+/// under the engine lock).
 #[derive(Debug, Default)]
 pub struct RecvQueue {
-    /// WQEs, oldest first.
-    pub wqes: VecDeque<RecvWqe>,
+    /// WQEs, oldest first (after a [`RecvQueue::drain`]).
+    wqes: VecDeque<RecvWqe>,
     /// Completed WQEs kept for reuse.
     free: Vec<RecvWqe>,
     /// At most this many are kept (the queue's depth).
     keep: usize,
+    /// The ring the application posts into (a QP's own queue).
+    ring: Option<Arc<RecvRing>>,
 }
 
 impl RecvQueue {
@@ -307,9 +317,41 @@ impl RecvQueue {
         }
     }
 
-    /// Queues a WQE for `wr` at the back: a recycled one when there is one
-    /// (no allocation).
+    /// An empty queue fed by `ring` (a QP's own receive queue).
+    pub fn with_ring(depth: usize, ring: Arc<RecvRing>) -> RecvQueue {
+        RecvQueue {
+            keep: depth,
+            ring: Some(ring),
+            ..RecvQueue::default()
+        }
+    }
+
+    /// The ring that feeds this queue, if any.
+    pub fn ring(&self) -> Option<&Arc<RecvRing>> {
+        self.ring.as_ref()
+    }
+
+    /// Moves the WQEs posted on the ring to the back of the queue.
+    pub fn drain(&mut self) {
+        let Some(ring) = &self.ring else { return };
+        let (wqes, free) = (&mut self.wqes, &mut self.free);
+        ring.drain(|wr_id, sges| {
+            let mut w = free.pop().unwrap_or_else(|| RecvWqe {
+                wr_id,
+                sges: Vec::new(),
+            });
+            w.wr_id = wr_id;
+            w.sges.clear();
+            w.sges.extend(sges);
+            wqes.push_back(w);
+        });
+    }
+
+    /// Queues a WQE for `wr` at the back, after what the ring holds: a
+    /// recycled one when there is one (no allocation). With a ring, the
+    /// count is the caller's ([`RecvRing::post_direct`]).
     pub fn push(&mut self, wr: &RecvWr<'_>) {
+        self.drain();
         let w = match self.free.pop() {
             Some(mut w) => {
                 w.fill(wr);
@@ -320,6 +362,42 @@ impl RecvQueue {
         self.wqes.push_back(w);
     }
 
+    /// Takes the oldest WQE.
+    pub fn pop_front(&mut self) -> Option<RecvWqe> {
+        self.drain();
+        let w = self.wqes.pop_front()?;
+        if let Some(ring) = &self.ring {
+            ring.taken(1);
+        }
+        Some(w)
+    }
+
+    /// Puts a WQE back at the head (an abandoned UC message's).
+    pub fn push_front(&mut self, w: RecvWqe) {
+        if let Some(ring) = &self.ring {
+            ring.returned();
+        }
+        self.wqes.push_front(w);
+    }
+
+    /// The oldest WQE.
+    pub fn front(&mut self) -> Option<&RecvWqe> {
+        self.drain();
+        self.wqes.front()
+    }
+
+    /// Drops every WQE, posted or queued, without completions (RESET).
+    pub fn clear(&mut self) {
+        self.drain();
+        let n = self.wqes.len();
+        while let Some(w) = self.wqes.pop_front() {
+            self.recycle(w);
+        }
+        if let Some(ring) = &self.ring {
+            ring.taken(n as u32);
+        }
+    }
+
     /// Keeps a completed WQE's gather list for a later post.
     pub fn recycle(&mut self, w: RecvWqe) {
         if self.free.len() < self.keep {
@@ -327,13 +405,16 @@ impl RecvQueue {
         }
     }
 
-    /// WQEs waiting.
+    /// WQEs waiting (posted on the ring included).
     pub fn len(&self) -> usize {
-        self.wqes.len()
+        match &self.ring {
+            Some(ring) => ring.queued() as usize,
+            None => self.wqes.len(),
+        }
     }
 
-    /// True when empty.
+    /// True when none waits.
     pub fn is_empty(&self) -> bool {
-        self.wqes.is_empty()
+        self.len() == 0
     }
 }

@@ -37,7 +37,7 @@ use crate::handle::{CqHandle, PdHandle, SrqHandle};
 use crate::memory::Memory;
 use crate::mr::MrTable;
 use crate::output::AsyncEventKind;
-use crate::types::{Gid, Mtu};
+use crate::types::{Gid, Mtu, QpState};
 use crate::wc::{wc_opcode_for, WcOpcode, WorkCompletion};
 use crate::wr::{RecvWr, SendWr};
 use wire::{Psn, TransportRepr};
@@ -134,7 +134,9 @@ impl Qp {
         srq: Option<SrqHandle>,
         ctl: QpControl,
     ) -> Qp {
-        let dp = QpData::with_capacity(ctl.cap());
+        let cap = ctl.cap();
+        let ring = crate::rq::RecvRing::new(cap.max_recv_wr, cap.max_recv_sge, srq.is_some());
+        let dp = QpData::with_capacity(cap, std::sync::Arc::new(ring));
         Qp {
             pd,
             send_cq: cqs.0,
@@ -200,6 +202,30 @@ impl Qp {
         self.dp.sq.wqes.iter().filter(|w| w.signaled).count()
     }
 
+    /// The ring the application posts receives into (proto::rq).
+    pub fn recv_ring(&self) -> &std::sync::Arc<crate::rq::RecvRing> {
+        self.dp
+            .rq
+            .ring()
+            .expect("a QP's own receive queue has its ring")
+    }
+
+    /// After the QP's state changed (or a post raced a change): WQEs posted on
+    /// the ring while the QP is in ERR are flushed, in RESET discarded.
+    pub fn settle_recv(&mut self, sink: &mut impl Sink) {
+        match self.ctl.state() {
+            QpState::Err => {
+                let (qpn, cq) = (self.ctl.qpn(), self.recv_cq);
+                while let Some(w) = self.dp.rq.pop_front() {
+                    sink.complete(cq, flush_wc_recv(&w, qpn), true);
+                    self.dp.rq.recycle(w);
+                }
+            }
+            QpState::Reset => self.dp.rq.clear(),
+            _ => {}
+        }
+    }
+
     /// Receive WQEs waiting on the QP's own receive queue.
     pub fn recv_queue_len(&self) -> usize {
         self.dp.rq.len()
@@ -228,19 +254,12 @@ impl Qp {
         self.wake();
     }
 
-    /// An accepted receive WR on the QP's own receive queue (`flushed`: the QP
-    /// is in ERR, it completes at once with `WR_FLUSH_ERR`).
-    pub fn post_recv(&mut self, wr: &RecvWr<'_>, flushed: bool, sink: &mut impl Sink) {
-        if flushed {
-            let wc = WorkCompletion::flush(wr.wr_id, self.ctl.qpn(), WcOpcode::Recv);
-            sink.complete(self.recv_cq, wc, true);
-            return;
-        }
-        debug_assert!(
-            self.dp.rq.len() < self.ctl.cap().max_recv_wr as usize,
-            "posting checked the receive queue depth"
-        );
-        self.dp.rq.push(wr);
+    /// A receive WR posted while the QP is in ERR: it completes at once with
+    /// `WR_FLUSH_ERR` (accepted WRs in other states go on the QP's receive
+    /// ring, [`crate::rq::RecvRing::post`], without the engine).
+    pub fn post_recv_flushed(&mut self, wr: &RecvWr<'_>, sink: &mut impl Sink) {
+        let wc = WorkCompletion::flush(wr.wr_id, self.ctl.qpn(), WcOpcode::Recv);
+        sink.complete(self.recv_cq, wc, true);
     }
 
     /// The engine should give this QP a turn to send.

@@ -99,7 +99,7 @@ impl Qp {
             },
             None => &mut self.dp.rq,
         };
-        let Some(w) = rq.wqes.pop_front() else {
+        let Some(w) = rq.pop_front() else {
             return FrameFate::NoWqe;
         };
         let status = if frame.len() as u64 > w.capacity() {

@@ -26,11 +26,14 @@ impl Qp {
             (_, QpState::Reset) => {
                 // Everything queued is discarded without completions (§6.1).
                 // The counters stay, and so does what the engine's heap holds.
+                // The receive ring stays (the application holds it), emptied.
                 let (counters, in_heap) = (self.dp.counters, self.dp.in_heap);
+                self.dp.rq.clear();
+                let ring = self.recv_ring().clone();
                 self.dp = QpData {
                     counters,
                     in_heap,
-                    ..QpData::with_capacity(self.ctl.cap())
+                    ..QpData::with_capacity(self.ctl.cap(), ring)
                 };
             }
             (QpState::Init, QpState::Rtr) => self.dp.resp.start(a.rq_psn),
@@ -96,7 +99,7 @@ impl Qp {
             let cq = self.xrc_msg_cq.unwrap_or(cq);
             sink.complete(cq, flush_wc_recv(&w, qpn), true);
         }
-        while let Some(w) = self.dp.rq.wqes.pop_front() {
+        while let Some(w) = self.dp.rq.pop_front() {
             sink.complete(cq, flush_wc_recv(&w, qpn), true);
             self.dp.rq.recycle(w);
         }
