@@ -778,7 +778,7 @@ fn destroying_a_pending_request_sends_rej_timeout_matched_by_ca_guid() {
     let Some(CmEvent::ConnectRequest { id: id_b, .. }) = b.poll_event() else {
         panic!()
     };
-    a.destroy(id_a).unwrap();
+    a.destroy(0, id_a).unwrap();
     assert!(a.is_empty());
     let Message::Rej(r) = one(pump(&mut a, gid(1), &mut b, 0)) else {
         panic!()
@@ -820,7 +820,7 @@ fn duplicate_req_after_rep_is_quiet_and_a_late_reject_reaches_the_active_side() 
         a.poll_event(),
         Some(CmEvent::ConnectResponse { .. })
     ));
-    b.destroy(id_b).unwrap();
+    b.destroy(0, id_b).unwrap();
     let Message::Rej(r) = one(pump(&mut b, gid(2), &mut a, 2)) else {
         panic!()
     };
@@ -890,4 +890,64 @@ fn comm_ids_are_unique_non_zero_and_tids_carry_them() {
     let mut b = node(1, 19);
     let other = b.connect(0, &connect_params(1, 2, 0x100, 1, &[])).unwrap();
     assert!(!seen.contains(&other));
+}
+
+/// `cm_destroy_id` on an ESTABLISHED id (spec/cm.md §5.8): one DREQ (never
+/// resent), then TimeWait, silent for the owner: a late DREQ gets its DREP,
+/// a late REQ a REJ (stale connection), the comm ID is not handed out again
+/// until TimeWait ends, and no event is reported.
+#[test]
+fn destroying_a_connected_id_sends_one_dreq_and_waits_out_timewait_silently() {
+    let (mut a, mut b, id_a, id_b) = established(31);
+    // The REQ that opened the connection, for a late retransmission: the same
+    // seed and parameters give the same comm ID and TID.
+    let req = {
+        let mut a2 = node(1, 31);
+        a2.connect(0, &connect_params(1, 2, 0x11, 0x100, b"hello"))
+            .unwrap();
+        drain(&mut a2)
+    };
+    a.destroy(100, id_a).unwrap();
+    let Message::Dreq(d) = one(drain(&mut a).iter().map(parse).collect()) else {
+        panic!()
+    };
+    assert_eq!((d.local_comm_id, d.remote_comm_id), (id_a.0, id_b.0));
+    assert_eq!(a.state(id_a), Some("TIMEWAIT"));
+    // The DREQ's retry is cancelled: nothing is resent however long we wait.
+    a.handle_timeout(100 + 2047 * MS_NS);
+    assert!(drain(&mut a).is_empty(), "the DREQ is sent once");
+    assert_eq!(a.state(id_a), Some("TIMEWAIT"));
+    // That DREQ was lost; B disconnects on its own: A in TimeWait answers.
+    b.disconnect(200, id_b, &[]).unwrap();
+    let b_dreq = drain(&mut b);
+    a.handle_mad(300, gid(2), &b_dreq[0].mad);
+    let Message::Drep(p) = one(drain(&mut a).iter().map(parse).collect()) else {
+        panic!("a late DREQ gets its DREP")
+    };
+    assert_eq!((p.local_comm_id, p.remote_comm_id), (id_a.0, id_b.0));
+    // B destroys too (DREQ_SENT: TimeWait, nothing sent); a late REQ of the
+    // connection finds it there and gets REJ stale connection.
+    b.destroy(400, id_b).unwrap();
+    assert!(drain(&mut b).is_empty());
+    b.handle_mad(500, gid(1), &req[0].mad);
+    let Message::Rej(r) = one(drain(&mut b).iter().map(parse).collect()) else {
+        panic!("a late REQ gets a REJ")
+    };
+    assert_eq!(r.reason, RejReason::StaleConnection);
+    assert!(
+        events(&mut a).is_empty() && events(&mut b).is_empty(),
+        "destroyed ids report nothing"
+    );
+    // The comm ID stays taken until TimeWait ends (2^11 ms, §4.5).
+    assert_eq!((a.len(), b.len()), (1, 1));
+    a.handle_timeout(100 + 2048 * MS_NS);
+    b.handle_timeout(400 + 2048 * MS_NS);
+    assert!(
+        a.is_empty() && b.is_empty(),
+        "TimeWait over: the comm IDs are free"
+    );
+    assert!(
+        events(&mut a).is_empty() && events(&mut b).is_empty(),
+        "no TimewaitExit for a destroyed id"
+    );
 }

@@ -36,7 +36,7 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.set_now(now);
         self.engine
             .handle_datagram(now, from, to, payload, &self.mem);
-        self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
+        self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
     }
 
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
@@ -76,7 +76,7 @@ impl sv_io::Engine for DeviceEngine {
     fn handle_timeout(&mut self, now: Nanos) {
         self.engine.set_now(now);
         self.engine.handle_timeout(now);
-        self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
+        self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
     }
 
     fn poll_notification(&mut self) -> Option<Notification> {

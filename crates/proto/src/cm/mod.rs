@@ -43,6 +43,10 @@ pub use types::*;
 pub(crate) struct Outbox {
     tx: VecDeque<Transmit>,
     events: VecDeque<CmEvent>,
+    /// Connections destroyed by the owner that wait out their TimeWait
+    /// (spec/cm.md §5.8): they still answer the peer, but their events have
+    /// nobody to go to.
+    muted: BTreeSet<u32>,
     pub counters: CmCounters,
 }
 
@@ -59,7 +63,9 @@ impl Outbox {
     }
 
     pub fn event(&mut self, e: CmEvent) {
-        self.events.push_back(e);
+        if !self.muted.contains(&e.id().0) {
+            self.events.push_back(e);
+        }
     }
 }
 
@@ -178,6 +184,7 @@ impl Cm {
             let id = self.next_id ^ self.id_xor;
             self.next_id = self.next_id.wrapping_add(1);
             let used = self.conns.contains_key(&id)
+                || self.out.muted.contains(&id)
                 || self.sidr_sent.contains_key(&id)
                 || self.sidr_rcvd.contains_key(&id);
             if id != 0 && !used {
@@ -277,10 +284,19 @@ impl Cm {
         c.disconnect(private_data, now, &mut self.out)
     }
 
-    /// Forget `id`, telling the peer as `cm_destroy_id` does (§5.8).
-    pub fn destroy(&mut self, id: ConnId) -> Result<(), CmError> {
-        if let Some(mut c) = self.conns.remove(&id.0) {
-            c.destroy(self.cfg.ca_guid, &mut self.out);
+    /// Forget `id`, telling the peer as `cm_destroy_id` does (§5.8). A
+    /// connection that enters TimeWait stays in the table, silent, until
+    /// TimeWait ends: late DREQs get their DREP, late REQs a REJ (stale
+    /// connection), and the comm ID is not handed out again meanwhile.
+    pub fn destroy(&mut self, now: u64, id: ConnId) -> Result<(), CmError> {
+        if let Some(c) = self.conns.get_mut(&id.0) {
+            if c.destroy(self.cfg.ca_guid, now, &mut self.out) == Fate::Remove {
+                self.conns.remove(&id.0);
+            } else {
+                self.out.muted.insert(id.0);
+                // Events queued before the destroy have no owner either.
+                self.out.events.retain(|e| e.id() != id);
+            }
             return Ok(());
         }
         if self.sidr_sent.remove(&id.0).is_some() {
@@ -370,6 +386,8 @@ impl Cm {
         let out = &mut self.out;
         self.conns
             .retain(|_, c| c.on_timeout(now, out) == Fate::Keep);
+        let conns = &self.conns;
+        out.muted.retain(|id| conns.contains_key(id));
         self.sidr_sent
             .retain(|_, s| s.on_timeout(now, out) == Fate::Keep);
     }

@@ -121,7 +121,7 @@ impl Hub {
     }
 
     /// Moves every event the CM has to its channel (called under the engine lock).
-    pub(crate) fn drain(&self, cm: &mut Cm) {
+    pub(crate) fn drain(&self, now: u64, cm: &mut Cm) {
         while let Some(e) = cm.poll_event() {
             let (route, new_conn) = match &e {
                 CmEvent::ConnectRequest { id, listen, .. }
@@ -152,7 +152,7 @@ impl Hub {
                 (None, Some(id)) => {
                     // The listener is gone: refuse, as the kernel does for a
                     // destroyed listen ID.
-                    let _ = cm.destroy(id);
+                    let _ = cm.destroy(now, id);
                 }
                 (None, None) => {
                     if let CmEvent::TimewaitExit { .. } = e {
@@ -172,7 +172,7 @@ impl Shared {
         let now = self.driver.now();
         let r = self.driver.with(|d| {
             let r = f(&mut d.engine, now);
-            d.cm_hub.drain(d.engine.cm_mut());
+            d.cm_hub.drain(now, d.engine.cm_mut());
             r
         });
         self.driver.doorbell();

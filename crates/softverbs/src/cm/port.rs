@@ -113,7 +113,7 @@ impl CmPort {
     /// `rdma_destroy_id`: forgets `id`, telling the peer as `cm_destroy_id` does.
     pub fn destroy(&self, id: ConnId) -> Result<(), CmError> {
         self.hub.unset(Route::Conn(id.0));
-        self.dev.cm(|e, _| e.cm_mut().destroy(id))?;
+        self.dev.cm(|e, now| e.cm_mut().destroy(now, id))?;
         Ok(())
     }
 
