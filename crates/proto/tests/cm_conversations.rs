@@ -951,3 +951,117 @@ fn destroying_a_connected_id_sends_one_dreq_and_waits_out_timewait_silently() {
         "no TimewaitExit for a destroyed id"
     );
 }
+
+/// Two processes share address 1 (slots 0 and 5, spec/cm.md §8): every MAD
+/// for the address is routed only by `cm::steer` and a service registry, as
+/// io's forwarding does, and each reaches the CM that owns its comm ID.
+#[test]
+fn a_shared_address_steers_each_mad_to_the_slot_of_its_comm_id() {
+    use proto::cm::{comm_id_slot, steer, Cm, CmConfig, Steer};
+    let same_device = |seed| Cm::new(CmConfig::rdma_cm(gid(1), guid(1), seed));
+    // procs[0] holds slot 0, procs[1] slot 5; both are address 1.
+    let mut procs = [same_device(40), same_device(41)];
+    let slots = [0u8, 5];
+    procs[1].set_slot(5).unwrap();
+    let mut b = node(2, 42);
+    // The registry: the service ID slot 5 listens on (io: the abstract name).
+    procs[1].listen(service()).unwrap();
+    let registry = |sid: u64| (sid == service()).then_some(1usize);
+    // What io does with a MAD that arrived for address 1 (in any process).
+    let route = |mad: &[u8]| match steer(mad) {
+        Steer::Slot(s) => slots.iter().position(|&x| x == s).expect("a held slot"),
+        Steer::Service(sid) => registry(sid).unwrap_or(0),
+        Steer::Here => 0,
+    };
+    let to_addr1 = |b: &mut Cm, procs: &mut [Cm; 2], now| {
+        let mut kinds = Vec::new();
+        for t in drain(b) {
+            let p = route(&t.mad);
+            kinds.push((parse(&t).name(), p));
+            procs[p].handle_mad(now, gid(2), &t.mad);
+        }
+        kinds
+    };
+    // B connects to the listener in slot 5: REQ by service, RTU by comm ID.
+    let id_b = b.connect(0, &connect_params(2, 1, 0x22, 1, &[])).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 0), vec![("REQ", 1)]);
+    let Some(CmEvent::ConnectRequest { id: id_p, .. }) = procs[1].poll_event() else {
+        panic!("the listener's process got the REQ")
+    };
+    assert_eq!(comm_id_slot(id_p.0), 5);
+    procs[1]
+        .accept(0, id_p, &accept_params(0x0a_0011, 1, &[]))
+        .unwrap();
+    pump(&mut procs[1], gid(1), &mut b, 0);
+    assert!(matches!(
+        b.poll_event(),
+        Some(CmEvent::ConnectResponse { .. })
+    ));
+    b.ready_to_use(id_b, &[]).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 0), vec![("RTU", 1)]);
+    assert_eq!(
+        events(&mut procs[1]),
+        vec![CmEvent::Established { id: id_p }]
+    );
+    b.disconnect(1, id_b, &[]).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 1), vec![("DREQ", 1)]);
+    assert_eq!(
+        events(&mut procs[1]),
+        vec![CmEvent::Disconnected {
+            id: id_p,
+            timed_out: false
+        }]
+    );
+    // Slot 5 connects out: B's REP (and later its DREP) find slot 5, not 0.
+    let id_out = procs[1]
+        .connect(2, &connect_params(1, 2, 0x0a_0012, 1, &[]))
+        .unwrap();
+    assert_eq!(comm_id_slot(id_out.0), 5);
+    b.listen(service()).unwrap();
+    events(&mut b);
+    pump(&mut procs[1], gid(1), &mut b, 2);
+    let Some(CmEvent::ConnectRequest { id: id_in, .. }) = b.poll_event() else {
+        panic!()
+    };
+    b.accept(2, id_in, &accept_params(0x33, 1, &[])).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 2), vec![("REP", 1)]);
+    assert!(matches!(
+        procs[1].poll_event(),
+        Some(CmEvent::ConnectResponse { id, .. }) if id == id_out
+    ));
+    // A SIDR_REP finds the slot of its request ID.
+    b.listen(cma::service_id(cma::PortSpace::Udp, PORT))
+        .unwrap();
+    let sidr = procs[1]
+        .sidr_request(3, gid(2), cma::service_id(cma::PortSpace::Udp, PORT), &[])
+        .unwrap();
+    pump(&mut procs[1], gid(1), &mut b, 3);
+    let Some(CmEvent::SidrRequest { id: sid_b, .. }) = b.poll_event() else {
+        panic!()
+    };
+    b.sidr_reply(sid_b, SidrStatus::Success, Qpn::from_masked(0x44), 7, &[])
+        .unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 3), vec![("SIDR_REP", 1)]);
+    assert!(matches!(
+        procs[1].poll_event(),
+        Some(CmEvent::SidrResolved { id, .. }) if id == sidr
+    ));
+    // A REQ for a service nobody on the address listens on: slot 0 refuses.
+    let mut unlisted = connect_params(2, 1, 0x55, 1, &[]);
+    unlisted.service_id = cma::service_id(cma::PortSpace::Tcp, PORT + 1);
+    let id_u = b.connect(4, &unlisted).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 4), vec![("REQ", 0)]);
+    let Message::Rej(r) = one(pump(&mut procs[0], gid(1), &mut b, 4)) else {
+        panic!()
+    };
+    assert_eq!(
+        (r.reason, r.remote_comm_id),
+        (RejReason::InvalidServiceId, id_u.0)
+    );
+    // Slot 0's own IDs keep the top bits clear; slots stop at 127.
+    let id0 = procs[0]
+        .connect(5, &connect_params(1, 2, 0x66, 1, &[]))
+        .unwrap();
+    assert_eq!(comm_id_slot(id0.0), 0);
+    assert!(procs[0].set_slot(128).is_err());
+}
