@@ -179,6 +179,19 @@ impl Shared {
         r
     }
 
+    /// Registers this process as the listener of `service_id` on its
+    /// (possibly shared) address (`sv_io::share::Slot::register_service`).
+    pub(crate) fn register_service(&self, service_id: u64) -> Result<(), super::CmError> {
+        self.slot.register_service(service_id).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                // Another process of the address listens on it (EADDRINUSE).
+                super::CmError::Cm(proto::cm::CmError::AlreadyListening(service_id))
+            } else {
+                super::CmError::Os(e.kind())
+            }
+        })
+    }
+
     pub(crate) fn hub(&self) -> Arc<Hub> {
         self.driver.with(|d| d.cm_hub.clone())
     }
