@@ -120,7 +120,8 @@ fn check_view(out: &Output, uid: u32) {
     assert_eq!(value(out, "gid0"), GID0);
     assert_eq!(value(out, "type0"), "RoCE v2");
     assert_eq!(value(out, "ndev0"), "lo");
-    assert_eq!(value(out, "rate"), "100 Gb/sec (4X EDR)");
+    // lo has no link speed: counted as 1000 Mb/s, as the kernel does for RoCE.
+    assert_eq!(value(out, "rate"), "2.5 Gb/sec (1X SDR)");
     assert_eq!(value(out, "state"), "4: ACTIVE");
     assert_eq!(value(out, "link"), "Ethernet");
     assert_eq!(value(out, "numa"), "-1");
@@ -211,6 +212,7 @@ fn sysfs_agrees_with_the_verbs() {
     let script = format!(
         "echo guid=$(cat {DEV}/node_guid)
          echo fw=$(cat {DEV}/fw_ver)
+         echo rate=$(cat {DEV}/ports/1/rate)
          ibv_devinfo -v"
     );
     let out = exec_sh(&lib, &[], &[], &script);
@@ -225,6 +227,11 @@ fn sysfs_agrees_with_the_verbs() {
     };
     assert_eq!(field("node_guid:"), value(&out, "guid"));
     assert_eq!(field("fw_ver:"), value(&out, "fw"));
+    // The port's width and speed are its link's (lo: unknown, 1000 Mb/s,
+    // 1X SDR), the same in the verbs and in sysfs.
+    assert_eq!(field("active_width:"), "1X (1)");
+    assert_eq!(field("active_speed:"), "2.5 Gbps (1)");
+    assert_eq!(value(&out, "rate"), "2.5 Gb/sec (1X SDR)");
     // ibv_devinfo -v prints "GID[  0]:  ::ffff:127.0.9.1, RoCE v2" (IPv4-mapped form).
     let gid_line = field("GID[  0]:");
     assert!(

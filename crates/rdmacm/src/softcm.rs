@@ -268,18 +268,20 @@ fn rd_atomic_limits(verb: &str, ctx: *mut ibv_context) -> Result<RdAtomic, c_int
 /// What `rdma_connect` (`base`: the device's limits) or `rdma_accept`
 /// (`base`: the REQ's values cut to the limits) settles, rdma-core
 /// `ucma_valid_param` and `rdma_connect`/`rdma_accept`: 0xff takes `base`;
-/// another value above the device's limit is EINVAL.
+/// another value above the device's limit is EINVAL in the TCP port space
+/// (`checked`; rdma-core checks no other).
 fn settle_rd_atomic(
     verb: &str,
     param: Option<&rdma_conn_param>,
     max: RdAtomic,
     base: RdAtomic,
+    checked: bool,
 ) -> Result<RdAtomic, c_int> {
     let Some(p) = param else { return Ok(base) };
     let pick = |asked: u8, limit: u8, base: u8, what: &str| {
         if asked == RDMA_MAX_RD_ATOMIC {
             Ok(base)
-        } else if asked > limit {
+        } else if checked && asked > limit {
             Err(refuse(
                 verb,
                 libc::EINVAL,
@@ -651,7 +653,7 @@ impl Cm for SoftCm {
         let (c, srq) = unsafe { (&*b.c(), !(*b.c()).srq.is_null()) };
         let connect_data = b.lock().connect_data.clone();
         let max = rd_atomic_limits(VERB, ctx)?;
-        let rd = settle_rd_atomic(VERB, param, max, max)?;
+        let rd = settle_rd_atomic(VERB, param, max, max, b.ps() == RDMA_PS_TCP)?;
         let data = match param {
             Some(p) => bytes(p.private_data, p.private_data_len).to_vec(),
             None => connect_data,
@@ -782,7 +784,7 @@ impl Cm for SoftCm {
             responder_resources: c.req_rr.min(max.responder_resources),
             initiator_depth: c.req_id.min(max.initiator_depth),
         };
-        let rd = settle_rd_atomic(VERB, param, max, req)?;
+        let rd = settle_rd_atomic(VERB, param, max, req, b.ps() == RDMA_PS_TCP)?;
         let a = sv::SoftverbsCmAccept {
             // SAFETY: the id's QP.
             qp_num: if qp.is_null() {

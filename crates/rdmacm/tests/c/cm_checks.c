@@ -201,7 +201,9 @@ static void resolution(struct rdma_event_channel *ch, struct ibv_context *dev, c
 	CHECK(p->dgid.raw[10] == 0xff && p->dgid.raw[12] == 127 && p->dgid.raw[15] == 1, "path dgid ::ffff:127.0.0.1");
 	CHECK(p->pkey == htons(0xffff) && p->reversible == 1 && p->hop_limit == 64, "pkey, reversible, hop limit");
 	CHECK(p->mtu == pa.active_mtu && p->mtu_selector == 1, "path MTU is the port's (%d vs %d)", p->mtu, pa.active_mtu);
-	CHECK(pa.active_width == 2 && pa.active_speed == 32 ? p->rate == IBV_RATE_100_GBPS : p->rate != 0,
+	CHECK(pa.active_width == 2 && pa.active_speed == 32   ? p->rate == IBV_RATE_100_GBPS
+	      : pa.active_width == 1 && pa.active_speed == 1 ? p->rate == IBV_RATE_2_5_GBPS
+							     : p->rate != 0,
 	      "the rate of the port (width %d, speed %d): %d", pa.active_width, pa.active_speed, p->rate);
 	CHECK(p->packet_life_time == 18 && p->traffic_class == 0 && p->slid == 0 && p->dlid == 0, "RoCE defaults");
 	uint32_t fl = (ntohs(rdma_get_src_port(id)) * 31 + 7471) & 0xfffff;
