@@ -307,22 +307,38 @@ impl<E: Engine> Progress<E> {
     /// Shared address: a datagram for another process's slot goes to that
     /// process's inbox (counted; dropped if nobody holds the slot). `true`: it
     /// was not ours.
+    /// A CM MAD goes by the comm ID or service ID it names (spec/cm.md §8); one
+    /// nobody else takes is ours (our CM answers it: REJ, DREP).
     fn forward(&mut self, r: &sys::Received, bytes: &[u8]) -> bool {
         let Some((slot, _)) = &self.share else {
             return false;
         };
-        let (Some(dest), Some(from)) = (share::slot_of(bytes), r.from) else {
+        let Some(from) = r.from else {
             return false;
         };
-        if dest == slot.index() || r.truncated {
+        if r.truncated {
             return false;
         }
+        let gsi = bytes.get(5..8) == Some(&[0, 0, 1]);
         let c = &self.shared.counters;
-        match slot.forward(dest, from, bytes) {
+        let (sent, dest) = match share::target(slot.index(), bytes) {
+            share::Target::Ours => return false,
+            share::Target::Service(sid) if slot.serves(sid) => return false,
+            share::Target::Service(sid) => match slot.forward_to_service(sid, from, bytes) {
+                Ok(()) => (Ok(()), None),
+                // Nobody listens on it: our CM refuses (REJ invalid service ID).
+                Err(_) => return false,
+            },
+            share::Target::Slot(dest) => (slot.forward(dest, from, bytes), Some(dest)),
+        };
+        match sent {
             Ok(()) => Counters::add(&c.forwarded, 1),
+            // A MAD for a comm ID whose process is gone: ours answers as the
+            // kernel does for an unknown ID (DREP to a DREQ, else a drop).
+            Err(_) if gsi => return false,
             Err(e) => {
                 Counters::add(&c.forward_drops, 1);
-                tracing::debug!(local = %self.local, slot = dest, error = %e,
+                tracing::debug!(local = %self.local, slot = ?dest, error = %e,
                     "datagram for a slot no process holds (or a full inbox); dropped");
             }
         }
@@ -336,9 +352,20 @@ impl<E: Engine> Progress<E> {
             return false;
         };
         let mut work = false;
+        let mut inbox_empty = false;
         for _ in 0..self.batch {
-            let (from, len) = match slot.receive(&mut buf) {
+            // The inbox first, then the CM listener registry's sockets.
+            let got = if inbox_empty {
+                slot.receive_service(&mut buf)
+            } else {
+                slot.receive(&mut buf)
+            };
+            let (from, len) = match got {
                 Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !inbox_empty => {
+                    inbox_empty = true;
+                    continue;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     Counters::add(&self.shared.counters.recv_errors, 1);
@@ -418,7 +445,11 @@ impl<E: Engine> Progress<E> {
         to == self.local
             && match &self.share {
                 None => true,
-                Some((slot, _)) => share::slot_of(bytes).is_none_or(|s| s == slot.index()),
+                Some((slot, _)) => match share::target(slot.index(), bytes) {
+                    share::Target::Ours => true,
+                    share::Target::Service(sid) => slot.serves(sid),
+                    share::Target::Slot(_) => false,
+                },
             }
     }
 
@@ -723,6 +754,9 @@ impl<E: Engine> Progress<E> {
         ]);
         let groups = self.groups.iter();
         fds.extend(groups.map(|(_, s)| sys::pollfd(s.as_raw_fd(), libc::POLLIN)));
+        if let Some((slot, _)) = &self.share {
+            slot.service_fds(&mut fds);
+        }
         self.raw.pollfds(&mut fds);
         Counters::add(&self.shared.counters.sleeps, 1);
         if let Err(e) = sys::poll(&mut fds, Some(timeout)) {

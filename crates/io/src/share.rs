@@ -40,6 +40,7 @@
 //! of different users cannot share an address (the bind fails, in words).
 
 use crate::sys;
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -78,6 +79,46 @@ pub fn slot_of_qpn(qpn: u32) -> u8 {
 /// The slot of a datagram's BTH destination QP (bytes 5..8), if it has a BTH.
 pub(crate) fn slot_of(datagram: &[u8]) -> Option<u8> {
     datagram.get(5).map(|b| b >> (8 - SLOT_BITS))
+}
+
+/// Where a datagram for the address goes (spec/shared-address.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// This process.
+    Ours,
+    /// The process holding this slot.
+    Slot(u8),
+    /// The process registered for this CM service ID, if any (else ours).
+    Service(u64),
+}
+
+/// BTH + DETH before the MAD of a datagram to QP1.
+const GSI_MAD_OFFSET: usize = 12 + 8;
+
+/// Where `datagram` (a UDP payload) must go, seen from `own` slot: data by
+/// the slot of its destination QP; a CM MAD to QP1 (which every process
+/// serves: QPN 1 is in no process's range) by the comm ID or service ID it
+/// names (`wire::cm::steer`, spec/cm.md §8).
+pub(crate) fn target(own: u8, datagram: &[u8]) -> Target {
+    let by_slot = |s: u8| {
+        if s == own {
+            Target::Ours
+        } else {
+            Target::Slot(s)
+        }
+    };
+    if datagram.get(5..8) != Some(&[0, 0, 1]) {
+        return slot_of(datagram).map_or(Target::Ours, by_slot);
+    }
+    let Some(mad) = datagram.get(GSI_MAD_OFFSET..) else {
+        return Target::Ours;
+    };
+    let mad = &mad[..mad.len().min(wire::mad::MAD_LEN)];
+    match wire::cm::steer::steer(mad) {
+        wire::cm::steer::Steer::Slot(s) => by_slot(s),
+        wire::cm::steer::Steer::Service(sid) => Target::Service(sid),
+        wire::cm::steer::Steer::Here => Target::Ours,
+    }
 }
 
 /// The steering program: socket index = slot of the destination QP.
@@ -168,6 +209,9 @@ pub struct Slot {
     inbox: UnixDatagram,
     /// Held from the claim until the UDP socket joined the group ([`Slot::joined`]).
     lock: Mutex<Option<UnixListener>>,
+    /// The listener registry: for each CM service ID this process listens on,
+    /// the socket bound to its abstract name (a second inbox, [`Slot::register_service`]).
+    services: Mutex<BTreeMap<u64, UnixDatagram>>,
 }
 
 fn name(ip: IpAddr, what: &str) -> io::Result<UnixAddr> {
@@ -202,6 +246,7 @@ impl Slot {
                         ip,
                         inbox: sock,
                         lock: Mutex::new(Some(lock)),
+                        services: Mutex::new(BTreeMap::new()),
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
@@ -221,6 +266,73 @@ impl Slot {
         self.index
     }
 
+    /// Registers this process as the listener of CM `service_id` on the
+    /// address: binds `softverbs/4791/<address>/cm/<service id>` (atomic, one
+    /// holder per namespace, freed at exit), so the process that receives a
+    /// REQ or SIDR_REQ for it forwards it here. `AddrInUse` when another
+    /// process of the address listens on it (Linux: `ib_cm_listen` -EBUSY).
+    pub fn register_service(&self, service_id: u64) -> io::Result<()> {
+        let mut services = self.services();
+        if services.contains_key(&service_id) {
+            return Ok(());
+        }
+        let sock = UnixDatagram::bind_addr(&service_name(self.ip, service_id)?)?;
+        sock.set_nonblocking(true)?;
+        sys::setsockopt_int(sock.as_fd(), libc::SOL_SOCKET, libc::SO_PASSCRED, 1)?;
+        services.insert(service_id, sock);
+        Ok(())
+    }
+
+    /// Gives up the registration of `service_id` (its name is freed).
+    pub fn unregister_service(&self, service_id: u64) {
+        self.services().remove(&service_id);
+    }
+
+    fn services(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, UnixDatagram>> {
+        self.services
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether this process listens on `service_id`.
+    pub(crate) fn serves(&self, service_id: u64) -> bool {
+        self.services().contains_key(&service_id)
+    }
+
+    /// The registry sockets' descriptors (the progress thread polls them).
+    pub(crate) fn service_fds(&self, out: &mut Vec<libc::pollfd>) {
+        out.extend(
+            self.services()
+                .values()
+                .map(|s| sys::pollfd(s.as_raw_fd(), libc::POLLIN)),
+        );
+    }
+
+    /// Forwards a REQ/SIDR_REQ from `from` to the process registered for
+    /// `service_id`; an error (`ConnectionRefused`/`NotFound`) when nobody is.
+    pub(crate) fn forward_to_service(
+        &self,
+        service_id: u64,
+        from: SocketAddr,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        let to = service_name(self.ip, service_id)?;
+        self.send_forward(&to, from, bytes)
+    }
+
+    /// Reads one datagram forwarded to any of our registry sockets, like
+    /// [`Slot::receive`] (same header, same uid check).
+    pub(crate) fn receive_service(&self, buf: &mut [u8]) -> io::Result<(SocketAddr, usize)> {
+        let services = self.services();
+        for sock in services.values() {
+            match receive_on(sock, buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return other,
+            }
+        }
+        Err(io::Error::from(io::ErrorKind::WouldBlock))
+    }
+
     /// The UDP socket joined the group: the next process may claim.
     pub(crate) fn joined(&self) {
         let mut lock = self
@@ -237,6 +349,11 @@ impl Slot {
 
     /// Forwards a datagram from `from` to the process holding `slot`.
     pub(crate) fn forward(&self, slot: u8, from: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        let to = name(self.ip, &slot.to_string())?;
+        self.send_forward(&to, from, bytes)
+    }
+
+    fn send_forward(&self, to: &UnixAddr, from: SocketAddr, bytes: &[u8]) -> io::Result<()> {
         let mut msg = Vec::with_capacity(HEADER + bytes.len());
         let (family, addr) = match from.ip() {
             IpAddr::V4(v4) => (4u8, v4.to_ipv6_mapped()),
@@ -246,13 +363,12 @@ impl Slot {
         msg.extend_from_slice(&from.port().to_be_bytes());
         msg.extend_from_slice(&addr.octets());
         msg.extend_from_slice(bytes);
-        let to = name(self.ip, &slot.to_string())?;
         // A unix datagram queue holds only net.unix.max_dgram_qlen (10 by
         // default) datagrams: when the owner is behind, give it a moment to
         // drain (bounded in tries and time) before dropping (RC retransmits).
         let start = Instant::now();
         for _ in 0..FORWARD_TRIES {
-            match self.inbox.send_to_addr(&msg, &to) {
+            match self.inbox.send_to_addr(&msg, to) {
                 Err(e)
                     if e.kind() == io::ErrorKind::WouldBlock && start.elapsed() < FORWARD_WAIT =>
                 {
@@ -270,7 +386,24 @@ impl Slot {
     /// reuseport group, which needs one effective uid): a datagram from any
     /// other sender is refused (`PermissionDenied`), never delivered.
     pub(crate) fn receive(&self, buf: &mut [u8]) -> io::Result<(SocketAddr, usize)> {
-        let (n, uid) = sys::recv_with_uid(self.inbox.as_fd(), buf)?;
+        receive_on(&self.inbox, buf)
+    }
+
+    /// Bytes a forwarded datagram of `max` bytes needs in the receive buffer.
+    pub(crate) fn buffer_len(max: usize) -> usize {
+        max + HEADER
+    }
+}
+
+/// The registry name of CM service `service_id` on `ip`.
+fn service_name(ip: IpAddr, service_id: u64) -> io::Result<UnixAddr> {
+    name(ip, &format!("cm/{service_id:016x}"))
+}
+
+/// Reads one forward from `sock` (see [`Slot::receive`]).
+fn receive_on(sock: &UnixDatagram, buf: &mut [u8]) -> io::Result<(SocketAddr, usize)> {
+    {
+        let (n, uid) = sys::recv_with_uid(sock.as_fd(), buf)?;
         if uid != Some(sys::euid()) {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
@@ -290,11 +423,6 @@ impl Slot {
         };
         buf.copy_within(HEADER..n, 0);
         Ok((SocketAddr::new(ip, port), n - HEADER))
-    }
-
-    /// Bytes a forwarded datagram of `max` bytes needs in the receive buffer.
-    pub(crate) fn buffer_len(max: usize) -> usize {
-        max + HEADER
     }
 }
 
@@ -490,5 +618,65 @@ mod tests {
             .unwrap();
         let (_, len) = a.receive(&mut buf).unwrap();
         assert_eq!(&buf[..len], b"ours");
+    }
+
+    /// The CM listener registry: one process per service ID of an address,
+    /// REQs forwarded to it, the name freed when it stops listening.
+    #[test]
+    fn one_listener_per_service_and_requests_reach_it() {
+        let ip: IpAddr = "127.0.77.4".parse().unwrap();
+        let a = Slot::claim(ip).unwrap();
+        a.joined();
+        let b = Slot::claim(ip).unwrap();
+        b.joined();
+        b.register_service(0x0106_0000_0000_1c6f).unwrap();
+        let e = a.register_service(0x0106_0000_0000_1c6f).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        assert!(b.serves(0x0106_0000_0000_1c6f) && !a.serves(0x0106_0000_0000_1c6f));
+        let from: SocketAddr = "127.9.8.7:4791".parse().unwrap();
+        a.forward_to_service(0x0106_0000_0000_1c6f, from, b"req")
+            .unwrap();
+        let mut buf = vec![0u8; Slot::buffer_len(64)];
+        let (got, len) = b.receive_service(&mut buf).unwrap();
+        assert_eq!((got, &buf[..len]), (from, &b"req"[..]));
+        assert!(a
+            .forward_to_service(0x0106_0000_0000_0001, from, b"x")
+            .is_err());
+        b.unregister_service(0x0106_0000_0000_1c6f);
+        a.register_service(0x0106_0000_0000_1c6f).unwrap();
+    }
+
+    /// Data goes by the slot of its destination QP; a MAD to QP1 by the comm
+    /// ID it names (top 7 bits) or, for a REQ, by its service ID.
+    #[test]
+    fn cm_mads_go_by_comm_id_slot_or_service() {
+        use wire::cm::{rtu, Message, Repr};
+        let mut data = [0u8; 12];
+        data[5..8].copy_from_slice(&qpn_range(3).0.to_be_bytes()[1..]);
+        assert_eq!(target(3, &data), Target::Ours);
+        assert_eq!(target(0, &data), Target::Slot(3));
+        let rtu_to = |comm_id: u32| {
+            let mut d = vec![0u8; GSI_MAD_OFFSET + wire::mad::MAD_LEN + 4];
+            d[5..8].copy_from_slice(&[0, 0, 1]);
+            let r = Repr {
+                tid: 1,
+                attr_mod: 0,
+                message: Message::Rtu(rtu::Repr {
+                    local_comm_id: 9,
+                    remote_comm_id: comm_id,
+                    private_data: [0; rtu::PRIVATE_DATA_LEN],
+                }),
+            };
+            r.emit(&mut d[GSI_MAD_OFFSET..][..wire::mad::MAD_LEN])
+                .unwrap();
+            d
+        };
+        assert_eq!(target(0, &rtu_to(5 << 25 | 77)), Target::Slot(5));
+        assert_eq!(target(5, &rtu_to(5 << 25 | 77)), Target::Ours);
+        assert_eq!(target(5, &rtu_to(77)), Target::Slot(0));
+        // Not a MAD: the receiver's CM counts and drops it.
+        let mut junk = vec![0u8; 40];
+        junk[5..8].copy_from_slice(&[0, 0, 1]);
+        assert_eq!(target(4, &junk), Target::Ours);
     }
 }

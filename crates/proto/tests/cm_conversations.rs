@@ -778,7 +778,7 @@ fn destroying_a_pending_request_sends_rej_timeout_matched_by_ca_guid() {
     let Some(CmEvent::ConnectRequest { id: id_b, .. }) = b.poll_event() else {
         panic!()
     };
-    a.destroy(id_a).unwrap();
+    a.destroy(0, id_a).unwrap();
     assert!(a.is_empty());
     let Message::Rej(r) = one(pump(&mut a, gid(1), &mut b, 0)) else {
         panic!()
@@ -820,7 +820,7 @@ fn duplicate_req_after_rep_is_quiet_and_a_late_reject_reaches_the_active_side() 
         a.poll_event(),
         Some(CmEvent::ConnectResponse { .. })
     ));
-    b.destroy(id_b).unwrap();
+    b.destroy(0, id_b).unwrap();
     let Message::Rej(r) = one(pump(&mut b, gid(2), &mut a, 2)) else {
         panic!()
     };
@@ -929,4 +929,178 @@ fn comm_ids_are_unique_non_zero_and_tids_carry_them() {
     let mut b = node(1, 19);
     let other = b.connect(0, &connect_params(1, 2, 0x100, 1, &[])).unwrap();
     assert!(!seen.contains(&other));
+}
+
+/// `cm_destroy_id` on an ESTABLISHED id (spec/cm.md §5.8): one DREQ (never
+/// resent), then TimeWait, silent for the owner: a late DREQ gets its DREP,
+/// a late REQ a REJ (stale connection), the comm ID is not handed out again
+/// until TimeWait ends, and no event is reported.
+#[test]
+fn destroying_a_connected_id_sends_one_dreq_and_waits_out_timewait_silently() {
+    let (mut a, mut b, id_a, id_b) = established(31);
+    // The REQ that opened the connection, for a late retransmission: the same
+    // seed and parameters give the same comm ID and TID.
+    let req = {
+        let mut a2 = node(1, 31);
+        a2.connect(0, &connect_params(1, 2, 0x11, 0x100, b"hello"))
+            .unwrap();
+        drain(&mut a2)
+    };
+    a.destroy(100, id_a).unwrap();
+    let Message::Dreq(d) = one(drain(&mut a).iter().map(parse).collect()) else {
+        panic!()
+    };
+    assert_eq!((d.local_comm_id, d.remote_comm_id), (id_a.0, id_b.0));
+    assert_eq!(a.state(id_a), Some("TIMEWAIT"));
+    // The DREQ's retry is cancelled: nothing is resent however long we wait.
+    a.handle_timeout(100 + 2047 * MS_NS);
+    assert!(drain(&mut a).is_empty(), "the DREQ is sent once");
+    assert_eq!(a.state(id_a), Some("TIMEWAIT"));
+    // That DREQ was lost; B disconnects on its own: A in TimeWait answers.
+    b.disconnect(200, id_b, &[]).unwrap();
+    let b_dreq = drain(&mut b);
+    a.handle_mad(300, gid(2), &b_dreq[0].mad);
+    let Message::Drep(p) = one(drain(&mut a).iter().map(parse).collect()) else {
+        panic!("a late DREQ gets its DREP")
+    };
+    assert_eq!((p.local_comm_id, p.remote_comm_id), (id_a.0, id_b.0));
+    // B destroys too (DREQ_SENT: TimeWait, nothing sent); a late REQ of the
+    // connection finds it there and gets REJ stale connection.
+    b.destroy(400, id_b).unwrap();
+    assert!(drain(&mut b).is_empty());
+    b.handle_mad(500, gid(1), &req[0].mad);
+    let Message::Rej(r) = one(drain(&mut b).iter().map(parse).collect()) else {
+        panic!("a late REQ gets a REJ")
+    };
+    assert_eq!(r.reason, RejReason::StaleConnection);
+    assert!(
+        events(&mut a).is_empty() && events(&mut b).is_empty(),
+        "destroyed ids report nothing"
+    );
+    // The comm ID stays taken until TimeWait ends (2^11 ms, §4.5).
+    assert_eq!((a.len(), b.len()), (1, 1));
+    a.handle_timeout(100 + 2048 * MS_NS);
+    b.handle_timeout(400 + 2048 * MS_NS);
+    assert!(
+        a.is_empty() && b.is_empty(),
+        "TimeWait over: the comm IDs are free"
+    );
+    assert!(
+        events(&mut a).is_empty() && events(&mut b).is_empty(),
+        "no TimewaitExit for a destroyed id"
+    );
+}
+
+/// Two processes share address 1 (slots 0 and 5, spec/cm.md §8): every MAD
+/// for the address is routed only by `cm::steer` and a service registry, as
+/// io's forwarding does, and each reaches the CM that owns its comm ID.
+#[test]
+fn a_shared_address_steers_each_mad_to_the_slot_of_its_comm_id() {
+    use proto::cm::{comm_id_slot, steer, Cm, CmConfig, Steer};
+    let same_device = |seed| Cm::new(CmConfig::rdma_cm(gid(1), guid(1), seed));
+    // procs[0] holds slot 0, procs[1] slot 5; both are address 1.
+    let mut procs = [same_device(40), same_device(41)];
+    let slots = [0u8, 5];
+    procs[1].set_slot(5).unwrap();
+    let mut b = node(2, 42);
+    // The registry: the service ID slot 5 listens on (io: the abstract name).
+    procs[1].listen(service()).unwrap();
+    let registry = |sid: u64| (sid == service()).then_some(1usize);
+    // What io does with a MAD that arrived for address 1 (in any process).
+    let route = |mad: &[u8]| match steer(mad) {
+        Steer::Slot(s) => slots.iter().position(|&x| x == s).expect("a held slot"),
+        Steer::Service(sid) => registry(sid).unwrap_or(0),
+        Steer::Here => 0,
+    };
+    let to_addr1 = |b: &mut Cm, procs: &mut [Cm; 2], now| {
+        let mut kinds = Vec::new();
+        for t in drain(b) {
+            let p = route(&t.mad);
+            kinds.push((parse(&t).name(), p));
+            procs[p].handle_mad(now, gid(2), &t.mad);
+        }
+        kinds
+    };
+    // B connects to the listener in slot 5: REQ by service, RTU by comm ID.
+    let id_b = b.connect(0, &connect_params(2, 1, 0x22, 1, &[])).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 0), vec![("REQ", 1)]);
+    let Some(CmEvent::ConnectRequest { id: id_p, .. }) = procs[1].poll_event() else {
+        panic!("the listener's process got the REQ")
+    };
+    assert_eq!(comm_id_slot(id_p.0), 5);
+    procs[1]
+        .accept(0, id_p, &accept_params(0x0a_0011, 1, &[]))
+        .unwrap();
+    pump(&mut procs[1], gid(1), &mut b, 0);
+    assert!(matches!(
+        b.poll_event(),
+        Some(CmEvent::ConnectResponse { .. })
+    ));
+    b.ready_to_use(id_b, &[]).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 0), vec![("RTU", 1)]);
+    assert_eq!(
+        events(&mut procs[1]),
+        vec![CmEvent::Established { id: id_p }]
+    );
+    b.disconnect(1, id_b, &[]).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 1), vec![("DREQ", 1)]);
+    assert_eq!(
+        events(&mut procs[1]),
+        vec![CmEvent::Disconnected {
+            id: id_p,
+            timed_out: false
+        }]
+    );
+    // Slot 5 connects out: B's REP (and later its DREP) find slot 5, not 0.
+    let id_out = procs[1]
+        .connect(2, &connect_params(1, 2, 0x0a_0012, 1, &[]))
+        .unwrap();
+    assert_eq!(comm_id_slot(id_out.0), 5);
+    b.listen(service()).unwrap();
+    events(&mut b);
+    pump(&mut procs[1], gid(1), &mut b, 2);
+    let Some(CmEvent::ConnectRequest { id: id_in, .. }) = b.poll_event() else {
+        panic!()
+    };
+    b.accept(2, id_in, &accept_params(0x33, 1, &[])).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 2), vec![("REP", 1)]);
+    assert!(matches!(
+        procs[1].poll_event(),
+        Some(CmEvent::ConnectResponse { id, .. }) if id == id_out
+    ));
+    // A SIDR_REP finds the slot of its request ID.
+    b.listen(cma::service_id(cma::PortSpace::Udp, PORT))
+        .unwrap();
+    let sidr = procs[1]
+        .sidr_request(3, gid(2), cma::service_id(cma::PortSpace::Udp, PORT), &[])
+        .unwrap();
+    pump(&mut procs[1], gid(1), &mut b, 3);
+    let Some(CmEvent::SidrRequest { id: sid_b, .. }) = b.poll_event() else {
+        panic!()
+    };
+    b.sidr_reply(sid_b, SidrStatus::Success, Qpn::from_masked(0x44), 7, &[])
+        .unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 3), vec![("SIDR_REP", 1)]);
+    assert!(matches!(
+        procs[1].poll_event(),
+        Some(CmEvent::SidrResolved { id, .. }) if id == sidr
+    ));
+    // A REQ for a service nobody on the address listens on: slot 0 refuses.
+    let mut unlisted = connect_params(2, 1, 0x55, 1, &[]);
+    unlisted.service_id = cma::service_id(cma::PortSpace::Tcp, PORT + 1);
+    let id_u = b.connect(4, &unlisted).unwrap();
+    assert_eq!(to_addr1(&mut b, &mut procs, 4), vec![("REQ", 0)]);
+    let Message::Rej(r) = one(pump(&mut procs[0], gid(1), &mut b, 4)) else {
+        panic!()
+    };
+    assert_eq!(
+        (r.reason, r.remote_comm_id),
+        (RejReason::InvalidServiceId, id_u.0)
+    );
+    // Slot 0's own IDs keep the top bits clear; slots stop at 127.
+    let id0 = procs[0]
+        .connect(5, &connect_params(1, 2, 0x66, 1, &[]))
+        .unwrap();
+    assert_eq!(comm_id_slot(id0.0), 0);
+    assert!(procs[0].set_slot(128).is_err());
 }

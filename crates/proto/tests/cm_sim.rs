@@ -135,6 +135,10 @@ struct Side {
     established: bool,
     disconnected: usize,
     timewait_exit: usize,
+    /// The owner destroyed the id while connected (`cm_destroy_id`, spec/cm.md
+    /// §5.8): it must send one DREQ, report nothing more, and leave the table
+    /// when its TimeWait ends.
+    destroyed: bool,
     /// (local QPN, remote QPN, rq_psn, sq_psn) once established.
     qp: Option<(u32, u32, u32, u32)>,
 }
@@ -146,6 +150,8 @@ enum Action {
     Accept(ConnId, u32),
     Rtu(ConnId),
     Disconnect(ConnId),
+    /// `rdma_destroy_id` without `rdma_disconnect` first.
+    Destroy(ConnId),
     Sidr {
         tag: u32,
     },
@@ -361,6 +367,13 @@ impl Sim {
             }
             Action::Rtu(id) => self.cm(n).ready_to_use(id, &[]),
             Action::Disconnect(id) => self.cm(n).disconnect(now, id, &[]),
+            Action::Destroy(id) => {
+                let r = self.cm(n).destroy(now, id);
+                if r.is_ok() {
+                    self.sides.entry((n, id)).or_default().destroyed = true;
+                }
+                r
+            }
             Action::Data(id) => {
                 let r = self.cm(n).establish(id);
                 self.comm_est += u64::from(r.is_ok());
@@ -392,6 +405,12 @@ impl Sim {
         let now = self.now;
         if std::env::var_os("CM_SIM_TRACE").is_some() {
             eprintln!("{:>10} ms node {n}: {e:?}", now / MS_NS);
+        }
+        if let Some(side) = self.sides.get(&(n, e.id())) {
+            assert!(
+                !side.destroyed,
+                "node {n}: an event for a destroyed id: {e:?}"
+            );
         }
         match e {
             CmEvent::ConnectRequest { id, request, .. } => {
@@ -450,7 +469,13 @@ impl Sim {
                     self.attempts.get_mut(&tag).unwrap().passive_established += 1;
                 }
                 let delay = self.rng.range(SECOND, 40 * SECOND);
-                self.schedule(now + delay, n, Action::Disconnect(id));
+                // One connected side in four is destroyed without a disconnect.
+                let end = if self.rng.below(4) == 0 {
+                    Action::Destroy(id)
+                } else {
+                    Action::Disconnect(id)
+                };
+                self.schedule(now + delay, n, end);
             }
             CmEvent::Disconnected { id, .. } => {
                 self.sides.entry((n, id)).or_default().disconnected += 1;
@@ -601,7 +626,15 @@ impl Sim {
             }
         }
         for ((n, id), s) in &self.sides {
-            if s.established {
+            if s.destroyed {
+                let dreqs: usize = self
+                    .sends
+                    .iter()
+                    .filter(|((m, attr, _, c), _)| m == n && *attr == 0x15 && *c == id.0)
+                    .map(|(_, t)| t.len())
+                    .sum();
+                assert!(dreqs <= 1, "node {n} {id:?}: destroyed, sent {dreqs} DREQs");
+            } else if s.established {
                 assert_eq!(
                     s.disconnected, 1,
                     "node {n} {id:?}: DISCONNECTED {} times",
@@ -682,6 +715,7 @@ struct Tally {
     mras: u64,
     comm_est: u64,
     icrc_drops: u64,
+    destroyed: u64,
 }
 
 fn run_one(p: Profile, seed: u64, tally: &mut Tally) {
@@ -709,6 +743,7 @@ fn run_one(p: Profile, seed: u64, tally: &mut Tally) {
             // Established by data first: more ESTABLISHED events than RTUs received.
         }
         tally.comm_est += sim.comm_est;
+        tally.destroyed += sim.sides.values().filter(|s| s.destroyed).count() as u64;
         tally.icrc_drops += sim.icrc_drops;
     }
     if let Err(e) = outcome.map(|_| ()) {
@@ -751,7 +786,11 @@ fn connections_form_or_fail_on_both_sides_under_faults() {
         }
         // Each batch must exercise what it is for.
         assert!(
-            t.established > 0 && t.refused > 0 && t.unlisted > 0 && t.unreachable > 0,
+            t.established > 0
+                && t.refused > 0
+                && t.unlisted > 0
+                && t.unreachable > 0
+                && t.destroyed > 0,
             "{}: {t:?}",
             p.name
         );

@@ -507,9 +507,10 @@ fn wait_device_gone(addr: &str) {
 /// prints its result. qperf's server forks a child per test that exits
 /// without destroying its ids: the library's exit hook sends the DREQ/DREP
 /// the kernel sends when the rdma_cm file closes, or the client would wait
-/// for DISCONNECTED until its DREQ times out. One test per client run, each
-/// after the previous server child is gone: two children alive at once share
-/// the address, and CM MADs reach only the first (see the README).
+/// for DISCONNECTED until its DREQ times out. One test per client run, one
+/// right after the other: a server child that opens the device while the
+/// previous one is still exiting shares the address with it (slot 1), and
+/// the client's REQ reaches it through the listener registry (spec/cm.md §8).
 #[test]
 fn qperf_rc_bw_and_rc_lat_over_rdma_cm() {
     if !common::have("qperf") {
@@ -557,7 +558,6 @@ fn qperf_rc_bw_and_rc_lat_over_rdma_cm() {
             "qperf {test}: unexpected refusals:\n{}",
             others.join("\n")
         );
-        wait_device_gone("127.0.49.1");
     }
 }
 
@@ -831,4 +831,70 @@ fn rping_and_ucmatose_with_loss_duplication_and_reordering() {
         );
         wait_device_gone(&sa);
     }
+}
+
+/// An rping server listening on `port` at `addr`, for as long as the test
+/// holds it: started first, it holds slot 0 of the address (QP1's slot).
+fn slot0_holder(addr: &str, port: &str) -> KillOnDrop {
+    let child = Command::new("rping")
+        .args(["-s", "-a", addr, "-p", port, "-C", "1"])
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("SOFTVERBS_ADDR", addr)
+        .env("SOFTVERBS_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_device(addr);
+    KillOnDrop(child)
+}
+
+/// CM on a shared address (spec/cm.md §8): each address already has a
+/// process in slot 0 (an rping server on another port), so the rping server
+/// and client under test each get slot 1 of their address. The client's REQ
+/// reaches slot 0 of the server's address, which forwards it to the process
+/// registered for the service ID; the REP, RTU, DREQ and DREP name comm IDs
+/// of slot 1 and are forwarded to it on both addresses. Without the
+/// forwarding the REQ is refused (invalid service ID) and the REP dropped.
+#[test]
+fn rping_between_two_second_processes_of_shared_addresses() {
+    if !common::have("rping") {
+        return;
+    }
+    let (srv, cli) = ("127.0.73.1", "127.0.73.2");
+    let mut holders = [slot0_holder(srv, "7301"), slot0_holder(cli, "7302")];
+    let (s, c) = pair(
+        srv,
+        &["rping", "-s", "-a", srv, "-p", "7303", "-v", "-C", "10"],
+        cli,
+        &["rping", "-c", "-a", srv, "-p", "7303", "-v", "-C", "10"],
+    );
+    rping_lines(&c, "ping data: ", 10);
+    rping_lines(&s, "server ping data: ", 10);
+    assert!(s.contains("server DISCONNECT EVENT"), "server:\n{s}");
+    no_refusals("rping -c", &c);
+    for h in &mut holders {
+        assert!(
+            h.0.try_wait().unwrap().is_none(),
+            "a slot-0 holder left early: the processes under test were not slot 1"
+        );
+    }
+}
+
+/// Two servers on one address listen on one port: the second is refused
+/// (EADDRINUSE), as the kernel refuses a second bind of the port.
+#[test]
+fn a_second_listener_on_a_port_of_a_shared_address_is_refused() {
+    if !common::have("rping") {
+        return;
+    }
+    let srv = "127.0.73.3";
+    let _holder = slot0_holder(srv, "7304");
+    let out = run_at(srv, &["rping", "-s", "-a", srv, "-p", "7304", "-C", "1"]);
+    let t = text(&out);
+    assert!(
+        t.contains("rdma_listen: Address already in use"),
+        "a second listener on 7304 was not refused (status {:?}):\n{t}",
+        out.status
+    );
 }

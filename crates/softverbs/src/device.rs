@@ -36,7 +36,7 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.set_now(now);
         self.engine
             .handle_datagram(now, from, to, payload, &self.mem);
-        self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
+        self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
     }
 
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
@@ -76,7 +76,7 @@ impl sv_io::Engine for DeviceEngine {
     fn handle_timeout(&mut self, now: Nanos) {
         self.engine.set_now(now);
         self.engine.handle_timeout(now);
-        self.cm_hub.drain(self.engine.cm_mut()); // CM events (cm.rs)
+        self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
     }
 
     fn poll_notification(&mut self) -> Option<Notification> {
@@ -115,6 +115,8 @@ pub(crate) struct Shared {
     pub(crate) driver: Driver<DeviceEngine>,
     /// Device memory allocated, in bytes (`proto::dm::MAX_DM_SIZE` at most).
     pub(crate) dm_in_use: std::sync::atomic::AtomicU64,
+    /// This process's slot of the address (its CM listener registry too).
+    pub(crate) slot: Arc<Slot>,
 }
 
 impl Shared {
@@ -132,9 +134,10 @@ impl Shared {
         // of the address gives this one its QPNs and its place in the group.
         let slot = Slot::claim(ip).map_err(|e| std::io::Error::other(e.to_string()))?;
         let (first, last) = share::qpn_range(slot.index());
+        let slot = Arc::new(slot);
         let opts = DriverOptions {
             thread_name: format!("{}-progress", config.name),
-            share: Some(Arc::new(slot)),
+            share: Some(slot.clone()),
             ..opts.clone()
         };
         // A device closed a moment ago (its last context dropped on another
@@ -147,6 +150,11 @@ impl Shared {
             engine.set_qpn_space(QpnSpace { first, last }, qpn_start(first, last));
             // Comm IDs and TIDs differ per process and per start (cm.rs).
             engine.reseed_cm(crate::cm::seed());
+            // Comm IDs carry the slot, so MADs naming them find this process
+            // on a shared address (spec/cm.md §8).
+            engine
+                .set_cm_slot(slot.index())
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
             let de = DeviceEngine {
                 engine,
                 mem: RawMemory,
@@ -159,6 +167,7 @@ impl Shared {
                     return Ok(Shared {
                         driver,
                         dm_in_use: std::sync::atomic::AtomicU64::new(0),
+                        slot,
                     })
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 50 => {

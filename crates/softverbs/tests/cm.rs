@@ -730,3 +730,117 @@ fn the_cm_port_connects_the_way_librdmacm_will() {
     pb.destroy(idb).unwrap();
     pb.stop_listening(listen).unwrap();
 }
+
+/// Data before the RTU (spec/cm.md 5.5): the passive QP, still in RTR when
+/// the active side's first SEND arrives (its RTU not sent yet), raises
+/// IBV_EVENT_COMM_EST (4); the owner answers with `establish`
+/// (`rdma_notify`, the kernel's `ib_cm_notify` → `cm_establish`): the
+/// passive id goes ESTABLISHED, and the RTU that follows is a duplicate that
+/// reports nothing more.
+#[test]
+fn a_first_packet_in_rtr_raises_comm_est_and_establishes_the_passive_side() {
+    let (a, b) = sides(11);
+    let (pa, pb) = (a.ctx.cm_port(), b.ctx.cm_port());
+    let (cha, chb) = (cm::CmChannel::new().unwrap(), cm::CmChannel::new().unwrap());
+    let listen = pb.listen(PortSpace::Tcp, 7021, &chb).unwrap();
+    let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+    let p = cm::ConnectParams {
+        peer: ip(&b).into(),
+        service_id: (0x0106 << 16) | 7021,
+        qpn: cm::Qpn::from_masked(qa.qp_num()),
+        transport: cm::TransportType::Rc,
+        starting_psn: cm::Psn::from_masked(0x1000),
+        responder_resources: 4,
+        initiator_depth: 4,
+        flow_control: true,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        path_mtu: 3,
+        path: cm::PathParams::default(),
+        private_data: cm::cma_header(pa.local_addr(), 0xC124, ip(&b), b""),
+    };
+    let ida = pa
+        .connect(&p, ConnectOptions::default().timing, &cha)
+        .unwrap();
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Init).unwrap(),
+        cm::QpTarget::Init,
+    );
+    let Some(cm::CmEvent::ConnectRequest {
+        id: idb, request, ..
+    }) = chb.next_event(Some(W))
+    else {
+        panic!("no request")
+    };
+    let chb2 = cm::CmChannel::new().unwrap();
+    pb.route(idb, &chb2);
+    // The passive QP stops in RTR (a receiver only) and the REP goes out.
+    let qb = b.pd.create_rc_qp(&b.init()).unwrap();
+    apply(
+        &qb,
+        &pb.qp_attrs(idb, cm::QpTarget::Init).unwrap(),
+        cm::QpTarget::Init,
+    );
+    let mut rtr = pb.qp_attrs(idb, cm::QpTarget::Rtr).unwrap();
+    rtr.rq_psn = Some(cm::Psn::from_masked(0x2000));
+    apply(&qb, &rtr, cm::QpTarget::Rtr);
+    qb.post_recv(&recv_wr(1, &[b.mr.sge(0, 64)])).unwrap();
+    let ap = cm::AcceptParams {
+        qpn: cm::Qpn::from_masked(qb.qp_num()),
+        starting_psn: cm::Psn::from_masked(0x2000),
+        responder_resources: request.responder_resources,
+        initiator_depth: request.initiator_depth,
+        flow_control: true,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: Vec::new(),
+    };
+    pb.accept(idb, &ap).unwrap();
+    let Some(cm::CmEvent::ConnectResponse { id, .. }) = cha.next_event(Some(W)) else {
+        panic!("no reply")
+    };
+    assert_eq!(id, ida);
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Rtr).unwrap(),
+        cm::QpTarget::Rtr,
+    );
+    apply(
+        &qa,
+        &pa.qp_attrs(ida, cm::QpTarget::Rts).unwrap(),
+        cm::QpTarget::Rts,
+    );
+    // The active side sends before its RTU.
+    assert!(a.mr.write(0, b"before the RTU"));
+    let sg = [a.mr.sge(0, 14)];
+    qa.post_send(&send_wr(2, WrOpcode::Send, &sg, WrTarget::None, SIG))
+        .unwrap();
+    assert_eq!(ids(&wait(&b.rcq, 1)), vec![(1, WcStatus::Success)]);
+    assert_eq!(read(&b.mr, 0, 14), b"before the RTU");
+    let e = b.ctx.get_async_event(Some(W)).unwrap().expect("COMM_EST");
+    assert_eq!(
+        (e.kind, e.element),
+        (4, qb.id()),
+        "IBV_EVENT_COMM_EST on the QP"
+    );
+    assert_eq!(chb2.next_event(Some(Duration::from_millis(50))), None);
+    // rdma_notify(COMM_EST): the CM treats it as the RTU.
+    pb.establish(idb).unwrap();
+    assert_eq!(
+        chb2.next_event(Some(W)),
+        Some(cm::CmEvent::Established { id: idb })
+    );
+    // The RTU arrives late: a duplicate, nothing more to report.
+    pa.ready_to_use(ida, &[]).unwrap();
+    assert_eq!(
+        cha.next_event(Some(W)),
+        Some(cm::CmEvent::Established { id: ida })
+    );
+    assert_eq!(chb2.next_event(Some(Duration::from_millis(200))), None);
+    assert!(pb.establish(idb).is_err(), "COMM_EST twice is refused");
+    pa.destroy(ida).unwrap();
+    pb.destroy(idb).unwrap();
+    pb.stop_listening(listen).unwrap();
+}

@@ -556,24 +556,45 @@ impl Conn {
         }
     }
 
-    /// `cm_destroy_id` (spec/cm.md §5.8): tell the peer, then forget.
-    pub fn destroy(&mut self, ca_guid: u64, out: &mut Outbox) {
+    /// `cm_destroy_id` (spec/cm.md §5.8): tell the peer; `Keep` when the
+    /// connection enters TimeWait (from ESTABLISHED after its one DREQ, from
+    /// DREQ_SENT, and from REP_SENT / MRA_REP_RCVD after the REJ), so a late
+    /// DREQ still gets its DREP, a late REQ a REJ (stale connection), and the
+    /// comm ID is not reused before TimeWait ends (§5.8).
+    pub fn destroy(&mut self, ca_guid: u64, now: u64, out: &mut Outbox) -> Fate {
         let no_pd = [0u8; rej::PRIVATE_DATA_LEN];
         match self.state {
             State::ReqSent(_) | State::MraReqRcvd(_) => {
-                self.send_rej(RejReason::Timeout, &ca_guid.to_be_bytes(), no_pd, out)
+                self.send_rej(RejReason::Timeout, &ca_guid.to_be_bytes(), no_pd, out);
+                Fate::Remove
             }
-            State::MraReqSent | State::RepSent(_) | State::MraRepRcvd(_) | State::MraRepSent => {
-                self.send_rej(RejReason::ConsumerDefined, &[], no_pd, out)
+            State::MraReqSent | State::MraRepSent => {
+                self.send_rej(RejReason::ConsumerDefined, &[], no_pd, out);
+                Fate::Remove
+            }
+            State::RepSent(_) | State::MraRepRcvd(_) => {
+                // ib_send_cm_rej from these states enters TimeWait.
+                self.send_rej(RejReason::ConsumerDefined, &[], no_pd, out);
+                self.enter_timewait(now);
+                Fate::Keep
             }
             State::Established => {
-                // Sent once: the id is gone before a retry could be due.
-                let _ = self.disconnect(&[], 0, out);
+                // ib_send_cm_dreq, then "goto retest": DREQ_SENT cancels the
+                // MAD (sent once) and enters TimeWait.
+                let _ = self.disconnect(&[], now, out);
+                self.enter_timewait(now);
+                Fate::Keep
+            }
+            State::DreqSent(_) => {
+                self.enter_timewait(now);
+                Fate::Keep
             }
             State::DreqRcvd => {
-                out.send(self.peer, self.drep([0; cm::rtu::PRIVATE_DATA_LEN]), false)
+                out.send(self.peer, self.drep([0; cm::rtu::PRIVATE_DATA_LEN]), false);
+                self.enter_timewait(now);
+                Fate::Keep
             }
-            State::DreqSent(_) | State::TimeWait { .. } => {}
+            State::TimeWait { .. } => Fate::Keep,
         }
     }
 }

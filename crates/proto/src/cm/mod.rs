@@ -38,11 +38,20 @@ use conn::{mad, Conn, Fate};
 use sidr::{SidrRcvd, SidrSent};
 pub use types::*;
 
+// The comm-ID slot policy (spec/cm.md §8): the steering needs only bytes, so
+// it lives with the wire format, shared by this CM and io's forwarding.
+pub use wire::cm::steer::{comm_id_slot, steer, Steer, COMM_ID_SLOTS};
+use wire::cm::steer::{COMM_ID_LOW_MASK, COMM_ID_SLOT_SHIFT};
+
 /// Where MADs and events wait for the owner, and the counters.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Outbox {
     tx: VecDeque<Transmit>,
     events: VecDeque<CmEvent>,
+    /// Connections destroyed by the owner that wait out their TimeWait
+    /// (spec/cm.md §5.8): they still answer the peer, but their events have
+    /// nobody to go to.
+    muted: BTreeSet<u32>,
     pub counters: CmCounters,
 }
 
@@ -59,7 +68,9 @@ impl Outbox {
     }
 
     pub fn event(&mut self, e: CmEvent) {
-        self.events.push_back(e);
+        if !self.muted.contains(&e.id().0) {
+            self.events.push_back(e);
+        }
     }
 }
 
@@ -112,6 +123,8 @@ pub struct Cm {
     hi_tid: u64,
     next_id: u32,
     id_xor: u32,
+    /// Our slot of a shared address, in the top bits of every comm ID (§8).
+    slot: u8,
     listeners: BTreeSet<u64>,
     conns: BTreeMap<u32, Conn>,
     sidr_sent: BTreeMap<u32, SidrSent>,
@@ -131,6 +144,7 @@ impl Cm {
             next_id: rng.next_u64() as u32,
             // cm_alloc_id_priv: cyclic IDs XOR a random operand (§5.2).
             id_xor: r as u32,
+            slot: 0,
             listeners: BTreeSet::new(),
             conns: BTreeMap::new(),
             sidr_sent: BTreeMap::new(),
@@ -170,14 +184,31 @@ impl Cm {
         self.sidr_rcvd.get(&id.0).map(|_| "SIDR_REQ_RCVD")
     }
 
+    /// Puts `slot` (of [`COMM_ID_SLOTS`]) into the top bits of every comm ID
+    /// allocated from now on, so that the process of a shared address that
+    /// receives a MAD naming it can hand it to ours ([`steer`], spec/cm.md §8).
+    pub fn set_slot(&mut self, slot: u8) -> Result<(), CmError> {
+        if u32::from(slot) >= COMM_ID_SLOTS {
+            return Err(CmError::OutOfRange {
+                field: "comm ID slot",
+                value: u64::from(slot),
+                max: u64::from(COMM_ID_SLOTS - 1),
+            });
+        }
+        self.slot = slot;
+        Ok(())
+    }
+
     fn alloc_id(&mut self) -> Result<u32, CmError> {
         if self.len() >= self.cfg.max_connections {
             return Err(CmError::TooManyConnections(self.cfg.max_connections));
         }
         loop {
-            let id = self.next_id ^ self.id_xor;
+            let id = ((self.next_id ^ self.id_xor) & COMM_ID_LOW_MASK)
+                | (u32::from(self.slot) << COMM_ID_SLOT_SHIFT);
             self.next_id = self.next_id.wrapping_add(1);
             let used = self.conns.contains_key(&id)
+                || self.out.muted.contains(&id)
                 || self.sidr_sent.contains_key(&id)
                 || self.sidr_rcvd.contains_key(&id);
             if id != 0 && !used {
@@ -277,10 +308,19 @@ impl Cm {
         c.disconnect(private_data, now, &mut self.out)
     }
 
-    /// Forget `id`, telling the peer as `cm_destroy_id` does (§5.8).
-    pub fn destroy(&mut self, id: ConnId) -> Result<(), CmError> {
-        if let Some(mut c) = self.conns.remove(&id.0) {
-            c.destroy(self.cfg.ca_guid, &mut self.out);
+    /// Forget `id`, telling the peer as `cm_destroy_id` does (§5.8). A
+    /// connection that enters TimeWait stays in the table, silent, until
+    /// TimeWait ends: late DREQs get their DREP, late REQs a REJ (stale
+    /// connection), and the comm ID is not handed out again meanwhile.
+    pub fn destroy(&mut self, now: u64, id: ConnId) -> Result<(), CmError> {
+        if let Some(c) = self.conns.get_mut(&id.0) {
+            if c.destroy(self.cfg.ca_guid, now, &mut self.out) == Fate::Remove {
+                self.conns.remove(&id.0);
+            } else {
+                self.out.muted.insert(id.0);
+                // Events queued before the destroy have no owner either.
+                self.out.events.retain(|e| e.id() != id);
+            }
             return Ok(());
         }
         if self.sidr_sent.remove(&id.0).is_some() {
@@ -370,6 +410,8 @@ impl Cm {
         let out = &mut self.out;
         self.conns
             .retain(|_, c| c.on_timeout(now, out) == Fate::Keep);
+        let conns = &self.conns;
+        out.muted.retain(|id| conns.contains_key(id));
         self.sidr_sent
             .retain(|_, s| s.on_timeout(now, out) == Fate::Keep);
     }

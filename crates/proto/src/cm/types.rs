@@ -246,6 +246,24 @@ pub enum CmEvent {
     },
 }
 
+impl CmEvent {
+    /// The connection (or SIDR request) the event is about.
+    pub fn id(&self) -> ConnId {
+        match self {
+            CmEvent::ConnectRequest { id, .. }
+            | CmEvent::SidrRequest { id, .. }
+            | CmEvent::ConnectResponse { id, .. }
+            | CmEvent::Established { id }
+            | CmEvent::Rejected { id, .. }
+            | CmEvent::Unreachable { id, .. }
+            | CmEvent::Disconnected { id, .. }
+            | CmEvent::TimewaitExit { id }
+            | CmEvent::SidrResolved { id, .. }
+            | CmEvent::SidrUnreachable { id, .. } => *id,
+        }
+    }
+}
+
 /// QP access flags the CM asks for (`cm_init_qp_init_attr`, spec/cm.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmAccess {

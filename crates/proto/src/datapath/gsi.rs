@@ -29,6 +29,12 @@ impl Engine {
         self.gsi = Gsi::new(gid, self.info.attr.node_guid, seed);
     }
 
+    /// Puts this process's slot of a shared address into the CM's comm IDs
+    /// (`Cm::set_slot`, spec/cm.md §8). Call after `reseed_cm`.
+    pub fn set_cm_slot(&mut self, slot: u8) -> Result<(), crate::cm::CmError> {
+        self.gsi.cm.set_slot(slot)
+    }
+
     /// The CM's counters (MADs by kind, drops by reason).
     pub fn cm_counters(&self) -> &CmCounters {
         self.gsi.cm.counters()

@@ -121,7 +121,7 @@ impl Hub {
     }
 
     /// Moves every event the CM has to its channel (called under the engine lock).
-    pub(crate) fn drain(&self, cm: &mut Cm) {
+    pub(crate) fn drain(&self, now: u64, cm: &mut Cm) {
         while let Some(e) = cm.poll_event() {
             let (route, new_conn) = match &e {
                 CmEvent::ConnectRequest { id, listen, .. }
@@ -152,7 +152,7 @@ impl Hub {
                 (None, Some(id)) => {
                     // The listener is gone: refuse, as the kernel does for a
                     // destroyed listen ID.
-                    let _ = cm.destroy(id);
+                    let _ = cm.destroy(now, id);
                 }
                 (None, None) => {
                     if let CmEvent::TimewaitExit { .. } = e {
@@ -172,11 +172,24 @@ impl Shared {
         let now = self.driver.now();
         let r = self.driver.with(|d| {
             let r = f(&mut d.engine, now);
-            d.cm_hub.drain(d.engine.cm_mut());
+            d.cm_hub.drain(now, d.engine.cm_mut());
             r
         });
         self.driver.doorbell();
         r
+    }
+
+    /// Registers this process as the listener of `service_id` on its
+    /// (possibly shared) address (`sv_io::share::Slot::register_service`).
+    pub(crate) fn register_service(&self, service_id: u64) -> Result<(), super::CmError> {
+        self.slot.register_service(service_id).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                // Another process of the address listens on it (EADDRINUSE).
+                super::CmError::Cm(proto::cm::CmError::AlreadyListening(service_id))
+            } else {
+                super::CmError::Os(e.kind())
+            }
+        })
     }
 
     pub(crate) fn hub(&self) -> Arc<Hub> {

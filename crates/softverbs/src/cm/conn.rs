@@ -120,7 +120,7 @@ impl Drop for Connection {
         let id = self.id;
         let hub = self.dev.hub();
         // rdma_destroy_id: cm_destroy_id tells the peer (DREQ/REJ) if needed.
-        let _ = self.dev.cm(|e, _| e.cm_mut().destroy(id));
+        let _ = self.dev.cm(|e, now| e.cm_mut().destroy(now, id));
         hub.unset(Route::Conn(id.0));
     }
 }
@@ -318,7 +318,7 @@ impl Drop for ConnectRequest {
         let id = self.id;
         let hub = self.dev.hub();
         if !self.answered {
-            let _ = self.dev.cm(|e, _| e.cm_mut().destroy(id));
+            let _ = self.dev.cm(|e, now| e.cm_mut().destroy(now, id));
         }
         // Accepted connections re-routed the id to their own channel.
         if !self.answered || hub_points_to(&hub, id, &self.ch) {
@@ -391,7 +391,7 @@ pub fn connect_start(
         let id = e.cm_mut().connect_with(now, &p, opts.timing)?;
         hub.set(Route::Conn(id.0), &ch);
         if let Err(err) = modify_to(e, h, id, QpTarget::Init) {
-            let _ = e.cm_mut().destroy(id);
+            let _ = e.cm_mut().destroy(now, id);
             return Err(err);
         }
         Ok(id)

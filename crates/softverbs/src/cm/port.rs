@@ -41,17 +41,27 @@ impl CmPort {
         port: u16,
         ch: &Arc<CmChannel>,
     ) -> Result<ListenId, CmError> {
-        self.dev.cm(|e, _| {
-            let l = e.cm_mut().listen(cma::service_id(ps, port))?;
+        let sid = cma::service_id(ps, port);
+        let l = self.dev.cm(|e, _| {
+            let l = e.cm_mut().listen(sid)?;
             self.hub.set(Route::Listen(l.0), ch);
-            Ok(l)
-        })
+            Ok::<_, CmError>(l)
+        })?;
+        // On a shared address the process that receives a REQ for `sid`
+        // forwards it here (spec/cm.md §8); another process listening on it
+        // makes this listen fail as the kernel's ib_cm_listen does (EBUSY).
+        if let Err(e) = self.dev.register_service(sid) {
+            let _ = self.stop_listening(l);
+            return Err(e);
+        }
+        Ok(l)
     }
 
     /// Stops a listen (connections made through it stay).
     pub fn stop_listening(&self, l: ListenId) -> Result<(), CmError> {
         self.hub.unset(Route::Listen(l.0));
         self.dev.cm(|e, _| e.cm_mut().stop_listening(l))?;
+        self.dev.slot.unregister_service(l.0);
         Ok(())
     }
 
@@ -113,7 +123,7 @@ impl CmPort {
     /// `rdma_destroy_id`: forgets `id`, telling the peer as `cm_destroy_id` does.
     pub fn destroy(&self, id: ConnId) -> Result<(), CmError> {
         self.hub.unset(Route::Conn(id.0));
-        self.dev.cm(|e, _| e.cm_mut().destroy(id))?;
+        self.dev.cm(|e, now| e.cm_mut().destroy(now, id))?;
         Ok(())
     }
 

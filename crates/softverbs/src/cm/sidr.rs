@@ -60,7 +60,7 @@ pub fn resolve_ud(
         }) => Err(CmError::Sidr(s)),
         Some(CmEvent::SidrUnreachable { sends, .. }) => Err(CmError::Unreachable { sends }),
         _ => {
-            let _ = dev.cm(|e, _| e.cm_mut().destroy(id));
+            let _ = dev.cm(|e, now| e.cm_mut().destroy(now, id));
             Err(CmError::TimedOut(wait))
         }
     }

@@ -22,6 +22,7 @@ pub mod req;
 pub mod rtu;
 pub mod sidr_rep;
 pub mod sidr_req;
+pub mod steer;
 
 use core::fmt;
 
