@@ -21,6 +21,32 @@ fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// Blocks every asynchronous signal in the calling thread (pthread_sigmask).
+/// The library's own threads call it first: a signal sent to the process
+/// (qperf's SIGALRM, a program's SIGINT) must reach one of the program's
+/// threads and interrupt the call it is blocked in, as with a kernel
+/// provider, which adds no threads. Signals a fault raises (SIGSEGV, SIGBUS,
+/// SIGFPE, SIGILL, SIGTRAP) stay unblocked.
+pub(crate) fn block_async_signals() {
+    // SAFETY: sigset_t is plain data, filled by sigfillset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid sigset_t for the calls; pthread_sigmask changes only
+    // this thread's mask.
+    unsafe {
+        libc::sigfillset(&raw mut set);
+        for s in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&raw mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut());
+    }
+}
+
 /// eventfd(2) in counter (not semaphore) mode, close-on-exec and nonblocking.
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers; a non-negative return is a new fd we own.

@@ -66,7 +66,7 @@ impl CompletionQueue {
         self.inner
             .ctx
             .dev
-            .with(|e| e.poll_cq(h, max, out))
+            .with_no_clock(|e| e.poll_cq(h, max, out))
             .unwrap_or(0)
     }
 

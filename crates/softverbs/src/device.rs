@@ -180,6 +180,12 @@ impl Shared {
         })
     }
 
+    /// [`Shared::with`] without reading the clock: for `poll_cq`, which makes
+    /// no completions and must stay cheap.
+    pub(crate) fn with_no_clock<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        self.driver.with(|d| f(&mut d.engine))
+    }
+
     /// Runs `f` on the engine with the memory accessor.
     pub(crate) fn with_mem<R>(&self, f: impl FnOnce(&mut Engine, &RawMemory) -> R) -> R {
         let now = self.driver.now();
