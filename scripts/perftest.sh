@@ -24,8 +24,9 @@ run_pair() { # name args...: prints and records the client's result row
   # The row after the header line that starts with " #bytes".
   local row
   row=$(awk '/#bytes/ { getline; print; exit }' <<<"$out")
-  ROW["$name $*"]="$row"
-  printf '%-22s %s\n' "$name $*" "${row:-FAILED}"
+  local key="$name${*:+ $*}"
+  ROW["$key"]="$row"
+  printf '%-22s %s\n' "$key" "${row:-FAILED}"
 }
 
 field() { # key n: field n of the recorded row, or empty
