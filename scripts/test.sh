@@ -34,6 +34,8 @@ mkdir -p target
 echo "== building libibverbs.so.1 and librdmacm.so.1"
 SOFTVERBS_LIBIBVERBS_DIR="$(scripts/build-ibverbs.sh)"
 export SOFTVERBS_LIBIBVERBS_DIR
+echo "== the benchmarks compile (cargo bench runs them; never part of the tests)"
+cargo check -q --benches -p softverbs-wire -p softverbs-proto
 echo "== cargo test --workspace"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
 echo "== summary"

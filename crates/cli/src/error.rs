@@ -51,6 +51,9 @@ pub enum CliError {
         /// How long we waited.
         wait: Duration,
     },
+    /// A benchmark thread panicked.
+    #[error("a benchmark thread panicked")]
+    ThreadPanicked,
 }
 
 impl CliError {

@@ -14,6 +14,7 @@ mod error;
 mod exec;
 mod perf;
 mod render;
+mod scale;
 mod sysfs;
 
 use error::CliError;
@@ -42,6 +43,9 @@ fn main() -> ExitCode {
         Some("devinfo") => devinfo().map_err(CliError::from),
         Some("control") => control_demo().map_err(CliError::from),
         Some("demo") | None => perf::run(&perf::Plan::demo(), port),
+        Some("perf") if args.iter().any(|a| a == "--threads") => {
+            scale::run(flag(&args, "--iters").map_or(20_000, usize::from))
+        }
         Some("perf") => perf::run(&perf::Plan::full(), port),
         Some("serve") => perf::serve(port),
         Some("-h" | "--help" | "help") => {
@@ -92,7 +96,10 @@ const USAGE: &str = "usage: softverbs [demo | perf | control | devinfo | serve] 
   demo     two processes, one RC connection: send latency, RDMA WRITE and READ bandwidth
   perf     the benchmark: SEND, READ and atomic latency; WRITE/READ/SEND bandwidth and
            message rate at several sizes; FETCH_ADD and CMP_SWAP rates; each bandwidth also
-           as a ratio of memcpy and iperf3 TCP loopback measured in the same run
+           as a ratio of memcpy and iperf3 TCP loopback measured in the same run; then the
+           figures of the performance targets (spec/performance.md) beside their targets
+  perf --threads [--iters N]  one device, 1/2/4/8 threads with 8 RC QPs each streaming
+           64-byte WRITEs (N per QP, default 20000): aggregate message rate per thread count
   control  the control path: two RC QPs brought RESET→INIT→RTR→RTS and queried
   devinfo  show the device, its limits, port and GID table
   serve    the server side of demo/perf (started by them; --port, default 18515)

@@ -50,7 +50,7 @@ impl Plan {
             (WrOpcode::AtomicFetchAndAdd, 5000, 8),
         ];
         Plan {
-            pingpong: vec![(5000, 8), (2000, 4096)],
+            pingpong: vec![(5000, 2), (5000, 8), (2000, 4096)],
             op_latency,
             streams,
             baselines: true,
@@ -141,6 +141,7 @@ fn drive(plan: &Plan, port: u16) -> Result<(), CliError> {
         "{:<22} {:>10} {:>10} {:>12} {:>12} {:>12}",
         "test", "bytes", "iters", "t_median[us]", "t_p99[us]", "t_avg[us]"
     );
+    let mut latencies = Vec::new();
     for &(iters, size) in &plan.pingpong {
         peer.ctrl
             .send(&format!("pingpong {iters} {size}"))
@@ -148,6 +149,7 @@ fn drive(plan: &Plan, port: u16) -> Result<(), CliError> {
         let mut lat = peer.pingpong(iters, size)?;
         expect(&mut peer, "ok")?;
         let (med, p99, avg) = summarize(&mut lat);
+        latencies.push((size, med, p99));
         println!(
             "{:<22} {:>10} {:>10} {:>12.2} {:>12.2} {:>12.2}",
             "send latency (RC)", size, iters, med, p99, avg
@@ -180,6 +182,7 @@ fn drive(plan: &Plan, port: u16) -> Result<(), CliError> {
         "test", "bytes", "iters", "BW[MB/s]", "MsgRate[Mpps]"
     );
     let mut results = Vec::new();
+    let mut rates = Vec::new();
     for &(op, iters, size, depth) in &plan.streams {
         if op == WrOpcode::Send {
             peer.ctrl
@@ -204,12 +207,67 @@ fn drive(plan: &Plan, port: u16) -> Result<(), CliError> {
             mpps
         );
         results.push((op, bytes, mbs));
+        rates.push((op, bytes, mpps));
     }
     peer.ctrl.send("quit").map_err(ctrl_err)?;
-    if let Some(b) = base {
+    if let Some(b) = &base {
         b.report(&results);
+        targets(b, &results, &rates, &latencies);
     }
     Ok(())
+}
+
+/// The figures of the performance targets (spec/performance.md §1) that
+/// this program measures itself, each beside its target. Measured through the
+/// Rust API (latency is a SEND ping-pong; `scripts/perftest.sh` prints the
+/// same table for unmodified perftest through the drop-in library).
+fn targets(
+    b: &Baselines,
+    bw: &[(WrOpcode, u32, f64)],
+    rates: &[(WrOpcode, u32, f64)],
+    lat: &[(u32, f64, f64)],
+) {
+    let bw_of = |op| bw.iter().find(|r| r.0 == op && r.1 == 65536).map(|r| r.2);
+    let rate_of = |op, bytes| {
+        rates
+            .iter()
+            .find(|r| r.0 == op && r.1 == bytes)
+            .map(|r| r.2)
+    };
+    let lat2 = lat.iter().find(|l| l.0 == 2);
+    let mut rows: Vec<(&str, Option<f64>, &str, &str)> = Vec::new();
+    let tcp = b.iperf3.as_ref().ok().copied();
+    for (label, op) in [
+        ("RDMA WRITE 64 KiB / iperf3 TCP", WrOpcode::RdmaWrite),
+        ("RDMA READ 64 KiB / iperf3 TCP", WrOpcode::RdmaRead),
+        ("SEND 64 KiB / iperf3 TCP", WrOpcode::Send),
+    ] {
+        rows.push((label, bw_of(op).zip(tcp).map(|(m, t)| m / t), "x", ">= 1.0"));
+    }
+    rows.push(("SEND latency 2 B, median", lat2.map(|l| l.1), "us", "<= 5"));
+    rows.push(("SEND latency 2 B, p99", lat2.map(|l| l.2), "us", "<= 25"));
+    rows.push((
+        "RDMA WRITE 64 B message rate",
+        rate_of(WrOpcode::RdmaWrite, 64),
+        "Mpps",
+        ">= 2",
+    ));
+    rows.push((
+        "FETCH_ADD message rate",
+        rate_of(WrOpcode::AtomicFetchAndAdd, 8),
+        "Mpps",
+        ">= 1",
+    ));
+    println!("\nperformance targets (spec/performance.md), measured in this run:");
+    println!(
+        "  {:<34} {:>10} {:<5} {:>8}",
+        "figure", "measured", "", "target"
+    );
+    for (label, v, unit, target) in rows {
+        let v = v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        println!("  {label:<34} {v:>10} {unit:<5} {target:>8}");
+    }
+    println!("  (thread scaling: softverbs perf --threads)");
 }
 
 fn expect(peer: &mut Peer, want: &'static str) -> Result<(), CliError> {

@@ -1,0 +1,319 @@
+//! The engine's own cost per packet and per message, with no I/O: two
+//! engines (two devices, as two hosts would have) with RC QPs connected to
+//! RTS through `proto::testing`, every datagram one side emits handed in
+//! memory to the other side's `handle_datagram`, until the initiator's
+//! completion (and the responder's, for SEND) is polled.
+//!
+//! Each benchmark counts the datagrams one message takes (both directions,
+//! ACKs and READ responses included) before it is timed, and tells criterion
+//! that many "elements" per iteration: criterion's `time` is ns per message,
+//! its `thrpt` is packets per second (ns/packet = 1e9 / thrpt), and the
+//! packet count is printed once per benchmark.
+//!
+//! Run: `cargo bench -p softverbs-proto --bench engine`
+//! (`cargo check -p softverbs-proto --all-targets` compiles it).
+//!
+//! Counting instead of timing (for a machine shared with other work): with
+//! `ENGINE_BENCH_ITERS=N` the program runs each case N times after its
+//! warm-up, with no criterion, in `Pair::message` calls only; under
+//! `valgrind --tool=callgrind --toggle-collect='*Pair*message*'` (one case:
+//! `ENGINE_BENCH_CASE=rc_write_64B`) the
+//! instructions collected divided by N are the instructions per iteration, a
+//! figure the load of the machine does not move.
+
+use std::hint::black_box;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+use proto::handle::{CqHandle, PdHandle, QpHandle};
+use proto::memory::VecMemory;
+use proto::wc::{WcStatus, WorkCompletion};
+use proto::wr::{
+    AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
+};
+use proto::{AccessFlags, Engine, Gid, Mtu, QpCap, QpType};
+
+const BASE: u64 = 0x10_0000;
+const MEM: usize = 1 << 20;
+
+struct Node {
+    e: Engine,
+    mem: VecMemory,
+    ip: IpAddr,
+    cq: CqHandle,
+    pd: PdHandle,
+    wcs: Vec<WorkCompletion>,
+}
+
+impl Node {
+    fn new(ip: &str, mtu: Mtu) -> Node {
+        let ip: IpAddr = ip.parse().expect("a literal address");
+        let (e, pd, cq) =
+            proto::testing::device(format!("bench-{ip}"), ip, mtu, 4096).expect("device");
+        Node {
+            e,
+            mem: VecMemory::new(BASE, MEM),
+            ip,
+            cq,
+            pd,
+            wcs: Vec::with_capacity(64),
+        }
+    }
+
+    /// Polls the CQ; returns how many completions were reaped, all of which
+    /// must be successful (a failing benchmark must not report a figure).
+    fn reap(&mut self) -> usize {
+        self.wcs.clear();
+        self.e.poll_cq(self.cq, 64, &mut self.wcs).expect("poll_cq");
+        for wc in &self.wcs {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        }
+        self.wcs.len()
+    }
+}
+
+/// Two devices, one RC QP each, connected at `mtu` (perftest over softverbs
+/// on loopback runs at 4096).
+struct Pair {
+    a: Node,
+    b: Node,
+    qa: QpHandle,
+    qb: QpHandle,
+    lkey_a: u32,
+    lkey_b: u32,
+    rkey_b: u32,
+    now: u64,
+    buf: Vec<u8>,
+    /// Datagrams moved since the last reset.
+    packets: u64,
+}
+
+impl Pair {
+    fn new(mtu: Mtu) -> Pair {
+        let mut a = Node::new("127.0.0.1", mtu);
+        let mut b = Node::new("127.0.0.2", mtu);
+        let cap = QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        let (qa, na) =
+            proto::testing::create_qp(&mut a.e, a.pd, a.cq, QpType::Rc, cap, true).expect("qp a");
+        let (qb, nb) =
+            proto::testing::create_qp(&mut b.e, b.pd, b.cq, QpType::Rc, cap, true).expect("qp b");
+        let (ga, gb) = (Gid::from(a.ip), Gid::from(b.ip));
+        for (n, q, peer, gid) in [(&mut a, qa, nb, gb), (&mut b, qb, na, ga)] {
+            let c = proto::testing::Connect {
+                path_mtu: mtu,
+                max_rd_atomic: 16,
+                max_dest_rd_atomic: 16,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                ..proto::testing::Connect::rc(peer, gid)
+            };
+            proto::testing::connect(&mut n.e, q, QpType::Rc, &c).expect("connect");
+        }
+        let all = (AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC)
+            .0;
+        let (_, ma) = a.e.reg_mr(a.pd, BASE, MEM as u64, all).expect("mr a");
+        let lkey_a = ma.lkey;
+        let (_, mb) = b.e.reg_mr(b.pd, BASE, MEM as u64, all).expect("mr b");
+        let (lkey_b, rkey_b) = (mb.lkey, mb.rkey);
+        Pair {
+            a,
+            b,
+            qa,
+            qb,
+            lkey_a,
+            lkey_b,
+            rkey_b,
+            now: 0,
+            buf: vec![0; 9216],
+            packets: 0,
+        }
+    }
+
+    /// Moves every ready datagram A→B then B→A; true if any moved.
+    fn pump_once(&mut self) -> bool {
+        let mut moved = false;
+        for from_a in [true, false] {
+            let (src, dst) = if from_a {
+                (&mut self.a, &mut self.b)
+            } else {
+                (&mut self.b, &mut self.a)
+            };
+            let (from, to) = (SocketAddr::new(src.ip, 4791), SocketAddr::new(dst.ip, 4791));
+            while let Some(t) = src.e.poll_transmit(self.now, &src.mem, &mut self.buf) {
+                moved = true;
+                self.packets += 1;
+                dst.e
+                    .handle_datagram(self.now, from, to, &self.buf[..t.len], &dst.mem);
+            }
+        }
+        moved
+    }
+
+    /// Pumps (firing timers in virtual time when the wire is quiet) until
+    /// A has reaped `want_a` completions and B `want_b`. Bounded in rounds.
+    fn run_until(&mut self, want_a: usize, want_b: usize) {
+        let (mut got_a, mut got_b) = (0, 0);
+        for _ in 0..10_000 {
+            let moved = self.pump_once();
+            got_a += self.a.reap();
+            got_b += self.b.reap();
+            if got_a >= want_a && got_b >= want_b {
+                return;
+            }
+            if !moved {
+                let next = [self.a.e.poll_timeout(), self.b.e.poll_timeout()]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                let Some(t) = next else {
+                    panic!("quiet with {got_a}/{want_a} and {got_b}/{want_b} completions");
+                };
+                self.now = self.now.max(t);
+                self.a.e.handle_timeout(self.now);
+                self.b.e.handle_timeout(self.now);
+            }
+        }
+        panic!("never completed: {got_a}/{want_a}, {got_b}/{want_b}");
+    }
+
+    /// Posts `depth` messages of `op` and `size` bytes from A (and as many
+    /// receives at B for SEND), then runs until all complete.
+    fn message(&mut self, op: WrOpcode, size: u32, depth: usize) {
+        let recv = op == WrOpcode::Send;
+        if recv {
+            let sg = [Sge {
+                addr: BASE + 0x8_0000,
+                length: size,
+                lkey: self.lkey_b,
+            }];
+            for i in 0..depth {
+                let wr = RecvWr {
+                    wr_id: i as u64,
+                    sg_list: &sg,
+                };
+                self.b.e.post_recv(self.qb, &wr).expect("post_recv");
+            }
+        }
+        let sg = [Sge {
+            addr: BASE,
+            length: if op == WrOpcode::AtomicFetchAndAdd {
+                8
+            } else {
+                size
+            },
+            lkey: self.lkey_a,
+        }];
+        let target = match op {
+            WrOpcode::Send => WrTarget::None,
+            WrOpcode::AtomicFetchAndAdd => WrTarget::Atomic(AtomicTarget {
+                remote_addr: BASE + 0x4_0000,
+                compare_add: 1,
+                swap: 0,
+                rkey: self.rkey_b,
+            }),
+            _ => WrTarget::Rdma(RdmaTarget {
+                remote_addr: BASE + 0x4_0000,
+                rkey: self.rkey_b,
+            }),
+        };
+        for i in 0..depth {
+            let wr = SendWr {
+                wr_id: i as u64,
+                opcode: op,
+                flags: SendFlags::SIGNALED,
+                sg_list: &sg,
+                imm_data: ImmData::from_value(0),
+                target,
+            };
+            self.a
+                .e
+                .post_send(self.qa, black_box(&wr), None)
+                .expect("post_send");
+        }
+        self.run_until(depth, if recv { depth } else { 0 });
+    }
+}
+
+/// (name, opcode, bytes, messages in flight per iteration)
+const CASES: [(&str, WrOpcode, u32, usize); 7] = [
+    ("rc_write_64B", WrOpcode::RdmaWrite, 64, 1),
+    ("rc_write_64B_x32", WrOpcode::RdmaWrite, 64, 32),
+    ("rc_write_4KiB", WrOpcode::RdmaWrite, 4096, 1),
+    ("rc_write_64KiB", WrOpcode::RdmaWrite, 65536, 1),
+    ("rc_send_64B", WrOpcode::Send, 64, 1),
+    ("rc_read_4KiB", WrOpcode::RdmaRead, 4096, 1),
+    ("rc_fetch_add", WrOpcode::AtomicFetchAndAdd, 8, 1),
+];
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("engine");
+    g.measurement_time(Duration::from_secs(3));
+    g.warm_up_time(Duration::from_secs(1));
+    for (name, op, size, depth) in CASES {
+        let mut p = Pair::new(Mtu::Mtu4096);
+        // Count the datagrams of one iteration (after a warm-up, so PSN
+        // windows and timers are in their steady state).
+        for _ in 0..4 {
+            p.message(op, size, depth);
+        }
+        p.packets = 0;
+        p.message(op, size, depth);
+        let per_iter = p.packets;
+        println!(
+            "engine/{name}: {per_iter} datagrams per iteration of {depth} message(s) \
+             ({:.2} per message); time = ns per iteration, thrpt = packets/s",
+            per_iter as f64 / depth as f64
+        );
+        g.throughput(Throughput::Elements(per_iter));
+        g.bench_function(BenchmarkId::from_parameter(name), |bch| {
+            bch.iter(|| p.message(op, size, depth));
+        });
+    }
+    g.finish();
+}
+
+/// `ENGINE_BENCH_ITERS=N`: each case (or only `ENGINE_BENCH_CASE`) N times,
+/// untimed, for an instruction counter; prints the datagrams moved per case.
+fn fixed(iters: u64) {
+    let only = std::env::var("ENGINE_BENCH_CASE").ok();
+    for (name, op, size, depth) in CASES {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        let mut p = Pair::new(Mtu::Mtu4096);
+        for _ in 0..4 {
+            p.message(op, size, depth);
+        }
+        p.packets = 0;
+        for _ in 0..iters {
+            p.message(op, size, depth);
+        }
+        println!(
+            "{name}: {iters} iterations, {} datagrams, {} messages",
+            p.packets,
+            iters * depth as u64
+        );
+    }
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    match std::env::var("ENGINE_BENCH_ITERS").map(|v| v.parse::<u64>()) {
+        Ok(Ok(n)) => fixed(n),
+        _ => {
+            benches();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}
