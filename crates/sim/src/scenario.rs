@@ -105,6 +105,7 @@ pub fn config(name: &str) -> Option<Config> {
         "xrc" => Config {
             faults: f(0.05, 0.02, 0.05, 0.02),
             xrc: true,
+            mix: Mix::XRC,
             ..base
         },
         _ => return None,

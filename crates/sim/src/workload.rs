@@ -243,6 +243,13 @@ impl Mix {
         windows: true,
     };
 
+    /// What XRC_SEND QPs offer: the IBA 1.2 RC operations, no windows
+    /// (proto `qp::create::send_ops`; spec/xrc.md).
+    pub const XRC: Mix = Mix {
+        weights: [3, 2, 3, 2, 3, 1, 1, 0, 0],
+        windows: false,
+    };
+
     /// Draws an opcode.
     pub fn pick(&self, rng: &mut Rng) -> WrOpcode {
         let total: u32 = self.weights.iter().sum();
