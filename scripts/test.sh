@@ -13,9 +13,10 @@ cd "$(dirname "$0")/.."
 # through softverbs exec; openmpi-bin, libopenmpi-dev: an Open MPI job (pml
 # ucx) through softverbs exec; util-linux: setpriv and unshare (softverbs exec
 # as an unprivileged user); libfabric-bin: fi_info and fi_pingpong (libfabric's
-# verbs provider over the drop-in libraries).
+# verbs provider over the drop-in libraries); qperf: its RC tests over the
+# drop-in librdmacm (-cm1).
 need_pkgs=()
-for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs librdmacm-dev rdmacm-utils iproute2 binutils ucx-utils openmpi-bin libopenmpi-dev util-linux libfabric-bin; do
+for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs librdmacm-dev rdmacm-utils iproute2 binutils ucx-utils openmpi-bin libopenmpi-dev util-linux libfabric-bin qperf; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

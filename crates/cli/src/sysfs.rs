@@ -157,7 +157,9 @@ fn link_layer(l: u8) -> &'static str {
 }
 
 /// `rate_show`: the lane speed (in tenths of Gb/s) times the width, e.g.
-/// EDR (32) × 4X (2) = `"100 Gb/sec (4X EDR)"`; an unknown speed counts as SDR.
+/// EDR (32) × 4X (2) = `"100 Gb/sec (4X EDR)"`, SDR (1) × 1X (1) =
+/// `"2.5 Gb/sec (1X SDR)"`; an unknown speed counts as SDR (named " SDR" since
+/// the kernel's rate_show gained NDR).
 fn rate(speed: u8, width: u8) -> String {
     let (deci, name) = match speed {
         2 => (50, " DDR"),
@@ -167,7 +169,7 @@ fn rate(speed: u8, width: u8) -> String {
         32 => (250, " EDR"),
         64 => (500, " HDR"),
         128 => (1000, " NDR"),
-        _ => (25, ""),
+        _ => (25, " SDR"),
     };
     let lanes = match width {
         1 => 1,
@@ -214,7 +216,8 @@ mod tests {
         let port = "infiniband/softverbs0/ports/1";
         assert_eq!(
             get(&f, &format!("{port}/rate")).unwrap(),
-            "100 Gb/sec (4X EDR)\n"
+            "2.5 Gb/sec (1X SDR)\n",
+            "a link of unknown speed counts as 1000 Mb/s: 1X SDR"
         );
         assert_eq!(get(&f, &format!("{port}/state")).unwrap(), "4: ACTIVE\n");
         assert_eq!(
@@ -262,8 +265,11 @@ mod tests {
     #[test]
     fn guid_and_rate_arithmetic() {
         assert_eq!(guid(0x0200_1122_3344_5566), "0200:1122:3344:5566");
-        assert_eq!(rate(1, 1), "2.5 Gb/sec (1X)");
+        assert_eq!(rate(1, 1), "2.5 Gb/sec (1X SDR)");
         assert_eq!(rate(16, 2), "56 Gb/sec (4X FDR)");
         assert_eq!(rate(64, 2), "200 Gb/sec (4X HDR)");
+        assert_eq!(rate(32, 2), "100 Gb/sec (4X EDR)");
+        assert_eq!(rate(8, 1), "10 Gb/sec (1X FDR10)");
+        assert_eq!(rate(32, 16), "50 Gb/sec (2X EDR)");
     }
 }

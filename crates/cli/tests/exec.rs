@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod netns;
+use netns::Netns;
+
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 /// The device address of these tests: its GID is known in advance.
 const ADDR: &str = "127.0.9.1";
@@ -117,7 +120,8 @@ fn check_view(out: &Output, uid: u32) {
     assert_eq!(value(out, "gid0"), GID0);
     assert_eq!(value(out, "type0"), "RoCE v2");
     assert_eq!(value(out, "ndev0"), "lo");
-    assert_eq!(value(out, "rate"), "100 Gb/sec (4X EDR)");
+    // lo has no link speed: counted as 1000 Mb/s, as the kernel does for RoCE.
+    assert_eq!(value(out, "rate"), "2.5 Gb/sec (1X SDR)");
     assert_eq!(value(out, "state"), "4: ACTIVE");
     assert_eq!(value(out, "link"), "Ethernet");
     assert_eq!(value(out, "numa"), "-1");
@@ -208,6 +212,7 @@ fn sysfs_agrees_with_the_verbs() {
     let script = format!(
         "echo guid=$(cat {DEV}/node_guid)
          echo fw=$(cat {DEV}/fw_ver)
+         echo rate=$(cat {DEV}/ports/1/rate)
          ibv_devinfo -v"
     );
     let out = exec_sh(&lib, &[], &[], &script);
@@ -222,6 +227,11 @@ fn sysfs_agrees_with_the_verbs() {
     };
     assert_eq!(field("node_guid:"), value(&out, "guid"));
     assert_eq!(field("fw_ver:"), value(&out, "fw"));
+    // The port's width and speed are its link's (lo: unknown, 1000 Mb/s,
+    // 1X SDR), the same in the verbs and in sysfs.
+    assert_eq!(field("active_width:"), "1X (1)");
+    assert_eq!(field("active_speed:"), "2.5 Gbps (1)");
+    assert_eq!(value(&out, "rate"), "2.5 Gb/sec (1X SDR)");
     // ibv_devinfo -v prints "GID[  0]:  ::ffff:127.0.9.1, RoCE v2" (IPv4-mapped form).
     let gid_line = field("GID[  0]:");
     assert!(
@@ -774,80 +784,6 @@ fn mpi_job(
     );
     let _ = std::fs::remove_dir_all(&dir);
     Some(captures)
-}
-
-/// Two network namespaces joined by a veth pair (deleted on drop).
-struct Netns {
-    names: [String; 2],
-}
-
-impl Netns {
-    const ADDRS: [&'static str; 2] = ["10.78.0.1", "10.78.0.2"];
-
-    fn create() -> Option<Netns> {
-        let ip = |args: &[&str]| {
-            let o = Command::new("timeout")
-                .arg("20")
-                .arg("ip")
-                .args(args)
-                .output();
-            o.is_ok_and(|o| o.status.success())
-        };
-        // Unique per test: tests of this file run concurrently.
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let pid = format!("{}{k}", std::process::id());
-        let ns = Netns {
-            names: [format!("svxA{pid}"), format!("svxB{pid}")],
-        };
-        if !ip(&["netns", "add", &ns.names[0]]) {
-            return None; // not root: no namespaces here
-        }
-        let (a, b) = (ns.names[0].as_str(), ns.names[1].as_str());
-        let (va, vb) = (format!("svxa{pid}"), format!("svxb{pid}"));
-        let (aa, ab) = (
-            format!("{}/24", Self::ADDRS[0]),
-            format!("{}/24", Self::ADDRS[1]),
-        );
-        let steps: [&[&str]; 8] = [
-            &["netns", "add", b],
-            &[
-                "link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b,
-            ],
-            &["-n", a, "addr", "add", &aa, "dev", &va],
-            &["-n", b, "addr", "add", &ab, "dev", &vb],
-            &["-n", a, "link", "set", &va, "up"],
-            &["-n", b, "link", "set", &vb, "up"],
-            &["-n", a, "link", "set", "lo", "up"],
-            &["-n", b, "link", "set", "lo", "up"],
-        ];
-        for step in steps {
-            assert!(ip(step), "ip {}", step.join(" "));
-        }
-        Some(ns)
-    }
-}
-
-impl Drop for Netns {
-    /// Ends what the test left running in the namespaces (e.g. an orted after a
-    /// timeout; by PID: `ip netns pids`), then deletes them.
-    fn drop(&mut self) {
-        for n in &self.names {
-            let pids = Command::new("timeout")
-                .args(["20", "ip", "netns", "pids", n])
-                .output();
-            for pid in pids
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default()
-                .split_whitespace()
-            {
-                let _ = Command::new("kill").args(["-KILL", pid]).output();
-            }
-            let _ = Command::new("timeout")
-                .args(["20", "ip", "netns", "delete", n])
-                .output();
-        }
-    }
 }
 
 /// ucx_perftest tag latency between two "hosts": network namespaces joined by

@@ -317,6 +317,11 @@ pub unsafe extern "C-unwind" fn ibv_get_cq_event(
                         set_errno(refuse("ibv_get_cq_event", EINVAL, e));
                         return -1;
                     }
+                    // rdma-core's read(2) fails with EINTR unless SA_RESTART.
+                    if !crate::restart::restart_after_signal() {
+                        set_errno(libc::EINTR);
+                        return -1;
+                    }
                 }
             }
         };

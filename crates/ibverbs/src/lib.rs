@@ -33,6 +33,7 @@ mod post;
 mod private;
 mod private_abi;
 mod qp;
+mod restart;
 mod srq;
 mod stubs;
 mod util;

@@ -67,6 +67,9 @@ counters! {
     forward_drops,
     /// Times the progress thread went to sleep in poll(2).
     sleeps,
+    /// Passes of the progress loop completed (each ends after its transmit
+    /// flush: a datagram the engine gave before a pass began has left when it ends).
+    passes,
     /// Fault injection: datagrams dropped.
     fault_drops,
     /// Fault injection: datagrams with one bit flipped.

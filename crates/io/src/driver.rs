@@ -151,7 +151,10 @@ impl<E: Engine> Driver<E> {
         let progress = Progress::new(shared.clone(), socket, local, &opts, capture);
         let thread = std::thread::Builder::new()
             .name(opts.thread_name.clone())
-            .spawn(move || progress.run())?;
+            .spawn(move || {
+                crate::sys::block_async_signals();
+                progress.run();
+            })?;
         tracing::debug!(%local, "driver started");
         Ok(Driver {
             shared,

@@ -128,6 +128,21 @@ pub fn interface_of(ip: IpAddr) -> Option<String> {
     best.map(|(_, name)| name)
 }
 
+/// The link speed in Mb/s of the network interface holding `ip`
+/// (`/sys/class/net/<if>/speed`, the kernel's ethtool link settings), or None
+/// when unknown: no such interface, no link settings (`lo` answers EINVAL), or
+/// `SPEED_UNKNOWN` (-1).
+pub fn link_speed_mbps(ip: IpAddr) -> Option<u32> {
+    let name = interface_of(ip)?;
+    let text =
+        std::fs::read_to_string(Path::new("/sys/class/net").join(name).join("speed")).ok()?;
+    text.trim()
+        .parse::<i64>()
+        .ok()
+        .and_then(|v| u32::try_from(v).ok())
+        .filter(|&v| v > 0)
+}
+
 /// The index of the network interface `name` (`if_nametoindex`), if it exists.
 pub fn interface_index(name: &str) -> Option<u32> {
     let name = CString::new(name).ok()?;

@@ -217,6 +217,7 @@ impl<E: Engine> Progress<E> {
         let released = self.release();
         let sent = self.transmit() | self.raw.transmit(&self.shared, self.batch);
         let notified = self.notify();
+        Counters::add(&self.shared.counters.passes, 1);
         received || fired || released || sent || notified
     }
 

@@ -14,7 +14,8 @@
 //! - **Steering.** The reuseport group runs a classic-BPF program (unprivileged
 //!   `SO_ATTACH_REUSEPORT_CBPF`): the socket index is the slot read from the BTH
 //!   destination QP (`ldb [5]; rsh #1; ret a`, three instructions). Slots are
-//!   claimed and sockets bound under one per-address lock (another abstract name),
+//!   claimed and sockets bound under one per-address lock (another abstract name,
+//!   a listening stream socket whose holder a waiter can identify),
 //!   so processes that start together and live together have socket index = slot:
 //!   each datagram goes straight to its owner, with no extra hop.
 //! - **Forwarding keeps it correct.** When a member closes or crashes, the kernel
@@ -43,7 +44,7 @@ use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram};
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram, UnixListener};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -108,6 +109,19 @@ pub enum ShareError {
     LockTimeout {
         /// The address.
         ip: IpAddr,
+        /// The holder's process id, when it could be learned.
+        holder: Option<i32>,
+    },
+    /// A process of another user holds the claim lock (abstract names carry
+    /// no permissions, so anyone can take it): refused at once, not after
+    /// [`LOCK_WAIT`].
+    LockHeldByOtherUser {
+        /// The address.
+        ip: IpAddr,
+        /// The holder's process id.
+        pid: i32,
+        /// The holder's user id.
+        uid: u32,
     },
     /// A socket call failed.
     Io {
@@ -125,9 +139,19 @@ impl std::fmt::Display for ShareError {
                 f,
                 "all {SLOTS} process slots of {ip} are taken (at most {SLOTS} processes share one address)"
             ),
-            ShareError::LockTimeout { ip } => write!(
+            ShareError::LockTimeout { ip, holder: Some(pid) } => write!(
+                f,
+                "process {pid} has held the claim lock of {ip} for {LOCK_WAIT:?} (opening a device there); gave up waiting"
+            ),
+            ShareError::LockTimeout { ip, holder: None } => write!(
                 f,
                 "another process has been opening a device on {ip} for {LOCK_WAIT:?}; gave up waiting"
+            ),
+            ShareError::LockHeldByOtherUser { ip, pid, uid } => write!(
+                f,
+                "the claim lock of {ip} (abstract socket @{}) is held by process {pid} of user {uid}, not by us (user {}): processes sharing an address must be one user's; end that process or use another address",
+                lock_name(*ip),
+                sys::euid()
             ),
             ShareError::Io { what, source } => write!(f, "{what}: {source}"),
         }
@@ -143,11 +167,16 @@ pub struct Slot {
     ip: IpAddr,
     inbox: UnixDatagram,
     /// Held from the claim until the UDP socket joined the group ([`Slot::joined`]).
-    lock: Mutex<Option<UnixDatagram>>,
+    lock: Mutex<Option<UnixListener>>,
 }
 
 fn name(ip: IpAddr, what: &str) -> io::Result<UnixAddr> {
     UnixAddr::from_abstract_name(format!("softverbs/4791/{ip}/{what}"))
+}
+
+/// The claim lock's abstract name (without the leading NUL).
+fn lock_name(ip: IpAddr) -> String {
+    format!("softverbs/4791/{ip}/lock")
 }
 
 impl Slot {
@@ -269,20 +298,33 @@ impl Slot {
     }
 }
 
-/// Takes the per-address claim lock: binds its abstract name (freed by the
-/// kernel if the holder dies), waiting up to [`LOCK_WAIT`].
-fn lock(ip: IpAddr) -> Result<UnixDatagram, ShareError> {
+/// Takes the per-address claim lock: binds its abstract name as a listening
+/// stream socket (freed by the kernel if the holder dies), waiting up to
+/// [`LOCK_WAIT`]. Listening lets a waiter learn who holds it (`SO_PEERCRED`):
+/// a holder of another user is refused at once, in words.
+fn lock(ip: IpAddr) -> Result<UnixListener, ShareError> {
     let io = |what| move |source| ShareError::Io { what, source };
     let addr = name(ip, "lock").map_err(io("name the lock"))?;
     let start = Instant::now();
+    let mut checked = false;
     loop {
-        match UnixDatagram::bind_addr(&addr) {
+        match UnixListener::bind_addr(&addr) {
             Ok(sock) => return Ok(sock),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && !checked => {
+                checked = true;
+                if let Some((pid, uid)) = sys::abstract_listener_cred(lock_name(ip).as_bytes()) {
+                    if uid != sys::euid() {
+                        return Err(ShareError::LockHeldByOtherUser { ip, pid, uid });
+                    }
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::AddrInUse && start.elapsed() < LOCK_WAIT => {
                 std::thread::sleep(Duration::from_millis(1));
             }
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                return Err(ShareError::LockTimeout { ip })
+                let holder =
+                    sys::abstract_listener_cred(lock_name(ip).as_bytes()).map(|(pid, _)| pid);
+                return Err(ShareError::LockTimeout { ip, holder });
             }
             Err(e) => {
                 return Err(ShareError::Io {
@@ -356,6 +398,49 @@ mod tests {
         let (got, len) = a.receive(&mut buf).unwrap();
         assert_eq!((got, len), (v6, 1));
         assert!(b.receive(&mut buf).unwrap_err().kind() == io::ErrorKind::WouldBlock);
+    }
+
+    /// A claim lock held by a process of another user (anyone can bind an
+    /// abstract name) is refused at once with the holder named, instead of
+    /// timing out. Needs root to run the holder as `nobody`; CI runs as root.
+    #[test]
+    fn a_lock_held_by_another_user_is_refused_and_named() {
+        if sys::euid() != 0 {
+            eprintln!("skipped: holding the lock as another user needs root");
+            return;
+        }
+        let ip: IpAddr = "127.0.77.4".parse().unwrap();
+        let script = format!(
+            "import socket, sys, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); \
+             s.bind(b'\\0{}'); s.listen(1); print('held', flush=True); time.sleep(30)",
+            lock_name(ip)
+        );
+        // setpriv execs python: the child's pid is the holder's (ended below
+        // by that pid; the script also ends itself after 30 s).
+        let mut holder = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["/usr/bin/python3", "-c", &script])
+            .current_dir("/")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let stdout = holder.stdout.take().unwrap();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        assert_eq!(line.trim(), "held");
+        let result = Slot::claim(ip);
+        let _ = holder.kill();
+        let _ = holder.wait();
+        match result {
+            Err(e @ ShareError::LockHeldByOtherUser { uid: 65534, .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("of user 65534"), "{text}");
+            }
+            other => panic!("expected the holder to be named: {other:?}"),
+        }
+        // Once it is gone the address can be claimed.
+        let a = Slot::claim(ip).unwrap();
+        a.joined();
     }
 
     /// A datagram another user sends into an inbox (abstract names carry no

@@ -21,6 +21,32 @@ fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// Blocks every asynchronous signal in the calling thread (pthread_sigmask).
+/// The library's own threads call it first: a signal sent to the process
+/// (qperf's SIGALRM, a program's SIGINT) must reach one of the program's
+/// threads and interrupt the call it is blocked in, as with a kernel
+/// provider, which adds no threads. Signals a fault raises (SIGSEGV, SIGBUS,
+/// SIGFPE, SIGILL, SIGTRAP) stay unblocked.
+pub(crate) fn block_async_signals() {
+    // SAFETY: sigset_t is plain data, filled by sigfillset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid sigset_t for the calls; pthread_sigmask changes only
+    // this thread's mask.
+    unsafe {
+        libc::sigfillset(&raw mut set);
+        for s in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&raw mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut());
+    }
+}
+
 /// eventfd(2) in counter (not semaphore) mode, close-on-exec and nonblocking.
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers; a non-negative return is a new fd we own.
@@ -124,6 +150,56 @@ pub(crate) fn recv_with_uid(
         }
     }
     Ok((n, uid))
+}
+
+/// The credentials (pid, uid) of the process listening on the abstract unix
+/// stream name `name` (without its leading NUL): a nonblocking connect, then
+/// `SO_PEERCRED`, which for a connection to a listener holds the listener's
+/// credentials as of its `listen` (kernel `af_unix.c` `unix_listen` →
+/// `init_peercred`, `unix_stream_connect` → `copy_peercred`). None when nobody
+/// listens there or its backlog is full.
+pub(crate) fn abstract_listener_cred(name: &[u8]) -> Option<(i32, u32)> {
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if name.len() + 1 > sun.sun_path.len() {
+        return None;
+    }
+    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, &b) in sun.sun_path[1..].iter_mut().zip(name) {
+        *dst = b as libc::c_char;
+    }
+    let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+    // SAFETY: socket(2) with constant arguments; the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just opened and is owned here from now on.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `sun` is a live sockaddr_un and `len` covers the family and the name.
+    if unsafe { libc::connect(fd.as_raw_fd(), (&raw const sun).cast(), len) } != 0 {
+        return None;
+    }
+    // SAFETY: all-zero is a valid ucred.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut clen = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `clen` are live locals the kernel writes at most `clen` bytes into.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &raw mut clen,
+        )
+    };
+    (r == 0).then_some((cred.pid, cred.uid))
 }
 
 /// This process's effective user ID.

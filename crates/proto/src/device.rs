@@ -276,9 +276,9 @@ pub struct PortAttr {
     pub subnet_timeout: u8,
     /// Init type reply.
     pub init_type_reply: u8,
-    /// Active width (cosmetic: 4X = 2).
+    /// Active width (`IB_WIDTH_*`: 1X = 1, 4X = 2, …), from the link ([`LinkRate`]).
     pub active_width: u8,
-    /// Active speed (cosmetic: 25 Gb/s EDR = 32).
+    /// Active speed (`IB_SPEED_*`: SDR = 1, …, EDR = 32), from the link ([`LinkRate`]).
     pub active_speed: u8,
     /// Physical state (5 = LinkUp).
     pub phys_state: u8,
@@ -286,9 +286,60 @@ pub struct PortAttr {
     pub link_layer: u8,
 }
 
+/// A RoCE port's width and speed, derived from its net device's link speed as
+/// the kernel does for Soft-RoCE and every RoCE driver without lane counts
+/// (torvalds/linux `drivers/infiniband/core/verbs.c` `ib_get_eth_speed`: a net
+/// device whose speed is unknown counts as 1000 Mb/s; `ib_get_width_and_speed`
+/// without lanes: the table [`ETH_SPEED_TABLE`]). UCX, NCCL and the rdma_cm
+/// path's rate turn these into bandwidth, so they say what the link is, not
+/// what a NIC could be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkRate {
+    /// `IB_WIDTH_*`.
+    pub width: u8,
+    /// `IB_SPEED_*`.
+    pub speed: u8,
+}
+
+/// `(net device speed up to, in Mb/s; IB width; IB speed)`, ascending, the
+/// kernel's `ib_get_width_and_speed` for a device that reports no lane count.
+pub const ETH_SPEED_TABLE: [(u32, u8, u8); 9] = [
+    (1_000, 1, 1),      // 1X SDR
+    (10_000, 1, 8),     // 1X FDR10
+    (20_000, 2, 2),     // 4X DDR
+    (25_000, 1, 32),    // 1X EDR
+    (40_000, 2, 8),     // 4X FDR10
+    (50_000, 16, 32),   // 2X EDR
+    (100_000, 2, 32),   // 4X EDR
+    (200_000, 2, 64),   // 4X HDR
+    (u32::MAX, 2, 128), // 4X NDR
+];
+
+impl LinkRate {
+    /// The rate of a port whose net device runs at `mbps` (None: unknown,
+    /// e.g. `lo`, which has no link settings: counted as 1000 Mb/s).
+    pub fn from_eth_mbps(mbps: Option<u32>) -> LinkRate {
+        let mbps = mbps.unwrap_or(1_000);
+        let (_, width, speed) = ETH_SPEED_TABLE
+            .iter()
+            .copied()
+            .find(|(up_to, _, _)| mbps <= *up_to)
+            .unwrap_or(ETH_SPEED_TABLE[ETH_SPEED_TABLE.len() - 1]);
+        LinkRate { width, speed }
+    }
+}
+
 impl PortAttr {
-    /// Port 1 of a softverbs device with `gid_tbl_len` GIDs.
+    /// The port's width and speed become `rate`'s.
+    pub fn set_link(&mut self, rate: LinkRate) {
+        self.active_width = rate.width;
+        self.active_speed = rate.speed;
+    }
+
+    /// Port 1 of a softverbs device with `gid_tbl_len` GIDs, on a link of
+    /// unknown speed until [`PortAttr::set_link`].
     pub fn softverbs(gid_tbl_len: u32, active_mtu: Mtu) -> PortAttr {
+        let link = LinkRate::from_eth_mbps(None);
         PortAttr {
             state: PortState::Active,
             max_mtu: Mtu::Mtu4096,
@@ -306,8 +357,8 @@ impl PortAttr {
             sm_sl: 0,
             subnet_timeout: 0,
             init_type_reply: 0,
-            active_width: 2,
-            active_speed: 32,
+            active_width: link.width,
+            active_speed: link.speed,
             phys_state: 5,
             link_layer: LINK_LAYER_ETHERNET,
         }
@@ -449,6 +500,27 @@ fn guid_from(gid: Gid, name: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn link_rates_follow_the_kernels_table() {
+        use super::LinkRate;
+        let r = |mbps| {
+            let l = LinkRate::from_eth_mbps(mbps);
+            (l.width, l.speed)
+        };
+        assert_eq!(r(None), (1, 1), "unknown: 1000 Mb/s, 1X SDR");
+        assert_eq!(r(Some(1_000)), (1, 1));
+        assert_eq!(r(Some(10_000)), (1, 8), "veth, 10GbE: 1X FDR10");
+        assert_eq!(r(Some(25_000)), (1, 32));
+        assert_eq!(r(Some(40_000)), (2, 8));
+        assert_eq!(r(Some(100_000)), (2, 32), "100GbE: 4X EDR");
+        assert_eq!(r(Some(400_000)), (2, 128));
+        let mut last = 0;
+        for (up_to, _, _) in super::ETH_SPEED_TABLE {
+            assert!(up_to > last, "the table ascends");
+            last = up_to;
+        }
+    }
+
     use super::*;
     use std::net::Ipv4Addr;
 

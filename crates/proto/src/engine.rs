@@ -335,6 +335,12 @@ impl Engine {
         &self.info
     }
 
+    /// The port's width and speed (what its link runs at, measured by the
+    /// driver: the engine has no I/O).
+    pub fn set_link_rate(&mut self, rate: crate::device::LinkRate) {
+        self.info.port.set_link(rate);
+    }
+
     /// Opens a context.
     pub fn open_context(&mut self) -> CtxHandle {
         self.ctxs

@@ -27,7 +27,8 @@ pub(crate) struct Pending {
     pub private_data: Vec<u8>,
 }
 
-// SAFETY: the raw pointers inside `param` are NULL until delivery.
+// SAFETY: the raw pointers inside `param` are NULL until delivery, or (a
+// multicast event's) the program's own context pointer, never dereferenced here.
 unsafe impl Send for Pending {}
 
 impl Pending {
@@ -152,8 +153,13 @@ impl Channel {
                 revents: 0,
             };
             // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&raw mut pfd, 1, -1) } < 0 && errno() != libc::EINTR {
-                return Err(errno());
+            if unsafe { libc::poll(&raw mut pfd, 1, -1) } < 0 {
+                let e = errno();
+                // rdma-core's write(2) to the rdma_cm file fails with EINTR
+                // unless the handler has SA_RESTART.
+                if e != libc::EINTR || !crate::restart::restart_after_signal() {
+                    return Err(e);
+                }
             }
         }
     }

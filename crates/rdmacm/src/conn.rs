@@ -8,8 +8,8 @@
 //! QP1, a sans-IO state machine in crates/proto driven by the engine's
 //! progress thread). [`crate::softcm::SoftCm`] is it, reached through
 //! libibverbs' private interface (spec/rdmacm-abi.md §3.10–3.11); [`NoCm`]
-//! answers `ENOSYS` with a logged reason if that libibverbs lacks it, and
-//! still for multicast (not carried yet). The mapping of each call onto the
+//! answers `ENOSYS` with a logged reason if that libibverbs lacks it.
+//! Multicast needs no CM message on RoCE (crate::mcast). The mapping of each call onto the
 //! CM state machine is spec/cm.md §7.
 
 use crate::ffi::*;
@@ -312,7 +312,12 @@ fn multicast(
             )
         })?;
         cm().multicast(b, ip, join, context)?;
-        b.complete(verb)
+        // rdma-core: a synchronous join waits for its event; a leave has none.
+        if join {
+            b.complete(verb)
+        } else {
+            Ok(())
+        }
     });
     ret(r)
 }

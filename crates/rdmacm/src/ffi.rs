@@ -45,6 +45,8 @@ pub const RDMA_CM_EVENT_UNREACHABLE: u32 = 7;
 pub const RDMA_CM_EVENT_REJECTED: u32 = 8;
 pub const RDMA_CM_EVENT_ESTABLISHED: u32 = 9;
 pub const RDMA_CM_EVENT_DISCONNECTED: u32 = 10;
+pub const RDMA_CM_EVENT_MULTICAST_JOIN: u32 = 12;
+pub const RDMA_CM_EVENT_MULTICAST_ERROR: u32 = 13;
 
 /// `enum rdma_port_space`.
 pub const RDMA_PS_IPOIB: u32 = 0x0002;

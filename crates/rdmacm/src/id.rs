@@ -397,6 +397,7 @@ pub(crate) fn bind(
     st.opts.afonly = Some(afonly);
     st.bound = true;
     st.state = State::AddrBound;
+    crate::softcm::prepare(dev);
     Ok(())
 }
 

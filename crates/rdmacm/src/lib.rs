@@ -28,8 +28,8 @@
 //! `rdma_create_ep`. The connection calls (connect, listen, accept, reject,
 //! disconnect, notify, establish, get_request) go through one internal
 //! interface ([`conn::Cm`]) to the device's CM in libibverbs (`softcm`,
-//! spec/rdmacm-abi.md §3.10), RDMA_PS_UDP through SIDR; multicast fails
-//! with `ENOSYS` and a logged reason. The rsocket calls: `rsocket` answers
+//! spec/rdmacm-abi.md §3.10), RDMA_PS_UDP through SIDR; multicast joins
+//! map the group to its RoCE v2 MGID and attach the id's QP ([`mcast`]). The rsocket calls: `rsocket` answers
 //! `ENOSYS`; `rpoll`/`rselect` serve ordinary descriptors (there can be no
 //! rsocket); the others answer `EBADF` (their descriptor cannot be an rsocket).
 #![allow(unsafe_code)] // the C ABI: every block has a SAFETY line
@@ -44,10 +44,13 @@ mod conn;
 mod device;
 mod ep;
 mod id;
+mod mcast;
 mod net;
 mod ports;
 mod qp;
 mod rate;
+#[path = "../../ibverbs/src/restart.rs"]
+mod restart;
 mod route;
 mod rsocket;
 mod softcm;

@@ -311,10 +311,10 @@ pub(crate) unsafe fn rdma_destroy_qp_impl(id: *mut rdma_cm_id) {
     let _st = b.lock();
     // SAFETY: under the id's lock.
     let c = unsafe { &mut *b.c() };
-    if !c.qp.is_null() {
-        // SAFETY: the id's QP, destroyed once.
-        unsafe { verbs::ibv_destroy_qp(c.qp) };
-        c.qp = std::ptr::null_mut();
+    let qp = std::mem::replace(&mut c.qp, std::ptr::null_mut());
+    if !qp.is_null() {
+        // SAFETY: the id's QP (no longer reachable through the id), destroyed once.
+        unsafe { verbs::ibv_destroy_qp(qp) };
     }
     destroy_cqs(c);
 }

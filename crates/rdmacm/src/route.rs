@@ -37,6 +37,14 @@ fn route_to(
         };
         return Ok(dev.and_then(|d| d.addr_for(&dst).map(|a| (d, a))));
     }
+    if dst.is_multicast() {
+        // A group is reached from the bound device's own interface (IPv4 sends
+        // multicast out of the interface holding the source address,
+        // spec/multicast.md §1); unbound, from the device of the route's source.
+        if let Some(b) = bound {
+            return Ok(b.addr_for(&dst).map(|a| (b, a)));
+        }
+    }
     let src = net::route_source(dst)
         .map_err(|e| refuse(verb, e, format_args!("the host has no route to {dst}")))?;
     // A destination that is a device's own address is reached by that device.

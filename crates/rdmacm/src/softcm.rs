@@ -95,7 +95,66 @@ fn channel_for(verb: &str, ctx: *mut ibv_context) -> Result<*mut sv::SoftverbsCm
         .spawn(move || event_thread(key, chan))
         .map_err(|e| refuse(verb, libc::EAGAIN, format_args!("the CM event thread: {e}")))?;
     t.channels.insert(key, chan);
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain extern "C" function.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(tell_peers_at_exit);
+    });
     Ok(ch)
+}
+
+/// Makes the CM channels (and event threads) of `dev`, or of every device,
+/// when an id is bound, so that a later `rdma_listen` is one quick call: a
+/// program may tell its peer the bound port and listen just after (qperf's
+/// server does), and the peer's REQ must not find it still setting up, as
+/// the kernel's listen is a single system call.
+pub(crate) fn prepare(dev: Option<&'static device::Dev>) {
+    const VERB: &str = "rdma_bind_addr";
+    // SAFETY: a plain function of the libibverbs we link to.
+    if unsafe { verbs::softverbs_private_version() } != verbs::PRIVATE_VERSION {
+        return;
+    }
+    let ctxs: Vec<*mut ibv_context> = match dev {
+        Some(d) => vec![d.ctx],
+        None => device::devices(VERB)
+            .map(|ds| ds.iter().map(|d| d.ctx).collect())
+            .unwrap_or_default(),
+    };
+    for ctx in ctxs {
+        // A failure here shows again, logged, where the channel is needed.
+        let _ = channel_for(VERB, ctx);
+    }
+}
+
+/// At `exit`, what the kernel does when a process's rdma_cm file closes
+/// (ucma.c `ucma_close` destroys every id; cm.c `cm_destroy_id` sends a DREQ
+/// for an established connection, a DREP after the peer's DREQ, a REJ for
+/// a pending request): the device's CM lives in this process and dies with
+/// it, so a program that exits without destroying its ids (a forked qperf
+/// server) would otherwise leave its peer waiting for DISCONNECTED.
+extern "C" fn tell_peers_at_exit() {
+    // A thread inside the CM at exit holds the tables: then do nothing
+    // rather than hang the exit.
+    let Ok(g) = TABLES.try_lock() else {
+        return;
+    };
+    let conns: Vec<(usize, u32)> = g
+        .as_ref()
+        .map(|t| t.conns.keys().copied().collect())
+        .unwrap_or_default();
+    drop(g);
+    let mut ctxs: Vec<usize> = Vec::new();
+    for (ctx, conn) in conns {
+        // SAFETY: contexts stay open for the life of the process.
+        unsafe { sv::softverbs_cm_destroy(ctx as *mut ibv_context, conn) };
+        if !ctxs.contains(&ctx) {
+            ctxs.push(ctx);
+        }
+    }
+    for ctx in ctxs {
+        // SAFETY: as above.
+        unsafe { sv::softverbs_cm_flush(ctx as *mut ibv_context, 200) };
+    }
 }
 
 fn random_psn() -> u32 {
@@ -209,18 +268,20 @@ fn rd_atomic_limits(verb: &str, ctx: *mut ibv_context) -> Result<RdAtomic, c_int
 /// What `rdma_connect` (`base`: the device's limits) or `rdma_accept`
 /// (`base`: the REQ's values cut to the limits) settles, rdma-core
 /// `ucma_valid_param` and `rdma_connect`/`rdma_accept`: 0xff takes `base`;
-/// another value above the device's limit is EINVAL.
+/// another value above the device's limit is EINVAL in the TCP port space
+/// (`checked`; rdma-core checks no other).
 fn settle_rd_atomic(
     verb: &str,
     param: Option<&rdma_conn_param>,
     max: RdAtomic,
     base: RdAtomic,
+    checked: bool,
 ) -> Result<RdAtomic, c_int> {
     let Some(p) = param else { return Ok(base) };
     let pick = |asked: u8, limit: u8, base: u8, what: &str| {
         if asked == RDMA_MAX_RD_ATOMIC {
             Ok(base)
-        } else if asked > limit {
+        } else if checked && asked > limit {
             Err(refuse(
                 verb,
                 libc::EINVAL,
@@ -246,7 +307,11 @@ fn settle_rd_atomic(
     })
 }
 
-fn qp_to_err(qp: *mut ibv_qp) {
+/// Moves the id's QP (if it still has one) to ERR, under the id's lock so
+/// that a concurrent `rdma_destroy_qp` never frees it meanwhile.
+fn qp_to_err(b: &IdBlock) {
+    let _st = b.lock();
+    let qp = qp_of(b);
     if qp.is_null() {
         return;
     }
@@ -263,6 +328,28 @@ fn bytes<'a>(p: *const c_void, len: u8) -> &'a [u8] {
     } else {
         // SAFETY: the caller's buffer of `len` bytes.
         unsafe { std::slice::from_raw_parts(p.cast::<u8>(), usize::from(len)) }
+    }
+}
+
+/// Blocks the asynchronous signals in this library thread, so that a signal
+/// sent to the process reaches (and interrupts) one of the program's threads,
+/// as with rdma-core, which adds no thread.
+fn block_async_signals() {
+    // SAFETY: sigset_t is plain data, filled by sigfillset before use;
+    // pthread_sigmask changes only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut set);
+        for s in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&raw mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut());
     }
 }
 
@@ -298,6 +385,7 @@ fn post(b: &IdBlock, p: Pending) {
 
 fn event_thread(ctx: usize, chan: usize) {
     ON_EVENT_THREAD.with(|f| f.set(true));
+    block_async_signals();
     let ch = chan as *mut sv::SoftverbsCmChannel;
     loop {
         // SAFETY: all-zero is a valid event (plain numbers and arrays).
@@ -378,7 +466,7 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_ESTABLISHED, 0));
         }
         sv::SOFTVERBS_CM_REJECTED => {
-            qp_to_err(qp_of(b));
+            qp_to_err(b);
             let status = c_int::try_from(ev.status).unwrap_or(c_int::MAX);
             post(
                 b,
@@ -402,7 +490,7 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, status));
         }
         sv::SOFTVERBS_CM_UNREACHABLE => {
-            qp_to_err(qp_of(b));
+            qp_to_err(b);
             post(
                 b,
                 Pending::new(b.addr(), RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT),
@@ -411,7 +499,9 @@ fn dispatch(ctx: *mut ibv_context, ev: &sv::SoftverbsCmEvent) {
         sv::SOFTVERBS_CM_DISCONNECTED
             if set(&|c| !std::mem::replace(&mut c.disconnected, true)) =>
         {
-            qp_to_err(qp_of(b));
+            // rdma-core `rdma_get_cm_event`: DISCONNECTED leaves the QP alone
+            // (rdma_disconnect moves it to ERR); programs may destroy it with
+            // ibv_destroy_qp right after their own rdma_disconnect (rping).
             post(b, Pending::new(b.addr(), RDMA_CM_EVENT_DISCONNECTED, 0));
         }
         _ => {}
@@ -563,7 +653,7 @@ impl Cm for SoftCm {
         let (c, srq) = unsafe { (&*b.c(), !(*b.c()).srq.is_null()) };
         let connect_data = b.lock().connect_data.clone();
         let max = rd_atomic_limits(VERB, ctx)?;
-        let rd = settle_rd_atomic(VERB, param, max, max)?;
+        let rd = settle_rd_atomic(VERB, param, max, max, b.ps() == RDMA_PS_TCP)?;
         let data = match param {
             Some(p) => bytes(p.private_data, p.private_data_len).to_vec(),
             None => connect_data,
@@ -694,7 +784,7 @@ impl Cm for SoftCm {
             responder_resources: c.req_rr.min(max.responder_resources),
             initiator_depth: c.req_id.min(max.initiator_depth),
         };
-        let rd = settle_rd_atomic(VERB, param, max, req)?;
+        let rd = settle_rd_atomic(VERB, param, max, req, b.ps() == RDMA_PS_TCP)?;
         let a = sv::SoftverbsCmAccept {
             // SAFETY: the id's QP.
             qp_num: if qp.is_null() {
@@ -761,7 +851,7 @@ impl Cm for SoftCm {
         let c = id_cm(b)
             .filter(|c| c.conn.is_some())
             .ok_or_else(|| refuse(VERB, libc::EINVAL, "the id has no connection"))?;
-        qp_to_err(qp_of(b));
+        qp_to_err(b);
         // Kernel `rdma_disconnect`: a DREQ, else a DREP; when neither is due
         // (the peer's DREQ was answered already: TimeWait) the call still
         // succeeds.
@@ -821,7 +911,11 @@ impl Cm for SoftCm {
         join: bool,
         context: *mut c_void,
     ) -> Result<(), c_int> {
-        crate::conn::NoCm.multicast(b, group, join, context)
+        if join {
+            crate::mcast::join("rdma_join_multicast", b, group, context)
+        } else {
+            crate::mcast::leave("rdma_leave_multicast", b, group)
+        }
     }
 
     fn init_qp_attr(&self, b: &IdBlock, attr: &mut ibv_qp_attr) -> Option<Result<c_int, c_int>> {
@@ -854,6 +948,7 @@ impl Cm for SoftCm {
     }
 
     fn destroy(&self, b: &IdBlock) {
+        crate::mcast::forget(b);
         let Some(c) = tables(|t| {
             let c = t.ids.remove(&b.addr())?;
             if let Some(conn) = c.conn {

@@ -41,6 +41,8 @@ extern "C" {
     pub fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
     pub fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
     pub fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
+    pub fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+    pub fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
 
     pub fn softverbs_private_version() -> c_int;
     pub fn softverbs_query_addr(

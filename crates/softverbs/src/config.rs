@@ -92,7 +92,9 @@ impl Device {
     /// What the device reports to the query verbs and sysfs (limits, port, GID
     /// table, identity), without opening it: the same description its engine uses.
     pub fn info(&self) -> DeviceInfo {
-        DeviceInfo::new(&self.config)
+        let mut info = DeviceInfo::new(&self.config);
+        info.port.set_link(crate::device::link_rate(&self.config));
+        info
     }
 
     /// `ibv_open_device`: a new context on this device.

@@ -100,6 +100,16 @@ impl sv_io::Engine for DeviceEngine {
     }
 }
 
+/// The port's width and speed: those of the link under the device's first
+/// address (`proto::device::LinkRate`, as Soft-RoCE reports its net device's).
+pub(crate) fn link_rate(config: &DeviceConfig) -> proto::device::LinkRate {
+    let mbps = config
+        .addrs
+        .first()
+        .and_then(|ip| sv_io::host::link_speed_mbps(*ip));
+    proto::device::LinkRate::from_eth_mbps(mbps)
+}
+
 /// The state one device shares among the contexts of a process.
 pub(crate) struct Shared {
     pub(crate) driver: Driver<DeviceEngine>,
@@ -132,6 +142,7 @@ impl Shared {
         let mut tries = 0;
         loop {
             let mut engine = Engine::new(config);
+            engine.set_link_rate(link_rate(config));
             engine.set_local_port(bind.port());
             engine.set_qpn_space(QpnSpace { first, last }, qpn_start(first, last));
             // Comm IDs and TIDs differ per process and per start (cm.rs).

@@ -172,6 +172,7 @@ enum RawKind {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
+        self.let_posted_sends_leave();
         match &self.raw {
             RawKind::Socket => self.pd.ctx.dev.driver.close_raw(self.qpn),
             RawKind::Rss(table) => {
@@ -197,6 +198,35 @@ impl Drop for QpInner {
 }
 
 impl QpInner {
+    /// A NIC executes the send WQEs whose doorbell it got before a destroy
+    /// command reaches it (rxe even transmits in the posting call), so a
+    /// program may post datagrams and destroy the QP at once (mckey's sender
+    /// does). Here the progress thread sends them: the destroy waits until
+    /// the QP has nothing left to transmit, at most 100 ms.
+    fn let_posted_sends_leave(&self) {
+        use std::time::{Duration, Instant};
+        const MAX_WAIT: Duration = Duration::from_millis(100);
+        let h = self.h;
+        let dev = &self.pd.ctx.dev;
+        let pending = || self.pd.with(|e| e.qp_tx_pending(h));
+        if !pending() {
+            // Nothing queued: an idle QP is destroyed at once.
+            return;
+        }
+        let deadline = Instant::now() + MAX_WAIT;
+        while pending() && Instant::now() < deadline {
+            dev.doorbell();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // The last packets taken may still wait in the progress thread's
+        // batch: one more whole pass has flushed them.
+        let seen = dev.driver.counters().passes;
+        while dev.driver.counters().passes <= seen && Instant::now() < deadline {
+            dev.doorbell();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
     /// Attach or detach in the engine, then the driver's memberships follow;
     /// an attach whose join fails is undone.
     fn mcast(&self, gid: &proto::Gid, attach: bool) -> Result<(), Error> {

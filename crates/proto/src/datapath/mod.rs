@@ -55,6 +55,14 @@ impl crate::Engine {
         self.qps.get(h).map(|q| *q.counters())
     }
 
+    /// Whether QP `h` still has a turn to send coming (it is in the ready
+    /// queue, or asked to be): false once what was posted to it has left.
+    pub fn qp_tx_pending(&self, h: QpHandle) -> bool {
+        self.qps
+            .get(h)
+            .is_some_and(|q| q.dp.scheduled || q.dp.wants_tx)
+    }
+
     /// Next event for the driver.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.dev.events.pop_front()

@@ -201,7 +201,9 @@ static void resolution(struct rdma_event_channel *ch, struct ibv_context *dev, c
 	CHECK(p->dgid.raw[10] == 0xff && p->dgid.raw[12] == 127 && p->dgid.raw[15] == 1, "path dgid ::ffff:127.0.0.1");
 	CHECK(p->pkey == htons(0xffff) && p->reversible == 1 && p->hop_limit == 64, "pkey, reversible, hop limit");
 	CHECK(p->mtu == pa.active_mtu && p->mtu_selector == 1, "path MTU is the port's (%d vs %d)", p->mtu, pa.active_mtu);
-	CHECK(pa.active_width == 2 && pa.active_speed == 32 ? p->rate == IBV_RATE_100_GBPS : p->rate != 0,
+	CHECK(pa.active_width == 2 && pa.active_speed == 32   ? p->rate == IBV_RATE_100_GBPS
+	      : pa.active_width == 1 && pa.active_speed == 1 ? p->rate == IBV_RATE_2_5_GBPS
+							     : p->rate != 0,
 	      "the rate of the port (width %d, speed %d): %d", pa.active_width, pa.active_speed, p->rate);
 	CHECK(p->packet_life_time == 18 && p->traffic_class == 0 && p->slid == 0 && p->dlid == 0, "RoCE defaults");
 	uint32_t fl = (ntohs(rdma_get_src_port(id)) * 31 + 7471) & 0xfffff;
@@ -607,6 +609,89 @@ static void private_data_both_ways(const char *ip)
 	rdma_destroy_event_channel(cch);
 }
 
+/* Multicast on RoCE: the group address becomes its IPv4-mapped MGID, the
+ * join reports MULTICAST_JOIN with the address vector to the group, QPN
+ * 0xFFFFFF, RDMA_UDP_QKEY and the join's context, and attaches the id's QP:
+ * a datagram the QP sends to the group comes back to it (it is a member). A
+ * leave detaches it (ibv_destroy_qp is no longer EBUSY). Errors: a non-UD id,
+ * a unicast group, a leave of a group not joined. */
+static void multicast(const char *dev_ip)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	struct sockaddr_in src = sin_of(dev_ip, 0), grp = sin_of("239.1.43.1", 0), uni = sin_of(dev_ip, 0);
+	int ctx;
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) == 0, "udp id");
+	CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&grp, 2000) == 0, "resolve a group");
+	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	struct ibv_cq *cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD, .sq_sig_all = 1,
+				       .cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1 } };
+	CHECK(rdma_create_qp(id, NULL, &qa) == 0, "UD QP");
+	char buf[40 + 16] = { 0 };
+	struct ibv_mr *mr = ibv_reg_mr(id->pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_sge rs = { .addr = (uintptr_t)buf, .length = sizeof buf, .lkey = mr->lkey };
+	struct ibv_recv_wr rw = { .sg_list = &rs, .num_sge = 1 }, *brw;
+	CHECK(ibv_post_recv(id->qp, &rw, &brw) == 0, "post recv");
+
+	FAILS_WITH(rdma_join_multicast(id, (struct sockaddr *)&uni, NULL), EINVAL);
+	CHECK(rdma_join_multicast(id, (struct sockaddr *)&grp, &ctx) == 0, "join");
+	struct rdma_cm_event *e = next_event(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+	struct rdma_ud_param *ud = &e->param.ud;
+	unsigned char mgid[16] = { [10] = 0xff, [11] = 0xff, [12] = 239, [13] = 1, [14] = 43, [15] = 1 };
+	CHECK(e->id == id && e->status == 0 && ud->private_data == &ctx, "the join's context");
+	CHECK(ud->qp_num == 0xffffff && ud->qkey == RDMA_UDP_QKEY, "QPN %#x qkey %#x", ud->qp_num, ud->qkey);
+	CHECK(ud->ah_attr.is_global && memcmp(ud->ah_attr.grh.dgid.raw, mgid, 16) == 0 && ud->ah_attr.dlid == 0 &&
+	      ud->ah_attr.port_num == 1, "the address vector to the group's MGID");
+	struct ibv_ah *ah = ibv_create_ah(id->pd, &ud->ah_attr);
+	CHECK(ah != NULL, "an AH from the join's address vector");
+	struct ibv_sge ss = { .addr = (uintptr_t)buf + 40, .length = 16, .lkey = mr->lkey };
+	strcpy(buf + 40, "to the group");
+	struct ibv_send_wr sw = { .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .wr.ud = { .ah = ah, .remote_qpn = ud->qp_num, .remote_qkey = ud->qkey } }, *bsw;
+	rdma_ack_cm_event(e);
+	CHECK(ibv_post_send(id->qp, &sw, &bsw) == 0, "send to the group");
+	int got = 0, sent = 0;
+	for (int i = 0; i < 5000 && !(got && sent); i++) {
+		struct ibv_wc wc;
+		while (ibv_poll_cq(cq, 1, &wc) == 1) {
+			CHECK(wc.status == IBV_WC_SUCCESS, "completion status %d", wc.status);
+			if (wc.opcode == IBV_WC_RECV) {
+				CHECK(wc.byte_len == 40 + 16 && strcmp(buf + 40, "to the group") == 0, "the datagram");
+				got = 1;
+			} else {
+				sent = 1;
+			}
+		}
+		usleep(1000);
+	}
+	CHECK(got && sent, "the member QP got its own datagram to the group");
+	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&grp) == 0, "leave");
+	FAILS_WITH(rdma_leave_multicast(id, (struct sockaddr *)&grp), EADDRNOTAVAIL);
+	CHECK(ibv_destroy_ah(ah) == 0, "destroy ah");
+	CHECK(ibv_destroy_qp(id->qp) == 0, "the QP is detached: destroy works");
+	id->qp = NULL;
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	rdma_destroy_id(id);
+
+	struct rdma_cm_id *t;
+	CHECK(rdma_create_id(ch, &t, NULL, RDMA_PS_TCP) == 0, "tcp id");
+	CHECK(rdma_bind_addr(t, (struct sockaddr *)&src) == 0, "bind");
+	FAILS_WITH(rdma_join_multicast(t, (struct sockaddr *)&grp, NULL), EINVAL);
+	rdma_destroy_id(t);
+
+	struct rdma_cm_id *s;
+	CHECK(rdma_create_id(NULL, &s, NULL, RDMA_PS_UDP) == 0, "synchronous udp id");
+	CHECK(rdma_bind_addr(s, (struct sockaddr *)&src) == 0, "bind");
+	CHECK(rdma_join_multicast(s, (struct sockaddr *)&grp, &ctx) == 0, "a synchronous join");
+	CHECK(s->event && s->event->event == RDMA_CM_EVENT_MULTICAST_JOIN, "its event kept in id->event");
+	CHECK(rdma_leave_multicast(s, (struct sockaddr *)&grp) == 0, "leave");
+	rdma_destroy_id(s);
+	CHECK(!readable(ch->fd, 0), "no stray events");
+	rdma_destroy_event_channel(ch);
+}
+
 /* RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (0xff) ask for the device's limits
  * (rdma-core rdma_connect / rdma_accept); a value above them is EINVAL. */
 static void max_rd_atomic(const char *ip)
@@ -686,6 +771,7 @@ int main(void)
 	endpoints();
 	connection_calls(ch);
 	private_data_both_ways(dev_ip);
+	multicast(dev_ip);
 	max_rd_atomic(dev_ip);
 	CHECK(!readable(ch->fd, 0), "no stray events");
 	rdma_destroy_event_channel(ch);
