@@ -178,8 +178,8 @@ fn drive(plan: &Plan, port: u16) -> Result<(), CliError> {
         String::new()
     };
     println!(
-        "\n{:<22} {:>10} {:>10} {:>12} {:>12}{ratio_head}",
-        "test", "bytes", "iters", "BW[MB/s]", "MsgRate[Mpps]"
+        "\n{:<22} {:>10} {:>10} {:>12} {:>12}{ratio_head} {:>9} {:>9}",
+        "test", "bytes", "iters", "BW[MB/s]", "MsgRate[Mpps]", "sends/pkt", "recvs/pkt"
     );
     let mut results = Vec::new();
     let mut rates = Vec::new();
@@ -190,7 +190,9 @@ fn drive(plan: &Plan, port: u16) -> Result<(), CliError> {
                 .map_err(ctrl_err)?;
             expect(&mut peer, "ready")?;
         }
+        let before = peer.ctx.counters().io;
         let t = peer.stream(op, iters, size, depth)?;
+        let after = peer.ctx.counters().io;
         if op == WrOpcode::Send {
             expect(&mut peer, "ok")?;
         }
@@ -198,13 +200,25 @@ fn drive(plan: &Plan, port: u16) -> Result<(), CliError> {
         let mbs = (iters as f64 * f64::from(bytes)) / t.as_secs_f64() / 1e6;
         let mpps = iters as f64 / t.as_secs_f64() / 1e6;
         let ratios = base.as_ref().map_or(String::new(), |b| b.ratios(mbs));
+        // This side's system calls per datagram (the server's are not seen here).
+        let per = |calls: u64, pkts: u64| calls as f64 / pkts.max(1) as f64;
+        let sends = per(
+            after.send_calls - before.send_calls,
+            after.datagrams_sent - before.datagrams_sent,
+        );
+        let recvs = per(
+            after.recv_calls - before.recv_calls,
+            after.datagrams_received - before.datagrams_received,
+        );
         println!(
-            "{:<22} {:>10} {:>10} {:>12.1} {:>12.4}{ratios}",
+            "{:<22} {:>10} {:>10} {:>12.1} {:>12.4}{ratios} {:>9.3} {:>9.3}",
             name(op),
             bytes,
             iters,
             mbs,
-            mpps
+            mpps,
+            sends,
+            recvs
         );
         results.push((op, bytes, mbs));
         rates.push((op, bytes, mpps));

@@ -3,7 +3,8 @@
 //! [`TxBatch`] owns `slots` buffers of `slot` bytes each (one allocation) and a
 //! queue of datagrams written into them, in engine order, each already through
 //! the transmit faults. [`flush`] sends the queue from its head: consecutive
-//! datagrams for the socket go out in one `sendmmsg(2)` per run, a datagram to the
+//! datagrams for the socket go out in one `sendmmsg(2)` per run (the sink may
+//! join equal-size ones into UDP GSO sends, [`gso_groups`]), a datagram to the
 //! driver's own address takes the loopback shortcut at its place in the order.
 //! Promises:
 //! - every queued datagram is sent, delivered by loopback, or failed for good
@@ -174,6 +175,52 @@ pub(crate) fn flush(batch: &mut TxBatch, sink: &mut impl TxSink) -> Flushed {
     Flushed {
         done,
         blocked: false,
+    }
+}
+
+/// Most datagrams in one UDP GSO send (the kernel's `UDP_MAX_SEGMENTS`, 64 on
+/// every kernel with GSO; 128 from 6.x).
+pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
+/// Most payload bytes of one UDP GSO send: an IPv4/IPv6 datagram's 65,535-byte
+/// length less the largest IP header and the UDP header, rounded down.
+pub(crate) const GSO_MAX_BYTES: usize = 65_000;
+
+/// Cuts a run of datagrams (destination, length) into UDP GSO groups, in order:
+/// the length of each group. A group is consecutive datagrams to one destination
+/// with the first one's length, except the last, which may be shorter (and so
+/// ends it), at most [`GSO_MAX_SEGMENTS`] datagrams and [`GSO_MAX_BYTES`] bytes;
+/// a datagram to a destination `eligible` refuses, or an empty one, is a group
+/// of its own.
+pub(crate) fn gso_groups(
+    run: &[(SocketAddr, usize)],
+    eligible: impl Fn(SocketAddr) -> bool,
+    out: &mut Vec<usize>,
+) {
+    out.clear();
+    let mut i = 0;
+    while i < run.len() {
+        let (to, size) = run[i];
+        let mut n = 1;
+        let mut bytes = size;
+        if size > 0 && eligible(to) {
+            while let Some(&(t, len)) = run.get(i + n) {
+                if t != to
+                    || len > size
+                    || len == 0
+                    || n == GSO_MAX_SEGMENTS
+                    || bytes + len > GSO_MAX_BYTES
+                {
+                    break;
+                }
+                n += 1;
+                bytes += len;
+                if len < size {
+                    break;
+                }
+            }
+        }
+        out.push(n);
+        i += n;
     }
 }
 
@@ -388,5 +435,85 @@ mod tests {
             }
         );
         assert_eq!(b.queued().len(), 3);
+    }
+
+    fn a(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 2], port))
+    }
+
+    fn groups(run: &[(SocketAddr, usize)]) -> Vec<usize> {
+        let mut out = Vec::new();
+        gso_groups(run, |_| true, &mut out);
+        out
+    }
+
+    #[test]
+    fn gso_groups_join_equal_sizes_to_one_destination() {
+        let full = |n| vec![(a(1), 1000); n];
+        assert_eq!(groups(&full(5)), vec![5]);
+        // The last may be shorter, and ends the group.
+        let mut run = full(3);
+        run.extend([(a(1), 10), (a(1), 1000)]);
+        assert_eq!(groups(&run), vec![4, 1]);
+        // A longer one starts a new group.
+        assert_eq!(
+            groups(&[(a(1), 10), (a(1), 1000), (a(1), 1000)]),
+            vec![1, 2]
+        );
+        // Another destination starts a new group.
+        assert_eq!(groups(&[(a(1), 100), (a(2), 100), (a(2), 100)]), vec![1, 2]);
+        // Refused destinations and empty datagrams go alone.
+        let mut out = Vec::new();
+        gso_groups(&full(3), |_| false, &mut out);
+        assert_eq!(out, vec![1, 1, 1]);
+        assert_eq!(groups(&[(a(1), 0), (a(1), 0)]), vec![1, 1]);
+        assert!(groups(&[]).is_empty());
+    }
+
+    #[test]
+    fn gso_groups_keep_to_the_kernel_limits() {
+        assert_eq!(groups(&vec![(a(1), 100); 130]), vec![64, 64, 2]);
+        // 4,000-byte packets: 16 fit in 65,000 bytes.
+        assert_eq!(groups(&vec![(a(1), 4000); 20]), vec![16, 4]);
+    }
+
+    proptest::proptest! {
+        /// Grouping then splitting each group back into its segments gives the same
+        /// datagrams, in order, to the same destinations; every group obeys the rules.
+        #[test]
+        fn gso_groups_then_split_give_back_the_run(
+            spec in proptest::collection::vec((0u16..3, 0usize..5, proptest::bool::ANY), 0..200)
+        ) {
+            let sizes = [0usize, 1, 700, 1500, 4200];
+            let run: Vec<(SocketAddr, usize)> =
+                spec.iter().map(|&(p, s, _)| (a(p), sizes[s])).collect();
+            let refused = a(2);
+            let mut out = Vec::new();
+            gso_groups(&run, |to| to != refused, &mut out);
+            proptest::prop_assert_eq!(out.iter().sum::<usize>(), run.len());
+            let mut back = Vec::new();
+            let mut at = 0;
+            for &n in &out {
+                let group = &run[at..at + n];
+                let (to, size) = group[0];
+                let total: usize = group.iter().map(|g| g.1).sum();
+                proptest::prop_assert!((1..=GSO_MAX_SEGMENTS).contains(&n));
+                if n > 1 {
+                    proptest::prop_assert!(to != refused && size > 0 && total <= GSO_MAX_BYTES);
+                    proptest::prop_assert!(group.iter().all(|g| g.0 == to));
+                    proptest::prop_assert!(group[..n - 1].iter().all(|g| g.1 == size));
+                    proptest::prop_assert!(group[n - 1].1 <= size && group[n - 1].1 > 0);
+                }
+                // What the receiver's GRO split makes of the group.
+                for (_, len) in crate::sys::split(total, (n > 1).then_some(size)) {
+                    back.push((to, len));
+                }
+                if total == 0 {
+                    back.push((to, 0));
+                }
+                at += n;
+            }
+            proptest::prop_assert_eq!(back, run);
+        }
     }
 }

@@ -38,6 +38,12 @@ counters! {
     send_calls,
     /// Receive system calls that returned datagrams (one recvmmsg reads many).
     recv_calls,
+    /// Datagrams that left inside a UDP GSO send of several (one message, one segment each).
+    gso_datagrams,
+    /// Times the kernel refused UDP GSO (it is then off for the socket).
+    gso_fallbacks,
+    /// Datagrams read inside a UDP GRO buffer of several, split back apart.
+    gro_datagrams,
     /// Sends that failed for good (the datagram was dropped; the protocol retransmits).
     send_errors,
     /// Sends refused with EAGAIN/ENOBUFS and kept for a retry.

@@ -4,7 +4,9 @@
 //! - `SOFTVERBS_BUSY_POLL_US`: busy-poll window in microseconds (lenient: a bad
 //!   value is ignored with a warning, as before);
 //! - `SOFTVERBS_FAULTS`: fault injection, strict (see [`crate::faults`]);
-//! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]).
+//! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]);
+//! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
+//!   UDP GRO on receive off (anything else leaves them on).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,6 +44,11 @@ pub struct DriverOptions {
     /// joins the address's reuseport group and datagrams for other slots are
     /// forwarded. `None`: the socket is the address's alone.
     pub share: Option<std::sync::Arc<crate::share::Slot>>,
+    /// Send runs of equal-size datagrams to one destination as one UDP GSO send
+    /// (`SOFTVERBS_GSO=0` turns it off). A kernel that refuses it turns it off too.
+    pub gso: bool,
+    /// Let the kernel coalesce received datagrams (UDP GRO; `SOFTVERBS_GRO=0` turns it off).
+    pub gro: bool,
 }
 
 impl Default for DriverOptions {
@@ -57,6 +64,8 @@ impl Default for DriverOptions {
             max_held: 4096,
             capture: None,
             share: None,
+            gso: true,
+            gro: true,
         }
     }
 }
@@ -83,6 +92,10 @@ impl DriverOptions {
     pub const BUSY_POLL_ENV: &'static str = "SOFTVERBS_BUSY_POLL_US";
     /// Environment variable setting [`DriverOptions::faults`].
     pub const FAULTS_ENV: &'static str = FaultConfig::ENV;
+    /// Environment variable turning [`DriverOptions::gso`] off (`0`, `off`, `no`, `false`).
+    pub const GSO_ENV: &'static str = "SOFTVERBS_GSO";
+    /// Environment variable turning [`DriverOptions::gro`] off (`0`, `off`, `no`, `false`).
+    pub const GRO_ENV: &'static str = "SOFTVERBS_GRO";
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
     pub const PCAP_ENV: &'static str = "SOFTVERBS_PCAP";
 
@@ -111,6 +124,13 @@ impl DriverOptions {
     ) -> Result<(), OptionsError> {
         let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
         self.apply_busy_poll(get);
+        let off = |v: String| matches!(v.trim(), "0" | "off" | "no" | "false");
+        if get(Self::GSO_ENV).is_some_and(off) {
+            self.gso = false;
+        }
+        if get(Self::GRO_ENV).is_some_and(off) {
+            self.gro = false;
+        }
         if let Some(text) = get(Self::FAULTS_ENV) {
             self.faults = text.parse().map_err(OptionsError::Faults)?;
         }

@@ -15,6 +15,12 @@
 //! loopback shortcut is a send followed by a receive, so both apply to it. Held
 //! datagrams are released by the pass after their time (the sleep wakes for
 //! them).
+//!
+//! Runs of equal-size datagrams to one destination leave as one UDP GSO send
+//! each ([`crate::socket::Sender`]), and the socket asks for UDP GRO, whose
+//! coalesced buffers are cut back into datagrams ([`sys::split`]) before
+//! anything else sees them: faults, capture, the shared-address forwarding and
+//! the engine still see one datagram at a time.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -111,8 +117,9 @@ pub(crate) struct Progress<E> {
     rx_meta: Vec<sys::Received>,
     /// Datagrams the next recvmmsg asks for (1..=`rx_meta.len()`).
     rx_want: usize,
-    /// (index, time read, sender) of the received datagrams that go to the engine.
-    rx_passed: Vec<(usize, Nanos, SocketAddr)>,
+    /// (offset in `rx_mem`, length, time read, sender) of the received datagrams
+    /// that go to the engine.
+    rx_passed: Vec<(usize, usize, Nanos, SocketAddr)>,
     /// Datagrams collected from the engine; what it still holds waits for room.
     txq: TxBatch,
     /// (slot, datagram, time polled) of one collection, reused.
@@ -132,6 +139,8 @@ pub(crate) struct Progress<E> {
     pollfds: Vec<libc::pollfd>,
     /// RAW_PACKET QPs' frames (crate::raw).
     raw: crate::raw::RawPath,
+    /// Sends runs of datagrams, with UDP GSO while the kernel takes it.
+    sender: socket::Sender,
 }
 
 impl<E: Engine> Progress<E> {
@@ -145,6 +154,11 @@ impl<E: Engine> Progress<E> {
         let max = opts.max_datagram_bytes.max(1);
         let batch = opts.batch.max(1);
         let rx_slots = batch.min(sys::MMSG_MAX);
+        if opts.gro {
+            // Coalesced reads fit the slots: a GRO buffer is at most 64 KiB, as is a slot
+            // by default; one that does not fit is cut and counted as unusable.
+            socket::enable_gro(&socket);
+        }
         Progress {
             shared,
             socket,
@@ -171,6 +185,7 @@ impl<E: Engine> Progress<E> {
             group_buf: Vec::new(),
             pollfds: Vec::with_capacity(3),
             raw: crate::raw::RawPath::new(),
+            sender: socket::Sender::new(opts.gso),
         }
     }
 
@@ -245,19 +260,31 @@ impl<E: Engine> Progress<E> {
                 .zip(mem.chunks_exact_mut(slot))
                 .enumerate()
             {
-                if self.forward(r, &chunk[..r.len]) {
-                    continue;
-                }
-                if let Some((now, from)) = self.received(r, self.local, &mut chunk[..r.len]) {
-                    passed.push((i, now, from));
+                // A UDP GRO buffer holds several datagrams: each goes on alone.
+                let coalesced = r.segment.is_some_and(|s| s < r.len);
+                for (off, len) in sys::split(r.len, r.segment) {
+                    if coalesced {
+                        Counters::add(&self.shared.counters.gro_datagrams, 1);
+                    }
+                    let one = sys::Received {
+                        len,
+                        segment: None,
+                        ..*r
+                    };
+                    let bytes = &mut chunk[off..off + len];
+                    if self.forward(&one, bytes) {
+                        continue;
+                    }
+                    if let Some((now, from)) = self.received(&one, self.local, bytes) {
+                        passed.push((i * slot + off, len, now, from));
+                    }
                 }
             }
             if !passed.is_empty() {
                 // One lock for the batch, in arrival order.
                 let mut engine = self.shared.engine();
-                for &(i, now, from) in &passed {
-                    let bytes = &mem[i * slot..][..meta[i].len];
-                    engine.handle_datagram(now, from, self.local, bytes);
+                for &(at, len, now, from) in &passed {
+                    engine.handle_datagram(now, from, self.local, &mem[at..at + len]);
                 }
             }
             passed.clear();
@@ -379,6 +406,7 @@ impl<E: Engine> Progress<E> {
                 len,
                 from: Some(from),
                 truncated: false,
+                segment: None,
             };
             if let Some((now, from)) = self.received(&r, self.local, &mut buf[..len]) {
                 self.shared
@@ -425,6 +453,7 @@ impl<E: Engine> Progress<E> {
                     len: len.min(max),
                     from: Some(from),
                     truncated: len > max,
+                    segment: None,
                 };
                 if let Some((now, from)) = self.received(&r, *group, &mut buf[..r.len]) {
                     let bytes = &buf[..r.len];
@@ -778,12 +807,15 @@ impl<E: Engine> TxSink for Wire<'_, E> {
     }
 
     fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-        Counters::add(&self.0.shared.counters.send_calls, 1);
-        match run {
-            // One datagram: sendto(2), a little cheaper in the kernel (latency).
-            [(to, bytes)] => self.0.socket.send_to(bytes, *to).map(|_| 1),
-            _ => sys::sendmmsg(self.0.socket.as_fd(), run),
+        let p = &mut *self.0;
+        let (result, report) = p.sender.send(&p.socket, run);
+        let c = &p.shared.counters;
+        Counters::add(&c.send_calls, report.calls);
+        Counters::add(&c.gso_datagrams, report.gso_datagrams);
+        if report.fell_back {
+            Counters::add(&c.gso_fallbacks, 1);
         }
+        result
     }
 
     fn sent(&mut self, to: SocketAddr, bytes: &[u8]) {

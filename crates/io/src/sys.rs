@@ -374,6 +374,114 @@ pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[(SocketAddr, &[u8])]) -> io::
     cvt(ret).map(|sent| sent as usize)
 }
 
+/// `UDP_SEGMENT` (socket option and cmsg type at level `SOL_UDP`): the segment size of a
+/// UDP GSO send (Linux 4.18; include/uapi/linux/udp.h; absent from the libc crate for glibc).
+pub(crate) const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO` (socket option and cmsg type at level `SOL_UDP`): coalesced receive, the
+/// segment size reported in a cmsg (Linux 5.0; include/uapi/linux/udp.h).
+pub(crate) const UDP_GRO: libc::c_int = 104;
+/// `SOL_UDP` is the protocol number of UDP.
+pub(crate) const SOL_UDP: libc::c_int = libc::IPPROTO_UDP;
+
+/// Room for one cmsg carrying an `int` (the largest this crate sends or reads), in u64s
+/// so the buffer is aligned as `cmsghdr` needs.
+const CMSG_WORDS: usize = 4;
+
+/// One message of [`sendmmsg_gso`]: `segments` to `to`, sent as one UDP GSO
+/// datagram cut every `segments[0].len()` bytes when there are several (all but
+/// the last of that size, the last no longer), else as a plain datagram.
+pub(crate) struct GsoMessage<'a> {
+    pub(crate) to: SocketAddr,
+    pub(crate) segments: &'a [&'a [u8]],
+}
+
+/// sendmmsg(2) of UDP GSO messages: the first [`MMSG_MAX`] of `msgs`, each one
+/// mmsghdr whose iovecs are its segments, with a `UDP_SEGMENT` cmsg when it has
+/// more than one. `Ok(n)`: the first `n` messages (all their segments) were sent;
+/// `Err`: the first was not (EIO/EINVAL from a kernel that refuses GSO for this
+/// socket or route). Nonblocking.
+pub(crate) fn sendmmsg_gso(fd: BorrowedFd<'_>, msgs: &[GsoMessage<'_>]) -> io::Result<usize> {
+    let n = msgs.len().min(MMSG_MAX);
+    if n == 0 {
+        return Ok(0);
+    }
+    let total: usize = msgs[..n].iter().map(|m| m.segments.len()).sum();
+    let (mut hdrs, _, mut names) = zeroed_arrays(n);
+    // SAFETY: iovec is a C struct of a pointer and a length; all-zero is valid.
+    let mut iovs: Vec<libc::iovec> = (0..total).map(|_| unsafe { std::mem::zeroed() }).collect();
+    let mut control = vec![[0u64; CMSG_WORDS]; n];
+    let mut at = 0;
+    for (i, m) in msgs[..n].iter().enumerate() {
+        let (name, len) = RawAddr::new(&m.to);
+        names[i] = name;
+        for (k, seg) in m.segments.iter().enumerate() {
+            // The kernel only reads through iov_base on send.
+            iovs[at + k].iov_base = seg.as_ptr() as *mut libc::c_void;
+            iovs[at + k].iov_len = seg.len();
+        }
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = (&raw mut names[i]).cast();
+        h.msg_namelen = len;
+        h.msg_iov = &raw mut iovs[at];
+        h.msg_iovlen = m.segments.len() as _;
+        at += m.segments.len();
+        if m.segments.len() > 1 {
+            let size = u16::try_from(m.segments[0].len()).unwrap_or(u16::MAX);
+            h.msg_control = control[i].as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE only computes a size.
+            h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+            // SAFETY: msg_control points at CMSG_WORDS * 8 >= CMSG_SPACE(2) writable,
+            // aligned bytes of `control[i]`, so the first header and its 2-byte payload
+            // lie within it; the payload is written unaligned.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&raw const *h);
+                (*c).cmsg_level = SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), size);
+            }
+        }
+    }
+    // SAFETY: hdrs[..n] point into names, iovs and control (live vectors, not resized
+    // or moved during the call) and each iovec into a segment borrowed from `msgs`
+    // for the call; the kernel writes only msg_len; fd is borrowed, so open.
+    let ret = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    cvt(ret).map(|sent| sent as usize)
+}
+
+/// The segment size of a `UDP_GRO` cmsg among the `len` control bytes of `msg`
+/// (`None`: the datagram was not coalesced).
+fn gro_segment(msg: &libc::msghdr) -> Option<usize> {
+    if msg.msg_control.is_null() || msg.msg_controllen == 0 {
+        return None;
+    }
+    let mut found = None;
+    // SAFETY: the CMSG_* walk stays within `msg_controllen` bytes of `msg_control`,
+    // which the caller guarantees are readable; a UDP_GRO payload is an int, read
+    // unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == SOL_UDP
+                && (*c).cmsg_type == UDP_GRO
+                && (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize
+            {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                found = usize::try_from(v).ok().filter(|&v| v > 0);
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    found
+}
+
 /// One datagram read by [`recvmmsg`].
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Received {
@@ -383,6 +491,18 @@ pub(crate) struct Received {
     pub(crate) from: Option<SocketAddr>,
     /// The datagram was longer than its slot and was cut.
     pub(crate) truncated: bool,
+    /// UDP GRO: the kernel coalesced datagrams of this size (the last may be
+    /// shorter) into this one ([`split`] cuts it back); `None`: one datagram.
+    pub(crate) segment: Option<usize>,
+}
+
+/// The datagrams of a buffer of `len` bytes read with `segment` (see
+/// [`Received::segment`]): (offset, length) pairs in order, covering `len`.
+pub(crate) fn split(len: usize, segment: Option<usize>) -> impl Iterator<Item = (usize, usize)> {
+    let step = segment.filter(|&s| s > 0 && s < len).unwrap_or(len.max(1));
+    (0..len)
+        .step_by(step)
+        .map(move |off| (off, step.min(len - off)))
 }
 
 /// recvmmsg(2) without waiting: reads up to `out.len()` (at most [`MMSG_MAX`])
@@ -402,6 +522,7 @@ pub(crate) fn recvmmsg(
         return Ok(0);
     }
     let (mut hdrs, mut iovs, mut names) = zeroed_arrays(n);
+    let mut control = vec![[0u64; CMSG_WORDS]; n];
     for (i, chunk) in mem.chunks_exact_mut(slot).take(n).enumerate() {
         iovs[i].iov_base = chunk.as_mut_ptr().cast();
         iovs[i].iov_len = chunk.len();
@@ -410,9 +531,12 @@ pub(crate) fn recvmmsg(
         h.msg_namelen = std::mem::size_of::<RawAddr>() as libc::socklen_t;
         h.msg_iov = &raw mut iovs[i];
         h.msg_iovlen = 1;
+        h.msg_control = control[i].as_mut_ptr().cast();
+        h.msg_controllen = std::mem::size_of_val(&control[i]) as _;
     }
-    // SAFETY: hdrs[..n] point into names and iovs (live vectors, not resized or moved
-    // during the call) and each iovec into a distinct `slot`-byte chunk of `mem`, exclusively
+    // SAFETY: hdrs[..n] point into names, iovs and control (live vectors, not resized or
+    // moved during the call; the kernel writes at most msg_controllen control bytes)
+    // and each iovec into a distinct `slot`-byte chunk of `mem`, exclusively
     // borrowed for the call; the kernel writes at most iov_len bytes per chunk and at
     // most msg_namelen bytes per name; a null timeout means none; fd is open.
     let ret = unsafe {
@@ -431,6 +555,7 @@ pub(crate) fn recvmmsg(
             len: (h.msg_len as usize).min(slot),
             from: names[i].get(h.msg_hdr.msg_namelen),
             truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            segment: gro_segment(&h.msg_hdr),
         };
     }
     Ok(got)
@@ -624,5 +749,61 @@ mod tests {
             assert_eq!(raw.get(len - 1), None, "short length");
         }
         assert_eq!(RawAddr::zeroed().get(28), None, "AF_UNSPEC");
+    }
+
+    /// A msghdr whose control bytes are `control` (one or two cmsgs written with
+    /// the CMSG macros): what [`gro_segment`] reads from it.
+    fn parse(cmsgs: &[(libc::c_int, libc::c_int, &[u8])]) -> Option<usize> {
+        let mut control = [0u64; 16];
+        // SAFETY: an all-zero msghdr is a valid empty one.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let mut used = 0;
+        // SAFETY: the walk stays within the 128 control bytes (the cmsgs are small).
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+            for (level, kind, data) in cmsgs {
+                (*c).cmsg_level = *level;
+                (*c).cmsg_type = *kind;
+                (*c).cmsg_len = libc::CMSG_LEN(data.len() as u32) as _;
+                std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(c), data.len());
+                used += libc::CMSG_SPACE(data.len() as u32) as usize;
+                c = libc::CMSG_NXTHDR(&raw const msg, c);
+            }
+        }
+        msg.msg_controllen = used as _;
+        gro_segment(&msg)
+    }
+
+    #[test]
+    fn gro_cmsg_gives_the_segment_size() {
+        let size = 1400i32.to_ne_bytes();
+        assert_eq!(parse(&[(SOL_UDP, UDP_GRO, &size)]), Some(1400));
+        // After another cmsg, too.
+        let other = 5i32.to_ne_bytes();
+        let two = [
+            (libc::SOL_IP, libc::IP_TOS, &other[..]),
+            (SOL_UDP, UDP_GRO, &size),
+        ];
+        assert_eq!(parse(&two), Some(1400));
+        // Not coalesced: no cmsg, another one, a zero or short payload.
+        assert_eq!(parse(&[]), None);
+        assert_eq!(parse(&[(libc::SOL_IP, libc::IP_TOS, &other)]), None);
+        assert_eq!(parse(&[(SOL_UDP, UDP_GRO, &0i32.to_ne_bytes())]), None);
+        assert_eq!(parse(&[(SOL_UDP, UDP_GRO, &[1, 2])]), None);
+    }
+
+    #[test]
+    fn split_cuts_at_the_segment_size_with_a_short_last() {
+        let v = |len, seg| split(len, seg).collect::<Vec<_>>();
+        assert_eq!(v(1000, None), vec![(0, 1000)]);
+        assert_eq!(v(1000, Some(400)), vec![(0, 400), (400, 400), (800, 200)]);
+        assert_eq!(v(800, Some(400)), vec![(0, 400), (400, 400)]);
+        // A segment size at or beyond the length: one datagram.
+        assert_eq!(v(300, Some(400)), vec![(0, 300)]);
+        assert_eq!(v(400, Some(400)), vec![(0, 400)]);
+        assert_eq!(v(10, Some(0)), vec![(0, 10)]);
+        assert!(v(0, None).is_empty());
     }
 }

@@ -399,3 +399,37 @@ fn many_rc_qps_with_traffic_and_no_leak() {
     }
     assert_eq!(a.ctx.device_object_counts(), before, "every QP released");
 }
+
+#[test]
+fn a_large_write_leaves_in_gso_sends_far_fewer_than_its_packets() {
+    // 600 000 bytes at MTU 1024: about 586 packets of one size (the last shorter)
+    // to one peer, sent as UDP GSO groups; the data arrives byte for byte.
+    let a = Side::new(device("traffic-gso-a", "127.7.9.1"));
+    let b = Side::new(device("traffic-gso-b", "127.7.9.2"));
+    let (qa, _qb) = rc_pair(&a, &b);
+    let data = pattern(600_000, 11);
+    a.mr.write(0, &data);
+    let before = a.ctx.counters().io;
+    qa.post_send(&wr(
+        1,
+        WrOpcode::RdmaWrite,
+        &[a.mr.sge(0, 600_000)],
+        WrTarget::Rdma(b.mr.remote(400_000)),
+    ))
+    .unwrap();
+    let wc = a.one();
+    assert_eq!(
+        (wc.opcode, wc.status),
+        (WcOpcode::RdmaWrite, WcStatus::Success)
+    );
+    let after = a.ctx.counters().io;
+    let mut got = vec![0; 600_000];
+    b.mr.read(400_000, &mut got);
+    assert!(got == data, "the written bytes differ");
+    let sent = after.datagrams_sent - before.datagrams_sent;
+    let calls = after.send_calls - before.send_calls;
+    let gso = after.gso_datagrams - before.gso_datagrams;
+    assert!(sent >= 586, "{sent} datagrams");
+    assert!(gso > 0, "no GSO send: {after:?}");
+    assert!(calls * 4 < sent, "{calls} send calls for {sent} datagrams");
+}
