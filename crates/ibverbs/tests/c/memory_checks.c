@@ -20,6 +20,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "rc.h"
 
 enum { LEN = 4096 };
 
@@ -28,48 +29,6 @@ static struct ibv_pd *pd;
 static struct ibv_pd *qp_pd; /* where rdma_over_new_pair creates its QPs */
 static struct ibv_cq *cq;
 static union ibv_gid gid;
-
-static void connect_rc(struct ibv_qp *qp, uint32_t dest)
-{
-	struct ibv_qp_attr a = {0};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
-}
-
-static struct ibv_wc wait_wc(void)
-{
-	struct ibv_wc wc;
-	for (long i = 0; i < 200000000L; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		MUST(n >= 0);
-		if (n == 1)
-			return wc;
-	}
-	fprintf(stderr, "FATAL: no completion\n");
-	exit(2);
-}
 
 /* `op` (RDMA WRITE or READ) of 64 bytes between `src` (lkey `lkey`) and
  * `raddr`/`rkey` over a new RC pair of QPs in `pd`; returns the requester's
@@ -82,15 +41,15 @@ static enum ibv_wc_status rdma_over_new_pair(enum ibv_wr_opcode op, void *src, u
 	struct ibv_pd *in = qp_pd ? qp_pd : pd;
 	struct ibv_qp *a = ibv_create_qp(in, &init), *b = ibv_create_qp(in, &init);
 	MUST(a && b);
-	connect_rc(a, b->qp_num);
-	connect_rc(b, a->qp_num);
+	connect_rc(a, b->qp_num, gid);
+	connect_rc(b, a->qp_num, gid);
 	struct ibv_sge sge = {(uintptr_t)src, 64, lkey};
 	struct ibv_send_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = op,
 				 .send_flags = IBV_SEND_SIGNALED}, *bad;
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
 	MUST(ibv_post_send(a, &wr, &bad) == 0);
-	struct ibv_wc wc = wait_wc();
+	struct ibv_wc wc = wait_wc(cq);
 	CHECK(wc.qp_num == a->qp_num, "completion of the writer");
 	MUST(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0);
 	/* Whatever the peer's error left (nothing for a write) is gone with it. */
@@ -344,8 +303,8 @@ static void cq_rules(void)
 					.cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1}};
 	struct ibv_qp *a = ibv_create_qp(pd, &init), *b = ibv_create_qp(pd, &init);
 	MUST(a && b);
-	connect_rc(a, b->qp_num);
-	connect_rc(b, a->qp_num);
+	connect_rc(a, b->qp_num, gid);
+	connect_rc(b, a->qp_num, gid);
 	char buf[64] = {0};
 	struct ibv_mr *m = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
 	MUST(m);

@@ -17,6 +17,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "rc.h"
 
 enum { LEN = 4096 };
 
@@ -24,48 +25,6 @@ static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static struct ibv_cq *scq, *rcq;
 static union ibv_gid gid;
-
-static void connect_rc(struct ibv_qp *qp, uint32_t dest)
-{
-	struct ibv_qp_attr a = {0};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	MUST(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
-}
-
-static struct ibv_wc wait_wc(struct ibv_cq *cq)
-{
-	struct ibv_wc wc;
-	for (long i = 0; i < 200000000L; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		MUST(n >= 0);
-		if (n == 1)
-			return wc;
-	}
-	fprintf(stderr, "FATAL: no completion\n");
-	exit(2);
-}
 
 /* A connected pair: `a` writes, `b` owns the windows. */
 struct pair {
@@ -88,8 +47,8 @@ static struct pair new_pair(int dst_access)
 	p.a = ibv_create_qp_ex(ctx, &init);
 	p.b = ibv_create_qp_ex(ctx, &init);
 	MUST(p.a && p.b);
-	connect_rc(p.a, p.b->qp_num);
-	connect_rc(p.b, p.a->qp_num);
+	connect_rc(p.a, p.b->qp_num, gid);
+	connect_rc(p.b, p.a->qp_num, gid);
 	p.src = calloc(1, LEN);
 	p.dst = calloc(1, LEN);
 	MUST(p.src && p.dst);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 #include "check.h"
+#include "rc.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -79,19 +80,6 @@ static void connect_pair(struct ibv_qp *send, struct ibv_qp *recv)
 	modify(recv, IBV_QPS_RTR, send->qp_num, 1);
 	modify(send, IBV_QPS_RTS, 0, 0);
 	modify(recv, IBV_QPS_RTS, 0, 1);
-}
-
-static struct ibv_wc wait_wc(void)
-{
-	struct ibv_wc wc;
-	for (long i = 0; i < 200000000L; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		MUST(n >= 0);
-		if (n == 1)
-			return wc;
-	}
-	fprintf(stderr, "FATAL: no completion\n");
-	exit(2);
 }
 
 static struct ibv_qp *send_qp(void)
@@ -191,7 +179,7 @@ static void traffic(int fd)
 	MUST(ibv_post_send(snd, &wr, &badwr) == 0);
 	int sent = 0, got2 = 0;
 	for (int i = 0; i < 2; i++) {
-		struct ibv_wc wc = wait_wc();
+		struct ibv_wc wc = wait_wc(cq);
 		CHECK(wc.status == IBV_WC_SUCCESS, "status %d", wc.status);
 		if (wc.wr_id == 10)
 			sent = 1;
@@ -214,7 +202,7 @@ static void traffic(int fd)
 	MUST(ibv_wr_complete(qx) == 0);
 	int got1 = 0;
 	for (int i = 0; i < 2; i++) {
-		struct ibv_wc wc = wait_wc();
+		struct ibv_wc wc = wait_wc(cq);
 		CHECK(wc.status == IBV_WC_SUCCESS, "status %d", wc.status);
 		got1 |= wc.wr_id == 1;
 	}
@@ -233,7 +221,7 @@ static void traffic(int fd)
 	wr.wr_id = 12;
 	wr.qp_type.xrc.remote_srqn = n3;
 	MUST(ibv_post_send(snd, &wr, &badwr) == 0);
-	struct ibv_wc wc = wait_wc();
+	struct ibv_wc wc = wait_wc(cq);
 	CHECK(wc.wr_id == 12 && wc.status == IBV_WC_REM_INV_REQ_ERR, "wr %llu status %d",
 	      (unsigned long long)wc.wr_id, wc.status);
 	struct ibv_wc rest;
