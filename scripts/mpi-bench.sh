@@ -19,27 +19,8 @@ cargo build -q --release -p softverbs-cli >&2
 bin="$PWD/target/release/softverbs"
 iters="${ITERS:-2000}"
 bw_iters="${BW_ITERS:-50}"
-tag="svmb$$"
-nsa="${tag}A" nsb="${tag}B" addr_a=10.79.0.1 addr_b=10.79.0.2
-work=$(mktemp -d)
-
-cleanup() { # ends what is left in the namespaces (by PID), deletes them
-  for ns in "$nsa" "$nsb"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
-    ip netns delete "$ns" 2>/dev/null || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-ip netns add "$nsa"
-ip netns add "$nsb"
-ip link add "${tag}a" netns "$nsa" type veth peer name "${tag}b" netns "$nsb"
-ip -n "$nsa" addr add "$addr_a/24" dev "${tag}a"
-ip -n "$nsb" addr add "$addr_b/24" dev "${tag}b"
-for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set "${tag}a" up
-ip -n "$nsb" link set "${tag}b" up
+tag="svmb$$" addr_a=10.79.0.1 addr_b=10.79.0.2
+. scripts/two-hosts.sh
 
 mpicc -O2 -o "$work/pingpong" crates/cli/tests/mpi/pingpong.c
 cat >"$work/agent" <<AGENT
