@@ -549,7 +549,8 @@ impl Responder {
         self.msn = (self.msn + 1) & 0xff_ffff;
         self.ack_psn = psn;
         self.epsn = psn.next();
-        self.outbox.push_back(Response::Read(empty_read(psn, env.pd)));
+        self.outbox
+            .push_back(Response::Read(empty_read(psn, env.pd)));
     }
 
     /// Keeps at most `max_dest_rd_atomic` saved resources, recycling the oldest.
