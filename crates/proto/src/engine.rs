@@ -7,16 +7,16 @@
 //! refused with `EBUSY`, as in Linux. Closing a context destroys everything it
 //! created, as the kernel does when a verbs file is closed.
 
-use crate::ah::{check_av, Ah};
+use crate::ah::Ah;
+use crate::cq::Cq;
 use crate::cq::Pushed;
-use crate::cq::{self, Cq};
 use crate::device::{DeviceConfig, DeviceInfo, QpnSpace, FIRST_QPN};
 use crate::error::{Error, ObjectKind};
 use crate::handle::{kind, Handle};
 use crate::mask::AttrMask;
 use crate::memory::Memory;
+use crate::mr;
 use crate::mr::MrTable;
-use crate::mr::{self, Mr};
 use crate::output::{AsyncEventKind, Event, EventElement};
 use crate::qp::actor::{QpEnv, Sink};
 use crate::qp::create::{self, QpRequest};
@@ -24,12 +24,14 @@ use crate::qp::modify::{ModifyEnv, Transition};
 use crate::qp::wqe::RecvQueue;
 use crate::qp::QpControl;
 use crate::sched::{ReadyQueue, TimerHeap};
-use crate::srq::{self, Srq, SrqAttr};
+use crate::srq::Srq;
 use crate::table::Table;
-use crate::types::{AhAttr, QpAttr, QpCap, QpState, QpType};
+use crate::types::{QpAttr, QpCap, QpState, QpType};
 use crate::wc::WorkCompletion;
 use std::collections::{HashMap, VecDeque};
 
+mod memory;
+mod queues;
 mod xrc;
 
 /// How many objects of each kind use an object.
@@ -520,366 +522,6 @@ impl Engine {
             .ok_or_else(|| missing(ObjectKind::Pd, pd))
     }
 
-    // ---- memory regions ----
-
-    /// `ibv_reg_mr` over `[addr, addr + length)`.
-    pub fn reg_mr(
-        &mut self,
-        pd: PdHandle,
-        addr: u64,
-        length: u64,
-        access: u32,
-    ) -> Result<(MrHandle, &Mr), Error> {
-        let flags = mr::check_reg(addr, length, access)?;
-        self.insert_mr(pd, addr, addr, length, flags)
-    }
-
-    /// `ibv_reg_dm_mr`: a zero-based region of `length` bytes whose byte 0
-    /// lives at host address `host` (`offset` bytes into device memory of
-    /// `dm_len` bytes; [`mr::check_reg_dm`]).
-    pub fn reg_dm_mr(
-        &mut self,
-        pd: PdHandle,
-        host: u64,
-        dm_len: u64,
-        offset: u64,
-        length: u64,
-        access: u32,
-    ) -> Result<(MrHandle, &Mr), Error> {
-        let flags = mr::check_reg_dm(dm_len, offset, length, access)?;
-        self.insert_mr(pd, 0, host.wrapping_add(offset), length, flags)
-    }
-
-    fn insert_mr(
-        &mut self,
-        pd: PdHandle,
-        addr: u64,
-        host: u64,
-        length: u64,
-        flags: crate::types::AccessFlags,
-    ) -> Result<(MrHandle, &Mr), Error> {
-        self.pd_ctx(pd)?;
-        let limit = u64::from(self.info.attr.max_mr);
-        let h = self
-            .mrs
-            .insert(Mr {
-                pd,
-                addr,
-                length,
-                access: flags,
-                lkey: 0,
-                rkey: 0,
-                host,
-            })
-            .ok_or(Error::TooMany {
-                kind: ObjectKind::Mr,
-                limit,
-            })?;
-        self.mr_serial = self.mr_serial.wrapping_add(1);
-        let (lkey, rkey) = mr::keys(h.index(), self.mr_serial);
-        let m = self.mrs.get_mut(h).expect("just inserted");
-        m.lkey = lkey;
-        m.rkey = rkey;
-        self.pd_use(pd, ObjectKind::Mr, true)?;
-        Ok((h, self.mrs.get(h).expect("just inserted")))
-    }
-
-    /// `ibv_dereg_mr`.
-    pub fn dereg_mr(&mut self, h: MrHandle) -> Result<Mr, Error> {
-        // A bound window holds its region (rxe `num_mw`; spec/memory-windows.md §5).
-        let count = mr::mw::windows_on(self.mws.get_mut(), h);
-        if count > 0 {
-            return Err(mr::mw::MwError::MrHasWindows { count }.into());
-        }
-        let m = self
-            .mrs
-            .remove(h)
-            .ok_or_else(|| missing(ObjectKind::Mr, h))?;
-        self.pd_use(m.pd, ObjectKind::Mr, false)?;
-        Ok(m)
-    }
-
-    /// Deregisters `h` whatever is bound to it: the windows on it lose their
-    /// binding first (type 2 ones become free), so none can reach the memory
-    /// afterwards. For owners that are going away and free the memory next
-    /// (a dropped region), where `EBUSY` would leave the keys alive.
-    pub fn dereg_mr_unbinding(&mut self, h: MrHandle) -> Result<Mr, Error> {
-        for (_, w) in self.mws.get_mut().iter_mut() {
-            if w.binding.is_some_and(|b| b.mr == h) {
-                w.binding = None;
-            }
-        }
-        self.dereg_mr(h)
-    }
-
-    /// `ibv_rereg_mr`: changes the PD, the translation and/or the access of a
-    /// region, all or nothing; the keys stay (spec/mr-rereg.md). Every access
-    /// after this returns is checked against the new values.
-    pub fn rereg_mr(&mut self, h: MrHandle, r: &mr::Rereg) -> Result<&Mr, Error> {
-        let old = self.mrs.get(h).ok_or_else(|| missing(ObjectKind::Mr, h))?;
-        let new = mr::check_rereg(old, r)?;
-        let old_pd = old.pd;
-        if new.pd != old_pd && self.pd_ctx(new.pd)? != self.pd_ctx(old_pd)? {
-            return Err(Error::Mismatch {
-                what: "rereg_mr: the new protection domain belongs to another context",
-            });
-        }
-        if new.pd != old_pd {
-            self.pd_use(new.pd, ObjectKind::Mr, true)?;
-            self.pd_use(old_pd, ObjectKind::Mr, false)?;
-        }
-        let m = self.mrs.get_mut(h).expect("checked above");
-        *m = new;
-        Ok(m)
-    }
-
-    /// The MR an lkey names.
-    pub fn mr_by_lkey(&self, lkey: u32) -> Option<&Mr> {
-        let (_, m) = self.mrs.get_by_index(mr::key_index(lkey)?)?;
-        (m.lkey == lkey).then_some(m)
-    }
-
-    /// The MR an rkey names.
-    pub fn mr_by_rkey(&self, rkey: u32) -> Option<&Mr> {
-        let (_, m) = self.mrs.get_by_index(mr::key_index(rkey)?)?;
-        (m.rkey == rkey).then_some(m)
-    }
-
-    // ---- memory windows ----
-
-    /// `ibv_alloc_mw`: a window of `mw_type` (raw `ibv_mw_type`) on `pd`;
-    /// returns its handle and rkey. Type 1 is usable (bindable) at once, type 2
-    /// starts free (spec/memory-windows.md §2).
-    pub fn alloc_mw(&mut self, pd: PdHandle, mw_type: u32) -> Result<(MwHandle, u32), Error> {
-        let t =
-            mr::mw::MwType::from_raw(mw_type).ok_or(mr::mw::MwError::BadType { raw: mw_type })?;
-        self.pd_ctx(pd)?;
-        let limit = u64::from(self.info.attr.max_mw);
-        self.mr_serial = self.mr_serial.wrapping_add(1);
-        let key = self.mr_serial as u8;
-        let mws = self.mws.get_mut();
-        let h = mws
-            .insert(mr::mw::Mw {
-                pd,
-                mw_type: t,
-                rkey: 0,
-                binding: None,
-            })
-            .ok_or(Error::TooMany {
-                kind: ObjectKind::Mr,
-                limit,
-            })?;
-        let rkey = mr::mw::window_key(h.index(), key);
-        if let Some(w) = mws.get_mut(h) {
-            w.rkey = rkey;
-        }
-        Ok((h, rkey))
-    }
-
-    /// `ibv_dealloc_mw`: allowed bound or not; the window's rkey stops
-    /// working at once (spec/memory-windows.md §5).
-    pub fn dealloc_mw(&mut self, h: MwHandle) -> Result<(), Error> {
-        self.mws
-            .get_mut()
-            .remove(h)
-            .map(|_| ())
-            .ok_or(mr::mw::MwError::NoSuchWindow.into())
-    }
-
-    /// A window as it is now (its rkey, its binding).
-    pub fn mw(&self, h: MwHandle) -> Result<mr::mw::Mw, Error> {
-        self.mws
-            .borrow()
-            .get(h)
-            .cloned()
-            .ok_or(mr::mw::MwError::NoSuchWindow.into())
-    }
-
-    // ---- completion queues ----
-
-    /// `ibv_create_cq`; returns the handle and the capacity granted.
-    pub fn create_cq(
-        &mut self,
-        ctx: CtxHandle,
-        cqe: i32,
-        comp_vector: i32,
-    ) -> Result<(CqHandle, u32), Error> {
-        let cqe = cq::check_create(cqe, comp_vector, &self.info.attr)?;
-        let c = self
-            .ctxs
-            .get_mut(ctx)
-            .ok_or_else(|| missing(ObjectKind::Context, ctx))?;
-        c.users.add(ObjectKind::Cq);
-        let limit = u64::from(self.info.attr.max_cq);
-        let cq = Cq {
-            ctx,
-            cqe,
-            comp_vector: comp_vector as u32,
-        };
-        let entry = CqEntry {
-            cq,
-            ring: crate::cq::CqRing::new(cqe),
-            channel: None,
-            users: Users::default(),
-        };
-        let h = self.cqs.insert(entry).ok_or(Error::TooMany {
-            kind: ObjectKind::Cq,
-            limit,
-        })?;
-        Ok((h, cqe))
-    }
-
-    /// `ibv_destroy_cq`: `EBUSY` while a QP uses it.
-    pub fn destroy_cq(&mut self, h: CqHandle) -> Result<(), Error> {
-        let c = self.cqs.get(h).ok_or_else(|| missing(ObjectKind::Cq, h))?;
-        c.users.busy(ObjectKind::Cq)?;
-        let ctx = c.cq.ctx;
-        self.cqs.remove(h);
-        if let Some(c) = self.ctxs.get_mut(ctx) {
-            c.users.remove(ObjectKind::Cq);
-        }
-        Ok(())
-    }
-
-    /// `ibv_resize_cq`: a new capacity (≥ the request, within `max_cqe`), refused
-    /// with `EINVAL` below the completions queued and owed. Returns the capacity.
-    pub fn resize_cq(&mut self, h: CqHandle, cqe: i32) -> Result<u32, Error> {
-        let granted = cq::check_create(cqe, 0, &self.info.attr)?;
-        let owed = self.owed_completions(h);
-        let c = self
-            .cqs
-            .get_mut(h)
-            .ok_or_else(|| missing(ObjectKind::Cq, h))?;
-        c.ring.resize(granted, owed)?;
-        c.cq.cqe = granted;
-        Ok(granted)
-    }
-
-    /// The pollers' side of a CQ's ring: `ibv_poll_cq` and `ibv_req_notify_cq`
-    /// through it take neither the engine nor its lock ([`crate::cq::SharedCq`]).
-    pub fn cq_shared(&self, h: CqHandle) -> Result<std::sync::Arc<crate::cq::SharedCq>, Error> {
-        self.cqs
-            .get(h)
-            .map(|c| c.ring.shared().clone())
-            .ok_or_else(|| missing(ObjectKind::Cq, h))
-    }
-
-    /// A CQ.
-    pub fn cq(&self, h: CqHandle) -> Result<&Cq, Error> {
-        self.cqs
-            .get(h)
-            .map(|c| &c.cq)
-            .ok_or_else(|| missing(ObjectKind::Cq, h))
-    }
-
-    // ---- shared receive queues ----
-
-    /// `ibv_create_srq`; returns the handle and the attributes granted.
-    pub fn create_srq(
-        &mut self,
-        pd: PdHandle,
-        attr: &SrqAttr,
-    ) -> Result<(SrqHandle, SrqAttr), Error> {
-        let granted = srq::check_create(attr, &self.info.attr)?;
-        self.pd_ctx(pd)?;
-        let limit = u64::from(self.info.attr.max_srq);
-        let srq = Srq {
-            pd,
-            attr: granted,
-            posted: 0,
-            xrc: None,
-        };
-        let entry = SrqEntry {
-            srq,
-            queue: crate::qp::wqe::RecvQueue::with_ring(
-                granted.max_wr as usize,
-                std::sync::Arc::new(crate::rq::RecvRing::srq(granted.max_wr, granted.max_sge)),
-            ),
-            users: Users::default(),
-        };
-        let h = self.srqs.insert(entry).ok_or(Error::TooMany {
-            kind: ObjectKind::Srq,
-            limit,
-        })?;
-        self.pd_use(pd, ObjectKind::Srq, true)?;
-        Ok((h, granted))
-    }
-
-    /// `ibv_modify_srq`.
-    pub fn modify_srq(&mut self, h: SrqHandle, attr: &SrqAttr, mask: u32) -> Result<(), Error> {
-        let s = self
-            .srqs
-            .get_mut(h)
-            .ok_or_else(|| missing(ObjectKind::Srq, h))?;
-        let dev = &self.info.attr;
-        let Some(ring) = s.queue.ring().cloned() else {
-            s.srq.posted = s.queue.len() as u32;
-            return s.srq.modify(attr, mask, dev);
-        };
-        // Under the ring's posting lock: no post between the check against
-        // the posted count and the new depth.
-        ring.resize(|queued| {
-            s.srq.posted = queued;
-            s.srq.modify(attr, mask, dev)?;
-            Ok(Some(s.srq.attr.max_wr))
-        })
-    }
-
-    /// `ibv_query_srq`.
-    pub fn query_srq(&self, h: SrqHandle) -> Result<SrqAttr, Error> {
-        self.srqs
-            .get(h)
-            .map(|s| s.srq.attr)
-            .ok_or_else(|| missing(ObjectKind::Srq, h))
-    }
-
-    /// `ibv_destroy_srq`: `EBUSY` while a QP uses it.
-    pub fn destroy_srq(&mut self, h: SrqHandle) -> Result<(), Error> {
-        let s = self
-            .srqs
-            .get(h)
-            .ok_or_else(|| missing(ObjectKind::Srq, h))?;
-        s.users.busy(ObjectKind::Srq)?;
-        let (pd, xrc) = (s.srq.pd, s.srq.xrc);
-        self.srqs.remove(h);
-        if let Some(x) = xrc {
-            self.xrc_srq_gone(x);
-        }
-        self.pd_use(pd, ObjectKind::Srq, false)
-    }
-
-    // ---- address handles ----
-
-    /// `ibv_create_ah`.
-    pub fn create_ah(&mut self, pd: PdHandle, attr: &AhAttr) -> Result<AhHandle, Error> {
-        check_av("ah_attr", attr, &self.info)?;
-        self.pd_ctx(pd)?;
-        let limit = u64::from(self.info.attr.max_ah);
-        let h = self
-            .ahs
-            .insert(Ah { pd, attr: *attr })
-            .ok_or(Error::TooMany {
-                kind: ObjectKind::Ah,
-                limit,
-            })?;
-        self.pd_use(pd, ObjectKind::Ah, true)?;
-        Ok(h)
-    }
-
-    /// `ibv_destroy_ah`.
-    pub fn destroy_ah(&mut self, h: AhHandle) -> Result<(), Error> {
-        let a = self
-            .ahs
-            .remove(h)
-            .ok_or_else(|| missing(ObjectKind::Ah, h))?;
-        self.pd_use(a.pd, ObjectKind::Ah, false)
-    }
-
-    /// An AH.
-    pub fn ah(&self, h: AhHandle) -> Result<&Ah, Error> {
-        self.ahs.get(h).ok_or_else(|| missing(ObjectKind::Ah, h))
-    }
-
     // ---- queue pairs ----
 
     /// `ibv_create_qp` / `ibv_create_qp_ex`. The QP starts in RESET.
@@ -1214,19 +856,6 @@ impl Engine {
                 e.ring.purge_qp(qpn);
             }
         }
-    }
-
-    /// `ibv_advise_mr` on `pd` ([`advise`]); `EINVAL` for a PD that does not exist.
-    pub fn advise_mr(
-        &self,
-        pd: PdHandle,
-        advice: u32,
-        flags: u32,
-        sges: &[crate::wr::Sge],
-        mem: &dyn crate::memory::Memory,
-    ) -> Result<(), Error> {
-        self.pd_ctx(pd)?;
-        Ok(mr::advise(&self.mrs, pd, advice, flags, sges, mem)?)
     }
 
     /// Number of live objects of each table (for leak checks).
