@@ -1,7 +1,9 @@
 //! Tests of work-request checks, cross-checked against the spec.
 use super::*;
-use crate::handle::Handle;
+use crate::error::Errno;
+use crate::handle::{Handle, PdHandle};
 use crate::spec_md::{plain, table_after};
+use crate::types::QpState;
 
 const QP_SM: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
