@@ -27,8 +27,16 @@ pub fn lib_dir() -> PathBuf {
     // library, not the system's development link.
     for name in ["libibverbs.so.1", "libibverbs.so"] {
         let link = dir.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&so, &link).unwrap();
+        // Tests of one binary run in parallel: make the link under a name of
+        // this thread's own and rename it into place (atomic, no EEXIST race).
+        let tmp = dir.join(format!(
+            ".{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&so, &tmp).unwrap();
+        std::fs::rename(&tmp, &link).unwrap();
     }
     dir
 }

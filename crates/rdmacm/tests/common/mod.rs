@@ -37,8 +37,16 @@ pub fn lib_dir() -> PathBuf {
             so.display()
         );
         let link = dir.join(link);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&so, &link).unwrap();
+        // Tests of one binary run in parallel: make the link under a name of
+        // this thread's own and rename it into place (atomic, no EEXIST race).
+        let tmp = dir.join(format!(
+            ".{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&so, &tmp).unwrap();
+        std::fs::rename(&tmp, &link).unwrap();
     }
     dir
 }
