@@ -50,6 +50,9 @@ counters! {
     send_retries,
     /// Receive calls that failed (other than "nothing to read").
     recv_errors,
+    /// Receive calls (socket, shared-address inbox) that found nothing to read
+    /// (EAGAIN): the progress loop reads only what poll(2) reported readable.
+    recv_empty,
     /// Datagrams to our own address fed straight back to the engine.
     loopback_datagrams,
     /// Payload bytes of `loopback_datagrams`.
