@@ -260,6 +260,10 @@ impl<E: Engine> Progress<E> {
         if !self.readable.socket {
             return false;
         }
+        // One reader at a time (crate::pollrx): a polling application thread
+        // may read while this thread sleeps.
+        let shared = self.shared.clone();
+        let _gate = shared.rx.hold();
         let mut mem = std::mem::take(&mut self.rx_mem);
         let mut meta = std::mem::take(&mut self.rx_meta);
         let slot = self.rx_slot;
@@ -374,44 +378,12 @@ impl<E: Engine> Progress<E> {
     }
 
     /// Shared address: a datagram for another process's slot goes to that
-    /// process's inbox (counted; dropped if nobody holds the slot). `true`: it
-    /// was not ours.
-    /// A CM MAD goes by the comm ID or service ID it names (spec/cm.md §8); one
-    /// nobody else takes is ours (our CM answers it: REJ, DREP).
+    /// process's inbox ([`forward`]). `true`: it was not ours.
     fn forward(&mut self, r: &sys::Received, bytes: &[u8]) -> bool {
-        let Some((slot, _)) = &self.share else {
-            return false;
-        };
-        let Some(from) = r.from else {
-            return false;
-        };
-        if r.truncated {
-            return false;
+        match &self.share {
+            Some((slot, _)) => forward(slot, &self.shared.counters, self.local, r, bytes),
+            None => false,
         }
-        let gsi = bytes.get(5..8) == Some(&[0, 0, 1]);
-        let c = &self.shared.counters;
-        let (sent, dest) = match share::target(slot.index(), bytes) {
-            share::Target::Ours => return false,
-            share::Target::Service(sid) if slot.serves(sid) => return false,
-            share::Target::Service(sid) => match slot.forward_to_service(sid, from, bytes) {
-                Ok(()) => (Ok(()), None),
-                // Nobody listens on it: our CM refuses (REJ invalid service ID).
-                Err(_) => return false,
-            },
-            share::Target::Slot(dest) => (slot.forward(dest, from, bytes), Some(dest)),
-        };
-        match sent {
-            Ok(()) => Counters::add(&c.forwarded, 1),
-            // A MAD for a comm ID whose process is gone: ours answers as the
-            // kernel does for an unknown ID (DREP to a DREQ, else a drop).
-            Err(_) if gsi => return false,
-            Err(e) => {
-                Counters::add(&c.forward_drops, 1);
-                tracing::debug!(local = %self.local, slot = ?dest, error = %e,
-                    "datagram for a slot no process holds (or a full inbox); dropped");
-            }
-        }
-        true
     }
 
     /// Shared address: datagrams other processes forwarded to this one, each
@@ -824,7 +796,10 @@ impl<E: Engine> Progress<E> {
             timeout = timeout.min(RETRY_SLEEP);
         }
         Counters::add(&self.shared.counters.sleeps, 1);
+        let until = self.shared.clock.now() + timeout.as_nanos() as u64;
+        self.shared.rx.set_asleep(Some(until));
         self.wait(sock_events, timeout);
+        self.shared.rx.set_asleep(None);
     }
 
     /// Learns what is readable now, without sleeping.
@@ -875,6 +850,49 @@ impl<E: Engine> Progress<E> {
         }
         self.pollfds = fds;
     }
+}
+
+/// Shared address: a datagram for another process's slot goes to that
+/// process's inbox (counted; dropped if nobody holds the slot). `true`: it
+/// was not ours.
+/// A CM MAD goes by the comm ID or service ID it names (spec/cm.md §8); one
+/// nobody else takes is ours (our CM answers it: REJ, DREP).
+pub(crate) fn forward(
+    slot: &Slot,
+    c: &Counters,
+    local: SocketAddr,
+    r: &sys::Received,
+    bytes: &[u8],
+) -> bool {
+    let Some(from) = r.from else {
+        return false;
+    };
+    if r.truncated {
+        return false;
+    }
+    let gsi = bytes.get(5..8) == Some(&[0, 0, 1]);
+    let (sent, dest) = match share::target(slot.index(), bytes) {
+        share::Target::Ours => return false,
+        share::Target::Service(sid) if slot.serves(sid) => return false,
+        share::Target::Service(sid) => match slot.forward_to_service(sid, from, bytes) {
+            Ok(()) => (Ok(()), None),
+            // Nobody listens on it: our CM refuses (REJ invalid service ID).
+            Err(_) => return false,
+        },
+        share::Target::Slot(dest) => (slot.forward(dest, from, bytes), Some(dest)),
+    };
+    match sent {
+        Ok(()) => Counters::add(&c.forwarded, 1),
+        // A MAD for a comm ID whose process is gone: ours answers as the
+        // kernel does for an unknown ID (DREP to a DREQ, else a drop).
+        Err(_) if gsi => return false,
+        Err(e) => {
+            Counters::add(&c.forward_drops, 1);
+            tracing::debug!(%local, slot = ?dest, error = %e,
+                "datagram for a slot no process holds (or a full inbox); dropped");
+        }
+    }
+    true
 }
 
 /// The progress thread as the sink of a [`TxBatch`] flush.

@@ -218,8 +218,14 @@ pub fn try_get_event(channel: &CompletionChannel) -> Option<u64> {
 pub fn poll_cq_into(
     cq: &CompletionQueue,
     max: usize,
-    f: impl FnMut(proto::wc::WorkCompletion),
+    mut f: impl FnMut(proto::wc::WorkCompletion),
 ) -> usize {
+    let n = cq.inner.ring.poll_with(max, &mut f);
+    // Empty while the progress thread sleeps: read the socket here, look again
+    // (CompletionQueue::poll).
+    if n > 0 || max == 0 || cq.inner.ctx.dev.driver.drive_receive() == 0 {
+        return n;
+    }
     cq.inner.ring.poll_with(max, f)
 }
 
