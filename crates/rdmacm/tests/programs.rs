@@ -862,3 +862,40 @@ fn an_rping_connection_captured_decodes_as_infiniband_cm_in_tshark() {
         );
     }
 }
+
+/// A connect to an address where nothing answers (no device runs at
+/// 127.0.93.9) ends in RDMA_CM_EVENT_UNREACHABLE with ETIMEDOUT once the CM
+/// has sent the REQ 1 + 15 times, each attempt waiting 2 × 2^(18−8) +
+/// 2^(20−8) ms = 6.1 s (spec/cm.md §4.2–4.3, rdma_cm's timing on RoCE), as
+/// with the kernel: about 100 s, so it does not run by default
+/// (`cargo test -p softverbs-rdmacm --test programs -- --ignored`). The same
+/// path with short timeouts runs by default in softverbs' cm.rs
+/// (`silence_is_unreachable_after_the_retries`) and proto's cm_retries.rs.
+#[test]
+#[ignore = "about 100 s: the CM's full REQ retry schedule"]
+fn a_connect_nobody_answers_is_unreachable_after_the_cm_retries() {
+    if !common::have("rping") {
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let out = testkit::timeout(
+        150,
+        &["rping", "-c", "-a", "127.0.93.9", "-p", "7493", "-C", "1"],
+    )
+    .env("LD_LIBRARY_PATH", common::lib_dir())
+    .env("SOFTVERBS_ADDR", "127.0.93.1")
+    .env("SOFTVERBS_LOG", "warn")
+    .output()
+    .unwrap();
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "rping -c hung:\n{t}");
+    assert!(
+        t.contains("cma event RDMA_CM_EVENT_UNREACHABLE, error -110"),
+        "{t}"
+    );
+    let secs = t0.elapsed().as_secs();
+    assert!(
+        secs >= 90,
+        "UNREACHABLE after {secs} s, before the retries ran out:\n{t}"
+    );
+}
