@@ -5,7 +5,8 @@
 //! SIDR_REQ, and answers duplicates as the standard says), the data arrives
 //! (RC retransmission) and the programs end as on a clean link. UD data is
 //! not resent by anyone: see hosts::udaddy and hosts::mckey for what is
-//! checked of them.
+//! checked of them. qperf runs here only with SOFTVERBS_TEST_LOSSY_QPERF set
+//! (hosts::LOSSY_QPERF says why); it runs by default in netns_programs.rs.
 
 mod common;
 mod hosts;

