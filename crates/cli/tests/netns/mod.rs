@@ -1,6 +1,6 @@
 //! Two network namespaces joined by a veth pair: the "two hosts" of the
 //! tests that run RDMA programs across a real (virtual) link. Shared by the
-//! test files that need it (crates/cli/tests/exec.rs; crates/rdmacm/tests
+//! test files that need it (crates/cli/tests/{ucx,mpi,libfabric}.rs; crates/rdmacm/tests
 //! includes it by path). Needs root (`ip netns add`); `create` answers
 //! `None` where namespaces cannot be made, and the caller skips.
 #![allow(dead_code)]
