@@ -7,10 +7,14 @@
 use std::process::Command;
 
 mod common;
-use common::pcap::{pcap_bth_opcodes, pcap_records};
+use common::pcap::{inter_host_records, pcap_records, pcap_roce, RoceRecord};
 use common::{exec_sh, have, lib_dir, BIN};
 mod netns;
 use netns::Netns;
+
+/// Iterations of every ucx_perftest run: each process's capture must hold at
+/// least this many records.
+const ITERS: usize = 500;
 
 /// UCX finds the device only through the view: rc_verbs and ud_verbs on softverbs0:1.
 #[test]
@@ -52,12 +56,11 @@ fn ucx_perftest_in(
     port: u16,
     netns: [Option<&str>; 2],
     server_ip: &str,
-) -> Option<Vec<Vec<u8>>> {
+) -> Option<Vec<Vec<RoceRecord>>> {
     let lib = lib_dir()?;
     if !have("ucx_perftest") {
         return None;
     }
-    const ITERS: usize = 500;
     let dir = std::env::temp_dir().join(format!(
         "softverbs-ucx-{test}-{}-{}",
         addrs[0],
@@ -110,7 +113,7 @@ fn ucx_perftest_in(
         server.status
     );
     assert!(text.contains("Final:"), "{test}: no result line");
-    let mut opcodes = Vec::new();
+    let mut captures = Vec::new();
     for addr in addrs {
         let path = dir.join(format!("{addr}.pcap"));
         let n = pcap_records(&path);
@@ -118,10 +121,10 @@ fn ucx_perftest_in(
             n >= ITERS,
             "{test}: only {n} RoCE datagrams captured on {addr}"
         );
-        opcodes.push(pcap_bth_opcodes(&path));
+        captures.push(pcap_roce(&path));
     }
     let _ = std::fs::remove_dir_all(&dir);
-    Some(opcodes)
+    Some(captures)
 }
 
 /// UCT-level fetch-and-add on rc_verbs: the captures show real RDMA atomics
@@ -131,10 +134,17 @@ fn ucx_atomic_fetch_add_is_an_rdma_atomic() {
     let port = 35000 + (std::process::id() % 5000) as u16;
     let extra = ["-d", "softverbs0:1", "-x", "rc_verbs"];
     let addrs = ["127.0.9.41", "127.0.9.42"];
-    let Some(ops) = ucx_perftest_in("fadd", &extra, addrs, port, [None, None], "127.0.0.1") else {
+    let Some(captures) = ucx_perftest_in("fadd", &extra, addrs, port, [None, None], "127.0.0.1")
+    else {
         return;
     };
-    let count = |op: u8| ops.iter().flatten().filter(|&&o| o == op).count();
+    let count = |op: u8| {
+        captures
+            .iter()
+            .flatten()
+            .filter(|r| r.bth.first() == Some(&op))
+            .count()
+    };
     assert!(count(0x14) >= 500, "FETCH_ADD requests: {}", count(0x14));
     assert!(
         count(0x12) >= 500,
@@ -177,4 +187,88 @@ fn ucx_tag_latency_between_two_network_namespaces() {
     let names = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
     let port = 30000 + (std::process::id() % 5000) as u16;
     ucx_perftest_in("tag_lat", &[], Netns::ADDRS, port, names, Netns::ADDRS[0]);
+}
+
+/// [`ucx_perftest_in`] between two fresh network namespaces (server on the
+/// first); the namespaces live until the captures are read. None: skipped.
+fn ucx_perftest_between_namespaces(
+    test: &str,
+    extra: &[&str],
+    port: u16,
+) -> Option<Vec<Vec<RoceRecord>>> {
+    if !have("ip") {
+        return None;
+    }
+    let Some(ns) = Netns::create() else {
+        eprintln!("skipping: network namespaces need root");
+        return None;
+    };
+    let names = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
+    ucx_perftest_in(test, extra, Netns::ADDRS, port, names, Netns::ADDRS[0])
+}
+
+/// Records of one capture with BTH opcode in `ops`, sent from address `from`
+/// to address `to`.
+fn sent(capture: &[RoceRecord], ops: std::ops::RangeInclusive<u8>, from: &str, to: &str) -> usize {
+    let ip = |s: &str| s.parse::<std::net::Ipv4Addr>().unwrap().octets();
+    capture
+        .iter()
+        .filter(|r| r.bth.first().is_some_and(|op| ops.contains(op)))
+        .filter(|r| (r.src, r.dst) == (ip(from), ip(to)))
+        .count()
+}
+
+/// `ucp_put_bw` between two "hosts" (network namespaces joined by a veth
+/// pair): the server's capture shows the client's puts arriving from the other
+/// host as RC RDMA WRITEs (opcodes 0x06..=0x0b), at least one per iteration.
+#[test]
+fn ucx_put_bandwidth_between_two_network_namespaces() {
+    let port = 40000 + (std::process::id() % 5000) as u16;
+    let Some(captures) = ucx_perftest_between_namespaces("ucp_put_bw", &[], port) else {
+        return;
+    };
+    let [server, client] = Netns::ADDRS;
+    let writes = sent(&captures[0], 0x06..=0x0b, client, server);
+    assert!(writes >= ITERS, "RDMA WRITEs from the client: {writes}");
+}
+
+/// UCT-level atomics on rc_verbs between two "hosts": fetch-and-add and
+/// compare-and-swap cross from the client's namespace to the server's as real
+/// RDMA atomics (FETCH_ADD 0x14, CMP_SWAP 0x13), each answered by an
+/// ATOMIC_ACKNOWLEDGE (0x12) going back.
+#[test]
+fn ucx_atomics_between_two_network_namespaces() {
+    let extra = ["-d", "softverbs0:1", "-x", "rc_verbs"];
+    let [server, client] = Netns::ADDRS;
+    for (k, (test, op)) in [("fadd", 0x14), ("cswap", 0x13)].into_iter().enumerate() {
+        let port = 45000 + (std::process::id() % 5000) as u16 + k as u16;
+        let Some(captures) = ucx_perftest_between_namespaces(test, &extra, port) else {
+            return;
+        };
+        let requests = sent(&captures[0], op..=op, client, server);
+        let acks = sent(&captures[0], 0x12..=0x12, server, client);
+        assert!(requests >= ITERS, "{test}: {requests} atomic requests");
+        assert!(acks >= ITERS, "{test}: {acks} ATOMIC_ACKNOWLEDGEs");
+    }
+}
+
+/// UCP atomics (`ucp_fadd`, `ucp_add`) between two "hosts". UCP puts atomics
+/// on a transport only if it offers every 64-bit operation the AMO feature
+/// asks for (openucx/ucx `src/ucp/wireup/select.c`,
+/// `UCP_WIREUP_CHECK_AMO_FLAGS`: add, and, or, xor, swap, cswap and their
+/// fetching forms); verbs atomics are only fetch-and-add and compare-and-swap,
+/// so over rc_verbs (softverbs, as rxe) UCP emulates them with active
+/// messages to the target's worker. The runs complete, and their requests and
+/// replies cross between the hosts through softverbs (at least one record per
+/// iteration each way, counted once in the server's capture).
+#[test]
+fn ucx_ucp_atomics_between_two_network_namespaces() {
+    for (k, test) in ["ucp_fadd", "ucp_add"].into_iter().enumerate() {
+        let port = 50000 + (std::process::id() % 5000) as u16 + k as u16;
+        let Some(captures) = ucx_perftest_between_namespaces(test, &[], port) else {
+            return;
+        };
+        let between = inter_host_records(&captures[..1], Netns::ADDRS);
+        assert!(between >= 2 * ITERS, "{test}: {between} inter-host records");
+    }
 }
