@@ -76,14 +76,18 @@ fn libfabric_lists_the_devices_domains() {
     assert!(rdm.contains("domain: softverbs0\n"), "{rdm}");
 }
 
-/// `fi_pingpong` (libfabric-bin) between the two namespaces of `ns`, server
-/// on the first, each under `softverbs exec` on its namespace's address, with
-/// data checks (`-c`); returns each side's capture. fi_pingpong 1.17 has no
-/// source-address option: its verbs server binds "localhost" (prov/verbs
-/// `vrb_get_rdmacm_rai`), which names the device's address in the server's
-/// mount namespace here, as it must on any host (spec/libfabric.md).
+/// `fi_pingpong` (libfabric-bin) with its server on the first namespace of
+/// `ns` and its client on the namespace `hosts[1]` of `ns` (1: the other
+/// "host"; 0: the same one, so both processes share the namespace's address,
+/// its UDP port 4791 and its QPN slots), each under `softverbs exec` on its
+/// namespace's address, with data checks (`-c`); returns each side's capture
+/// (server first). fi_pingpong 1.17 has no source-address option: its verbs
+/// server binds "localhost" (prov/verbs `vrb_get_rdmacm_rai`), which names the
+/// device's address in the server's mount namespace here, as it must on any
+/// host (spec/libfabric.md).
 fn fi_pingpong(
     ns: &Netns,
+    client_host: usize,
     lib: &Path,
     tag: &str,
     args: &[&str],
@@ -94,13 +98,14 @@ fn fi_pingpong(
     let hosts = dir.join("hosts");
     std::fs::write(&hosts, format!("{} localhost\n", Netns::ADDRS[0])).unwrap();
     let run = |side: usize, peer: Option<&str>| {
+        let host = if side == 0 { 0 } else { client_host };
         let mut c = Command::new("timeout");
         c.args([
             "60",
             "ip",
             "netns",
             "exec",
-            &ns.names[side],
+            &ns.names[host],
             "unshare",
             "--mount",
             "sh",
@@ -113,7 +118,7 @@ fn fi_pingpong(
         .args(["--", "fi_pingpong", "-I", &iters.to_string(), "-c"])
         .args(args)
         .args(peer)
-        .env("SOFTVERBS_ADDR", Netns::ADDRS[side])
+        .env("SOFTVERBS_ADDR", Netns::ADDRS[host])
         .env("SOFTVERBS_PCAP", dir.join(format!("{side}.pcap")))
         .current_dir("/");
         c
@@ -178,7 +183,7 @@ fn libfabric_msg_pingpong_between_two_network_namespaces() {
         return;
     };
     let args = ["-p", "verbs", "-e", "msg", "-S", "4096"];
-    let captures = fi_pingpong(&ns, &lib, "msg", &args, ITERS);
+    let captures = fi_pingpong(&ns, 1, &lib, "msg", &args, ITERS);
     let between = inter_host_records(&captures, Netns::ADDRS);
     assert!(between >= 2 * ITERS, "{between} inter-host records");
     let rc = captures.iter().flatten().filter(|r| r.is_rc()).count();
@@ -200,7 +205,66 @@ fn libfabric_rdm_pingpong_between_two_network_namespaces() {
         return;
     };
     let args = ["-p", "verbs;ofi_rxm", "-e", "rdm", "-S", "4096"];
-    let captures = fi_pingpong(&ns, &lib, "rdm", &args, ITERS);
+    let captures = fi_pingpong(&ns, 1, &lib, "rdm", &args, ITERS);
     let between = inter_host_records(&captures, Netns::ADDRS);
     assert!(between >= 2 * ITERS, "{between} inter-host records");
+}
+
+/// [`fi_pingpong`] with both processes on one address (the first namespace's),
+/// as two processes of one host share a NIC: both open the device on that
+/// address (UDP port 4791 shared, spec/shared-address.md), the client connects
+/// to it through rdma_cm (the server's listener found by its service ID), and
+/// the ping-pong runs with its data checked. The captures show RC traffic from
+/// the address to itself, to QPs of two different slots (one per process).
+fn fabric_on_one_address(tag: &str, args: &[&str]) {
+    const ITERS: usize = 200;
+    let Some(lib) = lib_dir() else { return };
+    if !have("fi_pingpong") || !have("ip") || !have("unshare") {
+        return;
+    }
+    let Some(ns) = Netns::create() else {
+        eprintln!("skipping: network namespaces need root");
+        return;
+    };
+    let captures = fi_pingpong(&ns, 0, &lib, tag, args, ITERS);
+    let addr: [u8; 4] = Netns::ADDRS[0]
+        .parse::<std::net::Ipv4Addr>()
+        .unwrap()
+        .octets();
+    for (side, capture) in ["server", "client"].iter().zip(&captures) {
+        let rc: Vec<&RoceRecord> = capture
+            .iter()
+            .filter(|r| r.is_rc() && (r.src, r.dst) == (addr, addr))
+            .collect();
+        assert!(
+            rc.len() >= 2 * ITERS,
+            "{tag}: the {side} captured {} RC records on the shared address",
+            rc.len()
+        );
+        let slots: std::collections::BTreeSet<u32> =
+            rc.iter().map(|r| r.dest_qp() >> SLOT_SHIFT).collect();
+        assert!(
+            slots.len() >= 2,
+            "{tag}: the {side}'s RC traffic names QPs of slots {slots:?} only"
+        );
+    }
+}
+
+/// QPNs of one process on a shared address: `slot << 17 | n`
+/// (spec/shared-address.md §1).
+const SLOT_SHIFT: u32 = 17;
+
+/// `fi_pingpong -p verbs -e msg` between two processes on one address.
+#[test]
+fn libfabric_msg_pingpong_on_one_shared_address() {
+    fabric_on_one_address("msg-shared", &["-p", "verbs", "-e", "msg", "-S", "4096"]);
+}
+
+/// `fi_pingpong -p "verbs;ofi_rxm" -e rdm` between two processes on one address.
+#[test]
+fn libfabric_rdm_pingpong_on_one_shared_address() {
+    fabric_on_one_address(
+        "rdm-shared",
+        &["-p", "verbs;ofi_rxm", "-e", "rdm", "-S", "4096"],
+    );
 }

@@ -43,6 +43,14 @@ impl RoceRecord {
         self.bth.len() == 12 && self.bth[0] < 0x20
     }
 
+    /// The BTH's destination QP (0 if the BTH is cut).
+    pub fn dest_qp(&self) -> u32 {
+        match self.bth.get(5..8) {
+            Some(&[a, b, c]) => u32::from_be_bytes([0, a, b, c]),
+            _ => 0,
+        }
+    }
+
     /// What identifies one transmission of an RC packet: addresses, opcode,
     /// destination QP and PSN.
     pub fn rc_key(&self) -> ([u8; 4], [u8; 4], u8, [u8; 3], [u8; 3]) {
