@@ -8,9 +8,8 @@ use std::process::Command;
 
 mod common;
 use common::pcap::{inter_host_records, pcap_roce, RoceRecord};
-use common::{exec_sh, have, lib_dir, BIN};
-mod netns;
-use netns::Netns;
+use common::{exec_sh, have, lib_dir, two_hosts, BIN, HOSTS};
+use testkit::Netns;
 
 /// libfabric's verbs provider lists a device's MSG (rdma_cm) domain only for
 /// an address of a non-loopback interface (prov/verbs `vrb_getifaddrs` skips
@@ -29,7 +28,7 @@ fn libfabric_lists_the_devices_domains() {
     let text = String::from_utf8_lossy(&on_lo.stdout);
     assert!(text.contains("domain: softverbs0-dgram"), "{text}");
     assert!(!text.contains("FI_EP_MSG"), "{text}");
-    let Some(ns) = Netns::create() else {
+    let Some(ns) = two_hosts() else {
         eprintln!("skipping: network namespaces need root");
         return;
     };
@@ -48,7 +47,7 @@ fn libfabric_lists_the_devices_domains() {
             .arg(&lib)
             .args(["--", "fi_info", "-p", prov])
             .args(extra)
-            .env("SOFTVERBS_ADDR", Netns::ADDRS[0])
+            .env("SOFTVERBS_ADDR", HOSTS[0])
             .current_dir("/")
             .output()
             .unwrap();
@@ -68,7 +67,7 @@ fn libfabric_lists_the_devices_domains() {
     // ofi_rxm asks for MSG endpoints: with no source address the verbs
     // provider binds "localhost", which no RDMA device owns (ENODEV, as on a
     // kernel RDMA stack); given the device's address, it answers.
-    let text = fi_info("verbs;ofi_rxm", &["-s", Netns::ADDRS[0]]);
+    let text = fi_info("verbs;ofi_rxm", &["-s", HOSTS[0]]);
     let rdm = text
         .split("provider: ")
         .find(|s| s.starts_with("verbs;ofi_rxm") && s.contains("type: FI_EP_RDM"))
@@ -96,7 +95,7 @@ fn fi_pingpong(
     let dir = std::env::temp_dir().join(format!("softverbs-fabric-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let hosts = dir.join("hosts");
-    std::fs::write(&hosts, format!("{} localhost\n", Netns::ADDRS[0])).unwrap();
+    std::fs::write(&hosts, format!("{} localhost\n", HOSTS[0])).unwrap();
     let run = |side: usize, peer: Option<&str>| {
         let host = if side == 0 { 0 } else { client_host };
         let mut c = Command::new("timeout");
@@ -118,7 +117,7 @@ fn fi_pingpong(
         .args(["--", "fi_pingpong", "-I", &iters.to_string(), "-c"])
         .args(args)
         .args(peer)
-        .env("SOFTVERBS_ADDR", Netns::ADDRS[host])
+        .env("SOFTVERBS_ADDR", HOSTS[host])
         .env("SOFTVERBS_PCAP", dir.join(format!("{side}.pcap")))
         .current_dir("/");
         c
@@ -130,7 +129,7 @@ fn fi_pingpong(
         .unwrap();
     // The server's control port opens once it has started: until then the
     // client's connect is refused, and it tries again (bounded).
-    let mut client = run(1, Some(Netns::ADDRS[0])).output().unwrap();
+    let mut client = run(1, Some(HOSTS[0])).output().unwrap();
     for _ in 0..40 {
         if client.status.success()
             || !String::from_utf8_lossy(&client.stderr).contains("Connection refused")
@@ -138,7 +137,7 @@ fn fi_pingpong(
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
-        client = run(1, Some(Netns::ADDRS[0])).output().unwrap();
+        client = run(1, Some(HOSTS[0])).output().unwrap();
     }
     let server = server.wait_with_output().unwrap();
     for (side, out) in [("server", &server), ("client", &client)] {
@@ -178,13 +177,13 @@ fn libfabric_msg_pingpong_between_two_network_namespaces() {
     if !have("fi_pingpong") || !have("ip") || !have("unshare") {
         return;
     }
-    let Some(ns) = Netns::create() else {
+    let Some(ns) = two_hosts() else {
         eprintln!("skipping: network namespaces need root");
         return;
     };
     let args = ["-p", "verbs", "-e", "msg", "-S", "4096"];
     let captures = fi_pingpong(&ns, 1, &lib, "msg", &args, ITERS);
-    let between = inter_host_records(&captures, Netns::ADDRS);
+    let between = inter_host_records(&captures, HOSTS);
     assert!(between >= 2 * ITERS, "{between} inter-host records");
     let rc = captures.iter().flatten().filter(|r| r.is_rc()).count();
     assert!(rc >= 2 * ITERS, "{rc} RC records");
@@ -200,13 +199,13 @@ fn libfabric_rdm_pingpong_between_two_network_namespaces() {
     if !have("fi_pingpong") || !have("ip") || !have("unshare") {
         return;
     }
-    let Some(ns) = Netns::create() else {
+    let Some(ns) = two_hosts() else {
         eprintln!("skipping: network namespaces need root");
         return;
     };
     let args = ["-p", "verbs;ofi_rxm", "-e", "rdm", "-S", "4096"];
     let captures = fi_pingpong(&ns, 1, &lib, "rdm", &args, ITERS);
-    let between = inter_host_records(&captures, Netns::ADDRS);
+    let between = inter_host_records(&captures, HOSTS);
     assert!(between >= 2 * ITERS, "{between} inter-host records");
 }
 
@@ -222,15 +221,12 @@ fn fabric_on_one_address(tag: &str, args: &[&str]) {
     if !have("fi_pingpong") || !have("ip") || !have("unshare") {
         return;
     }
-    let Some(ns) = Netns::create() else {
+    let Some(ns) = two_hosts() else {
         eprintln!("skipping: network namespaces need root");
         return;
     };
     let captures = fi_pingpong(&ns, 0, &lib, tag, args, ITERS);
-    let addr: [u8; 4] = Netns::ADDRS[0]
-        .parse::<std::net::Ipv4Addr>()
-        .unwrap()
-        .octets();
+    let addr: [u8; 4] = HOSTS[0].parse::<std::net::Ipv4Addr>().unwrap().octets();
     for (side, capture) in ["server", "client"].iter().zip(&captures) {
         let rc: Vec<&RoceRecord> = capture
             .iter()

@@ -8,9 +8,8 @@ use std::process::Command;
 
 mod common;
 use common::pcap::{inter_host_records, pcap_roce, rc_repeats, RoceRecord};
-use common::{have, lib_dir, BIN};
-mod netns;
-use netns::Netns;
+use common::{have, lib_dir, two_hosts, BIN, HOSTS};
+use testkit::Netns;
 
 /// ping-pong runs, the allreduce is right, and every rank's capture shows its
 /// traffic went through softverbs.
@@ -37,7 +36,7 @@ fn open_mpi_job_on_two_hosts() {
     let Some((_ns, captures)) = two_host_mpi_job("hosts", &[], ITERS) else {
         return;
     };
-    let between = inter_host_records(&captures, Netns::ADDRS);
+    let between = inter_host_records(&captures, HOSTS);
     assert!(
         between >= 4 * ITERS,
         "the ping-pong crossed between the hosts through softverbs: {between} records"
@@ -55,7 +54,7 @@ fn open_mpi_job_on_two_hosts_under_loss() {
     let Some((_ns, captures)) = two_host_mpi_job("loss", &faults, ITERS) else {
         return;
     };
-    let between = inter_host_records(&captures, Netns::ADDRS);
+    let between = inter_host_records(&captures, HOSTS);
     assert!(between >= 4 * ITERS, "{between} inter-host records");
     let retransmitted: usize = captures.iter().map(|c| rc_repeats(c)).sum();
     assert!(
@@ -75,7 +74,7 @@ fn two_host_mpi_job(
     if !have("ip") || !have("unshare") {
         return None;
     }
-    let Some(ns) = Netns::create() else {
+    let Some(ns) = two_hosts() else {
         eprintln!("skipping: network namespaces need root");
         return None;
     };
@@ -104,9 +103,9 @@ exec ip netns exec "$ns" unshare --uts sh -c \
   "$host" "$addr" {BIN} {} "$*"
 "#,
         ns.names[0],
-        Netns::ADDRS[0],
+        HOSTS[0],
         ns.names[1],
-        Netns::ADDRS[1],
+        HOSTS[1],
         lib.display()
     )
 }
@@ -162,7 +161,7 @@ fn mpi_job(
             std::fs::write(&agent, rsh_agent(ns, &lib)).unwrap();
             std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
                 .unwrap();
-            let subnet = format!("{}/24", Netns::ADDRS[0]);
+            let subnet = format!("{}/24", HOSTS[0]);
             cmd.args(["ip", "netns", "exec", &ns.names[0]])
                 .args([
                     "mpirun",

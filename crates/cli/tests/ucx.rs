@@ -8,9 +8,7 @@ use std::process::Command;
 
 mod common;
 use common::pcap::{inter_host_records, pcap_records, pcap_roce, RoceRecord};
-use common::{exec_sh, have, lib_dir, BIN};
-mod netns;
-use netns::Netns;
+use common::{exec_sh, have, lib_dir, two_hosts, BIN, HOSTS};
 
 /// Iterations of every ucx_perftest run: each process's capture must hold at
 /// least this many records.
@@ -180,13 +178,13 @@ fn ucx_tag_latency_between_two_network_namespaces() {
     if !have("ip") {
         return;
     }
-    let Some(ns) = Netns::create() else {
+    let Some(ns) = two_hosts() else {
         eprintln!("skipping: network namespaces need root");
         return;
     };
     let names = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
     let port = 30000 + (std::process::id() % 5000) as u16;
-    ucx_perftest_in("tag_lat", &[], Netns::ADDRS, port, names, Netns::ADDRS[0]);
+    ucx_perftest_in("tag_lat", &[], HOSTS, port, names, HOSTS[0]);
 }
 
 /// [`ucx_perftest_in`] between two fresh network namespaces (server on the
@@ -199,12 +197,12 @@ fn ucx_perftest_between_namespaces(
     if !have("ip") {
         return None;
     }
-    let Some(ns) = Netns::create() else {
+    let Some(ns) = two_hosts() else {
         eprintln!("skipping: network namespaces need root");
         return None;
     };
     let names = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
-    ucx_perftest_in(test, extra, Netns::ADDRS, port, names, Netns::ADDRS[0])
+    ucx_perftest_in(test, extra, HOSTS, port, names, HOSTS[0])
 }
 
 /// Records of one capture with BTH opcode in `ops`, sent from address `from`
@@ -227,7 +225,7 @@ fn ucx_put_bandwidth_between_two_network_namespaces() {
     let Some(captures) = ucx_perftest_between_namespaces("ucp_put_bw", &[], port) else {
         return;
     };
-    let [server, client] = Netns::ADDRS;
+    let [server, client] = HOSTS;
     let writes = sent(&captures[0], 0x06..=0x0b, client, server);
     assert!(writes >= ITERS, "RDMA WRITEs from the client: {writes}");
 }
@@ -239,7 +237,7 @@ fn ucx_put_bandwidth_between_two_network_namespaces() {
 #[test]
 fn ucx_atomics_between_two_network_namespaces() {
     let extra = ["-d", "softverbs0:1", "-x", "rc_verbs"];
-    let [server, client] = Netns::ADDRS;
+    let [server, client] = HOSTS;
     for (k, (test, op)) in [("fadd", 0x14), ("cswap", 0x13)].into_iter().enumerate() {
         let port = 45000 + (std::process::id() % 5000) as u16 + k as u16;
         let Some(captures) = ucx_perftest_between_namespaces(test, &extra, port) else {
@@ -268,7 +266,7 @@ fn ucx_ucp_atomics_between_two_network_namespaces() {
         let Some(captures) = ucx_perftest_between_namespaces(test, &[], port) else {
             return;
         };
-        let between = inter_host_records(&captures[..1], Netns::ADDRS);
+        let between = inter_host_records(&captures[..1], HOSTS);
         assert!(between >= 2 * ITERS, "{test}: {between} inter-host records");
     }
 }

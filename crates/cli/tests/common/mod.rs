@@ -1,6 +1,7 @@
 //! What the test files of real programs under `softverbs exec` share: the
 //! binary, the drop-in library's directory, tool checks, a bounded
-//! `softverbs exec -- sh -c` runner, and the reading of captures (`pcap`).
+//! `softverbs exec -- sh -c` runner, the two "hosts" (network namespaces, from
+//! the testkit crate), and the reading of captures (`pcap`).
 #![allow(dead_code)]
 
 pub mod pcap;
@@ -12,6 +13,15 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 /// The device address of [`exec_sh`]: its GID is known in advance.
 pub const ADDR: &str = "127.0.9.1";
 pub const GID0: &str = "0000:0000:0000:0000:0000:ffff:7f00:0901";
+/// The addresses of the two "hosts" of [`two_hosts`].
+pub const HOSTS: [&str; 2] = ["10.78.0.1", "10.78.0.2"];
+
+/// Two "hosts": network namespaces joined by a veth pair whose ends have
+/// [`HOSTS`] (deleted, with what is left running in them, on drop). `None`
+/// where namespaces cannot be made (not root): the caller skips.
+pub fn two_hosts() -> Option<testkit::Netns> {
+    testkit::Netns::pair("svx", HOSTS)
+}
 
 /// The drop-in library's directory, or None (skip; fail under SOFTVERBS_REQUIRE_TOOLS).
 pub fn lib_dir() -> Option<PathBuf> {
