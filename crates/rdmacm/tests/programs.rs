@@ -786,7 +786,9 @@ fn rsocket_programs_learn_enosys_with_a_logged_reason() {
 }
 
 /// A pcap of an unmodified rping's connection (SOFTVERBS_PCAP on the
-/// client, which records what it sends and receives) decodes in tshark as
+/// server, which records what it sends and receives, and answers the
+/// client's DREQ before it exits: the client may close its device before
+/// the DREP arrives) decodes in tshark as
 /// InfiniBand CM on QP1: ConnectRequest, ConnectReply, ReadyToUse,
 /// DisconnectRequest and DisconnectReply, each with the attribute ID of its
 /// message, and no frame is marked malformed or with an expert error.
@@ -797,13 +799,14 @@ fn an_rping_connection_captured_decodes_as_infiniband_cm_in_tshark() {
     }
     let dir = std::env::temp_dir().join(format!("sv-rping-pcap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let pcap = dir.join("client.pcap");
+    let pcap = dir.join("server.pcap");
     let (srv, cli) = ("127.0.92.1", "127.0.92.2");
     let server = cmd(
         None,
         Some(srv),
         &["rping", "-s", "-a", srv, "-p", "7492", "-C", "3"],
     )
+    .env("SOFTVERBS_PCAP", &pcap)
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::piped())
     .spawn()
@@ -816,10 +819,12 @@ fn an_rping_connection_captured_decodes_as_infiniband_cm_in_tshark() {
         Some(cli),
         &["rping", "-c", "-a", srv, "-p", "7492", "-C", "3"],
     )
-    .env("SOFTVERBS_PCAP", &pcap)
     .output()
     .unwrap();
-    let (s, _) = server.finish_within(5);
+    // The capture is complete once the server's device closes (it exits
+    // after its DISCONNECTED).
+    let (s, s_ok) = server.finish_within(20);
+    assert!(s_ok, "rping -s did not exit 0:\n{s}");
     assert!(
         out.status.success(),
         "rping -c:\n{}\nserver:\n{s}",
