@@ -35,6 +35,7 @@ mod options;
 mod progress;
 pub mod raw;
 pub mod share;
+mod shm;
 mod socket;
 mod sys;
 
@@ -47,3 +48,4 @@ pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_C
 pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};
 pub use options::{DriverOptions, OptionsError};
 pub use progress::MAX_SLEEP;
+pub use shm::ENV as SHM_ENV;

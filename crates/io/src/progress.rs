@@ -141,6 +141,8 @@ pub(crate) struct Progress<E> {
     raw: crate::raw::RawPath,
     /// Sends runs of datagrams, with UDP GSO while the kernel takes it.
     sender: socket::Sender,
+    /// shm: the same-host path (crate::shm), when on.
+    shm: Option<crate::shm::ShmPath>,
 }
 
 impl<E: Engine> Progress<E> {
@@ -186,6 +188,7 @@ impl<E: Engine> Progress<E> {
             pollfds: Vec::with_capacity(3),
             raw: crate::raw::RawPath::new(),
             sender: socket::Sender::new(opts.gso),
+            shm: crate::shm::ShmPath::for_driver(local, opts),
         }
     }
 
@@ -211,6 +214,7 @@ impl<E: Engine> Progress<E> {
     fn pass(&mut self) -> bool {
         let received = self.receive()
             | self.receive_forwarded()
+            | self.receive_shm()
             | self.receive_groups()
             | self.raw.receive(&self.shared, self.batch);
         let fired = self.timers();
@@ -416,6 +420,43 @@ impl<E: Engine> Progress<E> {
         }
         self.share = Some((slot, buf));
         work
+    }
+
+    /// shm: datagrams from the same-host path's rings, each then treated as
+    /// read from the socket (counted, captured, faults, engine).
+    fn receive_shm(&mut self) -> bool {
+        let Some(mut shm) = self.shm.take() else {
+            return false;
+        };
+        let shared = self.shared.clone();
+        let work = shm.receive(self.batch, &shared.counters, |from, bytes| {
+            let r = sys::Received {
+                len: bytes.len(),
+                from: Some(from),
+                truncated: false,
+                segment: None,
+            };
+            if let Some((now, from)) = self.received(&r, self.local, bytes) {
+                shared
+                    .engine()
+                    .handle_datagram(now, from, self.local, bytes);
+            }
+        });
+        self.shm = Some(shm);
+        work
+    }
+
+    /// shm: sends through the same-host path if it takes the datagram
+    /// (counted and captured as sent, like the socket's).
+    fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
+        let Some(shm) = self.shm.as_mut() else {
+            return false;
+        };
+        if !shm.send(to, bytes, &self.shared.counters) {
+            return false;
+        }
+        self.sent(now, to, bytes);
+        true
     }
 
     /// Multicast: datagrams read from the groups' sockets, each then treated
@@ -696,6 +737,9 @@ impl<E: Engine> Progress<E> {
             self.looped_back(now, bytes);
             return SendOutcome::Sent;
         }
+        if self.shm_out(now, to, bytes) {
+            return SendOutcome::Sent;
+        }
         Counters::add(&self.shared.counters.send_calls, 1);
         match socket::send(&self.socket, to, bytes) {
             SendOutcome::Sent => {
@@ -774,6 +818,11 @@ impl<E: Engine> Progress<E> {
         let bell = self.shared.doorbell.fd().as_raw_fd();
         // A negative fd is ignored by poll(2): no inbox when the address is ours alone.
         let inbox = self.share.as_ref().map_or(-1, |(s, _)| s.inbox_fd());
+        // shm: tell same-host senders we sleep; do not if a datagram came.
+        if let Some(shm) = self.shm.as_mut().filter(|s| s.arm()) {
+            shm.woke(&[]);
+            return;
+        }
         let mut fds = std::mem::take(&mut self.pollfds);
         fds.clear();
         fds.extend([
@@ -787,12 +836,18 @@ impl<E: Engine> Progress<E> {
             slot.service_fds(&mut fds);
         }
         self.raw.pollfds(&mut fds);
+        if let Some(shm) = self.shm.as_mut() {
+            shm.pollfds(&mut fds);
+        }
         Counters::add(&self.shared.counters.sleeps, 1);
         if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
             tracing::warn!(error = %e, "poll failed");
         }
         if fds[1].revents != 0 {
             self.shared.doorbell.clear();
+        }
+        if let Some(shm) = self.shm.as_mut() {
+            shm.woke(&fds);
         }
         self.pollfds = fds;
     }
@@ -803,7 +858,8 @@ struct Wire<'a, E>(&'a mut Progress<E>);
 
 impl<E: Engine> TxSink for Wire<'_, E> {
     fn is_local(&self, to: SocketAddr, bytes: &[u8]) -> bool {
-        self.0.is_ours(to, bytes)
+        // shm: the same-host path's datagrams leave one by one through `loopback`.
+        self.0.is_ours(to, bytes) || self.0.shm.as_ref().is_some_and(|s| s.may_take(to, bytes))
     }
 
     fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
@@ -823,9 +879,15 @@ impl<E: Engine> TxSink for Wire<'_, E> {
         self.0.sent(now, to, bytes);
     }
 
-    fn loopback(&mut self, _to: SocketAddr, bytes: &mut [u8]) {
+    fn loopback(&mut self, to: SocketAddr, bytes: &mut [u8]) {
         let now = self.0.shared.clock.now();
-        self.0.looped_back(now, bytes);
+        if self.0.is_ours(to, bytes) {
+            self.0.looped_back(now, bytes);
+        } else if let SendOutcome::Retry = self.0.wire_out(now, to, bytes) {
+            // shm: the same-host path refused it and the socket is full: lost,
+            // as on a congested link (the protocol retransmits).
+            Counters::add(&self.0.shared.counters.send_errors, 1);
+        }
     }
 
     fn failed(&mut self, to: SocketAddr, len: usize, error: io::Error) {
