@@ -368,13 +368,11 @@ impl ShmPath {
         self.last_check = Instant::now();
         let mut work = self.accept();
         for inb in &mut self.inbound {
-            if !inb.closed {
-                if drain(&mut inb.conn) {
-                    inb.closed = true;
-                    work = true;
-                    tracing::debug!(local = %self.local, from = %inb.from,
-                        "same-host sender gone; its ring is read to the end and dropped");
-                }
+            if !inb.closed && drain(&mut inb.conn) {
+                inb.closed = true;
+                work = true;
+                tracing::debug!(local = %self.local, from = %inb.from,
+                    "same-host sender gone; its ring is read to the end and dropped");
             }
         }
         let before = self.peers.len();

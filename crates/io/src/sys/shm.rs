@@ -102,7 +102,7 @@ impl Mapping {
     }
 
     fn check(&self, off: usize, len: usize, align: usize) -> bool {
-        off.checked_add(len).is_some_and(|end| end <= self.len) && off % align == 0
+        off.checked_add(len).is_some_and(|end| end <= self.len) && off.is_multiple_of(align)
     }
 
     /// The 64-bit atomic word at `off` (8-aligned, inside the mapping).
