@@ -446,17 +446,40 @@ impl<E: Engine> Progress<E> {
         work
     }
 
-    /// shm: sends through the same-host path if it takes the datagram
-    /// (counted and captured as sent, like the socket's).
+    /// shm: sends one (held) datagram through the same-host path if it takes
+    /// it (counted and captured as sent, like the socket's).
     fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
         let Some(shm) = self.shm.as_mut() else {
             return false;
         };
-        if !shm.send(to, bytes, &self.shared.counters) {
+        if shm.send(to, bytes, &self.shared.counters) != crate::shm::Push::Sent {
             return false;
         }
         self.sent(now, to, bytes);
         true
+    }
+
+    /// shm: the same-host path takes what it can from the head of a run:
+    /// `Ok(Ok(n))`, the first `n` went; `Err(WouldBlock)`, its ring is full;
+    /// `Ok(Err(k))`, the first `k` go by the socket.
+    fn shm_run(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<Result<usize, usize>> {
+        use crate::shm::Push;
+        let Some(shm) = self.shm.as_mut() else {
+            return Ok(Err(run.len()));
+        };
+        let mut n = 0;
+        for &(to, bytes) in run {
+            match shm.send(to, bytes, &self.shared.counters) {
+                Push::Sent => n += 1,
+                Push::Full if n == 0 => return Err(io::ErrorKind::WouldBlock.into()),
+                Push::Full | Push::Declined => break,
+            }
+        }
+        if n > 0 {
+            return Ok(Ok(n));
+        }
+        let rest = run[1..].iter().take_while(|(to, b)| !shm.may_take(*to, b));
+        Ok(Err(1 + rest.count()))
     }
 
     /// Multicast: datagrams read from the groups' sockets, each then treated
@@ -858,12 +881,16 @@ struct Wire<'a, E>(&'a mut Progress<E>);
 
 impl<E: Engine> TxSink for Wire<'_, E> {
     fn is_local(&self, to: SocketAddr, bytes: &[u8]) -> bool {
-        // shm: the same-host path's datagrams leave one by one through `loopback`.
-        self.0.is_ours(to, bytes) || self.0.shm.as_ref().is_some_and(|s| s.may_take(to, bytes))
+        self.0.is_ours(to, bytes)
     }
 
     fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
         let p = &mut *self.0;
+        // shm: the same-host path first; the socket takes what it declines.
+        let run = match p.shm_run(run)? {
+            Ok(n) => return Ok(n),
+            Err(k) => &run[..k],
+        };
         let (result, report) = p.sender.send(&p.socket, run);
         let c = &p.shared.counters;
         Counters::add(&c.send_calls, report.calls);
@@ -879,15 +906,9 @@ impl<E: Engine> TxSink for Wire<'_, E> {
         self.0.sent(now, to, bytes);
     }
 
-    fn loopback(&mut self, to: SocketAddr, bytes: &mut [u8]) {
+    fn loopback(&mut self, _to: SocketAddr, bytes: &mut [u8]) {
         let now = self.0.shared.clock.now();
-        if self.0.is_ours(to, bytes) {
-            self.0.looped_back(now, bytes);
-        } else if let SendOutcome::Retry = self.0.wire_out(now, to, bytes) {
-            // shm: the same-host path refused it and the socket is full: lost,
-            // as on a congested link (the protocol retransmits).
-            Counters::add(&self.0.shared.counters.send_errors, 1);
-        }
+        self.0.looped_back(now, bytes);
     }
 
     fn failed(&mut self, to: SocketAddr, len: usize, error: io::Error) {

@@ -32,15 +32,14 @@
 //!   crashes), which the survivor's poll(2) reports: the ring is dropped and
 //!   traffic to that peer goes by UDP, which, to a process that is gone, is
 //!   lost as on a cut link (RC retries, then `RETRY_EXC_ERR`). A full ring
-//!   (a stalled receiver) holds the sender at most [`FULL_WAIT`], then the
-//!   datagram goes by UDP.
+//!   (a receiver behind) holds the datagram back ([`Push::Full`]), as a full
+//!   socket buffer does, until the receiver drains it or is found gone.
 //!
 //! Not done: the single copy (`process_vm_readv` from the sender's registered
 //! memory straight into the destination MR); see `spec/same-host.md`.
 
 pub(crate) mod ring;
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd};
@@ -59,8 +58,8 @@ pub const ENV: &str = "SOFTVERBS_SHM";
 pub const RING_BYTES: usize = 4 << 20;
 /// How long a refused or vanished peer goes by UDP before it is asked again.
 pub const REDISCOVER: Duration = Duration::from_secs(1);
-/// How long a sender waits for room in a full ring before the datagram goes by UDP.
-pub const FULL_WAIT: Duration = Duration::from_micros(500);
+/// How long a sender waits for room in a full ring before it reports [`Push::Full`].
+pub const FULL_WAIT: Duration = Duration::from_micros(50);
 /// How long a new ring waits for the receiver's acceptance.
 const ACCEPT_WAIT: Duration = Duration::from_secs(2);
 /// How often the connections are checked while the thread never sleeps.
@@ -79,13 +78,29 @@ pub(crate) fn netns() -> Option<(u64, u64)> {
     Some((m.dev(), m.ino()))
 }
 
-fn name(ip: IpAddr, slot: u8) -> io::Result<UnixAddr> {
-    UnixAddr::from_abstract_name(format!("softverbs/4791/{ip}/{slot}/shm"))
+/// The abstract name (without its leading NUL) of the path of `ip`, `slot`.
+fn name(ip: IpAddr, slot: u8) -> String {
+    format!("softverbs/4791/{ip}/{slot}/shm")
 }
 
 /// Whether `on` (the value of [`ENV`]) turns the path on.
 pub fn enabled_by(value: &str) -> bool {
     matches!(value.trim(), "1" | "on" | "yes" | "true")
+}
+
+/// What became of a datagram handed to [`ShmPath::send`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Push {
+    /// It is in the peer's ring.
+    Sent,
+    /// The peer's ring stayed full for [`FULL_WAIT`]: keep the datagram and
+    /// try again later (back-pressure, as a full socket buffer gives; sending
+    /// it by UDP instead would overtake the datagrams in the ring, and RC
+    /// would answer the gap with a NAK and a go-back-N retransmission).
+    Full,
+    /// The path does not take it (not eligible, no peer there, refused, not
+    /// yet accepted): send it by UDP.
+    Declined,
 }
 
 /// A connection to a receiver and the ring we write.
@@ -105,6 +120,34 @@ enum Peer {
     Refused {
         until: Instant,
     },
+}
+
+type Key = (IpAddr, u8);
+
+/// The peers by (address, slot): a few per process, so a short list
+/// searched in order (cheaper per datagram than hashing the key).
+#[derive(Debug, Default)]
+struct Peers(Vec<(Key, Peer)>);
+
+impl Peers {
+    fn get(&self, key: &Key) -> Option<&Peer> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, p)| p)
+    }
+
+    fn get_mut(&mut self, key: &Key) -> Option<&mut Peer> {
+        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, p)| p)
+    }
+
+    fn insert(&mut self, key: Key, peer: Peer) {
+        match self.get_mut(&key) {
+            Some(p) => *p = peer,
+            None => self.0.push((key, peer)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// A sender's connection and the ring we read.
@@ -129,7 +172,7 @@ pub(crate) struct ShmPath {
     /// Accepted connections whose hello has not come yet.
     awaiting: Vec<(UnixStream, Instant)>,
     inbound: Vec<Inbound>,
-    peers: HashMap<(IpAddr, u8), Peer>,
+    peers: Peers,
     capacity: usize,
     buf: Vec<u8>,
     /// Something polled was ready: check the connections in the next pass.
@@ -163,7 +206,8 @@ impl ShmPath {
     /// Opens the path of the driver at `local` holding `slot`: listens on its
     /// name. `max_datagram` bounds what is read.
     pub(crate) fn open(local: SocketAddr, slot: &Slot, max_datagram: usize) -> io::Result<Self> {
-        let listener = UnixListener::bind_addr(&name(local.ip(), slot.index())?)?;
+        let addr = UnixAddr::from_abstract_name(name(local.ip(), slot.index()))?;
+        let listener = UnixListener::bind_addr(&addr)?;
         listener.set_nonblocking(true)?;
         tracing::debug!(%local, slot = slot.index(), "same-host path open");
         Ok(ShmPath {
@@ -173,7 +217,7 @@ impl ShmPath {
             listener,
             awaiting: Vec::new(),
             inbound: Vec::new(),
-            peers: HashMap::new(),
+            peers: Peers::default(),
             capacity: RING_BYTES,
             buf: vec![0; max_datagram.max(1)],
             woke: true,
@@ -209,12 +253,10 @@ impl ShmPath {
         }
     }
 
-    /// Sends `bytes` to `to` through the peer's ring: `true` if it went,
-    /// `false` if it must go by UDP (not eligible, refused, not yet accepted,
-    /// or the ring stayed full for [`FULL_WAIT`]).
-    pub(crate) fn send(&mut self, to: SocketAddr, bytes: &[u8], c: &Counters) -> bool {
+    /// Sends `bytes` to `to` through the peer's ring. See [`Push`].
+    pub(crate) fn send(&mut self, to: SocketAddr, bytes: &[u8], c: &Counters) -> Push {
         let Some(key) = self.destination(to, bytes) else {
-            return false;
+            return Push::Declined;
         };
         let now = Instant::now();
         let open = match self.peers.get(&key) {
@@ -223,7 +265,7 @@ impl ShmPath {
             None => true,
         };
         if !open {
-            return false;
+            return Push::Declined;
         }
         if !matches!(self.peers.get(&key), Some(Peer::Open(_))) {
             let peer = match self.connect(key) {
@@ -233,7 +275,7 @@ impl ShmPath {
             self.peers.insert(key, peer);
         }
         let Some(Peer::Open(out)) = self.peers.get_mut(&key) else {
-            return false;
+            return Push::Declined;
         };
         if !out.ready {
             match accepted(out) {
@@ -241,11 +283,11 @@ impl ShmPath {
                     tracing::debug!(local = %self.local, peer = %key.0, slot = key.1,
                         "same-host path to the peer accepted");
                 }
-                Ok(false) => return false,
+                Ok(false) => return Push::Declined,
                 Err(why) => {
                     let p = self.refuse(key, &why, c);
                     self.peers.insert(key, p);
-                    return false;
+                    return Push::Declined;
                 }
             }
         }
@@ -263,16 +305,15 @@ impl ShmPath {
 
     /// Connects to the peer's path and hands it a fresh ring. `Err`: why not.
     fn connect(&self, (ip, slot): (IpAddr, u8)) -> Result<Outbound, String> {
-        let addr = name(ip, slot).map_err(|e| format!("no name for {ip} slot {slot}: {e}"))?;
-        let conn = UnixStream::connect_addr(&addr).map_err(|e| {
-            format!(
-                "no process of this network namespace has a same-host path open for {ip} \
-                 slot {slot} ({e}): not on this host, in another namespace, not running, \
-                 or without {ENV}=1"
-            )
-        })?;
-        conn.set_nonblocking(true)
-            .map_err(|e| format!("nonblocking: {e}"))?;
+        let conn = sysshm::connect_abstract(name(ip, slot).as_bytes())
+            .map(UnixStream::from)
+            .map_err(|e| {
+                format!(
+                    "no process of this network namespace has a same-host path open for \
+                     {ip} slot {slot} ({e}): not on this host, in another namespace, not \
+                     running, or without {ENV}=1"
+                )
+            })?;
         let (pid, uid) =
             sysshm::peer_cred(conn.as_fd()).map_err(|e| format!("peer credentials: {e}"))?;
         if uid != sys::euid() {
@@ -377,7 +418,7 @@ impl ShmPath {
         }
         let before = self.peers.len();
         let local = self.local;
-        self.peers.retain(|key, p| {
+        self.peers.0.retain_mut(|(key, p)| {
             let Peer::Open(out) = p else { return true };
             let gone = if out.ready {
                 drain(&mut out.conn).then(|| "same-host receiver gone".to_string())
@@ -504,7 +545,7 @@ impl ShmPath {
         out.push(sys::pollfd(self.listener.as_raw_fd(), libc::POLLIN));
         out.extend(self.awaiting.iter().map(|(s, _)| fd(s)));
         out.extend(self.inbound.iter().map(|i| fd(&i.conn)));
-        out.extend(self.peers.values().filter_map(|p| match p {
+        out.extend(self.peers.0.iter().filter_map(|(_, p)| match p {
             Peer::Open(o) => Some(fd(&o.conn)),
             Peer::Refused { .. } => None,
         }));
@@ -545,13 +586,16 @@ fn accepted(out: &mut Outbound) -> Result<bool, String> {
 }
 
 /// Pushes one datagram, waiting up to [`FULL_WAIT`] for room, and wakes the
-/// receiver if it sleeps. `false`: the ring stayed full.
-fn push(out: &mut Outbound, bytes: &[u8], c: &Counters) -> bool {
+/// receiver if it sleeps.
+fn push(out: &mut Outbound, bytes: &[u8], c: &Counters) -> Push {
+    if bytes.len() > out.ring.max_datagram() {
+        return Push::Declined;
+    }
     let start = Instant::now();
     while !out.ring.push(bytes) {
-        if start.elapsed() >= FULL_WAIT || bytes.len() > out.ring.max_datagram() {
+        if start.elapsed() >= FULL_WAIT {
             Counters::add(&c.shm_ring_full, 1);
-            return false;
+            return Push::Full;
         }
         std::thread::yield_now();
     }
@@ -561,7 +605,7 @@ fn push(out: &mut Outbound, bytes: &[u8], c: &Counters) -> bool {
         let _ = (&out.conn).write(&[0]);
         Counters::add(&c.shm_wakeups, 1);
     }
-    true
+    Push::Sent
 }
 
 /// Reads everything queued on `conn`: `true` if its other end is gone.

@@ -12,6 +12,10 @@ fn to_slot(slot: u8, fill: u8, len: usize) -> Vec<u8> {
     d
 }
 
+fn sent(p: &mut ShmPath, to: SocketAddr, d: &[u8], c: &Counters) -> bool {
+    p.send(to, d, c) == Push::Sent
+}
+
 fn path(ip: IpAddr) -> (Slot, ShmPath) {
     let slot = Slot::claim(ip).unwrap();
     slot.joined();
@@ -24,7 +28,7 @@ fn path(ip: IpAddr) -> (Slot, ShmPath) {
 /// bounded: how many went by the ring.
 fn send_accepted(a: &mut ShmPath, b: &mut ShmPath, to: SocketAddr, d: &[u8], c: &Counters) {
     for _ in 0..1000 {
-        if a.send(to, d, c) {
+        if sent(a, to, d, c) {
             return;
         }
         b.receive(16, c, |_, _| panic!("nothing was pushed yet"));
@@ -43,7 +47,12 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     let d = to_slot(sb.index(), 0xab, 1000);
     send_accepted(&mut a, &mut b, to_b, &d, &c);
     for i in 0..50u8 {
-        assert!(a.send(to_b, &to_slot(sb.index(), i, 100 + usize::from(i)), &c));
+        assert!(sent(
+            &mut a,
+            to_b,
+            &to_slot(sb.index(), i, 100 + usize::from(i)),
+            &c
+        ));
     }
     let mut got = Vec::new();
     b.receive(100, &c, |from, bytes| got.push((from, bytes.to_vec())));
@@ -68,7 +77,7 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
 
     // b sleeps: a's next push must wake it (one byte on the connection).
     assert!(!b.arm(), "empty: b may sleep");
-    assert!(a.send(to_b, &d, &c));
+    assert!(sent(&mut a, to_b, &d, &c));
     assert_eq!(c.snapshot().shm_wakeups, 1);
     let mut fds = Vec::new();
     b.pollfds(&mut fds);
@@ -82,6 +91,27 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     b.receive(16, &c, |_, _| n += 1);
     assert_eq!(n, 1);
 
+    // A full ring holds datagrams back (no consumer here): Full, not UDP.
+    let big = to_slot(sb.index(), 7, 65536);
+    let mut pushed = 0;
+    let full = loop {
+        match a.send(to_b, &big, &c) {
+            Push::Sent => pushed += 1,
+            other => break other,
+        }
+        assert!(pushed <= RING_BYTES / 65536, "more than the ring holds");
+    };
+    assert_eq!(full, Push::Full);
+    assert_eq!(c.snapshot().shm_ring_full, 1);
+    let mut n = 0;
+    b.receive(8, &c, |_, d| {
+        assert_eq!(d, &big[..]);
+        n += 1
+    });
+    assert_eq!(n, 8);
+    assert_eq!(a.send(to_b, &big, &c), Push::Sent, "room again");
+    b.receive(1000, &c, |_, _| {});
+
     // b goes: a notices the end and falls back to UDP (send says no), and
     // asks again only after REDISCOVER.
     drop(b);
@@ -91,7 +121,7 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     crate::sys::poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
     a.woke(&fds);
     a.receive(16, &c, |_, _| {});
-    assert!(!a.send(to_b, &d, &c), "nobody holds that path now");
+    assert!(!sent(&mut a, to_b, &d, &c), "nobody holds that path now");
     assert!(
         !a.may_take(to_b, &d),
         "refused peers go by UDP until REDISCOVER"
@@ -110,7 +140,7 @@ fn no_path_there_means_udp() {
         a.may_take(to, &to_slot(9, 0, 64)),
         "unknown peers are asked"
     );
-    assert!(!a.send(to, &to_slot(9, 0, 64), &c));
+    assert!(!sent(&mut a, to, &to_slot(9, 0, 64), &c));
     assert!(!a.may_take(to, &to_slot(9, 0, 64)));
     assert_eq!(c.snapshot().shm_fallbacks, 1);
     // Never the path: CM MADs (QP1), multicast, other ports, short datagrams.
@@ -133,7 +163,7 @@ fn a_hello_from_another_namespace_is_refused() {
     let to = SocketAddr::new(ip, 4791);
     let d = to_slot(sb.index(), 0, 64);
     for _ in 0..200 {
-        assert!(!a.send(to, &d, &c), "a refused ring was used");
+        assert!(!sent(&mut a, to, &d, &c), "a refused ring was used");
         if c.snapshot().shm_fallbacks > 0 {
             break;
         }
@@ -146,4 +176,44 @@ fn a_hello_from_another_namespace_is_refused() {
         "the sender learned of the refusal"
     );
     assert!(b.inbound.is_empty());
+}
+
+/// A path name held by a process of another user (abstract names carry no
+/// permissions, so anyone can bind one) is refused: the datagrams go by UDP
+/// and nothing is handed to it. Needs root to run the squatter as `nobody`;
+/// CI runs as root.
+#[test]
+fn a_path_held_by_another_user_is_refused() {
+    if crate::sys::euid() != 0 {
+        eprintln!("skipped: holding the name as another user needs root");
+        return;
+    }
+    let ip: IpAddr = "127.0.91.4".parse().unwrap();
+    let (_sa, mut a) = path(ip);
+    let script = format!(
+        "import socket, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); \
+         s.bind(b'\\0{}'); s.listen(8); print('held', flush=True); time.sleep(30)",
+        name(ip, 7)
+    );
+    // setpriv execs python: the child's pid is the squatter's (ended below
+    // by that pid; the script also ends itself after 30 s).
+    let mut squatter = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["/usr/bin/python3", "-c", &script])
+        .current_dir("/")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let stdout = squatter.stdout.take().unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+    let c = Counters::default();
+    let to = SocketAddr::new(ip, 4791);
+    let went = sent(&mut a, to, &to_slot(7, 0, 64), &c);
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    assert_eq!(line.trim(), "held");
+    assert!(!went, "nothing goes to another user's process");
+    let s = c.snapshot();
+    assert_eq!((s.shm_fallbacks, s.shm_datagrams_sent), (1, 0));
 }

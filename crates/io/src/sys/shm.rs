@@ -248,6 +248,30 @@ pub(crate) fn recv_with_fd(
     Ok((n, got))
 }
 
+/// A nonblocking connection to the abstract unix stream name `name` (without
+/// its leading NUL). A full backlog fails at once (`EAGAIN`) instead of
+/// waiting for the listener to accept, as a blocking connect would.
+pub(crate) fn connect_abstract(name: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if name.len() + 1 > sun.sun_path.len() {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, &b) in sun.sun_path[1..].iter_mut().zip(name) {
+        *dst = b as libc::c_char;
+    }
+    let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+    let ty = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: socket(2) with constant arguments; the result is checked.
+    let fd = cvt(unsafe { libc::socket(libc::AF_UNIX, ty, 0) })?;
+    // SAFETY: `fd` was just opened and is owned here from now on.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `sun` is a live sockaddr_un and `len` covers the family and the name.
+    cvt(unsafe { libc::connect(fd.as_raw_fd(), (&raw const sun).cast(), len) })?;
+    Ok(fd)
+}
+
 /// The credentials (pid, uid) of the peer of a connected unix socket
 /// (`SO_PEERCRED`: for a connection to a listener, the listener's as of its
 /// `listen`; for an accepted one, the connector's as of its `connect`).
