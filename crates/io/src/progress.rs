@@ -141,8 +141,10 @@ pub(crate) struct Progress<E> {
     raw: crate::raw::RawPath,
     /// Sends runs of datagrams, with UDP GSO while the kernel takes it.
     sender: socket::Sender,
-    /// shm: the same-host path (crate::shm), when on.
+    /// shm: the same-host path (crate::shm), when on, and whether the last
+    /// transmit stopped at a full ring (then the sleep does not wait for POLLOUT).
     shm: Option<crate::shm::ShmPath>,
+    shm_full: bool,
 }
 
 impl<E: Engine> Progress<E> {
@@ -189,6 +191,7 @@ impl<E: Engine> Progress<E> {
             raw: crate::raw::RawPath::new(),
             sender: socket::Sender::new(opts.gso),
             shm: crate::shm::ShmPath::for_driver(local, opts),
+            shm_full: false,
         }
     }
 
@@ -467,11 +470,15 @@ impl<E: Engine> Progress<E> {
         let Some(shm) = self.shm.as_mut() else {
             return Ok(Err(run.len()));
         };
+        self.shm_full = false;
         let mut n = 0;
         for &(to, bytes) in run {
             match shm.send(to, bytes, &self.shared.counters) {
                 Push::Sent => n += 1,
-                Push::Full if n == 0 => return Err(io::ErrorKind::WouldBlock.into()),
+                Push::Full if n == 0 => {
+                    self.shm_full = true;
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
                 Push::Full | Push::Declined => break,
             }
         }
@@ -835,7 +842,10 @@ impl<E: Engine> Progress<E> {
             .min(MAX_SLEEP);
         let mut sock_events = libc::POLLIN;
         if !self.txq.is_empty() || self.faults.blocked {
-            sock_events |= libc::POLLOUT;
+            // shm: a full ring is not the socket's to report: just wait a little.
+            if !self.shm_full {
+                sock_events |= libc::POLLOUT;
+            }
             timeout = timeout.min(RETRY_SLEEP);
         }
         let bell = self.shared.doorbell.fd().as_raw_fd();
