@@ -38,6 +38,7 @@
 //! Not done: the single copy (`process_vm_readv` from the sender's registered
 //! memory straight into the destination MR); see `spec/same-host.md`.
 
+mod refusal;
 pub(crate) mod ring;
 
 use std::io::{self, Read, Write};
@@ -50,6 +51,7 @@ use std::time::{Duration, Instant};
 use crate::counters::Counters;
 use crate::share::{self, Slot};
 use crate::sys::{self, shm as sysshm};
+use refusal::{Refusal, Rejection};
 use ring::{Consumer, Producer};
 
 /// Environment variable that turns the path on (`1`, `on`, `yes`, `true`).
@@ -294,9 +296,9 @@ impl ShmPath {
         push(out, bytes, c)
     }
 
-    fn refuse(&self, key: (IpAddr, u8), why: &str, c: &Counters) -> Peer {
+    fn refuse(&self, key: (IpAddr, u8), why: &Refusal, c: &Counters) -> Peer {
         Counters::add(&c.shm_fallbacks, 1);
-        tracing::debug!(local = %self.local, peer = %key.0, slot = key.1, why,
+        tracing::debug!(local = %self.local, peer = %key.0, slot = key.1, %why,
             "same-host path not taken; datagrams go by UDP");
         Peer::Refused {
             until: Instant::now() + REDISCOVER,
@@ -304,35 +306,32 @@ impl ShmPath {
     }
 
     /// Connects to the peer's path and hands it a fresh ring. `Err`: why not.
-    fn connect(&self, (ip, slot): (IpAddr, u8)) -> Result<Outbound, String> {
+    fn connect(&self, (ip, slot): (IpAddr, u8)) -> Result<Outbound, Refusal> {
+        let io = |what| move |source| Refusal::Io { what, source };
         let conn = sysshm::connect_abstract(name(ip, slot).as_bytes())
             .map(UnixStream::from)
-            .map_err(|e| {
-                format!(
-                    "no process of this network namespace has a same-host path open for \
-                     {ip} slot {slot} ({e}): not on this host, in another namespace, not \
-                     running, or without {ENV}=1"
-                )
-            })?;
-        let (pid, uid) =
-            sysshm::peer_cred(conn.as_fd()).map_err(|e| format!("peer credentials: {e}"))?;
-        if uid != sys::euid() {
-            return Err(format!(
-                "the path of {ip} slot {slot} is held by process {pid} of user {uid}, not ours ({})",
-                sys::euid()
-            ));
+            .map_err(|source| Refusal::NoPath { ip, slot, source })?;
+        let (pid, uid) = sysshm::peer_cred(conn.as_fd()).map_err(io("peer credentials"))?;
+        let ours = sys::euid();
+        if uid != ours {
+            return Err(Refusal::OtherUser {
+                ip,
+                slot,
+                pid,
+                uid,
+                ours,
+            });
         }
         if std::net::UdpSocket::bind((ip, 0)).is_err() {
-            return Err(format!("{ip} is not an address of this host's namespace"));
+            return Err(Refusal::NotLocal { ip });
         }
         let len = ring::file_len(self.capacity);
-        let fd =
-            sysshm::sealed_memfd("softverbs-shm", len as u64).map_err(|e| format!("memfd: {e}"))?;
-        let map = sysshm::Mapping::new(fd.as_fd(), len).map_err(|e| format!("mmap: {e}"))?;
+        let fd = sysshm::sealed_memfd("softverbs-shm", len as u64).map_err(io("memfd"))?;
+        let map = sysshm::Mapping::new(fd.as_fd(), len).map_err(io("mmap"))?;
         ring::init(&map, self.capacity);
         let hello = self.hello(slot);
         sysshm::send_with_fd(conn.as_fd(), &hello, fd.as_fd())
-            .map_err(|e| format!("passing the ring to process {pid}: {e}"))?;
+            .map_err(io("passing the ring to the receiver"))?;
         Ok(Outbound {
             conn,
             ring: Producer::new(map, self.capacity),
@@ -421,13 +420,13 @@ impl ShmPath {
         self.peers.0.retain_mut(|(key, p)| {
             let Peer::Open(out) = p else { return true };
             let gone = if out.ready {
-                drain(&mut out.conn).then(|| "same-host receiver gone".to_string())
+                drain(&mut out.conn).then_some(Refusal::Gone)
             } else {
                 accepted(out).err()
             };
             match gone {
                 Some(why) => {
-                    tracing::debug!(%local, peer = %key.0, slot = key.1, why,
+                    tracing::debug!(%local, peer = %key.0, slot = key.1, %why,
                         "same-host path closed; datagrams go by UDP");
                     false
                 }
@@ -467,7 +466,8 @@ impl ShmPath {
                 Ok(None) if since.elapsed() < ACCEPT_WAIT => self.awaiting.push((conn, since)),
                 Ok(None) => {}
                 Err(why) => {
-                    tracing::debug!(local = %self.local, why, "same-host sender refused; it goes by UDP");
+                    tracing::debug!(local = %self.local, %why,
+                        "same-host sender refused; it goes by UDP");
                 }
             }
         }
@@ -476,41 +476,46 @@ impl ShmPath {
 
     /// Reads and checks a sender's hello: its ring, or `None` if the hello
     /// has not come yet. `Err`: why the sender is refused.
-    fn introduce(&self, conn: &UnixStream) -> Result<Option<Inbound>, String> {
+    fn introduce(&self, conn: &UnixStream) -> Result<Option<Inbound>, Rejection> {
+        let io = |what| move |source| Rejection::Io { what, source };
         let mut h = [0u8; HELLO_LEN];
         let (n, fd) = match sysshm::recv_with_fd(conn.as_fd(), &mut h) {
             Ok(got) => got,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => return Err(format!("reading the hello: {e}")),
+            Err(e) => return Err(io("reading the hello")(e)),
         };
-        let (pid, uid) = sysshm::peer_cred(conn.as_fd()).map_err(|e| e.to_string())?;
+        let (pid, uid) = sysshm::peer_cred(conn.as_fd()).map_err(io("peer credentials"))?;
         if uid != sys::euid() {
-            return Err(format!("process {pid} is of user {uid}, not ours"));
+            return Err(Rejection::OtherUser { pid, uid });
         }
         let word = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap_or([0; 8]));
         if n != HELLO_LEN || word(0) != HELLO_MAGIC {
-            return Err(format!("process {pid} sent a malformed hello ({n} bytes)"));
+            return Err(Rejection::Malformed { pid, len: n });
         }
         if Some((word(8), word(16))) != self.netns {
-            return Err(format!("process {pid} is in another network namespace"));
+            return Err(Rejection::OtherNamespace { pid });
         }
         if h[51] != self.own_slot {
-            return Err(format!(
-                "process {pid} asked for slot {}, ours is {}",
-                h[51], self.own_slot
-            ));
+            let (asked, ours) = (h[51], self.own_slot);
+            return Err(Rejection::WrongSlot { pid, asked, ours });
         }
-        let fd = fd.ok_or_else(|| format!("process {pid} passed no ring"))?;
-        let cap = word(24);
-        let (seals, len) = sysshm::seals_and_len(fd.as_fd()).map_err(|e| e.to_string())?;
-        let want = ring::file_len(cap.min(1 << 30) as usize) as u64;
-        if !ring::valid_capacity(cap) || seals & sysshm::SEALS != sysshm::SEALS || len < want {
-            return Err(format!(
-                "process {pid}'s ring is unusable (capacity {cap}, {len} bytes, seals {seals:#x})"
-            ));
+        let fd = fd.ok_or(Rejection::NoRing { pid })?;
+        let capacity = word(24);
+        let (seals, len) = sysshm::seals_and_len(fd.as_fd()).map_err(io("ring file"))?;
+        let want = ring::file_len(capacity.min(1 << 30) as usize) as u64;
+        let bad = |header| Rejection::BadRing {
+            pid,
+            capacity,
+            len,
+            seals,
+            header,
+        };
+        let sealed = seals & sysshm::SEALS == sysshm::SEALS;
+        if !ring::valid_capacity(capacity) || !sealed || len < want {
+            return Err(bad(false));
         }
-        let map = sysshm::Mapping::new(fd.as_fd(), want as usize).map_err(|e| e.to_string())?;
-        let cap = ring::check(&map).ok_or_else(|| format!("process {pid}'s ring header is bad"))?;
+        let map = sysshm::Mapping::new(fd.as_fd(), want as usize).map_err(io("mmap"))?;
+        let cap = ring::check(&map).ok_or(bad(false))?;
         let mut octets = [0u8; 16];
         octets.copy_from_slice(&h[35..51]);
         let v6 = Ipv6Addr::from(octets);
@@ -520,7 +525,7 @@ impl ShmPath {
         };
         let from = SocketAddr::new(ip, u16::from_be_bytes([h[33], h[34]]));
         Ok(Some(Inbound {
-            conn: conn.try_clone().map_err(|e| e.to_string())?,
+            conn: conn.try_clone().map_err(io("duplicating the connection"))?,
             ring: Consumer::new(map, cap),
             from,
             closed: false,
@@ -564,24 +569,25 @@ impl ShmPath {
 }
 
 /// The receiver's one-byte acceptance: `Ok(true)` once it came.
-fn accepted(out: &mut Outbound) -> Result<bool, String> {
+fn accepted(out: &mut Outbound) -> Result<bool, Refusal> {
     let mut b = [0u8; 1];
     match out.conn.read(&mut b) {
         Ok(1) => {
             out.ready = true;
             Ok(true)
         }
-        Ok(_) => Err("the receiver refused the ring (see its debug log)".into()),
+        Ok(_) => Err(Refusal::Refused),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
             if out.since.elapsed() > ACCEPT_WAIT {
-                Err(format!(
-                    "the receiver did not accept the ring in {ACCEPT_WAIT:?}"
-                ))
+                Err(Refusal::NoAnswer(ACCEPT_WAIT))
             } else {
                 Ok(false)
             }
         }
-        Err(e) => Err(format!("the receiver's connection failed: {e}")),
+        Err(source) => Err(Refusal::Io {
+            what: "the receiver's connection",
+            source,
+        }),
     }
 }
 
