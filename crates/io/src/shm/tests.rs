@@ -217,3 +217,25 @@ fn a_path_held_by_another_user_is_refused() {
     let s = c.snapshot();
     assert_eq!((s.shm_fallbacks, s.shm_datagrams_sent), (1, 0));
 }
+
+/// `SOFTVERBS_SHM=1` (or on/yes/true) turns the path on; anything else, or
+/// nothing, leaves it off.
+#[test]
+fn the_environment_turns_it_on() {
+    let mut o = crate::DriverOptions::default();
+    assert!(!o.shm, "off by default");
+    for (value, on) in [
+        ("1", true),
+        (" on ", true),
+        ("yes", true),
+        ("0", false),
+        ("x", false),
+    ] {
+        o.apply_env("d", |n| (n == ENV).then(|| value.to_string()))
+            .unwrap();
+        assert_eq!(o.shm, on, "{value:?}");
+    }
+    o.shm = true;
+    o.apply_env("d", |_| None).unwrap();
+    assert!(o.shm, "unset leaves the setting as it was");
+}
