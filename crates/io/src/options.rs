@@ -6,7 +6,9 @@
 //! - `SOFTVERBS_FAULTS`: fault injection, strict (see [`crate::faults`]);
 //! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]);
 //! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
-//!   UDP GRO on receive off (anything else leaves them on).
+//!   UDP GRO on receive off (anything else leaves them on);
+//! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
+//!   (`crate::shm`), anything else leaves it off.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,8 +55,11 @@ pub struct DriverOptions {
     /// sleeps reads the socket itself ([`crate::Driver::drive_receive`]).
     /// Off by default (`SOFTVERBS_POLL_RX=1` turns it on): on 2 shared cores it
     /// measured more context switches per message, not fewer
-    /// (spec/performance.md §8.4). Never with faults or a capture.
+    /// (spec/performance.md §9.4). Never with faults or a capture.
     pub poll_receive: bool,
+    /// The same-host path (shared-memory rings to processes of this host,
+    /// `crate::shm`; `SOFTVERBS_SHM=1` turns it on). Needs `share` (a slot).
+    pub shm: bool,
 }
 
 impl Default for DriverOptions {
@@ -73,6 +78,7 @@ impl Default for DriverOptions {
             gso: true,
             gro: true,
             poll_receive: false,
+            shm: false,
         }
     }
 }
@@ -106,6 +112,8 @@ impl DriverOptions {
     /// Environment variable turning [`DriverOptions::poll_receive`] on (`1`,
     /// `on`, `yes`, `true`) or off (`0`, `off`, `no`, `false`).
     pub const POLL_RX_ENV: &'static str = "SOFTVERBS_POLL_RX";
+    /// Environment variable turning [`DriverOptions::shm`] on (`1`, `on`, `yes`, `true`) or off.
+    pub const SHM_ENV: &'static str = crate::shm::ENV;
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
     pub const PCAP_ENV: &'static str = "SOFTVERBS_PCAP";
 
@@ -144,6 +152,9 @@ impl DriverOptions {
         let on = |v: String| matches!(v.trim(), "1" | "on" | "yes" | "true");
         if let Some(v) = get(Self::POLL_RX_ENV) {
             self.poll_receive = on(v.clone()) || (self.poll_receive && !off(v));
+        }
+        if let Some(v) = get(Self::SHM_ENV) {
+            self.shm = crate::shm::enabled_by(&v);
         }
         if let Some(text) = get(Self::FAULTS_ENV) {
             self.faults = text.parse().map_err(OptionsError::Faults)?;

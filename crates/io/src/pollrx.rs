@@ -15,10 +15,10 @@
 //! turns it on), because on the 2-core development machine it measured more
 //! context switches per message, not fewer: the progress thread sleeping in
 //! poll(2) on the socket is still woken by each arrival (spec/performance.md
-//! §8.4).
+//! §9.4).
 //!
 //! Why: on a machine with few cores the progress thread must be woken and
-//! scheduled for every datagram (spec/performance.md §4, §8.3); the thread
+//! scheduled for every datagram (spec/performance.md §4, §9.3); the thread
 //! that is already running in `ibv_poll_cq` can read the datagram itself.
 
 use std::io;
