@@ -21,6 +21,8 @@ pub(crate) struct QpBlock {
     pub inner: softverbs::QueuePair,
     /// The `ibv_wr_*` batch being built (between `wr_start` and `wr_complete`).
     batch: Mutex<Batch>,
+    /// Set when made through a parent domain (its dealloc waits for it).
+    _domain: Option<crate::domain::DomainHold>,
 }
 impl_block!(QpBlock, ibv_qp, "queue pair", 0x736f_6674_7170_3031);
 
@@ -245,6 +247,8 @@ pub(crate) unsafe fn register(
         magic: QpBlock::MAGIC,
         inner: qp,
         batch: Mutex::default(),
+        // SAFETY: `pd` is NULL or the live PD the QP was made in.
+        _domain: unsafe { crate::domain::DomainHold::of(pd) },
     });
     // SAFETY: the caller's live context (`ctx_block` checks it).
     if let Ok(ctx) = unsafe { crate::context::ctx_block(verb, context) } {
