@@ -572,7 +572,10 @@ impl Engine {
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
-        let qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl);
+        let mut qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl);
+        if req.comp_mask & create::comp_mask::MAX_TSO_HEADER != 0 {
+            qp.max_tso_header = req.max_tso_header; // spec/raw-packet.md §4
+        }
         let limit = u64::from(self.info.attr.max_qp);
         let handle = self.qps.insert(qp).ok_or(Error::TooMany {
             kind: ObjectKind::Qp,

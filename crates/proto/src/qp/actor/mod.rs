@@ -123,6 +123,9 @@ pub struct Qp {
     /// XRC_RECV: the SRQ number the FIRST of the message in progress named
     /// (its MIDDLE and LAST must name the same, spec/xrc.md §4).
     pub(crate) xrc_msg_srqn: Option<u32>,
+    /// RAW_PACKET: the largest TSO header its WRs may carry
+    /// (`max_tso_header`; 0: no TSO, spec/raw-packet.md §4).
+    pub(crate) max_tso_header: u16,
     /// The control-path state.
     pub ctl: QpControl,
     /// The data-path state (queues, requester, responder, timers).
@@ -148,6 +151,7 @@ impl Qp {
             xrc: None,
             xrc_msg_cq: None,
             xrc_msg_srqn: None,
+            max_tso_header: 0,
             ctl,
             dp,
         }
