@@ -557,7 +557,7 @@ fn faulted_frames(tag: u8, tx_faults: &str, rx_faults: &str, expect: usize) -> F
 /// it left, one bit flipped; the receiver gets exactly that).
 #[test]
 fn raw_frames_pass_faults_and_capture() {
-    if !netns::is_root() {
+    if !testkit::is_root() {
         eprintln!("skipping: RAW_PACKET QPs need CAP_NET_RAW");
         return;
     }
@@ -664,7 +664,7 @@ fn tso_v6_header(mac: [u8; 6]) -> Vec<u8> {
 /// UD QP, max_tso_header on a UD QP or beyond the device's limit.
 #[test]
 fn tso_segments_a_tcp_payload() {
-    if !netns::is_root() {
+    if !testkit::is_root() {
         eprintln!("skipping: RAW_PACKET QPs need CAP_NET_RAW");
         return;
     }
