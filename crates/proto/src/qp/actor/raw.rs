@@ -163,9 +163,10 @@ impl Qp {
     }
 }
 
-/// `out` (the frame's bytes after `at` bytes of header) filled from the
-/// WQE's payload starting `offset` bytes in: its inline bytes or its gather
-/// list (MR-checked). `None` for `out`: the frame does not fit the buffer.
+/// `out` (a frame, or a TSO segment's bytes after its header) filled from
+/// the WQE's payload starting `offset` bytes in: its inline bytes or its
+/// gather list (MR-checked). `None` for `out`: the frame does not fit the
+/// buffer.
 fn gather(
     w: &crate::qp::wqe::SendWqe,
     env: &QpEnv<'_>,
