@@ -86,6 +86,17 @@ counters! {
     pcap_records,
     /// Packet capture: records that could not be written (the first write error stops the capture).
     pcap_errors,
+    /// Same-host path (crate::shm): datagrams put into a peer's shared ring.
+    shm_datagrams_sent,
+    /// Same-host path: datagrams read from the shared rings of local senders.
+    shm_datagrams_received,
+    /// Same-host path: peers that could not take it (not open there, another
+    /// user or namespace, refused, no answer): their datagrams go by UDP.
+    shm_fallbacks,
+    /// Same-host path: datagrams sent by UDP because the peer's ring stayed full.
+    shm_ring_full,
+    /// Same-host path: wake-up bytes written to a sleeping receiver.
+    shm_wakeups,
 }
 
 impl Counters {

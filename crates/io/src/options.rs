@@ -6,7 +6,9 @@
 //! - `SOFTVERBS_FAULTS`: fault injection, strict (see [`crate::faults`]);
 //! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]);
 //! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
-//!   UDP GRO on receive off (anything else leaves them on).
+//!   UDP GRO on receive off (anything else leaves them on);
+//! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
+//!   (`crate::shm`), anything else leaves it off.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +51,9 @@ pub struct DriverOptions {
     pub gso: bool,
     /// Let the kernel coalesce received datagrams (UDP GRO; `SOFTVERBS_GRO=0` turns it off).
     pub gro: bool,
+    /// The same-host path (shared-memory rings to processes of this host,
+    /// `crate::shm`; `SOFTVERBS_SHM=1` turns it on). Needs `share` (a slot).
+    pub shm: bool,
 }
 
 impl Default for DriverOptions {
@@ -66,6 +71,7 @@ impl Default for DriverOptions {
             share: None,
             gso: true,
             gro: true,
+            shm: false,
         }
     }
 }
@@ -96,6 +102,8 @@ impl DriverOptions {
     pub const GSO_ENV: &'static str = "SOFTVERBS_GSO";
     /// Environment variable turning [`DriverOptions::gro`] off (`0`, `off`, `no`, `false`).
     pub const GRO_ENV: &'static str = "SOFTVERBS_GRO";
+    /// Environment variable turning [`DriverOptions::shm`] on (`1`, `on`, `yes`, `true`) or off.
+    pub const SHM_ENV: &'static str = crate::shm::ENV;
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
     pub const PCAP_ENV: &'static str = "SOFTVERBS_PCAP";
 
@@ -130,6 +138,9 @@ impl DriverOptions {
         }
         if get(Self::GRO_ENV).is_some_and(off) {
             self.gro = false;
+        }
+        if let Some(v) = get(Self::SHM_ENV) {
+            self.shm = crate::shm::enabled_by(&v);
         }
         if let Some(text) = get(Self::FAULTS_ENV) {
             self.faults = text.parse().map_err(OptionsError::Faults)?;

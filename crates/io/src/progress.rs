@@ -141,6 +141,10 @@ pub(crate) struct Progress<E> {
     raw: crate::raw::RawPath,
     /// Sends runs of datagrams, with UDP GSO while the kernel takes it.
     sender: socket::Sender,
+    /// shm: the same-host path (crate::shm), when on, and whether the last
+    /// transmit stopped at a full ring (then the sleep does not wait for POLLOUT).
+    shm: Option<crate::shm::ShmPath>,
+    shm_full: bool,
 }
 
 impl<E: Engine> Progress<E> {
@@ -186,6 +190,8 @@ impl<E: Engine> Progress<E> {
             pollfds: Vec::with_capacity(3),
             raw: crate::raw::RawPath::new(opts),
             sender: socket::Sender::new(opts.gso),
+            shm: crate::shm::ShmPath::for_driver(local, opts),
+            shm_full: false,
         }
     }
 
@@ -211,6 +217,7 @@ impl<E: Engine> Progress<E> {
     fn pass(&mut self) -> bool {
         let received = self.receive()
             | self.receive_forwarded()
+            | self.receive_shm()
             | self.receive_groups()
             | self
                 .raw
@@ -421,6 +428,70 @@ impl<E: Engine> Progress<E> {
         }
         self.share = Some((slot, buf));
         work
+    }
+
+    /// shm: datagrams from the same-host path's rings, each then treated as
+    /// read from the socket (counted, captured, faults, engine).
+    fn receive_shm(&mut self) -> bool {
+        let Some(mut shm) = self.shm.take() else {
+            return false;
+        };
+        let shared = self.shared.clone();
+        let work = shm.receive(self.batch, &shared.counters, |from, bytes| {
+            let r = sys::Received {
+                len: bytes.len(),
+                from: Some(from),
+                truncated: false,
+                segment: None,
+            };
+            if let Some((now, from)) = self.received(&r, self.local, bytes) {
+                shared
+                    .engine()
+                    .handle_datagram(now, from, self.local, bytes);
+            }
+        });
+        self.shm = Some(shm);
+        work
+    }
+
+    /// shm: sends one (held) datagram through the same-host path if it takes
+    /// it (counted and captured as sent, like the socket's).
+    fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
+        let Some(shm) = self.shm.as_mut() else {
+            return false;
+        };
+        if shm.send(to, bytes, &self.shared.counters) != crate::shm::Push::Sent {
+            return false;
+        }
+        self.sent(now, to, bytes);
+        true
+    }
+
+    /// shm: the same-host path takes what it can from the head of a run:
+    /// `Ok(Ok(n))`, the first `n` went; `Err(WouldBlock)`, its ring is full;
+    /// `Ok(Err(k))`, the first `k` go by the socket.
+    fn shm_run(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<Result<usize, usize>> {
+        use crate::shm::Push;
+        let Some(shm) = self.shm.as_mut() else {
+            return Ok(Err(run.len()));
+        };
+        self.shm_full = false;
+        let mut n = 0;
+        for &(to, bytes) in run {
+            match shm.send(to, bytes, &self.shared.counters) {
+                Push::Sent => n += 1,
+                Push::Full if n == 0 => {
+                    self.shm_full = true;
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Push::Full | Push::Declined => break,
+            }
+        }
+        if n > 0 {
+            return Ok(Ok(n));
+        }
+        let rest = run[1..].iter().take_while(|(to, b)| !shm.may_take(*to, b));
+        Ok(Err(1 + rest.count()))
     }
 
     /// Multicast: datagrams read from the groups' sockets, each then treated
@@ -701,6 +772,9 @@ impl<E: Engine> Progress<E> {
             self.looped_back(now, bytes);
             return SendOutcome::Sent;
         }
+        if self.shm_out(now, to, bytes) {
+            return SendOutcome::Sent;
+        }
         Counters::add(&self.shared.counters.send_calls, 1);
         match socket::send(&self.socket, to, bytes) {
             SendOutcome::Sent => {
@@ -774,12 +848,20 @@ impl<E: Engine> Progress<E> {
             .min(MAX_SLEEP);
         let mut sock_events = libc::POLLIN;
         if !self.txq.is_empty() || self.faults.blocked {
-            sock_events |= libc::POLLOUT;
+            // shm: a full ring is not the socket's to report: just wait a little.
+            if !self.shm_full {
+                sock_events |= libc::POLLOUT;
+            }
             timeout = timeout.min(RETRY_SLEEP);
         }
         let bell = self.shared.doorbell.fd().as_raw_fd();
         // A negative fd is ignored by poll(2): no inbox when the address is ours alone.
         let inbox = self.share.as_ref().map_or(-1, |(s, _)| s.inbox_fd());
+        // shm: tell same-host senders we sleep; do not if a datagram came.
+        if let Some(shm) = self.shm.as_mut().filter(|s| s.arm()) {
+            shm.woke(&[]);
+            return;
+        }
         let mut fds = std::mem::take(&mut self.pollfds);
         fds.clear();
         fds.extend([
@@ -793,12 +875,18 @@ impl<E: Engine> Progress<E> {
             slot.service_fds(&mut fds);
         }
         self.raw.pollfds(&mut fds);
+        if let Some(shm) = self.shm.as_mut() {
+            shm.pollfds(&mut fds);
+        }
         Counters::add(&self.shared.counters.sleeps, 1);
         if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
             tracing::warn!(error = %e, "poll failed");
         }
         if fds[1].revents != 0 {
             self.shared.doorbell.clear();
+        }
+        if let Some(shm) = self.shm.as_mut() {
+            shm.woke(&fds);
         }
         self.pollfds = fds;
     }
@@ -814,6 +902,11 @@ impl<E: Engine> TxSink for Wire<'_, E> {
 
     fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
         let p = &mut *self.0;
+        // shm: the same-host path first; the socket takes what it declines.
+        let run = match p.shm_run(run)? {
+            Ok(n) => return Ok(n),
+            Err(k) => &run[..k],
+        };
         let (result, report) = p.sender.send(&p.socket, run);
         let c = &p.shared.counters;
         Counters::add(&c.send_calls, report.calls);

@@ -740,8 +740,10 @@ impl Engine {
     }
 
     /// `ibv_destroy_qp`: allowed in any state; queued WRs are discarded without
-    /// completions. `EBUSY` while the QP is attached to a multicast group
-    /// (ibv_destroy_qp(3); kernel `ib_destroy_qp_user`: `usecnt`).
+    /// completions, and the completions of the QP still in its CQs leave them,
+    /// as rdma-core's hardware providers clean the CQs at destroy
+    /// (spec/qp-state-machine.md §8). `EBUSY` while the QP is attached to a
+    /// multicast group (ibv_destroy_qp(3); kernel `ib_destroy_qp_user`: `usecnt`).
     pub fn destroy_qp(&mut self, h: QpHandle) -> Result<(), Error> {
         let qpn = self.qp(h)?.ctl.qpn();
         if self.xrc_qp_release(h) {
@@ -751,6 +753,7 @@ impl Engine {
             let e = crate::mcast::McastError::Attached { qpn, groups, first };
             return Err(e.into());
         }
+        self.purge_qp_completions(h);
         self.qp_uses(h, false);
         // Type 2 windows bound through this QP become free: no QP can reach them.
         for (_, w) in self.mws.get_mut().iter_mut() {
