@@ -209,7 +209,7 @@ impl<E: Engine> Progress<E> {
             groups_seen: 0,
             group_buf: Vec::new(),
             pollfds: Vec::with_capacity(3),
-            raw: crate::raw::RawPath::new(),
+            raw: crate::raw::RawPath::new(opts),
             sender: socket::Sender::new(opts.gso),
             // Nothing known yet: the first sleep's poll says what is queued.
             readable: Readable::default(),
@@ -252,10 +252,15 @@ impl<E: Engine> Progress<E> {
             | self.receive_forwarded()
             | self.receive_shm()
             | self.receive_groups()
-            | self.raw.receive(&self.shared, self.batch);
+            | self
+                .raw
+                .receive(&self.shared, self.batch, &mut self.capture);
         let fired = self.timers();
         let released = self.release();
-        let sent = self.transmit() | self.raw.transmit(&self.shared, self.batch);
+        let sent = self.transmit()
+            | self
+                .raw
+                .transmit(&self.shared, self.batch, &mut self.capture);
         let notified = self.notify();
         Counters::add(&self.shared.counters.passes, 1);
         received || fired || released || sent || notified
@@ -857,7 +862,8 @@ impl<E: Engine> Progress<E> {
     fn sleep(&mut self) {
         self.flush_capture();
         let engine_deadline = self.shared.engine().poll_timeout();
-        let deadline = match (engine_deadline, self.faults.hold.next_wake()) {
+        let held = [self.faults.hold.next_wake(), self.raw.next_wake()];
+        let deadline = match (engine_deadline, held.into_iter().flatten().min()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
