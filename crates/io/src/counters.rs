@@ -50,6 +50,14 @@ counters! {
     send_retries,
     /// Receive calls that failed (other than "nothing to read").
     recv_errors,
+    /// Receive calls (socket, shared-address inbox) that found nothing to read
+    /// (EAGAIN): the progress loop reads only what poll(2) reported readable.
+    recv_empty,
+    /// Reads of the socket by an application thread polling an empty CQ
+    /// while the progress thread slept ([`crate::Driver::drive_receive`]).
+    poll_receive_calls,
+    /// Datagrams those reads handed to the engine.
+    poll_receive_datagrams,
     /// Datagrams to our own address fed straight back to the engine.
     loopback_datagrams,
     /// Payload bytes of `loopback_datagrams`.

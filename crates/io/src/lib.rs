@@ -34,6 +34,7 @@ mod hold;
 pub mod host;
 mod mcast;
 mod options;
+mod pollrx;
 mod progress;
 pub mod raw;
 pub mod share;

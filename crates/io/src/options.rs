@@ -51,6 +51,12 @@ pub struct DriverOptions {
     pub gso: bool,
     /// Let the kernel coalesce received datagrams (UDP GRO; `SOFTVERBS_GRO=0` turns it off).
     pub gro: bool,
+    /// An application thread that polls an empty CQ while the progress thread
+    /// sleeps reads the socket itself ([`crate::Driver::drive_receive`]).
+    /// Off by default (`SOFTVERBS_POLL_RX=1` turns it on): on 2 shared cores it
+    /// measured more context switches per message, not fewer
+    /// (spec/performance.md §9.4). Never with faults or a capture.
+    pub poll_receive: bool,
     /// The same-host path (shared-memory rings to processes of this host,
     /// `crate::shm`; `SOFTVERBS_SHM=1` turns it on). Needs `share` (a slot).
     pub shm: bool,
@@ -71,6 +77,7 @@ impl Default for DriverOptions {
             share: None,
             gso: true,
             gro: true,
+            poll_receive: false,
             shm: false,
         }
     }
@@ -102,6 +109,9 @@ impl DriverOptions {
     pub const GSO_ENV: &'static str = "SOFTVERBS_GSO";
     /// Environment variable turning [`DriverOptions::gro`] off (`0`, `off`, `no`, `false`).
     pub const GRO_ENV: &'static str = "SOFTVERBS_GRO";
+    /// Environment variable turning [`DriverOptions::poll_receive`] on (`1`,
+    /// `on`, `yes`, `true`) or off (`0`, `off`, `no`, `false`).
+    pub const POLL_RX_ENV: &'static str = "SOFTVERBS_POLL_RX";
     /// Environment variable turning [`DriverOptions::shm`] on (`1`, `on`, `yes`, `true`) or off.
     pub const SHM_ENV: &'static str = crate::shm::ENV;
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
@@ -138,6 +148,10 @@ impl DriverOptions {
         }
         if get(Self::GRO_ENV).is_some_and(off) {
             self.gro = false;
+        }
+        let on = |v: String| matches!(v.trim(), "1" | "on" | "yes" | "true");
+        if let Some(v) = get(Self::POLL_RX_ENV) {
+            self.poll_receive = on(v.clone()) || (self.poll_receive && !off(v));
         }
         if let Some(v) = get(Self::SHM_ENV) {
             self.shm = crate::shm::enabled_by(&v);
@@ -194,6 +208,24 @@ mod tests {
         opts.apply_env("d", env(&[("SOFTVERBS_BUSY_POLL_US", "250")]))
             .unwrap();
         assert_eq!(opts.busy_poll, Duration::from_micros(250));
+    }
+
+    #[test]
+    fn poll_receive_is_off_unless_the_environment_turns_it_on() {
+        assert!(!DriverOptions::default().poll_receive);
+        for (value, want) in [("1", true), ("on", true), ("0", false), ("bogus", false)] {
+            let mut opts = DriverOptions::default();
+            let vars = [(DriverOptions::POLL_RX_ENV, value)];
+            opts.apply_env("d", env(&vars)).unwrap();
+            assert_eq!(opts.poll_receive, want, "{value}");
+        }
+        let mut opts = DriverOptions {
+            poll_receive: true,
+            ..DriverOptions::default()
+        };
+        opts.apply_env("d", env(&[(DriverOptions::POLL_RX_ENV, "off")]))
+            .unwrap();
+        assert!(!opts.poll_receive);
     }
 
     #[test]

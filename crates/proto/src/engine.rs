@@ -218,6 +218,7 @@ impl Default for DeviceData {
 pub(crate) struct EngineSink<'a> {
     cqs: &'a mut Table<CqEntry, kind::Cq>,
     srqs: &'a mut Table<SrqEntry, kind::Srq>,
+    srq_nums: crate::xrcd::SrqNumbers,
     events: &'a mut VecDeque<Event>,
     qp: QpHandle,
     now: u64,
@@ -266,8 +267,8 @@ impl Sink for EngineSink<'_> {
         srqn: u32,
         domain: u32,
     ) -> Result<crate::xrcd::XrcTarget, crate::xrcd::XrcMiss> {
-        use crate::xrcd::{srq_index, XrcMiss, XrcTarget};
-        let found = srq_index(srqn).and_then(|i| self.srqs.get_by_index(i));
+        use crate::xrcd::{XrcMiss, XrcTarget};
+        let found = self.srqs.get_by_index(self.srq_nums.srq_index(srqn)?);
         let Some((srq, s)) = found else {
             return Err(XrcMiss::NoSrq { srqn });
         };
@@ -318,6 +319,8 @@ pub struct Engine {
     qpns: HashMap<u32, QpHandle>,
     next_qpn: u32,
     qpn_space: QpnSpace,
+    /// How SRQs are numbered (follows `qpn_space`, xrcd.rs).
+    srq_nums: crate::xrcd::SrqNumbers,
     mr_serial: u32,
     /// Device-wide data-path state (schedule, events, counters).
     pub(crate) dev: DeviceData,
@@ -364,6 +367,10 @@ impl Engine {
             qpns: HashMap::new(),
             next_qpn: FIRST_QPN,
             qpn_space: QpnSpace::ALL,
+            srq_nums: crate::xrcd::SrqNumbers::of_qpn_space(
+                QpnSpace::ALL.first,
+                QpnSpace::ALL.last,
+            ),
             mr_serial: 0,
             dev: DeviceData::default(),
         }
@@ -572,7 +579,10 @@ impl Engine {
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
-        let qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl);
+        let mut qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl);
+        if req.comp_mask & create::comp_mask::MAX_TSO_HEADER != 0 {
+            qp.max_tso_header = req.max_tso_header; // spec/raw-packet.md §4
+        }
         let limit = u64::from(self.info.attr.max_qp);
         let handle = self.qps.insert(qp).ok_or(Error::TooMany {
             kind: ObjectKind::Qp,
@@ -618,11 +628,20 @@ impl Engine {
         }
     }
 
+    /// How this engine numbers its SRQs: within its QPN space's high bits,
+    /// so the numbers of the processes of one address differ (xrcd.rs).
+    pub(crate) fn srq_numbers(&self) -> crate::xrcd::SrqNumbers {
+        self.srq_nums
+    }
+
     /// Hands out QPNs from `space` only (this process's share of an address),
     /// the first at `start` (or the space's first if `start` is outside it);
     /// call before the first QP is created.
     pub fn set_qpn_space(&mut self, space: QpnSpace, start: u32) {
         self.qpn_space = space;
+        self.srq_nums = crate::xrcd::SrqNumbers::of_qpn_space(space.first, space.last);
+        // SRQ numbers stay within the space's high bits (spec/xrc-processes.md).
+        self.info.attr.max_srq = self.info.attr.max_srq.min(self.srq_nums.span - 1);
         self.next_qpn = if space.contains(start) {
             start
         } else {
@@ -773,6 +792,7 @@ impl Engine {
         let mut sink = EngineSink {
             cqs: &mut self.cqs,
             srqs: &mut self.srqs,
+            srq_nums: self.srq_nums,
             events: &mut self.dev.events,
             qp: h,
             now: self.dev.now,
@@ -792,6 +812,7 @@ impl Engine {
         let mut sink = EngineSink {
             cqs: &mut self.cqs,
             srqs: &mut self.srqs,
+            srq_nums: self.srq_nums,
             events: &mut self.dev.events,
             qp: h,
             now: self.dev.now,
@@ -815,6 +836,7 @@ impl Engine {
             let mut sink = EngineSink {
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
+                srq_nums: self.srq_nums,
                 events: &mut self.dev.events,
                 qp: h,
                 now: self.dev.now,
