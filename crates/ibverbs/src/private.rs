@@ -16,7 +16,7 @@ use std::ffi::c_int;
 use std::net::IpAddr;
 
 /// The version of this interface; a caller built for version N needs N.
-const PRIVATE_VERSION: c_int = 1;
+const PRIVATE_VERSION: c_int = 2;
 
 /// `int softverbs_private_version(void)`: [`PRIVATE_VERSION`].
 #[no_mangle]
@@ -347,6 +347,40 @@ pub unsafe extern "C" fn softverbs_cm_listen(
         }
         let l = cm.listen(ps, port, c).map_err(|e| cm_refuse(VERB, &e))?;
         out(listen, l.0);
+        Ok(())
+    })())
+}
+
+/// `int softverbs_cm_reserve(struct ibv_context *, uint32_t ps, uint16_t port)`:
+/// `port` of `ps` is bound (`rdma_bind_addr`); a REQ for it that comes
+/// before the listen is held for it, not rejected. Each call needs its
+/// `softverbs_cm_release`.
+#[no_mangle]
+pub unsafe extern "C" fn softverbs_cm_reserve(
+    context: *mut ibv_context,
+    ps: u32,
+    port: u16,
+) -> c_int {
+    const VERB: &str = "softverbs_cm_reserve";
+    code((|| {
+        let (cm, ps) = (port_of(VERB, context)?, port_space(VERB, ps)?);
+        cm.reserve(ps, port);
+        Ok(())
+    })())
+}
+
+/// `int softverbs_cm_release(struct ibv_context *, uint32_t ps, uint16_t port)`:
+/// undoes one `softverbs_cm_reserve`.
+#[no_mangle]
+pub unsafe extern "C" fn softverbs_cm_release(
+    context: *mut ibv_context,
+    ps: u32,
+    port: u16,
+) -> c_int {
+    const VERB: &str = "softverbs_cm_release";
+    code((|| {
+        let (cm, ps) = (port_of(VERB, context)?, port_space(VERB, ps)?);
+        cm.release(ps, port);
         Ok(())
     })())
 }

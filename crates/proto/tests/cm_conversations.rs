@@ -589,3 +589,86 @@ fn sidr_resolves_refuses_and_times_out() {
         }]
     );
 }
+
+/// A REQ that comes after the service ID was bound (`Cm::reserve`, from
+/// rdma_bind_addr) but before the listen is held, not rejected: qperf's
+/// server sends the port it bound and only then listens (rdma.c
+/// `cm_open_server`), and the peer's REQ may win that race. The listen
+/// takes the REQ (a resend of it is only a duplicate); the handshake then
+/// completes as usual.
+#[test]
+fn req_between_bind_and_listen_is_held_for_the_listen() {
+    let (mut a, mut b) = (node(1, 3), node(2, 3));
+    b.reserve(service());
+    let id_a = a
+        .connect(0, &connect_params(1, 2, 0x11, 0x100, &[]))
+        .unwrap();
+    let req = drain(&mut a);
+    b.handle_mad(10, gid(1), &req[0].mad);
+    assert!(drain(&mut b).is_empty(), "no REJ for a bound port");
+    assert!(events(&mut b).is_empty());
+    assert_eq!(b.held_requests(), 1);
+    assert_eq!(b.poll_timeout(), Some(10 + proto::cm::HOLD_NS));
+    // The requester's resend is the same REQ: still one held.
+    b.handle_mad(20, gid(1), &req[0].mad);
+    assert_eq!(b.held_requests(), 1);
+    assert_eq!(b.counters().duplicates, 1);
+    b.listen(service()).unwrap();
+    assert_eq!(b.held_requests(), 0);
+    let Some(CmEvent::ConnectRequest { id: id_b, from, .. }) = b.poll_event() else {
+        panic!("the listen did not take the held REQ")
+    };
+    assert_eq!(from, gid(1));
+    b.accept(30, id_b, &accept_params(0x22, 0x200, &[]))
+        .unwrap();
+    let rep = drain(&mut b);
+    assert!(matches!(parse(&rep[0]), Message::Rep(_)));
+    a.handle_mad(40, gid(2), &rep[0].mad);
+    assert!(matches!(
+        events(&mut a)[..],
+        [CmEvent::ConnectResponse { id, .. }] if id == id_a
+    ));
+}
+
+/// A held REQ whose listen never comes is rejected as before (invalid
+/// service ID): at the end of the hold, or at once when the binding goes.
+/// Without a binding nothing is held.
+#[test]
+fn held_req_is_rejected_when_the_hold_ends_or_the_binding_goes() {
+    let rej_reason = |tx: &[proto::cm::Transmit]| match parse(&tx[0]) {
+        Message::Rej(r) => (tx.len(), r.reason, r.message_rejected),
+        m => panic!("not a REJ: {m:?}"),
+    };
+    let want = (1, RejReason::InvalidServiceId, MsgKind::Req);
+    let (mut a, mut b) = (node(1, 3), node(2, 3));
+    // The hold ends.
+    b.reserve(service());
+    a.connect(0, &connect_params(1, 2, 0x11, 0x100, &[]))
+        .unwrap();
+    let req = drain(&mut a);
+    b.handle_mad(0, gid(1), &req[0].mad);
+    let end = proto::cm::HOLD_NS;
+    b.handle_timeout(end - 1);
+    assert!(drain(&mut b).is_empty());
+    b.handle_timeout(end);
+    assert_eq!(rej_reason(&drain(&mut b)), want);
+    assert_eq!(b.held_requests(), 0);
+    // The binding goes (rdma_destroy_id before rdma_listen): at once. Two
+    // reservations (two ids bound to the port) need two releases.
+    b.reserve(service());
+    a.connect(end, &connect_params(1, 2, 0x12, 0x100, &[]))
+        .unwrap();
+    let req = drain(&mut a);
+    b.handle_mad(end, gid(1), &req[0].mad);
+    b.release(service());
+    assert!(drain(&mut b).is_empty());
+    b.release(service());
+    assert_eq!(rej_reason(&drain(&mut b)), want);
+    // Unbound: rejected at once, as the kernel's CM does.
+    a.connect(end, &connect_params(1, 2, 0x13, 0x100, &[]))
+        .unwrap();
+    let req = drain(&mut a);
+    b.handle_mad(end, gid(1), &req[0].mad);
+    assert_eq!(rej_reason(&drain(&mut b)), want);
+    assert!(events(&mut b).is_empty());
+}

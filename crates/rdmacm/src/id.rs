@@ -397,7 +397,7 @@ pub(crate) fn bind(
     st.opts.afonly = Some(afonly);
     st.bound = true;
     st.state = State::AddrBound;
-    crate::softcm::prepare(dev);
+    crate::softcm::prepare(dev, b, port);
     Ok(())
 }
 

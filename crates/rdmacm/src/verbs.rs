@@ -3,7 +3,7 @@
 //! the two header inlines it needs, and softverbs' private interface.
 //!
 //! # The private interface (`SOFTVERBS_PRIVATE_1`, exported by crates/ibverbs)
-//! - `int softverbs_private_version(void)`: 1.
+//! - `int softverbs_private_version(void)`: 2.
 //! - `int softverbs_query_addr(struct ibv_context *, uint8_t port, int gid_index,
 //!   struct sockaddr_storage *)`: the IP address behind a GID (0, `ENODATA`
 //!   past the last one, `EINVAL`).
@@ -54,7 +54,7 @@ extern "C" {
 }
 
 /// The private interface version this library is built for.
-pub const PRIVATE_VERSION: c_int = 1;
+pub const PRIVATE_VERSION: c_int = 2;
 
 /// `IBV_QP_INIT_ATTR_PD`, `IBV_SRQ_INIT_ATTR_*`, `IBV_SRQT_BASIC`.
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1;
@@ -188,6 +188,8 @@ pub mod cm {
             listen: *mut u64,
         ) -> c_int;
         pub fn softverbs_cm_stop_listening(ctx: *mut ibv_context, listen: u64) -> c_int;
+        pub fn softverbs_cm_reserve(ctx: *mut ibv_context, ps: u32, port: u16) -> c_int;
+        pub fn softverbs_cm_release(ctx: *mut ibv_context, ps: u32, port: u16) -> c_int;
         pub fn softverbs_cm_connect(
             ctx: *mut ibv_context,
             ch: *mut SoftverbsCmChannel,

@@ -842,3 +842,62 @@ fn a_first_packet_in_rtr_raises_comm_est_and_establishes_the_passive_side() {
     pb.destroy(idb).unwrap();
     pb.stop_listening(listen).unwrap();
 }
+
+/// rdma_bind_addr, the port told to the peer, then rdma_listen (qperf's
+/// server, rdma.c `cm_open_server`): a REQ that comes between the bind
+/// (`CmPort::reserve`) and the listen waits for the listen instead of being
+/// refused (invalid service ID), on the device's own address and on a
+/// shared one, where the REQ is read by the process of slot 0 (every CM MAD
+/// is steered there) and forwarded to the binder in slot 1 through the
+/// service's registry name, taken at the bind (spec/cm.md §8).
+#[test]
+fn a_req_between_bind_and_listen_waits_for_the_listen() {
+    let (a, b) = sides(12);
+    // A second device on b's address: it takes slot 1 of the address.
+    let cfg = DeviceConfig {
+        name: "cm-12-b2".into(),
+        addrs: vec![ip(&b)],
+        active_mtu: Mtu::Mtu1024,
+    };
+    let b2 = Side::new(Device::with_config(cfg).open().unwrap(), 1 << 16);
+    let pa = a.ctx.cm_port();
+    for (srv, port, shared) in [(&b, 7022, false), (&b2, 7023, true)] {
+        let ps = srv.ctx.cm_port();
+        let (cha, chs) = (cm::CmChannel::new().unwrap(), cm::CmChannel::new().unwrap());
+        ps.reserve(PortSpace::Tcp, port);
+        let reqs = |s: &Side| s.ctx.counters().cm.received[0];
+        let before = reqs(srv);
+        let forwards = b2.ctx.counters().io.forwards_received;
+        let qa = a.pd.create_rc_qp(&a.init()).unwrap();
+        let p = rc_request(&pa, srv, port, &qa, 0xC125, b"early");
+        let ida = pa
+            .connect(&p, ConnectOptions::default().timing, &cha)
+            .unwrap();
+        // The REQ reached the binder's CM before any listen (bounded wait).
+        let deadline = std::time::Instant::now() + W;
+        while reqs(srv) == before && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(reqs(srv), before + 1, "port {port}: the REQ never came");
+        if shared {
+            // Slot 0 read it and forwarded it to the binder.
+            assert!(b2.ctx.counters().io.forwards_received > forwards);
+        }
+        let listen = ps.listen(PortSpace::Tcp, port, &chs).unwrap();
+        let Some(cm::CmEvent::ConnectRequest {
+            id: ids, request, ..
+        }) = chs.next_event(Some(W))
+        else {
+            panic!("port {port}: the listen did not get the early REQ")
+        };
+        assert_eq!(&request.private_data[36..41], b"early");
+        // The requester learns the listener's answer, not "nobody listens".
+        ps.reject(ids, b"no").unwrap();
+        assert!(matches!(
+            cha.next_event(Some(W)),
+            Some(cm::CmEvent::Rejected { id, reason: RejReason::ConsumerDefined, .. }) if id == ida
+        ));
+        ps.stop_listening(listen).unwrap();
+        ps.release(PortSpace::Tcp, port);
+    }
+}

@@ -21,6 +21,7 @@
 //! that connection's peer GID (our addition: the kernel matches comm IDs only).
 
 mod conn;
+mod held;
 mod qp_attr;
 mod sidr;
 pub mod timing;
@@ -35,6 +36,8 @@ use wire::Qpn;
 use crate::rng::Rng;
 use crate::types::Gid;
 use conn::{mad, Conn, Fate};
+use held::HeldReq;
+pub use held::{HOLD_NS, MAX_HELD};
 use sidr::{SidrRcvd, SidrSent};
 pub use types::*;
 
@@ -126,6 +129,10 @@ pub struct Cm {
     /// Our slot of a shared address, in the top bits of every comm ID (§8).
     slot: u8,
     listeners: BTreeSet<u64>,
+    /// Service IDs bound (rdma_bind_addr) and not released: how many times.
+    reserved: BTreeMap<u64, u32>,
+    /// REQs for a reserved service ID nobody listens on yet ([`held`]).
+    held: Vec<HeldReq>,
     conns: BTreeMap<u32, Conn>,
     sidr_sent: BTreeMap<u32, SidrSent>,
     sidr_rcvd: BTreeMap<u32, SidrRcvd>,
@@ -146,6 +153,8 @@ impl Cm {
             id_xor: r as u32,
             slot: 0,
             listeners: BTreeSet::new(),
+            reserved: BTreeMap::new(),
+            held: Vec::new(),
             conns: BTreeMap::new(),
             sidr_sent: BTreeMap::new(),
             sidr_rcvd: BTreeMap::new(),
@@ -233,7 +242,47 @@ impl Cm {
         if !self.listeners.insert(service_id) {
             return Err(CmError::AlreadyListening(service_id));
         }
+        // REQs that came between the bind and this listen are taken now.
+        let (now_ours, rest) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| h.service_id == service_id);
+        self.held = rest;
+        for h in now_ours {
+            self.replay(h);
+        }
         Ok(ListenId(service_id))
+    }
+
+    /// The service ID is bound (`rdma_bind_addr`): a REQ for it that comes
+    /// before the listen is held, not rejected ([`held`]). Counted: each
+    /// `reserve` needs its `release`.
+    pub fn reserve(&mut self, service_id: u64) {
+        *self.reserved.entry(service_id).or_insert(0) += 1;
+    }
+
+    /// Undoes one [`Cm::reserve`]; when none is left and nobody listens, the
+    /// REQs held for it are rejected (invalid service ID).
+    pub fn release(&mut self, service_id: u64) {
+        if let Some(n) = self.reserved.get_mut(&service_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.reserved.remove(&service_id);
+            }
+        }
+        if !self.reserved.contains_key(&service_id) {
+            self.reject_held(|h| h.service_id == service_id);
+        }
+    }
+
+    /// Whether a REQ for `service_id` is ours to take: listened on, or
+    /// bound and its listen to come.
+    pub fn wants(&self, service_id: u64) -> bool {
+        self.listeners.contains(&service_id) || self.reserved.contains_key(&service_id)
+    }
+
+    /// REQs held now (for the counters and tests).
+    pub fn held_requests(&self) -> usize {
+        self.held.len()
     }
 
     /// Stop accepting requests for `l`; connections made through it stay.
@@ -402,7 +451,8 @@ impl Cm {
     pub fn poll_timeout(&self) -> Option<u64> {
         let conns = self.conns.values().filter_map(Conn::deadline);
         let sidr = self.sidr_sent.values().map(|s| s.pending.deadline);
-        conns.chain(sidr).min()
+        let held = self.held.iter().map(HeldReq::deadline);
+        conns.chain(sidr).chain(held).min()
     }
 
     /// Resend due MADs, end what waited too long, end TimeWaits.
@@ -414,6 +464,7 @@ impl Cm {
         out.muted.retain(|id| conns.contains_key(id));
         self.sidr_sent
             .retain(|_, s| s.on_timeout(now, out) == Fate::Keep);
+        self.reject_held(|h| h.deadline() <= now);
     }
 
     /// A datagram received on QP1 from `from` (its 256-byte payload).
@@ -427,7 +478,7 @@ impl Cm {
         }
         let tid = repr.tid;
         let result = match &repr.message {
-            Message::Req(r) => self.on_req(now, from, tid, r),
+            Message::Req(r) => self.on_req(now, from, tid, r, bytes),
             Message::Mra(m) => self.on_mra(now, from, m),
             Message::Rej(r) => self.on_rej(now, from, r),
             Message::Rep(r) => self.on_rep(now, from, tid, r),
@@ -464,6 +515,7 @@ impl Cm {
         from: Gid,
         tid: u64,
         r: &cm::req::Repr,
+        bytes: &[u8],
     ) -> Result<(), DropReason> {
         let dup = self.conns.values_mut().find(|c| {
             !c.active && c.remote_id == r.local_comm_id && c.remote_guid == r.local_ca_guid
@@ -496,6 +548,28 @@ impl Cm {
             );
             self.disconnect_stale(old, now);
             return Ok(());
+        }
+        if !self.listeners.contains(&r.service_id) && self.reserved.contains_key(&r.service_id) {
+            // Bound, the listen still to come: hold it (a resent REQ is the
+            // one already held).
+            let again = self.held.iter().any(|h| {
+                h.remote_id == r.local_comm_id && h.remote_guid == r.local_ca_guid && h.from == from
+            });
+            if again {
+                self.out.counters.duplicates += 1;
+                return Ok(());
+            }
+            if self.held.len() < MAX_HELD {
+                self.held.push(HeldReq {
+                    service_id: r.service_id,
+                    from,
+                    remote_id: r.local_comm_id,
+                    remote_guid: r.local_ca_guid,
+                    arrived: now,
+                    mad: bytes[..bytes.len().min(MAD_LEN)].to_vec(),
+                });
+                return Ok(());
+            }
         }
         if !self.listeners.contains(&r.service_id) {
             issue_rej(
@@ -545,6 +619,42 @@ impl Cm {
             request,
         });
         Ok(())
+    }
+
+    /// A held REQ whose listen came: handled as if it arrived now (its
+    /// arrival time stands for `now`: it only times a stale connection's DREQ).
+    fn replay(&mut self, h: HeldReq) {
+        let Ok(repr) = cm::Repr::parse(&h.mad) else {
+            return;
+        };
+        if let Message::Req(r) = &repr.message {
+            if let Err(reason) = self.on_req(h.arrived, h.from, repr.tid, r, &h.mad) {
+                self.out.counters.drop(reason);
+            }
+        }
+    }
+
+    /// Rejects (invalid service ID, as when nobody listens) and forgets the
+    /// held REQs that `which` picks.
+    fn reject_held(&mut self, which: impl Fn(&HeldReq) -> bool) {
+        let (gone, rest) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| which(h));
+        self.held = rest;
+        for h in gone {
+            let Ok(repr) = cm::Repr::parse(&h.mad) else {
+                continue;
+            };
+            issue_rej(
+                &mut self.out,
+                h.from,
+                repr.tid,
+                h.remote_id,
+                0,
+                MsgKind::Req,
+                RejReason::InvalidServiceId,
+            );
+        }
     }
 
     /// A new REQ/REP reuses the QP of a connection we still hold: that one is

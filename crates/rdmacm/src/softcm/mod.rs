@@ -56,6 +56,9 @@ struct Tables {
     ids: HashMap<usize, IdCm>,
     /// context -> CM channel.
     channels: HashMap<usize, usize>,
+    /// id address -> (port space, port, contexts) of its binding, reserved
+    /// in those devices' CMs (`softverbs_cm_reserve`) until it is destroyed.
+    reserved: HashMap<usize, (u32, u16, Vec<usize>)>,
 }
 
 static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
@@ -111,7 +114,12 @@ fn channel_for(verb: &str, ctx: *mut ibv_context) -> Result<*mut sv::SoftverbsCm
 /// program may tell its peer the bound port and listen just after (qperf's
 /// server does), and the peer's REQ must not find it still setting up, as
 /// the kernel's listen is a single system call.
-pub(crate) fn prepare(dev: Option<&'static device::Dev>) {
+///
+/// The bound port is also reserved in each device's CM: a REQ for it that
+/// comes before the listen (which a descheduled program may call only
+/// after its peer's REQ arrived) is held for the listen, not rejected
+/// (spec/cm.md §8). [`SoftCm::destroy`] releases it.
+pub(crate) fn prepare(dev: Option<&'static device::Dev>, id: &IdBlock, port: u16) {
     const VERB: &str = "rdma_bind_addr";
     // SAFETY: a plain function of the libibverbs we link to.
     if unsafe { verbs::softverbs_private_version() } != verbs::PRIVATE_VERSION {
@@ -123,10 +131,16 @@ pub(crate) fn prepare(dev: Option<&'static device::Dev>) {
             .map(|ds| ds.iter().map(|d| d.ctx).collect())
             .unwrap_or_default(),
     };
+    let mut reserved = Vec::new();
     for ctx in ctxs {
         // A failure here shows again, logged, where the channel is needed.
         let _ = channel_for(VERB, ctx);
+        // SAFETY: an open context.
+        if unsafe { sv::softverbs_cm_reserve(ctx, id.ps(), port) } == 0 {
+            reserved.push(ctx as usize);
+        }
     }
+    tables(|t| t.reserved.insert(id.addr(), (id.ps(), port, reserved)));
 }
 
 /// At `exit`, what the kernel does when a process's rdma_cm file closes
@@ -648,6 +662,12 @@ impl Cm for SoftCm {
 
     fn destroy(&self, b: &IdBlock) {
         crate::mcast::forget(b);
+        if let Some((ps, port, ctxs)) = tables(|t| t.reserved.remove(&b.addr())) {
+            for ctx in ctxs {
+                // SAFETY: an open context.
+                unsafe { sv::softverbs_cm_release(ctx as *mut ibv_context, ps, port) };
+            }
+        }
         let Some(c) = tables(|t| {
             let c = t.ids.remove(&b.addr())?;
             if let Some(conn) = c.conn {

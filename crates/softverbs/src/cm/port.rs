@@ -57,11 +57,43 @@ impl CmPort {
         Ok(l)
     }
 
+    /// `rdma_bind_addr` of `port` in `ps`: a REQ for it that comes before
+    /// the listen is held for it, not rejected (`proto::cm::Cm::reserve`;
+    /// qperf tells its peer the bound port, then listens). Each call needs
+    /// its [`CmPort::release`].
+    ///
+    /// On a shared address the service's registry name is taken now too, so
+    /// that such a REQ read by another process is forwarded here (spec/cm.md
+    /// §8); when another process holds the name, its listen decides, and
+    /// ours fails at `listen` (EADDRINUSE) as before.
+    pub fn reserve(&self, ps: PortSpace, port: u16) {
+        let sid = cma::service_id(ps, port);
+        self.dev.cm(|e, _| e.cm_mut().reserve(sid));
+        let _ = self.dev.register_service(sid);
+    }
+
+    /// The binding of [`CmPort::reserve`] is gone (the id destroyed).
+    pub fn release(&self, ps: PortSpace, port: u16) {
+        let sid = cma::service_id(ps, port);
+        if !self.dev.cm(|e, _| {
+            e.cm_mut().release(sid);
+            e.cm_mut().wants(sid)
+        }) {
+            self.dev.slot.unregister_service(sid);
+        }
+    }
+
     /// Stops a listen (connections made through it stay).
     pub fn stop_listening(&self, l: ListenId) -> Result<(), CmError> {
         self.hub.unset(Route::Listen(l.0));
-        self.dev.cm(|e, _| e.cm_mut().stop_listening(l))?;
-        self.dev.slot.unregister_service(l.0);
+        let wanted = self.dev.cm(|e, _| {
+            e.cm_mut().stop_listening(l)?;
+            Ok::<_, CmError>(e.cm_mut().wants(l.0))
+        })?;
+        // A binding of the port that stays keeps the registry name.
+        if !wanted {
+            self.dev.slot.unregister_service(l.0);
+        }
         Ok(())
     }
 
