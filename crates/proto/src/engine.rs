@@ -327,6 +327,13 @@ pub struct Engine {
     pub(crate) groups: crate::mcast::Groups,
     /// XRC domains and their opens (engine/xrc.rs).
     xrc: crate::xrcd::XrcState,
+    /// The QPs posted to through their send rings since the engine last
+    /// looked (proto::sq).
+    posted: std::sync::Arc<crate::sq::PostedList>,
+    /// The address handles as send-ring posts see them (proto::sq).
+    pub(crate) ah_view: std::sync::Arc<crate::sq::AhView>,
+    /// The posted QPs being drained (reused).
+    posted_scratch: Vec<QpHandle>,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -352,6 +359,9 @@ impl Engine {
             gsi,
             groups: crate::mcast::Groups::default(),
             xrc: crate::xrcd::XrcState::default(),
+            posted: Default::default(),
+            ah_view: Default::default(),
+            posted_scratch: Vec::new(),
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),
@@ -572,12 +582,14 @@ impl Engine {
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
-        let qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl);
+        let ring = self.new_send_ring(qp_type, c.pd, cap);
+        let qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl, ring.clone());
         let limit = u64::from(self.info.attr.max_qp);
         let handle = self.qps.insert(qp).ok_or(Error::TooMany {
             kind: ObjectKind::Qp,
             limit,
         })?;
+        ring.set_handle(handle);
         self.qpns.insert(qpn, handle);
         self.qp_uses(handle, true);
         Ok(QpCreated {
@@ -586,6 +598,25 @@ impl Engine {
             qp_type,
             cap,
         })
+    }
+
+    /// A QP's send ring (proto::sq), sized for its capacities.
+    pub(crate) fn new_send_ring(
+        &self,
+        qp_type: QpType,
+        pd: PdHandle,
+        cap: crate::types::QpCap,
+    ) -> std::sync::Arc<crate::sq::SendRing> {
+        let cfg = crate::sq::SendRingConfig {
+            qp_type,
+            pd,
+            max_send_wr: cap.max_send_wr,
+            max_send_sge: cap.max_send_sge,
+            max_inline_data: cap.max_inline_data,
+            ud_mtu: self.info.port.active_mtu.bytes(),
+        };
+        let ring = crate::sq::SendRing::new(cfg, self.posted.clone(), self.ah_view.clone());
+        std::sync::Arc::new(ring)
     }
 
     /// Adds or drops the use counts a QP holds on its PD, CQs and SRQ.
@@ -707,7 +738,9 @@ impl Engine {
             .qps
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Qp, h))?;
-        Ok(q.ctl.device_move(to))
+        let from = q.ctl.device_move(to);
+        self.sync(h);
+        Ok(from)
     }
 
     /// A QP.
@@ -774,6 +807,7 @@ impl Engine {
             qp: h,
             now: self.dev.now,
         };
+        q.take_posted(&mut sink);
         let r = f(q, &env, &mut sink, &mut self.dev.scratch);
         self.sync(h);
         Some(r)
@@ -793,6 +827,7 @@ impl Engine {
             qp: h,
             now: self.dev.now,
         };
+        q.take_posted(&mut sink);
         let r = f(q, &mut sink);
         self.sync(h);
         Some(r)
@@ -818,6 +853,23 @@ impl Engine {
             };
             q.settle_recv(&mut sink);
         }
+        // The same for the send ring's mirror (state, max_rd_atomic, Q_Key):
+        // WRs posted while it said otherwise are flushed or discarded now.
+        let (state, rd_atomic, qkey) = (
+            q.ctl.state(),
+            q.ctl.attr().max_rd_atomic,
+            q.ctl.qkey_or_zero(),
+        );
+        if q.send_ring().set_mirror(state, rd_atomic, qkey) {
+            let mut sink = EngineSink {
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+                events: &mut self.dev.events,
+                qp: h,
+                now: self.dev.now,
+            };
+            q.take_posted(&mut sink);
+        }
         if q.take_wants_tx() && !q.dp.scheduled {
             q.dp.scheduled = true;
             // RAW_PACKET QPs send frames, not datagrams (datapath/raw.rs).
@@ -833,6 +885,22 @@ impl Engine {
             q.dp.in_heap = deadline;
             self.dev.timers.set(h, deadline);
         }
+    }
+
+    /// Moves what the send rings of the QPs posted to since the last call
+    /// hold into their send queues (each QP once; nothing when none was).
+    pub fn take_posted(&mut self) {
+        let mut list = std::mem::take(&mut self.posted_scratch);
+        self.posted.take(&mut list);
+        for &h in &list {
+            if let Some(q) = self.qps.get(h) {
+                // Unlisted before the drain: a post after it lists the QP again.
+                q.send_ring().unlist();
+                self.drive_ctl(h, |_, _| ());
+            }
+        }
+        list.clear();
+        self.posted_scratch = list;
     }
 
     /// Completions that signaled send WRs still queued on QPs feeding `cq`

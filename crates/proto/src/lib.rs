@@ -122,6 +122,7 @@ pub use faults::rng;
 pub mod sched;
 #[cfg(test)]
 mod spec_md;
+pub mod sq;
 pub mod srq;
 pub mod table;
 #[cfg(feature = "testing")]

@@ -207,6 +207,13 @@ impl Shared {
     pub(crate) fn doorbell(&self) {
         self.driver.doorbell();
     }
+
+    /// A WR was posted on a send ring (`idle`: the QP's send queue held
+    /// nothing else): the progress thread takes it from there.
+    pub(crate) fn posted(&self, idle: bool) {
+        let _ = idle;
+        self.driver.doorbell();
+    }
 }
 
 /// Where a process starts handing out its slot's QPNs: a point that differs

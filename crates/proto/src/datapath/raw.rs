@@ -121,7 +121,12 @@ impl Engine {
             ud: None,
             xrc_srqn: 0,
         };
-        self.drive_ctl(h, |q, sink| q.post_send(wr, posted, sink));
+        self.drive_ctl(h, |q, sink| {
+            if !posted.flushed {
+                q.count_direct_post();
+            }
+            q.post_send(wr, posted, sink)
+        });
         Ok(if posted.flushed {
             PostOutcome::Flushed
         } else {

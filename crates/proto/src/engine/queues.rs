@@ -179,6 +179,16 @@ impl Engine {
                 kind: ObjectKind::Ah,
                 limit,
             })?;
+        // What a send-ring post reads of it (proto::sq), beside the table.
+        let g = attr.grh;
+        let entry = crate::sq::AhEntry {
+            pd,
+            dgid: g.dgid,
+            sgid_index: g.sgid_index,
+            hop_limit: g.hop_limit,
+            traffic_class: g.traffic_class,
+        };
+        self.ah_view.insert(h, entry);
         self.pd_use(pd, ObjectKind::Ah, true)?;
         Ok(h)
     }
@@ -189,6 +199,7 @@ impl Engine {
             .ahs
             .remove(h)
             .ok_or_else(|| missing(ObjectKind::Ah, h))?;
+        self.ah_view.remove(h);
         self.pd_use(a.pd, ObjectKind::Ah, false)
     }
 

@@ -56,7 +56,7 @@ impl Qp {
                 .map_err(|_| WcStatus::LocProtErr),
         };
         let (qpn, cq) = (self.ctl.qpn(), self.send_cq);
-        let w = self.dp.sq.wqes.pop_front()?;
+        let w = self.dp.sq.pop_front()?;
         if let Err(status) = gathered {
             sink.complete(
                 cq,
