@@ -6,7 +6,9 @@
 //! - `SOFTVERBS_FAULTS`: fault injection, strict (see [`crate::faults`]);
 //! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]);
 //! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
-//!   UDP GRO on receive off (anything else leaves them on).
+//!   UDP GRO on receive off (anything else leaves them on);
+//! - `SOFTVERBS_CALLER_TX`: `0`/`off`/`no`/`false` turns the posting thread's
+//!   own transmit off ([`DriverOptions::caller_tx`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -49,6 +51,11 @@ pub struct DriverOptions {
     pub gso: bool,
     /// Let the kernel coalesce received datagrams (UDP GRO; `SOFTVERBS_GRO=0` turns it off).
     pub gro: bool,
+    /// A thread that posts to an idle send queue transmits the datagrams itself
+    /// (`Driver::posted`), without waking the progress thread
+    /// (`SOFTVERBS_CALLER_TX=0` turns it off). Off by itself while faults,
+    /// capture or a shared address are in use: those live in the progress thread.
+    pub caller_tx: bool,
 }
 
 impl Default for DriverOptions {
@@ -66,6 +73,7 @@ impl Default for DriverOptions {
             share: None,
             gso: true,
             gro: true,
+            caller_tx: true,
         }
     }
 }
@@ -96,6 +104,8 @@ impl DriverOptions {
     pub const GSO_ENV: &'static str = "SOFTVERBS_GSO";
     /// Environment variable turning [`DriverOptions::gro`] off (`0`, `off`, `no`, `false`).
     pub const GRO_ENV: &'static str = "SOFTVERBS_GRO";
+    /// Environment variable turning [`DriverOptions::caller_tx`] off (`0`, `off`, `no`, `false`).
+    pub const CALLER_TX_ENV: &'static str = "SOFTVERBS_CALLER_TX";
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
     pub const PCAP_ENV: &'static str = "SOFTVERBS_PCAP";
 
@@ -130,6 +140,9 @@ impl DriverOptions {
         }
         if get(Self::GRO_ENV).is_some_and(off) {
             self.gro = false;
+        }
+        if get(Self::CALLER_TX_ENV).is_some_and(off) {
+            self.caller_tx = false;
         }
         if let Some(text) = get(Self::FAULTS_ENV) {
             self.faults = text.parse().map_err(OptionsError::Faults)?;

@@ -209,10 +209,10 @@ impl Shared {
     }
 
     /// A WR was posted on a send ring (`idle`: the QP's send queue held
-    /// nothing else): the progress thread takes it from there.
+    /// nothing else): this thread transmits it itself if it can, else the
+    /// progress thread takes it from there (sv_io's `Driver::posted`).
     pub(crate) fn posted(&self, idle: bool) {
-        let _ = idle;
-        self.driver.doorbell();
+        self.driver.posted(idle);
     }
 }
 
