@@ -327,11 +327,10 @@ pub struct Engine {
     pub(crate) groups: crate::mcast::Groups,
     /// XRC domains and their opens (engine/xrc.rs).
     xrc: crate::xrcd::XrcState,
-    /// The QPs posted to through their send rings since the engine last
-    /// looked (proto::sq).
-    posted: std::sync::Arc<crate::sq::PostedList>,
-    /// The address handles as send-ring posts see them (proto::sq).
-    pub(crate) ah_view: std::sync::Arc<crate::sq::AhView>,
+    /// What the send rings share (proto::sq): the QPs posted to since the
+    /// engine last looked, the address handles as posts see them, the slot
+    /// stores kept for reuse.
+    pub(crate) rings: std::sync::Arc<crate::sq::Device>,
     /// The posted QPs being drained (reused).
     posted_scratch: Vec<QpHandle>,
 }
@@ -359,8 +358,7 @@ impl Engine {
             gsi,
             groups: crate::mcast::Groups::default(),
             xrc: crate::xrcd::XrcState::default(),
-            posted: Default::default(),
-            ah_view: Default::default(),
+            rings: Default::default(),
             posted_scratch: Vec::new(),
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
@@ -615,7 +613,7 @@ impl Engine {
             max_inline_data: cap.max_inline_data,
             ud_mtu: self.info.port.active_mtu.bytes(),
         };
-        let ring = crate::sq::SendRing::new(cfg, self.posted.clone(), self.ah_view.clone());
+        let ring = crate::sq::SendRing::new(cfg, self.rings.clone());
         std::sync::Arc::new(ring)
     }
 
@@ -891,7 +889,7 @@ impl Engine {
     /// hold into their send queues (each QP once; nothing when none was).
     pub fn take_posted(&mut self) {
         let mut list = std::mem::take(&mut self.posted_scratch);
-        self.posted.take(&mut list);
+        self.rings.posted.take(&mut list);
         for &h in &list {
             if let Some(q) = self.qps.get(h) {
                 // Unlisted before the drain: a post after it lists the QP again.

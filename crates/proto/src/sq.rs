@@ -1,8 +1,9 @@
 //! A QP's send ring: `ibv_post_send` without the engine.
 //!
 //! The application side posts send WQEs into fixed slots (room for
-//! `max_send_sge` SGEs and `max_inline_data` inline bytes each, allocated at
-//! create: no allocation per post) and publishes them with a Release store of
+//! `max_send_sge` SGEs and `max_inline_data` inline bytes each, allocated
+//! once, at the first post, for `max_send_wr` WRs: no allocation per post,
+//! and none for a QP that never sends) and publishes them with a Release store of
 //! `tail`; posting threads are serialised by a per-QP mutex. The engine, the
 //! only consumer, moves posted WQEs into the QP's send queue
 //! ([`crate::qp::wqe::SendQueue`]) at the start of every call it makes on the
@@ -164,6 +165,49 @@ impl PostedList {
     }
 }
 
+/// What the send rings of one device share: the posted list, the AH view
+/// and the slot stores of destroyed QPs kept for new ones.
+#[derive(Debug, Default)]
+pub struct Device {
+    /// The QPs posted to since the engine last looked.
+    pub posted: PostedList,
+    /// The address handles as posts see them.
+    pub ahs: AhView,
+    pool: StorePool,
+}
+
+/// Stores of dropped rings, reused by rings of the same shape: creating and
+/// destroying QPs over and over does not churn the allocator. Holds at most
+/// [`POOL_BYTES`].
+#[derive(Debug, Default)]
+struct StorePool {
+    stores: Mutex<(Vec<(Shape, Store)>, usize)>,
+}
+
+/// Bytes of slot stores a device keeps for reuse at most.
+pub const POOL_BYTES: usize = 16 << 20;
+
+/// What a store is sized by.
+type Shape = (u32, u32, usize);
+
+impl StorePool {
+    fn take(&self, shape: Shape) -> Option<Store> {
+        let mut g = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = g.0.iter().rposition(|(sh, _)| *sh == shape)?;
+        let (_, st) = g.0.swap_remove(i);
+        g.1 -= st.bytes();
+        Some(st)
+    }
+
+    fn put(&self, shape: Shape, st: Store) {
+        let mut g = self.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        if g.1 + st.bytes() <= POOL_BYTES {
+            g.1 += st.bytes();
+            g.0.push((shape, st));
+        }
+    }
+}
+
 /// What a post on the send ring became.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendPost {
@@ -182,8 +226,9 @@ pub enum SendPost {
     Settle,
 }
 
-/// One posted WR, as the engine reads it back.
-#[derive(Debug)]
+/// One posted WR's fixed part, as the engine reads it back (its SGEs and
+/// inline bytes are in the ring's word arrays, at the slot's place).
+#[derive(Debug, Clone, Copy)]
 struct Slot {
     wr_id: u64,
     opcode: WrOpcode,
@@ -192,11 +237,17 @@ struct Slot {
     target: WrTarget,
     ud: Option<UdDest>,
     xrc_srqn: u32,
-    nsge: usize,
-    sges: Box<[Sge]>,
-    /// `Some(n)`: an `IBV_SEND_INLINE` WR, its `n` bytes in `inline`.
-    ninline: Option<usize>,
-    inline: Box<[u8]>,
+    nsge: u32,
+    /// `Some(n)`: an `IBV_SEND_INLINE` WR, its `n` bytes in the inline words.
+    ninline: Option<u32>,
+}
+
+/// The engine's copy of a slot's SGEs and inline bytes while it drains
+/// (sized with the slots; the engine is the only consumer).
+#[derive(Debug, Default)]
+struct Scratch {
+    sges: Vec<Sge>,
+    inline: Vec<u8>,
 }
 
 /// A posted WR the engine drains ([`SendRing::drain`]).
@@ -243,7 +294,10 @@ pub struct SendRing {
     cfg: SendRingConfig,
     /// The QP's handle (set once the engine inserted the QP).
     handle: AtomicU64,
-    slots: Box<[Mutex<Slot>]>,
+    /// The slots, made at the first post (a QP that never sends costs none).
+    store: std::sync::OnceLock<Store>,
+    /// Words of inline room per slot.
+    inline_stride: usize,
     head: AtomicU64,
     tail: AtomicU64,
     queued: AtomicU32,
@@ -251,8 +305,59 @@ pub struct SendRing {
     post: Mutex<()>,
     /// On the device's posted list (cleared by the engine before it drains).
     listed: AtomicBool,
-    posted: Arc<PostedList>,
-    ahs: Arc<AhView>,
+    dev: Arc<Device>,
+}
+
+impl Drop for SendRing {
+    fn drop(&mut self) {
+        if let Some(st) = self.store.take() {
+            self.dev.pool.put(self.shape(), st);
+        }
+    }
+}
+
+#[derive(Debug)]
+/// A ring's slots: a fixed part per WR, its SGEs and its inline bytes, all
+/// sized at the ring's first post for `max_send_wr` WRs of `max_send_sge`
+/// SGEs and `max_inline_data` bytes (no allocation after that).
+struct Store {
+    slots: Box<[Mutex<Slot>]>,
+    /// Two words per SGE, `max_send_sge` SGEs per slot.
+    sge_words: Box<[AtomicU64]>,
+    /// The inline bytes, `inline_stride` words per slot.
+    inline_words: Box<[AtomicU64]>,
+    scratch: Mutex<Scratch>,
+}
+
+impl Store {
+    fn bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.slots) + 8 * (self.sge_words.len() + self.inline_words.len())
+    }
+
+    fn new(cfg: &SendRingConfig, inline_stride: usize) -> Store {
+        let n = cfg.max_send_wr as usize;
+        let words = |k: usize| (0..k).map(|_| AtomicU64::new(0)).collect();
+        let blank = Slot {
+            wr_id: 0,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::default(),
+            imm: ImmData::default(),
+            target: WrTarget::None,
+            ud: None,
+            xrc_srqn: 0,
+            nsge: 0,
+            ninline: None,
+        };
+        Store {
+            slots: (0..n).map(|_| Mutex::new(blank)).collect(),
+            sge_words: words(n * 2 * cfg.max_send_sge as usize),
+            inline_words: words(n * inline_stride),
+            scratch: Mutex::new(Scratch {
+                sges: Vec::with_capacity(cfg.max_send_sge as usize),
+                inline: Vec::with_capacity(8 * inline_stride),
+            }),
+        }
+    }
 }
 
 /// A written, not yet published slot (the posting lock still held).
@@ -268,41 +373,25 @@ enum Write<'a> {
 }
 
 impl SendRing {
-    /// A ring for `cfg`, the QP in RESET; posts are listed on `posted`, UD
-    /// WRs resolve their AH through `ahs`.
-    pub fn new(cfg: SendRingConfig, posted: Arc<PostedList>, ahs: Arc<AhView>) -> SendRing {
+    /// A ring for `cfg`, the QP in RESET; posts are listed on the device's
+    /// posted list, UD WRs resolve their AH through its AH view.
+    pub fn new(cfg: SendRingConfig, dev: Arc<Device>) -> SendRing {
         // ATOMIC_WRITE hands its 8 bytes over as inline data, whatever
         // max_inline_data is.
         let inline_room = cfg.max_inline_data.max(8) as usize;
-        let slots = (0..cfg.max_send_wr)
-            .map(|_| {
-                Mutex::new(Slot {
-                    wr_id: 0,
-                    opcode: WrOpcode::Send,
-                    flags: SendFlags::default(),
-                    imm: ImmData::default(),
-                    target: WrTarget::None,
-                    ud: None,
-                    xrc_srqn: 0,
-                    nsge: 0,
-                    sges: vec![Sge::default(); cfg.max_send_sge as usize].into_boxed_slice(),
-                    ninline: None,
-                    inline: vec![0; inline_room].into_boxed_slice(),
-                })
-            })
-            .collect();
+        let inline_stride = inline_room.div_ceil(8);
         SendRing {
             cfg,
             handle: AtomicU64::new(0),
-            slots,
+            store: std::sync::OnceLock::new(),
+            inline_stride,
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
             queued: AtomicU32::new(0),
             mirror: AtomicU64::new(mirror_word(QpState::Reset, 0, 0)),
             post: Mutex::new(()),
             listed: AtomicBool::new(false),
-            posted,
-            ahs,
+            dev,
         }
     }
 
@@ -366,7 +455,7 @@ impl SendRing {
         // The AH is looked up once: what the check saw is what is copied.
         let ah = std::cell::Cell::new(None);
         let disposition = check_post_send(&ctx, wr, |h| {
-            ah.set(self.ahs.get(h));
+            ah.set(self.dev.ahs.get(h));
             ah.get().map(|a: AhEntry| a.pd)
         })?;
         if disposition == Disposition::Flushed {
@@ -387,24 +476,39 @@ impl SendRing {
         // The slot is free: queued < max_send_wr (checked), and every WQE
         // between head and tail is counted.
         self.queued.fetch_add(1, SeqCst);
-        let mut slot = self.slot(tail);
-        slot.wr_id = wr.wr_id;
-        slot.opcode = wr.opcode;
-        slot.flags = wr.flags;
-        slot.imm = wr.imm_data;
-        slot.target = wr.target;
-        slot.ud = ud;
-        slot.xrc_srqn = xrc_srqn & crate::types::MASK_24;
-        slot.nsge = wr.sg_list.len();
-        slot.sges[..wr.sg_list.len()].copy_from_slice(wr.sg_list);
-        slot.ninline = None;
-        if let Some(bytes) = inline {
-            // check_inline / check_atomic held the length to the room.
-            let n = bytes.len().min(slot.inline.len());
-            slot.inline[..n].copy_from_slice(&bytes[..n]);
-            slot.ninline = Some(n);
+        let st = self.store.get_or_init(|| {
+            let pooled = self.dev.pool.take(self.shape());
+            pooled.unwrap_or_else(|| Store::new(&self.cfg, self.inline_stride))
+        });
+        let i = self.index(tail);
+        let sw = 2 * self.cfg.max_send_sge as usize * i;
+        for (k, sge) in wr.sg_list.iter().enumerate() {
+            st.sge_words[sw + 2 * k].store(sge.addr, Relaxed);
+            let len_key = u64::from(sge.length) | u64::from(sge.lkey) << 32;
+            st.sge_words[sw + 2 * k + 1].store(len_key, Relaxed);
         }
-        drop(slot);
+        let ninline = inline.map(|bytes| {
+            // check_inline / check_atomic held the length to the room.
+            let n = bytes.len().min(8 * self.inline_stride);
+            let iw = self.inline_stride * i;
+            for (k, chunk) in bytes[..n].chunks(8).enumerate() {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                st.inline_words[iw + k].store(u64::from_le_bytes(word), Relaxed);
+            }
+            n as u32
+        });
+        *st.slots[i].lock().unwrap_or_else(PoisonError::into_inner) = Slot {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags,
+            imm: wr.imm_data,
+            target: wr.target,
+            ud,
+            xrc_srqn: xrc_srqn & crate::types::MASK_24,
+            nsge: wr.sg_list.len() as u32,
+            ninline,
+        };
         Ok(Write::Written(Written {
             _serial: serial,
             tail: tail + 1,
@@ -412,9 +516,17 @@ impl SendRing {
         }))
     }
 
-    fn slot(&self, index: u64) -> MutexGuard<'_, Slot> {
-        let i = (index % self.slots.len() as u64) as usize;
-        self.slots[i].lock().unwrap_or_else(PoisonError::into_inner)
+    fn shape(&self) -> Shape {
+        (
+            self.cfg.max_send_wr,
+            self.cfg.max_send_sge,
+            self.inline_stride,
+        )
+    }
+
+    /// The slot of ring position `pos`.
+    fn index(&self, pos: u64) -> usize {
+        (pos % u64::from(self.cfg.max_send_wr.max(1))) as usize
     }
 
     /// The second half: publishes the slot, lists the QP, then looks at the
@@ -425,7 +537,7 @@ impl SendRing {
         fence(SeqCst);
         let state = self.mirrored_state();
         if !self.listed.swap(true, AcqRel) {
-            self.posted.push(self.handle());
+            self.dev.posted.push(self.handle());
         }
         match state {
             QpState::Err | QpState::Sqe | QpState::Reset => SendPost::Settle,
@@ -474,22 +586,45 @@ impl SendRing {
         if head == tail {
             return;
         }
-        for i in head..tail {
-            let slot = self.slot(i);
-            let d = Drained {
+        // Posted to: the slots exist (made before the first tail store).
+        let Some(st) = self.store.get() else { return };
+        let mut scratch = st.scratch.lock().unwrap_or_else(PoisonError::into_inner);
+        let Scratch { sges, inline } = &mut *scratch;
+        for pos in head..tail {
+            let i = self.index(pos);
+            let slot = *st.slots[i].lock().unwrap_or_else(PoisonError::into_inner);
+            let sw = 2 * self.cfg.max_send_sge as usize * i;
+            sges.clear();
+            sges.extend((0..slot.nsge as usize).map(|k| {
+                let len_key = st.sge_words[sw + 2 * k + 1].load(Relaxed);
+                Sge {
+                    addr: st.sge_words[sw + 2 * k].load(Relaxed),
+                    length: len_key as u32,
+                    lkey: (len_key >> 32) as u32,
+                }
+            }));
+            inline.clear();
+            if let Some(n) = slot.ninline {
+                let iw = self.inline_stride * i;
+                let words = &st.inline_words[iw..iw + (n as usize).div_ceil(8)];
+                for w in words {
+                    inline.extend_from_slice(&w.load(Relaxed).to_le_bytes());
+                }
+                inline.truncate(n as usize);
+            }
+            f(Drained {
                 wr: SendWr {
                     wr_id: slot.wr_id,
                     opcode: slot.opcode,
                     flags: slot.flags,
-                    sg_list: &slot.sges[..slot.nsge],
+                    sg_list: sges,
                     imm_data: slot.imm,
                     target: slot.target,
                 },
-                inline: slot.ninline.map(|n| &slot.inline[..n]),
+                inline: slot.ninline.map(|_| &inline[..]),
                 ud: slot.ud,
                 xrc_srqn: slot.xrc_srqn,
-            };
-            f(d);
+            });
         }
         self.head.store(tail, Release);
     }

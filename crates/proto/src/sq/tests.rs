@@ -20,8 +20,8 @@ fn cfg(qp_type: QpType, depth: u32) -> SendRingConfig {
     }
 }
 
-fn ring_with(c: SendRingConfig, ahs: Arc<AhView>) -> SendRing {
-    let r = SendRing::new(c, Arc::default(), ahs);
+fn ring_with(c: SendRingConfig, dev: Arc<Device>) -> SendRing {
+    let r = SendRing::new(c, dev);
     r.set_handle(QpHandle::from_raw(42));
     r
 }
@@ -179,8 +179,7 @@ fn the_ring_wraps_and_refuses_only_when_the_queue_is_full() {
 
 #[test]
 fn the_engine_reads_back_each_field() {
-    let ahs = Arc::new(AhView::default());
-    let r = ring_with(cfg(QpType::Rc, 4), ahs);
+    let r = ring_with(cfg(QpType::Rc, 4), Arc::default());
     r.set_mirror(QpState::Rts, 2, 0);
     let sg = [sge(5), sge(6)];
     let atomic = SendWr {
@@ -257,8 +256,9 @@ fn inline_data_is_copied_at_post_time() {
 /// is refused; an AH of another PD is refused.
 #[test]
 fn a_ud_post_copies_the_ah_and_outlives_its_destroy() {
-    let ahs = Arc::new(AhView::default());
-    let r = ring_with(cfg(QpType::Ud, 4), ahs.clone());
+    let dev = Arc::new(Device::default());
+    let ahs = &dev.ahs;
+    let r = ring_with(cfg(QpType::Ud, 4), dev.clone());
     r.set_mirror(QpState::Rts, 0, 0x1111);
     let (ah, other) = (AhHandle::from_raw(5), AhHandle::from_raw(6));
     let dgid = Gid::from("127.0.0.9".parse::<std::net::IpAddr>().unwrap());
@@ -365,8 +365,9 @@ fn a_post_racing_a_move_to_err_is_never_left_behind() {
 
 #[test]
 fn a_post_lists_its_qp_once_until_the_engine_unlists_it() {
-    let posted = Arc::new(PostedList::default());
-    let r = SendRing::new(cfg(QpType::Uc, 8), posted.clone(), Arc::default());
+    let dev = Arc::new(Device::default());
+    let posted = &dev.posted;
+    let r = SendRing::new(cfg(QpType::Uc, 8), dev.clone());
     r.set_handle(QpHandle::from_raw(0x55));
     r.set_mirror(QpState::Rts, 0, 0);
     r.post(&send(1, &[]), None, 0).unwrap();
@@ -484,12 +485,13 @@ proptest! {
         target in arb_target(),
         prefill in 0u32..4,
     ) {
-        let ahs = Arc::new(AhView::default());
+        let dev = Arc::new(Device::default());
+        let ahs = &dev.ahs;
         let gid = Gid::ZERO;
         let e = AhEntry { pd: pd(PD), dgid: gid, sgid_index: 0, hop_limit: 1, traffic_class: 0 };
         ahs.insert(AhHandle::from_raw(1), e);
         ahs.insert(AhHandle::from_raw(2), AhEntry { pd: pd(9), ..e });
-        let r = ring_with(cfg(qp_type, 3), ahs.clone());
+        let r = ring_with(cfg(qp_type, 3), dev.clone());
         r.set_mirror(QpState::Rts, rd_atomic, 0);
         for i in 0..prefill.min(3) {
             let mut w = send(100 + u64::from(i), &[]);
