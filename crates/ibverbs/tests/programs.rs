@@ -19,6 +19,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use testkit::{listening, Netns};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -138,21 +139,6 @@ impl Drop for Proc {
             let _ = self.child.wait();
         }
     }
-}
-
-/// Whether the process `pid` has a TCP socket listening on `port`, in its own
-/// network namespace (`/proc/<pid>/net/tcp{,6}`). Probing by connecting would
-/// take the server's only connection.
-fn listening(pid: u32, port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["tcp", "tcp6"].iter().any(|f| {
-        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-            })
-        })
-    })
 }
 
 /// A program run: argv plus environment, optionally inside a namespace.
@@ -642,91 +628,14 @@ fn pyverbs_rc_send_write_read() {
 
 // ---------------------------------------------------------------- two hosts
 
-/// Two network namespaces joined by a veth pair; removed on drop.
-struct Netns {
-    names: [String; 2],
-}
+/// The addresses of the two hosts (the veth ends).
+const ADDRS: [&str; 2] = ["10.77.0.1", "10.77.0.2"];
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
-
-impl Netns {
-    const ADDRS: [&'static str; 2] = ["10.77.0.1", "10.77.0.2"];
-
-    /// `Err` if namespaces may not be created here (not root).
-    fn create() -> Result<Netns, String> {
-        let pid = std::process::id();
-        let ns = Netns {
-            names: [format!("svA{pid}"), format!("svB{pid}")],
-        };
-        ip(&["netns", "add", &ns.names[0]])?;
-        ip(&["netns", "add", &ns.names[1]]).unwrap_or_else(|e| panic!("{e}"));
-        let (a, b) = (&ns.names[0], &ns.names[1]);
-        let (va, vb) = (format!("sva{pid}"), format!("svb{pid}"));
-        let steps: Vec<Vec<String>> = vec![
-            vec![
-                "link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b,
-            ],
-            vec![
-                "-n",
-                a,
-                "addr",
-                "add",
-                &format!("{}/24", Self::ADDRS[0]),
-                "dev",
-                &va,
-            ],
-            vec![
-                "-n",
-                b,
-                "addr",
-                "add",
-                &format!("{}/24", Self::ADDRS[1]),
-                "dev",
-                &vb,
-            ],
-            vec!["-n", a, "link", "set", &va, "up"],
-            vec!["-n", b, "link", "set", &vb, "up"],
-            vec!["-n", a, "link", "set", "lo", "up"],
-            vec!["-n", b, "link", "set", "lo", "up"],
-        ]
-        .into_iter()
-        .map(|v| v.into_iter().map(String::from).collect())
-        .collect();
-        for s in steps {
-            let s: Vec<&str> = s.iter().map(String::as_str).collect();
-            ip(&s).unwrap_or_else(|e| panic!("{e}"));
-        }
-        Ok(ns)
-    }
-
-    fn prog(&self, i: usize, argv: &[&str]) -> Prog {
-        let mut p = Prog::new(PickUp::LibraryPath, argv).env("SOFTVERBS_ADDR", Self::ADDRS[i]);
-        p.netns = Some(self.names[i].clone());
-        p
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        // Deleting a namespace removes its end of the veth pair, and so the pair.
-        for n in &self.names {
-            let _ = ip(&["netns", "delete", n]);
-        }
-    }
+/// `argv` on host `i` of `ns`, at its address.
+fn ns_prog(ns: &Netns, i: usize, argv: &[&str]) -> Prog {
+    let mut p = Prog::new(PickUp::LibraryPath, argv).env("SOFTVERBS_ADDR", ADDRS[i]);
+    p.netns = Some(ns.names[i].clone());
+    p
 }
 
 #[test]
@@ -735,23 +644,20 @@ fn two_hosts_in_network_namespaces() {
         return;
     }
     let _g = serial();
-    let ns = match Netns::create() {
-        Ok(ns) => ns,
-        Err(e) => {
-            assert!(
-                std::env::var_os("SOFTVERBS_REQUIRE_TOOLS").is_none(),
-                "network namespaces are required (run as root): {e}"
-            );
-            eprintln!("skipping: cannot create network namespaces: {e}");
-            return;
-        }
+    let Some(ns) = Netns::pair("sv", ADDRS) else {
+        assert!(
+            std::env::var_os("SOFTVERBS_REQUIRE_TOOLS").is_none(),
+            "network namespaces are required (run as root)"
+        );
+        eprintln!("skipping: cannot create network namespaces (not root)");
+        return;
     };
-    let peer = Netns::ADDRS[0];
+    let peer = ADDRS[0];
 
     let port = free_port().to_string();
     let pp = ["ibv_rc_pingpong", "-g", "0", "-c", "-p", &port];
-    let server = ns.prog(0, &pp);
-    let client = ns.prog(1, &pp).arg(peer);
+    let server = ns_prog(&ns, 0, &pp);
+    let client = ns_prog(&ns, 1, &pp).arg(peer);
     let (s, c) = run_pair(
         &server,
         &client,
@@ -759,8 +665,8 @@ fn two_hosts_in_network_namespaces() {
         Duration::from_secs(120),
     );
     for (side, f, own, other) in [
-        ("server", &s, Netns::ADDRS[0], Netns::ADDRS[1]),
-        ("client", &c, Netns::ADDRS[1], Netns::ADDRS[0]),
+        ("server", &s, ADDRS[0], ADDRS[1]),
+        ("client", &c, ADDRS[1], ADDRS[0]),
     ] {
         let all = f.all();
         let (iters, usec) =
@@ -797,8 +703,8 @@ fn two_hosts_in_network_namespaces() {
 
     let port = free_port().to_string();
     let bw = ["ib_write_bw", "-p", &port];
-    let server = ns.prog(0, &bw);
-    let client = ns.prog(1, &bw).arg(peer);
+    let server = ns_prog(&ns, 0, &bw);
+    let client = ns_prog(&ns, 1, &bw).arg(peer);
     let (_s, c) = run_pair(
         &server,
         &client,

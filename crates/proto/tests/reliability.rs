@@ -377,30 +377,8 @@ fn a_gap_in_a_long_read_is_recovered_with_one_resend() {
         rkey: rb,
     });
     post(&mut net.a, qa, 1, WrOpcode::RdmaRead, &sg, t);
-    let (from_a, from_b) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
-    let mut buf = vec![0u8; 9000];
-    let (mut requests, mut responses) = (0u32, 0u32);
     // B sends one packet at a time; A answers whatever it wants after each.
-    for _ in 0..20_000 {
-        while let Some(tx) = net.a.e.poll_transmit(net.now, &net.a.mem, &mut buf) {
-            requests += 1;
-            net.b
-                .e
-                .handle_datagram(net.now, from_a, from_b, &buf[..tx.len], &net.b.mem);
-        }
-        let Some(tx) = net.b.e.poll_transmit(net.now, &net.b.mem, &mut buf) else {
-            break;
-        };
-        responses += 1;
-        if responses != 10 {
-            net.a
-                .e
-                .handle_datagram(net.now, from_b, from_a, &buf[..tx.len], &net.a.mem);
-        }
-    }
+    let (requests, responses) = net.lockstep(20_000, 10);
     let wa = net.a.poll();
     assert_eq!(
         wa.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
@@ -456,28 +434,7 @@ fn a_read_gap_spends_the_retry_budget() {
         rkey: rb,
     });
     post(&mut net.a, qa, 1, WrOpcode::RdmaRead, &sg, t);
-    let (from_a, from_b) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
-    let mut buf = vec![0u8; 9000];
-    let mut responses = 0u32;
-    for _ in 0..1000 {
-        while let Some(tx) = net.a.e.poll_transmit(net.now, &net.a.mem, &mut buf) {
-            net.b
-                .e
-                .handle_datagram(net.now, from_a, from_b, &buf[..tx.len], &net.b.mem);
-        }
-        let Some(tx) = net.b.e.poll_transmit(net.now, &net.b.mem, &mut buf) else {
-            break;
-        };
-        responses += 1;
-        if responses != 3 {
-            net.a
-                .e
-                .handle_datagram(net.now, from_b, from_a, &buf[..tx.len], &net.a.mem);
-        }
-    }
+    net.lockstep(1000, 3);
     let wa = net.a.poll();
     assert_eq!(
         wa.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),

@@ -8,28 +8,30 @@
 //! and `udaddy` (RDMA_PS_UDP) resolves its peer through SIDR.
 
 mod common;
-#[path = "../../cli/tests/netns/mod.rs"]
-mod netns;
 
 use std::process::{Command, Output};
+use testkit::{
+    finish_within, text, wait_device, wait_device_gone, wait_tcp_listen, KillOnDrop, Netns,
+};
 
-fn run(args: &[&str]) -> Output {
-    // Bounded: a hang is a failure, not a stuck suite.
-    Command::new("timeout")
-        .arg("30")
-        .args(args)
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .env("SOFTVERBS_LOG", "warn")
-        .output()
-        .unwrap()
+/// `args` through the drop-in libraries, bounded by 30 s (a hang is a
+/// failure, not a stuck suite); on a device at `addr` if given, in network
+/// namespace `ns` if given.
+fn cmd(ns: Option<&str>, addr: Option<&str>, args: &[&str]) -> Command {
+    let mut c = match ns {
+        Some(ns) => Netns::exec(ns, 30, args),
+        None => testkit::timeout(30, args),
+    };
+    c.env("LD_LIBRARY_PATH", common::lib_dir())
+        .env("SOFTVERBS_LOG", "warn");
+    if let Some(addr) = addr {
+        c.env("SOFTVERBS_ADDR", addr);
+    }
+    c
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+fn run(args: &[&str]) -> Output {
+    cmd(None, None, args).output().unwrap()
 }
 
 #[test]
@@ -67,26 +69,14 @@ fn every_rdmacm_utils_program_binds() {
 }
 
 fn run_at(addr: &str, args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("30")
-        .args(args)
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .env("SOFTVERBS_ADDR", addr)
-        .env("SOFTVERBS_LOG", "warn")
-        .output()
-        .unwrap()
+    cmd(None, Some(addr), args).output().unwrap()
 }
 
 /// Starts `server` at `srv_addr`, then runs `client` at `cli_addr` (again
 /// while it is refused because the server is not listening yet, at most 40
 /// times); returns both outputs.
 fn pair(srv_addr: &str, server: &[&str], cli_addr: &str, client: &[&str]) -> (String, String) {
-    let srv = Command::new("timeout")
-        .arg("30")
-        .args(server)
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .env("SOFTVERBS_ADDR", srv_addr)
-        .env("SOFTVERBS_LOG", "warn")
+    let srv = cmd(None, Some(srv_addr), server)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -135,21 +125,6 @@ fn rping_lines(t: &str, prefix: &str, count: usize) {
             .unwrap_or_else(|| panic!("no line {head:?} in:\n{t}"));
         assert!(got.starts_with(&want), "ping {n}: {got:?}, want {want:?}…");
     }
-}
-
-/// Waits (at most 10 s) until a device has bound UDP port 4791 at `addr`
-/// (/proc/net/udp), so that a client's REQ finds it.
-fn wait_device(addr: &str) {
-    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
-    for _ in 0..100 {
-        let tab = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
-        if tab.contains(&want) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("no device came up at {addr}");
 }
 
 fn rping(count: &str, n: usize, srv: &str, cli: &str, port: &str) {
@@ -232,17 +207,6 @@ fn rdma_server_and_client_exchange_a_message() {
     no_refusals("rdma_client", &c);
 }
 
-/// Ends the child it holds (SIGKILL to its PID) when dropped, also after a
-/// failed assertion.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A connect to a port nobody listens on (the address has a device, with a
 /// listener on another port) ends REJECTED with status 8 (invalid service ID),
 /// and rping exits: its CQ thread, blocked in ibv_get_cq_event, is cancelled.
@@ -306,12 +270,6 @@ fn udaddy_client_and_server_resolve_through_sidr_and_exchange_datagrams() {
     assert!(s.contains("sending replies"), "server:\n{s}");
 }
 
-/// Waits (at most 10 s) until some process has bound UDP port 4791 on the
-/// IPv4 multicast `group` (/proc/net/udp): a device joined the group.
-fn wait_group(group: &str) {
-    wait_device(group);
-}
-
 /// `mckey` (RDMA_PS_UDP multicast) as two processes: the receiver joins the
 /// group (MULTICAST_JOIN with the IPv4-mapped MGID, its QP attached), the
 /// sender joins and sends 5 datagrams to the group address vector the join
@@ -323,18 +281,19 @@ fn mckey_receiver_and_sender_exchange_datagrams_through_a_group() {
         return;
     }
     let group = "239.1.44.1";
-    let recv = Command::new("timeout")
-        .args(["30", "mckey", "-m", group, "-b", "127.0.44.1", "-C", "5"])
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .env("SOFTVERBS_ADDR", "127.0.44.1")
-        .env("SOFTVERBS_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The receiver's QP is attached once its device holds the group socket;
-    // the sender sends 3 s after its own join (mckey's pause).
-    wait_group(group);
+    let recv = cmd(
+        None,
+        Some("127.0.44.1"),
+        &["mckey", "-m", group, "-b", "127.0.44.1", "-C", "5"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // The receiver's QP is attached once its device holds the group socket
+    // (port 4791 bound on the group); the sender sends 3 s after its own
+    // join (mckey's pause).
+    wait_device(group);
     let s = text(&run_at(
         "127.0.44.2",
         &["mckey", "-m", group, "-b", "127.0.44.2", "-s", "-C", "5"],
@@ -369,24 +328,9 @@ fn perftest_once(prog: &str, srv: &str, cli: &str, port: &str) -> (String, Strin
     wait_device(srv);
     std::thread::sleep(std::time::Duration::from_secs(1));
     let client = run_at(cli, &[prog, "-R", "-n", "100", "-p", port, srv]);
-    let c = text(&client);
     // A failed client leaves the server waiting: a short grace only.
     let grace = if client.status.success() { 30 } else { 1 };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(grace);
-    while server.0.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let _ = server.0.kill();
-    let _ = server.0.wait();
-    let mut out = String::new();
-    use std::io::Read;
-    if let Some(mut o) = server.0.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = server.0.stderr.take() {
-        let _ = e.read_to_string(&mut out);
-    }
-    (out, c)
+    (server.finish_within(grace).0, text(&client))
 }
 
 /// A perftest pair over rdma_cm (`-R`: the connection and the exchange of
@@ -465,40 +409,6 @@ fn ib_send_lat_over_rdma_cm() {
         "18613",
         "2       100",
     );
-}
-
-/// Waits (at most 10 s) until a TCP socket listens on `port` (/proc/net/tcp, tcp6).
-fn wait_tcp_listen(port: u16) {
-    let want = format!(":{port:04X} ");
-    for _ in 0..100 {
-        let tab = ["/proc/net/tcp", "/proc/net/tcp6"]
-            .map(|f| std::fs::read_to_string(f).unwrap_or_default())
-            .concat();
-        // State 0A: LISTEN.
-        if tab
-            .lines()
-            .any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A"))
-        {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("nothing listens on TCP port {port}");
-}
-
-/// Waits (at most 10 s) until no socket is bound to UDP port 4791 at `addr`
-/// (every device on that address closed).
-fn wait_device_gone(addr: &str) {
-    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
-    for _ in 0..100 {
-        let tab = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
-        if !tab.contains(&want) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("a device at {addr} did not close");
 }
 
 /// qperf with the connection manager (`-cm1`; without it qperf addresses the
@@ -631,39 +541,6 @@ fn cmtime_ten_connections() {
     assert!(r.is_empty(), "unexpected refusals:\n{}", r.join("\n"));
 }
 
-/// `prog args` in network namespace `ns` (None: this one) on a device at
-/// `addr`, bounded by 30 s.
-fn in_ns(ns: Option<&str>, addr: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("timeout");
-    c.arg("30");
-    if let Some(ns) = ns {
-        c.args(["ip", "netns", "exec", ns]);
-    }
-    c.args(args)
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .env("SOFTVERBS_ADDR", addr)
-        .env("SOFTVERBS_LOG", "warn");
-    c
-}
-
-/// Waits (at most 10 s) until a device is up at `addr` in namespace `ns`.
-fn wait_device_in(ns: &str, addr: &str) {
-    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
-    for _ in 0..100 {
-        let tab = Command::new("timeout")
-            .args(["10", "ip", "netns", "exec", ns, "cat", "/proc/net/udp"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        if tab.contains(&want) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("no device came up at {addr} in {ns}");
-}
-
 /// [`pair`] across two network namespaces: the server in `srv.0` at `srv.1`,
 /// the client in `cli.0` at `cli.1` (again while refused, at most 40 times).
 fn pair_ns(
@@ -672,16 +549,16 @@ fn pair_ns(
     cli: (&str, &str),
     client: &[&str],
 ) -> (String, String) {
-    let s = in_ns(Some(srv.0), srv.1, server)
+    let s = cmd(Some(srv.0), Some(srv.1), server)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    wait_device_in(srv.0, srv.1);
+    testkit::wait_device_in(Some(srv.0), srv.1);
     let mut c = String::new();
     for _ in 0..40 {
         std::thread::sleep(std::time::Duration::from_millis(250));
-        let out = in_ns(Some(cli.0), cli.1, client).output().unwrap();
+        let out = cmd(Some(cli.0), Some(cli.1), client).output().unwrap();
         c = text(&out);
         let refused = c.contains("REJECTED") || c.contains("UNREACHABLE");
         if out.status.success() || !refused {
@@ -699,11 +576,11 @@ fn rping_and_ucmatose_between_two_network_namespaces_each_way() {
     if !common::have("rping") || !common::have("ucmatose") || !common::have("ip") {
         return;
     }
-    let Some(ns) = netns::Netns::create() else {
+    let [a, b] = ["10.78.0.1", "10.78.0.2"];
+    let Some(ns) = Netns::pair("svx", [a, b]) else {
         eprintln!("skipping: network namespaces need root");
         return;
     };
-    let [a, b] = netns::Netns::ADDRS;
     let (na, nb) = (ns.names[0].as_str(), ns.names[1].as_str());
     for ((sn, sa), (cn, ca)) in [((na, a), (nb, b)), ((nb, b), (na, a))] {
         let (s, c) = pair_ns(
@@ -734,28 +611,6 @@ fn rping_and_ucmatose_between_two_network_namespaces_each_way() {
             no_refusals(who, t);
         }
     }
-}
-
-/// Ends `child` after at most `secs` seconds and returns what it printed
-/// (line-buffered output survives the kill) and whether it exited 0 by itself.
-fn finish_within(child: std::process::Child, secs: u64) -> (String, bool) {
-    let mut child = KillOnDrop(child);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while child.0.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let exited_ok = child.0.try_wait().unwrap().is_some_and(|s| s.success());
-    let _ = child.0.kill();
-    let _ = child.0.wait();
-    let mut out = String::new();
-    use std::io::Read;
-    if let Some(mut o) = child.0.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.0.stderr.take() {
-        let _ = e.read_to_string(&mut out);
-    }
-    (out, exited_ok)
 }
 
 /// The same programs on loopback with 5 % loss, 5 % duplication and 5 %

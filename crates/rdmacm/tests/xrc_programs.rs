@@ -8,36 +8,13 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Waits (at most 10 s) until a device has bound UDP port 4791 at `addr`.
-fn wait_device(addr: &str) {
-    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
-    for _ in 0..100 {
-        let tab = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
-        if tab.contains(&want) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("no device came up at {addr}");
-}
+use std::process::{Command, Stdio};
+use testkit::{text, wait_device};
 
 /// `prog args` at `addr`, bounded by timeout(1).
 fn command(addr: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("timeout");
-    c.arg("30")
-        .args(args)
-        .env("LD_LIBRARY_PATH", common::lib_dir())
+    let mut c = testkit::timeout(30, args);
+    c.env("LD_LIBRARY_PATH", common::lib_dir())
         .env("SOFTVERBS_ADDR", addr)
         .env("SOFTVERBS_LOG", "warn");
     c

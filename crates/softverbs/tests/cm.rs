@@ -605,6 +605,34 @@ fn channel_fds_are_readable_exactly_while_events_wait() {
     drop(pa);
 }
 
+/// rdma_connect's REQ for an RC QP to TCP port `port` of `b`, with the
+/// rdma_cm defaults and the cma private-data header from source port `sport`.
+fn rc_request(
+    pa: &cm::CmPort,
+    b: &Side,
+    port: u16,
+    qa: &QueuePair<Rc>,
+    sport: u16,
+    user: &[u8],
+) -> cm::ConnectParams {
+    cm::ConnectParams {
+        peer: ip(b).into(),
+        service_id: (0x0106 << 16) | u64::from(port),
+        qpn: cm::Qpn::from_masked(qa.qp_num()),
+        transport: cm::TransportType::Rc,
+        starting_psn: cm::Psn::from_masked(0x1000),
+        responder_resources: 4,
+        initiator_depth: 4,
+        flow_control: true,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        path_mtu: 3,
+        path: cm::PathParams::default(),
+        private_data: cm::cma_header(pa.local_addr(), sport, ip(b), user),
+    }
+}
+
 /// The QP through one CM-given transition, as the C ABI will do it with
 /// `rdma_init_qp_attr` + `ibv_modify_qp`.
 fn apply(qp: &QueuePair<Rc>, a: &cm::CmQpAttrs, t: cm::QpTarget) {
@@ -620,22 +648,7 @@ fn the_cm_port_connects_the_way_librdmacm_will() {
     let listen = pb.listen(PortSpace::Tcp, 7020, &chb).unwrap();
     // Active: rdma_connect (REQ), the QP to INIT.
     let qa = a.pd.create_rc_qp(&a.init()).unwrap();
-    let p = cm::ConnectParams {
-        peer: ip(&b).into(),
-        service_id: (0x0106 << 16) | 7020,
-        qpn: cm::Qpn::from_masked(qa.qp_num()),
-        transport: cm::TransportType::Rc,
-        starting_psn: cm::Psn::from_masked(0x1000),
-        responder_resources: 4,
-        initiator_depth: 4,
-        flow_control: true,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: false,
-        path_mtu: 3,
-        path: cm::PathParams::default(),
-        private_data: cm::cma_header(pa.local_addr(), 0xC123, ip(&b), b"raw"),
-    };
+    let p = rc_request(&pa, &b, 7020, &qa, 0xC123, b"raw");
     let timing = ConnectOptions::default().timing;
     let ida = pa.connect(&p, timing, &cha).unwrap();
     apply(
@@ -744,22 +757,7 @@ fn a_first_packet_in_rtr_raises_comm_est_and_establishes_the_passive_side() {
     let (cha, chb) = (cm::CmChannel::new().unwrap(), cm::CmChannel::new().unwrap());
     let listen = pb.listen(PortSpace::Tcp, 7021, &chb).unwrap();
     let qa = a.pd.create_rc_qp(&a.init()).unwrap();
-    let p = cm::ConnectParams {
-        peer: ip(&b).into(),
-        service_id: (0x0106 << 16) | 7021,
-        qpn: cm::Qpn::from_masked(qa.qp_num()),
-        transport: cm::TransportType::Rc,
-        starting_psn: cm::Psn::from_masked(0x1000),
-        responder_resources: 4,
-        initiator_depth: 4,
-        flow_control: true,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: false,
-        path_mtu: 3,
-        path: cm::PathParams::default(),
-        private_data: cm::cma_header(pa.local_addr(), 0xC124, ip(&b), b""),
-    };
+    let p = rc_request(&pa, &b, 7021, &qa, 0xC124, b"");
     let ida = pa
         .connect(&p, ConnectOptions::default().timing, &cha)
         .unwrap();

@@ -99,14 +99,7 @@ fn remote_access_violations() {
         };
         qa.post_send(&send_wr(1, op, &[local], target, SIG))
             .unwrap();
-        qa.post_send(&send_wr(
-            2,
-            WrOpcode::Send,
-            &[a.mr.sge(0, 8)],
-            WrTarget::None,
-            SendFlags(0),
-        ))
-        .unwrap();
+        post_send8(&qa, &a.mr, 2, SendFlags(0));
         let wc = wait(&a.scq, 2);
         assert_eq!(
             ids(&wc),
@@ -179,14 +172,7 @@ fn local_protection_errors_on_rc() {
         let (qa, qb) = rc_pair(&a, &b);
         qb.post_recv(&recv_wr(7, &[b.mr.sge(0, 64)])).unwrap();
         qa.post_send(&send_wr(1, op, &[sge], target, SIG)).unwrap();
-        qa.post_send(&send_wr(
-            2,
-            WrOpcode::Send,
-            &[a.mr.sge(0, 8)],
-            WrTarget::None,
-            SendFlags(0),
-        ))
-        .unwrap();
+        post_send8(&qa, &a.mr, 2, SendFlags(0));
         assert_eq!(
             ids(&wait(&a.scq, 2)),
             [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)],
@@ -239,14 +225,7 @@ fn local_protection_error_behind_an_outstanding_read() {
         SendFlags(0),
     ))
     .unwrap();
-    qa.post_send(&send_wr(
-        3,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 8)],
-        WrTarget::None,
-        SendFlags(0),
-    ))
-    .unwrap();
+    post_send8(&qa, &a.mr, 3, SendFlags(0));
     let wc = wait(&a.scq, 3);
     assert_eq!(
         ids(&wc),
@@ -308,22 +287,8 @@ fn rnr_with_retry_zero_and_seven() {
         ..RcOpts::default()
     };
     let (qa, qb) = rc_pair_with(&a, &a.init(), &b, &b.init(), &o);
-    qa.post_send(&send_wr(
-        1,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 8)],
-        WrTarget::None,
-        SIG,
-    ))
-    .unwrap();
-    qa.post_send(&send_wr(
-        2,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 8)],
-        WrTarget::None,
-        SendFlags(0),
-    ))
-    .unwrap();
+    post_send8(&qa, &a.mr, 1, SIG);
+    post_send8(&qa, &a.mr, 2, SendFlags(0));
     assert_eq!(
         ids(&wait(&a.scq, 2)),
         [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
@@ -339,14 +304,7 @@ fn rnr_with_retry_zero_and_seven() {
     };
     let (qa, qb) = rc_pair_with(&a, &a.init(), &b, &b.init(), &o);
     a.mr.write(0, b"patience");
-    qa.post_send(&send_wr(
-        3,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 8)],
-        WrTarget::None,
-        SIG,
-    ))
-    .unwrap();
+    post_send8(&qa, &a.mr, 3, SIG);
     let deadline = Instant::now() + T;
     while qa.counters().unwrap().rnr_naks_received < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
@@ -372,14 +330,7 @@ fn err_flushes_every_outstanding_wr_even_unsignaled() {
     // B posts no receives: the sends sit in RNR retries (rnr_retry 7).
     for i in 0..6 {
         let flags = if i % 2 == 0 { SIG } else { SendFlags(0) };
-        qa.post_send(&send_wr(
-            i,
-            WrOpcode::Send,
-            &[a.mr.sge(0, 8)],
-            WrTarget::None,
-            flags,
-        ))
-        .unwrap();
+        post_send8(&qa, &a.mr, i, flags);
     }
     for i in 0..3 {
         qa.post_recv(&recv_wr(100 + i, &[a.mr.sge(4096, 64)]))

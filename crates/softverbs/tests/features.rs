@@ -62,14 +62,7 @@ fn signaled_and_unsignaled_send_wrs() {
             } else {
                 SendFlags(0)
             };
-            qa.post_send(&send_wr(
-                100 + i,
-                WrOpcode::Send,
-                &[a.mr.sge(0, 8)],
-                WrTarget::None,
-                flags,
-            ))
-            .unwrap();
+            post_send8(&qa, &a.mr, 100 + i, flags);
             if i % 16 == 15 {
                 wait(&b.rcq, 16);
             }
@@ -287,6 +280,9 @@ fn one_channel_two_cqs_and_the_arming_upgrade() {
     assert_eq!(ch.get_event(Some(Duration::from_millis(20))).unwrap(), None);
 }
 
+/// The bound on the 64 MiB transfers below (a hang, not a speed, is the failure).
+const BIG_T: Duration = Duration::from_secs(120);
+
 /// Large messages, segmented at the path MTU. The device's max_msg_sz is 2^31;
 /// this test moves 64 MiB by RDMA WRITE and READ and 16 MiB by SEND (a 2 GiB
 /// message is allowed but too slow for a test), and checks that one byte more
@@ -321,7 +317,7 @@ fn large_messages_up_to_64_mib() {
         sig,
     ))
     .unwrap();
-    let wc = wait(&a.scq, 2);
+    let wc = wait_within(&a.scq, 2, BIG_T);
     assert_eq!(ids(&wc), [(1, WcStatus::Success), (2, WcStatus::Success)]);
     assert_eq!(wc[1].byte_len, big as u32);
     assert!(read(&b.mr, 0, big) == data, "64 MiB WRITE arrived intact");
@@ -341,8 +337,8 @@ fn large_messages_up_to_64_mib() {
         sig,
     ))
     .unwrap();
-    assert_eq!(wait(&a.scq, 1)[0].status, WcStatus::Success);
-    assert_eq!(wait(&b.rcq, 1)[0].byte_len, send as u32);
+    assert_eq!(wait_within(&a.scq, 1, BIG_T)[0].status, WcStatus::Success);
+    assert_eq!(wait_within(&b.rcq, 1, BIG_T)[0].byte_len, send as u32);
     assert!(
         read(&b.mr, 0, send) == data[4096..4096 + send],
         "16 MiB SEND arrived intact"

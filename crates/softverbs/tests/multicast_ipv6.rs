@@ -6,12 +6,10 @@
 //! veth pair and the looped-back ones alike), its GRH area the IPv6 header
 //! (source the sender, destination the group); a detached device gets nothing.
 //! The checks run in a child of this test binary inside the namespace.
-mod netns;
-
-use netns::{assert_child, child, run_child, Netns};
 use softverbs::*;
 use std::net::IpAddr;
 use std::time::Duration;
+use testkit::{assert_child, child, run_child, Netns};
 
 const T: Duration = Duration::from_secs(10);
 const QUIET: Duration = Duration::from_millis(300);

@@ -80,14 +80,7 @@ fn cq_overrun_raises_cq_err_and_the_qp_goes_to_err() {
         qb.post_recv(&recv_wr(i, &[b.mr.sge(0, 64)])).unwrap();
     }
     for i in 0..=cap {
-        qa.post_send(&send_wr(
-            i,
-            WrOpcode::Send,
-            &[a.mr.sge(0, 8)],
-            WrTarget::None,
-            SendFlags(0),
-        ))
-        .unwrap();
+        post_send8(&qa, &a.mr, i, SendFlags(0));
     }
     let e = b
         .ctx

@@ -20,14 +20,7 @@ fn reset_discards_queued_work_and_the_qp_is_reusable() {
     let (qa, qb) = rc_pair(&a, &b);
     // Sends stuck in RNR retries (no receives), receives waiting on A.
     for i in 0..4 {
-        qa.post_send(&send_wr(
-            i,
-            WrOpcode::Send,
-            &[a.mr.sge(0, 8)],
-            WrTarget::None,
-            SIG,
-        ))
-        .unwrap();
+        post_send8(&qa, &a.mr, i, SIG);
         qa.post_recv(&recv_wr(10 + i, &[a.mr.sge(4096, 64)]))
             .unwrap();
     }
@@ -68,14 +61,7 @@ fn destroy_in_use_is_ebusy_and_destroying_a_busy_qp_is_clean() {
     let (a, b) = sides(13);
     let (qa, _qb) = rc_pair(&a, &b);
     for i in 0..3 {
-        qa.post_send(&send_wr(
-            i,
-            WrOpcode::Send,
-            &[a.mr.sge(0, 8)],
-            WrTarget::None,
-            SIG,
-        ))
-        .unwrap();
+        post_send8(&qa, &a.mr, i, SIG);
     }
     let Side {
         ctx,

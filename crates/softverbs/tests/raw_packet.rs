@@ -6,14 +6,12 @@
 //! and a datagram no flow matches is not delivered.
 //!
 //! The checks run in child processes of this test binary (selected by the
-//! `SV_NETNS_CHILD` variable (tests/netns)): as nobody (setpriv), and inside the namespaces
+//! `SV_NETNS_CHILD` variable, testkit::child): as nobody (setpriv), and inside the namespaces
 //! (`ip netns exec`), each bounded by `timeout`.
-mod netns;
-
-use netns::{assert_child, child, have, run_child, Netns};
 use softverbs::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use testkit::{assert_child, child, have, run_child, Netns};
 
 const ADDRS: [&str; 2] = ["10.79.0.1", "10.79.0.2"];
 const QP_PORT: u16 = 4000;
@@ -140,12 +138,10 @@ fn raw_frames_cross_a_veth_pair() {
         eprintln!("skipping: iproute2 not installed");
         return;
     }
-    let Some(ns) = Netns::create("svr", 2) else {
+    let Some(ns) = Netns::pair("svr", ADDRS) else {
         eprintln!("skipping: network namespaces need root");
         return;
     };
-    ns.addr(0, &format!("{}/24", ADDRS[0]));
-    ns.addr(1, &format!("{}/24", ADDRS[1]));
     let env = [
         ("SV_RAW_MAC_A", ns.mac(0)),
         ("SV_RAW_MAC_B", ns.mac(1)),
@@ -317,7 +313,7 @@ fn eth_rule(mac: [u8; 6]) -> Vec<u8> {
 
 #[test]
 fn rss_spreads_frames_over_the_tables_wqs() {
-    if !netns::is_root() {
+    if !testkit::is_root() {
         eprintln!("skipping: RAW_PACKET QPs need CAP_NET_RAW");
         return;
     }

@@ -25,14 +25,7 @@ fn uc_local_error_moves_the_qp_to_sqe() {
         .unwrap();
     assert_eq!(ids(&wait(&a.scq, 1)), [(1, WcStatus::LocProtErr)]);
     assert_eq!(state(&qa), QpState::Sqe);
-    qa.post_send(&send_wr(
-        2,
-        WrOpcode::Send,
-        &[a.mr.sge(0, 8)],
-        WrTarget::None,
-        SendFlags(0),
-    ))
-    .unwrap();
+    post_send8(&qa, &a.mr, 2, SendFlags(0));
     assert_eq!(
         ids(&wait(&a.scq, 1)),
         [(2, WcStatus::WrFlushErr)],
@@ -41,14 +34,7 @@ fn uc_local_error_moves_the_qp_to_sqe() {
     // Receiving still works in SQE.
     a.mr.write(100, b"from b!!");
     qa.post_recv(&recv_wr(3, &[a.mr.sge(0, 64)])).unwrap();
-    qb.post_send(&send_wr(
-        4,
-        WrOpcode::Send,
-        &[b.mr.sge(0, 8)],
-        WrTarget::None,
-        SIG,
-    ))
-    .unwrap();
+    post_send8(&qb, &b.mr, 4, SIG);
     assert_eq!(ids(&wait(&a.rcq, 1)), [(3, WcStatus::Success)]);
     wait(&b.scq, 1);
     // SQE → RTS: sending again.

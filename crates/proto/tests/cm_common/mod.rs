@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use proto::cm::{AcceptParams, Cm, CmConfig, CmEvent, ConnectParams, PathParams, Transmit};
+use proto::cm::{AcceptParams, Cm, CmConfig, CmEvent, ConnId, ConnectParams, PathParams, Transmit};
 use proto::Gid;
 use wire::cm::{self, cma, TransportType};
 use wire::{Psn, Qpn};
@@ -100,4 +100,37 @@ pub fn pump(from: &mut Cm, from_gid: Gid, to: &mut Cm, now: u64) -> Vec<cm::Mess
         to.handle_mad(now, from_gid, &t.mad);
     }
     seen
+}
+
+pub const REQ: usize = 0;
+pub const REP: usize = 3;
+
+pub fn one(v: Vec<cm::Message>) -> cm::Message {
+    assert_eq!(v.len(), 1, "{v:?}");
+    v.into_iter().next().unwrap()
+}
+
+/// A and B up to ESTABLISHED on both sides; returns (a, b, id_a, id_b).
+pub fn established(seed: u64) -> (proto::cm::Cm, proto::cm::Cm, ConnId, ConnId) {
+    let (mut a, mut b) = (node(1, seed), node(2, seed));
+    b.listen(service()).unwrap();
+    let id_a = a
+        .connect(0, &connect_params(1, 2, 0x11, 0x100, b"hello"))
+        .unwrap();
+    pump(&mut a, gid(1), &mut b, 0);
+    let Some(CmEvent::ConnectRequest { id: id_b, .. }) = b.poll_event() else {
+        panic!()
+    };
+    b.accept(0, id_b, &accept_params(0x22, 0x200, b"world"))
+        .unwrap();
+    pump(&mut b, gid(2), &mut a, 0);
+    assert!(matches!(
+        a.poll_event(),
+        Some(CmEvent::ConnectResponse { .. })
+    ));
+    a.ready_to_use(id_a, &[]).unwrap();
+    pump(&mut a, gid(1), &mut b, 0);
+    assert_eq!(events(&mut a), vec![CmEvent::Established { id: id_a }]);
+    assert_eq!(events(&mut b), vec![CmEvent::Established { id: id_b }]);
+    (a, b, id_a, id_b)
 }

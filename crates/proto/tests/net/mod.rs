@@ -125,6 +125,36 @@ impl Net {
         moved
     }
 
+    /// B's packets one at a time, A answering everything it wants after each
+    /// (the simulator's kind of interleaving), B's `drop_nth` packet (1-based)
+    /// lost; no timers. Bounded by `rounds`. Returns (A's packets, B's packets).
+    pub fn lockstep(&mut self, rounds: u32, drop_nth: u32) -> (u32, u32) {
+        let (from_a, from_b) = (
+            SocketAddr::new(self.a.ip, 4791),
+            SocketAddr::new(self.b.ip, 4791),
+        );
+        let mut buf = vec![0u8; 9000];
+        let (mut sent_a, mut sent_b) = (0u32, 0u32);
+        for _ in 0..rounds {
+            while let Some(tx) = self.a.e.poll_transmit(self.now, &self.a.mem, &mut buf) {
+                sent_a += 1;
+                self.b
+                    .e
+                    .handle_datagram(self.now, from_a, from_b, &buf[..tx.len], &self.b.mem);
+            }
+            let Some(tx) = self.b.e.poll_transmit(self.now, &self.b.mem, &mut buf) else {
+                break;
+            };
+            sent_b += 1;
+            if sent_b != drop_nth {
+                self.a
+                    .e
+                    .handle_datagram(self.now, from_b, from_a, &buf[..tx.len], &self.a.mem);
+            }
+        }
+        (sent_a, sent_b)
+    }
+
     /// Moves packets until both sides are quiet, firing timers as virtual time
     /// advances. Bounded in rounds.
     pub fn run(&mut self) {

@@ -78,11 +78,18 @@ impl Side {
 
 /// Exactly `n` completions on `cq` within `T`.
 pub fn wait(cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
-    let wc = cq.wait(n, T);
+    wait_within(cq, n, T)
+}
+
+/// Exactly `n` completions on `cq` within `limit` (a bound that only catches
+/// a hang: transfers of many megabytes in a debug build on a loaded machine
+/// need more than `T`).
+pub fn wait_within(cq: &CompletionQueue, n: usize, limit: Duration) -> Vec<WorkCompletion> {
+    let wc = cq.wait(n, limit);
     assert_eq!(
         wc.len(),
         n,
-        "{} of {n} completions within {T:?}: {wc:?}",
+        "{} of {n} completions within {limit:?}: {wc:?}",
         wc.len()
     );
     wc
@@ -212,6 +219,14 @@ pub fn send_wr<'a>(
         imm_data: ImmData::from_value(0x1234),
         target,
     }
+}
+
+/// Posts an 8-byte SEND from the start of `mr` (no target: RC, UC), the
+/// filler many tests put behind the WR they are about.
+pub fn post_send8<T: Transport>(qp: &QueuePair<T>, mr: &MemoryRegion, id: u64, flags: SendFlags) {
+    let sg = [mr.sge(0, 8)];
+    qp.post_send(&send_wr(id, WrOpcode::Send, &sg, WrTarget::None, flags))
+        .unwrap();
 }
 
 pub fn recv_wr(id: u64, sg: &[Sge]) -> RecvWr<'_> {
