@@ -28,9 +28,10 @@
 //! one the sleeping progress thread waits for (`wake_at`, which it publishes
 //! under the engine lock before it sleeps). Completion-channel and async
 //! events the sends made are delivered by the caller too. The progress thread
-//! keeps retransmission, the ACK timers and receiving. Off while faults,
-//! capture or a shared address are in use (those sit in the progress thread)
-//! and with `SOFTVERBS_CALLER_TX=0`.
+//! keeps retransmission, the ACK timers and receiving. Off while faults or
+//! capture are in use (those sit in the progress thread) and with
+//! `SOFTVERBS_CALLER_TX=0`; on a shared address it keeps the progress
+//! thread's rule of which datagrams stay in this process.
 //!
 //! **Send policy.** Datagrams go out in batches: up to `batch` are collected from
 //! the engine (one lock) and sent with one sendmmsg(2) per run of socket-bound
@@ -146,9 +147,31 @@ pub(crate) struct CallerTx {
     /// A duplicate of the progress thread's socket.
     socket: std::net::UdpSocket,
     local: SocketAddr,
+    /// This process's slot of a shared address, if any (which datagrams to
+    /// the address stay in this process: as the progress thread decides).
+    share: Option<Arc<crate::share::Slot>>,
     /// One datagram buffer, shared by posting threads (`try_lock`: a thread
     /// that finds it busy rings the doorbell instead).
     buf: Mutex<Vec<u8>>,
+}
+
+impl CallerTx {
+    /// Whether a datagram to `to` stays in this process (the loopback
+    /// shortcut): our own address and, on a shared address, a QP of our own
+    /// slot — the progress thread's rule. Datagrams for another slot of the
+    /// address go through the socket, as the progress thread sends them.
+    fn is_ours(&self, to: SocketAddr, bytes: &[u8]) -> bool {
+        use crate::share::{target, Target};
+        to == self.local
+            && match &self.share {
+                None => true,
+                Some(slot) => match target(slot.index(), bytes) {
+                    Target::Ours => true,
+                    Target::Service(sid) => slot.serves(sid),
+                    Target::Slot(_) => false,
+                },
+            }
+    }
 }
 
 /// Datagrams a posting thread takes from the engine at most; the rest is the
@@ -203,16 +226,13 @@ impl<E: Engine> Driver<E> {
     pub fn start(engine: E, bind: SocketAddr, opts: DriverOptions) -> io::Result<Self> {
         let socket = socket::bind_shared(bind, &opts)?;
         let local = socket.local_addr()?;
-        // The posting threads' own transmit: not with faults, capture or a
-        // shared address (they live in the progress thread).
-        let caller_tx = if opts.caller_tx
-            && !opts.faults.is_active()
-            && opts.capture.is_none()
-            && opts.share.is_none()
-        {
+        // The posting threads' own transmit: not with faults or capture
+        // (they live in the progress thread).
+        let caller_tx = if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() {
             Some(CallerTx {
                 socket: socket.try_clone()?,
                 local,
+                share: opts.share.clone(),
                 buf: Mutex::new(vec![0; opts.max_datagram_bytes.max(1)]),
             })
         } else {
@@ -360,7 +380,7 @@ impl<E: Engine> Driver<E> {
                 continue;
             }
             let bytes = &buf[..t.len];
-            if t.to == tx.local {
+            if tx.is_ours(t.to, bytes) {
                 // The loopback shortcut, under the lock already held.
                 engine.handle_datagram(now, tx.local, tx.local, bytes);
                 Counters::add(&c.loopback_datagrams, 1);

@@ -53,8 +53,8 @@ pub struct DriverOptions {
     pub gro: bool,
     /// A thread that posts to an idle send queue transmits the datagrams itself
     /// (`Driver::posted`), without waking the progress thread
-    /// (`SOFTVERBS_CALLER_TX=0` turns it off). Off by itself while faults,
-    /// capture or a shared address are in use: those live in the progress thread.
+    /// (`SOFTVERBS_CALLER_TX=0` turns it off). Off by itself while faults or
+    /// capture are in use: those live in the progress thread.
     pub caller_tx: bool,
 }
 
