@@ -28,9 +28,11 @@
 //! one the sleeping progress thread waits for (`wake_at`, which it publishes
 //! under the engine lock before it sleeps). Completion-channel and async
 //! events the sends made are delivered by the caller too. The progress thread
-//! keeps retransmission, the ACK timers and receiving. Off while faults or
-//! capture are in use (those sit in the progress thread) and with
-//! `SOFTVERBS_CALLER_TX=0`; on a shared address it keeps the progress
+//! keeps retransmission, the ACK timers and receiving. Off by default
+//! (`DriverOptions::caller_tx`, `SOFTVERBS_CALLER_TX=1`: through the drop-in
+//! library `ibv_uc_pingpong_events` hangs with it on, not yet
+//! understood), and while faults or capture are in use (those sit in the
+//! progress thread); on a shared address it keeps the progress
 //! thread's rule of which datagrams stay in this process.
 //!
 //! **Send policy.** Datagrams go out in batches: up to `batch` are collected from

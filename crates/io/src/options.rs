@@ -7,8 +7,8 @@
 //! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]);
 //! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
 //!   UDP GRO on receive off (anything else leaves them on);
-//! - `SOFTVERBS_CALLER_TX`: `0`/`off`/`no`/`false` turns the posting thread's
-//!   own transmit off ([`DriverOptions::caller_tx`]).
+//! - `SOFTVERBS_CALLER_TX`: `1`/`on`/`yes`/`true` turns the posting thread's
+//!   own transmit on ([`DriverOptions::caller_tx`]; off by default).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,8 +53,10 @@ pub struct DriverOptions {
     pub gro: bool,
     /// A thread that posts to an idle send queue transmits the datagrams itself
     /// (`Driver::posted`), without waking the progress thread
-    /// (`SOFTVERBS_CALLER_TX=0` turns it off). Off by itself while faults or
-    /// capture are in use: those live in the progress thread.
+    /// (`SOFTVERBS_CALLER_TX=1` turns it on). Off by default: through the
+    /// drop-in library, `ibv_uc_pingpong_events` hangs with it
+    /// on (not yet understood). Off by itself while faults or capture are in
+    /// use: those live in the progress thread.
     pub caller_tx: bool,
 }
 
@@ -73,7 +75,7 @@ impl Default for DriverOptions {
             share: None,
             gso: true,
             gro: true,
-            caller_tx: true,
+            caller_tx: false,
         }
     }
 }
@@ -104,7 +106,7 @@ impl DriverOptions {
     pub const GSO_ENV: &'static str = "SOFTVERBS_GSO";
     /// Environment variable turning [`DriverOptions::gro`] off (`0`, `off`, `no`, `false`).
     pub const GRO_ENV: &'static str = "SOFTVERBS_GRO";
-    /// Environment variable turning [`DriverOptions::caller_tx`] off (`0`, `off`, `no`, `false`).
+    /// Environment variable turning [`DriverOptions::caller_tx`] on (`1`, `on`, `yes`, `true`).
     pub const CALLER_TX_ENV: &'static str = "SOFTVERBS_CALLER_TX";
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
     pub const PCAP_ENV: &'static str = "SOFTVERBS_PCAP";
@@ -141,8 +143,9 @@ impl DriverOptions {
         if get(Self::GRO_ENV).is_some_and(off) {
             self.gro = false;
         }
-        if get(Self::CALLER_TX_ENV).is_some_and(off) {
-            self.caller_tx = false;
+        let on = |v: String| matches!(v.trim(), "1" | "on" | "yes" | "true");
+        if get(Self::CALLER_TX_ENV).is_some_and(on) {
+            self.caller_tx = true;
         }
         if let Some(text) = get(Self::FAULTS_ENV) {
             self.faults = text.parse().map_err(OptionsError::Faults)?;

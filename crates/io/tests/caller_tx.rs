@@ -8,8 +8,17 @@ use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 
-use common::{start, wait_until, Fake, DEADLINE};
+use common::{wait_until, Fake, DEADLINE};
 use sv_io::{Driver, DriverOptions};
+
+/// A driver with the caller's transmit on (it is off by default).
+fn start(engine: Fake, addr: &str) -> Driver<Fake> {
+    let opts = DriverOptions {
+        caller_tx: true,
+        ..DriverOptions::default()
+    };
+    Driver::start(engine, addr.parse().unwrap(), opts).unwrap()
+}
 
 fn peer(addr: &str) -> UdpSocket {
     let s = UdpSocket::bind(addr).unwrap();
