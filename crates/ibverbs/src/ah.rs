@@ -13,6 +13,8 @@ pub(crate) struct AhBlock {
     pub c: ibv_ah,
     magic: u64,
     inner: softverbs::AddressHandle,
+    /// Set when made through a parent domain (its dealloc waits for it).
+    _domain: Option<crate::domain::DomainHold>,
 }
 impl_block!(AhBlock, ibv_ah, "address handle", 0x736f_6674_6168_3031);
 
@@ -41,6 +43,8 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             },
             magic: AhBlock::MAGIC,
             inner: ah,
+            // SAFETY: the live PD checked above.
+            _domain: unsafe { crate::domain::DomainHold::of(pd) },
         }))
     });
     r.unwrap_or_else(|e| {

@@ -16,6 +16,8 @@ pub(crate) struct CqBlock {
     pub inner: Option<softverbs::CompletionQueue>,
     /// Completions taken from the queue, and the one `ibv_cq_ex` reads.
     state: Mutex<PollState>,
+    /// Set when made through a parent domain (its dealloc waits for it).
+    _domain: Option<crate::domain::DomainHold>,
 }
 impl_block!(CqBlock, ibv_cq, "completion queue", 0x736f_6674_6371_3031);
 
@@ -60,6 +62,7 @@ unsafe fn create(
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
+    parent_domain: *mut ibv_pd,
 ) -> Result<*mut CqBlock, c_int> {
     let b = ctx_block(verb, context)?;
     let ch = if channel.is_null() {
@@ -109,6 +112,8 @@ unsafe fn create(
         magic: CqBlock::MAGIC,
         inner: Some(cq),
         state: Mutex::default(),
+        // SAFETY: NULL or the parent domain the caller checked.
+        _domain: unsafe { crate::domain::DomainHold::of(parent_domain) },
     })
     .cast::<CqBlock>();
     if let Some(ch) = ch {
@@ -136,6 +141,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         cq_context,
         channel,
         comp_vector,
+        std::ptr::null_mut(),
     ) {
         Ok(p) => p.cast::<ibv_cq>(),
         Err(e) => {
@@ -198,7 +204,23 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             .map_err(|_| refuse(VERB, EINVAL, format_args!("cqe {} too large", a.cqe)))?;
         let vector = c_int::try_from(a.comp_vector).unwrap_or(c_int::MAX);
         // SAFETY: pointers from the caller, checked inside.
-        unsafe { create(VERB, context, cqe, a.cq_context, a.channel, vector) }
+        let parent_domain = if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 {
+            a.parent_domain
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: pointers from the caller, checked inside.
+        unsafe {
+            create(
+                VERB,
+                context,
+                cqe,
+                a.cq_context,
+                a.channel,
+                vector,
+                parent_domain,
+            )
+        }
     })();
     match r {
         Ok(p) => p.cast::<ibv_cq_ex>(),

@@ -632,13 +632,21 @@ pub(crate) unsafe extern "C" fn query_rt_values(
 }
 
 /// `tso_caps` … `cq_mod_caps` of `ibv_device_attr_ex` (88 bytes from offset
-/// 288): all zero (no TSO, packet pacing, raw-packet offloads, tag matching or
-/// CQ moderation) but `rss_caps` and `max_wq_type_rq` (spec/raw-packet.md §6):
+/// 288): all zero (no packet pacing, raw-packet offloads, tag matching or
+/// CQ moderation) but `tso_caps` (spec/raw-packet.md §4: up to
+/// `proto::tso::MAX_TSO` payload bytes per TSO WR, on RAW_PACKET QPs),
+/// `rss_caps` and `max_wq_type_rq` (spec/raw-packet.md §6):
 /// RSS on RAW_PACKET QPs, tables of up to 2^8 WQs, the IPv4/IPv6 address and
 /// TCP/UDP port fields, Toeplitz. A WQ is a QP of the engine, so WQs and
 /// tables are bounded by `max_qp`.
+fn put32_at(c: &mut [u8; 88], at: usize, v: u32) {
+    c[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+}
+
 fn caps_blob(max_qp: u32) -> [u8; 88] {
     let mut c = [0u8; 88];
+    put32_at(&mut c, 0, proto::tso::MAX_TSO); // tso_caps.max_tso
+    put32_at(&mut c, 4, 1 << 8); // tso_caps.supported_qpts: IBV_QPT_RAW_PACKET
     let rss = 8; // rss_caps
     let put32 =
         |c: &mut [u8; 88], at: usize, v: u32| c[at..at + 4].copy_from_slice(&v.to_ne_bytes());

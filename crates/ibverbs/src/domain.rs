@@ -177,7 +177,7 @@ pub(crate) unsafe extern "C" fn alloc_parent_domain(
 }
 
 /// A parent domain goes: its PD and TD are free of it.
-pub(crate) fn release(b: &PdBlock) {
+fn release(b: &PdBlock) {
     let Some(p) = &b.parent else { return };
     // SAFETY: the base PD and the TD outlive their parent domains (their
     // deallocs refuse while the counts are non-zero).
@@ -187,6 +187,71 @@ pub(crate) fn release(b: &PdBlock) {
             t.users.fetch_sub(1, Ordering::AcqRel);
         }
     }
+}
+
+/// One object created through a parent domain (a QP, a CQ of
+/// `IBV_CQ_INIT_ATTR_MASK_PD`, an SRQ, a WQ, an MR, a memory window, an AH):
+/// while it lives, `ibv_dealloc_pd` of the parent domain answers `EBUSY`
+/// (spec/parent-domain.md: mlx5's `mpd.refcount`). Kept in the object's
+/// block; dropping the block drops the hold.
+pub(crate) struct DomainHold(*const PdBlock);
+
+// SAFETY: the pointer names a parent-domain block that cannot be freed while
+// this hold exists (its dealloc refuses); only its atomic count is touched.
+unsafe impl Send for DomainHold {}
+// SAFETY: as above.
+unsafe impl Sync for DomainHold {}
+
+impl DomainHold {
+    /// A hold on `pd` if it is a live parent domain; `None` for a plain PD,
+    /// NULL or anything else (the objects of a plain PD are the engine's to
+    /// count).
+    ///
+    /// # Safety
+    /// `pd` is NULL or a pointer this library handed out (see [`block`]).
+    pub(crate) unsafe fn of(pd: *const ibv_pd) -> Option<DomainHold> {
+        if pd.is_null() {
+            return None;
+        }
+        // SAFETY: per the contract; a silent check (the verb checked it).
+        let b = unsafe { &*pd.cast::<PdBlock>() };
+        if b.magic_ok() && b.parent.is_some() {
+            b.users.fetch_add(1, Ordering::AcqRel);
+            Some(DomainHold(std::ptr::from_ref(b)))
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for DomainHold {
+    fn drop(&mut self) {
+        // SAFETY: the parent domain outlives its holds (see the type doc).
+        unsafe { (*self.0).users.fetch_sub(1, Ordering::AcqRel) };
+    }
+}
+
+/// `ibv_dealloc_pd` of a parent domain: `EBUSY` while objects created
+/// through it live (mlx5_dealloc_parent_domain), else its PD and TD are
+/// free of it and its block goes.
+///
+/// # Safety
+/// `pd` is the live parent domain `b` (checked by the caller).
+pub(crate) unsafe fn dealloc(pd: *mut ibv_pd, b: &PdBlock) -> c_int {
+    let users = b.users.load(Ordering::Acquire);
+    if users > 0 {
+        return refuse(
+            "ibv_dealloc_pd",
+            EBUSY,
+            format_args!(
+                "{users} object(s) (QPs, CQs, SRQs, WQs, MRs, MWs, AHs) were created through this parent domain and still exist; destroy them first"
+            ),
+        );
+    }
+    release(b);
+    // SAFETY: per the contract; nothing holds it any more.
+    unsafe { free::<PdBlock>(pd) };
+    0
 }
 
 /// True if `pd` is a live parent domain (for `IBV_CQ_INIT_ATTR_MASK_PD`).

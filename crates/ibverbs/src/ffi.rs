@@ -149,6 +149,15 @@ pub struct ibv_mw_bind {
     pub bind_info: ibv_mw_bind_info,
 }
 
+/// The `tso` member of `ibv_send_wr`'s last union (at the offset of `bind_mw`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_tso {
+    pub hdr: *mut c_void,
+    pub hdr_sz: u16,
+    pub mss: u16,
+}
+
 /// The `bind_mw` member of `ibv_send_wr`'s last union (the other is `tso`).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -341,7 +350,7 @@ pub struct ibv_send_wr {
     pub wr: ibv_send_wr_wr,
     pub qp_type: u32,
     /// The `bind_mw` / `tso` union (48 bytes): `bind_mw` is read for
-    /// IBV_WR_BIND_MW; `tso` is never (no TSO).
+    /// IBV_WR_BIND_MW, `tso` ([`ibv_send_wr_tso`]) for IBV_WR_TSO.
     pub bind_mw: ibv_send_wr_bind_mw,
 }
 

@@ -16,6 +16,9 @@ pub(crate) struct PdBlock {
     pub parent: Option<crate::domain::ParentDomain>,
     /// Parent domains standing on this PD (`EBUSY` for its dealloc).
     pub parents: std::sync::atomic::AtomicUsize,
+    /// For a parent domain: objects created through it
+    /// ([`crate::domain::DomainHold`]; `EBUSY` for its dealloc).
+    pub users: std::sync::atomic::AtomicUsize,
 }
 impl_block!(PdBlock, ibv_pd, "protection domain", 0x736f_6674_7064_3031);
 
@@ -36,7 +39,13 @@ impl PdBlock {
             inner: Some(pd),
             parent,
             parents: std::sync::atomic::AtomicUsize::new(0),
+            users: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// True while the block is live (the magic word checked without a log).
+    pub(crate) fn magic_ok(&self) -> bool {
+        self.magic == PdBlock::MAGIC
     }
 }
 
@@ -53,7 +62,8 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 }
 
 /// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs, AHs or parent domains
-/// use it. A parent domain is released (spec/parent-domain.md).
+/// use it; a parent domain, while objects created through it live
+/// (spec/parent-domain.md).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     let b = match block::<PdBlock>("ibv_dealloc_pd", pd) {
@@ -63,9 +73,8 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     // SAFETY: a live block (checked).
     let blk = unsafe { &*b };
     if blk.parent.is_some() {
-        crate::domain::release(blk);
-        free::<PdBlock>(pd);
-        return 0;
+        // SAFETY: `pd` is this live parent domain.
+        return unsafe { crate::domain::dealloc(pd, blk) };
     }
     let parents = blk.parents.load(std::sync::atomic::Ordering::Acquire);
     if parents > 0 {
@@ -97,6 +106,8 @@ pub(crate) struct MrBlock {
     pub c: ibv_mr,
     magic: u64,
     inner: MrInner,
+    /// Set when made through a parent domain (its dealloc waits for it).
+    domain: Option<crate::domain::DomainHold>,
 }
 impl_block!(MrBlock, ibv_mr, "memory region", 0x736f_6674_6d72_3031);
 
@@ -109,12 +120,15 @@ pub(crate) enum MrInner {
 }
 
 impl MrBlock {
-    /// A block for a new region.
+    /// A block for a new region (of `c.pd`, a live PD or parent domain).
     pub(crate) fn new(c: ibv_mr, inner: MrInner) -> MrBlock {
+        // SAFETY: `c.pd` is the live PD the region was registered in.
+        let domain = unsafe { crate::domain::DomainHold::of(c.pd) };
         MrBlock {
             c,
             magic: MrBlock::MAGIC,
             inner,
+            domain,
         }
     }
 }
@@ -240,6 +254,8 @@ pub(crate) struct MwBlock {
     pub c: ibv_mw,
     magic: u64,
     pub inner: softverbs::MemoryWindow,
+    /// Set when made through a parent domain (its dealloc waits for it).
+    _domain: Option<crate::domain::DomainHold>,
 }
 impl_block!(MwBlock, ibv_mw, "memory window", 0x736f_6674_6d77_3031);
 
@@ -266,6 +282,8 @@ pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: c_uint) -> *m
             c,
             magic: MwBlock::MAGIC,
             inner: mw,
+            // SAFETY: the live PD checked above.
+            _domain: unsafe { crate::domain::DomainHold::of(pd) },
         }))
     });
     made.unwrap_or_else(|e| {
@@ -453,6 +471,8 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     }
     if new_pd.is_some() {
         b.c.pd = pd;
+        // SAFETY: `pd` is the live PD checked above.
+        b.domain = unsafe { crate::domain::DomainHold::of(pd) };
     }
     if translation {
         b.c.addr = addr;

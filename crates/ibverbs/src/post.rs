@@ -141,6 +141,14 @@ unsafe fn post_one(
         }
     };
     let flags = SendFlags(wr.send_flags);
+    // IBV_WR_TSO: its header and segment size are the union's `tso` member.
+    let tso = if opcode == WrOpcode::Tso {
+        // SAFETY: the member IBV_WR_TSO selects, at the union's offset.
+        let t = unsafe { *(&raw const wr.bind_mw).cast::<ibv_send_wr_tso>() };
+        Some((tso_header(VERB, t.hdr, t.hdr_sz)?, t.mss))
+    } else {
+        None
+    };
     let send = SendWr {
         wr_id: wr.wr_id,
         opcode,
@@ -155,8 +163,30 @@ unsafe fn post_one(
     } else {
         None
     };
+    if let Some((hdr, mss)) = tso {
+        return raw::post_send_tso_gathered(&qp.inner, &send, gathered, hdr, mss)
+            .map_err(|e| errno_of(&e));
+    }
     // `qp_type.xrc.remote_srqn`: read by XRC_SEND QPs only (spec/xrc.md §5).
     raw::post_send_gathered_xrc(&qp.inner, &send, gathered, wr.qp_type).map_err(|e| errno_of(&e))
+}
+
+/// The caller's TSO header (`hdr`, `hdr_sz` bytes), read now as a provider
+/// copies it into the WQE at post time (mlx5 `set_tso_eth_seg`).
+unsafe fn tso_header<'a>(verb: &str, hdr: *const c_void, hdr_sz: u16) -> Result<&'a [u8], c_int> {
+    if hdr.is_null() {
+        if hdr_sz == 0 {
+            return Ok(&[]);
+        }
+        return Err(refuse(
+            verb,
+            EINVAL,
+            format_args!("tso.hdr is NULL with hdr_sz {hdr_sz}"),
+        ));
+    }
+    // SAFETY: ibv_post_send(3) / ibv_wr_send_tso(3): `hdr` points to
+    // `hdr_sz` readable bytes of the caller's for the call's duration.
+    Ok(unsafe { std::slice::from_raw_parts(hdr.cast::<u8>(), usize::from(hdr_sz)) })
 }
 
 /// `ibv_post_send` (the ops slot): posts the list in order; on the first
@@ -269,6 +299,8 @@ struct Pending {
     inline: Option<Vec<u8>>,
     /// `ibv_wr_set_xrc_srqn` (XRC_SEND).
     xrc_srqn: u32,
+    /// `ibv_wr_send_tso`: the header (copied) and the segment size.
+    tso: Option<(Vec<u8>, u16)>,
 }
 
 /// The batch of a QP: its WRs and the first builder error, which
@@ -300,6 +332,7 @@ unsafe fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, imm: u32, target: WrTarget
             sges: Vec::new(),
             inline: None,
             xrc_srqn: 0,
+            tso: None,
         })
     });
 }
@@ -360,7 +393,11 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
             }
             None => None,
         };
-        if let Err(e) = raw::post_send_gathered_xrc(&b.inner, &wr, inline, p.xrc_srqn) {
+        let posted = match &p.tso {
+            Some((hdr, mss)) => raw::post_send_tso_gathered(&b.inner, &wr, inline, hdr, *mss),
+            None => raw::post_send_gathered_xrc(&b.inner, &wr, inline, p.xrc_srqn),
+        };
+        if let Err(e) = posted {
             return errno_of(&e);
         }
     }
@@ -437,18 +474,6 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     begin(qp, WrOpcode::AtomicFetchAndAdd, 0, WrTarget::Atomic(t));
 }
 
-/// Builders for operations softverbs does not offer (TSO): `EOPNOTSUPP`
-/// from `ibv_wr_complete`.
-unsafe fn unsupported(qp: *mut ibv_qp_ex, what: &str) {
-    with_batch(qp, |_, batch| {
-        batch.error.get_or_insert(refuse(
-            what,
-            EOPNOTSUPP,
-            "this operation is not offered by softverbs",
-        ));
-    });
-}
-
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ibv_qp_ex,
     mw: *mut ibv_mw,
@@ -483,8 +508,16 @@ unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, rkey: u32) {
 unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
     begin(qp, WrOpcode::SendWithInv, 0, WrTarget::Invalidate { rkey });
 }
-unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _hdr_sz: u16, _mss: u16) {
-    unsupported(qp, "ibv_wr_send_tso");
+/// `ibv_wr_send_tso`: the header is copied now (mlx5 copies it into the WQE).
+unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, hdr: *mut c_void, hdr_sz: u16, mss: u16) {
+    const VERB: &str = "ibv_wr_send_tso";
+    begin(qp, WrOpcode::Tso, 0, WrTarget::None);
+    last(qp, VERB, |_, p| {
+        // SAFETY: the caller's header of hdr_sz bytes.
+        let h = unsafe { tso_header(VERB, hdr, hdr_sz) }?;
+        p.tso = Some((h.to_vec(), mss));
+        Ok(())
+    });
 }
 unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, srqn: u32) {
     last(qp, "ibv_wr_set_xrc_srqn", |_, p| {

@@ -21,6 +21,8 @@ pub(crate) struct QpBlock {
     pub inner: softverbs::QueuePair,
     /// The `ibv_wr_*` batch being built (between `wr_start` and `wr_complete`).
     batch: Mutex<Batch>,
+    /// Set when made through a parent domain (its dealloc waits for it).
+    _domain: Option<crate::domain::DomainHold>,
 }
 impl_block!(QpBlock, ibv_qp, "queue pair", 0x736f_6674_7170_3031);
 
@@ -83,27 +85,14 @@ unsafe fn create_rss(
 /// `IBV_QP_INIT_ATTR_MAX_TSO_HEADER`.
 const QP_INIT_ATTR_MAX_TSO_HEADER: u32 = 1 << 3;
 
-/// `max_tso_header` (spec/raw-packet.md §4): RAW_PACKET QPs only, and 0, as
-/// the device offers no TSO (`tso_caps.max_tso` is 0). Returns the comp_mask
-/// without the bit, which has then been honoured.
-fn check_tso(verb: &str, a: &ibv_qp_init_attr_ex) -> Result<u32, c_int> {
-    if a.comp_mask & QP_INIT_ATTR_MAX_TSO_HEADER == 0 {
-        return Ok(a.comp_mask);
+/// `max_tso_header` (spec/raw-packet.md §4), read only with its comp_mask
+/// bit; softverbs checks it (RAW_PACKET only, at most the device's limit).
+fn tso_header(a: &ibv_qp_init_attr_ex) -> u16 {
+    if a.comp_mask & QP_INIT_ATTR_MAX_TSO_HEADER != 0 {
+        a.max_tso_header
+    } else {
+        0
     }
-    if a.qp_type != 8 {
-        return Err(refuse(verb, EINVAL, "max_tso_header is for RAW_PACKET QPs"));
-    }
-    if a.max_tso_header != 0 {
-        return Err(refuse(
-            verb,
-            EINVAL,
-            format!(
-                "max_tso_header = {}: this device offers no TSO (tso_caps.max_tso = 0)",
-                a.max_tso_header
-            ),
-        ));
-    }
-    Ok(a.comp_mask & !QP_INIT_ATTR_MAX_TSO_HEADER)
 }
 
 /// Creates a QP from an `ibv_qp_init_attr_ex` whose fields past `sq_sig_all`
@@ -118,7 +107,7 @@ unsafe fn create(
         return Err(refuse(verb, EINVAL, "qp_init_attr is NULL"));
     }
     // SAFETY: non-NULL attributes from the caller; `ext` says how long they are.
-    let (comp_mask, create_flags, send_ops_flags) = if ext {
+    let (comp_mask, create_flags, send_ops_flags, max_tso_header) = if ext {
         let a = unsafe { &*a };
         let has = |bit: u32| a.comp_mask & bit != 0;
         let create_flags = if has(QP_INIT_ATTR_CREATE_FLAGS) {
@@ -131,9 +120,9 @@ unsafe fn create(
         } else {
             0
         };
-        (check_tso(verb, a)?, create_flags, send_ops_flags)
+        (a.comp_mask, create_flags, send_ops_flags, tso_header(a))
     } else {
-        (QP_INIT_ATTR_PD, 0, 0)
+        (QP_INIT_ATTR_PD, 0, 0, 0)
     };
     // ibv_wr_flush sits past the end of rdma-core 44's ibv_qp_ex, which is
     // what this library hands out: a QP promising it would be called there.
@@ -192,6 +181,7 @@ unsafe fn create(
             comp_mask,
             create_flags,
             send_ops_flags,
+            max_tso_header,
         };
         pdb.pd()
             .create_qp(&init, qp_type)
@@ -245,6 +235,8 @@ pub(crate) unsafe fn register(
         magic: QpBlock::MAGIC,
         inner: qp,
         batch: Mutex::default(),
+        // SAFETY: `pd` is NULL or the live PD the QP was made in.
+        _domain: unsafe { crate::domain::DomainHold::of(pd) },
     });
     // SAFETY: the caller's live context (`ctx_block` checks it).
     if let Ok(ctx) = unsafe { crate::context::ctx_block(verb, context) } {

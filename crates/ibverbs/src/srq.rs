@@ -12,6 +12,8 @@ pub(crate) struct SrqBlock {
     pub c: ibv_srq,
     magic: u64,
     inner: Option<softverbs::SharedReceiveQueue>,
+    /// Set when made through a parent domain (its dealloc waits for it).
+    _domain: Option<crate::domain::DomainHold>,
 }
 impl_block!(
     SrqBlock,
@@ -81,6 +83,8 @@ unsafe fn register(
         c,
         magic: SrqBlock::MAGIC,
         inner: Some(srq),
+        // SAFETY: `pd` is NULL or the live PD the SRQ was made in.
+        _domain: unsafe { crate::domain::DomainHold::of(pd) },
     });
     // SAFETY: the caller's live context (`ctx_block` checks it).
     if let Ok(ctx) = unsafe { ctx_block(verb, ctx_ptr) } {

@@ -16,6 +16,8 @@ pub(crate) struct WqBlock {
     pub c: ibv_wq,
     magic: u64,
     inner: Option<WorkQueue>,
+    /// Set when made through a parent domain (its dealloc waits for it).
+    _domain: Option<crate::domain::DomainHold>,
 }
 impl_block!(WqBlock, ibv_wq, "work queue", 0x736f_6674_7771_3031);
 
@@ -120,6 +122,8 @@ pub(crate) unsafe extern "C" fn create_wq(
             },
             magic: WqBlock::MAGIC,
             inner: Some(wq),
+            // SAFETY: the live PD checked above.
+            _domain: unsafe { crate::domain::DomainHold::of(a.pd) },
         }))
     })();
     r.unwrap_or_else(fail)

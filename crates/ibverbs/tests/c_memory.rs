@@ -39,6 +39,7 @@ fn c_program_drives_memory_verbs() {
         "ibv_dealloc_pd refused (EBUSY): 1 parent domain(s) stand on this protection domain",
         "a parent domain stands on a protection domain",
         "parent_domain is a protection domain, not a parent domain",
+        "were created through this parent domain and still exist; destroy them first",
         "and 5 more that signaled send WRs in flight will add",
     ] {
         assert!(stderr.contains(why), "{why:?} not in the log:\n{stderr}");

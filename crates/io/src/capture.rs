@@ -11,7 +11,10 @@
 //!   really went on the wire; a datagram lost by fault injection is absent, a
 //!   corrupted one appears corrupted);
 //! - received datagrams as read from the socket, *before* receive faults;
-//! - datagrams of the loopback shortcut once, as sent.
+//! - datagrams of the loopback shortcut once, as sent;
+//! - RAW_PACKET QPs' Ethernet frames (`crate::raw`) as they are — a pcap
+//!   record is an Ethernet frame — at the same two points: sent ones after
+//!   the transmit faults, received ones as read, before the receive faults.
 //!
 //! The file is flushed when the progress thread goes idle and at least every
 //! [`FLUSH_EVERY`] while busy, so it is readable while the device runs and
@@ -161,6 +164,20 @@ impl Capture {
         encap.dst_port = to.port();
         let ts_us = self.origin_us + now / 1000;
         let result = self.writer.write_transport(ts_us, &encap, payload);
+        self.recorded(now, result, c);
+    }
+
+    /// Records one Ethernet frame of a RAW_PACKET QP, as it is.
+    pub(crate) fn record_frame(&mut self, now: Nanos, frame: &[u8], c: &Counters) {
+        if self.broken {
+            return;
+        }
+        let ts_us = self.origin_us + now / 1000;
+        let result = self.writer.write_frame(ts_us, frame);
+        self.recorded(now, result, c);
+    }
+
+    fn recorded(&mut self, now: Nanos, result: io::Result<()>, c: &Counters) {
         self.check(result, c);
         if !self.broken {
             Counters::add(&c.pcap_records, 1);

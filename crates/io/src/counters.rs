@@ -50,6 +50,14 @@ counters! {
     send_retries,
     /// Receive calls that failed (other than "nothing to read").
     recv_errors,
+    /// Receive calls (socket, shared-address inbox) that found nothing to read
+    /// (EAGAIN): the progress loop reads only what poll(2) reported readable.
+    recv_empty,
+    /// Reads of the socket by an application thread polling an empty CQ
+    /// while the progress thread slept ([`crate::Driver::drive_receive`]).
+    poll_receive_calls,
+    /// Datagrams those reads handed to the engine.
+    poll_receive_datagrams,
     /// Datagrams to our own address fed straight back to the engine.
     loopback_datagrams,
     /// Payload bytes of `loopback_datagrams`.
@@ -90,6 +98,17 @@ counters! {
     /// progress thread involved (counted in `datagrams_sent` or
     /// `loopback_datagrams` too).
     caller_datagrams,
+    /// Same-host path (crate::shm): datagrams put into a peer's shared ring.
+    shm_datagrams_sent,
+    /// Same-host path: datagrams read from the shared rings of local senders.
+    shm_datagrams_received,
+    /// Same-host path: peers that could not take it (not open there, another
+    /// user or namespace, refused, no answer): their datagrams go by UDP.
+    shm_fallbacks,
+    /// Same-host path: datagrams sent by UDP because the peer's ring stayed full.
+    shm_ring_full,
+    /// Same-host path: wake-up bytes written to a sleeping receiver.
+    shm_wakeups,
 }
 
 impl Counters {

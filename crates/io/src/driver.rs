@@ -142,6 +142,8 @@ pub(crate) struct Shared<E> {
     /// When the sleeping progress thread wakes by itself (engine clock, ns);
     /// 0 while it is awake. Written under the engine lock.
     pub(crate) wake_at: AtomicU64,
+    /// The gate to the socket's receive side for polling threads (crate::pollrx).
+    pub(crate) rx: crate::pollrx::RxGate,
 }
 
 /// What a posting thread needs to transmit by itself.
@@ -184,6 +186,30 @@ const CALLER_TX_MAX: usize = 8;
 const CALLER_TX_ROOM_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl<E> Shared<E> {
+    pub(crate) fn new(
+        engine: E,
+        clock: Clock,
+        socket: &std::net::UdpSocket,
+        local: SocketAddr,
+        opts: &DriverOptions,
+    ) -> io::Result<Self> {
+        Ok(Shared {
+            engine: Mutex::new(engine),
+            doorbell: Doorbell::new()?,
+            stop: AtomicBool::new(false),
+            counters: Counters::default(),
+            clock,
+            channels: Mutex::new(HashMap::new()),
+            async_events: Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?),
+            groups: Mutex::new(Vec::new()),
+            groups_version: std::sync::atomic::AtomicU64::new(0),
+            raw: Default::default(),
+            rx: crate::pollrx::RxGate::new(socket, local, opts),
+            caller_tx: None,
+            wake_at: AtomicU64::new(0),
+        })
+    }
+
     pub(crate) fn engine(&self) -> MutexGuard<'_, E> {
         // A panic inside an engine call must not wedge the device forever.
         self.engine.lock().unwrap_or_else(PoisonError::into_inner)
@@ -245,20 +271,9 @@ impl<E: Engine> Driver<E> {
             Some(path) => Some(Capture::create(path, origin)?),
             None => None,
         };
-        let shared = Arc::new(Shared {
-            engine: Mutex::new(engine),
-            doorbell: Doorbell::new()?,
-            stop: AtomicBool::new(false),
-            counters: Counters::default(),
-            clock,
-            channels: Mutex::new(HashMap::new()),
-            async_events: Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?),
-            groups: Mutex::new(Vec::new()),
-            groups_version: std::sync::atomic::AtomicU64::new(0),
-            raw: Default::default(),
-            caller_tx,
-            wake_at: AtomicU64::new(0),
-        });
+        let mut shared = Shared::new(engine, clock, &socket, local, &opts)?;
+        shared.caller_tx = caller_tx;
+        let shared = Arc::new(shared);
         let progress = Progress::new(shared.clone(), socket, local, &opts, capture);
         let thread = std::thread::Builder::new()
             .name(opts.thread_name.clone())
@@ -280,6 +295,14 @@ impl<E: Engine> Driver<E> {
     /// the doorbell afterwards if `f` created work.
     pub fn with<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
         f(&mut self.shared.engine())
+    }
+
+    /// An application thread found its CQ empty: if the progress thread
+    /// sleeps and nobody else reads, read the socket once without waiting and
+    /// hand what came to the engine (crate::pollrx); how many datagrams. Never
+    /// blocks behind the progress thread.
+    pub fn drive_receive(&self) -> usize {
+        crate::pollrx::drive(&self.shared)
     }
 
     /// Makes the device's IP multicast memberships `groups` (the groups its

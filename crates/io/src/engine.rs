@@ -78,6 +78,13 @@ pub trait Engine: Send + 'static {
     fn handle_timeout(&mut self, now: Nanos);
     /// The next notification for the driver to deliver.
     fn poll_notification(&mut self) -> Option<Notification>;
+    /// Whether [`Engine::poll_transmit`], [`Engine::poll_frame`] or
+    /// [`Engine::poll_notification`] would give something now (`true` when
+    /// unsure). A polling application thread that handed the engine datagrams
+    /// wakes the progress thread only then (or for an earlier timer).
+    fn has_work(&self) -> bool {
+        true
+    }
     /// Writes the next Ethernet frame of a RAW_PACKET QP into `buf`: (the
     /// QP's number, whose packet socket sends it; its length). `crate::raw`.
     fn poll_frame(&mut self, _now: Nanos, _buf: &mut [u8]) -> Option<(u32, usize)> {

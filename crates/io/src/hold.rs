@@ -5,7 +5,9 @@
 //! datagrams of its direction must pass first (or its `deadline`, whichever
 //! comes first). Promise: bounded — at most `capacity` datagrams; a full queue
 //! refuses (the caller lets the datagram through unheld and counts it).
-//! Buffers are recycled, so a steady state allocates nothing.
+//! Buffers are recycled, so a steady state allocates nothing. The key that
+//! says where a held item goes is a socket address for RoCE datagrams and a
+//! QP number for RAW_PACKET frames (`crate::raw`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -23,10 +25,10 @@ pub(crate) enum Dir {
 
 /// One held datagram.
 #[derive(Debug)]
-pub(crate) struct Held {
+pub(crate) struct Held<K = SocketAddr> {
     pub(crate) dir: Dir,
-    /// Tx: the destination. Rx: the sender.
-    pub(crate) peer: SocketAddr,
+    /// Tx: the destination. Rx: the sender. (Raw frames: the QP.)
+    pub(crate) peer: K,
     pub(crate) bytes: Vec<u8>,
     not_before: Nanos,
     /// Later datagrams of `dir` that must pass before this one (0: none).
@@ -35,7 +37,7 @@ pub(crate) struct Held {
     deadline: Nanos,
 }
 
-impl Held {
+impl<K> Held<K> {
     fn due(&self, now: Nanos) -> bool {
         now >= self.not_before && (self.after == 0 || now >= self.deadline)
     }
@@ -62,8 +64,8 @@ pub(crate) struct Hold {
 
 /// Datagrams held back by fault injection. See the module doc.
 #[derive(Debug)]
-pub(crate) struct HoldQueue {
-    items: VecDeque<Held>,
+pub(crate) struct HoldQueue<K = SocketAddr> {
+    items: VecDeque<Held<K>>,
     free: Vec<Vec<u8>>,
     capacity: usize,
 }
@@ -71,7 +73,7 @@ pub(crate) struct HoldQueue {
 /// Spare buffers kept for reuse.
 const MAX_FREE: usize = 256;
 
-impl HoldQueue {
+impl<K> HoldQueue<K> {
     pub(crate) fn new(capacity: usize) -> Self {
         HoldQueue {
             items: VecDeque::new(),
@@ -86,7 +88,7 @@ impl HoldQueue {
     }
 
     /// Holds a copy of `bytes`; `false` (nothing held) when full.
-    pub(crate) fn push(&mut self, dir: Dir, peer: SocketAddr, bytes: &[u8], hold: Hold) -> bool {
+    pub(crate) fn push(&mut self, dir: Dir, peer: K, bytes: &[u8], hold: Hold) -> bool {
         if self.items.len() >= self.capacity {
             return false;
         }
@@ -116,18 +118,18 @@ impl HoldQueue {
     }
 
     /// The oldest datagram that may go at `now`.
-    pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<Held> {
+    pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<Held<K>> {
         let i = self.items.iter().position(|h| h.due(now))?;
         self.items.remove(i)
     }
 
     /// Puts back a datagram that could not go yet (socket full); it stays first.
-    pub(crate) fn unpop(&mut self, held: Held) {
+    pub(crate) fn unpop(&mut self, held: Held<K>) {
         self.items.push_front(held);
     }
 
     /// Returns a released datagram's buffer for reuse.
-    pub(crate) fn recycle(&mut self, held: Held) {
+    pub(crate) fn recycle(&mut self, held: Held<K>) {
         if self.free.len() < MAX_FREE {
             self.free.push(held.bytes);
         }

@@ -9,7 +9,9 @@
 //! and the sharing of one address by several processes ([`share`]: every process
 //! binds port 4791 with `SO_REUSEPORT`, a classic-BPF program steers by the slot in
 //! the destination QPN, and a datagram that lands in the wrong process is forwarded
-//! to its owner; the decision and its measurements are in `spec/shared-address.md`).
+//! to its owner; the decision and its measurements are in `spec/shared-address.md`),
+//! and the same-host path (`shm`, `SOFTVERBS_SHM=1`, off by default: shared-memory
+//! rings between the processes of one host instead of UDP, `spec/same-host.md`).
 //! It does not depend on the engine: [`Engine`] is the contract the engine
 //! implements, and its doc states the call order.
 //!
@@ -32,9 +34,11 @@ mod hold;
 pub mod host;
 mod mcast;
 mod options;
+mod pollrx;
 mod progress;
 pub mod raw;
 pub mod share;
+mod shm;
 mod socket;
 mod sys;
 
@@ -47,3 +51,4 @@ pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_C
 pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};
 pub use options::{DriverOptions, OptionsError};
 pub use progress::MAX_SLEEP;
+pub use shm::ENV as SHM_ENV;

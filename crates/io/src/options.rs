@@ -9,6 +9,8 @@
 //!   UDP GRO on receive off (anything else leaves them on);
 //! - `SOFTVERBS_CALLER_TX`: `1`/`on`/`yes`/`true` turns the posting thread's
 //!   own transmit on ([`DriverOptions::caller_tx`]; off by default).
+//! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
+//!   (`crate::shm`), anything else leaves it off.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,6 +60,15 @@ pub struct DriverOptions {
     /// on (not yet understood). Off by itself while faults or capture are in
     /// use: those live in the progress thread.
     pub caller_tx: bool,
+    /// An application thread that polls an empty CQ while the progress thread
+    /// sleeps reads the socket itself ([`crate::Driver::drive_receive`]).
+    /// Off by default (`SOFTVERBS_POLL_RX=1` turns it on): on 2 shared cores it
+    /// measured more context switches per message, not fewer
+    /// (spec/performance.md §9.4). Never with faults or a capture.
+    pub poll_receive: bool,
+    /// The same-host path (shared-memory rings to processes of this host,
+    /// `crate::shm`; `SOFTVERBS_SHM=1` turns it on). Needs `share` (a slot).
+    pub shm: bool,
 }
 
 impl Default for DriverOptions {
@@ -76,6 +87,8 @@ impl Default for DriverOptions {
             gso: true,
             gro: true,
             caller_tx: false,
+            poll_receive: false,
+            shm: false,
         }
     }
 }
@@ -108,6 +121,11 @@ impl DriverOptions {
     pub const GRO_ENV: &'static str = "SOFTVERBS_GRO";
     /// Environment variable turning [`DriverOptions::caller_tx`] on (`1`, `on`, `yes`, `true`).
     pub const CALLER_TX_ENV: &'static str = "SOFTVERBS_CALLER_TX";
+    /// Environment variable turning [`DriverOptions::poll_receive`] on (`1`,
+    /// `on`, `yes`, `true`) or off (`0`, `off`, `no`, `false`).
+    pub const POLL_RX_ENV: &'static str = "SOFTVERBS_POLL_RX";
+    /// Environment variable turning [`DriverOptions::shm`] on (`1`, `on`, `yes`, `true`) or off.
+    pub const SHM_ENV: &'static str = crate::shm::ENV;
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
     pub const PCAP_ENV: &'static str = "SOFTVERBS_PCAP";
 
@@ -146,6 +164,12 @@ impl DriverOptions {
         let on = |v: String| matches!(v.trim(), "1" | "on" | "yes" | "true");
         if get(Self::CALLER_TX_ENV).is_some_and(on) {
             self.caller_tx = true;
+        }
+        if let Some(v) = get(Self::POLL_RX_ENV) {
+            self.poll_receive = on(v.clone()) || (self.poll_receive && !off(v));
+        }
+        if let Some(v) = get(Self::SHM_ENV) {
+            self.shm = crate::shm::enabled_by(&v);
         }
         if let Some(text) = get(Self::FAULTS_ENV) {
             self.faults = text.parse().map_err(OptionsError::Faults)?;
@@ -199,6 +223,24 @@ mod tests {
         opts.apply_env("d", env(&[("SOFTVERBS_BUSY_POLL_US", "250")]))
             .unwrap();
         assert_eq!(opts.busy_poll, Duration::from_micros(250));
+    }
+
+    #[test]
+    fn poll_receive_is_off_unless_the_environment_turns_it_on() {
+        assert!(!DriverOptions::default().poll_receive);
+        for (value, want) in [("1", true), ("on", true), ("0", false), ("bogus", false)] {
+            let mut opts = DriverOptions::default();
+            let vars = [(DriverOptions::POLL_RX_ENV, value)];
+            opts.apply_env("d", env(&vars)).unwrap();
+            assert_eq!(opts.poll_receive, want, "{value}");
+        }
+        let mut opts = DriverOptions {
+            poll_receive: true,
+            ..DriverOptions::default()
+        };
+        opts.apply_env("d", env(&[(DriverOptions::POLL_RX_ENV, "off")]))
+            .unwrap();
+        assert!(!opts.poll_receive);
     }
 
     #[test]

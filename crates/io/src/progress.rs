@@ -8,6 +8,14 @@
 //! the socket and the doorbell until the engine's next deadline (at most
 //! [`MAX_SLEEP`]). It exits when the stop flag is set.
 //!
+//! A pass reads the socket and the shared-address inbox only when the last
+//! poll(2) reported them readable, or while reads keep coming back full: a
+//! read that would find nothing (EAGAIN) is not made. Level-triggered poll
+//! loses nothing this way: what is left unread wakes the next sleep at once.
+//! After two working passes in a row, and before each busy-poll pass, one
+//! zero-timeout poll(2) learns what became readable meanwhile (one call for
+//! every source instead of a read of each).
+//!
 //! Fault injection and capture sit at the socket boundary: a datagram from
 //! the engine passes the transmit faults (drop, corrupt, duplicate, hold for
 //! delay or reordering) and is captured when it really leaves; a datagram from
@@ -99,6 +107,17 @@ impl Faults {
     }
 }
 
+/// The receive sources a pass reads: those the last poll(2) reported
+/// readable, and the socket while reads come back full.
+#[derive(Debug, Clone, Copy, Default)]
+struct Readable {
+    socket: bool,
+    /// The shared address's inbox.
+    inbox: bool,
+    /// The shared address's CM service sockets.
+    services: bool,
+}
+
 /// What the faults made of one datagram.
 enum Fate {
     /// Dropped, or now held: nothing more to do.
@@ -141,6 +160,12 @@ pub(crate) struct Progress<E> {
     raw: crate::raw::RawPath,
     /// Sends runs of datagrams, with UDP GSO while the kernel takes it.
     sender: socket::Sender,
+    /// What the next pass reads (see the module notes).
+    readable: Readable,
+    /// shm: the same-host path (crate::shm), when on, and whether the last
+    /// transmit stopped at a full ring (then the sleep does not wait for POLLOUT).
+    shm: Option<crate::shm::ShmPath>,
+    shm_full: bool,
 }
 
 impl<E: Engine> Progress<E> {
@@ -184,24 +209,38 @@ impl<E: Engine> Progress<E> {
             groups_seen: 0,
             group_buf: Vec::new(),
             pollfds: Vec::with_capacity(3),
-            raw: crate::raw::RawPath::new(),
+            raw: crate::raw::RawPath::new(opts),
             sender: socket::Sender::new(opts.gso),
+            // Nothing known yet: the first sleep's poll says what is queued.
+            readable: Readable::default(),
+            shm: crate::shm::ShmPath::for_driver(local, opts),
+            shm_full: false,
         }
     }
 
     pub(crate) fn run(mut self) {
         let mut last_work = Instant::now();
+        let mut streak = 0u32;
         while !self.shared.stop.load(SeqCst) {
             if self.pass() {
                 last_work = Instant::now();
+                streak += 1;
+                if streak >= 2 {
+                    // Work keeps coming without a sleep: learn what became
+                    // readable meanwhile, so receive is not starved by it.
+                    self.peek();
+                }
             } else if last_work.elapsed() < self.busy_poll {
                 // Yield rather than spin: on a machine with few cores the
                 // application's poller and the peer's progress thread need the
                 // CPU (two processes on 2 cores: 152 µs → ~18 µs median latency).
                 std::thread::yield_now();
+                self.peek();
+                streak = 0;
             } else {
                 self.sleep();
                 last_work = Instant::now();
+                streak = 0;
             }
         }
         self.flush_capture();
@@ -211,18 +250,32 @@ impl<E: Engine> Progress<E> {
     fn pass(&mut self) -> bool {
         let received = self.receive()
             | self.receive_forwarded()
+            | self.receive_shm()
             | self.receive_groups()
-            | self.raw.receive(&self.shared, self.batch);
+            | self
+                .raw
+                .receive(&self.shared, self.batch, &mut self.capture);
         let fired = self.timers();
         let released = self.release();
-        let sent = self.transmit() | self.raw.transmit(&self.shared, self.batch);
+        let sent = self.transmit()
+            | self
+                .raw
+                .transmit(&self.shared, self.batch, &mut self.capture);
         let notified = self.notify();
         Counters::add(&self.shared.counters.passes, 1);
         received || fired || released || sent || notified
     }
 
-    /// Reads up to `batch` datagrams, as many per recvmmsg(2) as are queued.
+    /// Reads up to `batch` datagrams, as many per recvmmsg(2) as are queued,
+    /// if the socket is readable (see [`Readable`]).
     fn receive(&mut self) -> bool {
+        if !self.readable.socket {
+            return false;
+        }
+        // One reader at a time (crate::pollrx): a polling application thread
+        // may read while this thread sleeps.
+        let shared = self.shared.clone();
+        let _gate = shared.rx.hold();
         let mut mem = std::mem::take(&mut self.rx_mem);
         let mut meta = std::mem::take(&mut self.rx_meta);
         let slot = self.rx_slot;
@@ -236,7 +289,9 @@ impl<E: Engine> Progress<E> {
             let got = match sys::recvmmsg(self.socket.as_fd(), &mut mem, slot, &mut meta[..want]) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Counters::add(&self.shared.counters.recv_empty, 1);
                     self.rx_want = (self.rx_want / 2).max(1);
+                    self.readable.socket = false;
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
@@ -248,6 +303,9 @@ impl<E: Engine> Progress<E> {
                 }
             };
             Counters::add(&self.shared.counters.recv_calls, 1);
+            // A full read of several may have left more; one datagram asked
+            // for and read (a latency-bound exchange) most likely did not.
+            self.readable.socket = got == want && want > 1;
             self.rx_want = if got == want {
                 (want * 2).min(meta.len())
             } else {
@@ -290,7 +348,7 @@ impl<E: Engine> Progress<E> {
             passed.clear();
             self.rx_passed = passed;
             budget = budget.saturating_sub(got);
-            if got < want {
+            if !self.readable.socket {
                 break;
             }
         }
@@ -332,68 +390,46 @@ impl<E: Engine> Progress<E> {
     }
 
     /// Shared address: a datagram for another process's slot goes to that
-    /// process's inbox (counted; dropped if nobody holds the slot). `true`: it
-    /// was not ours.
-    /// A CM MAD goes by the comm ID or service ID it names (spec/cm.md §8); one
-    /// nobody else takes is ours (our CM answers it: REJ, DREP).
+    /// process's inbox ([`forward`]). `true`: it was not ours.
     fn forward(&mut self, r: &sys::Received, bytes: &[u8]) -> bool {
-        let Some((slot, _)) = &self.share else {
-            return false;
-        };
-        let Some(from) = r.from else {
-            return false;
-        };
-        if r.truncated {
-            return false;
+        match &self.share {
+            Some((slot, _)) => forward(slot, &self.shared.counters, self.local, r, bytes),
+            None => false,
         }
-        let gsi = bytes.get(5..8) == Some(&[0, 0, 1]);
-        let c = &self.shared.counters;
-        let (sent, dest) = match share::target(slot.index(), bytes) {
-            share::Target::Ours => return false,
-            share::Target::Service(sid) if slot.serves(sid) => return false,
-            share::Target::Service(sid) => match slot.forward_to_service(sid, from, bytes) {
-                Ok(()) => (Ok(()), None),
-                // Nobody listens on it: our CM refuses (REJ invalid service ID).
-                Err(_) => return false,
-            },
-            share::Target::Slot(dest) => (slot.forward(dest, from, bytes), Some(dest)),
-        };
-        match sent {
-            Ok(()) => Counters::add(&c.forwarded, 1),
-            // A MAD for a comm ID whose process is gone: ours answers as the
-            // kernel does for an unknown ID (DREP to a DREQ, else a drop).
-            Err(_) if gsi => return false,
-            Err(e) => {
-                Counters::add(&c.forward_drops, 1);
-                tracing::debug!(local = %self.local, slot = ?dest, error = %e,
-                    "datagram for a slot no process holds (or a full inbox); dropped");
-            }
-        }
-        true
     }
 
     /// Shared address: datagrams other processes forwarded to this one, each
     /// then treated as read from the socket (counted, captured, faults, engine).
     fn receive_forwarded(&mut self) -> bool {
+        if !self.readable.inbox && !self.readable.services {
+            return false;
+        }
         let Some((slot, mut buf)) = self.share.take() else {
             return false;
         };
         let mut work = false;
-        let mut inbox_empty = false;
         for _ in 0..self.batch {
-            // The inbox first, then the CM listener registry's sockets.
-            let got = if inbox_empty {
+            // The inbox first, then the CM listener registry's sockets, each
+            // while poll(2) said it is readable and it gave something.
+            let inbox = self.readable.inbox;
+            let got = if inbox {
+                slot.receive(&mut buf)
+            } else if self.readable.services {
                 slot.receive_service(&mut buf)
             } else {
-                slot.receive(&mut buf)
+                break;
             };
             let (from, len) = match got {
                 Ok(got) => got,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !inbox_empty => {
-                    inbox_empty = true;
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Counters::add(&self.shared.counters.recv_empty, 1);
+                    if inbox {
+                        self.readable.inbox = false;
+                    } else {
+                        self.readable.services = false;
+                    }
                     continue;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     Counters::add(&self.shared.counters.recv_errors, 1);
                     tracing::warn!(local = %self.local, error = %e, "forwarded datagram unreadable");
@@ -416,6 +452,70 @@ impl<E: Engine> Progress<E> {
         }
         self.share = Some((slot, buf));
         work
+    }
+
+    /// shm: datagrams from the same-host path's rings, each then treated as
+    /// read from the socket (counted, captured, faults, engine).
+    fn receive_shm(&mut self) -> bool {
+        let Some(mut shm) = self.shm.take() else {
+            return false;
+        };
+        let shared = self.shared.clone();
+        let work = shm.receive(self.batch, &shared.counters, |from, bytes| {
+            let r = sys::Received {
+                len: bytes.len(),
+                from: Some(from),
+                truncated: false,
+                segment: None,
+            };
+            if let Some((now, from)) = self.received(&r, self.local, bytes) {
+                shared
+                    .engine()
+                    .handle_datagram(now, from, self.local, bytes);
+            }
+        });
+        self.shm = Some(shm);
+        work
+    }
+
+    /// shm: sends one (held) datagram through the same-host path if it takes
+    /// it (counted and captured as sent, like the socket's).
+    fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
+        let Some(shm) = self.shm.as_mut() else {
+            return false;
+        };
+        if shm.send(to, bytes, &self.shared.counters) != crate::shm::Push::Sent {
+            return false;
+        }
+        self.sent(now, to, bytes);
+        true
+    }
+
+    /// shm: the same-host path takes what it can from the head of a run:
+    /// `Ok(Ok(n))`, the first `n` went; `Err(WouldBlock)`, its ring is full;
+    /// `Ok(Err(k))`, the first `k` go by the socket.
+    fn shm_run(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<Result<usize, usize>> {
+        use crate::shm::Push;
+        let Some(shm) = self.shm.as_mut() else {
+            return Ok(Err(run.len()));
+        };
+        self.shm_full = false;
+        let mut n = 0;
+        for &(to, bytes) in run {
+            match shm.send(to, bytes, &self.shared.counters) {
+                Push::Sent => n += 1,
+                Push::Full if n == 0 => {
+                    self.shm_full = true;
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Push::Full | Push::Declined => break,
+            }
+        }
+        if n > 0 {
+            return Ok(Ok(n));
+        }
+        let rest = run[1..].iter().take_while(|(to, b)| !shm.may_take(*to, b));
+        Ok(Err(1 + rest.count()))
     }
 
     /// Multicast: datagrams read from the groups' sockets, each then treated
@@ -696,6 +796,9 @@ impl<E: Engine> Progress<E> {
             self.looped_back(now, bytes);
             return SendOutcome::Sent;
         }
+        if self.shm_out(now, to, bytes) {
+            return SendOutcome::Sent;
+        }
         Counters::add(&self.shared.counters.send_calls, 1);
         match socket::send(&self.socket, to, bytes) {
             SendOutcome::Sent => {
@@ -756,7 +859,8 @@ impl<E: Engine> Progress<E> {
             self.shared.wake_at.store(wake_at, SeqCst);
             d
         };
-        let deadline = match (engine_deadline, self.faults.hold.next_wake()) {
+        let held = [self.faults.hold.next_wake(), self.raw.next_wake()];
+        let deadline = match (engine_deadline, held.into_iter().flatten().min()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -765,9 +869,32 @@ impl<E: Engine> Progress<E> {
             .min(MAX_SLEEP);
         let mut sock_events = libc::POLLIN;
         if !self.txq.is_empty() || self.faults.blocked {
-            sock_events |= libc::POLLOUT;
+            // shm: a full ring is not the socket's to report: just wait a little.
+            if !self.shm_full {
+                sock_events |= libc::POLLOUT;
+            }
             timeout = timeout.min(RETRY_SLEEP);
         }
+        // shm: tell same-host senders we sleep; do not if a datagram came.
+        if let Some(shm) = self.shm.as_mut().filter(|s| s.arm()) {
+            shm.woke(&[]);
+            return;
+        }
+        Counters::add(&self.shared.counters.sleeps, 1);
+        let until = self.shared.clock.now() + timeout.as_nanos() as u64;
+        self.shared.rx.set_asleep(Some(until));
+        self.wait(sock_events, timeout);
+        self.shared.rx.set_asleep(None);
+    }
+
+    /// Learns what is readable now, without sleeping.
+    fn peek(&mut self) {
+        self.wait(libc::POLLIN, Duration::ZERO);
+    }
+
+    /// One poll(2) on every source (the socket with `sock_events`), at most
+    /// `timeout`: clears the doorbell if it rang and notes what is readable.
+    fn wait(&mut self, sock_events: libc::c_short, timeout: Duration) {
         let bell = self.shared.doorbell.fd().as_raw_fd();
         // A negative fd is ignored by poll(2): no inbox when the address is ours alone.
         let inbox = self.share.as_ref().map_or(-1, |(s, _)| s.inbox_fd());
@@ -780,20 +907,84 @@ impl<E: Engine> Progress<E> {
         ]);
         let groups = self.groups.iter();
         fds.extend(groups.map(|(_, s)| sys::pollfd(s.as_raw_fd(), libc::POLLIN)));
+        let services = fds.len();
         if let Some((slot, _)) = &self.share {
             slot.service_fds(&mut fds);
         }
+        let services = services..fds.len();
         self.raw.pollfds(&mut fds);
-        Counters::add(&self.shared.counters.sleeps, 1);
-        if let Err(e) = sys::poll(&mut fds, Some(timeout)) {
-            tracing::warn!(error = %e, "poll failed");
+        if let Some(shm) = self.shm.as_mut() {
+            shm.pollfds(&mut fds);
+        }
+        match sys::poll(&mut fds, Some(timeout)) {
+            Ok(_) => {
+                // Any event but POLLOUT (data, an error to collect, a hang-up) is for a read.
+                let r = &mut self.readable;
+                r.socket |= fds[0].revents & !libc::POLLOUT != 0;
+                r.inbox |= fds[2].revents != 0;
+                r.services |= fds[services].iter().any(|f| f.revents != 0);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "poll failed");
+                self.readable = Readable {
+                    socket: true,
+                    inbox: true,
+                    services: true,
+                };
+            }
         }
         self.shared.wake_at.store(0, SeqCst);
         if fds[1].revents != 0 {
             self.shared.doorbell.clear();
         }
+        if let Some(shm) = self.shm.as_mut() {
+            shm.woke(&fds);
+        }
         self.pollfds = fds;
     }
+}
+
+/// Shared address: a datagram for another process's slot goes to that
+/// process's inbox (counted; dropped if nobody holds the slot). `true`: it
+/// was not ours.
+/// A CM MAD goes by the comm ID or service ID it names (spec/cm.md §8); one
+/// nobody else takes is ours (our CM answers it: REJ, DREP).
+pub(crate) fn forward(
+    slot: &Slot,
+    c: &Counters,
+    local: SocketAddr,
+    r: &sys::Received,
+    bytes: &[u8],
+) -> bool {
+    let Some(from) = r.from else {
+        return false;
+    };
+    if r.truncated {
+        return false;
+    }
+    let gsi = bytes.get(5..8) == Some(&[0, 0, 1]);
+    let (sent, dest) = match share::target(slot.index(), bytes) {
+        share::Target::Ours => return false,
+        share::Target::Service(sid) if slot.serves(sid) => return false,
+        share::Target::Service(sid) => match slot.forward_to_service(sid, from, bytes) {
+            Ok(()) => (Ok(()), None),
+            // Nobody listens on it: our CM refuses (REJ invalid service ID).
+            Err(_) => return false,
+        },
+        share::Target::Slot(dest) => (slot.forward(dest, from, bytes), Some(dest)),
+    };
+    match sent {
+        Ok(()) => Counters::add(&c.forwarded, 1),
+        // A MAD for a comm ID whose process is gone: ours answers as the
+        // kernel does for an unknown ID (DREP to a DREQ, else a drop).
+        Err(_) if gsi => return false,
+        Err(e) => {
+            Counters::add(&c.forward_drops, 1);
+            tracing::debug!(%local, slot = ?dest, error = %e,
+                "datagram for a slot no process holds (or a full inbox); dropped");
+        }
+    }
+    true
 }
 
 /// The progress thread as the sink of a [`TxBatch`] flush.
@@ -806,6 +997,11 @@ impl<E: Engine> TxSink for Wire<'_, E> {
 
     fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
         let p = &mut *self.0;
+        // shm: the same-host path first; the socket takes what it declines.
+        let run = match p.shm_run(run)? {
+            Ok(n) => return Ok(n),
+            Err(k) => &run[..k],
+        };
         let (result, report) = p.sender.send(&p.socket, run);
         let c = &p.shared.counters;
         Counters::add(&c.send_calls, report.calls);

@@ -11,6 +11,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 pub(crate) mod packet;
+pub(crate) mod shm;
 
 /// Maps a C `-1` return to the thread's `errno`.
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {

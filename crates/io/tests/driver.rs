@@ -62,6 +62,9 @@ fn ping_pong(a_addr: &str, b_addr: &str, rounds: u64) {
         a.counters().loopback_datagrams + b.counters().loopback_datagrams,
         0
     );
+    // Each side reads only when poll(2) reported the socket readable (one
+    // datagram in flight: never a read that finds nothing).
+    assert_eq!((a.counters().recv_empty, b.counters().recv_empty), (0, 0));
 }
 
 #[test]

@@ -218,6 +218,7 @@ impl Default for DeviceData {
 pub(crate) struct EngineSink<'a> {
     cqs: &'a mut Table<CqEntry, kind::Cq>,
     srqs: &'a mut Table<SrqEntry, kind::Srq>,
+    srq_nums: crate::xrcd::SrqNumbers,
     events: &'a mut VecDeque<Event>,
     qp: QpHandle,
     now: u64,
@@ -266,8 +267,8 @@ impl Sink for EngineSink<'_> {
         srqn: u32,
         domain: u32,
     ) -> Result<crate::xrcd::XrcTarget, crate::xrcd::XrcMiss> {
-        use crate::xrcd::{srq_index, XrcMiss, XrcTarget};
-        let found = srq_index(srqn).and_then(|i| self.srqs.get_by_index(i));
+        use crate::xrcd::{XrcMiss, XrcTarget};
+        let found = self.srqs.get_by_index(self.srq_nums.srq_index(srqn)?);
         let Some((srq, s)) = found else {
             return Err(XrcMiss::NoSrq { srqn });
         };
@@ -318,6 +319,8 @@ pub struct Engine {
     qpns: HashMap<u32, QpHandle>,
     next_qpn: u32,
     qpn_space: QpnSpace,
+    /// How SRQs are numbered (follows `qpn_space`, xrcd.rs).
+    srq_nums: crate::xrcd::SrqNumbers,
     mr_serial: u32,
     /// Device-wide data-path state (schedule, events, counters).
     pub(crate) dev: DeviceData,
@@ -372,6 +375,10 @@ impl Engine {
             qpns: HashMap::new(),
             next_qpn: FIRST_QPN,
             qpn_space: QpnSpace::ALL,
+            srq_nums: crate::xrcd::SrqNumbers::of_qpn_space(
+                QpnSpace::ALL.first,
+                QpnSpace::ALL.last,
+            ),
             mr_serial: 0,
             dev: DeviceData::default(),
         }
@@ -581,7 +588,10 @@ impl Engine {
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
         let ring = self.new_send_ring(qp_type, c.pd, cap);
-        let qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl, ring.clone());
+        let mut qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl, ring.clone());
+        if req.comp_mask & create::comp_mask::MAX_TSO_HEADER != 0 {
+            qp.max_tso_header = req.max_tso_header; // spec/raw-packet.md §4
+        }
         let limit = u64::from(self.info.attr.max_qp);
         let handle = self.qps.insert(qp).ok_or(Error::TooMany {
             kind: ObjectKind::Qp,
@@ -647,11 +657,20 @@ impl Engine {
         }
     }
 
+    /// How this engine numbers its SRQs: within its QPN space's high bits,
+    /// so the numbers of the processes of one address differ (xrcd.rs).
+    pub(crate) fn srq_numbers(&self) -> crate::xrcd::SrqNumbers {
+        self.srq_nums
+    }
+
     /// Hands out QPNs from `space` only (this process's share of an address),
     /// the first at `start` (or the space's first if `start` is outside it);
     /// call before the first QP is created.
     pub fn set_qpn_space(&mut self, space: QpnSpace, start: u32) {
         self.qpn_space = space;
+        self.srq_nums = crate::xrcd::SrqNumbers::of_qpn_space(space.first, space.last);
+        // SRQ numbers stay within the space's high bits (spec/xrc-processes.md).
+        self.info.attr.max_srq = self.info.attr.max_srq.min(self.srq_nums.span - 1);
         self.next_qpn = if space.contains(start) {
             start
         } else {
@@ -752,8 +771,10 @@ impl Engine {
     }
 
     /// `ibv_destroy_qp`: allowed in any state; queued WRs are discarded without
-    /// completions. `EBUSY` while the QP is attached to a multicast group
-    /// (ibv_destroy_qp(3); kernel `ib_destroy_qp_user`: `usecnt`).
+    /// completions, and the completions of the QP still in its CQs leave them,
+    /// as rdma-core's hardware providers clean the CQs at destroy
+    /// (spec/qp-state-machine.md §8). `EBUSY` while the QP is attached to a
+    /// multicast group (ibv_destroy_qp(3); kernel `ib_destroy_qp_user`: `usecnt`).
     pub fn destroy_qp(&mut self, h: QpHandle) -> Result<(), Error> {
         let qpn = self.qp(h)?.ctl.qpn();
         if self.xrc_qp_release(h) {
@@ -763,6 +784,7 @@ impl Engine {
             let e = crate::mcast::McastError::Attached { qpn, groups, first };
             return Err(e.into());
         }
+        self.purge_qp_completions(h);
         self.qp_uses(h, false);
         // Type 2 windows bound through this QP become free: no QP can reach them.
         for (_, w) in self.mws.get_mut().iter_mut() {
@@ -801,6 +823,7 @@ impl Engine {
         let mut sink = EngineSink {
             cqs: &mut self.cqs,
             srqs: &mut self.srqs,
+            srq_nums: self.srq_nums,
             events: &mut self.dev.events,
             qp: h,
             now: self.dev.now,
@@ -821,6 +844,7 @@ impl Engine {
         let mut sink = EngineSink {
             cqs: &mut self.cqs,
             srqs: &mut self.srqs,
+            srq_nums: self.srq_nums,
             events: &mut self.dev.events,
             qp: h,
             now: self.dev.now,
@@ -845,6 +869,7 @@ impl Engine {
             let mut sink = EngineSink {
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
+                srq_nums: self.srq_nums,
                 events: &mut self.dev.events,
                 qp: h,
                 now: self.dev.now,
@@ -862,6 +887,7 @@ impl Engine {
             let mut sink = EngineSink {
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
+                srq_nums: self.srq_nums,
                 events: &mut self.dev.events,
                 qp: h,
                 now: self.dev.now,

@@ -262,6 +262,13 @@ pub enum InvalidArg {
     /// `ibv_create_qp`: a UC QP with an SRQ (ibv_create_qp(3)).
     #[error("a UC QP cannot use an SRQ (only RC and UD QPs can, ibv_create_qp(3))")]
     UcWithSrq,
+    /// `IBV_QP_INIT_ATTR_MAX_TSO_HEADER` on a QP type other than RAW_PACKET
+    /// (mlx5 `create_qp`; spec/raw-packet.md §4).
+    #[error("max_tso_header is for RAW_PACKET QPs, not {qp_type:?}")]
+    TsoHeaderNotRaw {
+        /// The QP type asked for.
+        qp_type: crate::types::QpType,
+    },
     /// `ibv_create_qp_ex` without `IBV_QP_INIT_ATTR_PD`.
     #[error("create_qp_ex: comp_mask must include IBV_QP_INIT_ATTR_PD for this QP type")]
     QpExWithoutPd,

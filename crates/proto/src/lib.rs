@@ -144,6 +144,7 @@ pub mod table;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod timers;
+pub mod tso;
 pub mod types;
 pub mod wc;
 pub mod wr;

@@ -105,6 +105,13 @@ pub enum XrcMiss {
         /// The number.
         srqn: u32,
     },
+    /// The number is another process's (spec/xrc-processes.md): SRQ numbers
+    /// carry the process's share of the address, as QPNs do.
+    #[error("XRCETH names SRQ {srqn:#x}, a number of another process sharing this address; XRC domains are not shared between processes (spec/xrc-processes.md)")]
+    OtherProcess {
+        /// The number.
+        srqn: u32,
+    },
     /// The SRQ belongs to another XRC domain than the target QP.
     #[error("XRCETH names SRQ {srqn:#x} of XRC domain {srq_domain}, but the target QP is in domain {qp_domain}")]
     OtherDomain {
@@ -117,15 +124,50 @@ pub enum XrcMiss {
     },
 }
 
-/// The SRQ number `ibv_get_srq_num` reports for the SRQ in table slot `index`
-/// (24 bits, never 0).
-pub fn srq_num(index: u32) -> u32 {
-    (index + 1) & 0x00ff_ffff
+/// The SRQ numbers of one engine: `base` (the high bits of its QPN space,
+/// which on a shared address name the process, sv_io::share) ORed with the
+/// table slot + 1, below `span` (a power of two). So SRQ numbers, like QPNs,
+/// are distinct across the processes of an address, and a target QP never
+/// takes another process's SRQ number for one of its own
+/// (spec/xrc-processes.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqNumbers {
+    /// The bits every number of this engine carries.
+    pub base: u32,
+    /// Numbers run from `base + 1` to below `base + span`.
+    pub span: u32,
 }
 
-/// The table slot of SRQ number `srqn` (inverse of [`srq_num`]).
-pub fn srq_index(srqn: u32) -> Option<u32> {
-    srqn.checked_sub(1)
+impl SrqNumbers {
+    /// The numbering that goes with QPN space `first..=last`.
+    pub fn of_qpn_space(first: u32, last: u32) -> SrqNumbers {
+        let len = last.saturating_sub(first).saturating_add(1);
+        let span = len
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 24)
+            .min(1 << 24);
+        SrqNumbers {
+            base: first & !(span - 1) & 0x00ff_ffff,
+            span,
+        }
+    }
+
+    /// The SRQ number `ibv_get_srq_num` reports for the SRQ in table slot
+    /// `index` (24 bits, never 0).
+    pub fn srq_num(self, index: u32) -> u32 {
+        (self.base | ((index + 1) & (self.span - 1))) & 0x00ff_ffff
+    }
+
+    /// The table slot of SRQ number `srqn` (inverse of [`SrqNumbers::srq_num`]);
+    /// `Err(OtherProcess)` for a number outside this engine's.
+    pub fn srq_index(self, srqn: u32) -> Result<u32, XrcMiss> {
+        if srqn & !(self.span - 1) != self.base {
+            return Err(XrcMiss::OtherProcess { srqn });
+        }
+        (srqn & (self.span - 1))
+            .checked_sub(1)
+            .ok_or(XrcMiss::NoSrq { srqn })
+    }
 }
 
 /// An XRC verb refused.
@@ -160,6 +202,17 @@ pub enum XrcError {
     OtherContext {
         /// Which call.
         what: &'static str,
+    },
+    /// `ibv_open_qp` of a QPN of another process sharing the address
+    /// (kernel `ib_open_qp`'s answer for a QP not in the domain: EINVAL).
+    #[error("open_qp: QP {qpn:#x} is not one of this process's QPs ({first:#x}..={last:#x}): it belongs to another process sharing the device's address, and XRC domains are not shared between processes, so its target QP cannot be opened here (spec/xrc-processes.md)")]
+    TargetQpOfAnotherProcess {
+        /// The QPN asked for.
+        qpn: u32,
+        /// This process's first QPN.
+        first: u32,
+        /// This process's last QPN.
+        last: u32,
     },
     /// `ibv_open_qp` of a QPN that is no XRC_RECV QP of this domain (kernel `ib_open_qp`: EINVAL).
     #[error("open_qp: QP {qpn:#x} is not an XRC_RECV QP of this XRC domain")]
@@ -275,10 +328,56 @@ mod tests {
 
     #[test]
     fn srq_numbers_round_trip_and_are_never_zero() {
-        for i in [0, 1, 77, 0xfffe] {
-            assert_ne!(srq_num(i), 0);
-            assert_eq!(srq_index(srq_num(i)), Some(i));
+        // One process alone (the whole QPN space), and the slots of a shared
+        // address (sv_io::share: 7 slot bits, slot 0 starting at 16).
+        let all = SrqNumbers::of_qpn_space(16, 0xff_fffe);
+        assert_eq!(
+            all,
+            SrqNumbers {
+                base: 0,
+                span: 1 << 24
+            }
+        );
+        let slot0 = SrqNumbers::of_qpn_space(16, (1 << 17) - 1);
+        let slot5 = SrqNumbers::of_qpn_space(5 << 17, (6 << 17) - 1);
+        let last = SrqNumbers::of_qpn_space(127 << 17, 0xff_fffe);
+        assert_eq!(
+            slot0,
+            SrqNumbers {
+                base: 0,
+                span: 1 << 17
+            }
+        );
+        assert_eq!(
+            slot5,
+            SrqNumbers {
+                base: 5 << 17,
+                span: 1 << 17
+            }
+        );
+        assert_eq!(
+            last,
+            SrqNumbers {
+                base: 127 << 17,
+                span: 1 << 17
+            }
+        );
+        for n in [all, slot0, slot5, last] {
+            for i in [0, 1, 77, 0xfffe] {
+                assert_ne!(n.srq_num(i), 0);
+                assert_eq!(n.srq_index(n.srq_num(i)), Ok(i));
+            }
+            assert_eq!(n.srq_index(n.base), Err(XrcMiss::NoSrq { srqn: n.base }));
         }
-        assert_eq!(srq_index(0), None);
+        // Another process's number is recognised as such, never aliased.
+        let theirs = slot5.srq_num(0);
+        assert_eq!(
+            slot0.srq_index(theirs),
+            Err(XrcMiss::OtherProcess { srqn: theirs })
+        );
+        assert_eq!(
+            slot5.srq_index(slot0.srq_num(0)),
+            Err(XrcMiss::OtherProcess { srqn: 1 })
+        );
     }
 }

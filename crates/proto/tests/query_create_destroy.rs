@@ -408,7 +408,19 @@ fn unsupported_types_are_eopnotsupp() {
 fn comp_mask_rules() {
     let mut fx = Fixture::new();
     use comp_mask::*;
-    for bit in [MAX_TSO_HEADER, IND_TABLE, RX_HASH, 1 << 7, 1 << 31] {
+    // max_tso_header is for RAW_PACKET QPs (spec/raw-packet.md §4).
+    let e = create_err!(
+        fx,
+        &with_req(&fx, QpType::Rc, |r| r.comp_mask = PD | MAX_TSO_HEADER)
+    );
+    assert_eq!(e.errno(), Errno::EINVAL, "{e}");
+    assert_eq!(
+        e,
+        Error::Invalid(InvalidArg::TsoHeaderNotRaw {
+            qp_type: QpType::Rc
+        })
+    );
+    for bit in [IND_TABLE, RX_HASH, 1 << 7, 1 << 31] {
         let e = create_err!(fx, &with_req(&fx, QpType::Rc, |r| r.comp_mask = PD | bit));
         assert_eq!(e.errno(), Errno::EOPNOTSUPP, "comp_mask bit {bit:#x}");
         assert_eq!(

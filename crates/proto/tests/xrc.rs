@@ -1,7 +1,8 @@
 //! XRC as scripted conversations between two engines (spec/xrc.md): one
 //! XRC_SEND QP on A reaches two XRC SRQs on B through one XRC_RECV QP, the
 //! XRCETH picking the SRQ; RDMA and atomics are checked against the SRQ's PD;
-//! an SRQ of another XRC domain, or one that is gone, is an invalid request;
+//! an SRQ of another XRC domain, or one that is gone, is an invalid request,
+//! and so is a MIDDLE or LAST naming another SRQ than its message's FIRST;
 //! XRC domains are shared by file and refuse to close while used.
 
 mod net;
@@ -442,4 +443,102 @@ fn a_message_in_progress_is_flushed_to_its_srqs_cq() {
         [(5, WcStatus::WrFlushErr, p.rqpn)],
         "the SRQ WQE the message held completes once, on the SRQ's CQ"
     );
+}
+
+/// A three-packet XRC SEND (1024-byte MTU) to SRQ `n1` whose packets from
+/// number `from` on (2 = the MIDDLE, 3 = the LAST) are held back; the first
+/// held one goes to B with its XRCETH naming `srqn` (ICRC sealed again),
+/// then the network runs freely. Returns the completions of A and B.
+fn send_with_xrceth_rewritten(
+    p: &mut Pair,
+    n1: u32,
+    from: usize,
+    srqn: u32,
+) -> (Vec<WorkCompletion>, Vec<WorkCompletion>) {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let (la, _) = p.net.a.mr(0, 8192, 1);
+    let held: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let keep = Rc::clone(&held);
+    let mut seen = 0;
+    p.net.drop_from_a = Some(Box::new(move |pkt| {
+        seen += 1;
+        if seen >= from {
+            keep.borrow_mut().push(pkt.to_vec());
+        }
+        seen >= from
+    }));
+    let data = pattern(3000, 9);
+    xrc_send(p, 1, n1, &data, la);
+    for _ in 0..4 {
+        p.net.pump_once();
+    }
+    p.net.drop_from_a = None;
+    let mut pkt = held.borrow_mut().remove(0);
+    // BTH (12 bytes), then the XRCETH: 8 reserved bits and the 24-bit SRQN.
+    pkt[13..16].copy_from_slice(&srqn.to_be_bytes()[1..]);
+    let (from_ip, to_ip) = (p.net.a.ip, p.net.b.ip);
+    let mut encap = wire::Encap::from_addrs(from_ip, to_ip, 4791).unwrap();
+    encap.dst_port = 4791;
+    wire::icrc::seal(&encap, &mut pkt).unwrap();
+    let (src, dst) = (SocketAddr::new(from_ip, 4791), SocketAddr::new(to_ip, 4791));
+    let b = &mut p.net.b;
+    b.e.handle_datagram(p.net.now, src, dst, &pkt, &b.mem);
+    p.net.run();
+    (p.net.a.poll(), p.net.b.poll())
+}
+
+#[test]
+fn a_middle_or_last_naming_another_srq_is_an_invalid_request() {
+    // The harness first: the LAST sent again unchanged (sealed anew) completes
+    // the message into SRQ 1.
+    let mut p = pair();
+    let xrcd = p.xrcd;
+    let (s1, n1) = srq(&mut p, xrcd);
+    let (lb, _) = p.net.b.mr(0, 8192, 1);
+    post_srq_len(&mut p.net.b, s1, 5, 4096, lb);
+    let (a, b) = send_with_xrceth_rewritten(&mut p, n1, 3, n1);
+    assert_eq!((a.len(), a[0].status), (1, WcStatus::Success), "{a:?}");
+    let got: Vec<_> = b.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect();
+    assert_eq!(got, [(5, WcStatus::Success, 3000)]);
+    assert_eq!(p.net.b.mem.snapshot(BASE + 4096, 3000), pattern(3000, 9));
+
+    // A MIDDLE, then a LAST, naming SRQ 2 of the same domain: invalid request.
+    for (at, what) in [(2, "MIDDLE"), (3, "LAST")] {
+        let mut p = pair();
+        let xrcd = p.xrcd;
+        let (s1, n1) = srq(&mut p, xrcd);
+        let (s2, n2) = srq(&mut p, xrcd);
+        let (lb, _) = p.net.b.mr(0, 8192, 1);
+        post_srq_len(&mut p.net.b, s1, 5, 4096, lb);
+        post_srq_len(&mut p.net.b, s2, 6, 0, lb);
+        let (a, b) = send_with_xrceth_rewritten(&mut p, n1, at, n2);
+        let sa: Vec<_> = a.iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(sa, [(1, WcStatus::RemInvReqErr)], "{what}: the sender's WR");
+        let sb: Vec<_> = b.iter().map(|w| (w.wr_id, w.status, w.qp_num)).collect();
+        assert_eq!(
+            sb,
+            [(5, WcStatus::RemInvReqErr, p.rqpn)],
+            "{what}: the WQE the FIRST took completes in error; SRQ 2's stays"
+        );
+        assert_eq!(p.net.b.state(p.rqp), QpState::Err, "{what}: class C");
+        assert_eq!(
+            p.net.b.mem.snapshot(BASE, 16),
+            [0u8; 16],
+            "{what}: nothing reached SRQ 2's buffer"
+        );
+    }
+}
+
+fn post_srq_len(n: &mut Node, srq: proto::engine::SrqHandle, wr_id: u64, off: u64, lkey: u32) {
+    let sg = [Sge {
+        addr: BASE + off,
+        length: 4096,
+        lkey,
+    }];
+    let wr = RecvWr {
+        wr_id,
+        sg_list: &sg,
+    };
+    n.e.post_srq_recv(srq, &wr).unwrap();
 }

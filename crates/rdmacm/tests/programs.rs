@@ -753,3 +753,154 @@ fn a_second_listener_on_a_port_of_a_shared_address_is_refused() {
         out.status
     );
 }
+
+/// The rsocket programs of rdmacm-utils (rstream, riostream, rcopy's server,
+/// udpong) start, and their first `rsocket()` answers ENOSYS with the reason
+/// logged: rsockets are not implemented (README), and a program learns so at
+/// once instead of hanging or crashing.
+#[test]
+fn rsocket_programs_learn_enosys_with_a_logged_reason() {
+    for (prog, args) in [
+        ("rstream", &["-s", "127.0.91.1"][..]),
+        ("riostream", &["-s", "127.0.91.1"][..]),
+        ("rcopy", &[][..]),
+        ("udpong", &["-b", "127.0.91.1"][..]),
+    ] {
+        if !common::have(prog) {
+            return;
+        }
+        let mut argv = vec![prog];
+        argv.extend(args);
+        let out = run_at("127.0.91.1", &argv);
+        let t = text(&out);
+        assert_ne!(out.status.code(), Some(124), "{prog} hung:\n{t}");
+        assert!(
+            t.contains("rsocket refused (ENOSYS): rsockets (rdma-core's socket protocol over RDMA) are not implemented"),
+            "{prog}: no logged reason:\n{t}"
+        );
+        assert!(
+            t.contains("rsocket failed: Function not implemented"),
+            "{prog}: did not see ENOSYS:\n{t}"
+        );
+    }
+}
+
+/// A pcap of an unmodified rping's connection (SOFTVERBS_PCAP on the
+/// server, which records what it sends and receives, and answers the
+/// client's DREQ before it exits: the client may close its device before
+/// the DREP arrives) decodes in tshark as
+/// InfiniBand CM on QP1: ConnectRequest, ConnectReply, ReadyToUse,
+/// DisconnectRequest and DisconnectReply, each with the attribute ID of its
+/// message, and no frame is marked malformed or with an expert error.
+#[test]
+fn an_rping_connection_captured_decodes_as_infiniband_cm_in_tshark() {
+    if !common::have("rping") || !common::have("tshark") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sv-rping-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("server.pcap");
+    let (srv, cli) = ("127.0.92.1", "127.0.92.2");
+    let server = cmd(
+        None,
+        Some(srv),
+        &["rping", "-s", "-a", srv, "-p", "7492", "-C", "3"],
+    )
+    .env("SOFTVERBS_PCAP", &pcap)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut server = KillOnDrop(server);
+    wait_device(srv);
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    let out = cmd(
+        None,
+        Some(cli),
+        &["rping", "-c", "-a", srv, "-p", "7492", "-C", "3"],
+    )
+    .output()
+    .unwrap();
+    // The capture is complete once the server's device closes (it exits
+    // after its DISCONNECTED).
+    let (s, s_ok) = server.finish_within(20);
+    assert!(s_ok, "rping -s did not exit 0:\n{s}");
+    assert!(
+        out.status.success(),
+        "rping -c:\n{}\nserver:\n{s}",
+        text(&out)
+    );
+    let tshark = |args: &[&str]| {
+        let o = testkit::timeout(60, &["tshark", "-r"])
+            .arg(&pcap)
+            .args(["-d", "udp.port==4791,infiniband"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "tshark: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let bad = tshark(&["-Y", "_ws.malformed || _ws.expert.severity >= 0x00800000"]);
+    assert!(bad.trim().is_empty(), "malformed or error frames:\n{bad}");
+    let mads = tshark(&[
+        "-Y",
+        "infiniband.bth.destqp == 1",
+        "-T",
+        "fields",
+        "-e",
+        "infiniband.mad.attributeid",
+        "-e",
+        "_ws.col.Info",
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    for (id, title) in [
+        ("0x0010", "ConnectRequest"),
+        ("0x0013", "ConnectReply"),
+        ("0x0014", "ReadyToUse"),
+        ("0x0015", "DisconnectRequest"),
+        ("0x0016", "DisconnectReply"),
+    ] {
+        assert!(
+            mads.lines()
+                .any(|l| l.starts_with(id) && l.contains(&format!("CM: {title}"))),
+            "no {title} ({id}) decoded in:\n{mads}"
+        );
+    }
+}
+
+/// A connect to an address where nothing answers (no device runs at
+/// 127.0.93.9) ends in RDMA_CM_EVENT_UNREACHABLE with ETIMEDOUT once the CM
+/// has sent the REQ 1 + 15 times, each attempt waiting 2 × 2^(18−8) +
+/// 2^(20−8) ms = 6.1 s (spec/cm.md §4.2–4.3, rdma_cm's timing on RoCE), as
+/// with the kernel: about 100 s, so it does not run by default
+/// (`cargo test -p softverbs-rdmacm --test programs -- --ignored`). The same
+/// path with short timeouts runs by default in softverbs' cm.rs
+/// (`silence_is_unreachable_after_the_retries`) and proto's cm_retries.rs.
+#[test]
+#[ignore = "about 100 s: the CM's full REQ retry schedule"]
+fn a_connect_nobody_answers_is_unreachable_after_the_cm_retries() {
+    if !common::have("rping") {
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let out = testkit::timeout(
+        150,
+        &["rping", "-c", "-a", "127.0.93.9", "-p", "7493", "-C", "1"],
+    )
+    .env("LD_LIBRARY_PATH", common::lib_dir())
+    .env("SOFTVERBS_ADDR", "127.0.93.1")
+    .env("SOFTVERBS_LOG", "warn")
+    .output()
+    .unwrap();
+    let t = text(&out);
+    assert_ne!(out.status.code(), Some(124), "rping -c hung:\n{t}");
+    assert!(
+        t.contains("cma event RDMA_CM_EVENT_UNREACHABLE, error -110"),
+        "{t}"
+    );
+    let secs = t0.elapsed().as_secs();
+    assert!(
+        secs >= 90,
+        "UNREACHABLE after {secs} s, before the retries ran out:\n{t}"
+    );
+}

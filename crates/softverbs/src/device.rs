@@ -53,6 +53,10 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.poll_timeout()
     }
 
+    fn has_work(&self) -> bool {
+        self.engine.has_driver_work()
+    }
+
     fn poll_frame(&mut self, now: Nanos, buf: &mut [u8]) -> Option<(u32, usize)> {
         self.engine.set_now(now);
         let f = self.engine.poll_frame(&self.mem, buf)?;

@@ -58,6 +58,9 @@ pub struct QpInit<'a> {
     pub create_flags: u32,
     /// `send_ops_flags` (with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`).
     pub send_ops_flags: u64,
+    /// `max_tso_header` (with `IBV_QP_INIT_ATTR_MAX_TSO_HEADER`; RAW_PACKET
+    /// only): the largest header of the QP's TSO work requests.
+    pub max_tso_header: u16,
 }
 
 impl<'a> QpInit<'a> {
@@ -79,6 +82,7 @@ impl<'a> QpInit<'a> {
             comp_mask: comp_mask::PD,
             create_flags: 0,
             send_ops_flags: 0,
+            max_tso_header: 0,
         }
     }
 }
@@ -357,6 +361,7 @@ impl QueuePair<AnyTransport> {
             comp_mask: init.comp_mask,
             create_flags: init.create_flags,
             send_ops_flags: init.send_ops_flags,
+            max_tso_header: init.max_tso_header,
         };
         let c = QpCreate {
             pd: pd.h,

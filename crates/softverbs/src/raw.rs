@@ -174,6 +174,27 @@ pub fn post_send_gathered_xrc<T: Transport>(
     Ok(())
 }
 
+/// `IBV_WR_TSO` (`ibv_post_send`'s `wr.tso`, `ibv_wr_send_tso`) with the
+/// payload's inline bytes already gathered when the WR is `IBV_SEND_INLINE`
+/// (spec/raw-packet.md §4; proto `Engine::post_send_tso`).
+pub fn post_send_tso_gathered<T: Transport>(
+    qp: &QueuePair<T>,
+    wr: &SendWr<'_>,
+    inline: Option<&[u8]>,
+    hdr: &[u8],
+    mss: u16,
+) -> Result<(), Error> {
+    let shared = &qp.pd().ctx.dev;
+    let h = qp.handle();
+    let posted = shared.with(|e| e.post_send_tso(h, wr, inline, hdr, mss));
+    posted.map_err(|e| {
+        tracing::warn!(target: "softverbs", "post_send (TSO) refused ({}): {e}", e.errno());
+        Error::Post(e)
+    })?;
+    shared.doorbell();
+    Ok(())
+}
+
 /// `ibv_create_cq` with every argument: capacity, completion vector and an
 /// optional channel for its events.
 pub fn create_cq_ex(
@@ -222,8 +243,14 @@ pub fn try_get_event(channel: &CompletionChannel) -> Option<u64> {
 pub fn poll_cq_into(
     cq: &CompletionQueue,
     max: usize,
-    f: impl FnMut(proto::wc::WorkCompletion),
+    mut f: impl FnMut(proto::wc::WorkCompletion),
 ) -> usize {
+    let n = cq.inner.ring.poll_with(max, &mut f);
+    // Empty while the progress thread sleeps: read the socket here, look again
+    // (CompletionQueue::poll).
+    if n > 0 || max == 0 || cq.inner.ctx.dev.driver.drive_receive() == 0 {
+        return n;
+    }
     cq.inner.ring.poll_with(max, f)
 }
 

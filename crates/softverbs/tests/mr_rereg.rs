@@ -250,3 +250,41 @@ fn reset_takes_a_qps_completions_out_of_its_cqs() {
     empty(&a.rcq);
     empty(&a.scq);
 }
+
+/// `ibv_destroy_qp` takes the QP's completions out of its CQs, successful
+/// and flushed alike, as rdma-core's mlx4/mlx5 providers do at destroy
+/// (spec/qp-state-machine.md §8): a program that frees what a destroyed QP's
+/// `wr_id`s name (libfabric's ofi_rxm) never polls them afterwards.
+#[test]
+fn destroy_takes_a_qps_completions_out_of_its_cqs() {
+    let (a, b) = sides_on("destroy-purge", 20, 7, LEN);
+    let (qa, qb) = rc_pair(&a, &b);
+    let (qc, _qd) = rc_pair(&a, &b);
+    // qa: three receives; b's SEND fills the first (acknowledged, so its
+    // completion waits in a.rcq), ERR flushes the other two.
+    for id in 0..3u64 {
+        let sg = [a.mr.sge(64 * id as usize, 64)];
+        qa.post_recv(&recv_wr(id, &sg)).unwrap();
+    }
+    let sg = [b.mr.sge(0, 64)];
+    qb.post_send(&send_wr(9, WrOpcode::Send, &sg, WrTarget::None, SIG))
+        .unwrap();
+    assert_eq!(wait(&b.scq, 1)[0].status, WcStatus::Success);
+    qa.apply(Modify::to(QpState::Err)).unwrap();
+    // qc: two receives, flushed.
+    for id in 10..12u64 {
+        let sg = [a.mr.sge(64 * id as usize, 64)];
+        qc.post_recv(&recv_wr(id, &sg)).unwrap();
+    }
+    qc.apply(Modify::to(QpState::Err)).unwrap();
+    // Destroying qa takes its three out; qc's two stay.
+    assert!(qa.destroy().is_ok());
+    let wc = wait(&a.rcq, 2);
+    assert!(
+        wc.iter()
+            .all(|w| w.qp_num == qc.qp_num() && w.status == WcStatus::WrFlushErr),
+        "{wc:?}"
+    );
+    empty(&a.rcq);
+    empty(&a.scq);
+}

@@ -17,4 +17,7 @@ pub use netns::Netns;
 pub use proc::{
     assert_child, child, finish_within, have, is_root, run_child, text, timeout, KillOnDrop,
 };
-pub use wait::{listening, wait_device, wait_device_gone, wait_device_in, wait_tcp_listen};
+pub use wait::{
+    listening, wait_device, wait_device_gone, wait_device_gone_in, wait_device_in, wait_tcp_listen,
+    wait_tcp_listen_in,
+};

@@ -110,6 +110,24 @@ impl Netns {
         assert!(ip(&args), "ip {}", args.join(" "));
     }
 
+    /// Routes `prefix` through link `i` with `src` as the preferred source
+    /// address (what the kernel, and so a connection manager resolving a
+    /// route, picks as the local address towards `prefix`).
+    pub fn route_from(&self, i: usize, prefix: &str, src: &str) {
+        let args = [
+            "-n",
+            self.of_link(i),
+            "route",
+            "add",
+            prefix,
+            "dev",
+            &self.links[i],
+            "src",
+            src,
+        ];
+        assert!(ip(&args), "ip {}", args.join(" "));
+    }
+
     /// The MAC address of link `i`.
     pub fn mac(&self, i: usize) -> String {
         let o = Command::new("timeout")

@@ -57,10 +57,15 @@ pub fn wait_device_in(ns: Option<&str>, addr: &str) {
 /// Waits until no socket is bound to UDP port 4791 at `addr` in this network
 /// namespace (every device on that address closed).
 pub fn wait_device_gone(addr: &str) {
+    wait_device_gone_in(None, addr);
+}
+
+/// [`wait_device_gone`] in network namespace `ns` (None: this one).
+pub fn wait_device_gone_in(ns: Option<&str>, addr: &str) {
     let want = udp_entry(addr);
     assert!(
-        poll(|| !udp_table(None).contains(&want)),
-        "a device at {addr} did not close"
+        poll(|| !udp_table(ns).contains(&want)),
+        "a device at {addr} did not close (namespace {ns:?})"
     );
 }
 
@@ -76,11 +81,24 @@ fn listens(table: &str, port: u16) -> bool {
 
 /// Waits until a TCP socket listens on `port` in this network namespace.
 pub fn wait_tcp_listen(port: u16) {
+    wait_tcp_listen_in(None, port);
+}
+
+/// [`wait_tcp_listen`] in network namespace `ns` (None: this one).
+pub fn wait_tcp_listen_in(ns: Option<&str>, port: u16) {
+    let table = |f: &str| match ns {
+        None => std::fs::read_to_string(f).unwrap_or_default(),
+        Some(ns) => Command::new("timeout")
+            .args(["10", "ip", "netns", "exec", ns, "cat", f])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default(),
+    };
     assert!(
         poll(|| ["/proc/net/tcp", "/proc/net/tcp6"]
             .iter()
-            .any(|f| listens(&std::fs::read_to_string(f).unwrap_or_default(), port))),
-        "nothing listens on TCP port {port}"
+            .any(|f| listens(&table(f), port))),
+        "nothing listens on TCP port {port} (namespace {ns:?})"
     );
 }
 

@@ -415,6 +415,59 @@ static void domains(void)
 	free(dst);
 }
 
+/* A parent domain cannot go while objects made through it live
+ * (mlx5_dealloc_parent_domain: EBUSY while its refcount counts QPs and CQs;
+ * softverbs counts every object whose struct names it, spec/parent-domain.md).
+ * Objects of its PD made without it do not hold it. */
+static void parent_domain_busy(void)
+{
+	struct ibv_parent_domain_init_attr pa = {.pd = pd};
+	struct ibv_pd *parent = ibv_alloc_parent_domain(ctx, &pa);
+	MUST(parent);
+	char *buf = aligned_alloc(4096, 4096);
+	MUST(buf);
+	struct ibv_mr *plain = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	MUST(plain);
+
+	struct ibv_cq_init_attr_ex ca = {.cqe = 8, .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD, .parent_domain = parent};
+	struct ibv_cq_ex *pcq = ibv_create_cq_ex(ctx, &ca);
+	MUST(pcq);
+	CHECK(ibv_dealloc_pd(parent) == EBUSY, "a CQ of the parent domain holds it");
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(pcq)) == 0, "destroy the parent-domain CQ");
+
+	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp(parent, &qa);
+	MUST(qp);
+	CHECK(qp->pd == parent, "qp->pd names the parent domain");
+	CHECK(ibv_dealloc_pd(parent) == EBUSY, "a QP of the parent domain holds it");
+	CHECK(ibv_destroy_qp(qp) == 0, "destroy the parent-domain QP");
+
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(parent, &sa);
+	MUST(srq);
+	CHECK(ibv_dealloc_pd(parent) == EBUSY, "an SRQ of the parent domain holds it");
+	CHECK(ibv_destroy_srq(srq) == 0, "destroy the parent-domain SRQ");
+
+	struct ibv_mr *mr = ibv_reg_mr(parent, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	MUST(mr);
+	CHECK(ibv_dealloc_pd(parent) == EBUSY, "an MR of the parent domain holds it");
+	/* Moved to the plain PD, the region no longer holds the parent domain;
+	 * moved back, it does again. */
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == 0, "rereg to the PD");
+	struct ibv_mr *mr2 = ibv_reg_mr(parent, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	MUST(mr2);
+	CHECK(ibv_rereg_mr(mr2, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == 0, "rereg the second to the PD");
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, parent, NULL, 0, 0) == 0, "rereg back to the parent");
+	CHECK(ibv_dealloc_pd(parent) == EBUSY, "the region moved back holds it again");
+	CHECK(ibv_dereg_mr(mr) == 0 && ibv_dereg_mr(mr2) == 0, "dereg the regions");
+
+	/* Every object made through it gone: it goes, though the PD's own MR stays. */
+	CHECK(ibv_dealloc_pd(parent) == 0, "dealloc the parent domain once unused");
+	CHECK(ibv_dereg_mr(plain) == 0, "dereg the PD's region");
+	free(buf);
+}
+
 int main(void)
 {
 	int n = 0;
@@ -431,6 +484,7 @@ int main(void)
 	odp();
 	device_memory();
 	domains();
+	parent_domain_busy();
 	cq_rules();
 
 	MUST(ibv_destroy_cq(cq) == 0);

@@ -12,8 +12,12 @@
 //! The progress thread moves the frames ([`RawPath`]): what the engine's
 //! `poll_frame` writes leaves through the socket of the QP it names; what a
 //! socket reads goes to `handle_frame` for that socket's QP. The engine's
-//! lock is never held across a system call.
+//! lock is never held across a system call. Frames pass the driver's
+//! `SOFTVERBS_FAULTS` ([`faults`]) and `SOFTVERBS_PCAP` capture as RoCE
+//! datagrams do: a sent frame is captured once the kernel took it, after the
+//! transmit faults; a received one as read, before the receive faults.
 
+mod faults;
 pub(crate) mod filter;
 pub mod flow;
 
@@ -22,10 +26,13 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::capture::Capture;
 use crate::counters::Counters;
 use crate::driver::{Driver, Shared};
 use crate::engine::Engine;
+use crate::hold::Dir;
 use crate::sys;
+use faults::{Fate, RawFaults};
 pub use flow::{FlowError, FlowRule};
 
 /// `SOL_PACKET` option: do not read back frames this host sends (Linux 4.20).
@@ -190,20 +197,23 @@ impl<E: Engine> Driver<E> {
     }
 }
 
-/// The progress thread's side: a copy of the socket list and a frame buffer.
+/// The progress thread's side: a copy of the socket list, a frame buffer,
+/// and the faults frames pass.
 #[derive(Debug)]
 pub(crate) struct RawPath {
     sockets: Vec<Arc<RawSocket>>,
     seen: u64,
     buf: Vec<u8>,
+    faults: RawFaults,
 }
 
 impl RawPath {
-    pub(crate) fn new() -> RawPath {
+    pub(crate) fn new(opts: &crate::options::DriverOptions) -> RawPath {
         RawPath {
             sockets: Vec::new(),
             seen: 0,
             buf: Vec::new(),
+            faults: RawFaults::new(opts),
         }
     }
 
@@ -220,8 +230,14 @@ impl RawPath {
         }
     }
 
-    /// Reads up to `budget` frames per socket into the engine.
-    pub(crate) fn receive<E: Engine>(&mut self, shared: &Shared<E>, budget: usize) -> bool {
+    /// Reads up to `budget` frames per socket: each is captured as read,
+    /// then passes the receive faults into the engine.
+    pub(crate) fn receive<E: Engine>(
+        &mut self,
+        shared: &Shared<E>,
+        budget: usize,
+        capture: &mut Option<Capture>,
+    ) -> bool {
         self.refresh(shared);
         let mut work = false;
         for s in &self.sockets {
@@ -246,37 +262,76 @@ impl RawPath {
                     continue;
                 }
                 let now = shared.clock.now();
-                shared.engine().handle_frame(now, s.qpn, &self.buf[..n]);
+                let frame = &mut self.buf[..n];
+                if let Some(cap) = capture.as_mut() {
+                    cap.record_frame(now, frame, &shared.counters);
+                }
+                let c = &shared.counters;
+                if let Fate::Pass = self.faults.inject(Dir::Rx, now, s.qpn, frame, c) {
+                    shared.engine().handle_frame(now, s.qpn, frame);
+                    self.faults.passed(Dir::Rx);
+                }
             }
         }
         work
     }
 
-    /// Sends up to `budget` frames the engine has ready.
-    pub(crate) fn transmit<E: Engine>(&mut self, shared: &Shared<E>, budget: usize) -> bool {
+    /// Releases the held frames that are due, then sends up to `budget`
+    /// frames the engine has ready through the transmit faults.
+    pub(crate) fn transmit<E: Engine>(
+        &mut self,
+        shared: &Shared<E>,
+        budget: usize,
+        capture: &mut Option<Capture>,
+    ) -> bool {
         self.refresh(shared);
+        let mut work = self.release(shared, budget, capture);
         if self.sockets.is_empty() {
-            return false;
+            return work;
         }
-        let mut work = false;
         for _ in 0..budget {
             let now = shared.clock.now();
             let Some((qpn, len)) = shared.engine().poll_frame(now, &mut self.buf) else {
                 break;
             };
             work = true;
-            let Some(s) = self.sockets.iter().find(|s| s.qpn == qpn) else {
-                tracing::debug!(qpn, "frame of a QP whose socket is closed; dropped");
-                continue;
-            };
-            let frame = &self.buf[..len.min(self.buf.len())];
-            if let Err(e) = sys::packet::send(s.fd.as_fd(), frame) {
-                // Unreliable, as a NIC's raw send queue is: counted, logged.
-                Counters::add(&shared.counters.send_errors, 1);
-                tracing::warn!(qpn, len, error = %e, "frame send failed; dropped");
+            let frame = &mut self.buf[..len.min(MAX_FRAME)];
+            let c = &shared.counters;
+            if let Fate::Pass = self.faults.inject(Dir::Tx, now, qpn, frame, c) {
+                send_frame(&self.sockets, shared, qpn, now, frame, capture);
+                self.faults.passed(Dir::Tx);
             }
         }
         work
+    }
+
+    /// Sends or delivers up to `budget` held frames that are due.
+    fn release<E: Engine>(
+        &mut self,
+        shared: &Shared<E>,
+        budget: usize,
+        capture: &mut Option<Capture>,
+    ) -> bool {
+        let mut work = false;
+        for _ in 0..budget {
+            let now = shared.clock.now();
+            let Some(held) = self.faults.pop_due(now) else {
+                break;
+            };
+            work = true;
+            match held.dir {
+                Dir::Rx => shared.engine().handle_frame(now, held.peer, &held.bytes),
+                Dir::Tx => send_frame(&self.sockets, shared, held.peer, now, &held.bytes, capture),
+            }
+            self.faults.passed(held.dir);
+            self.faults.recycle(held);
+        }
+        work
+    }
+
+    /// When the next held frame is due (for the progress thread's sleep).
+    pub(crate) fn next_wake(&self) -> Option<crate::clock::Nanos> {
+        self.faults.next_wake()
     }
 
     /// The sockets' poll entries.
@@ -286,6 +341,34 @@ impl RawPath {
                 .iter()
                 .map(|s| sys::pollfd(s.fd.as_raw_fd(), libc::POLLIN)),
         );
+    }
+}
+
+/// One frame leaves through QP `qpn`'s socket and, once the kernel took it,
+/// goes into the capture.
+fn send_frame<E>(
+    sockets: &[Arc<RawSocket>],
+    shared: &Shared<E>,
+    qpn: u32,
+    now: crate::clock::Nanos,
+    frame: &[u8],
+    capture: &mut Option<Capture>,
+) {
+    let Some(s) = sockets.iter().find(|s| s.qpn == qpn) else {
+        tracing::debug!(qpn, "frame of a QP whose socket is closed; dropped");
+        return;
+    };
+    match sys::packet::send(s.fd.as_fd(), frame) {
+        Ok(_) => {
+            if let Some(cap) = capture.as_mut() {
+                cap.record_frame(now, frame, &shared.counters);
+            }
+        }
+        Err(e) => {
+            // Unreliable, as a NIC's raw send queue is: counted, logged.
+            Counters::add(&shared.counters.send_errors, 1);
+            tracing::warn!(qpn, len = frame.len(), error = %e, "frame send failed; dropped");
+        }
     }
 }
 

@@ -63,6 +63,17 @@ impl crate::Engine {
             .is_some_and(|q| q.dp.scheduled || q.dp.wants_tx || q.send_ring().pending() > 0)
     }
 
+    /// Whether the driver has something to do now besides timers: a QP or
+    /// RAW_PACKET QP with a turn to send, a CM MAD to send, or an event to
+    /// deliver. No side effects (a poller that handed the engine a datagram
+    /// asks it before waking the progress thread).
+    pub fn has_driver_work(&self) -> bool {
+        !self.dev.ready.is_empty()
+            || !self.dev.raw_ready.is_empty()
+            || !self.dev.events.is_empty()
+            || self.gsi.cm.transmits_pending() > 0
+    }
+
     /// Next event for the driver.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.dev.events.pop_front()

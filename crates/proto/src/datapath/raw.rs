@@ -66,9 +66,10 @@ impl Engine {
         self.dev.raw_counters
     }
 
-    /// `ibv_post_send` on a RAW_PACKET QP: `IBV_WR_SEND` only, one frame of
-    /// [`ETH_HEADER_LEN`] to [`Engine::raw_frame_max`] bytes; `IBV_WR_TSO` is
-    /// refused with `EOPNOTSUPP` (the device reports `max_tso` 0).
+    /// `ibv_post_send` on a RAW_PACKET QP: `IBV_WR_SEND`, one frame of
+    /// [`ETH_HEADER_LEN`] to [`Engine::raw_frame_max`] bytes. `IBV_WR_TSO`
+    /// needs its header and comes through [`Engine::post_send_tso`]; here
+    /// (no header given) it is refused with `EINVAL`.
     pub(crate) fn post_raw_send(
         &mut self,
         h: QpHandle,
@@ -76,14 +77,66 @@ impl Engine {
         wr: &SendWr<'_>,
         inline: Option<&[u8]>,
     ) -> Result<PostOutcome, PostError> {
+        let tso = (wr.opcode == WrOpcode::Tso).then_some((&[][..], 0));
+        self.post_raw(h, ctx, wr, inline, tso)
+    }
+
+    /// `IBV_WR_TSO` (`ibv_post_send`'s `wr.tso`, `ibv_wr_send_tso`): on a
+    /// RAW_PACKET QP the payload (`wr`'s gather list or `inline` bytes) goes
+    /// out as `mss`-byte segments, each behind a copy of `hdr` fixed up
+    /// (crate::tso; spec/raw-packet.md §4); the WR completes once, with
+    /// `IBV_WC_TSO`, when its last segment left. Refused with `EINVAL`: a
+    /// header outside 14 ..= the QP's `max_tso_header` or not Ethernet +
+    /// IPv4/IPv6 + TCP, `mss` 0 or a segment longer than a frame, more
+    /// payload than `tso_caps.max_tso`. On another QP type the opcode table
+    /// answers (`EOPNOTSUPP` on UD, which the verbs allow and softverbs does
+    /// not offer; `EINVAL` on the others).
+    pub fn post_send_tso(
+        &mut self,
+        h: QpHandle,
+        wr: &SendWr<'_>,
+        inline: Option<&[u8]>,
+        hdr: &[u8],
+        mss: u16,
+    ) -> Result<PostOutcome, PostError> {
+        let wr = &SendWr {
+            opcode: WrOpcode::Tso,
+            ..*wr
+        };
+        let q = self.qps.get(h).ok_or(PostError::NoSuchObject {
+            kind: crate::error::ObjectKind::Qp,
+            handle: h.raw(),
+        })?;
+        if q.ctl.qp_type() != QpType::RawPacket {
+            // The WR-opcode × QP-type table refuses it with its errno.
+            return self.post_send_xrc(h, wr, inline, 0);
+        }
+        let cap = q.ctl.cap();
+        let ctx = SendQueueCtx {
+            qp_type: QpType::RawPacket,
+            state: q.ctl.state(),
+            pd: q.pd,
+            max_send_wr: cap.max_send_wr,
+            max_send_sge: cap.max_send_sge,
+            max_inline_data: cap.max_inline_data,
+            max_rd_atomic: 0,
+            ud_mtu: 0,
+            outstanding: q.dp.sq.len() as u32,
+        };
+        self.post_raw(h, &ctx, wr, inline, Some((hdr, mss)))
+    }
+
+    /// A raw SEND (`tso` `None`) or TSO (the header and `mss`) checked and queued.
+    fn post_raw(
+        &mut self,
+        h: QpHandle,
+        ctx: &SendQueueCtx,
+        wr: &SendWr<'_>,
+        inline: Option<&[u8]>,
+        tso: Option<(&[u8], u16)>,
+    ) -> Result<PostOutcome, PostError> {
         match wr.opcode {
-            WrOpcode::Send => {}
-            WrOpcode::Tso => {
-                return Err(PostError::OpcodeNotOffered {
-                    opcode: wr.opcode,
-                    qp_type: QpType::RawPacket,
-                })
-            }
+            WrOpcode::Send | WrOpcode::Tso => {}
             opcode => {
                 return Err(PostError::OpcodeForQpType {
                     opcode,
@@ -97,10 +150,17 @@ impl Engine {
             qp_type: QpType::Uc,
             ..*ctx
         };
-        let disposition = check_post_send(&as_uc, wr, |_| None)?;
+        let as_send = SendWr {
+            opcode: WrOpcode::Send,
+            ..*wr
+        };
+        let disposition = check_post_send(&as_uc, &as_send, |_| None)?;
         let len = crate::wr::sg_total_len(wr.sg_list);
         let max = self.dev.raw_frame_max;
-        if disposition != Disposition::Flushed
+        if let Some((hdr, mss)) = tso {
+            let max_hdr = self.qps.get(h).map_or(0, |q| q.max_tso_header);
+            crate::tso::check(hdr, max_hdr, mss, len, max)?;
+        } else if disposition != Disposition::Flushed
             && !(u64::from(ETH_HEADER_LEN)..=u64::from(max)).contains(&len)
         {
             return Err(PostError::RawFrameLength {
@@ -125,7 +185,7 @@ impl Engine {
             if !posted.flushed {
                 q.count_direct_post();
             }
-            q.post_send(wr, posted, sink)
+            q.post_raw(wr, posted, tso, sink)
         });
         Ok(if posted.flushed {
             PostOutcome::Flushed

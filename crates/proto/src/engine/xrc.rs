@@ -161,7 +161,7 @@ impl Engine {
     pub fn srq_num(&self, h: SrqHandle) -> Result<u32, Error> {
         self.srqs
             .get(h)
-            .map(|_| xrcd::srq_num(h.index()))
+            .map(|_| self.srq_numbers().srq_num(h.index()))
             .ok_or_else(|| missing(ObjectKind::Srq, h))
     }
 
@@ -227,6 +227,16 @@ impl Engine {
             .and_then(|h| Some((h, self.qps.get(h)?)));
         let Some((handle, q)) = found.filter(|(_, q)| q.xrc.is_some_and(|l| l.domain == domain))
         else {
+            let own = self.qpn_space;
+            if !own.contains(qpn & 0x00ff_ffff) && own != crate::device::QpnSpace::ALL {
+                // spec/xrc-processes.md: the QP is another process's.
+                return Err(XrcError::TargetQpOfAnotherProcess {
+                    qpn,
+                    first: own.first,
+                    last: own.last,
+                }
+                .into());
+            }
             return Err(XrcError::NoTargetQp { qpn }.into());
         };
         let (qp_type, cap) = (q.ctl.qp_type(), q.ctl.cap());

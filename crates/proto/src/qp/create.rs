@@ -21,8 +21,8 @@ pub mod comp_mask {
     pub const RX_HASH: u32 = 1 << 5;
     /// `send_ops_flags` is valid.
     pub const SEND_OPS_FLAGS: u32 = 1 << 6;
-    /// The bits softverbs accepts.
-    pub const SUPPORTED: u32 = PD | XRCD | CREATE_FLAGS | SEND_OPS_FLAGS;
+    /// The bits softverbs accepts (`MAX_TSO_HEADER` on RAW_PACKET QPs only).
+    pub const SUPPORTED: u32 = PD | XRCD | CREATE_FLAGS | SEND_OPS_FLAGS | MAX_TSO_HEADER;
 }
 
 /// `enum ibv_qp_create_send_ops_flags` bits.
@@ -47,6 +47,8 @@ pub mod send_ops {
     pub const BIND_MW: u64 = 1 << 8;
     /// `ibv_wr_send_inv`.
     pub const SEND_WITH_INV: u64 = 1 << 9;
+    /// `ibv_wr_send_tso`.
+    pub const TSO: u64 = 1 << 10;
     /// `ibv_wr_flush`.
     pub const FLUSH: u64 = 1 << 11;
     /// `ibv_wr_atomic_write`.
@@ -62,6 +64,8 @@ pub mod send_ops {
             QpType::XrcSend => 0x7f,
             QpType::Uc => RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM | windows,
             QpType::Ud => SEND | SEND_WITH_IMM,
+            // spec/raw-packet.md §2, §4: a frame, or TCP segments.
+            QpType::RawPacket => SEND | TSO,
             _ => 0,
         }
     }
@@ -82,6 +86,9 @@ pub struct QpRequest {
     pub create_flags: u32,
     /// `send_ops_flags` (with `SEND_OPS_FLAGS`).
     pub send_ops_flags: u64,
+    /// `max_tso_header` (with `MAX_TSO_HEADER`; RAW_PACKET only): the
+    /// largest header a TSO work request of the QP may carry.
+    pub max_tso_header: u16,
 }
 
 /// Checks a create request; returns the QP type and the capacities granted.
@@ -193,6 +200,22 @@ fn check_ex(req: &QpRequest, t: QpType) -> Result<(), Error> {
         }
     } else if req.comp_mask & comp_mask::PD == 0 {
         return Err(InvalidArg::QpExWithoutPd.into());
+    }
+    if req.comp_mask & comp_mask::MAX_TSO_HEADER != 0 {
+        // mlx5 `create_qp`: max_tso_header on another QP type is refused.
+        if t != QpType::RawPacket {
+            return Err(InvalidArg::TsoHeaderNotRaw { qp_type: t }.into());
+        }
+        if req.max_tso_header > crate::tso::MAX_TSO_HEADER {
+            return Err(RangeError {
+                what: "max_tso_header",
+                value: req.max_tso_header.into(),
+                min: 0,
+                max: crate::tso::MAX_TSO_HEADER.into(),
+                note: "; device limit",
+            }
+            .into());
+        }
     }
     if req.comp_mask & comp_mask::CREATE_FLAGS != 0 && req.create_flags != 0 {
         return Err(Unsupported::QpCreateFlags {

@@ -60,6 +60,11 @@ pub struct SendWqe {
     pub failed: Option<crate::wc::WcStatus>,
     /// XRC_SEND: the remote XRC SRQ number the XRCETH names (spec/xrc.md §3).
     pub xrc_srqn: u32,
+    /// RAW_PACKET `IBV_WR_TSO`: the header each segment starts with
+    /// (crate::tso); its buffer is reused like the inline one.
+    pub tso_hdr: Vec<u8>,
+    /// RAW_PACKET `IBV_WR_TSO`: the segment size; 0 for any other WQE.
+    pub tso_mss: u16,
 }
 
 impl SendWqe {
@@ -90,6 +95,8 @@ impl SendWqe {
             read_reasked: None,
             failed: None,
             xrc_srqn: 0,
+            tso_hdr: Vec::new(),
+            tso_mss: 0,
         };
         w.fill(wr, sq_sig_all, inline, ud);
         w
@@ -129,6 +136,8 @@ impl SendWqe {
         self.read_reasked = None;
         self.failed = None;
         self.xrc_srqn = 0;
+        self.tso_hdr.clear();
+        self.tso_mss = 0;
     }
 
     /// The inline payload, if the WR was `IBV_SEND_INLINE`.

@@ -304,6 +304,9 @@ pub enum PostError {
         /// The interface's MTU + header + VLAN tag.
         max: u32,
     },
+    /// A RAW_PACKET `IBV_WR_TSO` the device cannot segment (spec/raw-packet.md §4).
+    #[error("IBV_WR_TSO: {0}")]
+    Tso(#[from] crate::tso::TsoError),
 }
 
 impl PostError {

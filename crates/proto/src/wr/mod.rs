@@ -212,7 +212,8 @@ const Y: bool = true;
 
 /// The WR-opcode × QP-type matrix, columns `[UD, UC, RC]`. Not offered by
 /// softverbs: SEND_WITH_INV on UC (UC has no wire opcode for it, spec
-/// roce-wire.md §4.2), TSO (no offloads). DRIVER1 is valid on no type.
+/// roce-wire.md §4.2), TSO on UD (softverbs offers it on RAW_PACKET QPs
+/// only, `Engine::post_send_tso`). DRIVER1 is valid on no type.
 pub const OPCODE_MATRIX: [OpcodeSupport; 14] = [
     row(WrOpcode::Send, [Y, Y, Y], [Y, Y, Y]),
     row(WrOpcode::SendWithImm, [Y, Y, Y], [Y, Y, Y]),

@@ -143,6 +143,7 @@ pub fn request(t: QpType) -> QpRequest {
         comp_mask: comp_mask::PD,
         create_flags: 0,
         send_ops_flags: 0,
+        max_tso_header: 0,
     }
 }
 

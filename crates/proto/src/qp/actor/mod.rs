@@ -120,6 +120,12 @@ pub struct Qp {
     /// XRC_RECV: the CQ of the SRQ whose WQE the message in progress holds
     /// (its error or flush completion goes there).
     pub(crate) xrc_msg_cq: Option<CqHandle>,
+    /// XRC_RECV: the SRQ number the FIRST of the message in progress named
+    /// (its MIDDLE and LAST must name the same, spec/xrc.md §4).
+    pub(crate) xrc_msg_srqn: Option<u32>,
+    /// RAW_PACKET: the largest TSO header its WRs may carry
+    /// (`max_tso_header`; 0: no TSO, spec/raw-packet.md §4).
+    pub(crate) max_tso_header: u16,
     /// The control-path state.
     pub ctl: QpControl,
     /// The data-path state (queues, requester, responder, timers).
@@ -145,6 +151,8 @@ impl Qp {
             srq,
             xrc: None,
             xrc_msg_cq: None,
+            xrc_msg_srqn: None,
+            max_tso_header: 0,
             ctl,
             dp,
         }

@@ -83,9 +83,11 @@ impl Qp {
 
     /// XRC_RECV (spec/xrc.md §4): the request goes to the XRC SRQ its XRCETH
     /// names if that is an XRC SRQ of the QP's domain (memory checked against
-    /// the SRQ's PD), else it is an invalid request. Returns where the
-    /// completions go: the CQ of the SRQ the message's first packet took its
-    /// WQE from, and the SRQ whose limit to check.
+    /// the SRQ's PD), else it is an invalid request; so is an in-sequence
+    /// MIDDLE or LAST whose XRCETH names another SRQ than its message's
+    /// FIRST. Returns where the completions go: the CQ of the SRQ the
+    /// message's first packet took its WQE from, and the SRQ whose limit to
+    /// check.
     fn on_xrc_request(
         &mut self,
         link: crate::xrcd::XrcLink,
@@ -95,6 +97,49 @@ impl Qp {
         sink: &mut impl Sink,
     ) -> (crate::handle::CqHandle, Option<crate::handle::SrqHandle>) {
         let srqn = inc.repr.xrceth.map_or(0, |x| x.xrc_srqn.get());
+        let was_in_message = self.dp.resp.in_message();
+        let out = if self.switches_srq(inc, srqn) {
+            let rq = &mut self.dp.rq;
+            self.dp.resp.handle_invalid(renv, rq, inc, fx);
+            (self.xrc_msg_cq.unwrap_or(self.recv_cq), None)
+        } else {
+            self.on_xrc_target(link, srqn, renv, inc, fx, sink)
+        };
+        // The SRQ a message is for is the one its FIRST named.
+        self.xrc_msg_srqn = match (was_in_message, self.dp.resp.in_message()) {
+            (_, false) => None,
+            (false, true) => Some(srqn),
+            (true, true) => self.xrc_msg_srqn,
+        };
+        out
+    }
+
+    /// spec/xrc.md §4: every packet of a multi-packet message names the SRQ
+    /// its FIRST named; an in-sequence MIDDLE or LAST naming another is an
+    /// invalid request (duplicates and out-of-sequence packets go through
+    /// the PSN rules first, as for any request).
+    fn switches_srq(&self, inc: &Incoming<'_>, srqn: u32) -> bool {
+        let b = &inc.repr.bth;
+        let continues = matches!(
+            b.opcode.position(),
+            wire::Position::Middle | wire::Position::Last
+        );
+        continues
+            && b.psn == self.dp.resp.epsn
+            && self.dp.resp.in_message()
+            && self.xrc_msg_srqn.is_some_and(|first| first != srqn)
+    }
+
+    /// The request of an XRC_RECV QP whose SRQN needs looking up.
+    fn on_xrc_target(
+        &mut self,
+        link: crate::xrcd::XrcLink,
+        srqn: u32,
+        renv: &mut RespEnv<'_>,
+        inc: &Incoming<'_>,
+        fx: &mut RespEffects,
+        sink: &mut impl Sink,
+    ) -> (crate::handle::CqHandle, Option<crate::handle::SrqHandle>) {
         match sink.xrc_target(srqn, link.domain) {
             Ok(t) => {
                 renv.pd = t.pd;

@@ -235,6 +235,11 @@ impl Responder {
         !self.outbox.is_empty()
     }
 
+    /// A multi-packet SEND or WRITE is in progress (its FIRST taken).
+    pub fn in_message(&self) -> bool {
+        !matches!(self.msg, InMsg::Idle)
+    }
+
     /// The receive WQE of a message in progress, handed back when the QP is
     /// flushed (its completion must be a flush too).
     pub fn take_in_progress(&mut self) -> Option<RecvWqe> {

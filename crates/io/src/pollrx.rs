@@ -1,0 +1,315 @@
+//! Receive driven by a polling application thread.
+//!
+//! Owns: the gate between the two readers of the device's socket, the
+//! progress thread and an application thread that polls an empty CQ while the
+//! progress thread sleeps ([`crate::Driver::drive_receive`]). Promise: one
+//! reader at a time reads and hands its datagrams to the engine (the progress
+//! thread takes the gate around each read-and-deliver; an application thread
+//! only tries it, and only while the progress thread sleeps), so datagrams
+//! reach the engine in arrival order; the application thread never waits for
+//! the gate. It takes the engine lock only after its read (never across a
+//! system call), rings the doorbell when it delivered something (the progress
+//! thread sends what the engine queued and delivers notifications), and steps
+//! aside when faults or a capture are configured (they live in the progress
+//! thread) or the option is off: it is off by default (`SOFTVERBS_POLL_RX=1`
+//! turns it on), because on the 2-core development machine it measured more
+//! context switches per message, not fewer: the progress thread sleeping in
+//! poll(2) on the socket is still woken by each arrival (spec/performance.md
+//! §9.4).
+//!
+//! Why: on a machine with few cores the progress thread must be woken and
+//! scheduled for every datagram (spec/performance.md §4, §9.3); the thread
+//! that is already running in `ibv_poll_cq` can read the datagram itself.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+
+use crate::clock::Nanos;
+use crate::counters::Counters;
+use crate::driver::Shared;
+use crate::engine::Engine;
+use crate::options::DriverOptions;
+use crate::share::Slot;
+use crate::sys;
+
+/// Datagrams one application-thread read asks for.
+const SLOTS: usize = 4;
+
+/// The gate to the socket's receive side (see the module doc).
+pub(crate) struct RxGate {
+    /// Application threads may read (the option is on; no faults, no capture).
+    enabled: bool,
+    /// The progress thread is in (or about to enter) its sleeping poll(2).
+    asleep: AtomicBool,
+    /// Until when (engine time) that sleep lasts at most.
+    until: AtomicU64,
+    reader: Mutex<Reader>,
+}
+
+/// What an application-thread read needs: the socket (a duplicate of the
+/// progress thread's descriptor) and its own buffers.
+struct Reader {
+    socket: Option<UdpSocket>,
+    local: SocketAddr,
+    share: Option<Arc<Slot>>,
+    slot_len: usize,
+    mem: Vec<u8>,
+    meta: Vec<sys::Received>,
+}
+
+impl RxGate {
+    pub(crate) fn new(socket: &UdpSocket, local: SocketAddr, opts: &DriverOptions) -> Self {
+        let enabled = opts.poll_receive && !opts.faults.is_active() && opts.capture.is_none();
+        let slot_len = opts.max_datagram_bytes.max(1);
+        // The duplicate is made only when it is used; failing to make one turns this off.
+        let socket = enabled.then(|| socket.try_clone().ok()).flatten();
+        RxGate {
+            enabled: socket.is_some(),
+            asleep: AtomicBool::new(false),
+            until: AtomicU64::new(0),
+            reader: Mutex::new(Reader {
+                socket,
+                local,
+                share: opts.share.clone(),
+                slot_len,
+                // Untouched pages of a zeroed allocation cost nothing.
+                mem: Vec::new(),
+                meta: vec![sys::Received::default(); SLOTS],
+            }),
+        }
+    }
+
+    /// The progress thread, around each read-and-deliver of the socket.
+    pub(crate) fn hold(&self) -> MutexGuard<'_, impl Sized> {
+        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The progress thread, before its sleeping poll(2) that lasts until
+    /// `until` at most (`Some`), and after it (`None`).
+    pub(crate) fn set_asleep(&self, until: Option<Nanos>) {
+        if self.enabled {
+            if let Some(t) = until {
+                self.until.store(t, SeqCst);
+            }
+            self.asleep.store(until.is_some(), SeqCst);
+        }
+    }
+}
+
+/// One nonblocking read of the socket by an application thread, its
+/// datagrams handed to the engine; how many. 0 without a read when the
+/// progress thread is awake, another thread holds the gate, or this is off.
+pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
+    let gate = &shared.rx;
+    if !gate.enabled || !gate.asleep.load(SeqCst) {
+        return 0;
+    }
+    let mut reader = match gate.reader.try_lock() {
+        Ok(r) => r,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => return 0,
+    };
+    let r = &mut *reader;
+    let Some(socket) = &r.socket else {
+        return 0;
+    };
+    if r.mem.is_empty() {
+        r.mem = vec![0; SLOTS * r.slot_len];
+    }
+    let c = &shared.counters;
+    let got = match sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta) {
+        Ok(got) => got,
+        // Nothing queued; anything else is the progress thread's to see and count.
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return 0,
+        Err(_) => return 0,
+    };
+    Counters::add(&c.recv_calls, 1);
+    Counters::add(&c.poll_receive_calls, 1);
+    let mut delivered = 0;
+    let mut engine = None;
+    for (m, chunk) in r.meta[..got].iter().zip(r.mem.chunks_exact(r.slot_len)) {
+        let coalesced = m.segment.is_some_and(|s| s < m.len);
+        for (off, len) in sys::split(m.len, m.segment) {
+            if coalesced {
+                Counters::add(&c.gro_datagrams, 1);
+            }
+            let one = sys::Received {
+                len,
+                segment: None,
+                ..*m
+            };
+            let bytes = &chunk[off..off + len];
+            if let Some(slot) = &r.share {
+                if crate::progress::forward(slot, c, r.local, &one, bytes) {
+                    continue;
+                }
+            }
+            let Some(from) = one.from.filter(|_| !one.truncated) else {
+                Counters::add(&c.recv_errors, 1);
+                tracing::warn!(local = %r.local, len, truncated = one.truncated,
+                    "unusable datagram (cut to the buffer, or an unknown sender address); dropped");
+                continue;
+            };
+            Counters::add(&c.datagrams_received, 1);
+            Counters::add(&c.bytes_received, len as u64);
+            let now = shared.clock.now();
+            let e = engine.get_or_insert_with(|| shared.engine());
+            e.handle_datagram(now, from, r.local, bytes);
+            delivered += 1;
+        }
+    }
+    // What the engine queued (an ACK, a response) and its notifications are
+    // the progress thread's to send and deliver, as is a timer due before
+    // its sleep ends.
+    let wake = engine.as_ref().is_some_and(|e| {
+        e.has_work()
+            || e.poll_timeout()
+                .is_some_and(|t| t < gate.until.load(SeqCst))
+    });
+    drop(engine);
+    drop(reader);
+    Counters::add(&c.poll_receive_datagrams, delivered as u64);
+    if wake {
+        shared.doorbell.ring();
+    }
+    delivered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, Nanos};
+    use crate::engine::{Notification, Transmit};
+
+    /// An engine that keeps what it is handed; `work` is what it says it has
+    /// to send, `timer` its next deadline.
+    #[derive(Default)]
+    struct Keep(Vec<(SocketAddr, Vec<u8>)>, bool, Option<Nanos>);
+
+    impl Engine for Keep {
+        fn handle_datagram(&mut self, _: Nanos, from: SocketAddr, _: SocketAddr, p: &[u8]) {
+            self.0.push((from, p.to_vec()));
+        }
+        fn poll_transmit(&mut self, _: Nanos, _: &mut [u8]) -> Option<Transmit> {
+            None
+        }
+        fn poll_timeout(&self) -> Option<Nanos> {
+            self.2
+        }
+        fn has_work(&self) -> bool {
+            self.1
+        }
+        fn handle_timeout(&mut self, _: Nanos) {}
+        fn poll_notification(&mut self) -> Option<Notification> {
+            None
+        }
+    }
+
+    /// The state a driver shares, with no progress thread: only this test reads.
+    fn shared(addr: &str, opts: &DriverOptions) -> (Shared<Keep>, UdpSocket) {
+        let socket = crate::socket::bind(addr.parse().unwrap(), 1 << 20, 1 << 20).unwrap();
+        let local = socket.local_addr().unwrap();
+        let shared = Shared::new(Keep::default(), Clock::new(), &socket, local, opts).unwrap();
+        (shared, socket)
+    }
+
+    /// Drives until `n` datagrams were delivered (bounded in calls).
+    fn drive_all(s: &Shared<Keep>, n: usize) -> usize {
+        let mut total = 0;
+        for _ in 0..1000 {
+            total += drive(s);
+            if total >= n {
+                break;
+            }
+        }
+        total
+    }
+
+    #[test]
+    fn a_polling_thread_reads_in_order_only_while_the_progress_thread_sleeps() {
+        let on = DriverOptions {
+            poll_receive: true,
+            ..DriverOptions::default()
+        };
+        let (s, _socket) = shared("127.0.3.41:0", &on);
+        let to = s.rx.reader.lock().unwrap().local;
+        let client = UdpSocket::bind("127.0.3.42:0").unwrap();
+        client.send_to(b"early", to).unwrap();
+        // The progress thread is awake: not this thread's to read.
+        assert_eq!(drive(&s), 0);
+        assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
+        s.rx.set_asleep(Some(u64::MAX));
+        assert_eq!(drive_all(&s, 1), 1);
+        assert_eq!(drive(&s), 0, "nothing queued");
+        // More than one read's worth (loopback queues before send_to returns).
+        for i in 0..10u8 {
+            client.send_to(&[i; 20], to).unwrap();
+        }
+        assert_eq!(drive_all(&s, 10), 10);
+        // Someone else holds the gate: no read, no wait.
+        client.send_to(b"late", to).unwrap();
+        {
+            let _gate = s.rx.hold();
+            assert_eq!(drive(&s), 0);
+        }
+        assert_eq!(drive_all(&s, 1), 1);
+        let from = client.local_addr().unwrap();
+        let mut want = vec![b"early".to_vec()];
+        want.extend((0..10u8).map(|i| vec![i; 20]));
+        want.push(b"late".to_vec());
+        {
+            let got = &s.engine().0;
+            assert_eq!(got.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(), want);
+            assert!(got.iter().all(|(f, _)| *f == from));
+        }
+        let c = s.counters.snapshot();
+        assert_eq!((c.poll_receive_datagrams, c.datagrams_received), (12, 12));
+        assert!(c.poll_receive_calls >= 4 && c.poll_receive_calls <= 12);
+        // Nothing to send, no timer: the progress thread sleeps on.
+        assert_eq!(s.doorbell.fd().take().unwrap(), 0);
+        // Something to send: it is rung.
+        s.engine().1 = true;
+        client.send_to(b"ack", to).unwrap();
+        assert_eq!(drive_all(&s, 1), 1);
+        assert!(s.doorbell.fd().take().unwrap() > 0);
+        s.doorbell.clear();
+        // A timer due before the sleep ends: it is rung; one after: not.
+        s.engine().1 = false;
+        s.rx.set_asleep(Some(5_000));
+        for (timer, rung) in [(6_000, false), (4_000, true)] {
+            s.engine().2 = Some(timer);
+            client.send_to(b"t", to).unwrap();
+            assert_eq!(drive_all(&s, 1), 1);
+            assert_eq!(s.doorbell.fd().take().unwrap() > 0, rung, "timer {timer}");
+            s.doorbell.clear();
+        }
+    }
+
+    #[test]
+    fn it_steps_aside_when_off_or_with_faults_or_a_capture() {
+        // Off is the default.
+        let off = DriverOptions::default();
+        let faults = DriverOptions {
+            faults: "loss=0.5".parse().unwrap(),
+            poll_receive: true,
+            ..DriverOptions::default()
+        };
+        let capture = DriverOptions {
+            capture: Some("/nonexistent/never-created.pcap".into()),
+            poll_receive: true,
+            ..DriverOptions::default()
+        };
+        for (i, opts) in [off, faults, capture].iter().enumerate() {
+            let (s, socket) = shared(&format!("127.0.3.{}:0", 43 + i), opts);
+            let client = UdpSocket::bind("127.0.3.42:0").unwrap();
+            client.send_to(b"x", socket.local_addr().unwrap()).unwrap();
+            s.rx.set_asleep(Some(u64::MAX));
+            assert_eq!(drive(&s), 0, "options {i}");
+            assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
+            assert!(s.engine().0.is_empty());
+        }
+    }
+}

@@ -1,0 +1,632 @@
+//! The same-host path: datagrams between two processes of one host through
+//! shared-memory rings instead of the UDP stack (`SOFTVERBS_SHM=1`;
+//! `spec/same-host.md` has the design, the decision and the measurements).
+//!
+//! What it promises:
+//! - **Same datagrams, same semantics.** The path carries the very RoCEv2 UDP
+//!   payloads the socket would (BTH, ICRC and all); the engine still sees
+//!   datagrams, and PSNs, ACKs, retransmission, key checks and completions
+//!   stay its business. The progress thread counts, captures and injects
+//!   faults at the same points as for the socket (`SOFTVERBS_FAULTS` and
+//!   `SOFTVERBS_PCAP` work unchanged on it).
+//! - **Discovery by name, as the shared address does** (`crate::share`): a
+//!   process that opened the path on `address:4791`, slot `s`, listens on the
+//!   abstract unix stream name `softverbs/4791/<address>/<s>/shm`. A datagram
+//!   for `address`, destination QP in slot `s`, can take the path when that
+//!   name answers; abstract names are per network namespace, so only a process
+//!   of our namespace can answer. The sender also requires the answering
+//!   process to be of its own user (`SO_PEERCRED`) and the address to be a
+//!   local one (it can bind it); the receiver requires the sender to be of
+//!   its user and namespace (`/proc/self/ns/net`) and checks the ring it is
+//!   given (seals, size, header). Any refusal, a path not opened there, or
+//!   `SOFTVERBS_SHM` unset → UDP as before, said at debug level in words,
+//!   counted in `shm_fallbacks`, and asked again after [`REDISCOVER`].
+//! - **One ring per (sender, receiver) pair**, single producer and single
+//!   consumer ([`ring`]), in a sealed memfd the sender creates and passes over
+//!   the connection (`SCM_RIGHTS`). The connection then only carries
+//!   wake-ups: one byte, written only when the receiver said it sleeps (a
+//!   word in the ring), so a receiver that is awake costs the sender no
+//!   system call.
+//! - **A dead peer never hangs the other.** Its end of the connection closes
+//!   with it (the kernel closes the socket of a process that exits or
+//!   crashes), which the survivor's poll(2) reports: the ring is dropped and
+//!   traffic to that peer goes by UDP, which, to a process that is gone, is
+//!   lost as on a cut link (RC retries, then `RETRY_EXC_ERR`). A full ring
+//!   (a receiver behind) holds the datagram back ([`Push::Full`]), as a full
+//!   socket buffer does, until the receiver drains it or is found gone.
+//!
+//! Not done: the single copy (`process_vm_readv` from the sender's registered
+//! memory straight into the destination MR); see `spec/same-host.md`.
+
+mod refusal;
+pub(crate) mod ring;
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use crate::counters::Counters;
+use crate::share::{self, Slot};
+use crate::sys::{self, shm as sysshm};
+use refusal::{Refusal, Rejection};
+use ring::{Consumer, Producer};
+
+/// Environment variable that turns the path on (`1`, `on`, `yes`, `true`).
+pub const ENV: &str = "SOFTVERBS_SHM";
+/// Data bytes of one ring (a power of two): 1024 datagrams of 4 KiB.
+pub const RING_BYTES: usize = 4 << 20;
+/// How long a refused or vanished peer goes by UDP before it is asked again.
+pub const REDISCOVER: Duration = Duration::from_secs(1);
+/// How long a sender waits for room in a full ring before it reports [`Push::Full`].
+pub const FULL_WAIT: Duration = Duration::from_micros(50);
+/// How long a new ring waits for the receiver's acceptance.
+const ACCEPT_WAIT: Duration = Duration::from_secs(2);
+/// How often the connections are checked while the thread never sleeps.
+const CHECK_EVERY: Duration = Duration::from_millis(10);
+/// Connections accepted but not yet introduced, at most.
+const MAX_AWAITING: usize = 64;
+/// The hello's first word ("svshmhe1").
+const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"svshmhe1");
+/// magic, netns (dev, ino), capacity, sender (family, port, 16 bytes), slot.
+const HELLO_LEN: usize = 8 + 16 + 8 + 19 + 1;
+
+/// This process's network namespace: the (device, inode) of `/proc/self/ns/net`.
+pub(crate) fn netns() -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata("/proc/self/ns/net").ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// The abstract name (without its leading NUL) of the path of `ip`, `slot`.
+fn name(ip: IpAddr, slot: u8) -> String {
+    format!("softverbs/4791/{ip}/{slot}/shm")
+}
+
+/// Whether `on` (the value of [`ENV`]) turns the path on.
+pub fn enabled_by(value: &str) -> bool {
+    matches!(value.trim(), "1" | "on" | "yes" | "true")
+}
+
+/// What became of a datagram handed to [`ShmPath::send`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Push {
+    /// It is in the peer's ring.
+    Sent,
+    /// The peer's ring stayed full for [`FULL_WAIT`]: keep the datagram and
+    /// try again later (back-pressure, as a full socket buffer gives; sending
+    /// it by UDP instead would overtake the datagrams in the ring, and RC
+    /// would answer the gap with a NAK and a go-back-N retransmission).
+    Full,
+    /// The path does not take it (not eligible, no peer there, refused, not
+    /// yet accepted): send it by UDP.
+    Declined,
+}
+
+/// A connection to a receiver and the ring we write.
+#[derive(Debug)]
+struct Outbound {
+    conn: UnixStream,
+    ring: Producer,
+    /// Accepted by the receiver (its one-byte answer came).
+    ready: bool,
+    since: Instant,
+}
+
+#[derive(Debug)]
+enum Peer {
+    Open(Outbound),
+    /// Goes by UDP until then.
+    Refused {
+        until: Instant,
+    },
+}
+
+type Key = (IpAddr, u8);
+
+/// The peers by (address, slot): a few per process, so a short list
+/// searched in order (cheaper per datagram than hashing the key).
+#[derive(Debug, Default)]
+struct Peers(Vec<(Key, Peer)>);
+
+impl Peers {
+    fn get(&self, key: &Key) -> Option<&Peer> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, p)| p)
+    }
+
+    fn get_mut(&mut self, key: &Key) -> Option<&mut Peer> {
+        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, p)| p)
+    }
+
+    fn insert(&mut self, key: Key, peer: Peer) {
+        match self.get_mut(&key) {
+            Some(p) => *p = peer,
+            None => self.0.push((key, peer)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// A sender's connection and the ring we read.
+#[derive(Debug)]
+struct Inbound {
+    conn: UnixStream,
+    ring: Consumer,
+    from: SocketAddr,
+    /// The sender is gone: read what is left, then drop.
+    closed: bool,
+    /// The ring broke its protocol: dropped at once.
+    broken: bool,
+}
+
+/// One driver's same-host path. See the module doc.
+#[derive(Debug)]
+pub(crate) struct ShmPath {
+    local: SocketAddr,
+    own_slot: u8,
+    netns: Option<(u64, u64)>,
+    listener: UnixListener,
+    /// Accepted connections whose hello has not come yet.
+    awaiting: Vec<(UnixStream, Instant)>,
+    inbound: Vec<Inbound>,
+    peers: Peers,
+    capacity: usize,
+    buf: Vec<u8>,
+    /// Something polled was ready: check the connections in the next pass.
+    woke: bool,
+    last_check: Instant,
+    /// Where this path's descriptors start in the poll set of the last sleep.
+    poll_at: usize,
+}
+
+impl ShmPath {
+    /// The path of a driver at `local` with `opts`, if it is on and can open
+    /// (logged at debug level in words when not).
+    pub(crate) fn for_driver(local: SocketAddr, opts: &crate::DriverOptions) -> Option<Self> {
+        if !opts.shm {
+            tracing::debug!(%local, "same-host path off ({ENV} unset or not 1): datagrams go by UDP");
+            return None;
+        }
+        let Some(slot) = &opts.share else {
+            tracing::debug!(%local, "same-host path off: the driver holds no slot of a shared address");
+            return None;
+        };
+        match ShmPath::open(local, slot, opts.max_datagram_bytes) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::debug!(%local, error = %e, "same-host path not opened: datagrams go by UDP");
+                None
+            }
+        }
+    }
+
+    /// Opens the path of the driver at `local` holding `slot`: listens on its
+    /// name. `max_datagram` bounds what is read.
+    pub(crate) fn open(local: SocketAddr, slot: &Slot, max_datagram: usize) -> io::Result<Self> {
+        let addr = UnixAddr::from_abstract_name(name(local.ip(), slot.index()))?;
+        let listener = UnixListener::bind_addr(&addr)?;
+        listener.set_nonblocking(true)?;
+        tracing::debug!(%local, slot = slot.index(), "same-host path open");
+        Ok(ShmPath {
+            local,
+            own_slot: slot.index(),
+            netns: netns(),
+            listener,
+            awaiting: Vec::new(),
+            inbound: Vec::new(),
+            peers: Peers::default(),
+            capacity: RING_BYTES,
+            buf: vec![0; max_datagram.max(1)],
+            woke: true,
+            last_check: Instant::now(),
+            poll_at: 0,
+        })
+    }
+
+    /// Where a datagram to `to` would go: the destination's (address, slot),
+    /// if the path may carry it at all. Data to a QP of a process on an
+    /// address of this host, port 4791; not CM MADs (QP1 goes by the
+    /// shared address's own steering) nor multicast.
+    fn destination(&self, to: SocketAddr, bytes: &[u8]) -> Option<(IpAddr, u8)> {
+        let dqp = bytes.get(5..8)?;
+        if to.port() != self.local.port() || to.ip().is_multicast() || bytes.len() < 12 {
+            return None;
+        }
+        if dqp == [0, 0, 1] || dqp == [0xff, 0xff, 0xff] {
+            return None;
+        }
+        Some((to.ip(), share::slot_of(bytes)?))
+    }
+
+    /// Whether a datagram to `to` goes to [`ShmPath::send`] rather than the
+    /// socket (a cheap look-up; the peer may still refuse, then `send` says so).
+    pub(crate) fn may_take(&self, to: SocketAddr, bytes: &[u8]) -> bool {
+        let Some(key) = self.destination(to, bytes) else {
+            return false;
+        };
+        match self.peers.get(&key) {
+            Some(Peer::Refused { until }) => Instant::now() >= *until,
+            _ => true,
+        }
+    }
+
+    /// Sends `bytes` to `to` through the peer's ring. See [`Push`].
+    pub(crate) fn send(&mut self, to: SocketAddr, bytes: &[u8], c: &Counters) -> Push {
+        let Some(key) = self.destination(to, bytes) else {
+            return Push::Declined;
+        };
+        let now = Instant::now();
+        let open = match self.peers.get(&key) {
+            Some(Peer::Open(_)) => true,
+            Some(Peer::Refused { until }) => now >= *until,
+            None => true,
+        };
+        if !open {
+            return Push::Declined;
+        }
+        if !matches!(self.peers.get(&key), Some(Peer::Open(_))) {
+            let peer = match self.connect(key) {
+                Ok(out) => Peer::Open(out),
+                Err(why) => self.refuse(key, &why, c),
+            };
+            self.peers.insert(key, peer);
+        }
+        let Some(Peer::Open(out)) = self.peers.get_mut(&key) else {
+            return Push::Declined;
+        };
+        if !out.ready {
+            match accepted(out) {
+                Ok(true) => {
+                    tracing::debug!(local = %self.local, peer = %key.0, slot = key.1,
+                        "same-host path to the peer accepted");
+                }
+                Ok(false) => return Push::Declined,
+                Err(why) => {
+                    let p = self.refuse(key, &why, c);
+                    self.peers.insert(key, p);
+                    return Push::Declined;
+                }
+            }
+        }
+        push(out, bytes, c)
+    }
+
+    fn refuse(&self, key: (IpAddr, u8), why: &Refusal, c: &Counters) -> Peer {
+        Counters::add(&c.shm_fallbacks, 1);
+        tracing::debug!(local = %self.local, peer = %key.0, slot = key.1, %why,
+            "same-host path not taken; datagrams go by UDP");
+        Peer::Refused {
+            until: Instant::now() + REDISCOVER,
+        }
+    }
+
+    /// Connects to the peer's path and hands it a fresh ring. `Err`: why not.
+    fn connect(&self, (ip, slot): (IpAddr, u8)) -> Result<Outbound, Refusal> {
+        let io = |what| move |source| Refusal::Io { what, source };
+        let conn = sysshm::connect_abstract(name(ip, slot).as_bytes())
+            .map(UnixStream::from)
+            .map_err(|source| Refusal::NoPath { ip, slot, source })?;
+        let (pid, uid) = sysshm::peer_cred(conn.as_fd()).map_err(io("peer credentials"))?;
+        let ours = sys::euid();
+        if uid != ours {
+            return Err(Refusal::OtherUser {
+                ip,
+                slot,
+                pid,
+                uid,
+                ours,
+            });
+        }
+        if std::net::UdpSocket::bind((ip, 0)).is_err() {
+            return Err(Refusal::NotLocal { ip });
+        }
+        let len = ring::file_len(self.capacity);
+        let fd = sysshm::sealed_memfd("softverbs-shm", len as u64).map_err(io("memfd"))?;
+        let map = sysshm::Mapping::new(fd.as_fd(), len).map_err(io("mmap"))?;
+        ring::init(&map, self.capacity);
+        let hello = self.hello(slot);
+        sysshm::send_with_fd(conn.as_fd(), &hello, fd.as_fd())
+            .map_err(io("passing the ring to the receiver"))?;
+        Ok(Outbound {
+            conn,
+            ring: Producer::new(map, self.capacity),
+            ready: false,
+            since: Instant::now(),
+        })
+    }
+
+    fn hello(&self, slot: u8) -> [u8; HELLO_LEN] {
+        let mut h = [0u8; HELLO_LEN];
+        let (dev, ino) = self.netns.unwrap_or((0, 0));
+        h[0..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        h[8..16].copy_from_slice(&dev.to_le_bytes());
+        h[16..24].copy_from_slice(&ino.to_le_bytes());
+        h[24..32].copy_from_slice(&(self.capacity as u64).to_le_bytes());
+        let (family, v6) = match self.local.ip() {
+            IpAddr::V4(v4) => (4u8, v4.to_ipv6_mapped()),
+            IpAddr::V6(v6) => (6u8, v6),
+        };
+        h[32] = family;
+        h[33..35].copy_from_slice(&self.local.port().to_be_bytes());
+        h[35..51].copy_from_slice(&v6.octets());
+        h[51] = slot;
+        h
+    }
+
+    /// Reads up to `budget` datagrams from the rings, each handed to `deliver`
+    /// with its sender; whether anything happened. Checks the connections
+    /// first when poll(2) said so or [`CHECK_EVERY`] passed.
+    pub(crate) fn receive(
+        &mut self,
+        budget: usize,
+        c: &Counters,
+        mut deliver: impl FnMut(SocketAddr, &mut [u8]),
+    ) -> bool {
+        let mut work = false;
+        if self.woke || self.last_check.elapsed() >= CHECK_EVERY {
+            work |= self.check();
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut left = budget;
+        for inb in &mut self.inbound {
+            while left > 0 {
+                match inb.ring.pop(&mut buf) {
+                    Ok(Some(n)) => {
+                        left -= 1;
+                        work = true;
+                        Counters::add(&c.shm_datagrams_received, 1);
+                        deliver(inb.from, &mut buf[..n]);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        Counters::add(&c.recv_errors, 1);
+                        tracing::warn!(local = %self.local, from = %inb.from, error = %e,
+                            "same-host ring broken; dropped (its sender goes by UDP)");
+                        inb.broken = true;
+                        let _ = inb.conn.shutdown(std::net::Shutdown::Both);
+                        break;
+                    }
+                }
+            }
+        }
+        self.buf = buf;
+        // A closed sender's ring goes once it is empty (what it sent before
+        // dying still arrives, as datagrams in flight on a wire would).
+        self.inbound
+            .retain(|i| !(i.broken || (i.closed && !i.ring.has_data())));
+        work
+    }
+
+    /// Accepts new senders, reads hellos and wake-up bytes, notices ends.
+    fn check(&mut self) -> bool {
+        self.woke = false;
+        self.last_check = Instant::now();
+        let mut work = self.accept();
+        for inb in &mut self.inbound {
+            if !inb.closed && drain(&mut inb.conn) {
+                inb.closed = true;
+                work = true;
+                tracing::debug!(local = %self.local, from = %inb.from,
+                    "same-host sender gone; its ring is read to the end and dropped");
+            }
+        }
+        let before = self.peers.len();
+        let local = self.local;
+        self.peers.0.retain_mut(|(key, p)| {
+            let Peer::Open(out) = p else { return true };
+            let gone = if out.ready {
+                drain(&mut out.conn).then_some(Refusal::Gone)
+            } else {
+                accepted(out).err()
+            };
+            match gone {
+                Some(why) => {
+                    tracing::debug!(%local, peer = %key.0, slot = key.1, %why,
+                        "same-host path closed; datagrams go by UDP");
+                    false
+                }
+                None => true,
+            }
+        });
+        work | (self.peers.len() != before)
+    }
+
+    fn accept(&mut self) -> bool {
+        let mut work = false;
+        while self.awaiting.len() < MAX_AWAITING {
+            match self.listener.accept() {
+                Ok((conn, _)) => {
+                    work = true;
+                    if conn.set_nonblocking(true).is_ok() {
+                        self.awaiting.push((conn, Instant::now()));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::debug!(local = %self.local, error = %e, "same-host accept failed");
+                    break;
+                }
+            }
+        }
+        let awaiting = std::mem::take(&mut self.awaiting);
+        for (conn, since) in awaiting {
+            match self.introduce(&conn) {
+                Ok(Some(inb)) => {
+                    let _ = (&conn).write(&[1]);
+                    tracing::debug!(local = %self.local, from = %inb.from,
+                        "same-host sender accepted");
+                    self.inbound.push(Inbound { conn, ..inb });
+                    work = true;
+                }
+                Ok(None) if since.elapsed() < ACCEPT_WAIT => self.awaiting.push((conn, since)),
+                Ok(None) => {}
+                Err(why) => {
+                    tracing::debug!(local = %self.local, %why,
+                        "same-host sender refused; it goes by UDP");
+                }
+            }
+        }
+        work
+    }
+
+    /// Reads and checks a sender's hello: its ring, or `None` if the hello
+    /// has not come yet. `Err`: why the sender is refused.
+    fn introduce(&self, conn: &UnixStream) -> Result<Option<Inbound>, Rejection> {
+        let io = |what| move |source| Rejection::Io { what, source };
+        let mut h = [0u8; HELLO_LEN];
+        let (n, fd) = match sysshm::recv_with_fd(conn.as_fd(), &mut h) {
+            Ok(got) => got,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(io("reading the hello")(e)),
+        };
+        let (pid, uid) = sysshm::peer_cred(conn.as_fd()).map_err(io("peer credentials"))?;
+        if uid != sys::euid() {
+            return Err(Rejection::OtherUser { pid, uid });
+        }
+        let word = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap_or([0; 8]));
+        if n != HELLO_LEN || word(0) != HELLO_MAGIC {
+            return Err(Rejection::Malformed { pid, len: n });
+        }
+        if Some((word(8), word(16))) != self.netns {
+            return Err(Rejection::OtherNamespace { pid });
+        }
+        if h[51] != self.own_slot {
+            let (asked, ours) = (h[51], self.own_slot);
+            return Err(Rejection::WrongSlot { pid, asked, ours });
+        }
+        let fd = fd.ok_or(Rejection::NoRing { pid })?;
+        let capacity = word(24);
+        let (seals, len) = sysshm::seals_and_len(fd.as_fd()).map_err(io("ring file"))?;
+        let want = ring::file_len(capacity.min(1 << 30) as usize) as u64;
+        let bad = |header| Rejection::BadRing {
+            pid,
+            capacity,
+            len,
+            seals,
+            header,
+        };
+        let sealed = seals & sysshm::SEALS == sysshm::SEALS;
+        if !ring::valid_capacity(capacity) || !sealed || len < want {
+            return Err(bad(false));
+        }
+        let map = sysshm::Mapping::new(fd.as_fd(), want as usize).map_err(io("mmap"))?;
+        let cap = ring::check(&map).ok_or(bad(false))?;
+        let mut octets = [0u8; 16];
+        octets.copy_from_slice(&h[35..51]);
+        let v6 = Ipv6Addr::from(octets);
+        let ip = match (h[32], v6.to_ipv4_mapped()) {
+            (4, Some(v4)) => IpAddr::V4(v4),
+            _ => IpAddr::V6(v6),
+        };
+        let from = SocketAddr::new(ip, u16::from_be_bytes([h[33], h[34]]));
+        Ok(Some(Inbound {
+            conn: conn.try_clone().map_err(io("duplicating the connection"))?,
+            ring: Consumer::new(map, cap),
+            from,
+            closed: false,
+            broken: false,
+        }))
+    }
+
+    /// Before sleeping: tells every sender we sleep; `true` if a datagram is
+    /// already waiting (then do not sleep).
+    pub(crate) fn arm(&self) -> bool {
+        let mut ready = false;
+        for i in &self.inbound {
+            ready |= i.ring.arm();
+        }
+        ready
+    }
+
+    /// Appends this path's descriptors to the poll set.
+    pub(crate) fn pollfds(&mut self, out: &mut Vec<libc::pollfd>) {
+        self.poll_at = out.len();
+        let fd = |s: &UnixStream| sys::pollfd(s.as_raw_fd(), libc::POLLIN);
+        out.push(sys::pollfd(self.listener.as_raw_fd(), libc::POLLIN));
+        out.extend(self.awaiting.iter().map(|(s, _)| fd(s)));
+        out.extend(self.inbound.iter().map(|i| fd(&i.conn)));
+        out.extend(self.peers.0.iter().filter_map(|(_, p)| match p {
+            Peer::Open(o) => Some(fd(&o.conn)),
+            Peer::Refused { .. } => None,
+        }));
+    }
+
+    /// After sleeping: what poll(2) reported in `fds` (the whole set).
+    pub(crate) fn woke(&mut self, fds: &[libc::pollfd]) {
+        for i in &self.inbound {
+            i.ring.disarm();
+        }
+        let mine = fds.get(self.poll_at..).unwrap_or(&[]);
+        if mine.iter().any(|p| p.revents != 0) {
+            self.woke = true;
+        }
+    }
+}
+
+/// The receiver's one-byte acceptance: `Ok(true)` once it came.
+fn accepted(out: &mut Outbound) -> Result<bool, Refusal> {
+    let mut b = [0u8; 1];
+    match out.conn.read(&mut b) {
+        Ok(1) => {
+            out.ready = true;
+            Ok(true)
+        }
+        Ok(_) => Err(Refusal::Refused),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            if out.since.elapsed() > ACCEPT_WAIT {
+                Err(Refusal::NoAnswer(ACCEPT_WAIT))
+            } else {
+                Ok(false)
+            }
+        }
+        Err(source) => Err(Refusal::Io {
+            what: "the receiver's connection",
+            source,
+        }),
+    }
+}
+
+/// Pushes one datagram, waiting up to [`FULL_WAIT`] for room, and wakes the
+/// receiver if it sleeps.
+fn push(out: &mut Outbound, bytes: &[u8], c: &Counters) -> Push {
+    if bytes.len() > out.ring.max_datagram() {
+        return Push::Declined;
+    }
+    let start = Instant::now();
+    while !out.ring.push(bytes) {
+        if start.elapsed() >= FULL_WAIT {
+            Counters::add(&c.shm_ring_full, 1);
+            return Push::Full;
+        }
+        std::thread::yield_now();
+    }
+    Counters::add(&c.shm_datagrams_sent, 1);
+    if out.ring.should_wake() {
+        // A full socket buffer means wake-ups are already pending: fine.
+        let _ = (&out.conn).write(&[0]);
+        Counters::add(&c.shm_wakeups, 1);
+    }
+    Push::Sent
+}
+
+/// Reads everything queued on `conn`: `true` if its other end is gone.
+fn drain(conn: &mut UnixStream) -> bool {
+    let mut b = [0u8; 64];
+    loop {
+        match conn.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

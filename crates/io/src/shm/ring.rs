@@ -1,0 +1,386 @@
+//! One shared ring of datagrams: a single producer (the sending process) and a
+//! single consumer (the receiving process), in a [`Mapping`] both have.
+//!
+//! Layout (offsets in bytes; each index on its own cache line so the two sides
+//! do not share one they both write):
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0 | magic `u64` ([`MAGIC`]) |
+//! | 8 | capacity `u64` (data bytes, a power of two, a multiple of 8) |
+//! | 64 | `tail`: bytes ever published (producer writes, Release) |
+//! | 128 | `head`: bytes ever consumed (consumer writes, Release) |
+//! | 192 | `sleeping`: 1 while the consumer is (about to be) asleep |
+//! | [`DATA`] | the data, `capacity` bytes |
+//!
+//! A record is a `u32` length, 4 reserved bytes, then the datagram, padded to
+//! 8 bytes; a record never wraps: when it does not fit before the end, the
+//! producer writes the length [`WRAP`] there and starts again at 0. Indices
+//! only grow (`u64`, no wrap in practice), and `tail - head` is the bytes in
+//! use. The consumer treats every length as untrusted: a record that does not
+//! fit the published bytes or its buffer breaks the ring ([`PopError`]).
+//!
+//! **Wake-up without a system call while the consumer is awake** (the
+//! Dekker pattern, both sides `SeqCst`): the consumer stores `sleeping = 1`,
+//! then loads `tail`; if nothing is there it sleeps in poll(2) on the
+//! connection's socket. The producer stores `tail`, then loads `sleeping`, and
+//! only if it reads 1 (and swaps it to 0) writes one byte to the socket. Of
+//! "consumer saw the new tail" and "producer saw sleeping = 1" at least one
+//! holds, so a datagram never waits for a consumer that sleeps unwoken.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+
+use crate::sys::shm::Mapping;
+
+/// The first word of a ring ("svshmrg1").
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"svshmrg1");
+/// Where the data starts (a page, so the header's lines are the ring's own).
+pub(crate) const DATA: usize = 4096;
+const TAIL: usize = 64;
+const HEAD: usize = 128;
+const SLEEPING: usize = 192;
+/// The length that means "continue at offset 0".
+const WRAP: u32 = u32::MAX;
+const RECORD_HEADER: usize = 8;
+
+fn padded(len: usize) -> usize {
+    RECORD_HEADER + len.div_ceil(8) * 8
+}
+
+/// Whether `capacity` is usable: a power of two, at least a page, at most 1 GiB.
+pub(crate) fn valid_capacity(capacity: u64) -> bool {
+    capacity.is_power_of_two() && (4096..=1 << 30).contains(&capacity)
+}
+
+/// The file length a ring of `capacity` data bytes needs.
+pub(crate) fn file_len(capacity: usize) -> usize {
+    DATA + capacity
+}
+
+/// Writes a fresh ring's header into `map` (the producer, before sharing it).
+pub(crate) fn init(map: &Mapping, capacity: usize) {
+    map.write(0, &MAGIC.to_le_bytes());
+    map.write(8, &(capacity as u64).to_le_bytes());
+    map.atomic_u64(TAIL).store(0, SeqCst);
+    map.atomic_u64(HEAD).store(0, SeqCst);
+    map.atomic_u32(SLEEPING).store(0, SeqCst);
+}
+
+/// Reads and checks a ring's header: its capacity, if the ring is usable in a
+/// mapping of `map.len()` bytes and starts empty-or-consistent.
+pub(crate) fn check(map: &Mapping) -> Option<usize> {
+    let mut word = [0u8; 8];
+    map.read(0, &mut word).then_some(())?;
+    (u64::from_le_bytes(word) == MAGIC).then_some(())?;
+    map.read(8, &mut word).then_some(())?;
+    let cap = u64::from_le_bytes(word);
+    (valid_capacity(cap) && file_len(cap as usize) <= map.len()).then_some(cap as usize)
+}
+
+/// The producer's side.
+#[derive(Debug)]
+pub(crate) struct Producer {
+    map: Mapping,
+    cap: usize,
+    tail: u64,
+    /// The consumer's head as last read (re-read only when the ring looks full).
+    head: u64,
+}
+
+impl Producer {
+    /// The producer of the ring initialised in `map` with `capacity`.
+    pub(crate) fn new(map: Mapping, capacity: usize) -> Producer {
+        let tail = map.atomic_u64(TAIL).load(Acquire);
+        let head = map.atomic_u64(HEAD).load(Acquire);
+        Producer {
+            map,
+            cap: capacity,
+            tail,
+            head,
+        }
+    }
+
+    /// The largest datagram a record can hold (half the ring: a record and a
+    /// wrap always fit an empty ring).
+    pub(crate) fn max_datagram(&self) -> usize {
+        self.cap / 2 - RECORD_HEADER
+    }
+
+    /// Appends `bytes` as one record; `false` when the ring has no room now
+    /// (or the datagram is too long for it).
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() > self.max_datagram() {
+            return false;
+        }
+        let need = padded(bytes.len());
+        let off = (self.tail as usize) & (self.cap - 1);
+        let to_end = self.cap - off;
+        let total = if to_end < need { to_end + need } else { need };
+        if self.cap - ((self.tail - self.head) as usize) < total {
+            self.head = self.map.atomic_u64(HEAD).load(Acquire);
+            if self.cap - ((self.tail - self.head) as usize) < total {
+                return false;
+            }
+        }
+        let mut off = off;
+        let mut tail = self.tail;
+        if to_end < need {
+            // to_end >= 8: records and the capacity are multiples of 8.
+            self.map.write(DATA + off, &WRAP.to_le_bytes());
+            tail += to_end as u64;
+            off = 0;
+        }
+        let mut header = [0u8; RECORD_HEADER];
+        header[..4].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        self.map.write(DATA + off, &header);
+        self.map.write(DATA + off + RECORD_HEADER, bytes);
+        self.tail = tail + need as u64;
+        // SeqCst: ordered before the load of `sleeping` in `should_wake`.
+        self.map.atomic_u64(TAIL).store(self.tail, SeqCst);
+        true
+    }
+
+    /// After a push: whether the consumer sleeps and must be woken (it is
+    /// then marked awake, so only one wake-up is sent per sleep).
+    pub(crate) fn should_wake(&self) -> bool {
+        let sleeping = self.map.atomic_u32(SLEEPING);
+        sleeping.load(SeqCst) != 0 && sleeping.swap(0, SeqCst) != 0
+    }
+
+    /// Whether everything pushed has been consumed.
+    #[cfg(test)]
+    pub(crate) fn drained(&self) -> bool {
+        self.map.atomic_u64(HEAD).load(Acquire) == self.tail
+    }
+}
+
+/// Why a ring cannot be read any further.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PopError {
+    /// A length does not fit the published bytes, the ring, or the buffer.
+    #[error("a record of {len} bytes at ring offset {offset} does not fit ({available} bytes published, buffer {buffer})")]
+    BadRecord {
+        /// The record's length field.
+        len: u32,
+        /// Its offset in the data.
+        offset: usize,
+        /// Bytes published and not yet consumed.
+        available: u64,
+        /// The buffer's size.
+        buffer: usize,
+    },
+    /// The producer's index went backwards or past the capacity.
+    #[error("the producer's index {tail} is inconsistent with ours ({head}, capacity {capacity})")]
+    BadIndex {
+        /// The producer's index.
+        tail: u64,
+        /// Ours.
+        head: u64,
+        /// The ring's capacity.
+        capacity: usize,
+    },
+}
+
+/// The consumer's side.
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    map: Mapping,
+    cap: usize,
+    head: u64,
+}
+
+impl Consumer {
+    /// The consumer of the ring in `map` (checked with [`check`]).
+    pub(crate) fn new(map: Mapping, capacity: usize) -> Consumer {
+        let head = map.atomic_u64(HEAD).load(Acquire);
+        Consumer {
+            map,
+            cap: capacity,
+            head,
+        }
+    }
+
+    fn tail(&self) -> Result<u64, PopError> {
+        let tail = self.map.atomic_u64(TAIL).load(Acquire);
+        if tail < self.head || tail - self.head > self.cap as u64 {
+            return Err(PopError::BadIndex {
+                tail,
+                head: self.head,
+                capacity: self.cap,
+            });
+        }
+        Ok(tail)
+    }
+
+    /// Copies the next datagram into `buf`: its length, `None` when the ring is empty.
+    pub(crate) fn pop(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PopError> {
+        let tail = self.tail()?;
+        loop {
+            if self.head == tail {
+                return Ok(None);
+            }
+            let off = (self.head as usize) & (self.cap - 1);
+            let available = tail - self.head;
+            let mut word = [0u8; 4];
+            self.map.read(DATA + off, &mut word);
+            let len = u32::from_le_bytes(word);
+            let bad = PopError::BadRecord {
+                len,
+                offset: off,
+                available,
+                buffer: buf.len(),
+            };
+            if len == WRAP {
+                let skip = (self.cap - off) as u64;
+                if skip > available {
+                    return Err(bad);
+                }
+                self.head += skip;
+                continue;
+            }
+            let n = len as usize;
+            let need = padded(n);
+            if n > buf.len() || need > self.cap - off || need as u64 > available {
+                return Err(bad);
+            }
+            self.map.read(DATA + off + RECORD_HEADER, &mut buf[..n]);
+            self.head += need as u64;
+            self.map.atomic_u64(HEAD).store(self.head, Release);
+            return Ok(Some(n));
+        }
+    }
+
+    /// Before sleeping: marks the consumer asleep; `true` if a datagram is
+    /// already there (then do not sleep). See the module doc.
+    pub(crate) fn arm(&self) -> bool {
+        self.map.atomic_u32(SLEEPING).store(1, SeqCst);
+        self.map.atomic_u64(TAIL).load(SeqCst) != self.head
+    }
+
+    /// Whether a datagram is waiting.
+    pub(crate) fn has_data(&self) -> bool {
+        self.map.atomic_u64(TAIL).load(Acquire) != self.head
+    }
+
+    /// Awake again: producers need not send wake-ups.
+    pub(crate) fn disarm(&self) {
+        self.map.atomic_u32(SLEEPING).store(0, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::shm::sealed_memfd;
+    use proptest::prelude::*;
+    use std::os::fd::AsFd;
+
+    fn pair(cap: usize) -> (Producer, Consumer) {
+        let fd = sealed_memfd("sv-ring", file_len(cap) as u64).unwrap();
+        let a = Mapping::new(fd.as_fd(), file_len(cap)).unwrap();
+        init(&a, cap);
+        let b = Mapping::new(fd.as_fd(), file_len(cap)).unwrap();
+        assert_eq!(check(&b), Some(cap));
+        (Producer::new(a, cap), Consumer::new(b, cap))
+    }
+
+    proptest! {
+        /// Any sequence of pushes and pops gives back exactly the pushed
+        /// datagrams, in order, across wraps; a full ring refuses, never loses.
+        #[test]
+        fn datagrams_come_out_as_they_went_in(
+            ops in proptest::collection::vec((0usize..1500, any::<bool>()), 1..300)
+        ) {
+            let (mut p, mut c) = pair(4096);
+            let mut model = std::collections::VecDeque::new();
+            let mut buf = vec![0u8; 4096];
+            for (i, (len, push)) in ops.into_iter().enumerate() {
+                if push {
+                    let d: Vec<u8> = (0..len).map(|j| (i + j) as u8).collect();
+                    if p.push(&d) {
+                        model.push_back(d);
+                    } else {
+                        prop_assert!(!model.is_empty(), "an empty ring refused {len} bytes");
+                    }
+                } else {
+                    let got = c.pop(&mut buf).unwrap();
+                    match model.pop_front() {
+                        Some(d) => prop_assert_eq!(&buf[..got.unwrap()], &d[..]),
+                        None => prop_assert_eq!(got, None),
+                    }
+                }
+            }
+            while let Some(d) = model.pop_front() {
+                let n = c.pop(&mut buf).unwrap().unwrap();
+                prop_assert_eq!(&buf[..n], &d[..]);
+            }
+            prop_assert_eq!(c.pop(&mut buf).unwrap(), None);
+            prop_assert!(p.drained());
+        }
+    }
+
+    #[test]
+    fn a_producer_on_another_thread_delivers_in_order() {
+        let (mut p, mut c) = pair(1 << 16);
+        const N: u32 = 20_000;
+        let t = std::thread::spawn(move || {
+            for i in 0..N {
+                let d = i.to_le_bytes().repeat(1 + (i as usize % 300));
+                let mut tries = 0u64;
+                while !p.push(&d) {
+                    tries += 1;
+                    assert!(tries < 100_000_000, "consumer stalled");
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let mut buf = vec![0u8; 4096];
+        let mut next = 0u32;
+        let start = std::time::Instant::now();
+        while next < N {
+            assert!(start.elapsed() < std::time::Duration::from_secs(60));
+            match c.pop(&mut buf).unwrap() {
+                Some(n) => {
+                    let want = next.to_le_bytes().repeat(1 + (next as usize % 300));
+                    assert_eq!(&buf[..n], &want[..], "datagram {next}");
+                    next += 1;
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn wake_ups_only_while_the_consumer_sleeps() {
+        let (mut p, mut c) = pair(4096);
+        assert!(p.push(b"a"));
+        assert!(!p.should_wake(), "an awake consumer needs no wake-up");
+        assert!(c.arm(), "a datagram is waiting: do not sleep");
+        let mut buf = [0u8; 16];
+        assert_eq!(c.pop(&mut buf).unwrap(), Some(1));
+        assert!(!c.arm(), "empty: sleep");
+        assert!(p.push(b"b"));
+        assert!(p.should_wake(), "asleep: wake it");
+        assert!(!p.should_wake(), "one wake-up per sleep");
+        c.disarm();
+        assert!(p.push(b"c"));
+        assert!(!p.should_wake());
+    }
+
+    #[test]
+    fn a_lying_producer_is_caught_not_followed() {
+        let (mut p, mut c) = pair(4096);
+        assert!(p.push(&[7u8; 100]));
+        // Corrupt the record's length to beyond what was published.
+        p.map.write(DATA, &5000u32.to_le_bytes());
+        let mut buf = vec![0u8; 8192];
+        assert!(matches!(
+            c.pop(&mut buf),
+            Err(PopError::BadRecord { len: 5000, .. })
+        ));
+        // An index beyond the capacity.
+        p.map.atomic_u64(TAIL).store(1 << 40, SeqCst);
+        assert!(matches!(c.pop(&mut buf), Err(PopError::BadIndex { .. })));
+    }
+}

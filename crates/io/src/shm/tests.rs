@@ -1,0 +1,241 @@
+//! Two paths in one process (two slots of one address, as two processes
+//! would hold them): discovery, acceptance, datagrams both ways, wake-ups,
+//! the end of a peer, and the refusals that send datagrams by UDP.
+
+use super::*;
+use crate::share::qpn_range;
+
+/// A datagram with a BTH whose destination QP is in `slot`.
+fn to_slot(slot: u8, fill: u8, len: usize) -> Vec<u8> {
+    let mut d = vec![fill; len.max(12)];
+    d[5..8].copy_from_slice(&(qpn_range(slot).0 + 5).to_be_bytes()[1..]);
+    d
+}
+
+fn sent(p: &mut ShmPath, to: SocketAddr, d: &[u8], c: &Counters) -> bool {
+    p.send(to, d, c) == Push::Sent
+}
+
+fn path(ip: IpAddr) -> (Slot, ShmPath) {
+    let slot = Slot::claim(ip).unwrap();
+    slot.joined();
+    let local = SocketAddr::new(ip, 4791);
+    let p = ShmPath::open(local, &slot, 65536).unwrap();
+    (slot, p)
+}
+
+/// Sends until the receiver accepts (it must run its checks to answer),
+/// bounded: how many went by the ring.
+fn send_accepted(a: &mut ShmPath, b: &mut ShmPath, to: SocketAddr, d: &[u8], c: &Counters) {
+    for _ in 0..1000 {
+        if sent(a, to, d, c) {
+            return;
+        }
+        b.receive(16, c, |_, _| panic!("nothing was pushed yet"));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("the receiver never accepted");
+}
+
+#[test]
+fn datagrams_cross_both_ways_and_end_with_the_peer() {
+    let ip: IpAddr = "127.0.91.1".parse().unwrap();
+    let (sa, mut a) = path(ip);
+    let (sb, mut b) = path(ip);
+    let c = Counters::default();
+    let to_b = SocketAddr::new(ip, 4791);
+    let d = to_slot(sb.index(), 0xab, 1000);
+    send_accepted(&mut a, &mut b, to_b, &d, &c);
+    for i in 0..50u8 {
+        assert!(sent(
+            &mut a,
+            to_b,
+            &to_slot(sb.index(), i, 100 + usize::from(i)),
+            &c
+        ));
+    }
+    let mut got = Vec::new();
+    b.receive(100, &c, |from, bytes| got.push((from, bytes.to_vec())));
+    assert_eq!(got.len(), 51);
+    assert_eq!(
+        got[0],
+        (to_b, d.clone()),
+        "the sender's address comes along"
+    );
+    for (i, (_, g)) in got[1..].iter().enumerate() {
+        assert_eq!(g, &to_slot(sb.index(), i as u8, 100 + i));
+    }
+    // And back: b discovers a.
+    let to_a = SocketAddr::new(ip, 4791);
+    send_accepted(&mut b, &mut a, to_a, &to_slot(sa.index(), 1, 64), &c);
+    let mut n = 0;
+    a.receive(16, &c, |_, _| n += 1);
+    assert_eq!(n, 1);
+    let s = c.snapshot();
+    assert_eq!((s.shm_datagrams_sent, s.shm_datagrams_received), (52, 52));
+    assert_eq!(s.shm_fallbacks, 0);
+
+    // b sleeps: a's next push must wake it (one byte on the connection).
+    assert!(!b.arm(), "empty: b may sleep");
+    assert!(sent(&mut a, to_b, &d, &c));
+    assert_eq!(c.snapshot().shm_wakeups, 1);
+    let mut fds = Vec::new();
+    b.pollfds(&mut fds);
+    crate::sys::poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
+    assert!(
+        fds.iter().any(|p| p.revents != 0),
+        "the wake-up is seen by poll"
+    );
+    b.woke(&fds);
+    let mut n = 0;
+    b.receive(16, &c, |_, _| n += 1);
+    assert_eq!(n, 1);
+
+    // A full ring holds datagrams back (no consumer here): Full, not UDP.
+    let big = to_slot(sb.index(), 7, 65536);
+    let mut pushed = 0;
+    let full = loop {
+        match a.send(to_b, &big, &c) {
+            Push::Sent => pushed += 1,
+            other => break other,
+        }
+        assert!(pushed <= RING_BYTES / 65536, "more than the ring holds");
+    };
+    assert_eq!(full, Push::Full);
+    assert_eq!(c.snapshot().shm_ring_full, 1);
+    let mut n = 0;
+    b.receive(8, &c, |_, d| {
+        assert_eq!(d, &big[..]);
+        n += 1
+    });
+    assert_eq!(n, 8);
+    assert_eq!(a.send(to_b, &big, &c), Push::Sent, "room again");
+    b.receive(1000, &c, |_, _| {});
+
+    // b goes: a notices the end and falls back to UDP (send says no), and
+    // asks again only after REDISCOVER.
+    drop(b);
+    drop(sb);
+    let mut fds = Vec::new();
+    a.pollfds(&mut fds);
+    crate::sys::poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
+    a.woke(&fds);
+    a.receive(16, &c, |_, _| {});
+    assert!(!sent(&mut a, to_b, &d, &c), "nobody holds that path now");
+    assert!(
+        !a.may_take(to_b, &d),
+        "refused peers go by UDP until REDISCOVER"
+    );
+    assert_eq!(c.snapshot().shm_fallbacks, 1);
+}
+
+#[test]
+fn no_path_there_means_udp() {
+    let ip: IpAddr = "127.0.91.2".parse().unwrap();
+    let (_sa, mut a) = path(ip);
+    let c = Counters::default();
+    // Slot 9 of this address: nobody holds it.
+    let to = SocketAddr::new(ip, 4791);
+    assert!(
+        a.may_take(to, &to_slot(9, 0, 64)),
+        "unknown peers are asked"
+    );
+    assert!(!sent(&mut a, to, &to_slot(9, 0, 64), &c));
+    assert!(!a.may_take(to, &to_slot(9, 0, 64)));
+    assert_eq!(c.snapshot().shm_fallbacks, 1);
+    // Never the path: CM MADs (QP1), multicast, other ports, short datagrams.
+    let mut gsi = to_slot(0, 0, 300);
+    gsi[5..8].copy_from_slice(&[0, 0, 1]);
+    assert!(!a.may_take(to, &gsi));
+    assert!(!a.may_take("224.0.0.9:4791".parse().unwrap(), &to_slot(1, 0, 64)));
+    assert!(!a.may_take(SocketAddr::new(ip, 4792), &to_slot(1, 0, 64)));
+    assert!(!a.may_take(to, &[0u8; 8]));
+}
+
+#[test]
+fn a_hello_from_another_namespace_is_refused() {
+    let ip: IpAddr = "127.0.91.3".parse().unwrap();
+    let (_sa, mut a) = path(ip);
+    let (sb, mut b) = path(ip);
+    // Pretend b lives in another namespace: a's hello no longer matches.
+    b.netns = Some((1, 2));
+    let c = Counters::default();
+    let to = SocketAddr::new(ip, 4791);
+    let d = to_slot(sb.index(), 0, 64);
+    for _ in 0..200 {
+        assert!(!sent(&mut a, to, &d, &c), "a refused ring was used");
+        if c.snapshot().shm_fallbacks > 0 {
+            break;
+        }
+        b.receive(16, &c, |_, _| {});
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        c.snapshot().shm_fallbacks,
+        1,
+        "the sender learned of the refusal"
+    );
+    assert!(b.inbound.is_empty());
+}
+
+/// A path name held by a process of another user (abstract names carry no
+/// permissions, so anyone can bind one) is refused: the datagrams go by UDP
+/// and nothing is handed to it. Needs root to run the squatter as `nobody`;
+/// CI runs as root.
+#[test]
+fn a_path_held_by_another_user_is_refused() {
+    if crate::sys::euid() != 0 {
+        eprintln!("skipped: holding the name as another user needs root");
+        return;
+    }
+    let ip: IpAddr = "127.0.91.4".parse().unwrap();
+    let (_sa, mut a) = path(ip);
+    let script = format!(
+        "import socket, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); \
+         s.bind(b'\\0{}'); s.listen(8); print('held', flush=True); time.sleep(30)",
+        name(ip, 7)
+    );
+    // setpriv execs python: the child's pid is the squatter's (ended below
+    // by that pid; the script also ends itself after 30 s).
+    let mut squatter = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["/usr/bin/python3", "-c", &script])
+        .current_dir("/")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let stdout = squatter.stdout.take().unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+    let c = Counters::default();
+    let to = SocketAddr::new(ip, 4791);
+    let went = sent(&mut a, to, &to_slot(7, 0, 64), &c);
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    assert_eq!(line.trim(), "held");
+    assert!(!went, "nothing goes to another user's process");
+    let s = c.snapshot();
+    assert_eq!((s.shm_fallbacks, s.shm_datagrams_sent), (1, 0));
+}
+
+/// `SOFTVERBS_SHM=1` (or on/yes/true) turns the path on; anything else, or
+/// nothing, leaves it off.
+#[test]
+fn the_environment_turns_it_on() {
+    let mut o = crate::DriverOptions::default();
+    assert!(!o.shm, "off by default");
+    for (value, on) in [
+        ("1", true),
+        (" on ", true),
+        ("yes", true),
+        ("0", false),
+        ("x", false),
+    ] {
+        o.apply_env("d", |n| (n == ENV).then(|| value.to_string()))
+            .unwrap();
+        assert_eq!(o.shm, on, "{value:?}");
+    }
+    o.shm = true;
+    o.apply_env("d", |_| None).unwrap();
+    assert!(o.shm, "unset leaves the setting as it was");
+}
