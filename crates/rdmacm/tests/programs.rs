@@ -872,12 +872,10 @@ fn an_rping_connection_captured_decodes_as_infiniband_cm_in_tshark() {
 /// 127.0.93.9) ends in RDMA_CM_EVENT_UNREACHABLE with ETIMEDOUT once the CM
 /// has sent the REQ 1 + 15 times, each attempt waiting 2 × 2^(18−8) +
 /// 2^(20−8) ms = 6.1 s (spec/cm.md §4.2–4.3, rdma_cm's timing on RoCE), as
-/// with the kernel: about 100 s, so it does not run by default
-/// (`cargo test -p softverbs-rdmacm --test programs -- --ignored`). The same
-/// path with short timeouts runs by default in softverbs' cm.rs
+/// with the kernel: about 100 s of waiting (the other tests of this file run
+/// meanwhile). The same path with short timeouts is in softverbs' cm.rs
 /// (`silence_is_unreachable_after_the_retries`) and proto's cm_retries.rs.
 #[test]
-#[ignore = "about 100 s: the CM's full REQ retry schedule"]
 fn a_connect_nobody_answers_is_unreachable_after_the_cm_retries() {
     if !common::have("rping") {
         return;
