@@ -200,21 +200,37 @@ pub(crate) unsafe extern "C" fn post_send(
         Ok(b) => b,
         Err(e) => return e,
     };
-    let (mut sg, mut inline) = (Vec::new(), Vec::new());
-    let mut cur = wr;
-    while !cur.is_null() {
-        // SAFETY: the caller's linked list of WRs.
-        if let Err(e) = unsafe { post_one(b, &*cur, &mut sg, &mut inline) } {
-            if !bad_wr.is_null() {
-                // SAFETY: the caller's out-pointer.
-                unsafe { *bad_wr = cur };
-            }
-            return e;
-        }
-        // SAFETY: as above.
-        cur = unsafe { (*cur).next };
+    // The SGE list and inline bytes of each WR are copied into buffers this
+    // thread keeps from call to call: posting allocates nothing once they
+    // have grown to the largest WR seen.
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<(Vec<Sge>, Vec<u8>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
-    0
+    let post_list = |sg: &mut Vec<Sge>, inline: &mut Vec<u8>| {
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: the caller's linked list of WRs.
+            if let Err(e) = unsafe { post_one(b, &*cur, sg, inline) } {
+                if !bad_wr.is_null() {
+                    // SAFETY: the caller's out-pointer.
+                    unsafe { *bad_wr = cur };
+                }
+                return e;
+            }
+            // SAFETY: as above.
+            cur = unsafe { (*cur).next };
+        }
+        0
+    };
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => {
+            let (sg, inline) = &mut *s;
+            post_list(sg, inline)
+        }
+        // Not reentered in practice; fresh buffers if it ever is.
+        Err(_) => post_list(&mut Vec::new(), &mut Vec::new()),
+    })
 }
 
 /// Posts a C receive list through `post` (QP or SRQ).

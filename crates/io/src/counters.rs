@@ -94,6 +94,10 @@ counters! {
     pcap_records,
     /// Packet capture: records that could not be written (the first write error stops the capture).
     pcap_errors,
+    /// Datagrams a posting thread transmitted itself (`Driver::posted`), no
+    /// progress thread involved (counted in `datagrams_sent` or
+    /// `loopback_datagrams` too).
+    caller_datagrams,
     /// Same-host path (crate::shm): datagrams put into a peer's shared ring.
     shm_datagrams_sent,
     /// Same-host path: datagrams read from the shared rings of local senders.

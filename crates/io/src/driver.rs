@@ -15,6 +15,26 @@
 //! - dropping the driver stops and joins the progress thread promptly (the
 //!   doorbell wakes it) and closes the socket.
 //!
+//! **Transmit in the caller's thread.** A thread that posted to an idle send
+//! queue calls [`Driver::posted`]: it takes the engine lock with `try_lock`
+//! (never waiting behind the progress thread: if the lock is busy it rings
+//! the doorbell instead), takes the datagrams the engine has ready (a few at
+//! most), releases the lock, and sends them itself with one `sendto(2)` each
+//! on a duplicate of the progress thread's socket — no doorbell write, no
+//! wake-up. Datagrams to the driver's own address go straight to the engine
+//! under the same lock (the loopback shortcut). It wakes the progress thread
+//! only when that thread must act: more datagrams than it took, a send
+//! refused for room, or a new engine deadline (an ACK timer) earlier than the
+//! one the sleeping progress thread waits for (`wake_at`, which it publishes
+//! under the engine lock before it sleeps). Completion-channel and async
+//! events the sends made are delivered by the caller too. The progress thread
+//! keeps retransmission, the ACK timers and receiving. Off by default
+//! (`DriverOptions::caller_tx`, `SOFTVERBS_CALLER_TX=1`: through the drop-in
+//! library `ibv_uc_pingpong_events` hangs with it on, not yet
+//! understood), and while faults or capture are in use (those sit in the
+//! progress thread); on a shared address it keeps the progress
+//! thread's rule of which datagrams stay in this process.
+//!
 //! **Send policy.** Datagrams go out in batches: up to `batch` are collected from
 //! the engine (one lock) and sent with one sendmmsg(2) per run of socket-bound
 //! ones; a partial send resends the rest. A send refused for lack of room (EAGAIN,
@@ -28,7 +48,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
@@ -54,6 +74,8 @@ pub struct Doorbell {
 struct DoorbellInner {
     fd: EventFd,
     rung: AtomicBool,
+    /// Writes to the eventfd so far (a ring that coalesced writes nothing).
+    writes: AtomicU64,
 }
 
 impl Doorbell {
@@ -61,6 +83,7 @@ impl Doorbell {
         let inner = DoorbellInner {
             fd: EventFd::new()?,
             rung: AtomicBool::new(false),
+            writes: AtomicU64::new(0),
         };
         Ok(Doorbell {
             inner: Arc::new(inner),
@@ -74,7 +97,13 @@ impl Doorbell {
         }
     }
 
+    /// Writes to the doorbell's eventfd so far.
+    pub fn writes(&self) -> u64 {
+        self.inner.writes.load(SeqCst)
+    }
+
     fn force(&self) {
+        self.inner.writes.fetch_add(1, SeqCst);
         if let Err(e) = self.inner.fd.add(1) {
             tracing::warn!(error = %e, "doorbell write failed");
         }
@@ -108,9 +137,53 @@ pub(crate) struct Shared<E> {
     pub(crate) groups_version: std::sync::atomic::AtomicU64,
     /// The RAW_PACKET QPs' packet sockets (crate::raw).
     pub(crate) raw: crate::raw::RawSockets,
+    /// The posting threads' own transmit, if on (see the module doc).
+    pub(crate) caller_tx: Option<CallerTx>,
+    /// When the sleeping progress thread wakes by itself (engine clock, ns);
+    /// 0 while it is awake. Written under the engine lock.
+    pub(crate) wake_at: AtomicU64,
     /// The gate to the socket's receive side for polling threads (crate::pollrx).
     pub(crate) rx: crate::pollrx::RxGate,
 }
+
+/// What a posting thread needs to transmit by itself.
+pub(crate) struct CallerTx {
+    /// A duplicate of the progress thread's socket.
+    socket: std::net::UdpSocket,
+    local: SocketAddr,
+    /// This process's slot of a shared address, if any (which datagrams to
+    /// the address stay in this process: as the progress thread decides).
+    share: Option<Arc<crate::share::Slot>>,
+    /// One datagram buffer, shared by posting threads (`try_lock`: a thread
+    /// that finds it busy rings the doorbell instead).
+    buf: Mutex<Vec<u8>>,
+}
+
+impl CallerTx {
+    /// Whether a datagram to `to` stays in this process (the loopback
+    /// shortcut): our own address and, on a shared address, a QP of our own
+    /// slot — the progress thread's rule. Datagrams for another slot of the
+    /// address go through the socket, as the progress thread sends them.
+    fn is_ours(&self, to: SocketAddr, bytes: &[u8]) -> bool {
+        use crate::share::{target, Target};
+        to == self.local
+            && match &self.share {
+                None => true,
+                Some(slot) => match target(slot.index(), bytes) {
+                    Target::Ours => true,
+                    Target::Service(sid) => slot.serves(sid),
+                    Target::Slot(_) => false,
+                },
+            }
+    }
+}
+
+/// Datagrams a posting thread takes from the engine at most; the rest is the
+/// progress thread's.
+const CALLER_TX_MAX: usize = 8;
+/// Longest a posting thread waits for room in the socket before it drops a
+/// datagram (counted in `send_errors`; the reliable transports retransmit).
+const CALLER_TX_ROOM_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl<E> Shared<E> {
     pub(crate) fn new(
@@ -132,6 +205,8 @@ impl<E> Shared<E> {
             groups_version: std::sync::atomic::AtomicU64::new(0),
             raw: Default::default(),
             rx: crate::pollrx::RxGate::new(socket, local, opts),
+            caller_tx: None,
+            wake_at: AtomicU64::new(0),
         })
     }
 
@@ -143,6 +218,24 @@ impl<E> Shared<E> {
     pub(crate) fn channel(&self, id: u32) -> Option<Arc<CompletionChannel>> {
         let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         channels.get(&id).and_then(Weak::upgrade)
+    }
+
+    /// Hands a notification to its channel or the async-event queue, counted.
+    pub(crate) fn deliver(&self, n: crate::engine::Notification) {
+        use crate::engine::Notification;
+        let delivered = match n {
+            Notification::Completion { channel, cq } => {
+                self.channel(channel).is_some_and(|ch| ch.notify(cq))
+            }
+            Notification::Async(ev) => self.async_events.push(ev),
+        };
+        let c = &self.counters;
+        if delivered {
+            Counters::add(&c.notifications, 1);
+        } else {
+            Counters::add(&c.notifications_dropped, 1);
+            tracing::debug!(?n, "notification dropped (no such channel, or full)");
+        }
     }
 }
 
@@ -161,12 +254,26 @@ impl<E: Engine> Driver<E> {
     pub fn start(engine: E, bind: SocketAddr, opts: DriverOptions) -> io::Result<Self> {
         let socket = socket::bind_shared(bind, &opts)?;
         let local = socket.local_addr()?;
+        // The posting threads' own transmit: not with faults or capture
+        // (they live in the progress thread).
+        let caller_tx = if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() {
+            Some(CallerTx {
+                socket: socket.try_clone()?,
+                local,
+                share: opts.share.clone(),
+                buf: Mutex::new(vec![0; opts.max_datagram_bytes.max(1)]),
+            })
+        } else {
+            None
+        };
         let (clock, origin) = (Clock::new(), SystemTime::now());
         let capture = match &opts.capture {
             Some(path) => Some(Capture::create(path, origin)?),
             None => None,
         };
-        let shared = Arc::new(Shared::new(engine, clock, &socket, local, &opts)?);
+        let mut shared = Shared::new(engine, clock, &socket, local, &opts)?;
+        shared.caller_tx = caller_tx;
+        let shared = Arc::new(shared);
         let progress = Progress::new(shared.clone(), socket, local, &opts, capture);
         let thread = std::thread::Builder::new()
             .name(opts.thread_name.clone())
@@ -242,6 +349,114 @@ impl<E: Engine> Driver<E> {
     /// Wakes the progress thread (coalesced; see [`Doorbell`]).
     pub fn doorbell(&self) {
         self.shared.doorbell.ring();
+    }
+
+    /// Work was posted (a send ring took a WR). `idle`: the QP's send queue
+    /// held nothing else, so this thread transmits what the engine has ready
+    /// itself (see the module doc); otherwise, or if the engine is busy, the
+    /// doorbell wakes the progress thread. Returns how many datagrams this
+    /// thread sent.
+    pub fn posted(&self, idle: bool) -> usize {
+        let Some(tx) = self.shared.caller_tx.as_ref().filter(|_| idle) else {
+            self.doorbell();
+            return 0;
+        };
+        let Ok(mut buf) = tx.buf.try_lock() else {
+            self.doorbell();
+            return 0;
+        };
+        let mut sent = 0;
+        let mut ring = false;
+        for i in 0..=CALLER_TX_MAX {
+            // One datagram under the lock, sent outside it.
+            let Ok(mut engine) = self.shared.engine.try_lock() else {
+                ring = true;
+                break;
+            };
+            let now = self.shared.clock.now();
+            let t = if i < CALLER_TX_MAX {
+                engine.poll_transmit(now, &mut buf)
+            } else {
+                None
+            };
+            let Some(t) = t else {
+                // Done: events for the CQs and whether the progress thread
+                // must wake for an earlier deadline than its own.
+                let mut notes = Vec::new();
+                while let Some(n) = engine.poll_notification() {
+                    notes.push(n);
+                }
+                let wake_at = self.shared.wake_at.load(SeqCst);
+                ring |= engine.poll_timeout().is_some_and(|d| d < wake_at);
+                ring |= i == CALLER_TX_MAX;
+                drop(engine);
+                for n in notes {
+                    self.shared.deliver(n);
+                }
+                break;
+            };
+            let c = &self.shared.counters;
+            if t.len > buf.len() {
+                Counters::add(&c.send_errors, 1);
+                tracing::error!(
+                    len = t.len,
+                    "engine reported a datagram longer than its buffer"
+                );
+                continue;
+            }
+            let bytes = &buf[..t.len];
+            if tx.is_ours(t.to, bytes) {
+                // The loopback shortcut, under the lock already held.
+                engine.handle_datagram(now, tx.local, tx.local, bytes);
+                Counters::add(&c.loopback_datagrams, 1);
+                Counters::add(&c.loopback_bytes, t.len as u64);
+                Counters::add(&c.caller_datagrams, 1);
+                sent += 1;
+                continue;
+            }
+            drop(engine);
+            match self.send_from_caller(tx, t.to, bytes) {
+                Ok(()) => {
+                    Counters::add(&c.datagrams_sent, 1);
+                    Counters::add(&c.bytes_sent, t.len as u64);
+                    Counters::add(&c.caller_datagrams, 1);
+                    sent += 1;
+                }
+                Err(e) => {
+                    Counters::add(&c.send_errors, 1);
+                    tracing::warn!(local = %tx.local, to = %t.to, len = t.len, error = %e,
+                        "send from the posting thread failed; dropped");
+                    ring = true;
+                }
+            }
+        }
+        drop(buf);
+        if ring {
+            self.doorbell();
+        }
+        sent
+    }
+
+    /// One `sendto(2)` from a posting thread; waits for room (bounded).
+    fn send_from_caller(&self, tx: &CallerTx, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let deadline = std::time::Instant::now() + CALLER_TX_ROOM_WAIT;
+        loop {
+            Counters::add(&self.shared.counters.send_calls, 1);
+            match socket::send(&tx.socket, to, bytes) {
+                socket::SendOutcome::Sent => return Ok(()),
+                socket::SendOutcome::Failed(e) => return Err(e),
+                socket::SendOutcome::Retry => {
+                    Counters::add(&self.shared.counters.send_retries, 1);
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::from(io::ErrorKind::WouldBlock));
+                    }
+                    let mut fds = [crate::sys::pollfd(tx.socket.as_raw_fd(), libc::POLLOUT)];
+                    let _ = crate::sys::poll(&mut fds, Some(left));
+                }
+            }
+        }
     }
 
     /// A handle that rings this driver's doorbell, for objects that outlive a borrow.

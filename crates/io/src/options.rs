@@ -7,6 +7,8 @@
 //! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]);
 //! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
 //!   UDP GRO on receive off (anything else leaves them on);
+//! - `SOFTVERBS_CALLER_TX`: `1`/`on`/`yes`/`true` turns the posting thread's
+//!   own transmit on ([`DriverOptions::caller_tx`]; off by default).
 //! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
 //!   (`crate::shm`), anything else leaves it off.
 
@@ -51,6 +53,13 @@ pub struct DriverOptions {
     pub gso: bool,
     /// Let the kernel coalesce received datagrams (UDP GRO; `SOFTVERBS_GRO=0` turns it off).
     pub gro: bool,
+    /// A thread that posts to an idle send queue transmits the datagrams itself
+    /// (`Driver::posted`), without waking the progress thread
+    /// (`SOFTVERBS_CALLER_TX=1` turns it on). Off by default: through the
+    /// drop-in library, `ibv_uc_pingpong_events` hangs with it
+    /// on (not yet understood). Off by itself while faults or capture are in
+    /// use: those live in the progress thread.
+    pub caller_tx: bool,
     /// An application thread that polls an empty CQ while the progress thread
     /// sleeps reads the socket itself ([`crate::Driver::drive_receive`]).
     /// Off by default (`SOFTVERBS_POLL_RX=1` turns it on): on 2 shared cores it
@@ -77,6 +86,7 @@ impl Default for DriverOptions {
             share: None,
             gso: true,
             gro: true,
+            caller_tx: false,
             poll_receive: false,
             shm: false,
         }
@@ -109,6 +119,8 @@ impl DriverOptions {
     pub const GSO_ENV: &'static str = "SOFTVERBS_GSO";
     /// Environment variable turning [`DriverOptions::gro`] off (`0`, `off`, `no`, `false`).
     pub const GRO_ENV: &'static str = "SOFTVERBS_GRO";
+    /// Environment variable turning [`DriverOptions::caller_tx`] on (`1`, `on`, `yes`, `true`).
+    pub const CALLER_TX_ENV: &'static str = "SOFTVERBS_CALLER_TX";
     /// Environment variable turning [`DriverOptions::poll_receive`] on (`1`,
     /// `on`, `yes`, `true`) or off (`0`, `off`, `no`, `false`).
     pub const POLL_RX_ENV: &'static str = "SOFTVERBS_POLL_RX";
@@ -150,6 +162,9 @@ impl DriverOptions {
             self.gro = false;
         }
         let on = |v: String| matches!(v.trim(), "1" | "on" | "yes" | "true");
+        if get(Self::CALLER_TX_ENV).is_some_and(on) {
+            self.caller_tx = true;
+        }
         if let Some(v) = get(Self::POLL_RX_ENV) {
             self.poll_receive = on(v.clone()) || (self.poll_receive && !off(v));
         }

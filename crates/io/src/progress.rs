@@ -843,25 +843,22 @@ impl<E: Engine> Progress<E> {
     }
 
     fn deliver(&self, n: Notification) {
-        let delivered = match n {
-            Notification::Completion { channel, cq } => {
-                self.shared.channel(channel).is_some_and(|ch| ch.notify(cq))
-            }
-            Notification::Async(ev) => self.shared.async_events.push(ev),
-        };
-        let c = &self.shared.counters;
-        if delivered {
-            Counters::add(&c.notifications, 1);
-        } else {
-            Counters::add(&c.notifications_dropped, 1);
-            tracing::debug!(?n, "notification dropped (no such channel, or full)");
-        }
+        self.shared.deliver(n);
     }
 
     /// Sleeps until the socket or doorbell is ready or the next deadline.
     fn sleep(&mut self) {
         self.flush_capture();
-        let engine_deadline = self.shared.engine().poll_timeout();
+        let engine_deadline = {
+            let engine = self.shared.engine();
+            let d = engine.poll_timeout();
+            // Under the lock: a posting thread that transmits by itself
+            // (driver.rs) wakes this thread for an earlier deadline.
+            let latest = self.shared.clock.now() + MAX_SLEEP.as_nanos() as u64;
+            let wake_at = d.map_or(latest, |d| d.min(latest));
+            self.shared.wake_at.store(wake_at, SeqCst);
+            d
+        };
         let held = [self.faults.hold.next_wake(), self.raw.next_wake()];
         let deadline = match (engine_deadline, held.into_iter().flatten().min()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -936,6 +933,7 @@ impl<E: Engine> Progress<E> {
                 };
             }
         }
+        self.shared.wake_at.store(0, SeqCst);
         if fds[1].revents != 0 {
             self.shared.doorbell.clear();
         }

@@ -330,6 +330,12 @@ pub struct Engine {
     pub(crate) groups: crate::mcast::Groups,
     /// XRC domains and their opens (engine/xrc.rs).
     xrc: crate::xrcd::XrcState,
+    /// What the send rings share (proto::sq): the QPs posted to since the
+    /// engine last looked, the address handles as posts see them, the slot
+    /// stores kept for reuse.
+    pub(crate) rings: std::sync::Arc<crate::sq::Device>,
+    /// The posted QPs being drained (reused).
+    posted_scratch: Vec<QpHandle>,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -355,6 +361,8 @@ impl Engine {
             gsi,
             groups: crate::mcast::Groups::default(),
             xrc: crate::xrcd::XrcState::default(),
+            rings: Default::default(),
+            posted_scratch: Vec::new(),
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),
@@ -579,7 +587,8 @@ impl Engine {
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, c.sq_sig_all, c.srq.is_some());
-        let mut qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl);
+        let ring = self.new_send_ring(qp_type, c.pd, cap);
+        let mut qp = Qp::new(c.pd, (send_cq, recv_cq), c.srq, ctl, ring.clone());
         if req.comp_mask & create::comp_mask::MAX_TSO_HEADER != 0 {
             qp.max_tso_header = req.max_tso_header; // spec/raw-packet.md §4
         }
@@ -588,6 +597,7 @@ impl Engine {
             kind: ObjectKind::Qp,
             limit,
         })?;
+        ring.set_handle(handle);
         self.qpns.insert(qpn, handle);
         self.qp_uses(handle, true);
         Ok(QpCreated {
@@ -596,6 +606,25 @@ impl Engine {
             qp_type,
             cap,
         })
+    }
+
+    /// A QP's send ring (proto::sq), sized for its capacities.
+    pub(crate) fn new_send_ring(
+        &self,
+        qp_type: QpType,
+        pd: PdHandle,
+        cap: crate::types::QpCap,
+    ) -> std::sync::Arc<crate::sq::SendRing> {
+        let cfg = crate::sq::SendRingConfig {
+            qp_type,
+            pd,
+            max_send_wr: cap.max_send_wr,
+            max_send_sge: cap.max_send_sge,
+            max_inline_data: cap.max_inline_data,
+            ud_mtu: self.info.port.active_mtu.bytes(),
+        };
+        let ring = crate::sq::SendRing::new(cfg, self.rings.clone());
+        std::sync::Arc::new(ring)
     }
 
     /// Adds or drops the use counts a QP holds on its PD, CQs and SRQ.
@@ -726,7 +755,9 @@ impl Engine {
             .qps
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Qp, h))?;
-        Ok(q.ctl.device_move(to))
+        let from = q.ctl.device_move(to);
+        self.sync(h);
+        Ok(from)
     }
 
     /// A QP.
@@ -797,6 +828,7 @@ impl Engine {
             qp: h,
             now: self.dev.now,
         };
+        q.take_posted(&mut sink);
         let r = f(q, &env, &mut sink, &mut self.dev.scratch);
         self.sync(h);
         Some(r)
@@ -817,6 +849,7 @@ impl Engine {
             qp: h,
             now: self.dev.now,
         };
+        q.take_posted(&mut sink);
         let r = f(q, &mut sink);
         self.sync(h);
         Some(r)
@@ -843,6 +876,24 @@ impl Engine {
             };
             q.settle_recv(&mut sink);
         }
+        // The same for the send ring's mirror (state, max_rd_atomic, Q_Key):
+        // WRs posted while it said otherwise are flushed or discarded now.
+        let (state, rd_atomic, qkey) = (
+            q.ctl.state(),
+            q.ctl.attr().max_rd_atomic,
+            q.ctl.qkey_or_zero(),
+        );
+        if q.send_ring().set_mirror(state, rd_atomic, qkey) {
+            let mut sink = EngineSink {
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+                srq_nums: self.srq_nums,
+                events: &mut self.dev.events,
+                qp: h,
+                now: self.dev.now,
+            };
+            q.take_posted(&mut sink);
+        }
         if q.take_wants_tx() && !q.dp.scheduled {
             q.dp.scheduled = true;
             // RAW_PACKET QPs send frames, not datagrams (datapath/raw.rs).
@@ -858,6 +909,22 @@ impl Engine {
             q.dp.in_heap = deadline;
             self.dev.timers.set(h, deadline);
         }
+    }
+
+    /// Moves what the send rings of the QPs posted to since the last call
+    /// hold into their send queues (each QP once; nothing when none was).
+    pub fn take_posted(&mut self) {
+        let mut list = std::mem::take(&mut self.posted_scratch);
+        self.rings.posted.take(&mut list);
+        for &h in &list {
+            if let Some(q) = self.qps.get(h) {
+                // Unlisted before the drain: a post after it lists the QP again.
+                q.send_ring().unlist();
+                self.drive_ctl(h, |_, _| ());
+            }
+        }
+        list.clear();
+        self.posted_scratch = list;
     }
 
     /// Completions that signaled send WRs still queued on QPs feeding `cq`

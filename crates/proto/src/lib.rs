@@ -26,7 +26,7 @@
 //! 5  qp::actor/{mod,rx,tx,state} one QP: on_packet, on_timeout, on_modify, post_*, next_packet
 //! 4  output                      events, transmit descriptors, device counters, PostOutcome
 //! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
-//! 2  ah, cq, rq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
+//! 2  ah, cq, rq, sq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
 //! 1  error, wr, wc, cqe, timers, device
 //! 0  handle, types, mask, rng     (handle imports nothing from the crate)
 //! ```
@@ -39,19 +39,34 @@
 //! `Outbox`),
 //! and nothing below the engine names the engine.
 //!
-//! # The path of a post
+//! # The path of a post (no engine, no engine lock)
 //!
 //! ```text
-//! Engine::post_send(h, wr, inline)                        datapath/post.rs
-//!   check_post_send (wr): opcode × type, state, depth, SGEs, inline, AH's PD
-//!   SendQueue::make: a recycled WQE filled from the WR   (no allocation in steady state)
-//!   Engine::drive_ctl(h) → Qp::post_send(wqe, flushed, sink)    queued (or flushed → CQ)
-//!   Engine::sync(h): wants_tx → ready queue (once)
+//! SendRing::post(wr, inline, xrc_srqn)   (any thread; Engine::post_send calls the same)   sq.rs
+//!   per-QP posting lock → check_post_send against the mirror (state, max_rd_atomic,
+//!   Q_Key), the fixed capacities, queued (ring + engine queue) and, for UD, the
+//!   AhView (read lock; the AH's PD and address vector are copied into the slot)
+//!   ERR/SQE at the check → Flush: Engine::post_send makes the flush completion
+//!   → queued += 1 → slot (SGEs, inline bytes copied now) → tail (Release)
+//!   → SeqCst fence → mirror again: ERR/SQE/RESET → Settle (Engine::settle_send)
+//!   → first post since the engine looked: the QP goes on the device's PostedList
+//!   → Queued { idle }: idle = nothing else was outstanding (the poster may transmit)
+//! Engine::drive / drive_ctl(h), before every call on the QP        engine.rs
+//!   Qp::take_posted: tail (Acquire) → each slot → Qp::post_send (recycled WQE, no
+//!   allocation in steady state) or, in ERR/SQE, a flush completion (RESET: dropped)
+//!   → head (Release); a WQE leaving the send queue → queued −= 1 before its completion
+//!   Engine::sync(h): wants_tx → ready queue (once); the ring's mirror (a change to
+//!   ERR/SQE/RESET: SeqCst fence, then take what the ring holds)
 //! Engine::poll_transmit(now, mem, buf)                    datapath/tx.rs
+//!   Engine::take_posted: the PostedList's QPs (only those) → drive_ctl → ready queue
 //!   ready.pop_front() → Qp::next_packet: response first, else Requester::next_packet
 //!   → gather (MR check) → emit headers + ICRC into buf → after_request (ACK timer / UC·UD completion)
 //!   sync(h): sent → back of the ready queue; deadline → timer heap
 //! ```
+//!
+//! Who calls `poll_transmit` after a post is the driver's choice: sv_io's
+//! `Driver::posted` lets the posting thread do it when the queue was idle,
+//! else the progress thread does.
 //!
 //! # The path of a receive post (no engine, no engine lock)
 //!
@@ -66,7 +81,8 @@
 //!   before its completion is pushed; Engine::sync writes the state mirror
 //!   (on a change: SeqCst fence, then settle what the ring holds)
 //! ```
-//! SRQs and send WRs are still posted under the engine lock.
+//! An SRQ's ring is the same, without state (a full ring falls back to the
+//! engine lock).
 //!
 //! # The path of a poll (no engine, no engine lock)
 //!
@@ -122,6 +138,7 @@ pub use faults::rng;
 pub mod sched;
 #[cfg(test)]
 mod spec_md;
+pub mod sq;
 pub mod srq;
 pub mod table;
 #[cfg(feature = "testing")]

@@ -9,6 +9,7 @@ use crate::qp::{QueuePair, Transport};
 use crate::srq::SharedReceiveQueue;
 use crate::AddressHandle;
 use proto::rq::RingPost;
+use proto::sq::SendPost;
 use proto::wc::WorkCompletion;
 use proto::wr::{RecvWr, SendWr, Sge, UdTarget, WrTarget};
 use std::sync::Arc;
@@ -20,9 +21,18 @@ fn post_err(verb: &'static str, e: proto::wr::PostError) -> Error {
 }
 
 impl<T: Transport> QueuePair<T> {
-    /// `ibv_post_send` for one WR. With `IBV_SEND_INLINE` the bytes are copied
-    /// now (through the MR check), so the buffer may be reused at once.
+    /// `ibv_post_send` for one WR: written into the QP's send ring without
+    /// the engine lock (proto::sq); only a post in ERR or SQE (an immediate
+    /// flush completion) or one that raced a move to ERR/SQE/RESET takes the
+    /// lock. With `IBV_SEND_INLINE` the bytes are copied now, through the MR
+    /// check (which reads the engine's region table, under its lock), so the
+    /// buffer may be reused at once.
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), Error> {
+        if !wr.flags.contains(proto::wr::SendFlags::INLINE) {
+            if let Some(r) = self.post_send_ring(wr, None, 0) {
+                return r;
+            }
+        }
         let shared = &self.pd().ctx.dev;
         let h = self.handle();
         shared
@@ -30,6 +40,37 @@ impl<T: Transport> QueuePair<T> {
             .map_err(|e| post_err("post_send", e))?;
         shared.doorbell();
         Ok(())
+    }
+
+    /// A send WR (with its inline bytes, gathered by the caller) posted on
+    /// the QP's send ring; `None` if the QP has none (RAW_PACKET, XRC_RECV:
+    /// the engine's way).
+    pub(crate) fn post_send_ring(
+        &self,
+        wr: &SendWr<'_>,
+        inline: Option<&[u8]>,
+        xrc_srqn: u32,
+    ) -> Option<Result<(), Error>> {
+        let ring = self.send_ring()?;
+        let shared = &self.pd().ctx.dev;
+        let h = self.handle();
+        let r = match ring.post(wr, inline, xrc_srqn) {
+            Err(e) => Err(post_err("post_send", e)),
+            Ok(SendPost::Queued { idle }) => {
+                shared.posted(idle);
+                Ok(())
+            }
+            Ok(SendPost::Flush) => shared
+                .with(|e| e.post_send_xrc(h, wr, inline, xrc_srqn))
+                .map(drop)
+                .map_err(|e| post_err("post_send", e))
+                .map(|()| shared.doorbell()),
+            Ok(SendPost::Settle) => shared
+                .with(|e| e.settle_send(h))
+                .map_err(|e| post_err("post_send", e))
+                .map(|()| shared.doorbell()),
+        };
+        Some(r)
     }
 
     /// `IBV_WR_TSO` on a RAW_PACKET QP (spec/raw-packet.md §4): the payload

@@ -211,6 +211,13 @@ impl Shared {
     pub(crate) fn doorbell(&self) {
         self.driver.doorbell();
     }
+
+    /// A WR was posted on a send ring (`idle`: the QP's send queue held
+    /// nothing else): this thread transmits it itself if it can, else the
+    /// progress thread takes it from there (sv_io's `Driver::posted`).
+    pub(crate) fn posted(&self, idle: bool) {
+        self.driver.posted(idle);
+    }
 }
 
 /// Where a process starts handing out its slot's QPNs: a point that differs

@@ -163,6 +163,9 @@ struct QpInner {
     cap: QpCap,
     /// The receive ring `post_recv` writes without the engine lock.
     recv_ring: Option<Arc<proto::rq::RecvRing>>,
+    /// The send ring `post_send` writes without the engine lock (none for
+    /// RAW_PACKET and XRC_RECV QPs, which post under the engine).
+    send_ring: Option<Arc<proto::sq::SendRing>>,
     /// Flows steering to this QP (`ibv_destroy_qp` is `EBUSY` meanwhile).
     flows: std::sync::atomic::AtomicUsize,
     /// What kind of RAW_PACKET QP it is (none for other types).
@@ -368,10 +371,16 @@ impl QueuePair<AnyTransport> {
             req,
             sq_sig_all: init.sq_sig_all,
         };
-        let (created, recv_ring) = logged(
+        let (created, recv_ring, send_ring) = logged(
             "create_qp",
-            pd.with(|e| e.create_qp(&c).map(|cr| (cr, e.recv_ring(cr.handle).ok()))),
+            pd.with(|e| {
+                e.create_qp(&c).map(|cr| {
+                    let send = e.send_ring(cr.handle).ok();
+                    (cr, e.recv_ring(cr.handle).ok(), send)
+                })
+            }),
         )?;
+        let send_ring = send_ring.filter(|_| created.qp_type != QpType::RawPacket);
         let raw = match (created.qp_type, setup) {
             (QpType::RawPacket, Setup::Hidden) => RawKind::Hidden,
             (QpType::RawPacket, Setup::Plain) => {
@@ -389,6 +398,7 @@ impl QueuePair<AnyTransport> {
         };
         let inner = QpInner {
             recv_ring,
+            send_ring,
             pd,
             _cqs: vec![init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
             _srq: init.srq.map(|s| s.inner.clone()),
@@ -423,6 +433,8 @@ impl QueuePair<AnyTransport> {
             cap: created.cap,
             // An XRC_RECV QP has no receive queue of its own (its SRQs do).
             recv_ring: None,
+            // Nor a send queue.
+            send_ring: None,
             flows: Default::default(),
             raw: RawKind::NotRaw,
         };
@@ -458,6 +470,11 @@ impl<T: Transport> QueuePair<T> {
     /// The receive ring (posting without the engine lock).
     pub(crate) fn recv_ring(&self) -> Option<&Arc<proto::rq::RecvRing>> {
         self.inner.recv_ring.as_ref()
+    }
+
+    /// The send ring (posting without the engine lock).
+    pub(crate) fn send_ring(&self) -> Option<&Arc<proto::sq::SendRing>> {
+        self.inner.send_ring.as_ref()
     }
 
     pub(crate) fn handle(&self) -> QpHandle {

@@ -159,6 +159,10 @@ pub fn post_send_gathered_xrc<T: Transport>(
     inline: Option<&[u8]>,
     remote_srqn: u32,
 ) -> Result<(), Error> {
+    // The QP's send ring, without the engine lock (proto::sq).
+    if let Some(r) = qp.post_send_ring(wr, inline, remote_srqn) {
+        return r;
+    }
     let shared = &qp.pd().ctx.dev;
     let h = qp.handle();
     let posted = shared.with(|e| e.post_send_xrc(h, wr, inline, remote_srqn));

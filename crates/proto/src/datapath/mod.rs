@@ -60,7 +60,7 @@ impl crate::Engine {
     pub fn qp_tx_pending(&self, h: QpHandle) -> bool {
         self.qps
             .get(h)
-            .is_some_and(|q| q.dp.scheduled || q.dp.wants_tx)
+            .is_some_and(|q| q.dp.scheduled || q.dp.wants_tx || q.send_ring().pending() > 0)
     }
 
     /// Whether the driver has something to do now besides timers: a QP or

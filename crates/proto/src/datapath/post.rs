@@ -4,21 +4,11 @@ use crate::error::{Error, ObjectKind};
 use crate::handle::{CqHandle, QpHandle, SrqHandle};
 use crate::output::PostOutcome;
 use crate::qp::actor::PostedSend;
-use crate::qp::wqe::UdDest;
 use crate::rq::{RecvRing, RingPost};
+use crate::sq::{SendPost, SendRing};
 use crate::wc::WorkCompletion;
-use crate::wr::{
-    check_post_send, Disposition, PostError, RecvWr, SendFlags, SendQueueCtx, SendWr, WrTarget,
-};
+use crate::wr::{PostError, RecvWr, SendFlags, SendQueueCtx, SendWr};
 use crate::Engine;
-
-fn outcome(flushed: bool) -> PostOutcome {
-    if flushed {
-        PostOutcome::Flushed
-    } else {
-        PostOutcome::Queued
-    }
-}
 
 fn no_qp(h: QpHandle) -> PostError {
     PostError::NoSuchObject {
@@ -49,36 +39,55 @@ impl Engine {
         xrc_srqn: u32,
     ) -> Result<PostOutcome, PostError> {
         let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
-        let a = q.ctl.attr();
-        let ctx = SendQueueCtx {
-            qp_type: q.ctl.qp_type(),
-            state: q.ctl.state(),
-            pd: q.pd,
-            max_send_wr: q.ctl.cap().max_send_wr,
-            max_send_sge: q.ctl.cap().max_send_sge,
-            max_inline_data: q.ctl.cap().max_inline_data,
-            max_rd_atomic: a.max_rd_atomic,
-            ud_mtu: self.info.port.active_mtu.bytes(),
-            outstanding: q.dp.sq.len() as u32,
-        };
-        if ctx.qp_type == crate::types::QpType::RawPacket {
+        if q.ctl.qp_type() == crate::types::QpType::RawPacket {
+            let a = q.ctl.attr();
+            let ctx = SendQueueCtx {
+                qp_type: q.ctl.qp_type(),
+                state: q.ctl.state(),
+                pd: q.pd,
+                max_send_wr: q.ctl.cap().max_send_wr,
+                max_send_sge: q.ctl.cap().max_send_sge,
+                max_inline_data: q.ctl.cap().max_inline_data,
+                max_rd_atomic: a.max_rd_atomic,
+                ud_mtu: self.info.port.active_mtu.bytes(),
+                outstanding: q.send_ring().queued(),
+            };
             return self.post_raw_send(h, &ctx, wr, inline); // datapath/raw.rs
         }
-        let ahs = &self.ahs;
-        let disposition = check_post_send(&ctx, wr, |ah| ahs.get(ah).map(|a| a.pd))?;
-        let inline = wr
-            .flags
-            .contains(SendFlags::INLINE)
-            .then(|| inline.unwrap_or(&[]));
-        let ud = self.ud_dest(q.ctl.qkey_or_zero(), wr);
-        let posted = PostedSend {
-            flushed: disposition == Disposition::Flushed,
-            inline,
-            ud,
-            xrc_srqn: xrc_srqn & crate::types::MASK_24,
-        };
-        self.drive_ctl(h, |q, sink| q.post_send(wr, posted, sink));
-        Ok(outcome(posted.flushed))
+        // The same post on the QP's send ring that the application side makes
+        // without the engine (proto::sq), then what needs the engine.
+        match q.send_ring().clone().post(wr, inline, xrc_srqn)? {
+            SendPost::Queued { .. } | SendPost::Settle => {
+                // Into the send queue now (flushed or discarded if it raced a
+                // move to ERR, SQE or RESET).
+                self.drive_ctl(h, |_, _| ());
+                Ok(PostOutcome::Queued)
+            }
+            SendPost::Flush => {
+                let posted = PostedSend {
+                    flushed: true,
+                    inline: None,
+                    ud: None,
+                    xrc_srqn: 0,
+                };
+                self.drive_ctl(h, |q, sink| q.post_send(wr, posted, sink));
+                Ok(PostOutcome::Flushed)
+            }
+        }
+    }
+
+    /// After a post on the send ring raced the QP's move to ERR, SQE or
+    /// RESET ([`SendPost::Settle`]), or to hand the engine what the ring
+    /// holds at once: drains the ring into the send queue (flushing or
+    /// discarding what the state says).
+    pub fn settle_send(&mut self, h: QpHandle) -> Result<(), PostError> {
+        self.drive_ctl(h, |_, _| ()).ok_or_else(|| no_qp(h))
+    }
+
+    /// The QP's send ring, for posting without the engine.
+    pub fn send_ring(&self, h: QpHandle) -> Result<std::sync::Arc<SendRing>, PostError> {
+        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
+        Ok(q.send_ring().clone())
     }
 
     /// Copies the bytes of an `IBV_SEND_INLINE` WR through the memory-region
@@ -143,29 +152,6 @@ impl Engine {
             self.dev.inline_buf = buf;
         }
         r
-    }
-
-    /// Resolves a UD WR's address handle; a Q_Key with bit 31 set means "use the
-    /// QP's own" (IBA 10.2.5, rc-reliability.md §7).
-    fn ud_dest(&self, own_qkey: u32, wr: &SendWr<'_>) -> Option<UdDest> {
-        let WrTarget::Ud(t) = wr.target else {
-            return None;
-        };
-        let ah = self.ahs.get(t.ah)?;
-        let g = ah.attr.grh;
-        let qkey = if t.remote_qkey & 0x8000_0000 != 0 {
-            own_qkey
-        } else {
-            t.remote_qkey
-        };
-        Some(UdDest {
-            dgid: g.dgid,
-            sgid_index: g.sgid_index,
-            hop_limit: g.hop_limit,
-            traffic_class: g.traffic_class,
-            remote_qpn: t.remote_qpn & crate::types::MASK_24,
-            qkey,
-        })
     }
 
     /// `ibv_post_recv` for one WR: the same post on the QP's receive ring

@@ -181,7 +181,12 @@ impl Engine {
             ud: None,
             xrc_srqn: 0,
         };
-        self.drive_ctl(h, |q, sink| q.post_raw(wr, posted, tso, sink));
+        self.drive_ctl(h, |q, sink| {
+            if !posted.flushed {
+                q.count_direct_post();
+            }
+            q.post_raw(wr, posted, tso, sink)
+        });
         Ok(if posted.flushed {
             PostOutcome::Flushed
         } else {

@@ -18,6 +18,8 @@ impl Engine {
         mem: &dyn Memory,
         buf: &mut [u8],
     ) -> Option<Transmit> {
+        // What was posted on send rings since the last turn joins the queues.
+        self.take_posted();
         // CM hook: MADs go first (gsi.rs, spec/cm.md §7).
         if let Some(t) = self.gsi_transmit(buf) {
             return Some(t);

@@ -62,6 +62,8 @@ impl Engine {
     /// with `EINVAL` below the completions queued and owed. Returns the capacity.
     pub fn resize_cq(&mut self, h: CqHandle, cqe: i32) -> Result<u32, Error> {
         let granted = cq::check_create(cqe, 0, &self.info.attr)?;
+        // WRs posted on send rings are owed completions too.
+        self.take_posted();
         let owed = self.owed_completions(h);
         let c = self
             .cqs
@@ -179,6 +181,16 @@ impl Engine {
                 kind: ObjectKind::Ah,
                 limit,
             })?;
+        // What a send-ring post reads of it (proto::sq), beside the table.
+        let g = attr.grh;
+        let entry = crate::sq::AhEntry {
+            pd,
+            dgid: g.dgid,
+            sgid_index: g.sgid_index,
+            hop_limit: g.hop_limit,
+            traffic_class: g.traffic_class,
+        };
+        self.rings.ahs.insert(h, entry);
         self.pd_use(pd, ObjectKind::Ah, true)?;
         Ok(h)
     }
@@ -189,6 +201,7 @@ impl Engine {
             .ahs
             .remove(h)
             .ok_or_else(|| missing(ObjectKind::Ah, h))?;
+        self.rings.ahs.remove(h);
         self.pd_use(a.pd, ObjectKind::Ah, false)
     }
 

@@ -185,13 +185,22 @@ impl Engine {
         }
         let qpn = self.alloc_qpn()?;
         let ctl = QpControl::new(qp_type, qpn, cap, false, true);
-        let mut qp = super::Qp::new(detached(), (detached(), detached()), None, ctl);
+        // An XRC_RECV QP has no send queue: its ring refuses every post.
+        let ring = self.new_send_ring(qp_type, detached(), cap);
+        let mut qp = super::Qp::new(
+            detached(),
+            (detached(), detached()),
+            None,
+            ctl,
+            ring.clone(),
+        );
         qp.xrc = Some(XrcLink { xrcd, domain });
         let limit = u64::from(self.info.attr.max_qp);
         let handle = self.qps.insert(qp).ok_or(Error::TooMany {
             kind: ObjectKind::Qp,
             limit,
         })?;
+        ring.set_handle(handle);
         self.qpns.insert(qpn, handle);
         self.xrcd_users(xrcd, true);
         Ok(QpCreated {

@@ -146,13 +146,15 @@ pub struct QpData {
 impl QpData {
     /// Fresh data-path state whose queues keep up to their depth of retired
     /// WQEs for reuse (see [`super::wqe`]).
-    /// The receive queue is fed by `ring` (the QP's own, kept across RESET).
+    /// The receive queue is fed by `ring`, the send queue by `send_ring`
+    /// (the QP's own, kept across RESET).
     pub fn with_capacity(
         cap: crate::types::QpCap,
         ring: std::sync::Arc<crate::rq::RecvRing>,
+        send_ring: std::sync::Arc<crate::sq::SendRing>,
     ) -> QpData {
         QpData {
-            sq: SendQueue::with_depth(cap.max_send_wr as usize),
+            sq: SendQueue::with_ring(cap.max_send_wr as usize, send_ring),
             rq: RecvQueue::with_ring(cap.max_recv_wr as usize, ring),
             ..QpData::default()
         }

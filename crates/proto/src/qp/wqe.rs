@@ -9,28 +9,13 @@
 //! seen. Nothing is reserved up front, so an idle deep queue costs nothing.
 
 use crate::rq::RecvRing;
-use crate::types::Gid;
+use crate::sq::SendRing;
 use crate::wr::{ImmData, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use wire::Psn;
 
-/// Where a UD send goes, resolved from its address handle at post time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdDest {
-    /// Destination GID.
-    pub dgid: Gid,
-    /// Local GID index.
-    pub sgid_index: u8,
-    /// Hop limit.
-    pub hop_limit: u8,
-    /// Traffic class.
-    pub traffic_class: u8,
-    /// Destination QPN.
-    pub remote_qpn: u32,
-    /// DETH Q_Key (already substituted when the WR's had bit 31 set).
-    pub qkey: u32,
-}
+pub use crate::sq::UdDest;
 
 /// A send work request in the send queue.
 #[derive(Debug, Clone)]
@@ -228,6 +213,12 @@ impl RecvWqe {
 
 /// The send queue: WQEs in posting order. The front ones are in flight or
 /// awaiting acknowledgement; `next` indexes the first not yet fully sent.
+///
+/// A QP's queue is fed by its [`SendRing`] (posted without the engine): the
+/// engine moves what the ring holds to the back of the queue before each
+/// call on the QP, and every WQE that leaves the queue ([`SendQueue::retire`],
+/// [`SendQueue::pop_front`], [`SendQueue::discard_all`]) is counted on the
+/// ring, which checks the depth at post time.
 #[derive(Debug, Default)]
 pub struct SendQueue {
     /// WQEs, oldest first.
@@ -238,6 +229,8 @@ pub struct SendQueue {
     free: Vec<SendWqe>,
     /// At most this many are kept (the queue's depth).
     keep: usize,
+    /// The ring the application posts into.
+    ring: Option<Arc<SendRing>>,
 }
 
 impl SendQueue {
@@ -247,6 +240,20 @@ impl SendQueue {
             keep: depth,
             ..SendQueue::default()
         }
+    }
+
+    /// An empty queue of depth `depth` fed by `ring`.
+    pub fn with_ring(depth: usize, ring: Arc<SendRing>) -> SendQueue {
+        SendQueue {
+            keep: depth,
+            ring: Some(ring),
+            ..SendQueue::default()
+        }
+    }
+
+    /// The ring that feeds this queue, if any.
+    pub fn ring(&self) -> Option<&Arc<SendRing>> {
+        self.ring.as_ref()
     }
 
     /// Queues a WQE for `wr` at the back: a recycled one when there is one
@@ -289,7 +296,32 @@ impl SendQueue {
     pub fn retire(&mut self) -> Option<SendWqe> {
         let w = self.wqes.pop_front()?;
         self.next = self.next.saturating_sub(1);
+        if let Some(ring) = &self.ring {
+            ring.taken(1);
+        }
         Some(w)
+    }
+
+    /// Removes and returns the front WQE (flushes, RAW_PACKET frames),
+    /// counted on the ring as [`SendQueue::retire`] does.
+    pub fn pop_front(&mut self) -> Option<SendWqe> {
+        let w = self.wqes.pop_front()?;
+        if let Some(ring) = &self.ring {
+            ring.taken(1);
+        }
+        Some(w)
+    }
+
+    /// Drops every WQE without completions (RESET), counted on the ring.
+    pub fn discard_all(&mut self) {
+        let n = self.wqes.len();
+        self.next = 0;
+        while let Some(w) = self.wqes.pop_front() {
+            self.recycle(w);
+        }
+        if let Some(ring) = &self.ring {
+            ring.taken(n as u32);
+        }
     }
 
     /// True if every posted WQE has been fully sent.

@@ -139,10 +139,11 @@ impl Qp {
         cqs: (CqHandle, CqHandle),
         srq: Option<SrqHandle>,
         ctl: QpControl,
+        send_ring: std::sync::Arc<crate::sq::SendRing>,
     ) -> Qp {
         let cap = ctl.cap();
         let ring = crate::rq::RecvRing::new(cap.max_recv_wr, cap.max_recv_sge, srq.is_some());
-        let dp = QpData::with_capacity(cap, std::sync::Arc::new(ring));
+        let dp = QpData::with_capacity(cap, std::sync::Arc::new(ring), send_ring);
         Qp {
             pd,
             send_cq: cqs.0,
@@ -218,6 +219,46 @@ impl Qp {
             .expect("a QP's own receive queue has its ring")
     }
 
+    /// The ring the application posts sends into (proto::sq).
+    pub fn send_ring(&self) -> &std::sync::Arc<crate::sq::SendRing> {
+        self.dp.sq.ring().expect("a QP's send queue has its ring")
+    }
+
+    /// Moves what the send ring holds into the send queue, in posting order:
+    /// queued as [`Qp::post_send`] queues an accepted WR, or, if the QP is in
+    /// ERR or SQE by now, completed with `WR_FLUSH_ERR` (in RESET: discarded).
+    /// The engine calls it before every call on the QP.
+    pub fn take_posted(&mut self, sink: &mut impl Sink) {
+        let ring = self.send_ring();
+        if ring.pending() == 0 {
+            return;
+        }
+        let ring = ring.clone();
+        let state = self.ctl.state();
+        ring.drain(|d| match state {
+            QpState::Err | QpState::Sqe => {
+                ring.taken(1);
+                let posted = PostedSend {
+                    flushed: true,
+                    inline: None,
+                    ud: None,
+                    xrc_srqn: 0,
+                };
+                self.post_send(&d.wr, posted, sink);
+            }
+            QpState::Reset => ring.taken(1),
+            _ => {
+                let posted = PostedSend {
+                    flushed: false,
+                    inline: d.inline,
+                    ud: d.ud,
+                    xrc_srqn: d.xrc_srqn,
+                };
+                self.post_send(&d.wr, posted, sink);
+            }
+        });
+    }
+
     /// After the QP's state changed (or a post raced a change): WQEs posted on
     /// the ring while the QP is in ERR are flushed, in RESET discarded.
     pub fn settle_recv(&mut self, sink: &mut impl Sink) {
@@ -260,6 +301,12 @@ impl Qp {
             w.xrc_srqn = posted.xrc_srqn;
         }
         self.wake();
+    }
+
+    /// A send WR posted under the engine without the ring (RAW_PACKET QPs):
+    /// counted on the ring as a ring post is, so the queue's count stays one.
+    pub(crate) fn count_direct_post(&self) {
+        self.send_ring().count_direct();
     }
 
     /// A receive WR posted while the QP is in ERR: it completes at once with

@@ -82,7 +82,7 @@ impl Qp {
             self.wake();
             return Some(len);
         }
-        let w = self.dp.sq.wqes.pop_front()?;
+        let w = self.dp.sq.pop_front()?;
         if let Err(status) = gathered {
             sink.complete(
                 cq,

@@ -29,11 +29,13 @@ impl Qp {
                 // The receive ring stays (the application holds it), emptied.
                 let (counters, in_heap) = (self.dp.counters, self.dp.in_heap);
                 self.dp.rq.clear();
+                self.dp.sq.discard_all();
                 let ring = self.recv_ring().clone();
+                let send_ring = self.send_ring().clone();
                 self.dp = QpData {
                     counters,
                     in_heap,
-                    ..QpData::with_capacity(self.ctl.cap(), ring)
+                    ..QpData::with_capacity(self.ctl.cap(), ring, send_ring)
                 };
             }
             (QpState::Init, QpState::Rtr) => self.dp.resp.start(a.rq_psn),
@@ -112,7 +114,7 @@ impl Qp {
         let (qpn, cq) = (self.ctl.qpn(), self.send_cq);
         self.dp.sq.next = 0;
         self.dp.req.flushed();
-        while let Some(w) = self.dp.sq.wqes.pop_front() {
+        while let Some(w) = self.dp.sq.pop_front() {
             sink.complete(cq, flush_wc_send(&w, qpn), false);
             self.dp.sq.recycle(w);
         }
