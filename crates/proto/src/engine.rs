@@ -214,6 +214,21 @@ impl Default for DeviceData {
     }
 }
 
+/// The [`EngineSink`] of QP `$h`, borrowing the engine's tables field by
+/// field (so the QP itself may stay borrowed from `qps`).
+macro_rules! engine_sink {
+    ($e:ident, $h:expr) => {
+        EngineSink {
+            cqs: &mut $e.cqs,
+            srqs: &mut $e.srqs,
+            srq_nums: $e.srq_nums,
+            events: &mut $e.dev.events,
+            qp: $h,
+            now: $e.dev.now,
+        }
+    };
+}
+
 /// The engine's side of a QP's [`Sink`]: its CQs, SRQs and event queue.
 pub(crate) struct EngineSink<'a> {
     cqs: &'a mut Table<CqEntry, kind::Cq>,
@@ -820,14 +835,7 @@ impl Engine {
             port_mtu: self.info.port.active_mtu.bytes(),
             local_port: self.dev.local_port,
         };
-        let mut sink = EngineSink {
-            cqs: &mut self.cqs,
-            srqs: &mut self.srqs,
-            srq_nums: self.srq_nums,
-            events: &mut self.dev.events,
-            qp: h,
-            now: self.dev.now,
-        };
+        let mut sink = engine_sink!(self, h);
         q.take_posted(&mut sink);
         let r = f(q, &env, &mut sink, &mut self.dev.scratch);
         self.sync(h);
@@ -841,14 +849,7 @@ impl Engine {
         f: impl FnOnce(&mut Qp, &mut EngineSink<'_>) -> R,
     ) -> Option<R> {
         let q = self.qps.get_mut(h)?;
-        let mut sink = EngineSink {
-            cqs: &mut self.cqs,
-            srqs: &mut self.srqs,
-            srq_nums: self.srq_nums,
-            events: &mut self.dev.events,
-            qp: h,
-            now: self.dev.now,
-        };
+        let mut sink = engine_sink!(self, h);
         q.take_posted(&mut sink);
         let r = f(q, &mut sink);
         self.sync(h);
@@ -866,14 +867,7 @@ impl Engine {
         // The state mirror the receive ring checks posts against; WQEs posted
         // while it said otherwise are flushed or discarded now (proto::rq).
         if q.recv_ring().set_state(q.ctl.state()) {
-            let mut sink = EngineSink {
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                srq_nums: self.srq_nums,
-                events: &mut self.dev.events,
-                qp: h,
-                now: self.dev.now,
-            };
+            let mut sink = engine_sink!(self, h);
             q.settle_recv(&mut sink);
         }
         // The same for the send ring's mirror (state, max_rd_atomic, Q_Key):
@@ -884,14 +878,7 @@ impl Engine {
             q.ctl.qkey_or_zero(),
         );
         if q.send_ring().set_mirror(state, rd_atomic, qkey) {
-            let mut sink = EngineSink {
-                cqs: &mut self.cqs,
-                srqs: &mut self.srqs,
-                srq_nums: self.srq_nums,
-                events: &mut self.dev.events,
-                qp: h,
-                now: self.dev.now,
-            };
+            let mut sink = engine_sink!(self, h);
             q.take_posted(&mut sink);
         }
         if q.take_wants_tx() && !q.dp.scheduled {
