@@ -275,16 +275,21 @@ pub fn mckey(l: &Lane, group: &str, count: &str) {
 }
 
 /// rdma_server/rdma_client (rdma_verbs.h's synchronous calls: one SEND each
-/// way, then both disconnect). The server is given 30 s to end: with faults
-/// the client's ACK of the server's SEND may be lost after the client has
-/// disconnected, and the server's send then completes only when its
-/// retries run out (8 × 2.1 s, rdma_cm's local ACK timeout on RoCE), as
-/// with any stack.
+/// way, then both disconnect). The server is given 120 s to end. With faults
+/// two waits can add up, as with any stack: the client's ACK of the server's
+/// SEND may be lost after the client has gone, so the send completes only
+/// when its retries run out (8 × 2.1 s, rdma_cm's local ACK timeout on
+/// RoCE); and a synchronous `rdma_disconnect` waits for DISCONNECTED
+/// (rdma-core's `ucma_complete`), which, when the DREQ or DREP is lost and
+/// the client's process (and so its CM) has exited, comes only when the
+/// DREQ's retries run out (about 65 s; measured 66 s under load). A kernel
+/// CM would still answer that DREQ after its process exited; ours lives in
+/// the process (README, limits).
 pub fn rdma_server(l: &Lane, port: &str) {
     let (srv, cli, c_ok) = l.pair(
         &["rdma_server", "-s", l.srv(), "-p", port],
         &["rdma_client", "-s", l.srv(), "-p", port],
-        30,
+        120,
     );
     has_all("rdma_server", &srv, &["rdma_server: end 0"]);
     has_all("rdma_client", &cli, &["rdma_client: end 0"]);
@@ -295,12 +300,12 @@ pub fn rdma_server(l: &Lane, port: &str) {
 
 /// rdma_xserver/rdma_xclient over XRC (`-c x`): an XRC_SEND QP connects to an
 /// XRC_RECV QP and the message arrives through the server's XRC SRQ (the
-/// server given 30 s to end, as rdma_server).
+/// server given 120 s to end, as rdma_server).
 pub fn rdma_xserver(l: &Lane, port: &str) {
     let (srv, cli, c_ok) = l.pair(
         &["rdma_xserver", "-c", "x", "-p", port],
         &["rdma_xclient", "-c", "x", "-s", l.srv(), "-p", port],
-        30,
+        120,
     );
     has_all("rdma_xserver", &srv, &["rdma_xserver: end 0"]);
     has_all("rdma_xclient", &cli, &["rdma_xclient: end 0"]);
