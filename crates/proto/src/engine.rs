@@ -9,7 +9,6 @@
 
 use crate::ah::Ah;
 use crate::cq::Cq;
-use crate::cq::Pushed;
 use crate::device::{DeviceConfig, DeviceInfo, QpnSpace, FIRST_QPN};
 use crate::error::{Error, ObjectKind};
 use crate::handle::{kind, Handle};
@@ -17,21 +16,20 @@ use crate::mask::AttrMask;
 use crate::memory::Memory;
 use crate::mr;
 use crate::mr::MrTable;
-use crate::output::{AsyncEventKind, Event, EventElement};
-use crate::qp::actor::{QpEnv, Sink};
+use crate::output::Event;
+use crate::qp::actor::QpEnv;
 use crate::qp::create::{self, QpRequest};
 use crate::qp::modify::{ModifyEnv, Transition};
-use crate::qp::wqe::RecvQueue;
 use crate::qp::QpControl;
 use crate::sched::{ReadyQueue, TimerHeap};
 use crate::srq::Srq;
 use crate::table::Table;
 use crate::types::{QpAttr, QpCap, QpState, QpType};
-use crate::wc::WorkCompletion;
 use std::collections::{HashMap, VecDeque};
 
 mod memory;
 mod queues;
+mod sink;
 mod xrc;
 
 /// How many objects of each kind use an object.
@@ -237,85 +235,6 @@ pub(crate) struct EngineSink<'a> {
     events: &'a mut VecDeque<Event>,
     qp: QpHandle,
     now: u64,
-}
-
-impl Sink for EngineSink<'_> {
-    /// Raises the completion event if the CQ is armed; on overrun raises
-    /// `IBV_EVENT_CQ_ERR` (completions.md §7.2).
-    fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {
-        let Some(c) = self.cqs.get_mut(cq) else {
-            return true;
-        };
-        let wc = WorkCompletion {
-            timestamp_ns: self.now,
-            ..wc
-        };
-        match c.ring.push(wc, solicited) {
-            Pushed::Stored { event } => {
-                if let (true, Some(channel)) = (event, c.channel) {
-                    self.events.push_back(Event::Completion { cq, channel });
-                }
-                true
-            }
-            Pushed::Overrun => {
-                self.events.push_back(Event::Async {
-                    kind: AsyncEventKind::CqErr,
-                    element: EventElement::Cq(cq),
-                });
-                false
-            }
-        }
-    }
-
-    fn qp_event(&mut self, kind: AsyncEventKind) {
-        let element = EventElement::Qp(self.qp);
-        self.events.push_back(Event::Async { kind, element });
-    }
-
-    fn srq_queue(&mut self, srq: SrqHandle) -> Option<&mut RecvQueue> {
-        self.srqs.get_mut(srq).map(|s| &mut s.queue)
-    }
-
-    /// spec/xrc.md §4: the SRQ must exist, be an XRC SRQ, and be in `domain`.
-    fn xrc_target(
-        &mut self,
-        srqn: u32,
-        domain: u32,
-    ) -> Result<crate::xrcd::XrcTarget, crate::xrcd::XrcMiss> {
-        use crate::xrcd::{XrcMiss, XrcTarget};
-        let found = self.srqs.get_by_index(self.srq_nums.srq_index(srqn)?);
-        let Some((srq, s)) = found else {
-            return Err(XrcMiss::NoSrq { srqn });
-        };
-        match s.srq.xrc {
-            None => Err(XrcMiss::NotXrc { srqn }),
-            Some(x) if x.domain != domain => Err(XrcMiss::OtherDomain {
-                srqn,
-                srq_domain: x.domain,
-                qp_domain: domain,
-            }),
-            Some(x) => Ok(XrcTarget {
-                srq,
-                pd: s.srq.pd,
-                cq: x.cq,
-            }),
-        }
-    }
-
-    /// rc-reliability.md §8: below the armed limit → one event, then disarmed.
-    fn srq_taken(&mut self, srq: SrqHandle) {
-        let Some(s) = self.srqs.get_mut(srq) else {
-            return;
-        };
-        let limit = s.srq.attr.srq_limit;
-        if limit > 0 && (s.queue.len() as u32) < limit {
-            s.srq.attr.srq_limit = 0;
-            self.events.push_back(Event::Async {
-                kind: AsyncEventKind::SrqLimitReached,
-                element: EventElement::Srq(srq),
-            });
-        }
-    }
 }
 
 /// One device's objects.
