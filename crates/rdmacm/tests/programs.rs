@@ -217,15 +217,11 @@ fn rping_to_a_port_nobody_listens_on_is_rejected() {
     }
     // rping itself (no timeout(1) in between), so that the guard's kill ends
     // the server and not only a wrapper.
-    let srv = Command::new("rping")
-        .args(["-s", "-a", "127.0.26.1", "-p", "7476", "-C", "1"])
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .env("SOFTVERBS_ADDR", "127.0.26.1")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _server = KillOnDrop(srv);
+    let _server = background(
+        "127.0.26.1",
+        "rping",
+        &["-s", "-a", "127.0.26.1", "-p", "7476", "-C", "1"],
+    );
     wait_device("127.0.26.1");
     let mut t = String::new();
     for _ in 0..40 {
@@ -426,16 +422,7 @@ fn qperf_rc_bw_and_rc_lat_over_rdma_cm() {
     if !common::have("qperf") {
         return;
     }
-    let srv = Command::new("qperf")
-        .args(["-lp", "19811"])
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .env("SOFTVERBS_ADDR", "127.0.49.1")
-        .env("SOFTVERBS_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _server = KillOnDrop(srv);
+    let _server = background("127.0.49.1", "qperf", &["-lp", "19811"]);
     wait_tcp_listen(19811);
     for (test, want) in [
         ("rc_bw", "rc_bw:\n    bw  ="),
@@ -497,16 +484,11 @@ fn cmtime_ten_connections() {
     if !common::have("cmtime") {
         return;
     }
-    let srv = Command::new("cmtime")
-        .args(["-b", "127.0.50.1", "-c", "10", "-p", "7490"])
-        .env("LD_LIBRARY_PATH", common::lib_dir())
-        .env("SOFTVERBS_ADDR", "127.0.50.1")
-        .env("SOFTVERBS_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _server = KillOnDrop(srv);
+    let _server = background(
+        "127.0.50.1",
+        "cmtime",
+        &["-b", "127.0.50.1", "-c", "10", "-p", "7490"],
+    );
     wait_device("127.0.50.1");
     let mut c = String::new();
     for _ in 0..40 {
@@ -691,8 +673,17 @@ fn rping_and_ucmatose_with_loss_duplication_and_reordering() {
 /// An rping server listening on `port` at `addr`, for as long as the test
 /// holds it: started first, it holds slot 0 of the address (QP1's slot).
 fn slot0_holder(addr: &str, port: &str) -> KillOnDrop {
-    let child = Command::new("rping")
-        .args(["-s", "-a", addr, "-p", port, "-C", "1"])
+    let child = background(addr, "rping", &["-s", "-a", addr, "-p", port, "-C", "1"]);
+    wait_device(addr);
+    child
+}
+
+/// `prog args` in the background on a device at `addr`, its output
+/// discarded, killed when the test drops it. Started directly (no timeout(1)
+/// in between), so that the kill ends the program and not only a wrapper.
+fn background(addr: &str, prog: &str, args: &[&str]) -> KillOnDrop {
+    let child = Command::new(prog)
+        .args(args)
         .env("LD_LIBRARY_PATH", common::lib_dir())
         .env("SOFTVERBS_ADDR", addr)
         .env("SOFTVERBS_LOG", "warn")
@@ -700,7 +691,6 @@ fn slot0_holder(addr: &str, port: &str) -> KillOnDrop {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    wait_device(addr);
     KillOnDrop(child)
 }
 
