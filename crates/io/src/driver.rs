@@ -28,10 +28,21 @@
 //! one the sleeping progress thread waits for (`wake_at`, which it publishes
 //! under the engine lock before it sleeps). Completion-channel and async
 //! events the sends made are delivered by the caller too. The progress thread
-//! keeps retransmission, the ACK timers and receiving. Off by default
-//! (`DriverOptions::caller_tx`, `SOFTVERBS_CALLER_TX=1`: through the drop-in
-//! library `ibv_uc_pingpong_events` hangs with it on, not yet
-//! understood), and while faults or capture are in use (those sit in the
+//! keeps retransmission, the ACK timers and receiving.
+//!
+//! Two threads now take datagrams from one engine, so the order in which
+//! they reach the kernel is kept by a *transmit gate* ([`CallerTx`]): the
+//! thread that takes a datagram from the engine holds it until the datagram
+//! is sent. Without it, a progress thread woken meanwhile took a message's
+//! later packets and sent them while the poster was still between taking
+//! the first and sending it; a UC receiver drops a message whose first
+//! packet comes late, so `ibv_uc_pingpong` waited forever for it. The
+//! progress thread waits for the gate (a poster holds it for a few sends,
+//! bounded); a poster only tries it, and also stays out while the progress
+//! thread holds datagrams that wait for room in the socket.
+//!
+//! Off by default (`DriverOptions::caller_tx`, `SOFTVERBS_CALLER_TX=1`), and
+//! while faults, capture or the same-host path are in use (those sit in the
 //! progress thread); on a shared address it keeps the progress
 //! thread's rule of which datagrams stay in this process.
 //!
@@ -154,12 +165,31 @@ pub(crate) struct CallerTx {
     /// This process's slot of a shared address, if any (which datagrams to
     /// the address stay in this process: as the progress thread decides).
     share: Option<Arc<crate::share::Slot>>,
-    /// One datagram buffer, shared by posting threads (`try_lock`: a thread
-    /// that finds it busy rings the doorbell instead).
-    buf: Mutex<Vec<u8>>,
+    /// The transmit gate: whoever takes datagrams from the engine holds it
+    /// until they are in the kernel, so datagrams leave in the order the
+    /// engine gave them, whichever thread sends them. The progress thread
+    /// holds it around its transmit step (waiting for it); a posting thread
+    /// only tries it and rings the doorbell if it is busy.
+    gate: Mutex<TxGate>,
+}
+
+/// What the transmit gate guards.
+pub(crate) struct TxGate {
+    /// The posting threads' datagram buffer.
+    buf: Vec<u8>,
+    /// The progress thread keeps datagrams that wait for room in the socket
+    /// (back-pressure): nothing may overtake them, so posting threads leave
+    /// the transmit to it until they are gone.
+    pub(crate) progress_pending: bool,
 }
 
 impl CallerTx {
+    /// The transmit gate, waited for (the progress thread: a posting thread
+    /// holds it for a few sends at most, bounded by [`CALLER_TX_ROOM_WAIT`]).
+    pub(crate) fn gate(&self) -> MutexGuard<'_, TxGate> {
+        self.gate.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Whether a datagram to `to` stays in this process (the loopback
     /// shortcut): our own address and, on a shared address, a QP of our own
     /// slot — the progress thread's rule. Datagrams for another slot of the
@@ -181,8 +211,9 @@ impl CallerTx {
 /// Datagrams a posting thread takes from the engine at most; the rest is the
 /// progress thread's.
 const CALLER_TX_MAX: usize = 8;
-/// Longest a posting thread waits for room in the socket before it drops a
-/// datagram (counted in `send_errors`; the reliable transports retransmit).
+/// Longest a posting thread waits for room in the socket, in all, before it
+/// drops a datagram (counted in `send_errors`; the reliable transports
+/// retransmit). The progress thread may wait this long for the gate.
 const CALLER_TX_ROOM_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl<E> Shared<E> {
@@ -239,6 +270,126 @@ impl<E> Shared<E> {
     }
 }
 
+impl<E: Engine> Shared<E> {
+    /// The calling thread transmits what the engine has ready (see the
+    /// module doc): at most [`CALLER_TX_MAX`] datagrams, holding the transmit
+    /// gate until they are in the kernel, then the notifications they made.
+    /// How many it sent; `None` (nothing taken) when this is off, another
+    /// thread transmits, or the progress thread holds datagrams that wait
+    /// for room: the caller then rings the doorbell. Rings it itself when
+    /// the progress thread must act (more left, a failed send, an earlier
+    /// deadline than the sleeping thread's).
+    pub(crate) fn transmit_here(&self) -> Option<usize> {
+        let tx = self.caller_tx.as_ref()?;
+        // The gate, held until the datagrams taken are in the kernel: the
+        // progress thread must not send a later datagram of the engine's
+        // before them (an unreliable QP loses a message to the reordering).
+        let mut gate = tx.gate.try_lock().ok()?;
+        if gate.progress_pending {
+            return None;
+        }
+        let buf = &mut gate.buf;
+        let room_deadline = std::time::Instant::now() + CALLER_TX_ROOM_WAIT;
+        let mut sent = 0;
+        let mut ring = false;
+        for i in 0..=CALLER_TX_MAX {
+            // One datagram under the lock, sent outside it.
+            let Ok(mut engine) = self.engine.try_lock() else {
+                ring = true;
+                break;
+            };
+            let now = self.clock.now();
+            let t = if i < CALLER_TX_MAX {
+                engine.poll_transmit(now, buf)
+            } else {
+                None
+            };
+            let Some(t) = t else {
+                // Done: events for the CQs and whether the progress thread
+                // must wake for an earlier deadline than its own.
+                let mut notes = Vec::new();
+                while let Some(n) = engine.poll_notification() {
+                    notes.push(n);
+                }
+                let wake_at = self.wake_at.load(SeqCst);
+                ring |= engine.poll_timeout().is_some_and(|d| d < wake_at);
+                ring |= i == CALLER_TX_MAX;
+                drop(engine);
+                for n in notes {
+                    self.deliver(n);
+                }
+                break;
+            };
+            let c = &self.counters;
+            if t.len > buf.len() {
+                Counters::add(&c.send_errors, 1);
+                tracing::error!(
+                    len = t.len,
+                    "engine reported a datagram longer than its buffer"
+                );
+                continue;
+            }
+            let bytes = &buf[..t.len];
+            if tx.is_ours(t.to, bytes) {
+                // The loopback shortcut, under the lock already held.
+                engine.handle_datagram(now, tx.local, tx.local, bytes);
+                Counters::add(&c.loopback_datagrams, 1);
+                Counters::add(&c.loopback_bytes, t.len as u64);
+                Counters::add(&c.caller_datagrams, 1);
+                sent += 1;
+                continue;
+            }
+            drop(engine);
+            match self.send_from_caller(tx, t.to, bytes, room_deadline) {
+                Ok(()) => {
+                    Counters::add(&c.datagrams_sent, 1);
+                    Counters::add(&c.bytes_sent, t.len as u64);
+                    Counters::add(&c.caller_datagrams, 1);
+                    sent += 1;
+                }
+                Err(e) => {
+                    Counters::add(&c.send_errors, 1);
+                    tracing::warn!(local = %tx.local, to = %t.to, len = t.len, error = %e,
+                        "send from the posting thread failed; dropped");
+                    ring = true;
+                }
+            }
+        }
+        drop(gate);
+        if ring {
+            self.doorbell.ring();
+        }
+        Some(sent)
+    }
+
+    /// One `sendto(2)` from a posting thread; waits for room until `deadline`.
+    fn send_from_caller(
+        &self,
+        tx: &CallerTx,
+        to: SocketAddr,
+        bytes: &[u8],
+        deadline: std::time::Instant,
+    ) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        loop {
+            Counters::add(&self.counters.send_calls, 1);
+            match socket::send(&tx.socket, to, bytes) {
+                socket::SendOutcome::Sent => return Ok(()),
+                socket::SendOutcome::Failed(e) => return Err(e),
+                socket::SendOutcome::Retry => {
+                    Counters::add(&self.counters.send_retries, 1);
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::from(io::ErrorKind::WouldBlock));
+                    }
+                    let mut fds = [crate::sys::pollfd(tx.socket.as_raw_fd(), libc::POLLOUT)];
+                    let _ = crate::sys::poll(&mut fds, Some(left));
+                }
+            }
+        }
+    }
+}
+
 /// One device's socket and progress thread. See the module doc.
 pub struct Driver<E: Engine> {
     shared: Arc<Shared<E>>,
@@ -255,17 +406,23 @@ impl<E: Engine> Driver<E> {
         let socket = socket::bind_shared(bind, &opts)?;
         let local = socket.local_addr()?;
         // The posting threads' own transmit: not with faults or capture
-        // (they live in the progress thread).
-        let caller_tx = if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() {
-            Some(CallerTx {
-                socket: socket.try_clone()?,
-                local,
-                share: opts.share.clone(),
-                buf: Mutex::new(vec![0; opts.max_datagram_bytes.max(1)]),
-            })
-        } else {
-            None
-        };
+        // (they live in the progress thread), nor with the same-host path
+        // (its rings are the progress thread's: a datagram sent by the
+        // socket could overtake one in a ring).
+        let caller_tx =
+            if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() && !opts.shm {
+                Some(CallerTx {
+                    socket: socket.try_clone()?,
+                    local,
+                    share: opts.share.clone(),
+                    gate: Mutex::new(TxGate {
+                        buf: vec![0; opts.max_datagram_bytes.max(1)],
+                        progress_pending: false,
+                    }),
+                })
+            } else {
+                None
+            };
         let (clock, origin) = (Clock::new(), SystemTime::now());
         let capture = match &opts.capture {
             Some(path) => Some(Capture::create(path, origin)?),
@@ -357,106 +514,14 @@ impl<E: Engine> Driver<E> {
     /// doorbell wakes the progress thread. Returns how many datagrams this
     /// thread sent.
     pub fn posted(&self, idle: bool) -> usize {
-        let Some(tx) = self.shared.caller_tx.as_ref().filter(|_| idle) else {
+        if !idle {
             self.doorbell();
             return 0;
-        };
-        let Ok(mut buf) = tx.buf.try_lock() else {
+        }
+        self.shared.transmit_here().unwrap_or_else(|| {
             self.doorbell();
-            return 0;
-        };
-        let mut sent = 0;
-        let mut ring = false;
-        for i in 0..=CALLER_TX_MAX {
-            // One datagram under the lock, sent outside it.
-            let Ok(mut engine) = self.shared.engine.try_lock() else {
-                ring = true;
-                break;
-            };
-            let now = self.shared.clock.now();
-            let t = if i < CALLER_TX_MAX {
-                engine.poll_transmit(now, &mut buf)
-            } else {
-                None
-            };
-            let Some(t) = t else {
-                // Done: events for the CQs and whether the progress thread
-                // must wake for an earlier deadline than its own.
-                let mut notes = Vec::new();
-                while let Some(n) = engine.poll_notification() {
-                    notes.push(n);
-                }
-                let wake_at = self.shared.wake_at.load(SeqCst);
-                ring |= engine.poll_timeout().is_some_and(|d| d < wake_at);
-                ring |= i == CALLER_TX_MAX;
-                drop(engine);
-                for n in notes {
-                    self.shared.deliver(n);
-                }
-                break;
-            };
-            let c = &self.shared.counters;
-            if t.len > buf.len() {
-                Counters::add(&c.send_errors, 1);
-                tracing::error!(
-                    len = t.len,
-                    "engine reported a datagram longer than its buffer"
-                );
-                continue;
-            }
-            let bytes = &buf[..t.len];
-            if tx.is_ours(t.to, bytes) {
-                // The loopback shortcut, under the lock already held.
-                engine.handle_datagram(now, tx.local, tx.local, bytes);
-                Counters::add(&c.loopback_datagrams, 1);
-                Counters::add(&c.loopback_bytes, t.len as u64);
-                Counters::add(&c.caller_datagrams, 1);
-                sent += 1;
-                continue;
-            }
-            drop(engine);
-            match self.send_from_caller(tx, t.to, bytes) {
-                Ok(()) => {
-                    Counters::add(&c.datagrams_sent, 1);
-                    Counters::add(&c.bytes_sent, t.len as u64);
-                    Counters::add(&c.caller_datagrams, 1);
-                    sent += 1;
-                }
-                Err(e) => {
-                    Counters::add(&c.send_errors, 1);
-                    tracing::warn!(local = %tx.local, to = %t.to, len = t.len, error = %e,
-                        "send from the posting thread failed; dropped");
-                    ring = true;
-                }
-            }
-        }
-        drop(buf);
-        if ring {
-            self.doorbell();
-        }
-        sent
-    }
-
-    /// One `sendto(2)` from a posting thread; waits for room (bounded).
-    fn send_from_caller(&self, tx: &CallerTx, to: SocketAddr, bytes: &[u8]) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
-        let deadline = std::time::Instant::now() + CALLER_TX_ROOM_WAIT;
-        loop {
-            Counters::add(&self.shared.counters.send_calls, 1);
-            match socket::send(&tx.socket, to, bytes) {
-                socket::SendOutcome::Sent => return Ok(()),
-                socket::SendOutcome::Failed(e) => return Err(e),
-                socket::SendOutcome::Retry => {
-                    Counters::add(&self.shared.counters.send_retries, 1);
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        return Err(io::Error::from(io::ErrorKind::WouldBlock));
-                    }
-                    let mut fds = [crate::sys::pollfd(tx.socket.as_raw_fd(), libc::POLLOUT)];
-                    let _ = crate::sys::poll(&mut fds, Some(left));
-                }
-            }
-        }
+            0
+        })
     }
 
     /// A handle that rings this driver's doorbell, for objects that outlive a borrow.
@@ -535,5 +600,125 @@ impl<E: Engine> std::fmt::Debug for Driver<E> {
             .field("local", &self.local)
             .field("running", &self.thread.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Notification, Transmit};
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    /// An engine that sends what is queued, in order.
+    #[derive(Default)]
+    struct Queue(VecDeque<(SocketAddr, Vec<u8>)>);
+
+    impl Engine for Queue {
+        fn handle_datagram(&mut self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
+        fn poll_transmit(&mut self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+            let (to, bytes) = self.0.pop_front()?;
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            Some(Transmit {
+                to,
+                len: bytes.len(),
+            })
+        }
+        fn poll_timeout(&self) -> Option<Nanos> {
+            None
+        }
+        fn handle_timeout(&mut self, _: Nanos) {}
+        fn poll_notification(&mut self) -> Option<Notification> {
+            None
+        }
+    }
+
+    /// A posting thread that took the first datagram of a message from the
+    /// engine and has not yet sent it holds the transmit gate: the progress
+    /// thread, woken meanwhile, must not send the message's later datagrams
+    /// before it (they would overtake it; a UC receiver then drops the
+    /// message, and `ibv_uc_pingpong` waited for it forever).
+    #[test]
+    fn the_progress_thread_never_overtakes_a_posting_thread() {
+        let opts = DriverOptions {
+            caller_tx: true,
+            ..DriverOptions::default()
+        };
+        let d = Driver::start(Queue::default(), "127.0.61.11:0".parse().unwrap(), opts).unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.61.12:0").unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let to = peer.local_addr().unwrap();
+        let tx = d.shared.caller_tx.as_ref().expect("caller transmit on");
+        // The steps of `posted` up to the send: the gate, then one datagram.
+        let gate = tx.gate.try_lock().expect("the gate is free");
+        let first = d.with(|e| {
+            e.0.extend((1..=3u8).map(|i| (to, vec![i; 8])));
+            e.0.pop_front().unwrap()
+        });
+        // The progress thread is woken for the rest, and given time to act.
+        d.doorbell();
+        let mut buf = [0u8; 16];
+        peer.set_nonblocking(true).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            peer.recv(&mut buf).is_err(),
+            "the progress thread sent while a posting thread held a datagram"
+        );
+        peer.set_nonblocking(false).unwrap();
+        let deadline = std::time::Instant::now() + CALLER_TX_ROOM_WAIT;
+        d.shared
+            .send_from_caller(tx, first.0, &first.1, deadline)
+            .unwrap();
+        drop(gate);
+        for want in 1..=3u8 {
+            let n = peer.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &[want; 8], "datagram {want} in order");
+        }
+    }
+
+    /// What waits in the progress thread for room in the socket keeps the
+    /// posting threads out: they ring the doorbell instead of sending, and
+    /// the progress thread sends the post's datagram after its own.
+    #[test]
+    fn a_post_while_the_progress_thread_waits_for_room_goes_to_it() {
+        let opts = DriverOptions {
+            caller_tx: true,
+            ..DriverOptions::default()
+        };
+        let d = Driver::start(Queue::default(), "127.0.61.13:0".parse().unwrap(), opts).unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.61.14:0").unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let to = peer.local_addr().unwrap();
+        let tx = d.shared.caller_tx.as_ref().expect("caller transmit on");
+        // The progress thread's state as it is while a datagram waits for
+        // room, set while it sleeps (a pass in between would clear it: retry).
+        for _ in 0..100 {
+            let start = std::time::Instant::now();
+            while d.counters().sleeps == 0 && start.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let passes = d.counters().passes;
+            let writes = d.waker().writes();
+            tx.gate().progress_pending = true;
+            d.with(|e| e.0.push_back((to, vec![7; 4])));
+            let sent = d.posted(true);
+            if d.counters().passes != passes && sent > 0 {
+                continue; // the thread woke by itself meanwhile
+            }
+            assert_eq!(sent, 0, "nothing sent from the posting thread");
+            assert!(d.waker().writes() > writes, "the doorbell rang");
+            assert_eq!(d.counters().caller_datagrams, 0);
+            let mut buf = [0u8; 8];
+            assert_eq!(
+                peer.recv(&mut buf).unwrap(),
+                4,
+                "the progress thread sent it"
+            );
+            assert!(!tx.gate().progress_pending, "cleared by its transmit");
+            return;
+        }
+        panic!("the progress thread never stayed asleep");
     }
 }

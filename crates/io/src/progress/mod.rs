@@ -552,9 +552,21 @@ impl<E: Engine> Progress<E> {
     /// Sends what waited for room; if all of it left, collects up to `batch` new
     /// datagrams from the engine (one lock), passes them through the transmit
     /// faults and sends them (see [`crate::batch`]).
+    ///
+    /// With the posting threads' own transmit on, the whole step holds its
+    /// gate (crate::driver::CallerTx): a datagram taken from the engine is
+    /// in the kernel before anyone takes the next, so none overtakes another
+    /// (a UC or UD message whose packets are reordered is lost), and what
+    /// waits here for room keeps the posting threads out until it has left.
     fn transmit(&mut self) -> bool {
+        let shared = self.shared.clone();
+        let mut gate = shared.caller_tx.as_ref().map(|tx| tx.gate());
         let mut q = std::mem::take(&mut self.txq);
         let work = self.transmit_with(&mut q);
+        if let Some(g) = gate.as_mut() {
+            g.progress_pending = !q.is_empty();
+        }
+        drop(gate);
         self.txq = q;
         work
     }
