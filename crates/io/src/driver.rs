@@ -41,10 +41,13 @@
 //! bounded); a poster only tries it, and also stays out while the progress
 //! thread holds datagrams that wait for room in the socket.
 //!
-//! Off by default (`DriverOptions::caller_tx`, `SOFTVERBS_CALLER_TX=1`), and
-//! while faults, capture or the same-host path are in use (those sit in the
-//! progress thread); on a shared address it keeps the progress
-//! thread's rule of which datagrams stay in this process.
+//! On by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=0` turns
+//! it off); off while faults, capture or the same-host path are in use
+//! (those sit in the progress thread); on a shared address it keeps the
+//! progress thread's rule of which datagrams stay in this process. While it
+//! is on, the progress thread sleeps at most 25 ms at a time, so that the
+//! usual ACK timeout a post arms (67 ms) comes after its wake-up and needs
+//! no doorbell.
 //!
 //! **Send policy.** Datagrams go out in batches: up to `batch` are collected from
 //! the engine (one lock) and sent with one sendmmsg(2) per run of socket-bound

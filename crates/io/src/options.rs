@@ -7,8 +7,8 @@
 //! - `SOFTVERBS_PCAP`: capture file template, strict (see [`crate::capture`]);
 //! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
 //!   UDP GRO on receive off (anything else leaves them on);
-//! - `SOFTVERBS_CALLER_TX`: `1`/`on`/`yes`/`true` turns the posting thread's
-//!   own transmit on ([`DriverOptions::caller_tx`]; off by default).
+//! - `SOFTVERBS_CALLER_TX`: `0`/`off`/`no`/`false` turns the posting thread's
+//!   own transmit off ([`DriverOptions::caller_tx`]; on by default), `1`/`on`/`yes`/`true` on.
 //! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
 //!   (`crate::shm`), anything else leaves it off.
 
@@ -54,11 +54,10 @@ pub struct DriverOptions {
     /// Let the kernel coalesce received datagrams (UDP GRO; `SOFTVERBS_GRO=0` turns it off).
     pub gro: bool,
     /// A thread that posts to an idle send queue transmits the datagrams itself
-    /// (`Driver::posted`), without waking the progress thread
-    /// (`SOFTVERBS_CALLER_TX=1` turns it on). Off by default: through the
-    /// drop-in library, `ibv_uc_pingpong_events` hangs with it
-    /// on (not yet understood). Off by itself while faults or capture are in
-    /// use: those live in the progress thread.
+    /// (`Driver::posted`), without waking the progress thread. On by default
+    /// (`SOFTVERBS_CALLER_TX=0` turns it off). Off by itself while faults,
+    /// capture or the same-host path are in use: those live in the progress
+    /// thread.
     pub caller_tx: bool,
     /// An application thread that polls an empty CQ while the progress thread
     /// sleeps reads the socket itself ([`crate::Driver::drive_receive`]).
@@ -86,7 +85,7 @@ impl Default for DriverOptions {
             share: None,
             gso: true,
             gro: true,
-            caller_tx: false,
+            caller_tx: true,
             poll_receive: false,
             shm: false,
         }
@@ -119,7 +118,8 @@ impl DriverOptions {
     pub const GSO_ENV: &'static str = "SOFTVERBS_GSO";
     /// Environment variable turning [`DriverOptions::gro`] off (`0`, `off`, `no`, `false`).
     pub const GRO_ENV: &'static str = "SOFTVERBS_GRO";
-    /// Environment variable turning [`DriverOptions::caller_tx`] on (`1`, `on`, `yes`, `true`).
+    /// Environment variable turning [`DriverOptions::caller_tx`] off (`0`,
+    /// `off`, `no`, `false`) or on (`1`, `on`, `yes`, `true`).
     pub const CALLER_TX_ENV: &'static str = "SOFTVERBS_CALLER_TX";
     /// Environment variable turning [`DriverOptions::poll_receive`] on (`1`,
     /// `on`, `yes`, `true`) or off (`0`, `off`, `no`, `false`).
@@ -162,8 +162,8 @@ impl DriverOptions {
             self.gro = false;
         }
         let on = |v: String| matches!(v.trim(), "1" | "on" | "yes" | "true");
-        if get(Self::CALLER_TX_ENV).is_some_and(on) {
-            self.caller_tx = true;
+        if let Some(v) = get(Self::CALLER_TX_ENV) {
+            self.caller_tx = on(v.clone()) || (self.caller_tx && !off(v));
         }
         if let Some(v) = get(Self::POLL_RX_ENV) {
             self.poll_receive = on(v.clone()) || (self.poll_receive && !off(v));
@@ -223,6 +223,24 @@ mod tests {
         opts.apply_env("d", env(&[("SOFTVERBS_BUSY_POLL_US", "250")]))
             .unwrap();
         assert_eq!(opts.busy_poll, Duration::from_micros(250));
+    }
+
+    #[test]
+    fn caller_tx_is_on_unless_the_environment_turns_it_off() {
+        assert!(DriverOptions::default().caller_tx);
+        for (value, want) in [("0", false), ("off", false), ("1", true), ("bogus", true)] {
+            let mut opts = DriverOptions::default();
+            let vars = [(DriverOptions::CALLER_TX_ENV, value)];
+            opts.apply_env("d", env(&vars)).unwrap();
+            assert_eq!(opts.caller_tx, want, "{value}");
+        }
+        let mut opts = DriverOptions {
+            caller_tx: false,
+            ..DriverOptions::default()
+        };
+        opts.apply_env("d", env(&[(DriverOptions::CALLER_TX_ENV, "on")]))
+            .unwrap();
+        assert!(opts.caller_tx);
     }
 
     #[test]

@@ -208,3 +208,25 @@ fn datagrams_leave_in_the_engines_order_whoever_sends_them() {
         "in order ({by_caller} sent by the caller)"
     );
 }
+
+/// A post that arms a deadline after the sleeping progress thread's own
+/// wake-up (the usual ACK timeout, 67 ms, against its sleeps of 25 ms at
+/// most while this is on) needs no doorbell: the timer still fires, not
+/// before its time.
+#[test]
+fn a_later_deadline_needs_no_doorbell() {
+    let d = start(Fake::default(), "127.0.61.17:0");
+    let p = peer("127.0.61.18:0");
+    asleep(&d);
+    let to = p.local_addr().unwrap();
+    let writes = d.waker().writes();
+    let at = d.now() + 67_000_000;
+    d.with(|e| {
+        e.outbox.push_back((to, b"t".to_vec()));
+        e.timers.insert(at);
+    });
+    assert_eq!(d.posted(true), 1);
+    assert_eq!(d.waker().writes(), writes, "no doorbell write");
+    assert!(wait_until(|| d.with(|e| !e.fired.is_empty())));
+    d.with(|e| assert!(e.fired[0].1 >= at));
+}

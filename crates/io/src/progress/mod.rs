@@ -54,6 +54,10 @@ use faults::{Fate, Faults};
 
 /// Longest sleep with no deadline (a safety net; wake-ups come from fds).
 pub const MAX_SLEEP: Duration = Duration::from_secs(1);
+/// Longest sleep while posting threads transmit by themselves
+/// (crate::driver): a post that arms an engine deadline before the sleeping
+/// thread's wake-up must ring the doorbell; one after it need not.
+const CALLER_TX_MAX_SLEEP: Duration = Duration::from_millis(25);
 /// Longest sleep while a datagram waits for room in the socket (ENOBUFS gives no POLLOUT).
 const RETRY_SLEEP: Duration = Duration::from_millis(1);
 /// The receive sources a pass reads: those the last poll(2) reported
@@ -731,7 +735,7 @@ impl<E: Engine> Progress<E> {
             let d = engine.poll_timeout();
             // Under the lock: a posting thread that transmits by itself
             // (driver.rs) wakes this thread for an earlier deadline.
-            let latest = self.shared.clock.now() + MAX_SLEEP.as_nanos() as u64;
+            let latest = self.shared.clock.now() + self.longest_sleep().as_nanos() as u64;
             let wake_at = d.map_or(latest, |d| d.min(latest));
             self.shared.wake_at.store(wake_at, SeqCst);
             d
@@ -741,9 +745,10 @@ impl<E: Engine> Progress<E> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        let longest = self.longest_sleep();
         let mut timeout = deadline
-            .map_or(MAX_SLEEP, |d| self.shared.clock.until(d))
-            .min(MAX_SLEEP);
+            .map_or(longest, |d| self.shared.clock.until(d))
+            .min(longest);
         let mut sock_events = libc::POLLIN;
         if !self.txq.is_empty() || self.faults.blocked {
             // shm: a full ring is not the socket's to report: just wait a little.
@@ -762,6 +767,16 @@ impl<E: Engine> Progress<E> {
         self.shared.rx.set_asleep(Some(until));
         self.wait(sock_events, timeout);
         self.shared.rx.set_asleep(None);
+    }
+
+    /// The longest sleep: shorter while posting threads transmit by
+    /// themselves, so that a post that arms the usual ACK timeout (67 ms)
+    /// needs no doorbell for it ([`CALLER_TX_MAX_SLEEP`]).
+    fn longest_sleep(&self) -> Duration {
+        match self.shared.caller_tx {
+            Some(_) => CALLER_TX_MAX_SLEEP,
+            None => MAX_SLEEP,
+        }
     }
 
     /// Learns what is readable now, without sleeping.
