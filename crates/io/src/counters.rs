@@ -75,6 +75,9 @@ counters! {
     forward_drops,
     /// Times the progress thread went to sleep in poll(2).
     sleeps,
+    /// Of `sleeps`, those that left the socket to a thread polling a CQ
+    /// (crate::pollrx's lease): an arrival did not wake the progress thread.
+    aside_sleeps,
     /// Passes of the progress loop completed (each ends after its transmit
     /// flush: a datagram the engine gave before a pass began has left when it ends).
     passes,

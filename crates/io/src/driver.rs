@@ -465,6 +465,16 @@ impl<E: Engine> Driver<E> {
         crate::pollrx::drive(&self.shared)
     }
 
+    /// A thread is about to block for a completion (`ibv_req_notify_cq`):
+    /// the polling threads' lease on the socket ends now, and a progress
+    /// thread that sleeps without watching the socket is woken to watch it
+    /// (crate::pollrx).
+    pub fn end_poll_lease(&self) {
+        if self.shared.rx.end_lease() {
+            self.shared.doorbell.ring();
+        }
+    }
+
     /// Makes the device's IP multicast memberships `groups` (the groups its
     /// QPs are attached to): joins the new ones on the interface of the
     /// device's address, leaves the others (crate::mcast). On an error the

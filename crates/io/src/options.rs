@@ -9,6 +9,10 @@
 //!   UDP GRO on receive off (anything else leaves them on);
 //! - `SOFTVERBS_CALLER_TX`: `0`/`off`/`no`/`false` turns the posting thread's
 //!   own transmit off ([`DriverOptions::caller_tx`]; on by default), `1`/`on`/`yes`/`true` on.
+//! - `SOFTVERBS_POLL_RX`: `1`/`on`/`yes`/`true` turns receive by a thread
+//!   polling an empty CQ on ([`DriverOptions::poll_receive`]), `0`/`off`/`no`/`false` off;
+//! - `SOFTVERBS_POLL_RX_LEASE_US`: how long the socket stays a polling
+//!   thread's after its last empty poll ([`DriverOptions::poll_lease`]; lenient);
 //! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
 //!   (`crate::shm`), anything else leaves it off.
 
@@ -65,6 +69,13 @@ pub struct DriverOptions {
     /// measured more context switches per message, not fewer
     /// (spec/performance.md §9.4). Never with faults or a capture.
     pub poll_receive: bool,
+    /// With `poll_receive`: how long after a thread's last poll of an empty
+    /// CQ the socket stays its to read (`SOFTVERBS_POLL_RX_LEASE_US`). While
+    /// this lease holds, the progress thread does not watch the socket (an
+    /// arrival does not wake it); it looks again when the lease ends, so a
+    /// datagram that came after the last poll waits at most this long plus
+    /// one wake-up. `ibv_req_notify_cq` ends the lease at once.
+    pub poll_lease: Duration,
     /// The same-host path (shared-memory rings to processes of this host,
     /// `crate::shm`; `SOFTVERBS_SHM=1` turns it on). Needs `share` (a slot).
     pub shm: bool,
@@ -87,6 +98,7 @@ impl Default for DriverOptions {
             gro: true,
             caller_tx: true,
             poll_receive: false,
+            poll_lease: Duration::from_micros(50),
             shm: false,
         }
     }
@@ -124,6 +136,8 @@ impl DriverOptions {
     /// Environment variable turning [`DriverOptions::poll_receive`] on (`1`,
     /// `on`, `yes`, `true`) or off (`0`, `off`, `no`, `false`).
     pub const POLL_RX_ENV: &'static str = "SOFTVERBS_POLL_RX";
+    /// Environment variable setting [`DriverOptions::poll_lease`], in microseconds.
+    pub const POLL_RX_LEASE_ENV: &'static str = "SOFTVERBS_POLL_RX_LEASE_US";
     /// Environment variable turning [`DriverOptions::shm`] on (`1`, `on`, `yes`, `true`) or off.
     pub const SHM_ENV: &'static str = crate::shm::ENV;
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
@@ -167,6 +181,13 @@ impl DriverOptions {
         }
         if let Some(v) = get(Self::POLL_RX_ENV) {
             self.poll_receive = on(v.clone()) || (self.poll_receive && !off(v));
+        }
+        if let Some(v) = get(Self::POLL_RX_LEASE_ENV) {
+            match v.trim().parse::<u64>() {
+                Ok(us) => self.poll_lease = Duration::from_micros(us),
+                Err(e) => tracing::warn!(value = %v, error = %e,
+                    "{} is not a number of microseconds; ignored", Self::POLL_RX_LEASE_ENV),
+            }
         }
         if let Some(v) = get(Self::SHM_ENV) {
             self.shm = crate::shm::enabled_by(&v);
@@ -259,6 +280,18 @@ mod tests {
         opts.apply_env("d", env(&[(DriverOptions::POLL_RX_ENV, "off")]))
             .unwrap();
         assert!(!opts.poll_receive);
+    }
+
+    #[test]
+    fn poll_lease_from_the_environment() {
+        let mut opts = DriverOptions::default();
+        assert_eq!(opts.poll_lease, Duration::from_micros(50));
+        let vars = [(DriverOptions::POLL_RX_LEASE_ENV, " 200 ")];
+        opts.apply_env("d", env(&vars)).unwrap();
+        assert_eq!(opts.poll_lease, Duration::from_micros(200));
+        let vars = [(DriverOptions::POLL_RX_LEASE_ENV, "long")];
+        opts.apply_env("d", env(&vars)).unwrap();
+        assert_eq!(opts.poll_lease, Duration::from_micros(200), "ignored");
     }
 
     #[test]

@@ -8,14 +8,27 @@
 //! only tries it, and only while the progress thread sleeps), so datagrams
 //! reach the engine in arrival order; the application thread never waits for
 //! the gate. It takes the engine lock only after its read (never across a
-//! system call), rings the doorbell when it delivered something (the progress
-//! thread sends what the engine queued and delivers notifications), and steps
+//! system call), and steps
 //! aside when faults or a capture are configured (they live in the progress
 //! thread) or the option is off: it is off by default (`SOFTVERBS_POLL_RX=1`
 //! turns it on), because on the 2-core development machine it measured more
 //! context switches per message, not fewer: the progress thread sleeping in
 //! poll(2) on the socket is still woken by each arrival (spec/performance.md
 //! §9.4).
+//!
+//! **The lease.** Each poll of an empty CQ renews a lease on the socket for
+//! `DriverOptions::poll_lease` (50 µs unless set). While it holds, the
+//! progress thread sleeps without watching the socket's POLLIN (only its
+//! timers, the doorbell, the lease's end and its other sources), so an
+//! arrival does not wake it: the polling thread reads it, hands it to the
+//! engine and, with the posting threads' transmit on, sends what that made
+//! (an ACK, a response) and delivers its notifications itself. When the
+//! lease ends (the thread stopped polling: it spins on memory, or works) the
+//! progress thread wakes and watches the socket again, so a datagram that
+//! came after the last poll waits at most the lease plus one wake-up;
+//! `ibv_req_notify_cq` ([`crate::Driver::end_poll_lease`]) ends it at once
+//! (the thread is about to block) and wakes a progress thread that sleeps
+//! aside.
 //!
 //! Why: on a machine with few cores the progress thread must be woken and
 //! scheduled for every datagram (spec/performance.md §4, §9.3); the thread
@@ -44,8 +57,16 @@ pub(crate) struct RxGate {
     enabled: bool,
     /// The progress thread is in (or about to enter) its sleeping poll(2).
     asleep: AtomicBool,
+    /// That sleep leaves the socket to the polling threads (it does not
+    /// watch the socket's POLLIN: an arrival does not wake it).
+    aside: AtomicBool,
     /// Until when (engine time) that sleep lasts at most.
     until: AtomicU64,
+    /// The polling threads' lease on the socket: until when (engine time) a
+    /// thread that polled an empty CQ is taken to poll again; 0: none.
+    lease_until: AtomicU64,
+    /// How long one empty poll extends the lease.
+    lease_ns: u64,
     reader: Mutex<Reader>,
 }
 
@@ -69,7 +90,10 @@ impl RxGate {
         RxGate {
             enabled: socket.is_some(),
             asleep: AtomicBool::new(false),
+            aside: AtomicBool::new(false),
             until: AtomicU64::new(0),
+            lease_until: AtomicU64::new(0),
+            lease_ns: opts.poll_lease.as_nanos().min(u128::from(u64::MAX / 2)) as u64,
             reader: Mutex::new(Reader {
                 socket,
                 local,
@@ -88,14 +112,50 @@ impl RxGate {
     }
 
     /// The progress thread, before its sleeping poll(2) that lasts until
-    /// `until` at most (`Some`), and after it (`None`).
-    pub(crate) fn set_asleep(&self, until: Option<Nanos>) {
-        if self.enabled {
-            if let Some(t) = until {
-                self.until.store(t, SeqCst);
-            }
-            self.asleep.store(until.is_some(), SeqCst);
+    /// `until` at most (`Some`), and after it (`None`). `aside`: the sleep
+    /// leaves the socket to the polling threads (see [`RxGate::lease`]).
+    /// Returns whether it may: the lease still holds after the sleep was
+    /// published (a lease ended before this is seen here; one ended after it
+    /// sees `aside` and rings the doorbell: no sleep outlives it unnoticed).
+    pub(crate) fn set_asleep(&self, until: Option<Nanos>, aside: bool, now: Nanos) -> bool {
+        if !self.enabled {
+            return false;
         }
+        if let Some(t) = until {
+            self.until.store(t, SeqCst);
+        }
+        self.aside.store(aside, SeqCst);
+        self.asleep.store(until.is_some(), SeqCst);
+        aside && self.lease(now).is_some()
+    }
+
+    /// When the polling threads' lease on the socket ends, if it holds at
+    /// `now`: while it holds, the progress thread sleeps without watching the
+    /// socket, at most until then.
+    pub(crate) fn lease(&self, now: Nanos) -> Option<Nanos> {
+        if !self.enabled {
+            return None;
+        }
+        let until = self.lease_until.load(SeqCst);
+        (until > now).then_some(until)
+    }
+
+    /// A thread polled an empty CQ at `now`: the lease lasts until `now` +
+    /// the lease time.
+    fn renew(&self, now: Nanos) {
+        self.lease_until
+            .store(now.saturating_add(self.lease_ns), SeqCst);
+    }
+
+    /// The lease ends now (`ibv_req_notify_cq`: the thread is about to
+    /// block). Whether the progress thread sleeps aside and must be woken
+    /// to watch the socket again.
+    pub(crate) fn end_lease(&self) -> bool {
+        if !self.enabled || self.lease_until.load(SeqCst) == 0 {
+            return false;
+        }
+        self.lease_until.store(0, SeqCst);
+        self.asleep.load(SeqCst) && self.aside.load(SeqCst)
     }
 }
 
@@ -104,7 +164,11 @@ impl RxGate {
 /// progress thread is awake, another thread holds the gate, or this is off.
 pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
     let gate = &shared.rx;
-    if !gate.enabled || !gate.asleep.load(SeqCst) {
+    if !gate.enabled {
+        return 0;
+    }
+    gate.renew(shared.clock.now());
+    if !gate.asleep.load(SeqCst) {
         return 0;
     }
     let mut reader = match gate.reader.try_lock() {
@@ -161,18 +225,22 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
             delivered += 1;
         }
     }
-    // What the engine queued (an ACK, a response) and its notifications are
-    // the progress thread's to send and deliver, as is a timer due before
-    // its sleep ends.
-    let wake = engine.as_ref().is_some_and(|e| {
-        e.has_work()
-            || e.poll_timeout()
-                .is_some_and(|t| t < gate.until.load(SeqCst))
+    // What the engine queued (an ACK, a response) and its notifications:
+    // this thread sends and delivers them itself if it may (the posting
+    // threads' transmit, crate::driver), else the progress thread does; a
+    // timer due before the progress thread's sleep ends wakes it.
+    let (work, timer) = engine.as_ref().map_or((false, false), |e| {
+        let until = gate.until.load(SeqCst);
+        (e.has_work(), e.poll_timeout().is_some_and(|t| t < until))
     });
     drop(engine);
     drop(reader);
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
-    if wake {
+    if work {
+        if shared.transmit_here().is_none() {
+            shared.doorbell.ring();
+        }
+    } else if timer {
         shared.doorbell.ring();
     }
     delivered
@@ -241,7 +309,7 @@ mod tests {
         // The progress thread is awake: not this thread's to read.
         assert_eq!(drive(&s), 0);
         assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
-        s.rx.set_asleep(Some(u64::MAX));
+        s.rx.set_asleep(Some(u64::MAX), false, 0);
         assert_eq!(drive_all(&s, 1), 1);
         assert_eq!(drive(&s), 0, "nothing queued");
         // More than one read's worth (loopback queues before send_to returns).
@@ -278,7 +346,7 @@ mod tests {
         s.doorbell.clear();
         // A timer due before the sleep ends: it is rung; one after: not.
         s.engine().1 = false;
-        s.rx.set_asleep(Some(5_000));
+        s.rx.set_asleep(Some(5_000), false, 0);
         for (timer, rung) in [(6_000, false), (4_000, true)] {
             s.engine().2 = Some(timer);
             client.send_to(b"t", to).unwrap();
@@ -306,7 +374,7 @@ mod tests {
             let (s, socket) = shared(&format!("127.0.3.{}:0", 43 + i), opts);
             let client = UdpSocket::bind("127.0.3.42:0").unwrap();
             client.send_to(b"x", socket.local_addr().unwrap()).unwrap();
-            s.rx.set_asleep(Some(u64::MAX));
+            s.rx.set_asleep(Some(u64::MAX), false, 0);
             assert_eq!(drive(&s), 0, "options {i}");
             assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
             assert!(s.engine().0.is_empty());

@@ -186,6 +186,9 @@ impl CompletionQueue {
     /// sleeps on a completion it missed.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
         self.inner.ring.req_notify(solicited_only);
+        // The thread is about to wait for the event, not poll: the socket
+        // goes back to the progress thread (sv_io::Driver::end_poll_lease).
+        self.inner.ctx.dev.driver.end_poll_lease();
         Ok(())
     }
 

@@ -749,6 +749,13 @@ impl<E: Engine> Progress<E> {
         let mut timeout = deadline
             .map_or(longest, |d| self.shared.clock.until(d))
             .min(longest);
+        // A thread polls a CQ of the device (crate::pollrx): the socket is
+        // its to read until the lease ends, when this thread looks again.
+        let now = self.shared.clock.now();
+        let lease = self.shared.rx.lease(now);
+        if let Some(end) = lease {
+            timeout = timeout.min(self.shared.clock.until(end));
+        }
         let mut sock_events = libc::POLLIN;
         if !self.txq.is_empty() || self.faults.blocked {
             // shm: a full ring is not the socket's to report: just wait a little.
@@ -763,10 +770,15 @@ impl<E: Engine> Progress<E> {
             return;
         }
         Counters::add(&self.shared.counters.sleeps, 1);
-        let until = self.shared.clock.now() + timeout.as_nanos() as u64;
-        self.shared.rx.set_asleep(Some(until));
+        let until = now + timeout.as_nanos() as u64;
+        let aside = self.shared.rx.set_asleep(Some(until), lease.is_some(), now);
+        if aside {
+            // Not the socket's POLLIN (nor its POLLERR: a negative fd).
+            Counters::add(&self.shared.counters.aside_sleeps, 1);
+            sock_events &= !libc::POLLIN;
+        }
         self.wait(sock_events, timeout);
-        self.shared.rx.set_asleep(None);
+        self.shared.rx.set_asleep(None, false, now);
     }
 
     /// The longest sleep: shorter while posting threads transmit by
@@ -784,16 +796,21 @@ impl<E: Engine> Progress<E> {
         self.wait(libc::POLLIN, Duration::ZERO);
     }
 
-    /// One poll(2) on every source (the socket with `sock_events`), at most
-    /// `timeout`: clears the doorbell if it rang and notes what is readable.
+    /// One poll(2) on every source (the socket with `sock_events`; not the
+    /// socket at all when they are none), at most `timeout`: clears the
+    /// doorbell if it rang and notes what is readable.
     fn wait(&mut self, sock_events: libc::c_short, timeout: Duration) {
         let bell = self.shared.doorbell.fd().as_raw_fd();
         // A negative fd is ignored by poll(2): no inbox when the address is ours alone.
         let inbox = self.share.as_ref().map_or(-1, |(s, _)| s.inbox_fd());
+        let sock = match sock_events {
+            0 => -1,
+            _ => self.socket.as_raw_fd(),
+        };
         let mut fds = std::mem::take(&mut self.pollfds);
         fds.clear();
         fds.extend([
-            sys::pollfd(self.socket.as_raw_fd(), sock_events),
+            sys::pollfd(sock, sock_events),
             sys::pollfd(bell, libc::POLLIN),
             sys::pollfd(inbox, libc::POLLIN),
         ]);

@@ -85,6 +85,10 @@ impl Engine for Fake {
     fn poll_notification(&mut self) -> Option<Notification> {
         self.notes.pop_front()
     }
+
+    fn has_work(&self) -> bool {
+        !self.outbox.is_empty() || !self.notes.is_empty()
+    }
 }
 
 /// Polls `cond` every millisecond until it holds or [`DEADLINE`] passes.

@@ -1,0 +1,170 @@
+//! Receive by a thread that polls a CQ (`Driver::drive_receive`) while it
+//! holds the lease on the socket: the progress thread then sleeps without
+//! watching the socket, so arrivals do not wake it; the lease ends by
+//! itself after the last empty poll (the progress thread takes the socket
+//! back) or at once by `end_poll_lease` (`ibv_req_notify_cq`). Only
+//! loopback addresses; every wait bounded.
+mod common;
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use common::{wait_until, Fake, DEADLINE};
+use sv_io::{Driver, DriverOptions};
+
+fn start(engine: Fake, addr: &str, lease: Duration, caller_tx: bool) -> Driver<Fake> {
+    let opts = DriverOptions {
+        poll_receive: true,
+        poll_lease: lease,
+        caller_tx,
+        ..DriverOptions::default()
+    };
+    Driver::start(engine, addr.parse().unwrap(), opts).unwrap()
+}
+
+fn peer(addr: &str) -> UdpSocket {
+    let s = UdpSocket::bind(addr).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s
+}
+
+/// Takes the lease and waits until the progress thread sleeps aside.
+fn lease(d: &Driver<Fake>) {
+    let before = d.counters().aside_sleeps;
+    assert_eq!(d.drive_receive(), 0);
+    // It sleeps watching the socket: the doorbell makes it sleep again, aside.
+    d.doorbell();
+    assert!(wait_until(|| {
+        d.drive_receive();
+        d.counters().aside_sleeps > before
+    }));
+}
+
+/// Polls until the engine holds `n` datagrams (bounded).
+fn poll_until(d: &Driver<Fake>, n: usize) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        d.drive_receive();
+        if d.with(|e| e.inbox.len()) >= n {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
+#[test]
+fn a_polling_thread_receives_without_waking_the_progress_thread() {
+    let d = start(
+        Fake::default(),
+        "127.0.65.1:0",
+        Duration::from_secs(10),
+        false,
+    );
+    let p = peer("127.0.65.2:0");
+    lease(&d);
+    let before = d.counters();
+    let start = Instant::now();
+    for i in 0..20u8 {
+        p.send_to(&[i; 16], d.local_addr()).unwrap();
+        assert!(poll_until(&d, i as usize + 1), "datagram {i} delivered");
+    }
+    let secs = start.elapsed().as_secs();
+    let after = d.counters();
+    d.with(|e| {
+        let got: Vec<u8> = e.inbox.iter().map(|r| r.payload[0]).collect();
+        assert_eq!(got, (0..20u8).collect::<Vec<_>>(), "in order, once each");
+    });
+    assert_eq!(
+        after.poll_receive_datagrams - before.poll_receive_datagrams,
+        20,
+        "all read by the polling thread"
+    );
+    // The progress thread woke only for its own timeouts (one per second at
+    // most), not for the 20 arrivals.
+    let wakes = after.sleeps - before.sleeps;
+    assert!(wakes <= 2 + secs, "{wakes} wake-ups in {secs} s");
+    assert_eq!(
+        after.recv_calls - before.recv_calls,
+        after.poll_receive_calls - before.poll_receive_calls
+    );
+}
+
+#[test]
+fn when_the_lease_ends_the_progress_thread_receives() {
+    let d = start(
+        Fake::default(),
+        "127.0.65.3:0",
+        Duration::from_millis(2),
+        false,
+    );
+    let p = peer("127.0.65.4:0");
+    lease(&d);
+    // This thread stops polling; the datagram still arrives.
+    p.send_to(b"late", d.local_addr()).unwrap();
+    assert!(wait_until(|| d.with(|e| e.inbox.len()) == 1));
+    d.with(|e| assert_eq!(e.inbox[0].payload, b"late"));
+    assert_eq!(
+        d.counters().poll_receive_datagrams,
+        0,
+        "the progress thread read it"
+    );
+}
+
+#[test]
+fn ending_the_lease_gives_the_socket_back_at_once() {
+    let d = start(
+        Fake::default(),
+        "127.0.65.5:0",
+        Duration::from_secs(3600),
+        false,
+    );
+    let p = peer("127.0.65.6:0");
+    lease(&d);
+    let writes = d.waker().writes();
+    d.end_poll_lease();
+    assert!(
+        d.waker().writes() > writes,
+        "the sleeping progress thread is woken"
+    );
+    // Not waiting an hour: the progress thread watches the socket again.
+    p.send_to(b"armed", d.local_addr()).unwrap();
+    assert!(wait_until(|| d.with(|e| e.inbox.len()) == 1));
+    assert_eq!(d.counters().poll_receive_datagrams, 0);
+    // No lease, nothing to wake: no doorbell.
+    let writes = d.waker().writes();
+    d.end_poll_lease();
+    assert_eq!(d.waker().writes(), writes);
+}
+
+#[test]
+fn the_polling_thread_sends_the_reply_itself() {
+    let d = start(Fake::echo(), "127.0.65.7:0", Duration::from_secs(10), true);
+    let p = peer("127.0.65.8:0");
+    lease(&d);
+    let writes = d.waker().writes();
+    p.send_to(b"ping", d.local_addr()).unwrap();
+    assert!(poll_until(&d, 1));
+    let mut buf = [0u8; 8];
+    let (n, from) = p.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..n], from), (&b"ping"[..], d.local_addr()));
+    let c = d.counters();
+    assert_eq!((c.poll_receive_datagrams, c.caller_datagrams), (1, 1));
+    assert_eq!(d.waker().writes(), writes, "no doorbell: no hand-off");
+}
+
+#[test]
+fn off_by_default_no_lease_and_no_aside_sleep() {
+    let d = Driver::start(
+        Fake::default(),
+        "127.0.65.9:0".parse().unwrap(),
+        DriverOptions::default(),
+    )
+    .unwrap();
+    assert!(wait_until(|| d.counters().sleeps > 0));
+    assert_eq!(d.drive_receive(), 0);
+    d.doorbell();
+    let sleeps = d.counters().sleeps;
+    assert!(wait_until(|| d.counters().sleeps > sleeps));
+    assert_eq!(d.counters().aside_sleeps, 0);
+}
