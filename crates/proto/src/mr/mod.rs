@@ -556,10 +556,24 @@ pub fn advise(
 
 /// The MR an lkey or rkey names (the slot index sits in the key's high bits).
 pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
-    if mw::is_window_key(key) {
-        return None;
+    mrs.by_key(key)
+}
+
+/// A set of memory regions that can be looked up by key: the engine's table,
+/// or the read-only copy posts use ([`view::MrView`]). The key names a slot;
+/// [`Mr::check`] still compares the whole key.
+pub trait MrKeys {
+    /// The MR whose slot `key` names, if any (never for a window's key).
+    fn by_key(&self, key: u32) -> Option<&Mr>;
+}
+
+impl MrKeys for MrTable {
+    fn by_key(&self, key: u32) -> Option<&Mr> {
+        if mw::is_window_key(key) {
+            return None;
+        }
+        self.get_by_index(key_index(key)?).map(|(_, m)| m)
     }
-    mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
 }
 
 /// Checks `ibv_reg_dm_mr` arguments: a zero-based region (IBV_ACCESS_ZERO_BASED
@@ -607,6 +621,7 @@ pub fn key_index(key: u32) -> Option<u32> {
 }
 
 pub mod mw;
+pub mod view;
 
 #[cfg(test)]
 mod tests;
