@@ -14,6 +14,27 @@
 //! a magic word and the softverbs object behind it. Every entry point checks the
 //! pointer (NULL, magic) before use, so a wrong or stale pointer gets `EINVAL`
 //! instead of a crash whenever the memory is still mapped.
+//!
+//! # Layers
+//!
+//! A file imports only what sits below it (tests/layering.rs checks it). An
+//! object's file owns its block and the entry points that make it; what two
+//! files share sits below both.
+//!
+//! ```text
+//! ops                 ibv_open_device: the context's ops tables; ibv_ack_async_event
+//! qp::create          ibv_create_qp, create_qp_ex, open_qp (XRC_RECV), RSS QPs
+//! wq                  WQs and RSS indirection tables            (posts receives)
+//! post                ibv_post_send/recv, ibv_bind_mw, the ibv_wr_* builders
+//! flow  qp            the QP block and its batch; modify, query, destroy
+//! ah  srq  dm         address handles; SRQs (XRC SRQs on xrc, cq); device memory
+//! memory  cq  xrc     MRs and windows; CQs; XRC domains
+//! domain              PDs, parent and thread domains (DomainHold)
+//! context  device  private    the context block, its object registry, channels;
+//!                     the device list and queries; the private ABI
+//! convert  misc  stubs        C struct <-> softverbs conversions; small exports
+//! ffi  util  restart  private_abi    ground floor: C mirrors, errno, blocks
+//! ```
 #![allow(clippy::missing_safety_doc)] // C entry points: the man pages are the contract
 #![allow(unsafe_code)] // the C-ABI crate (DESIGN.md §3.8); every block has a SAFETY line
 
@@ -29,6 +50,7 @@ mod domain;
 mod flow;
 mod memory;
 mod misc;
+mod ops;
 mod post;
 mod private;
 mod private_abi;
