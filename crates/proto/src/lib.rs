@@ -122,7 +122,9 @@ pub mod datapath;
 pub mod device;
 pub mod dm;
 pub mod engine;
+pub mod errno;
 pub mod error;
+pub mod frame;
 pub mod gsi;
 pub mod handle;
 pub mod mask;
@@ -131,6 +133,7 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
+pub mod refusal;
 pub mod rq;
 pub mod rss;
 /// The seeded generator (crates/faults): the CM draws its IDs from it.
@@ -151,6 +154,7 @@ pub mod wr;
 pub mod xrcd;
 
 pub use engine::Engine;
-pub use error::{Errno, Error};
+pub use errno::Errno;
+pub use error::Error;
 pub use mask::AttrMask;
 pub use types::*;
