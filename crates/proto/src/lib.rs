@@ -29,9 +29,9 @@
 //!  9 cq, sq
 //!  8 cqe, mr::view, timers
 //!  7 qp::{modify, sgl}, rq, wc
-//!  6 ah, srq, gsi, wr, qp::create, cm::qp_attr
-//!  5 device, wr::check, cm (mod)
-//!  4 error (takes the leaf errors below it), cm::sidr
+//!  6 ah, srq, gsi, wr (the facade of wr::types and wr::check), qp::create, cm::qp_attr
+//!  5 device, wr::check (on wr::types), cm (mod)
+//!  4 error (takes the leaf errors below it), wr::types, cm::sidr
 //!  3 mr::mw, cm::conn
 //!  2 mr, xrcd, cm::outbox
 //!  1 dm, mcast, refusal, sched, table, qp (QpControl), qp::table, cm::{held, types}
@@ -43,9 +43,7 @@
 //! The leaf modules never name `Error`: they return their own errors
 //! (`mr::check_reg` a [`refusal::Refusal`], `dm` a `DmError`, ...) and the
 //! error enum takes them. `tests/layering.rs` checks the sources (a name the
-//! crate root re-exports counts as its module): no circle of imports, except
-//! one not yet undone (wr/mod.rs re-exports its child `wr::check`, which takes
-//! the WR types from it),
+//! crate root re-exports counts as its module): no circle of imports,
 //! and nothing below the engine names the engine.
 //!
 //! # The path of a post (no engine, no engine lock)
