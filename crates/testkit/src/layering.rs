@@ -74,15 +74,60 @@ fn refs(code: &str, prefix: &str, base: &str, mods: &BTreeSet<String>) -> BTreeS
     out
 }
 
+/// Names the crate root re-exports from its own modules (`pub use m::A;`,
+/// `pub use m::{A, B};`), so `crate::A` counts as importing `m`.
+fn root_reexports(root: &str, mods: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for stmt in root.split(';') {
+        let Some(path) = stmt.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let path: String = path.chars().filter(|c| !c.is_whitespace()).collect();
+        let (module, names) = match path.split_once("::{") {
+            Some((m, rest)) => (m.to_string(), rest.trim_end_matches('}').to_string()),
+            None => match path.rsplit_once("::") {
+                Some((m, n)) => (m.to_string(), n.to_string()),
+                None => continue,
+            },
+        };
+        if !mods.contains(&module) {
+            continue;
+        }
+        for name in names.split(',').filter(|n| !n.is_empty() && *n != "*") {
+            let shown = name.rsplit_once("as").map_or(name, |(_, a)| a);
+            out.insert(shown.to_string(), module.clone());
+        }
+    }
+    out
+}
+
+/// True if `code` holds `path` as a whole path (not preceded by a path
+/// character, not followed by an identifier character).
+fn names_item(code: &str, path: &str) -> bool {
+    code.match_indices(path).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        let after = code[i + path.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
 /// The import graph of the crate whose sources are under `src`.
 pub fn graph(src: &Path) -> Graph {
     let mut files = BTreeMap::new();
     sources(src, src, &mut files);
     let mods: BTreeSet<String> = files.keys().cloned().collect();
+    let reexports = root_reexports(files.get("").map_or("", String::as_str), &mods);
     let mut g = Graph::new();
     for (m, code) in &files {
         let parent = m.rsplit_once("::").map_or("", |(p, _)| p);
         let mut deps = refs(code, "crate::", "", &mods);
+        // `crate::Name`, a name the root re-exports, imports its module.
+        for (name, module) in &reexports {
+            if names_item(code, &format!("crate::{name}")) {
+                deps.insert(module.clone());
+            }
+        }
         deps.extend(refs(code, "super::", parent, &mods));
         // A parent that names its own child (`child::item`) imports it.
         for child in mods
@@ -172,8 +217,18 @@ mod tests {
     fn imports_are_read_from_the_code_not_comments_or_tests() {
         let dir = std::env::temp_dir().join(format!("layering-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("x")).unwrap();
-        std::fs::write(dir.join("lib.rs"), "mod a; mod x;").unwrap();
-        std::fs::write(dir.join("a.rs"), "use crate::x::y::Z;\n// crate::b\n").unwrap();
+        std::fs::write(
+            dir.join("lib.rs"),
+            "mod a; mod x; mod w;\npub use w::{W, V as U};",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("a.rs"),
+            "use crate::x::y::Z;\n// crate::b\nfn g(_: crate::Wide) {}",
+        )
+        .unwrap();
+        std::fs::write(dir.join("w.rs"), "").unwrap();
+        std::fs::write(dir.join("x/z.rs"), "fn f(_: crate::U) {}").unwrap();
         std::fs::write(dir.join("x/mod.rs"), "pub mod y; fn f() { y::g() }").unwrap();
         std::fs::write(
             dir.join("x/y.rs"),
@@ -186,5 +241,11 @@ mod tests {
         assert_eq!(g["x"], BTreeSet::from(["x::y".to_string()]));
         assert_eq!(g["x::y"], BTreeSet::from(["x".to_string()]));
         assert_eq!(circles(&g).len(), 1);
+        // `crate::U` is w's `V` re-exported at the root; `crate::Wide` is not `W`.
+        assert_eq!(g["x::z"], BTreeSet::from(["w".to_string()]));
+        assert_eq!(
+            root_reexports("pub use w::{W, V as U};", &BTreeSet::from(["w".into()])).len(),
+            2
+        );
     }
 }

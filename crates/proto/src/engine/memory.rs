@@ -161,7 +161,7 @@ impl Engine {
                 kind: ObjectKind::Mr,
                 limit,
             })?;
-        let rkey = mr::mw::window_key(h.index(), key);
+        let rkey = mr::window_key(h.index(), key);
         if let Some(w) = mws.get_mut(h) {
             w.rkey = rkey;
         }

@@ -1,8 +1,8 @@
 //! Memory regions: registration rules, keys, and the bounds/access check that is
 //! the security boundary of every local and remote access.
 
-use crate::error::{Error, InvalidArg, Unsupported};
 use crate::handle::{kind, PdHandle};
+use crate::refusal::{InvalidArg, Refusal, Unsupported};
 use crate::table::Table;
 use crate::types::AccessFlags;
 
@@ -311,7 +311,7 @@ pub const ODP_CAPS: OdpCaps = OdpCaps {
 };
 
 /// Checks `ibv_reg_mr` arguments; returns the access flags in force.
-pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Error> {
+pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Refusal> {
     // An implicit region spans the whole address space: on demand only
     // (mlx5_ib_reg_user_mr: start 0, length U64_MAX, IB_ACCESS_ON_DEMAND).
     if length == IMPLICIT_LEN && (addr != 0 || access & AccessFlags::ON_DEMAND.0 == 0) {
@@ -359,7 +359,7 @@ pub struct Rereg {
 /// Checks a re-registration of `old`; returns the region it becomes (same
 /// keys: the kernel's in-place path and rxe keep them). The PD's existence is
 /// the engine's to check.
-pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Error> {
+pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Refusal> {
     // Kernel ib_uverbs_rereg_mr: no flag at all is EINVAL.
     if r.pd.is_none() && r.translation.is_none() && r.access.is_none() {
         return Err(InvalidArg::ReregNoChange.into());
@@ -512,7 +512,7 @@ pub fn advise(
     pd: PdHandle,
     advice: u32,
     flags: u32,
-    sges: &[crate::wr::Sge],
+    sges: &[crate::types::Sge],
     mem: &dyn crate::memory::Memory,
 ) -> Result<(), AdviseError> {
     let advice = Advice::from_raw(advice).ok_or(AdviseError::Advice { advice })?;
@@ -569,7 +569,7 @@ pub trait MrKeys {
 
 impl MrKeys for MrTable {
     fn by_key(&self, key: u32) -> Option<&Mr> {
-        if mw::is_window_key(key) {
+        if is_window_key(key) {
             return None;
         }
         self.get_by_index(key_index(key)?).map(|(_, m)| m)
@@ -585,7 +585,7 @@ pub fn check_reg_dm(
     offset: u64,
     length: u64,
     access: u32,
-) -> Result<AccessFlags, Error> {
+) -> Result<AccessFlags, Refusal> {
     if access & AccessFlags::ZERO_BASED.0 == 0 {
         return Err(InvalidArg::DmMrNotZeroBased.into());
     }
@@ -613,6 +613,27 @@ pub fn check_reg_dm(
 pub fn keys(index: u32, serial: u32) -> (u32, u32) {
     let base = ((index + 1) << 8) | (serial & 0x7f);
     (base, base | 0x80)
+}
+
+/// Window rkeys have bit 31 set; MR keys never do (their slot index is below 2^23).
+const WINDOW_BIT: u32 = 1 << 31;
+
+/// The rkey of window slot `index` with key part `key`.
+pub fn window_key(index: u32, key: u8) -> u32 {
+    WINDOW_BIT | ((index + 1) << 8) | u32::from(key)
+}
+
+/// True if `key` names a window rather than an MR.
+pub fn is_window_key(key: u32) -> bool {
+    key & WINDOW_BIT != 0
+}
+
+/// The table slot of a window rkey.
+pub fn window_index(key: u32) -> Option<u32> {
+    if !is_window_key(key) {
+        return None;
+    }
+    ((key & !WINDOW_BIT) >> 8).checked_sub(1)
 }
 
 /// The table slot a key points at, if any.

@@ -16,10 +16,10 @@
 use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock};
 
-use super::{key_index, mw, Mr, MrKeys, SglError};
+use super::{is_window_key, key_index, Mr, MrKeys, SglError};
 use crate::handle::PdHandle;
 use crate::memory::Memory;
-use crate::wr::Sge;
+use crate::types::{sg_total_len, Sge};
 
 /// The live regions by slot (the engine writes; posters read).
 #[derive(Debug, Default)]
@@ -33,7 +33,7 @@ struct Slots(HashMap<u32, Mr>);
 
 impl MrKeys for Slots {
     fn by_key(&self, key: u32) -> Option<&Mr> {
-        if mw::is_window_key(key) {
+        if is_window_key(key) {
             return None;
         }
         self.0.get(&key_index(key)?)
@@ -66,7 +66,7 @@ impl MrView {
         out: &mut Vec<u8>,
     ) -> Result<(), SglError> {
         out.clear();
-        out.resize(crate::wr::sg_total_len(sges) as usize, 0);
+        out.resize(sg_total_len(sges) as usize, 0);
         let slots = self.map.read().unwrap_or_else(PoisonError::into_inner);
         crate::qp::sgl::gather(&*slots, pd, mem, sges, 0, out)
     }
@@ -133,7 +133,7 @@ mod tests {
             (pd, vec![]),
         ];
         for (pd, sges) in cases {
-            let mut want = vec![0; crate::wr::sg_total_len(&sges) as usize];
+            let mut want = vec![0; sg_total_len(&sges) as usize];
             let w = crate::qp::sgl::gather(&table, pd, &mem, &sges, 0, &mut want);
             let mut got = vec![0xee; 3];
             let g = view.gather(pd, &mem, &sges, &mut got);
