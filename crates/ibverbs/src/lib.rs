@@ -17,22 +17,25 @@
 //!
 //! # Layers
 //!
-//! A file imports only what sits below it (tests/layering.rs checks it). An
-//! object's file owns its block and the entry points that make it; what two
-//! files share sits below both.
+//! A file imports only what sits below it, as drawn here (tests/layering.rs
+//! checks the drawing against the imports). Each object's block sits in its
+//! file with the calls on it; what two files share sits below both; what
+//! must name many files (the context's ops tables, the QP's `ibv_wr_*`
+//! builders that a new QP carries) sits above them.
 //!
 //! ```text
 //! ops                 ibv_open_device: the context's ops tables; ibv_ack_async_event
 //! qp::create          ibv_create_qp, create_qp_ex, open_qp (XRC_RECV), RSS QPs
-//! wq                  WQs and RSS indirection tables            (posts receives)
+//! wq                  WQs and RSS indirection tables (their receives post through post)
 //! post                ibv_post_send/recv, ibv_bind_mw, the ibv_wr_* builders
-//! flow  qp            the QP block and its batch; modify, query, destroy
-//! ah  srq  dm         address handles; SRQs (XRC SRQs on xrc, cq); device memory
-//! memory  cq  xrc     MRs and windows; CQs; XRC domains
-//! domain              PDs, parent and thread domains (DomainHold)
-//! context  device  private    the context block, its object registry, channels;
-//!                     the device list and queries; the private ABI
-//! convert  misc  stubs        C struct <-> softverbs conversions; small exports
+//! flow                steering rules on a QP (ibv_create_flow)
+//! qp                  the QP block and its ibv_wr_* batch; modify, query, destroy
+//! srq  ah  dm         SRQs (XRC SRQs on xrc and cq); address handles; device memory
+//! cq  memory  xrc     CQs; MRs and memory windows; XRC domains
+//! domain  private     PDs, parent and thread domains (DomainHold); the private ABI
+//! device              the device list and the device queries
+//! context             the context block, its object registry, channels, async events
+//! convert  misc  stubs    C structs <-> softverbs; the small exports
 //! ffi  util  restart  private_abi    ground floor: C mirrors, errno, blocks
 //! ```
 #![allow(clippy::missing_safety_doc)] // C entry points: the man pages are the contract

@@ -1,13 +1,14 @@
 //! The layering promise of ibverbs' module doc (lib.rs), checked against the
-//! sources (`testkit::layering`): no circle of imports among the library's
-//! files (a `mod.rs` that reaches into its own children counts as importing
-//! them), the ground floor imports nothing of the crate, a context stands on
-//! the ground floor alone, and the top floor (ops.rs: the context's ops
-//! tables) is imported by nothing.
+//! sources (`testkit::layering`): every module stands on the floor lib.rs
+//! draws and imports only the floors below, no circle of imports among the
+//! library's files (a `mod.rs` that reaches into its own children counts as
+//! importing them), the ground floor imports nothing of the crate, a context
+//! stands on the ground floor alone, and the top floor (ops.rs: the context's
+//! ops tables) is imported by nothing.
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use testkit::layering::{assert_no_circles, graph, Graph};
+use testkit::layering::{assert_floors, assert_no_circles, graph, Graph};
 
 fn src() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -17,6 +18,11 @@ fn src() -> std::path::PathBuf {
 /// refusal logging, the checked pointer-to-block conversion), the signal
 /// question of blocking calls and the private ABI's mirrors.
 const GROUND: &[&str] = &["ffi", "util", "restart", "private_abi"];
+
+#[test]
+fn the_floors_drawn_in_lib_rs_are_the_imports() {
+    assert_floors(&src());
+}
 
 #[test]
 fn no_circle_of_imports_among_ibverbs_files() {

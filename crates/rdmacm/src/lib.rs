@@ -35,8 +35,8 @@
 //!
 //! # Layers
 //!
-//! A file imports only what sits below it (tests/layering.rs checks it). An
-//! id's block and its event accounting sit low; what reaches the CM sits
+//! A file imports only what sits below it, as drawn here (tests/layering.rs
+//! checks the drawing against the imports). An id's block and its event accounting sit low; what reaches the CM sits
 //! above the CM; QPs ask the CM's tables, below the pump that makes QPs for
 //! connection requests.
 //!

@@ -1,13 +1,14 @@
 //! The layering promise of rdmacm's module doc (lib.rs), checked against the
-//! sources (`testkit::layering`): no circle of imports among the library's
-//! files (a `mod.rs` that reaches into its own children counts as importing
-//! them), the ground floor imports nothing of the crate, an id and its
-//! channel know nothing of the connection manager, and the CM's tables
+//! sources (`testkit::layering`): every module stands on the floor lib.rs
+//! draws and imports only the floors below, no circle of imports among the
+//! library's files (a `mod.rs` that reaches into its own children counts as
+//! importing them), the ground floor imports nothing of the crate, an id and
+//! its channel know nothing of the connection manager, and the CM's tables
 //! (softcm::state), which QPs ask, know nothing that makes ids or QPs.
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use testkit::layering::{assert_no_circles, graph, reach, Graph};
+use testkit::layering::{assert_floors, assert_no_circles, graph, reach, Graph};
 
 fn src() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -19,6 +20,11 @@ const GROUND: &[&str] = &["ffi", "util", "net", "ports", "rate"];
 
 /// The connection manager and what reaches it.
 const CM: &[&str] = &["cm", "conn", "softcm", "softcm::pump", "softcm::state"];
+
+#[test]
+fn the_floors_drawn_in_lib_rs_are_the_imports() {
+    assert_floors(&src());
+}
 
 #[test]
 fn no_circle_of_imports_among_rdmacm_files() {
