@@ -27,7 +27,10 @@ fn sources(dir: &Path, base: &Path, out: &mut BTreeMap<String, String>) {
         let p = e.expect("entry").path();
         if p.is_dir() {
             sources(&p, base, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
+        } else if p.extension().is_some_and(|x| x == "rs")
+            // A unit-test file (`mod tests;` in its own file) is test code.
+            && p.file_stem().is_some_and(|s| s != "tests")
+        {
             let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
             let text = std::fs::read_to_string(&p).expect("read source");
             // Unit tests may reach anywhere; only the code is layered.
