@@ -78,6 +78,9 @@ counters! {
     /// Of `sleeps`, those that left the socket to a thread polling a CQ
     /// (crate::pollrx's lease): an arrival did not wake the progress thread.
     aside_sleeps,
+    /// Times the polling threads' lease was halved: a datagram waited for
+    /// its end (crate::pollrx).
+    lease_shrinks,
     /// Passes of the progress loop completed (each ends after its transmit
     /// flush: a datagram the engine gave before a pass began has left when it ends).
     passes,

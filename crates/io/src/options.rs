@@ -70,11 +70,13 @@ pub struct DriverOptions {
     /// (spec/performance.md §9.4). Never with faults or a capture.
     pub poll_receive: bool,
     /// With `poll_receive`: how long after a thread's last poll of an empty
-    /// CQ the socket stays its to read (`SOFTVERBS_POLL_RX_LEASE_US`). While
-    /// this lease holds, the progress thread does not watch the socket (an
-    /// arrival does not wake it); it looks again when the lease ends, so a
-    /// datagram that came after the last poll waits at most this long plus
-    /// one wake-up. `ibv_req_notify_cq` ends the lease at once.
+    /// CQ the socket stays its to read, at most (`SOFTVERBS_POLL_RX_LEASE_US`).
+    /// While this lease holds, the progress thread does not watch the socket
+    /// (an arrival does not wake it); it looks again when the lease ends, so
+    /// a datagram that came after the last poll waits at most this long plus
+    /// one wake-up. The lease halves each time a datagram waited for its end
+    /// and doubles back while polls renew it (crate::pollrx).
+    /// `ibv_req_notify_cq` ends the lease at once.
     pub poll_lease: Duration,
     /// The same-host path (shared-memory rings to processes of this host,
     /// `crate::shm`; `SOFTVERBS_SHM=1` turns it on). Needs `share` (a slot).
@@ -98,7 +100,7 @@ impl Default for DriverOptions {
             gro: true,
             caller_tx: true,
             poll_receive: false,
-            poll_lease: Duration::from_micros(50),
+            poll_lease: Duration::from_micros(200),
             shm: false,
         }
     }
@@ -285,13 +287,13 @@ mod tests {
     #[test]
     fn poll_lease_from_the_environment() {
         let mut opts = DriverOptions::default();
-        assert_eq!(opts.poll_lease, Duration::from_micros(50));
-        let vars = [(DriverOptions::POLL_RX_LEASE_ENV, " 200 ")];
-        opts.apply_env("d", env(&vars)).unwrap();
         assert_eq!(opts.poll_lease, Duration::from_micros(200));
+        let vars = [(DriverOptions::POLL_RX_LEASE_ENV, " 50 ")];
+        opts.apply_env("d", env(&vars)).unwrap();
+        assert_eq!(opts.poll_lease, Duration::from_micros(50));
         let vars = [(DriverOptions::POLL_RX_LEASE_ENV, "long")];
         opts.apply_env("d", env(&vars)).unwrap();
-        assert_eq!(opts.poll_lease, Duration::from_micros(200), "ignored");
+        assert_eq!(opts.poll_lease, Duration::from_micros(50), "ignored");
     }
 
     #[test]

@@ -16,8 +16,10 @@
 //! poll(2) on the socket is still woken by each arrival (spec/performance.md
 //! §9.4).
 //!
-//! **The lease.** Each poll of an empty CQ renews a lease on the socket for
-//! `DriverOptions::poll_lease` (50 µs unless set). While it holds, the
+//! **The lease.** Each poll of an empty CQ renews a lease on the socket
+//! (at most `DriverOptions::poll_lease`, 200 µs unless set; it halves each
+//! time a datagram waited for its end and doubles back while polls renew
+//! it, [`RxGate::lease_ended`]). While it holds, the
 //! progress thread sleeps without watching the socket's POLLIN (only its
 //! timers, the doorbell, the lease's end and its other sources), so an
 //! arrival does not wake it: the polling thread reads it, hands it to the
@@ -37,7 +39,7 @@
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use crate::clock::Nanos;
@@ -50,6 +52,8 @@ use crate::sys;
 
 /// Datagrams one application-thread read asks for.
 const SLOTS: usize = 4;
+/// The shortest the lease becomes (see [`RxGate::lease_ended`]).
+const MIN_LEASE_NS: u64 = 1_000;
 
 /// The gate to the socket's receive side (see the module doc).
 pub(crate) struct RxGate {
@@ -65,8 +69,10 @@ pub(crate) struct RxGate {
     /// The polling threads' lease on the socket: until when (engine time) a
     /// thread that polled an empty CQ is taken to poll again; 0: none.
     lease_until: AtomicU64,
-    /// How long one empty poll extends the lease.
-    lease_ns: u64,
+    /// How long one empty poll extends the lease now (adapted, see
+    /// [`RxGate::lease_ended`]), and at most.
+    lease_ns: AtomicU64,
+    lease_max_ns: u64,
     reader: Mutex<Reader>,
 }
 
@@ -85,6 +91,7 @@ impl RxGate {
     pub(crate) fn new(socket: &UdpSocket, local: SocketAddr, opts: &DriverOptions) -> Self {
         let enabled = opts.poll_receive && !opts.faults.is_active() && opts.capture.is_none();
         let slot_len = opts.max_datagram_bytes.max(1);
+        let lease_max_ns = opts.poll_lease.as_nanos().min(u128::from(u64::MAX / 2)) as u64;
         // The duplicate is made only when it is used; failing to make one turns this off.
         let socket = enabled.then(|| socket.try_clone().ok()).flatten();
         RxGate {
@@ -93,7 +100,8 @@ impl RxGate {
             aside: AtomicBool::new(false),
             until: AtomicU64::new(0),
             lease_until: AtomicU64::new(0),
-            lease_ns: opts.poll_lease.as_nanos().min(u128::from(u64::MAX / 2)) as u64,
+            lease_ns: AtomicU64::new(lease_max_ns),
+            lease_max_ns,
             reader: Mutex::new(Reader {
                 socket,
                 local,
@@ -143,8 +151,29 @@ impl RxGate {
     /// A thread polled an empty CQ at `now`: the lease lasts until `now` +
     /// the lease time.
     fn renew(&self, now: Nanos) {
-        self.lease_until
-            .store(now.saturating_add(self.lease_ns), SeqCst);
+        let lease = self.lease_ns.load(Relaxed);
+        self.lease_until.store(now.saturating_add(lease), SeqCst);
+    }
+
+    /// The progress thread woke from a sleep aside that lasted until the
+    /// lease's end: `renewed`, the lease had been renewed meanwhile (a
+    /// thread polls on: the lease doubles, up to its maximum); `waited`, it
+    /// had ended and a datagram was waiting for it (the thread stopped
+    /// polling before its data came, as a program that spins on memory
+    /// does: the lease halves, down to [`MIN_LEASE_NS`]). So a datagram
+    /// waits at most the longest lease plus one wake-up, and a program
+    /// whose data keeps coming after its last poll soon waits much less.
+    pub(crate) fn lease_ended(&self, renewed: bool, waited: bool, c: &Counters) {
+        let lease = self.lease_ns.load(Relaxed);
+        let next = if waited {
+            Counters::add(&c.lease_shrinks, 1);
+            (lease / 2).max(MIN_LEASE_NS.min(self.lease_max_ns))
+        } else if renewed {
+            lease.saturating_mul(2).min(self.lease_max_ns)
+        } else {
+            lease
+        };
+        self.lease_ns.store(next, Relaxed);
     }
 
     /// The lease ends now (`ibv_req_notify_cq`: the thread is about to

@@ -168,3 +168,36 @@ fn off_by_default_no_lease_and_no_aside_sleep() {
     assert!(wait_until(|| d.counters().sleeps > sleeps));
     assert_eq!(d.counters().aside_sleeps, 0);
 }
+
+/// A datagram that waited for the lease's end (the thread stopped polling
+/// before its data came) halves the lease; polls that keep renewing it
+/// double it back, up to the configured length.
+#[test]
+fn the_lease_halves_when_data_waits_for_its_end_and_grows_back() {
+    let d = start(
+        Fake::default(),
+        "127.0.65.11:0",
+        Duration::from_millis(8),
+        false,
+    );
+    let p = peer("127.0.65.12:0");
+    for round in 1..=3u64 {
+        lease(&d);
+        // Stop polling; the datagram waits until the lease ends.
+        p.send_to(&[round as u8], d.local_addr()).unwrap();
+        assert!(wait_until(|| d.with(|e| e.inbox.len()) == round as usize));
+        assert!(
+            wait_until(|| d.counters().lease_shrinks == round),
+            "round {round}"
+        );
+    }
+    // Polling on, across several lease ends: it grows back (no new shrink).
+    let start = Instant::now();
+    let shrinks = d.counters().lease_shrinks;
+    let aside = d.counters().aside_sleeps;
+    while d.counters().aside_sleeps < aside + 8 && start.elapsed() < DEADLINE {
+        d.drive_receive();
+        std::thread::yield_now();
+    }
+    assert_eq!(d.counters().lease_shrinks, shrinks);
+}

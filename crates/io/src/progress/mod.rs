@@ -779,6 +779,27 @@ impl<E: Engine> Progress<E> {
         }
         self.wait(sock_events, timeout);
         self.shared.rx.set_asleep(None, false, now);
+        if let Some(end) = lease.filter(|_| aside) {
+            self.lease_ended(end);
+        }
+    }
+
+    /// After a sleep aside: if it lasted to the lease's end, the lease
+    /// adapts (crate::pollrx::RxGate::lease_ended) to whether it was
+    /// renewed meanwhile or ended with a datagram waiting for it (one
+    /// zero-timeout poll(2) to know, which also lets this pass read it).
+    fn lease_ended(&mut self, end: Nanos) {
+        let now = self.shared.clock.now();
+        if now < end {
+            return; // woken early (the doorbell): nothing learnt
+        }
+        let renewed = self.shared.rx.lease(now).is_some();
+        let waited = !renewed && {
+            self.peek();
+            self.readable.socket
+        };
+        let shared = self.shared.clone();
+        shared.rx.lease_ended(renewed, waited, &shared.counters);
     }
 
     /// The longest sleep: shorter while posting threads transmit by
