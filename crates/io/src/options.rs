@@ -9,8 +9,8 @@
 //!   UDP GRO on receive off (anything else leaves them on);
 //! - `SOFTVERBS_CALLER_TX`: `0`/`off`/`no`/`false` turns the posting thread's
 //!   own transmit off ([`DriverOptions::caller_tx`]; on by default), `1`/`on`/`yes`/`true` on.
-//! - `SOFTVERBS_POLL_RX`: `1`/`on`/`yes`/`true` turns receive by a thread
-//!   polling an empty CQ on ([`DriverOptions::poll_receive`]), `0`/`off`/`no`/`false` off;
+//! - `SOFTVERBS_POLL_RX`: `0`/`off`/`no`/`false` turns receive by a thread
+//!   polling an empty CQ off ([`DriverOptions::poll_receive`]; on by default), `1`/`on`/`yes`/`true` on;
 //! - `SOFTVERBS_POLL_RX_LEASE_US`: how long the socket stays a polling
 //!   thread's after its last empty poll ([`DriverOptions::poll_lease`]; lenient);
 //! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
@@ -65,9 +65,10 @@ pub struct DriverOptions {
     pub caller_tx: bool,
     /// An application thread that polls an empty CQ while the progress thread
     /// sleeps reads the socket itself ([`crate::Driver::drive_receive`]).
-    /// Off by default (`SOFTVERBS_POLL_RX=1` turns it on): on 2 shared cores it
-    /// measured more context switches per message, not fewer
-    /// (spec/performance.md §9.4). Never with faults or a capture.
+    /// On by default (`SOFTVERBS_POLL_RX=0` turns it off): with the lease
+    /// below, a program that polls its CQ for the message it waits for has
+    /// no wake-up in its path (spec/performance.md §11.3). Never with faults
+    /// or a capture.
     pub poll_receive: bool,
     /// With `poll_receive`: how long after a thread's last poll of an empty
     /// CQ the socket stays its to read, at most (`SOFTVERBS_POLL_RX_LEASE_US`).
@@ -99,7 +100,7 @@ impl Default for DriverOptions {
             gso: true,
             gro: true,
             caller_tx: true,
-            poll_receive: false,
+            poll_receive: true,
             poll_lease: Duration::from_micros(200),
             shm: false,
         }
@@ -267,9 +268,9 @@ mod tests {
     }
 
     #[test]
-    fn poll_receive_is_off_unless_the_environment_turns_it_on() {
-        assert!(!DriverOptions::default().poll_receive);
-        for (value, want) in [("1", true), ("on", true), ("0", false), ("bogus", false)] {
+    fn poll_receive_is_on_unless_the_environment_turns_it_off() {
+        assert!(DriverOptions::default().poll_receive);
+        for (value, want) in [("1", true), ("on", true), ("0", false), ("bogus", true)] {
             let mut opts = DriverOptions::default();
             let vars = [(DriverOptions::POLL_RX_ENV, value)];
             opts.apply_env("d", env(&vars)).unwrap();

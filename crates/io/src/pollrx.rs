@@ -10,11 +10,10 @@
 //! the gate. It takes the engine lock only after its read (never across a
 //! system call), and steps
 //! aside when faults or a capture are configured (they live in the progress
-//! thread) or the option is off: it is off by default (`SOFTVERBS_POLL_RX=1`
-//! turns it on), because on the 2-core development machine it measured more
-//! context switches per message, not fewer: the progress thread sleeping in
-//! poll(2) on the socket is still woken by each arrival (spec/performance.md
-//! §9.4).
+//! thread) or the option is off (`SOFTVERBS_POLL_RX=0`; on by default since
+//! the lease below: without it, the progress thread sleeping in poll(2) on
+//! the socket was still woken by each arrival and it measured worse,
+//! spec/performance.md §9.4, §11.3).
 //!
 //! **The lease.** Each poll of an empty CQ renews a lease on the socket
 //! (at most `DriverOptions::poll_lease`, 200 µs unless set; it halves each
@@ -387,8 +386,10 @@ mod tests {
 
     #[test]
     fn it_steps_aside_when_off_or_with_faults_or_a_capture() {
-        // Off is the default.
-        let off = DriverOptions::default();
+        let off = DriverOptions {
+            poll_receive: false,
+            ..DriverOptions::default()
+        };
         let faults = DriverOptions {
             faults: "loss=0.5".parse().unwrap(),
             poll_receive: true,

@@ -154,13 +154,12 @@ fn the_polling_thread_sends_the_reply_itself() {
 }
 
 #[test]
-fn off_by_default_no_lease_and_no_aside_sleep() {
-    let d = Driver::start(
-        Fake::default(),
-        "127.0.65.9:0".parse().unwrap(),
-        DriverOptions::default(),
-    )
-    .unwrap();
+fn turned_off_no_lease_and_no_aside_sleep() {
+    let opts = DriverOptions {
+        poll_receive: false,
+        ..DriverOptions::default()
+    };
+    let d = Driver::start(Fake::default(), "127.0.65.9:0".parse().unwrap(), opts).unwrap();
     assert!(wait_until(|| d.counters().sleeps > 0));
     assert_eq!(d.drive_receive(), 0);
     d.doorbell();

@@ -164,7 +164,7 @@ impl SharedReceiveQueue {
 impl CompletionQueue {
     /// `ibv_poll_cq`: up to `max` completions, oldest first, appended to `out`;
     /// returns how many. Reads the CQ's ring without the engine lock and
-    /// without a system call (proto::cq::SharedCq). With `SOFTVERBS_POLL_RX=1`,
+    /// without a system call (proto::cq::SharedCq). Unless `SOFTVERBS_POLL_RX=0`,
     /// an empty ring while the progress thread sleeps makes this thread read
     /// the socket once itself (`sv_io::Driver::drive_receive`) and look again.
     pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
