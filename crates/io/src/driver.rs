@@ -255,17 +255,21 @@ impl<E: Engine> Driver<E> {
         let socket = socket::bind_shared(bind, &opts)?;
         let local = socket.local_addr()?;
         // The posting threads' own transmit: not with faults or capture
-        // (they live in the progress thread).
-        let caller_tx = if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() {
-            Some(CallerTx {
-                socket: socket.try_clone()?,
-                local,
-                share: opts.share.clone(),
-                buf: Mutex::new(vec![0; opts.max_datagram_bytes.max(1)]),
-            })
-        } else {
-            None
-        };
+        // (they live in the progress thread), nor beside the same-host path
+        // (shm: its rings are the progress thread's; a posting thread's
+        // socket send would overtake the datagrams in a ring).
+        let shm = opts.shm && opts.share.is_some();
+        let caller_tx =
+            if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() && !shm {
+                Some(CallerTx {
+                    socket: socket.try_clone()?,
+                    local,
+                    share: opts.share.clone(),
+                    buf: Mutex::new(vec![0; opts.max_datagram_bytes.max(1)]),
+                })
+            } else {
+                None
+            };
         let (clock, origin) = (Clock::new(), SystemTime::now());
         let capture = match &opts.capture {
             Some(path) => Some(Capture::create(path, origin)?),

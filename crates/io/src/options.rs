@@ -9,8 +9,8 @@
 //!   UDP GRO on receive off (anything else leaves them on);
 //! - `SOFTVERBS_CALLER_TX`: `1`/`on`/`yes`/`true` turns the posting thread's
 //!   own transmit on ([`DriverOptions::caller_tx`]; off by default).
-//! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
-//!   (`crate::shm`), anything else leaves it off.
+//! - `SOFTVERBS_SHM`: the same-host path (`crate::shm`) is on by default;
+//!   `1`/`on`/`yes`/`true` keeps it on, anything else turns it off.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -67,7 +67,8 @@ pub struct DriverOptions {
     /// (spec/performance.md §9.4). Never with faults or a capture.
     pub poll_receive: bool,
     /// The same-host path (shared-memory rings to processes of this host,
-    /// `crate::shm`; `SOFTVERBS_SHM=1` turns it on). Needs `share` (a slot).
+    /// `crate::shm`; on by default, `SOFTVERBS_SHM=0` turns it off). Needs
+    /// `share` (a slot): a driver without one never takes it.
     pub shm: bool,
 }
 
@@ -88,7 +89,7 @@ impl Default for DriverOptions {
             gro: true,
             caller_tx: false,
             poll_receive: false,
-            shm: false,
+            shm: true,
         }
     }
 }
