@@ -19,24 +19,31 @@
 //! `mod.rs` never reaches into its own children):
 //!
 //! ```text
-//! 9  testing                     (feature) the harness that connects QPs on engines
-//! 8  datapath/{mod,post,rx,tx,gsi} impl Engine: post entry checks, demultiplexing, transmit turns, timers, QP1 hooks
-//! 7  engine                      object tables, use counts, the Sink over CQs/SRQs/events, drive + sync
-//! 6  sched                       ready queue, timer heap                     (handle)
-//! 5  qp::actor/{mod,rx,tx,state} one QP: on_packet, on_timeout, on_modify, post_*, next_packet
-//! 4  output                      events, transmit descriptors, device counters, PostOutcome
-//! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
-//! 2  ah, cq, rq, sq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
-//! 1  error, wr, wc, cqe, timers, device
-//! 0  handle, types, mask, rng     (handle imports nothing from the crate)
+//! 16 datapath/*, engine/{memory,queues,sink,xrc}, testing   impl Engine: posts, demultiplexing, transmit, timers, QP1; the harness
+//! 15 engine, qp::actor/{local,raw,rx,state,tx}             object tables, use counts, drive + sync; one QP's turns
+//! 14 qp::actor                  one QP: on_packet, on_timeout, on_modify, post_*, next_packet
+//! 13 output                     events, transmit descriptors, device counters, PostOutcome
+//! 12 qp::{completer, data, responder::remote}
+//! 11 qp::{requester, responder}
+//! 10 qp::wqe
+//!  9 cq, sq
+//!  8 cqe, mr::view, timers
+//!  7 qp::{modify, sgl}, rq, wc
+//!  6 ah, srq, gsi, wr (the facade of wr::types and wr::check), qp::create, cm::qp_attr
+//!  5 device, wr::check (on wr::types), cm (mod)
+//!  4 error (takes the leaf errors below it), wr::types, cm::sidr
+//!  3 mr::mw, cm::conn
+//!  2 mr, xrcd, cm::outbox
+//!  1 dm, mcast, refusal, sched, table, qp (QpControl), qp::table, cm::{held, types}
+//!  0 handle, types (Sge too), mask, errno, frame, memory, rss, tso, cm::timing
 //! ```
 //!
 //! Inside layer 3 the order is wqe, sgl → requester → completer (the
 //! requester's other half, which alone sees its fields) → responder → data.
-//! `tests/layering.rs` checks the sources: no circle of imports, except two
-//! not yet undone outside the data path (error ↔ mr/dm/wr/qp::sgl: the error
-//! enums aggregate each other's leaf errors; cm/mod.rs ↔ cm::{conn, sidr}: the
-//! `Outbox`),
+//! The leaf modules never name `Error`: they return their own errors
+//! (`mr::check_reg` a [`refusal::Refusal`], `dm` a `DmError`, ...) and the
+//! error enum takes them. `tests/layering.rs` checks the sources (a name the
+//! crate root re-exports counts as its module): no circle of imports,
 //! and nothing below the engine names the engine.
 //!
 //! # The path of a post (no engine, no engine lock)
@@ -46,6 +53,8 @@
 //!   per-QP posting lock → check_post_send against the mirror (state, max_rd_atomic,
 //!   Q_Key), the fixed capacities, queued (ring + engine queue) and, for UD, the
 //!   AhView (read lock; the AH's PD and address vector are copied into the slot)
+//!   (an IBV_SEND_INLINE post of the safe API gathers its bytes first through
+//!   the device's read-only MrView: SendRing::gather_inline, the engine's check)
 //!   ERR/SQE at the check → Flush: Engine::post_send makes the flush completion
 //!   → queued += 1 → slot (SGEs, inline bytes copied now) → tail (Release)
 //!   → SeqCst fence → mirror again: ERR/SQE/RESET → Settle (Engine::settle_send)
@@ -122,7 +131,9 @@ pub mod datapath;
 pub mod device;
 pub mod dm;
 pub mod engine;
+pub mod errno;
 pub mod error;
+pub mod frame;
 pub mod gsi;
 pub mod handle;
 pub mod mask;
@@ -131,6 +142,7 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
+pub mod refusal;
 pub mod rq;
 pub mod rss;
 /// The seeded generator (crates/faults): the CM draws its IDs from it.
@@ -151,6 +163,7 @@ pub mod wr;
 pub mod xrcd;
 
 pub use engine::Engine;
-pub use error::{Errno, Error};
+pub use errno::Errno;
+pub use error::Error;
 pub use mask::AttrMask;
 pub use types::*;

@@ -70,6 +70,25 @@
 //! driver's (datagrams, send errors, faults injected by kind, pcap records);
 //! [`QueuePair::counters`] gives one QP's (retransmissions, timeouts, RNR and
 //! sequence NAKs, duplicates, drops).
+//!
+//! # Layers
+//!
+//! A file imports only what sits below it (checked by `tests/layering.rs`);
+//! what is made from an object owns its constructor (`Context::alloc_pd` is
+//! in pd.rs, `ProtectionDomain::create_srq` in srq.rs), so the maker does not
+//! import what it makes:
+//!
+//! ```text
+//!  8  raw (datapath, config)   counters (cm)   cm (its children)   cm::sidr (cm::conn)
+//!  7  datapath   transition   xrc   rss (qp as qp::RssTable, wq)   cm::conn   cm::port
+//!  6  qp (cq, srq, pd, device)
+//!  5  ah   mr   mw   srq   dm (on pd)          config (context)
+//!  4  pd   cq (on context)
+//!  3  context (device, error)
+//!  2  device (cm::channel, cm::common, mem)
+//!  1  error (wq)   cm::channel (cm::common)
+//!  0  mem   wq   cm::common                   (import nothing of the crate)
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -92,6 +111,7 @@ pub mod raw;
 mod rss;
 mod srq;
 mod transition;
+mod wq;
 mod xrc;
 
 pub use ah::AddressHandle;
@@ -108,12 +128,13 @@ pub use pd::ProtectionDomain;
 pub use proto::rss::{fields as rx_hash_fields, pick as rss_pick, toeplitz};
 pub use proto::xrcd::{XrcdKey, O_CREAT, O_EXCL};
 pub use qp::{AnyTransport, Flow, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
-pub use rss::{RssError, RwqIndTable, WorkQueue, WqState, MAX_HASH_KEY_LEN, MAX_LOG_IND_TBL_SIZE};
+pub use rss::{RwqIndTable, WorkQueue};
 pub use srq::SharedReceiveQueue;
 pub use transition::{
     ConnectedInit, DatagramInit, Drain, Modify, RcRtr, RcRts, Resume, SqPsnRts, ToError, ToInit,
     ToReset, ToRtr, ToRts, Transition, UcRtr, UdRtr,
 };
+pub use wq::{RssError, WqState, MAX_HASH_KEY_LEN, MAX_LOG_IND_TBL_SIZE};
 pub use xrc::XrcDomain;
 
 pub use proto::device::{
