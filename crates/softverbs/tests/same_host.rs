@@ -51,8 +51,20 @@ fn say(text: &str) {
     std::io::stdout().flush().unwrap();
 }
 
+/// The counters once they stopped moving (at most 2 s): a late ACK may be
+/// on its way, and a datagram counted but not yet captured (the progress
+/// thread does one after the other) would make the snapshot disagree with
+/// itself.
 fn counters_line(what: &str, side: &Side) -> String {
-    let all = side.ctx.counters();
+    let mut all = side.ctx.counters();
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(50));
+        let again = side.ctx.counters();
+        if again == all {
+            break;
+        }
+        all = again;
+    }
     let (c, e) = (all.io, all.engine);
     format!(
         "{what} shm_sent={} shm_received={} shm_fallbacks={} send_calls={} recv_calls={} \

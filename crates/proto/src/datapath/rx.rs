@@ -95,7 +95,10 @@ impl Engine {
             return;
         };
         let body = repr.payload(payload);
-        let grh = if repr.opcode().is_response() {
+        // Only a UD receive reads the GRH area (responder: the 40 bytes
+        // before the payload, and wc.sl); the connected transports skip it.
+        let ud = repr.opcode().transport() == Transport::Ud;
+        let grh = if repr.opcode().is_response() || !ud {
             [0; 40]
         } else {
             grh_area(&ep, ip_id, payload.len())
