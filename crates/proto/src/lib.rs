@@ -15,27 +15,32 @@
 //!
 //! # Layers
 //!
-//! A file imports only what sits below it (no circle of imports; a module's
-//! `mod.rs` never reaches into its own children):
+//! A file imports only what sits below it, as drawn here, top floor first
+//! (no circle of imports; a module's `mod.rs` never reaches into its own
+//! children; `tests/layering.rs` checks the drawing against the imports):
 //!
 //! ```text
-//! 16 datapath/*, engine/{memory,queues,sink,xrc}, testing   impl Engine: posts, demultiplexing, transmit, timers, QP1; the harness
-//! 15 engine, qp::actor/{local,raw,rx,state,tx}             object tables, use counts, drive + sync; one QP's turns
-//! 14 qp::actor                  one QP: on_packet, on_timeout, on_modify, post_*, next_packet
-//! 13 output                     events, transmit descriptors, device counters, PostOutcome
-//! 12 qp::{completer, data, responder::remote}
-//! 11 qp::{requester, responder}
-//! 10 qp::wqe
-//!  9 cq, sq
-//!  8 cqe, mr::view, timers
-//!  7 qp::{modify, sgl}, rq, wc
-//!  6 ah, srq, gsi, wr (the facade of wr::types and wr::check), qp::create, cm::qp_attr
-//!  5 device, wr::check (on wr::types), cm (mod)
-//!  4 error (takes the leaf errors below it), wr::types, cm::sidr
-//!  3 mr::mw, cm::conn
-//!  2 mr, xrcd, cm::outbox
-//!  1 dm, mcast, refusal, sched, table, qp (QpControl), qp::table, cm::{held, types}
-//!  0 handle, types (Sge too), mask, errno, frame, memory, rss, tso, cm::timing
+//! datapath  datapath::gsi  datapath::mcast  datapath::post  datapath::raw  datapath::rx  datapath::tx  engine::memory  engine::queues  engine::sink  engine::xrc  testing
+//!                             impl Engine: posts, demultiplexing, transmit, timers, QP1; the test harness
+//! engine  qp::actor::local  qp::actor::raw  qp::actor::rx  qp::actor::state  qp::actor::tx
+//!                             object tables, use counts, drive + sync; one QP's turns
+//! qp::actor                   one QP: on_packet, on_timeout, on_modify, post_*, next_packet
+//! output                      events, transmit descriptors, device counters, PostOutcome
+//! qp::completer  qp::data  qp::responder::remote
+//! qp::requester  qp::responder
+//! qp::wqe                     WQEs and the queues that recycle them
+//! cq  sq                      completion queues; the send ring
+//! cqe  mr::view  timers       CQE slots; the MRs as posts see them; ACK/RNR timers
+//! qp::modify  qp::sgl  rq  wc the modify table; gather/scatter; the receive ring; completions
+//! ah  cm::qp_attr  gsi  qp::create  srq  wr
+//!                             AHs; the CM's QP attributes; QP1; create checks; SRQs; the WR facade
+//! cm  device  wr::check       the CM; the device model; the posting rules
+//! cm::sidr  error  wr::types  SIDR; the error enum (takes the leaf errors below); the WR types
+//! cm::conn  mr::mw            CM connections; memory windows
+//! cm::outbox  mr  xrcd        the CM's outbox; MRs and keys; XRC domains
+//! cm::held  cm::types  dm  mcast  qp  qp::table  refusal  sched  table
+//! cm::timing  errno  frame  handle  mask  memory  rss  spec_md  tso  types
+//!                             ground floor: imports nothing of the crate
 //! ```
 //!
 //! Inside layer 3 the order is wqe, sgl → requester → completer (the

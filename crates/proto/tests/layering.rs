@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use testkit::layering::{assert_no_circles, graph, Graph};
+use testkit::layering::{assert_floors, assert_no_circles, graph, Graph};
 
 fn src() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -22,6 +22,11 @@ fn above_engine(m: &str) -> bool {
         || m.starts_with("engine::")
         || m == "testing"
         || m.starts_with("datapath")
+}
+
+#[test]
+fn the_floors_drawn_in_lib_rs_are_the_imports() {
+    assert_floors(&src());
 }
 
 #[test]

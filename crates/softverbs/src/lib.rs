@@ -73,21 +73,24 @@
 //!
 //! # Layers
 //!
-//! A file imports only what sits below it (checked by `tests/layering.rs`);
+//! A file imports only what sits below it, as drawn here, top floor first
+//! (`tests/layering.rs` checks the drawing against the imports);
 //! what is made from an object owns its constructor (`Context::alloc_pd` is
 //! in pd.rs, `ProtectionDomain::create_srq` in srq.rs), so the maker does not
 //! import what it makes:
 //!
 //! ```text
-//!  8  raw (datapath, config)   counters (cm)   cm (its children)   cm::sidr (cm::conn)
-//!  7  datapath   transition   xrc   rss (qp as qp::RssTable, wq)   cm::conn   cm::port
-//!  6  qp (cq, srq, pd, device)
-//!  5  ah   mr   mw   srq   dm (on pd)          config (context)
-//!  4  pd   cq (on context)
-//!  3  context (device, error)
-//!  2  device (cm::channel, cm::common, mem)
-//!  1  error (wq)   cm::channel (cm::common)
-//!  0  mem   wq   cm::common                   (import nothing of the crate)
+//! counters                        the device's counters (engine, driver, CM)
+//! cm                              the CM's face: its children's types
+//! cm::sidr  raw                   SIDR (on cm::conn); RAW_PACKET QPs, TSO, flows
+//! cm::conn  datapath  rss  transition  xrc    connections; posting and polling; RSS; typed transitions; XRC
+//! qp                              queue pairs (knows an RSS table only as qp::RssTable)
+//! ah  dm  mr  mw  srq             the objects made on a PD, each with its constructor
+//! cm::port  config  cq  pd        the CM port; device lists and options; CQs and PDs (made on a context)
+//! context                         an open device and its queries
+//! device                          the driver and the engine as the API shares them
+//! cm::channel  error              CM event routing; the error type
+//! cm::common  mem  wq             ground floor: CM types and limits, memory access, WQ states
 //! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

@@ -27,7 +27,10 @@ fn sources(dir: &Path, base: &Path, out: &mut BTreeMap<String, String>) {
         let p = e.expect("entry").path();
         if p.is_dir() {
             sources(&p, base, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
+        } else if p.extension().is_some_and(|x| x == "rs")
+            // A unit-test file (`mod tests;` in its own file) is test code.
+            && p.file_stem().is_some_and(|s| s != "tests")
+        {
             let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
             let text = std::fs::read_to_string(&p).expect("read source");
             // Unit tests may reach anywhere; only the code is layered.
@@ -198,6 +201,72 @@ pub fn assert_no_circles(src: &Path, min_files: usize, known: &[&[&str]]) {
     );
 }
 
+/// The floors a crate's module doc draws: the first ```` ```text ```` block
+/// after the `# Layers` heading of `src/lib.rs`, top floor first. Each line
+/// names the modules of one floor (its leading words that are modules of
+/// `g`); the rest of the line describes them.
+pub fn floors(src: &Path, g: &Graph) -> Vec<Vec<String>> {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("read lib.rs");
+    let doc: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("//!"))
+        .map(str::trim)
+        .collect();
+    let heading = doc
+        .iter()
+        .position(|l| *l == "# Layers")
+        .expect("lib.rs's module doc has a `# Layers` section");
+    let open = heading
+        + doc[heading..]
+            .iter()
+            .position(|l| *l == "```text")
+            .expect("the `# Layers` section draws the floors in a text block");
+    doc[open + 1..]
+        .iter()
+        .take_while(|l| **l != "```")
+        .map(|l| {
+            l.split_whitespace()
+                .take_while(|w| g.contains_key(*w))
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .filter(|f| !f.is_empty())
+        .collect()
+}
+
+/// Asserts that the floors drawn in `src/lib.rs` ([`floors`]) are the
+/// crate's: every module stands on exactly one floor and imports only
+/// modules of the floors below its own.
+pub fn assert_floors(src: &Path) {
+    let g = graph(src);
+    let drawn = floors(src, &g);
+    let mut floor_of = BTreeMap::new();
+    for (i, floor) in drawn.iter().enumerate() {
+        for m in floor {
+            assert!(
+                floor_of.insert(m.as_str(), i).is_none(),
+                "{m} is drawn twice in lib.rs's floors"
+            );
+        }
+    }
+    let missing: Vec<_> = g
+        .keys()
+        .filter(|m| !m.is_empty() && !floor_of.contains_key(m.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "modules missing from lib.rs's floors: {missing:?}"
+    );
+    for (m, deps) in g.iter().filter(|(m, _)| !m.is_empty()) {
+        for d in deps {
+            assert!(
+                floor_of[d.as_str()] > floor_of[m.as_str()],
+                "{m} imports {d}, which lib.rs draws on the same floor or above it"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +315,38 @@ mod tests {
         assert_eq!(
             root_reexports("pub use w::{W, V as U};", &BTreeSet::from(["w".into()])).len(),
             2
+        );
+    }
+    #[test]
+    fn the_drawn_floors_are_checked_against_the_imports() {
+        let dir = std::env::temp_dir().join(format!("floors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.rs"), "use crate::b::B;").unwrap();
+        std::fs::write(dir.join("b.rs"), "pub struct B;").unwrap();
+        std::fs::write(dir.join("c.rs"), "").unwrap();
+        let lib = |picture: &str| {
+            let doc: String = picture.lines().map(|l| format!("//! {l}\n")).collect();
+            format!("//! A crate.\n//!\n//! # Layers\n//!\n//! ```text\n{doc}//! ```\nmod a;\n")
+        };
+        let check = |picture: &str| {
+            std::fs::write(dir.join("lib.rs"), lib(picture)).unwrap();
+            std::panic::catch_unwind(|| assert_floors(&dir)).is_ok()
+        };
+        let right = check("a  the top, on b\nb  c   the ground");
+        let upside_down = check("b  c\na  a on b");
+        let same_floor = check("a  b\nc");
+        let missing = check("a\nb");
+        let g = graph(&dir);
+        std::fs::write(dir.join("lib.rs"), lib("a  the a\nb c")).unwrap();
+        let drawn = floors(&dir, &g);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(right, "a over b and c holds");
+        assert!(!upside_down, "b drawn over a, which imports it");
+        assert!(!same_floor, "a beside b, which it imports");
+        assert!(!missing, "c is not drawn");
+        assert_eq!(
+            drawn,
+            vec![vec!["a".to_string()], vec!["b".into(), "c".into()]]
         );
     }
 }
