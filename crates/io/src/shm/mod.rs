@@ -36,6 +36,14 @@
 //!   (a receiver behind) holds the datagram back ([`Push::Full`]), as a full
 //!   socket buffer does, until the receiver drains it or is found gone.
 //!
+//! - **No more work per byte than a ring needs.** The receiving engine reads
+//!   each datagram where it lies in the ring ([`ShmPath::receive_in_place`],
+//!   one engine lock per ring per pass) unless receive faults need a copy of
+//!   their own ([`ShmPath::receive`]); a datagram its sender marks intact
+//!   ([`ring::INTACT`]: sealed by its engine, no corruption fault on either
+//!   side) goes to `Engine::handle_local_datagram`, which skips the ICRC
+//!   check for RC, UC and XRC.
+//!
 //! Not done: the single copy (`process_vm_readv` from the sender's registered
 //! memory straight into the destination MR); see `spec/same-host.md`.
 

@@ -9,16 +9,21 @@
 //! | 0 | magic `u64` ([`MAGIC`]) |
 //! | 8 | capacity `u64` (data bytes, a power of two, a multiple of 8) |
 //! | 64 | `tail`: bytes ever published (producer writes, Release) |
-//! | 128 | `head`: bytes ever consumed (consumer writes, Release) |
+//! | 128 | `head`: bytes ever given back (consumer writes, Release) |
 //! | 192 | `sleeping`: 1 while the consumer is (about to be) asleep |
 //! | [`DATA`] | the data, `capacity` bytes |
 //!
 //! A record is a `u32` length, a flags byte ([`INTACT`]), 3 reserved bytes,
-//! then the datagram, padded to 8 bytes; a record never wraps: when it does not fit before the end, the
-//! producer writes the length [`WRAP`] there and starts again at 0. Indices
-//! only grow (`u64`, no wrap in practice), and `tail - head` is the bytes in
-//! use. The consumer treats every length as untrusted: a record that does not
-//! fit the published bytes or its buffer breaks the ring ([`PopError`]).
+//! then the datagram, padded to 8 bytes; a record never wraps: when it does
+//! not fit before the end, the producer writes the length [`WRAP`] there and
+//! starts again at 0. Indices only grow (`u64`, no wrap in practice), and
+//! `tail - head` is the bytes in use. The consumer either copies a record out
+//! and gives its room back at once ([`Consumer::pop`]), or takes records
+//! where they lie and gives their room back when it is done with them
+//! ([`Consumer::take`], [`Consumer::release`]: the engine reads the datagram
+//! in the ring). The consumer treats every length as untrusted: a record that
+//! does not fit the published bytes or the largest buffer breaks the ring
+//! ([`PopError`]).
 //!
 //! **Wake-up without a system call while the consumer is awake** (the
 //! Dekker pattern, both sides `SeqCst`): the consumer stores `sleeping = 1`,
