@@ -409,11 +409,12 @@ impl<E: Engine> Driver<E> {
         let socket = socket::bind_shared(bind, &opts)?;
         let local = socket.local_addr()?;
         // The posting threads' own transmit: not with faults or capture
-        // (they live in the progress thread), nor with the same-host path
-        // (its rings are the progress thread's: a datagram sent by the
-        // socket could overtake one in a ring).
+        // (they live in the progress thread), nor beside the same-host path
+        // (shm: its rings are the progress thread's; a posting thread's
+        // socket send would overtake the datagrams in a ring).
+        let shm = opts.shm && opts.share.is_some();
         let caller_tx =
-            if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() && !opts.shm {
+            if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() && !shm {
                 Some(CallerTx {
                     socket: socket.try_clone()?,
                     local,

@@ -70,6 +70,21 @@ pub trait Engine: Send + 'static {
     /// as IP_PKTINFO is not read yet; for a datagram read from a multicast
     /// group's socket, the group's address and port — see `Driver::set_groups`.)
     fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
+    /// A datagram from the same-host path (`crate::shm`) that went from the
+    /// sending engine, which sealed it, to this one through shared memory
+    /// only: no wire, and no fault injection that could alter it. The engine
+    /// may skip the ICRC check where nothing else needs it (spec/same-host.md
+    /// §1 "The ICRC on the path"); everything else is as for
+    /// [`Engine::handle_datagram`], which the default calls.
+    fn handle_local_datagram(
+        &mut self,
+        now: Nanos,
+        from: SocketAddr,
+        to: SocketAddr,
+        payload: &[u8],
+    ) {
+        self.handle_datagram(now, from, to, payload);
+    }
     /// Writes the next datagram to send into `buf`; `None` when nothing is ready.
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
     /// When the engine next needs [`Engine::handle_timeout`] (absolute), if ever.

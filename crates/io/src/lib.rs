@@ -10,8 +10,9 @@
 //! binds port 4791 with `SO_REUSEPORT`, a classic-BPF program steers by the slot in
 //! the destination QPN, and a datagram that lands in the wrong process is forwarded
 //! to its owner; the decision and its measurements are in `spec/shared-address.md`),
-//! and the same-host path (`shm`, `SOFTVERBS_SHM=1`, off by default: shared-memory
-//! rings between the processes of one host instead of UDP, `spec/same-host.md`).
+//! and the same-host path (`shm`, on by default, `SOFTVERBS_SHM=0` turns it off:
+//! shared-memory rings between the processes of one host instead of UDP,
+//! `spec/same-host.md`).
 //! It does not depend on the engine: [`Engine`] is the contract the engine
 //! implements, and its doc states the call order.
 //!
@@ -52,3 +53,4 @@ pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError}
 pub use options::{DriverOptions, OptionsError};
 pub use progress::MAX_SLEEP;
 pub use shm::ENV as SHM_ENV;
+pub use shm::RING_BYTES as SHM_RING_BYTES;

@@ -13,8 +13,8 @@
 //!   polling an empty CQ off ([`DriverOptions::poll_receive`]; on by default), `1`/`on`/`yes`/`true` on;
 //! - `SOFTVERBS_POLL_RX_LEASE_US`: how long the socket stays a polling
 //!   thread's after its last empty poll ([`DriverOptions::poll_lease`]; lenient);
-//! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path on
-//!   (`crate::shm`), anything else leaves it off.
+//! - `SOFTVERBS_SHM`: the same-host path (`crate::shm`) is on by default;
+//!   `1`/`on`/`yes`/`true` keeps it on, anything else turns it off.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -80,7 +80,8 @@ pub struct DriverOptions {
     /// `ibv_req_notify_cq` ends the lease at once.
     pub poll_lease: Duration,
     /// The same-host path (shared-memory rings to processes of this host,
-    /// `crate::shm`; `SOFTVERBS_SHM=1` turns it on). Needs `share` (a slot).
+    /// `crate::shm`; on by default, `SOFTVERBS_SHM=0` turns it off). Needs
+    /// `share` (a slot): a driver without one never takes it.
     pub shm: bool,
 }
 
@@ -102,7 +103,7 @@ impl Default for DriverOptions {
             caller_tx: true,
             poll_receive: true,
             poll_lease: Duration::from_micros(200),
-            shm: false,
+            shm: true,
         }
     }
 }

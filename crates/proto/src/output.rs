@@ -87,6 +87,9 @@ pub struct DeviceCounters {
     pub drop_malformed: u64,
     /// Dropped: ICRC mismatch (corrupted on the way).
     pub drop_icrc: u64,
+    /// Same-host path datagrams of RC, UC or XRC accepted without an ICRC
+    /// check ([`crate::Engine::handle_local_datagram`]).
+    pub icrc_unchecked: u64,
     /// Dropped: no QP with that number.
     pub drop_no_qp: u64,
     /// Dropped: the QP does not accept this packet (the sum of the four
@@ -121,6 +124,7 @@ impl DeviceCounters {
             bytes_received,
             drop_malformed,
             drop_icrc,
+            icrc_unchecked,
             drop_no_qp,
             drop_not_accepted,
             drop_wrong_transport,

@@ -20,6 +20,9 @@
 //!   this pcap file; `%p` becomes the process ID, `%d` the device name (needed
 //!   when a process opens several devices). [`Device::with_capture`] overrides it.
 //! - `SOFTVERBS_BUSY_POLL_US`: the progress thread's busy-poll window.
+//! - `SOFTVERBS_SHM`: `0` turns the same-host path off (on by default:
+//!   packets to another process of this host go through shared-memory
+//!   rings, spec/same-host.md); [`Device::with_same_host`] overrides it.
 //! - `SOFTVERBS_LOG`: `error`, `warn`, `info`, `debug` or `trace`: the level
 //!   of the log the `softverbs` command and the drop-in libibverbs send to
 //!   stderr ([`log_level_from_env`]; a library never installs a logger itself).
@@ -47,6 +50,8 @@ pub struct Device {
     faults: Option<FaultConfig>,
     /// Overrides `SOFTVERBS_PCAP` when set (`Some(None)`: no capture).
     capture: Option<Option<PathBuf>>,
+    /// Overrides `SOFTVERBS_SHM` when set.
+    same_host: Option<bool>,
 }
 
 /// The devices of this process: one, configured from the environment.
@@ -63,6 +68,7 @@ impl Device {
             config,
             faults: None,
             capture: None,
+            same_host: None,
         }
     }
 
@@ -76,6 +82,14 @@ impl Device {
     /// Captures to `path` (no `%` expansion; `None`: no capture) instead of `SOFTVERBS_PCAP`.
     pub fn with_capture(mut self, path: Option<PathBuf>) -> Device {
         self.capture = Some(path);
+        self
+    }
+
+    /// Turns the same-host path (`sv_io`'s shared-memory rings between
+    /// processes of this host, spec/same-host.md) on or off instead of
+    /// `SOFTVERBS_SHM`.
+    pub fn with_same_host(mut self, on: bool) -> Device {
+        self.same_host = Some(on);
         self
     }
 
@@ -128,6 +142,9 @@ impl Device {
         }
         if let Some(c) = &self.capture {
             opts.capture.clone_from(c);
+        }
+        if let Some(on) = self.same_host {
+            opts.shm = on;
         }
         Ok(opts)
     }

@@ -39,6 +39,19 @@ impl sv_io::Engine for DeviceEngine {
         self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
     }
 
+    fn handle_local_datagram(
+        &mut self,
+        now: Nanos,
+        from: SocketAddr,
+        to: SocketAddr,
+        payload: &[u8],
+    ) {
+        self.engine.set_now(now);
+        self.engine
+            .handle_local_datagram(now, from, to, payload, &self.mem);
+        self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
+    }
+
     fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         self.engine.set_now(now);
         self.engine

@@ -106,6 +106,11 @@ impl Member {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "member", "--nocapture", "--test-threads=1"])
             .env(CHILD_VAR, format!("{ip},{hub},{id},{rounds}"))
+            // The members' traffic must reach them by UDP through the
+            // address's socket owner (what this file tests): the same-host
+            // path, which would carry it straight to each member's ring, is
+            // off in the members (the hub's offers are then refused).
+            .env("SOFTVERBS_SHM", "0")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

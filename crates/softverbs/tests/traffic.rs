@@ -9,12 +9,15 @@ const T: Duration = Duration::from_secs(10);
 const ALL: AccessFlags = AccessFlags(0xf);
 
 fn device(name: &str, ip: &str) -> Context {
-    let cfg = DeviceConfig {
+    Device::with_config(config(name, ip)).open().unwrap()
+}
+
+fn config(name: &str, ip: &str) -> DeviceConfig {
+    DeviceConfig {
         name: name.into(),
         addrs: vec![ip.parse().unwrap()],
         active_mtu: Mtu::Mtu1024,
-    };
-    Device::with_config(cfg).open().unwrap()
+    }
 }
 
 struct Side {
@@ -404,9 +407,25 @@ fn many_rc_qps_with_traffic_and_no_leak() {
 fn a_large_write_leaves_in_gso_sends_far_fewer_than_its_packets() {
     // 600 000 bytes at MTU 1024: about 586 packets of one size (the last shorter)
     // to one peer, sent as UDP GSO groups; the data arrives byte for byte.
-    let a = Side::new(device("traffic-gso-a", "127.7.9.1"));
-    let b = Side::new(device("traffic-gso-b", "127.7.9.2"));
-    let (qa, _qb) = rc_pair(&a, &b);
+    // Over the socket: the same-host path (which would carry the packets
+    // between these two devices through a shared ring) is off.
+    let socket_device = |name, ip| {
+        let d = Device::with_config(config(name, ip)).with_same_host(false);
+        d.open().unwrap()
+    };
+    let a = Side::new(socket_device("traffic-gso-a", "127.7.9.1"));
+    let b = Side::new(socket_device("traffic-gso-b", "127.7.9.2"));
+    let (sent, calls, gso, ring) = large_write(&a, &b);
+    assert!(sent >= 586, "{sent} datagrams");
+    assert_eq!(ring, 0, "the path is off");
+    assert!(gso > 0, "no GSO send");
+    assert!(calls * 4 < sent, "{calls} send calls for {sent} datagrams");
+}
+
+/// Writes 600 000 bytes from `a` to `b` and checks them: `a`'s datagrams
+/// sent, socket send calls, GSO datagrams, datagrams put in a shared ring.
+fn large_write(a: &Side, b: &Side) -> (u64, u64, u64, u64) {
+    let (qa, _qb) = rc_pair(a, b);
     let data = pattern(600_000, 11);
     a.mr.write(0, &data);
     let before = a.ctx.counters().io;
@@ -426,12 +445,42 @@ fn a_large_write_leaves_in_gso_sends_far_fewer_than_its_packets() {
     let mut got = vec![0; 600_000];
     b.mr.read(400_000, &mut got);
     assert!(got == data, "the written bytes differ");
-    let sent = after.datagrams_sent - before.datagrams_sent;
-    let calls = after.send_calls - before.send_calls;
-    let gso = after.gso_datagrams - before.gso_datagrams;
+    (
+        after.datagrams_sent - before.datagrams_sent,
+        after.send_calls - before.send_calls,
+        after.gso_datagrams - before.gso_datagrams,
+        after.shm_datagrams_sent - before.shm_datagrams_sent,
+    )
+}
+
+#[test]
+fn a_large_write_between_two_devices_of_this_host_goes_through_the_shared_ring() {
+    // The same write with the same-host path on (two devices of one
+    // process, as two processes would be): after a warm-up WRITE that lets
+    // the receiver accept the ring, every packet goes through it, none
+    // through the socket, and the receiver skips no byte of the data.
+    let path_device = |name, ip| {
+        let d = Device::with_config(config(name, ip)).with_same_host(true);
+        d.open().unwrap()
+    };
+    let a = Side::new(path_device("traffic-shm-a", "127.7.9.3"));
+    let b = Side::new(path_device("traffic-shm-b", "127.7.9.4"));
+    let mut ring = 0;
+    for _ in 0..50 {
+        let (_, _, _, r) = large_write(&a, &b);
+        ring = r;
+        if ring > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ring > 0, "the path never came up");
+    let (sent, calls, _, ring) = large_write(&a, &b);
     assert!(sent >= 586, "{sent} datagrams");
-    assert!(gso > 0, "no GSO send: {after:?}");
-    assert!(calls * 4 < sent, "{calls} send calls for {sent} datagrams");
+    assert_eq!((ring, calls), (sent, 0), "all through the ring");
+    let e = b.ctx.counters().engine;
+    assert!(e.icrc_unchecked >= 586, "{e:?}");
+    assert_eq!(e.drop_icrc, 0);
 }
 
 #[test]
@@ -449,8 +498,14 @@ fn a_write_to_an_idle_queue_leaves_from_the_posting_thread() {
         eprintln!("skipped: the caller's transmit is off in this environment");
         return;
     }
-    let a = Side::new(device("traffic-ctx-a", "127.7.9.5"));
-    let b = Side::new(device("traffic-ctx-b", "127.7.9.6"));
+    // Over the socket: the caller's transmit stands aside while the
+    // same-host path is on (its rings are the progress thread's).
+    let socket_device = |name, ip| {
+        let d = Device::with_config(config(name, ip)).with_same_host(false);
+        d.open().unwrap()
+    };
+    let a = Side::new(socket_device("traffic-ctx-a", "127.7.9.5"));
+    let b = Side::new(socket_device("traffic-ctx-b", "127.7.9.6"));
     let (qa, _qb) = rc_pair(&a, &b);
     a.mr.write(0, &pattern(64, 5));
     let before = a.ctx.counters().io;

@@ -25,6 +25,9 @@ pub(super) struct Faults {
     pub(super) hold: HoldQueue,
     /// A held datagram is waiting for room in the socket.
     pub(super) blocked: bool,
+    /// Whether corruption is injected on transmit, on receive (shm: a
+    /// datagram that may be corrupted is never handed on as intact).
+    pub(super) corrupts: (bool, bool),
 }
 
 impl Faults {
@@ -37,7 +40,17 @@ impl Faults {
             delay_ns: c.delay.as_nanos() as u64,
             hold: HoldQueue::new(opts.max_held),
             blocked: false,
+            corrupts: (
+                on && c.dir.tx() && c.corrupt > 0.0,
+                on && c.dir.rx() && c.corrupt > 0.0,
+            ),
         }
+    }
+
+    /// Whether received datagrams meet any fault (then they are changed,
+    /// held or dropped here, and need a buffer of their own).
+    pub(super) fn on_receive(&self) -> bool {
+        self.rx.is_some()
     }
 
     pub(super) fn decide(&mut self, dir: Dir, len: usize) -> Option<Decision> {

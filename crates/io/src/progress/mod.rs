@@ -111,6 +111,9 @@ pub(crate) struct Progress<E> {
     /// transmit stopped at a full ring (then the sleep does not wait for POLLOUT).
     shm: Option<crate::shm::ShmPath>,
     shm_full: bool,
+    /// shm: (offset in the stage, length, time, sender, intact) of the ring
+    /// datagrams that go to the engine (reused).
+    shm_passed: Vec<(usize, usize, Nanos, SocketAddr, bool)>,
 }
 
 impl<E: Engine> Progress<E> {
@@ -160,6 +163,7 @@ impl<E: Engine> Progress<E> {
             readable: Readable::default(),
             shm: crate::shm::ShmPath::for_driver(local, opts),
             shm_full: false,
+            shm_passed: Vec::new(),
         }
     }
 
@@ -400,36 +404,83 @@ impl<E: Engine> Progress<E> {
     }
 
     /// shm: datagrams from the same-host path's rings, each then treated as
-    /// read from the socket (counted, captured, faults, engine).
+    /// read from the socket (counted, captured, faults), then handed to the
+    /// engine together under one lock; those whose bytes nothing could have
+    /// altered (the sender's engine sealed them, no corruption injected on
+    /// either side) as local datagrams (`Engine::handle_local_datagram`).
     fn receive_shm(&mut self) -> bool {
         let Some(mut shm) = self.shm.take() else {
             return false;
         };
         let shared = self.shared.clone();
-        let work = shm.receive(self.batch, &shared.counters, |from, bytes| {
-            let r = sys::Received {
-                len: bytes.len(),
-                from: Some(from),
-                truncated: false,
-                segment: None,
-            };
-            if let Some((now, from)) = self.received(&r, self.local, bytes) {
-                shared
-                    .engine()
-                    .handle_datagram(now, from, self.local, bytes);
+        if !self.faults.on_receive() {
+            // No receive faults: the engine reads each datagram where it
+            // lies in the ring (no copy); counted and captured as read.
+            let work = shm.receive_in_place(self.batch, &shared.counters, |batch| {
+                let c = &shared.counters;
+                let now = shared.clock.now();
+                for (bytes, _) in batch.datagrams() {
+                    Counters::add(&c.datagrams_received, 1);
+                    Counters::add(&c.bytes_received, bytes.len() as u64);
+                    if let Some(cap) = self.capture.as_mut() {
+                        cap.record(now, batch.from, self.local, bytes, c);
+                    }
+                }
+                let mut engine = shared.engine();
+                for (bytes, intact) in batch.datagrams() {
+                    if intact {
+                        engine.handle_local_datagram(now, batch.from, self.local, bytes);
+                    } else {
+                        engine.handle_datagram(now, batch.from, self.local, bytes);
+                    }
+                }
+                // (No receive faults: nothing received is held, so there
+                // is no reordered datagram to count down.)
+            });
+            self.shm = Some(shm);
+            return work;
+        }
+        let rx_corrupts = self.faults.corrupts.1;
+        let mut passed = std::mem::take(&mut self.shm_passed);
+        let work = shm.receive(self.batch, &shared.counters, |stage, arrived| {
+            for a in arrived {
+                let r = sys::Received {
+                    len: a.len,
+                    from: Some(a.from),
+                    truncated: false,
+                    segment: None,
+                };
+                let bytes = &mut stage[a.at..a.at + a.len];
+                if let Some((now, from)) = self.received(&r, self.local, bytes) {
+                    passed.push((a.at, a.len, now, from, a.intact && !rx_corrupts));
+                }
             }
+            if !passed.is_empty() {
+                let mut engine = shared.engine();
+                for &(at, len, now, from, intact) in &passed {
+                    let bytes = &stage[at..at + len];
+                    if intact {
+                        engine.handle_local_datagram(now, from, self.local, bytes);
+                    } else {
+                        engine.handle_datagram(now, from, self.local, bytes);
+                    }
+                }
+            }
+            passed.clear();
         });
+        self.shm_passed = passed;
         self.shm = Some(shm);
         work
     }
 
     /// shm: sends one (held) datagram through the same-host path if it takes
-    /// it (counted and captured as sent, like the socket's).
+    /// it (counted and captured as sent, like the socket's). Never marked
+    /// intact: a held datagram may be a corrupted one's duplicate.
     fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
         let Some(shm) = self.shm.as_mut() else {
             return false;
         };
-        if shm.send(to, bytes, &self.shared.counters) != crate::shm::Push::Sent {
+        if shm.send(to, bytes, false, &self.shared.counters) != crate::shm::Push::Sent {
             return false;
         }
         self.sent(now, to, bytes);
@@ -445,9 +496,10 @@ impl<E: Engine> Progress<E> {
             return Ok(Err(run.len()));
         };
         self.shm_full = false;
+        let intact = !self.faults.corrupts.0;
         let mut n = 0;
         for &(to, bytes) in run {
-            match shm.send(to, bytes, &self.shared.counters) {
+            match shm.send(to, bytes, intact, &self.shared.counters) {
                 Push::Sent => n += 1,
                 Push::Full if n == 0 => {
                     self.shm_full = true;

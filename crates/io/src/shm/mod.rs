@@ -1,6 +1,7 @@
 //! The same-host path: datagrams between two processes of one host through
-//! shared-memory rings instead of the UDP stack (`SOFTVERBS_SHM=1`;
-//! `spec/same-host.md` has the design, the decision and the measurements).
+//! shared-memory rings instead of the UDP stack (on by default,
+//! `SOFTVERBS_SHM=0` turns it off; `spec/same-host.md` has the design, the
+//! decision and the measurements).
 //!
 //! What it promises:
 //! - **Same datagrams, same semantics.** The path carries the very RoCEv2 UDP
@@ -19,7 +20,7 @@
 //!   local one (it can bind it); the receiver requires the sender to be of
 //!   its user and namespace (`/proc/self/ns/net`) and checks the ring it is
 //!   given (seals, size, header). Any refusal, a path not opened there, or
-//!   `SOFTVERBS_SHM` unset → UDP as before, said at debug level in words,
+//!   `SOFTVERBS_SHM=0` → UDP as before, said at debug level in words,
 //!   counted in `shm_fallbacks`, and asked again after [`REDISCOVER`].
 //! - **One ring per (sender, receiver) pair**, single producer and single
 //!   consumer ([`ring`]), in a sealed memfd the sender creates and passes over
@@ -34,6 +35,14 @@
 //!   lost as on a cut link (RC retries, then `RETRY_EXC_ERR`). A full ring
 //!   (a receiver behind) holds the datagram back ([`Push::Full`]), as a full
 //!   socket buffer does, until the receiver drains it or is found gone.
+//!
+//! - **No more work per byte than a ring needs.** The receiving engine reads
+//!   each datagram where it lies in the ring ([`ShmPath::receive_in_place`],
+//!   one engine lock per ring per pass) unless receive faults need a copy of
+//!   their own ([`ShmPath::receive`]); a datagram its sender marks intact
+//!   ([`ring::INTACT`]: sealed by its engine, no corruption fault on either
+//!   side) goes to `Engine::handle_local_datagram`, which skips the ICRC
+//!   check for RC, UC and XRC.
 //!
 //! Not done: the single copy (`process_vm_readv` from the sender's registered
 //! memory straight into the destination MR); see `spec/same-host.md`.
@@ -52,9 +61,10 @@ use crate::counters::Counters;
 use crate::share::{self, Slot};
 use crate::sys::{self, shm as sysshm};
 use refusal::{Refusal, Rejection};
-use ring::{Consumer, Producer};
+use ring::{Consumer, Pop, Producer, Record};
 
-/// Environment variable that turns the path on (`1`, `on`, `yes`, `true`).
+/// Environment variable that keeps the path on (`1`, `on`, `yes`, `true`) or
+/// turns it off (anything else).
 pub const ENV: &str = "SOFTVERBS_SHM";
 /// Data bytes of one ring (a power of two): 1024 datagrams of 4 KiB.
 pub const RING_BYTES: usize = 4 << 20;
@@ -64,6 +74,9 @@ pub const REDISCOVER: Duration = Duration::from_secs(1);
 pub const FULL_WAIT: Duration = Duration::from_micros(50);
 /// How long a new ring waits for the receiver's acceptance.
 const ACCEPT_WAIT: Duration = Duration::from_secs(2);
+/// Bytes of the buffer a pass's ring datagrams are copied into (at least one
+/// datagram of the largest size), so a pass hands them to the engine together.
+const STAGE_BYTES: usize = 256 << 10;
 /// How often the connections are checked while the thread never sleeps.
 const CHECK_EVERY: Duration = Duration::from_millis(10);
 /// Connections accepted but not yet introduced, at most.
@@ -103,6 +116,37 @@ pub(crate) enum Push {
     /// The path does not take it (not eligible, no peer there, refused, not
     /// yet accepted): send it by UDP.
     Declined,
+}
+
+/// A datagram [`ShmPath::receive`] staged: `len` bytes at `at` of the stage.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrived {
+    /// The sender's address (from its hello).
+    pub(crate) from: SocketAddr,
+    pub(crate) at: usize,
+    pub(crate) len: usize,
+    /// Its record carried [`ring::INTACT`].
+    pub(crate) intact: bool,
+}
+
+/// Datagrams of one sender's ring, read where they lie
+/// ([`ShmPath::receive_in_place`]).
+pub(crate) struct InPlace<'a> {
+    /// The sender's address (from its hello).
+    pub(crate) from: SocketAddr,
+    ring: &'a Consumer,
+    records: &'a [Record],
+}
+
+impl<'a> InPlace<'a> {
+    /// Each datagram, in ring order, and whether its record carried
+    /// [`ring::INTACT`].
+    pub(crate) fn datagrams(&self) -> impl Iterator<Item = (&'a [u8], bool)> + 'a {
+        let ring = self.ring;
+        self.records
+            .iter()
+            .map(move |r| (ring.bytes(r), r.flags & ring::INTACT != 0))
+    }
 }
 
 /// A connection to a receiver and the ring we write.
@@ -176,7 +220,12 @@ pub(crate) struct ShmPath {
     inbound: Vec<Inbound>,
     peers: Peers,
     capacity: usize,
-    buf: Vec<u8>,
+    /// Where popped datagrams wait for the engine (see [`STAGE_BYTES`]).
+    stage: Vec<u8>,
+    max_datagram: usize,
+    arrived: Vec<Arrived>,
+    /// The records of one ring taken in place (reused).
+    records: Vec<Record>,
     /// Something polled was ready: check the connections in the next pass.
     woke: bool,
     last_check: Instant,
@@ -189,7 +238,7 @@ impl ShmPath {
     /// (logged at debug level in words when not).
     pub(crate) fn for_driver(local: SocketAddr, opts: &crate::DriverOptions) -> Option<Self> {
         if !opts.shm {
-            tracing::debug!(%local, "same-host path off ({ENV} unset or not 1): datagrams go by UDP");
+            tracing::debug!(%local, "same-host path off ({ENV} not 1): datagrams go by UDP");
             return None;
         }
         let Some(slot) = &opts.share else {
@@ -221,7 +270,10 @@ impl ShmPath {
             inbound: Vec::new(),
             peers: Peers::default(),
             capacity: RING_BYTES,
-            buf: vec![0; max_datagram.max(1)],
+            stage: vec![0; STAGE_BYTES.max(max_datagram.max(1))],
+            max_datagram: max_datagram.max(1),
+            arrived: Vec::new(),
+            records: Vec::new(),
             woke: true,
             last_check: Instant::now(),
             poll_at: 0,
@@ -255,15 +307,22 @@ impl ShmPath {
         }
     }
 
-    /// Sends `bytes` to `to` through the peer's ring. See [`Push`].
-    pub(crate) fn send(&mut self, to: SocketAddr, bytes: &[u8], c: &Counters) -> Push {
+    /// Sends `bytes` to `to` through the peer's ring. See [`Push`]. `intact`:
+    /// the engine sealed it and nothing altered it since ([`ring::INTACT`]).
+    pub(crate) fn send(
+        &mut self,
+        to: SocketAddr,
+        bytes: &[u8],
+        intact: bool,
+        c: &Counters,
+    ) -> Push {
         let Some(key) = self.destination(to, bytes) else {
             return Push::Declined;
         };
-        let now = Instant::now();
+        // No clock read for an open peer: this runs per datagram.
         let open = match self.peers.get(&key) {
             Some(Peer::Open(_)) => true,
-            Some(Peer::Refused { until }) => now >= *until,
+            Some(Peer::Refused { until }) => Instant::now() >= *until,
             None => true,
         };
         if !open {
@@ -293,7 +352,8 @@ impl ShmPath {
                 }
             }
         }
-        push(out, bytes, c)
+        let flags = if intact { ring::INTACT } else { 0 };
+        push(out, bytes, flags, c)
     }
 
     fn refuse(&self, key: (IpAddr, u8), why: &Refusal, c: &Counters) -> Peer {
@@ -358,31 +418,48 @@ impl ShmPath {
         h
     }
 
-    /// Reads up to `budget` datagrams from the rings, each handed to `deliver`
-    /// with its sender; whether anything happened. Checks the connections
-    /// first when poll(2) said so or [`CHECK_EVERY`] passed.
+    /// Reads up to `budget` datagrams from the rings into the stage and hands
+    /// them to `deliver` together (in ring order, each ring's in its order;
+    /// more than one call when the stage fills); whether anything happened.
+    /// Checks the connections first when poll(2) said so or [`CHECK_EVERY`]
+    /// passed.
     pub(crate) fn receive(
         &mut self,
         budget: usize,
         c: &Counters,
-        mut deliver: impl FnMut(SocketAddr, &mut [u8]),
+        mut deliver: impl FnMut(&mut [u8], &[Arrived]),
     ) -> bool {
         let mut work = false;
         if self.woke || self.last_check.elapsed() >= CHECK_EVERY {
             work |= self.check();
         }
-        let mut buf = std::mem::take(&mut self.buf);
+        let mut stage = std::mem::take(&mut self.stage);
+        let mut arrived = std::mem::take(&mut self.arrived);
+        let max = self.max_datagram;
+        let mut used = 0;
         let mut left = budget;
         for inb in &mut self.inbound {
             while left > 0 {
-                match inb.ring.pop(&mut buf) {
-                    Ok(Some(n)) => {
+                match inb.ring.pop(&mut stage[used..], max) {
+                    Ok(Pop::Datagram { len, flags }) => {
                         left -= 1;
                         work = true;
                         Counters::add(&c.shm_datagrams_received, 1);
-                        deliver(inb.from, &mut buf[..n]);
+                        arrived.push(Arrived {
+                            from: inb.from,
+                            at: used,
+                            len,
+                            intact: flags & ring::INTACT != 0,
+                        });
+                        // The next one starts 8-aligned, as in the ring.
+                        used = (used + len).next_multiple_of(8).min(stage.len());
                     }
-                    Ok(None) => break,
+                    Ok(Pop::NoRoom) => {
+                        deliver(&mut stage, &arrived);
+                        arrived.clear();
+                        used = 0;
+                    }
+                    Ok(Pop::Empty) => break,
                     Err(e) => {
                         Counters::add(&c.recv_errors, 1);
                         tracing::warn!(local = %self.local, from = %inb.from, error = %e,
@@ -394,9 +471,72 @@ impl ShmPath {
                 }
             }
         }
-        self.buf = buf;
+        if !arrived.is_empty() {
+            deliver(&mut stage, &arrived);
+            arrived.clear();
+        }
+        self.stage = stage;
+        self.arrived = arrived;
         // A closed sender's ring goes once it is empty (what it sent before
         // dying still arrives, as datagrams in flight on a wire would).
+        self.inbound
+            .retain(|i| !(i.broken || (i.closed && !i.ring.has_data())));
+        work
+    }
+
+    /// Like [`ShmPath::receive`], without the copy: up to `budget` datagrams
+    /// are taken where they lie in their rings and handed to `deliver` one
+    /// ring's at a time ([`InPlace`]); their room goes back to the sender when
+    /// `deliver` returns. For a receiver that changes no byte (no receive
+    /// faults, which may corrupt).
+    pub(crate) fn receive_in_place(
+        &mut self,
+        budget: usize,
+        c: &Counters,
+        mut deliver: impl FnMut(&InPlace<'_>),
+    ) -> bool {
+        let mut work = false;
+        if self.woke || self.last_check.elapsed() >= CHECK_EVERY {
+            work |= self.check();
+        }
+        let mut records = std::mem::take(&mut self.records);
+        let max = self.max_datagram;
+        let mut left = budget;
+        for inb in &mut self.inbound {
+            records.clear();
+            let mut broken = None;
+            while left > 0 {
+                match inb.ring.take(max) {
+                    Ok(Some(r)) => {
+                        left -= 1;
+                        records.push(r);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        broken = Some(e);
+                        break;
+                    }
+                }
+            }
+            if !records.is_empty() {
+                work = true;
+                Counters::add(&c.shm_datagrams_received, records.len() as u64);
+                deliver(&InPlace {
+                    from: inb.from,
+                    ring: &inb.ring,
+                    records: &records,
+                });
+                inb.ring.release();
+            }
+            if let Some(e) = broken {
+                Counters::add(&c.recv_errors, 1);
+                tracing::warn!(local = %self.local, from = %inb.from, error = %e,
+                    "same-host ring broken; dropped (its sender goes by UDP)");
+                inb.broken = true;
+                let _ = inb.conn.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        self.records = records;
         self.inbound
             .retain(|i| !(i.broken || (i.closed && !i.ring.has_data())));
         work
@@ -593,17 +733,20 @@ fn accepted(out: &mut Outbound) -> Result<bool, Refusal> {
 
 /// Pushes one datagram, waiting up to [`FULL_WAIT`] for room, and wakes the
 /// receiver if it sleeps.
-fn push(out: &mut Outbound, bytes: &[u8], c: &Counters) -> Push {
+fn push(out: &mut Outbound, bytes: &[u8], flags: u8, c: &Counters) -> Push {
     if bytes.len() > out.ring.max_datagram() {
         return Push::Declined;
     }
-    let start = Instant::now();
-    while !out.ring.push(bytes) {
-        if start.elapsed() >= FULL_WAIT {
-            Counters::add(&c.shm_ring_full, 1);
-            return Push::Full;
+    if !out.ring.push(bytes, flags) {
+        // The clock is read only once the ring is found full.
+        let start = Instant::now();
+        while !out.ring.push(bytes, flags) {
+            if start.elapsed() >= FULL_WAIT {
+                Counters::add(&c.shm_ring_full, 1);
+                return Push::Full;
+            }
+            std::thread::yield_now();
         }
-        std::thread::yield_now();
     }
     Counters::add(&c.shm_datagrams_sent, 1);
     if out.ring.should_wake() {

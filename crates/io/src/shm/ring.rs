@@ -9,16 +9,21 @@
 //! | 0 | magic `u64` ([`MAGIC`]) |
 //! | 8 | capacity `u64` (data bytes, a power of two, a multiple of 8) |
 //! | 64 | `tail`: bytes ever published (producer writes, Release) |
-//! | 128 | `head`: bytes ever consumed (consumer writes, Release) |
+//! | 128 | `head`: bytes ever given back (consumer writes, Release) |
 //! | 192 | `sleeping`: 1 while the consumer is (about to be) asleep |
 //! | [`DATA`] | the data, `capacity` bytes |
 //!
-//! A record is a `u32` length, 4 reserved bytes, then the datagram, padded to
-//! 8 bytes; a record never wraps: when it does not fit before the end, the
-//! producer writes the length [`WRAP`] there and starts again at 0. Indices
-//! only grow (`u64`, no wrap in practice), and `tail - head` is the bytes in
-//! use. The consumer treats every length as untrusted: a record that does not
-//! fit the published bytes or its buffer breaks the ring ([`PopError`]).
+//! A record is a `u32` length, a flags byte ([`INTACT`]), 3 reserved bytes,
+//! then the datagram, padded to 8 bytes; a record never wraps: when it does
+//! not fit before the end, the producer writes the length [`WRAP`] there and
+//! starts again at 0. Indices only grow (`u64`, no wrap in practice), and
+//! `tail - head` is the bytes in use. The consumer either copies a record out
+//! and gives its room back at once ([`Consumer::pop`]), or takes records
+//! where they lie and gives their room back when it is done with them
+//! ([`Consumer::take`], [`Consumer::release`]: the engine reads the datagram
+//! in the ring). The consumer treats every length as untrusted: a record that
+//! does not fit the published bytes or the largest buffer breaks the ring
+//! ([`PopError`]).
 //!
 //! **Wake-up without a system call while the consumer is awake** (the
 //! Dekker pattern, both sides `SeqCst`): the consumer stores `sleeping = 1`,
@@ -42,6 +47,30 @@ const SLEEPING: usize = 192;
 /// The length that means "continue at offset 0".
 const WRAP: u32 = u32::MAX;
 const RECORD_HEADER: usize = 8;
+/// Record flag: the sending engine sealed this datagram (its ICRC) and nothing
+/// changed its bytes since (the sender's fault injection cannot corrupt).
+/// The receiver may then skip the ICRC check where the engine allows it
+/// (`crate::Engine::handle_local_datagram`); a receiver whose own faults may
+/// corrupt verifies anyway. A flag is a claim of a local peer of our own user
+/// and namespace (the only ones whose rings we map), never of the network.
+pub(crate) const INTACT: u8 = 1;
+
+/// What [`Consumer::pop`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pop {
+    /// Nothing published.
+    Empty,
+    /// A datagram of `len` bytes was copied to the buffer's start.
+    Datagram {
+        /// Its length.
+        len: usize,
+        /// Its record's flags ([`INTACT`]).
+        flags: u8,
+    },
+    /// The next datagram fits the largest buffer (`max`) but not this one:
+    /// left in the ring.
+    NoRoom,
+}
 
 fn padded(len: usize) -> usize {
     RECORD_HEADER + len.div_ceil(8) * 8
@@ -106,9 +135,9 @@ impl Producer {
         self.cap / 2 - RECORD_HEADER
     }
 
-    /// Appends `bytes` as one record; `false` when the ring has no room now
-    /// (or the datagram is too long for it).
-    pub(crate) fn push(&mut self, bytes: &[u8]) -> bool {
+    /// Appends `bytes` as one record with `flags`; `false` when the ring has
+    /// no room now (or the datagram is too long for it).
+    pub(crate) fn push(&mut self, bytes: &[u8], flags: u8) -> bool {
         if bytes.len() > self.max_datagram() {
             return false;
         }
@@ -132,6 +161,7 @@ impl Producer {
         }
         let mut header = [0u8; RECORD_HEADER];
         header[..4].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        header[4] = flags;
         self.map.write(DATA + off, &header);
         self.map.write(DATA + off + RECORD_HEADER, bytes);
         self.tail = tail + need as u64;
@@ -181,12 +211,27 @@ pub(crate) enum PopError {
     },
 }
 
+/// A datagram left in the ring by [`Consumer::take`]: `len` bytes at `at`
+/// of the mapping, until [`Consumer::release`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record {
+    at: usize,
+    /// Its length.
+    pub(crate) len: usize,
+    /// Its record's flags ([`INTACT`]).
+    pub(crate) flags: u8,
+}
+
 /// The consumer's side.
 #[derive(Debug)]
 pub(crate) struct Consumer {
     map: Mapping,
     cap: usize,
+    /// Bytes read so far (taken records included).
     head: u64,
+    /// Bytes given back to the producer (`HEAD`): `head` minus the taken
+    /// records not yet released.
+    released: u64,
 }
 
 impl Consumer {
@@ -197,12 +242,13 @@ impl Consumer {
             map,
             cap: capacity,
             head,
+            released: head,
         }
     }
 
     fn tail(&self) -> Result<u64, PopError> {
         let tail = self.map.atomic_u64(TAIL).load(Acquire);
-        if tail < self.head || tail - self.head > self.cap as u64 {
+        if tail < self.head || tail - self.released > self.cap as u64 {
             return Err(PopError::BadIndex {
                 tail,
                 head: self.head,
@@ -212,8 +258,53 @@ impl Consumer {
         Ok(tail)
     }
 
-    /// Copies the next datagram into `buf`: its length, `None` when the ring is empty.
-    pub(crate) fn pop(&mut self, buf: &mut [u8]) -> Result<Option<usize>, PopError> {
+    /// Copies the next datagram into `buf` if it fits there ([`Pop`]) and
+    /// gives its room back; one longer than `max` (the largest buffer the
+    /// caller has) breaks the ring.
+    pub(crate) fn pop(&mut self, buf: &mut [u8], max: usize) -> Result<Pop, PopError> {
+        match self.next(max)? {
+            None => Ok(Pop::Empty),
+            Some((_, r)) if r.len > buf.len() => Ok(Pop::NoRoom),
+            Some((next, r)) => {
+                self.map.read(r.at, &mut buf[..r.len]);
+                self.head = next;
+                self.release();
+                Ok(Pop::Datagram {
+                    len: r.len,
+                    flags: r.flags,
+                })
+            }
+        }
+    }
+
+    /// Takes the next datagram where it is, without copying it: it stays
+    /// the consumer's (the producer does not reuse its room) until
+    /// [`Consumer::release`]; read it with [`Consumer::bytes`]. `None` when
+    /// the ring is empty; one longer than `max` breaks the ring.
+    pub(crate) fn take(&mut self, max: usize) -> Result<Option<Record>, PopError> {
+        Ok(self.next(max)?.map(|(next, r)| {
+            self.head = next;
+            r
+        }))
+    }
+
+    /// The bytes of a record [`Consumer::take`] gave and that is not yet
+    /// released (see `Mapping::bytes` for why a slice of shared memory).
+    pub(crate) fn bytes(&self, r: &Record) -> &[u8] {
+        self.map.bytes(r.at, r.len).unwrap_or(&[])
+    }
+
+    /// Gives the room of every record taken so far back to the producer.
+    pub(crate) fn release(&mut self) {
+        if self.released != self.head {
+            self.released = self.head;
+            self.map.atomic_u64(HEAD).store(self.head, Release);
+        }
+    }
+
+    /// The next record after `head` (wraps skipped, which moves `head`
+    /// over them): the index after it, and the record.
+    fn next(&mut self, max: usize) -> Result<Option<(u64, Record)>, PopError> {
         let tail = self.tail()?;
         loop {
             if self.head == tail {
@@ -221,14 +312,14 @@ impl Consumer {
             }
             let off = (self.head as usize) & (self.cap - 1);
             let available = tail - self.head;
-            let mut word = [0u8; 4];
+            let mut word = [0u8; 8];
             self.map.read(DATA + off, &mut word);
-            let len = u32::from_le_bytes(word);
+            let len = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
             let bad = PopError::BadRecord {
                 len,
                 offset: off,
                 available,
-                buffer: buf.len(),
+                buffer: max,
             };
             if len == WRAP {
                 let skip = (self.cap - off) as u64;
@@ -240,13 +331,15 @@ impl Consumer {
             }
             let n = len as usize;
             let need = padded(n);
-            if n > buf.len() || need > self.cap - off || need as u64 > available {
+            if n > max || need > self.cap - off || need as u64 > available {
                 return Err(bad);
             }
-            self.map.read(DATA + off + RECORD_HEADER, &mut buf[..n]);
-            self.head += need as u64;
-            self.map.atomic_u64(HEAD).store(self.head, Release);
-            return Ok(Some(n));
+            let r = Record {
+                at: DATA + off + RECORD_HEADER,
+                len: n,
+                flags: word[4],
+            };
+            return Ok(Some((self.head + need as u64, r)));
         }
     }
 
@@ -284,6 +377,16 @@ mod tests {
         (Producer::new(a, cap), Consumer::new(b, cap))
     }
 
+    /// The next datagram's length into a buffer that always has room.
+    fn pop1(c: &mut Consumer, buf: &mut [u8]) -> Result<Option<usize>, PopError> {
+        let max = buf.len();
+        Ok(match c.pop(buf, max)? {
+            Pop::Empty => None,
+            Pop::Datagram { len, .. } => Some(len),
+            Pop::NoRoom => unreachable!("the buffer is the largest"),
+        })
+    }
+
     proptest! {
         /// Any sequence of pushes and pops gives back exactly the pushed
         /// datagrams, in order, across wraps; a full ring refuses, never loses.
@@ -297,13 +400,13 @@ mod tests {
             for (i, (len, push)) in ops.into_iter().enumerate() {
                 if push {
                     let d: Vec<u8> = (0..len).map(|j| (i + j) as u8).collect();
-                    if p.push(&d) {
+                    if p.push(&d, 0) {
                         model.push_back(d);
                     } else {
                         prop_assert!(!model.is_empty(), "an empty ring refused {len} bytes");
                     }
                 } else {
-                    let got = c.pop(&mut buf).unwrap();
+                    let got = pop1(&mut c, &mut buf).unwrap();
                     match model.pop_front() {
                         Some(d) => prop_assert_eq!(&buf[..got.unwrap()], &d[..]),
                         None => prop_assert_eq!(got, None),
@@ -311,10 +414,10 @@ mod tests {
                 }
             }
             while let Some(d) = model.pop_front() {
-                let n = c.pop(&mut buf).unwrap().unwrap();
+                let n = pop1(&mut c, &mut buf).unwrap().unwrap();
                 prop_assert_eq!(&buf[..n], &d[..]);
             }
-            prop_assert_eq!(c.pop(&mut buf).unwrap(), None);
+            prop_assert_eq!(pop1(&mut c, &mut buf).unwrap(), None);
             prop_assert!(p.drained());
         }
     }
@@ -327,7 +430,7 @@ mod tests {
             for i in 0..N {
                 let d = i.to_le_bytes().repeat(1 + (i as usize % 300));
                 let mut tries = 0u64;
-                while !p.push(&d) {
+                while !p.push(&d, 0) {
                     tries += 1;
                     assert!(tries < 100_000_000, "consumer stalled");
                     std::thread::yield_now();
@@ -339,7 +442,7 @@ mod tests {
         let start = std::time::Instant::now();
         while next < N {
             assert!(start.elapsed() < std::time::Duration::from_secs(60));
-            match c.pop(&mut buf).unwrap() {
+            match pop1(&mut c, &mut buf).unwrap() {
                 Some(n) => {
                     let want = next.to_le_bytes().repeat(1 + (next as usize % 300));
                     assert_eq!(&buf[..n], &want[..], "datagram {next}");
@@ -354,33 +457,64 @@ mod tests {
     #[test]
     fn wake_ups_only_while_the_consumer_sleeps() {
         let (mut p, mut c) = pair(4096);
-        assert!(p.push(b"a"));
+        assert!(p.push(b"a", 0));
         assert!(!p.should_wake(), "an awake consumer needs no wake-up");
         assert!(c.arm(), "a datagram is waiting: do not sleep");
         let mut buf = [0u8; 16];
-        assert_eq!(c.pop(&mut buf).unwrap(), Some(1));
+        assert_eq!(pop1(&mut c, &mut buf).unwrap(), Some(1));
         assert!(!c.arm(), "empty: sleep");
-        assert!(p.push(b"b"));
+        assert!(p.push(b"b", 0));
         assert!(p.should_wake(), "asleep: wake it");
         assert!(!p.should_wake(), "one wake-up per sleep");
         c.disarm();
-        assert!(p.push(b"c"));
+        assert!(p.push(b"c", 0));
         assert!(!p.should_wake());
+    }
+
+    #[test]
+    fn flags_come_along_and_a_short_buffer_leaves_the_datagram() {
+        let (mut p, mut c) = pair(4096);
+        assert!(p.push(&[1u8; 300], INTACT));
+        assert!(p.push(&[2u8; 10], 0));
+        let mut buf = [0u8; 1000];
+        assert_eq!(c.pop(&mut buf[..100], 1000).unwrap(), Pop::NoRoom);
+        assert_eq!(
+            c.pop(&mut buf, 1000).unwrap(),
+            Pop::Datagram {
+                len: 300,
+                flags: INTACT
+            }
+        );
+        assert_eq!(&buf[..300], &[1u8; 300][..]);
+        assert_eq!(
+            c.pop(&mut buf, 1000).unwrap(),
+            Pop::Datagram { len: 10, flags: 0 }
+        );
+        assert_eq!(c.pop(&mut buf, 1000).unwrap(), Pop::Empty);
+        // Longer than the largest buffer: the ring is broken, not skipped.
+        assert!(p.push(&[3u8; 600], 0));
+        assert!(matches!(
+            c.pop(&mut buf, 500),
+            Err(PopError::BadRecord { len: 600, .. })
+        ));
     }
 
     #[test]
     fn a_lying_producer_is_caught_not_followed() {
         let (mut p, mut c) = pair(4096);
-        assert!(p.push(&[7u8; 100]));
+        assert!(p.push(&[7u8; 100], 0));
         // Corrupt the record's length to beyond what was published.
         p.map.write(DATA, &5000u32.to_le_bytes());
         let mut buf = vec![0u8; 8192];
         assert!(matches!(
-            c.pop(&mut buf),
+            pop1(&mut c, &mut buf),
             Err(PopError::BadRecord { len: 5000, .. })
         ));
         // An index beyond the capacity.
         p.map.atomic_u64(TAIL).store(1 << 40, SeqCst);
-        assert!(matches!(c.pop(&mut buf), Err(PopError::BadIndex { .. })));
+        assert!(matches!(
+            pop1(&mut c, &mut buf),
+            Err(PopError::BadIndex { .. })
+        ));
     }
 }

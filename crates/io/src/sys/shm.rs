@@ -4,15 +4,19 @@
 //! Why unsafe is needed here and nowhere else: two processes can share pages
 //! only through `mmap(MAP_SHARED)` of one file, and the bytes of such a
 //! mapping are written by the other process, so the mapping is reached through
-//! raw pointers, never through Rust references to plain bytes. [`Mapping`]
-//! keeps that to three operations, each bounds-checked against the mapping's
-//! length: an atomic word at an aligned offset (the ring indices and the
-//! wake-up word, `AtomicU64`/`AtomicU32`, which are `Sync` and may be shared
-//! with anyone), and byte copies in and out. A copy reads or writes only the
-//! part of the ring the ring protocol hands to this side (`crate::shm::ring`);
-//! a peer that breaks the protocol can change the bytes we copy (which are
-//! then parsed as untrusted network input, like any datagram), never our
-//! memory outside the mapping.
+//! raw pointers. [`Mapping`] keeps that to four operations, each
+//! bounds-checked against the mapping's length: an atomic word at an aligned
+//! offset (the ring indices and the wake-up word, `AtomicU64`/`AtomicU32`,
+//! which are `Sync` and may be shared with anyone), byte copies in and out,
+//! and a shared slice of a received record ([`Mapping::bytes`], so the engine
+//! places a datagram straight from the ring). Each touches only the part of
+//! the ring the ring protocol hands to this side (`crate::shm::ring`): a
+//! record the consumer holds is not written by a producer that keeps the
+//! protocol until the consumer gives its room back. A peer that breaks the
+//! protocol (only a process of our own user and network namespace can be a
+//! peer) can change the bytes we copy or read (which are parsed as untrusted
+//! network input, like any datagram, every index checked against the slice's
+//! length, which is ours), never our memory outside the mapping.
 //!
 //! The file is sealed against shrinking and growing before it is passed on
 //! (memfd_create(2), fcntl(2) `F_ADD_SEALS`), and the receiver checks the
@@ -132,6 +136,21 @@ impl Mapping {
         // gives this range to the writer alone until it publishes it.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len()) };
         true
+    }
+
+    /// The `len` bytes at `off`, shared, or `None` out of bounds. Only for a
+    /// range the ring protocol gives this side to read (a record taken and
+    /// not yet released): see the module doc.
+    pub(crate) fn bytes(&self, off: usize, len: usize) -> Option<&[u8]> {
+        if !self.check(off, len, 1) {
+            return None;
+        }
+        // SAFETY: the range is inside the mapping (checked), which lives as
+        // long as the returned borrow of `self`; a u8 has no invalid values
+        // and no alignment. The ring protocol keeps the peer from writing the
+        // range while it is borrowed (it is a record the consumer holds);
+        // a peer breaking it only changes the bytes, whose length is ours.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) })
     }
 
     /// Copies `out.len()` bytes from `off`; `false` (nothing read) if out of bounds.

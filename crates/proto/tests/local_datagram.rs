@@ -1,0 +1,145 @@
+//! The same-host path's entry point, `Engine::handle_local_datagram`
+//! (spec/same-host.md §1 "The ICRC on the path"): an RC datagram is taken
+//! without an ICRC check (counted in `icrc_unchecked`), the same bytes given
+//! to `handle_datagram` (a socket's datagram) are dropped for their ICRC, and
+//! a UD datagram is checked either way.
+
+mod net;
+use net::*;
+
+/// Catches A's next datagram instead of delivering it.
+fn catch_next(net: &mut Net) -> Vec<u8> {
+    let caught = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let c = caught.clone();
+    net.drop_from_a = Some(Box::new(move |p| {
+        if c.borrow().is_empty() {
+            *c.borrow_mut() = p.to_vec();
+        }
+        true
+    }));
+    net.pump_once();
+    net.drop_from_a = None;
+    let got = caught.borrow().clone();
+    assert!(!got.is_empty(), "A sent nothing");
+    got
+}
+
+fn ends(net: &Net) -> (SocketAddr, SocketAddr) {
+    (
+        SocketAddr::new(net.a.ip, 4791),
+        SocketAddr::new(net.b.ip, 4791),
+    )
+}
+
+#[test]
+fn a_local_rc_datagram_is_taken_without_the_icrc_check_a_socket_one_is_not() {
+    let mut net = Net::new();
+    let (qa, _, _qb, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 4096, 1);
+    let (_, rb) = net.b.mr(0, 8192, 1 | 2);
+    let data = pattern(100, 9);
+    net.a.mem.write(BASE, &data);
+    let sg = [Sge {
+        addr: BASE,
+        length: 100,
+        lkey: la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 4096,
+        rkey: rb,
+    });
+    net.a
+        .e
+        .post_send(qa, &send_wr(1, WrOpcode::RdmaWrite, &sg, t), None)
+        .unwrap();
+    let mut bad = catch_next(&mut net);
+    let last = bad.len() - 1;
+    bad[last] ^= 0x5a; // the ICRC's last byte
+    let (from, to) = ends(&net);
+    let before = net.b.e.counters();
+    net.b.e.handle_datagram(net.now, from, to, &bad, &net.b.mem);
+    let socket = net.b.e.counters();
+    assert_eq!(
+        socket.drop_icrc,
+        before.drop_icrc + 1,
+        "from a socket: checked"
+    );
+    assert_eq!(net.b.mem.snapshot(BASE + 4096, 100), vec![0; 100]);
+    net.b
+        .e
+        .handle_local_datagram(net.now, from, to, &bad, &net.b.mem);
+    let local = net.b.e.counters();
+    assert_eq!(local.drop_icrc, socket.drop_icrc);
+    assert_eq!(local.icrc_unchecked, socket.icrc_unchecked + 1);
+    assert_eq!(net.b.mem.snapshot(BASE + 4096, 100), data, "placed");
+    // The ACK reaches A: the WRITE completes as over any wire.
+    net.run();
+    let wc: Vec<_> = net.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(wc, [(1, WcStatus::Success)]);
+}
+
+#[test]
+fn a_local_ud_datagram_is_still_checked() {
+    let mut net = Net::new();
+    let (qa, _, qb, nb) = connect(&mut net, QpType::Ud);
+    let (la, _) = net.a.mr(0, 1 << 16, 1);
+    let (lb, _) = net.b.mr(0, 1 << 16, 1);
+    let ah = net
+        .a
+        .e
+        .create_ah(net.a.pd, &AhAttr::roce(net.b.gid(), 0))
+        .unwrap();
+    net.a.mem.write(BASE, &pattern(200, 4));
+    let rsg = [Sge {
+        addr: BASE + 0x1000,
+        length: 2048,
+        lkey: lb,
+    }];
+    net.b
+        .e
+        .post_recv(
+            qb,
+            &RecvWr {
+                wr_id: 7,
+                sg_list: &rsg,
+            },
+        )
+        .unwrap();
+    let sg = [Sge {
+        addr: BASE,
+        length: 200,
+        lkey: la,
+    }];
+    let t = WrTarget::Ud(UdTarget {
+        ah,
+        remote_qpn: nb,
+        remote_qkey: 0x1111,
+    });
+    net.a
+        .e
+        .post_send(qa, &send_wr(1, WrOpcode::Send, &sg, t), None)
+        .unwrap();
+    let good = catch_next(&mut net);
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x5a;
+    let (from, to) = ends(&net);
+    let before = net.b.e.counters();
+    net.b
+        .e
+        .handle_local_datagram(net.now, from, to, &bad, &net.b.mem);
+    let after = net.b.e.counters();
+    assert_eq!(after.drop_icrc, before.drop_icrc + 1, "UD: checked");
+    assert_eq!(after.icrc_unchecked, before.icrc_unchecked);
+    assert!(net.b.poll().is_empty());
+    // The intact datagram arrives, its GRH area as from a socket.
+    net.b
+        .e
+        .handle_local_datagram(net.now, from, to, &good, &net.b.mem);
+    let wc = net.b.poll();
+    assert_eq!(
+        wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(7, WcStatus::Success)]
+    );
+    assert_eq!(net.b.mem.snapshot(BASE + 0x1000 + 40, 200), pattern(200, 4));
+}
