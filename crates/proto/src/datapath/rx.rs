@@ -54,10 +54,13 @@ impl Engine {
             return;
         };
         let body = repr.payload(payload);
-        let grh = if repr.opcode().is_response() {
-            [0; 40]
-        } else {
+        // Only a UD receive puts the GRH area in memory (rc-reliability.md
+        // §7); `accept` gave a UD opcode only to a UD QP. Building it costs
+        // an IP header and its checksum per datagram, so the others skip it.
+        let grh = if repr.opcode().transport() == Transport::Ud {
             grh_area(&ep, ip_id, payload.len())
+        } else {
+            [0; 40]
         };
         let pkt = Packet {
             repr: &repr,
