@@ -2,7 +2,8 @@
 # Benchmark: Debian's unmodified perftest programs through the drop-in
 # libibverbs.so.1, server and client as two processes on this host, with
 # iperf3 TCP loopback measured in the same go as the baseline; ends with the
-# figures of the performance targets (spec/performance.md) beside the targets.
+# figures of the performance targets (spec/performance.md) beside the targets:
+# the UDP path (SOFTVERBS_SHM=0) and the same-host path (SOFTVERBS_SHM=1).
 # Needs: perftest, iperf3 (apt-get install -y perftest iperf3).
 # Not a test: nothing here gates anything; timings on a shared machine are noisy,
 # so read the ratios (measured in the same run) rather than the absolute values.
@@ -14,21 +15,23 @@ lib="${PERFTEST_LIB:-$(scripts/build-ibverbs.sh)}"
 port="${PERFTEST_PORT:-19500}"
 declare -A ROW # "name args" -> the client's result row
 
+shm=0 # SOFTVERBS_SHM of both ends: 0 the UDP path, 1 the same-host path
 run_pair() { # name args...: prints and records the client's result row
   local name=$1; shift
   port=$((port + 1))
-  LD_LIBRARY_PATH="$lib" timeout 120 "$name" -p "$port" "$@" >/dev/null 2>&1 &
+  SOFTVERBS_SHM=$shm LD_LIBRARY_PATH="$lib" timeout 120 "$name" -p "$port" "$@" >/dev/null 2>&1 &
   local srv=$!
   sleep 1
   local out
-  out=$(LD_LIBRARY_PATH="$lib" timeout 120 "$name" -p "$port" "$@" 127.0.0.1 2>&1) || true
+  out=$(SOFTVERBS_SHM=$shm LD_LIBRARY_PATH="$lib" timeout 120 "$name" -p "$port" "$@" 127.0.0.1 2>&1) || true
   wait "$srv" 2>/dev/null || true
   # The row after the header line that starts with " #bytes".
   local row
   row=$(awk '/#bytes/ { getline; print; exit }' <<<"$out")
   local key="$name${*:+ $*}"
+  [[ $shm == 1 ]] && key="shm $key"
   ROW["$key"]="$row"
-  printf '%-22s %s\n' "$key" "${row:-FAILED}"
+  printf '%-26s %s\n' "$key" "${row:-FAILED}"
 }
 
 field() { # key n: field n of the recorded row, or empty
@@ -54,6 +57,7 @@ else
   echo "iperf3 not installed: no baseline (apt-get install -y iperf3)"
 fi
 
+echo "== the UDP path (SOFTVERBS_SHM=0)"
 echo "== bandwidth (#bytes #iterations BW_peak[MB/s] BW_average[MB/s] MsgRate[Mpps])"
 run_pair ib_write_bw
 run_pair ib_read_bw
@@ -62,6 +66,9 @@ run_pair ib_write_bw -s 64
 run_pair ib_atomic_bw
 echo "== latency (#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9% [usec])"
 for t in ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do run_pair "$t"; done
+echo "== the same-host path (SOFTVERBS_SHM=1, spec/same-host.md)"
+shm=1
+for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat; do run_pair "$t"; done
 
 ratio() { # a b: a / b to 3 places, or "-"
   if [[ -n "$1" && -n "$2" ]]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; else echo -; fi
@@ -70,8 +77,8 @@ orx() { [[ -n "$1" ]] && echo "$1" || echo -; }
 
 echo
 echo "== performance targets (spec/performance.md), measured in this run"
-printf '  %-40s %10s %-5s %10s\n' figure measured "" target
-row() { printf '  %-40s %10s %-5s %10s\n' "$@"; }
+printf '  %-44s %10s %-5s %10s\n' figure measured "" target
+row() { printf '  %-44s %10s %-5s %10s\n' "$@"; }
 row "ib_write_bw 64 KiB / iperf3 TCP" "$(ratio "$(field ib_write_bw 4)" "$tcp_mib")" x ">= 1.0"
 row "ib_read_bw 64 KiB / iperf3 TCP" "$(ratio "$(field ib_read_bw 4)" "$tcp_mib")" x ">= 1.0"
 row "ib_send_bw 64 KiB / iperf3 TCP" "$(ratio "$(field ib_send_bw 4)" "$tcp_mib")" x ">= 1.0"
@@ -81,4 +88,8 @@ row "ib_send_lat 2 B typical" "$(orx "$(field ib_send_lat 5)")" us "<= 5"
 row "ib_send_lat 2 B p99" "$(orx "$(field ib_send_lat 8)")" us "<= 25"
 row "ib_write_bw -s 64 message rate" "$(orx "$(field "ib_write_bw -s 64" 5)")" Mpps ">= 2"
 row "ib_atomic_bw message rate" "$(orx "$(field ib_atomic_bw 5)")" Mpps ">= 1"
-echo "  (same-host path rows: no same-host path yet; thread scaling: softverbs perf --threads)"
+row "same host: ib_write_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_write_bw" 4)" "$tcp_mib")" x ">= 3"
+row "same host: ib_read_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_read_bw" 4)" "$tcp_mib")" x ">= 3"
+row "same host: ib_send_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_send_bw" 4)" "$tcp_mib")" x ">= 3"
+row "same host: ib_write_lat 2 B typical" "$(orx "$(field "shm ib_write_lat" 5)")" us "<= 2"
+echo "  (thread scaling: softverbs perf --threads)"

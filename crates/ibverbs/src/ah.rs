@@ -3,8 +3,8 @@
 
 use crate::context::ctx_block;
 use crate::convert::ah_attr;
+use crate::domain::PdBlock;
 use crate::ffi::*;
-use crate::memory::PdBlock;
 use crate::util::*;
 use std::ffi::c_int;
 

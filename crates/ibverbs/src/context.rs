@@ -1,8 +1,9 @@
-//! Contexts (`ibv_open_device` / `ibv_close_device`): an extended
-//! `verbs_context` whose ops reach this library, completion channels and
-//! asynchronous events.
+//! Contexts (`ibv_close_device`): the block behind an `ibv_context`, the
+//! registry of its objects for asynchronous events (`ibv_get_async_event`),
+//! and completion channels. The context is made, with its ops table, by
+//! `ibv_open_device` in ops.rs; an event is acknowledged there too, on the
+//! object it names.
 
-use crate::device::DeviceBlock;
 use crate::ffi::*;
 use crate::util::*;
 use softverbs::raw;
@@ -70,11 +71,12 @@ pub(crate) unsafe fn ctx_block<'a>(
     Ok(b)
 }
 
-const NULL: Op = std::ptr::null();
-
+/// Makes the context of an opened device: `v` is the ops table (ops.rs),
+/// completed here with the device, the file descriptors and the ABI word.
 pub(crate) fn open_context(
-    dev: &'static DeviceBlock,
+    device: *mut ibv_device,
     ctx: softverbs::Context,
+    mut v: verbs_context,
 ) -> Result<*mut ibv_context, c_int> {
     // SAFETY: plain eventfd(2); the result is checked before use.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -88,71 +90,14 @@ pub(crate) fn open_context(
     // SAFETY: `fd` is a new descriptor we own.
     let cmd_fd = unsafe { OwnedFd::from_raw_fd(fd) };
     make_blocking(raw::async_event_fd(&ctx));
-    let context = ibv_context {
-        device: (&raw const dev.dev).cast_mut(),
-        ops: ibv_context_ops {
-            _compat: [NULL; 7],
-            alloc_mw: crate::memory::alloc_mw as Op,
-            bind_mw: crate::memory::bind_mw as Op,
-            dealloc_mw: crate::memory::dealloc_mw as Op,
-            _compat_create_cq: NULL,
-            poll_cq: crate::cq::poll_cq as Op,
-            req_notify_cq: crate::cq::req_notify_cq as Op,
-            _compat2: [NULL; 7],
-            post_srq_recv: crate::post::post_srq_recv as Op,
-            _compat3: [NULL; 4],
-            post_send: crate::post::post_send as Op,
-            post_recv: crate::post::post_recv as Op,
-            _compat4: [NULL; 5],
-        },
+    v.context = ibv_context {
+        device,
+        ops: v.context.ops,
         cmd_fd: cmd_fd.as_raw_fd(),
         async_fd: raw::async_event_fd(&ctx),
         num_comp_vectors: 1,
         mutex: [0; 5],
         abi_compat: VERBS_ABI_IS_EXTENDED,
-    };
-    let v = verbs_context {
-        query_port: crate::device::query_port_op as Op,
-        advise_mr: crate::memory::advise_mr as Op,
-        alloc_null_mr: NULL,
-        read_counters: NULL,
-        attach_counters_point_flow: NULL,
-        create_counters: NULL,
-        destroy_counters: NULL,
-        reg_dm_mr: crate::dm::reg_dm_mr as Op,
-        alloc_dm: crate::dm::alloc_dm as Op,
-        free_dm: crate::dm::free_dm as Op,
-        modify_flow_action_esp: NULL,
-        destroy_flow_action: NULL,
-        create_flow_action_esp: NULL,
-        modify_qp_rate_limit: NULL,
-        alloc_parent_domain: crate::domain::alloc_parent_domain as Op,
-        dealloc_td: crate::domain::dealloc_td as Op,
-        alloc_td: crate::domain::alloc_td as Op,
-        modify_cq: NULL,
-        post_srq_ops: NULL,
-        destroy_rwq_ind_table: crate::wq::destroy_rwq_ind_table as Op,
-        create_rwq_ind_table: crate::wq::create_rwq_ind_table as Op,
-        destroy_wq: crate::wq::destroy_wq as Op,
-        modify_wq: crate::wq::modify_wq as Op,
-        create_wq: crate::wq::create_wq as Op,
-        query_rt_values: crate::device::query_rt_values as Op,
-        create_cq_ex: crate::cq::create_cq_ex as Op,
-        priv_: std::ptr::null_mut(),
-        query_device_ex: crate::device::query_device_ex as Op,
-        ibv_destroy_flow: crate::flow::destroy_flow as Op,
-        abi_placeholder2: NULL,
-        ibv_create_flow: crate::flow::create_flow as Op,
-        abi_placeholder1: NULL,
-        open_qp: crate::xrc::open_qp as Op,
-        create_qp_ex: crate::qp::create_qp_ex as Op,
-        get_srq_num: crate::srq::get_srq_num as Op,
-        create_srq_ex: crate::srq::create_srq_ex as Op,
-        open_xrcd: crate::xrc::open_xrcd as Op,
-        close_xrcd: crate::xrc::close_xrcd as Op,
-        abi_placeholder3: 0,
-        sz: std::mem::size_of::<verbs_context>(),
-        context,
     };
     let b = Box::new(CtxBlock {
         v,
@@ -393,25 +338,6 @@ pub unsafe extern "C" fn ibv_get_async_event(
             return 0;
         }
         // Not an object of this context (or destroyed since): skip it.
-    }
-}
-
-/// `ibv_ack_async_event`: counts the event as handled on its object.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-    if event.is_null() {
-        return;
-    }
-    // SAFETY: the caller passes an event from ibv_get_async_event.
-    let (kind, element) = unsafe { ((*event).event_type, (*event).element) };
-    // SAFETY: the element is the live object the event named (the caller may
-    // not destroy it before acknowledging, per the man page).
-    unsafe {
-        match kind {
-            0 => crate::cq::ack_async(element.cast::<ibv_cq>()),
-            14 | 15 => crate::srq::ack_async(element.cast::<ibv_srq>()),
-            _ => crate::qp::ack_async(element.cast::<ibv_qp>()),
-        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! The device list and the device-level queries: `ibv_get_device_list`,
-//! `ibv_open_device`, `ibv_query_device(_ex)`, `ibv_query_port`, the GID and
-//! P_Key tables.
+//! `ibv_query_device(_ex)`, `ibv_query_port`, the GID and P_Key tables
+//! (`ibv_open_device` is in ops.rs, above every object).
 
-use crate::context::{ctx_block, open_context, CtxBlock};
+use crate::context::{ctx_block, CtxBlock};
 use crate::ffi::*;
 use crate::util::*;
 use proto::device::{DeviceAttr, PortAttr};
@@ -154,34 +154,6 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
         Ok(b) => b.index as c_int,
         Err(_) => -1,
     }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
-    let opened = device_block_of("ibv_open_device", device).and_then(|b| {
-        let ctx = b
-            .device
-            .open()
-            .map_err(|e| open_refused(b.device.name(), &e))?;
-        open_context(b, ctx)
-    });
-    match opened {
-        Ok(p) => p,
-        Err(e) => {
-            set_errno(e);
-            std::ptr::null_mut()
-        }
-    }
-}
-
-/// A device that cannot open says why: programs report only "couldn't get
-/// context". Logged at `error`; also printed when `SOFTVERBS_LOG` is unset.
-fn open_refused(name: &str, e: &softverbs::Error) -> c_int {
-    tracing::error!(target: "softverbs", "ibv_open_device({name}): {e}");
-    if std::env::var_os("SOFTVERBS_LOG").is_none() {
-        eprintln!("libibverbs (softverbs): cannot open {name}: {e}");
-    }
-    errno_of(e)
 }
 
 pub(crate) fn device_attr(a: &DeviceAttr) -> ibv_device_attr {

@@ -4,8 +4,9 @@
 //! program reaches through `struct ibv_dm` (spec/device-memory.md).
 
 use crate::context::ctx_block;
+use crate::domain::PdBlock;
 use crate::ffi::*;
-use crate::memory::{MrBlock, MrInner, PdBlock};
+use crate::memory::{MrBlock, MrInner};
 use crate::util::*;
 use softverbs::AccessFlags;
 use std::ffi::{c_int, c_uint, c_void};

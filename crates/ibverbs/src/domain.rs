@@ -1,6 +1,8 @@
-//! Thread domains (`ibv_alloc_td`) and parent domains
-//! (`ibv_alloc_parent_domain`), the `verbs_context` ops behind verbs.h's
-//! inline functions (spec/parent-domain.md).
+//! Protection domains (`ibv_alloc_pd`), thread domains (`ibv_alloc_td`) and
+//! parent domains (`ibv_alloc_parent_domain`, the `verbs_context` ops behind
+//! verbs.h's inline functions, spec/parent-domain.md). Every object made in a
+//! PD (MRs, windows, AHs, CQs of a parent domain, SRQs, QPs, WQs) sits above
+//! this file and holds its parent domain through [`DomainHold`].
 //!
 //! A parent domain stands on a protection domain: it is accepted wherever a
 //! PD is, and what is created through it is in that PD (mlx5 gives it its
@@ -14,10 +16,103 @@
 
 use crate::context::ctx_block;
 use crate::ffi::*;
-use crate::memory::PdBlock;
 use crate::util::*;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[repr(C)]
+pub(crate) struct PdBlock {
+    pub c: ibv_pd,
+    magic: u64,
+    pub inner: Option<softverbs::ProtectionDomain>,
+    /// Set for a parent domain (`ibv_alloc_parent_domain`): what it stands on.
+    pub parent: Option<ParentDomain>,
+    /// Parent domains standing on this PD (`EBUSY` for its dealloc).
+    pub parents: std::sync::atomic::AtomicUsize,
+    /// For a parent domain: objects created through it
+    /// ([`DomainHold`]; `EBUSY` for its dealloc).
+    pub users: std::sync::atomic::AtomicUsize,
+}
+impl_block!(PdBlock, ibv_pd, "protection domain", 0x736f_6674_7064_3031);
+
+impl PdBlock {
+    pub(crate) fn pd(&self) -> &softverbs::ProtectionDomain {
+        self.inner.as_ref().expect("a live PD block holds its PD")
+    }
+
+    /// A block for `pd` (a parent domain when `parent` is set).
+    pub(crate) fn new(
+        context: *mut ibv_context,
+        pd: softverbs::ProtectionDomain,
+        parent: Option<ParentDomain>,
+    ) -> PdBlock {
+        PdBlock {
+            c: ibv_pd { context, handle: 0 },
+            magic: PdBlock::MAGIC,
+            inner: Some(pd),
+            parent,
+            parents: std::sync::atomic::AtomicUsize::new(0),
+            users: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// True while the block is live (the magic word checked without a log).
+    pub(crate) fn magic_ok(&self) -> bool {
+        self.magic == PdBlock::MAGIC
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    let made = ctx_block("ibv_alloc_pd", context).and_then(|b| {
+        let pd = b.ctx.alloc_pd().map_err(|e| errno_of(&e))?;
+        Ok(into_c(PdBlock::new(context, pd, None)))
+    });
+    made.unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
+}
+
+/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs, AHs or parent domains
+/// use it; a parent domain, while objects created through it live
+/// (spec/parent-domain.md).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    let b = match block::<PdBlock>("ibv_dealloc_pd", pd) {
+        Ok(b) => std::ptr::from_ref::<PdBlock>(b).cast_mut(),
+        Err(e) => return e,
+    };
+    // SAFETY: a live block (checked).
+    let blk = unsafe { &*b };
+    if blk.parent.is_some() {
+        // SAFETY: `pd` is this live parent domain.
+        return unsafe { dealloc(pd, blk) };
+    }
+    let parents = blk.parents.load(std::sync::atomic::Ordering::Acquire);
+    if parents > 0 {
+        return refuse(
+            "ibv_dealloc_pd",
+            EBUSY,
+            format_args!(
+                "{parents} parent domain(s) stand on this protection domain; deallocate them first"
+            ),
+        );
+    }
+    // SAFETY: a live block; only the destroy path takes the PD out.
+    let inner = unsafe { (*b).inner.take() }.expect("live PD");
+    match inner.destroy() {
+        Ok(()) => {
+            free::<PdBlock>(pd);
+            0
+        }
+        Err(refused) => {
+            // SAFETY: as above: put it back unchanged.
+            unsafe { (*b).inner = Some(refused.object) };
+            errno_of(&refused.error)
+        }
+    }
+}
 
 #[repr(C)]
 pub(crate) struct TdBlock {
@@ -266,3 +361,5 @@ pub(crate) unsafe fn is_parent_domain(verb: &str, pd: *mut ibv_pd) -> Result<(),
     }
     Ok(())
 }
+
+crate::symver!("domain");

@@ -14,6 +14,30 @@
 //! a magic word and the softverbs object behind it. Every entry point checks the
 //! pointer (NULL, magic) before use, so a wrong or stale pointer gets `EINVAL`
 //! instead of a crash whenever the memory is still mapped.
+//!
+//! # Layers
+//!
+//! A file imports only what sits below it, as drawn here (tests/layering.rs
+//! checks the drawing against the imports). Each object's block sits in its
+//! file with the calls on it; what two files share sits below both; what
+//! must name many files (the context's ops tables, the QP's `ibv_wr_*`
+//! builders that a new QP carries) sits above them.
+//!
+//! ```text
+//! ops                 ibv_open_device: the context's ops tables; ibv_ack_async_event
+//! qp::create          ibv_create_qp, create_qp_ex, open_qp (XRC_RECV), RSS QPs
+//! wq                  WQs and RSS indirection tables (their receives post through post)
+//! post                ibv_post_send/recv, ibv_bind_mw, the ibv_wr_* builders
+//! flow                steering rules on a QP (ibv_create_flow)
+//! qp                  the QP block and its ibv_wr_* batch; modify, query, destroy
+//! srq  ah  dm         SRQs (XRC SRQs on xrc and cq); address handles; device memory
+//! cq  memory  xrc     CQs; MRs and memory windows; XRC domains
+//! domain  private     PDs, parent and thread domains (DomainHold); the private ABI
+//! device              the device list and the device queries
+//! context             the context block, its object registry, channels, async events
+//! convert  misc  stubs    C structs <-> softverbs; the small exports
+//! ffi  util  restart  private_abi    ground floor: C mirrors, errno, blocks
+//! ```
 #![allow(clippy::missing_safety_doc)] // C entry points: the man pages are the contract
 #![allow(unsafe_code)] // the C-ABI crate (DESIGN.md §3.8); every block has a SAFETY line
 
@@ -29,6 +53,7 @@ mod domain;
 mod flow;
 mod memory;
 mod misc;
+mod ops;
 mod post;
 mod private;
 mod private_abi;

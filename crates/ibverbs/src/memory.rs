@@ -1,105 +1,12 @@
-//! Protection domains and memory regions over the program's own memory.
+//! Memory regions over the program's own memory and memory windows (in a
+//! protection domain, domain.rs; a window is bound by a post, post.rs).
 
-use crate::context::ctx_block;
+use crate::domain::PdBlock;
 use crate::ffi::*;
 use crate::util::*;
 use softverbs::raw;
 use softverbs::AccessFlags;
 use std::ffi::{c_int, c_uint, c_void};
-
-#[repr(C)]
-pub(crate) struct PdBlock {
-    pub c: ibv_pd,
-    magic: u64,
-    pub inner: Option<softverbs::ProtectionDomain>,
-    /// Set for a parent domain (`ibv_alloc_parent_domain`): what it stands on.
-    pub parent: Option<crate::domain::ParentDomain>,
-    /// Parent domains standing on this PD (`EBUSY` for its dealloc).
-    pub parents: std::sync::atomic::AtomicUsize,
-    /// For a parent domain: objects created through it
-    /// ([`crate::domain::DomainHold`]; `EBUSY` for its dealloc).
-    pub users: std::sync::atomic::AtomicUsize,
-}
-impl_block!(PdBlock, ibv_pd, "protection domain", 0x736f_6674_7064_3031);
-
-impl PdBlock {
-    pub(crate) fn pd(&self) -> &softverbs::ProtectionDomain {
-        self.inner.as_ref().expect("a live PD block holds its PD")
-    }
-
-    /// A block for `pd` (a parent domain when `parent` is set).
-    pub(crate) fn new(
-        context: *mut ibv_context,
-        pd: softverbs::ProtectionDomain,
-        parent: Option<crate::domain::ParentDomain>,
-    ) -> PdBlock {
-        PdBlock {
-            c: ibv_pd { context, handle: 0 },
-            magic: PdBlock::MAGIC,
-            inner: Some(pd),
-            parent,
-            parents: std::sync::atomic::AtomicUsize::new(0),
-            users: std::sync::atomic::AtomicUsize::new(0),
-        }
-    }
-
-    /// True while the block is live (the magic word checked without a log).
-    pub(crate) fn magic_ok(&self) -> bool {
-        self.magic == PdBlock::MAGIC
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    let made = ctx_block("ibv_alloc_pd", context).and_then(|b| {
-        let pd = b.ctx.alloc_pd().map_err(|e| errno_of(&e))?;
-        Ok(into_c(PdBlock::new(context, pd, None)))
-    });
-    made.unwrap_or_else(|e| {
-        set_errno(e);
-        std::ptr::null_mut()
-    })
-}
-
-/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs, SRQs, AHs or parent domains
-/// use it; a parent domain, while objects created through it live
-/// (spec/parent-domain.md).
-#[no_mangle]
-pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    let b = match block::<PdBlock>("ibv_dealloc_pd", pd) {
-        Ok(b) => std::ptr::from_ref::<PdBlock>(b).cast_mut(),
-        Err(e) => return e,
-    };
-    // SAFETY: a live block (checked).
-    let blk = unsafe { &*b };
-    if blk.parent.is_some() {
-        // SAFETY: `pd` is this live parent domain.
-        return unsafe { crate::domain::dealloc(pd, blk) };
-    }
-    let parents = blk.parents.load(std::sync::atomic::Ordering::Acquire);
-    if parents > 0 {
-        return refuse(
-            "ibv_dealloc_pd",
-            EBUSY,
-            format_args!(
-                "{parents} parent domain(s) stand on this protection domain; deallocate them first"
-            ),
-        );
-    }
-    // SAFETY: a live block; only the destroy path takes the PD out.
-    let inner = unsafe { (*b).inner.take() }.expect("live PD");
-    match inner.destroy() {
-        Ok(()) => {
-            free::<PdBlock>(pd);
-            0
-        }
-        Err(refused) => {
-            // SAFETY: as above: put it back unchanged.
-            unsafe { (*b).inner = Some(refused.object) };
-            errno_of(&refused.error)
-        }
-    }
-}
 
 #[repr(C)]
 pub(crate) struct MrBlock {
@@ -300,54 +207,6 @@ pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     }
     free::<MwBlock>(mw);
     0
-}
-
-/// `ibv_bind_mw` (the ops slot; libibverbs' inline wrapper has checked the
-/// type, the NULL-MR case and the PDs): a BIND_MW work request on `qp` with
-/// the key part advanced (`ibv_inc_rkey`); `mw->rkey` is the new rkey once
-/// posted. The bind completes on the send CQ.
-pub(crate) unsafe extern "C" fn bind_mw(
-    qp: *mut ibv_qp,
-    mw: *mut ibv_mw,
-    mw_bind: *mut ibv_mw_bind,
-) -> c_int {
-    const VERB: &str = "ibv_bind_mw";
-    let r = (|| {
-        let q = block::<crate::qp::QpBlock>(VERB, qp)?;
-        let w = block::<MwBlock>(VERB, mw)?;
-        if mw_bind.is_null() {
-            return Err(refuse(VERB, EINVAL, "mw_bind is NULL"));
-        }
-        if w.inner.mw_type() != softverbs::MwType::One {
-            return Err(refuse(
-                VERB,
-                EINVAL,
-                "ibv_bind_mw binds type 1 windows; bind a type 2 window with an IBV_WR_BIND_MW work request",
-            ));
-        }
-        // SAFETY: the caller's struct (checked non-NULL).
-        let bind = unsafe { &*mw_bind };
-        let rkey = (w.c.rkey & !0xff) | (w.c.rkey.wrapping_add(1) & 0xff);
-        let target = bind_target(VERB, w, rkey, &bind.bind_info)?;
-        let wr = softverbs::SendWr {
-            wr_id: bind.wr_id,
-            opcode: softverbs::WrOpcode::BindMw,
-            flags: softverbs::SendFlags(bind.send_flags),
-            sg_list: &[],
-            imm_data: softverbs::ImmData::default(),
-            target,
-        };
-        raw::post_send_gathered(&q.inner, &wr, None).map_err(|e| errno_of(&e))?;
-        Ok(rkey)
-    })();
-    match r {
-        Ok(rkey) => {
-            // SAFETY: a live window block (checked above).
-            unsafe { (*mw).rkey = rkey };
-            0
-        }
-        Err(e) => e,
-    }
 }
 
 /// The bind target of window block `w` from a C `ibv_mw_bind_info`.

@@ -1,9 +1,11 @@
 //! Posting work requests: the `ibv_post_send` / `ibv_post_recv` /
-//! `ibv_post_srq_recv` ops slots, and the `ibv_wr_*` builders of `ibv_qp_ex`.
+//! `ibv_post_srq_recv` / `ibv_bind_mw` ops slots, and the `ibv_wr_*` builders
+//! of `ibv_qp_ex`.
 
 use crate::ah::AhBlock;
 use crate::ffi::*;
-use crate::qp::QpBlock;
+use crate::memory::{bind_target, MwBlock};
+use crate::qp::{Batch, Pending, QpBlock};
 use crate::srq::SrqBlock;
 use crate::util::*;
 use proto::wr::{check_inline_len, sg_total_len, TargetKind};
@@ -135,8 +137,8 @@ unsafe fn post_one(
             }
             TargetKind::Bind => {
                 let b = wr.bind_mw;
-                let w = block::<crate::memory::MwBlock>(VERB, b.mw)?;
-                crate::memory::bind_target(VERB, w, b.rkey, &b.bind_info)?
+                let w = block::<MwBlock>(VERB, b.mw)?;
+                bind_target(VERB, w, b.rkey, &b.bind_info)?
             }
         }
     };
@@ -233,6 +235,54 @@ pub(crate) unsafe extern "C" fn post_send(
     })
 }
 
+/// `ibv_bind_mw` (the ops slot; libibverbs' inline wrapper has checked the
+/// type, the NULL-MR case and the PDs): a BIND_MW work request on `qp` with
+/// the key part advanced (`ibv_inc_rkey`); `mw->rkey` is the new rkey once
+/// posted. The bind completes on the send CQ.
+pub(crate) unsafe extern "C" fn bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    const VERB: &str = "ibv_bind_mw";
+    let r = (|| {
+        let q = block::<QpBlock>(VERB, qp)?;
+        let w = block::<MwBlock>(VERB, mw)?;
+        if mw_bind.is_null() {
+            return Err(refuse(VERB, EINVAL, "mw_bind is NULL"));
+        }
+        if w.inner.mw_type() != softverbs::MwType::One {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                "ibv_bind_mw binds type 1 windows; bind a type 2 window with an IBV_WR_BIND_MW work request",
+            ));
+        }
+        // SAFETY: the caller's struct (checked non-NULL).
+        let bind = unsafe { &*mw_bind };
+        let rkey = (w.c.rkey & !0xff) | (w.c.rkey.wrapping_add(1) & 0xff);
+        let target = bind_target(VERB, w, rkey, &bind.bind_info)?;
+        let wr = SendWr {
+            wr_id: bind.wr_id,
+            opcode: WrOpcode::BindMw,
+            flags: SendFlags(bind.send_flags),
+            sg_list: &[],
+            imm_data: ImmData::default(),
+            target,
+        };
+        raw::post_send_gathered(&q.inner, &wr, None).map_err(|e| errno_of(&e))?;
+        Ok(rkey)
+    })();
+    match r {
+        Ok(rkey) => {
+            // SAFETY: a live window block (checked above).
+            unsafe { (*mw).rkey = rkey };
+            0
+        }
+        Err(e) => e,
+    }
+}
+
 /// Posts a C receive list through `post` (QP or SRQ).
 pub(crate) unsafe fn post_recv_list(
     verb: &str,
@@ -287,29 +337,6 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
 }
 
 // ---- ibv_qp_ex: the ibv_wr_* builders ----
-
-/// A WR being built between `ibv_wr_start` and `ibv_wr_complete`.
-struct Pending {
-    wr_id: u64,
-    opcode: WrOpcode,
-    flags: SendFlags,
-    imm: ImmData,
-    target: WrTarget,
-    sges: Vec<Sge>,
-    inline: Option<Vec<u8>>,
-    /// `ibv_wr_set_xrc_srqn` (XRC_SEND).
-    xrc_srqn: u32,
-    /// `ibv_wr_send_tso`: the header (copied) and the segment size.
-    tso: Option<(Vec<u8>, u16)>,
-}
-
-/// The batch of a QP: its WRs and the first builder error, which
-/// `ibv_wr_complete` reports.
-#[derive(Default)]
-pub(crate) struct Batch {
-    wrs: Vec<Pending>,
-    error: Option<c_int>,
-}
 
 /// Runs `f` on the QP's batch.
 unsafe fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpBlock, &mut Batch)) {
@@ -482,12 +509,12 @@ unsafe extern "C" fn wr_bind_mw(
 ) {
     const VERB: &str = "ibv_wr_bind_mw";
     let target = (|| {
-        let w = block::<crate::memory::MwBlock>(VERB, mw)?;
+        let w = block::<MwBlock>(VERB, mw)?;
         if info.is_null() {
             return Err(refuse(VERB, EINVAL, "bind_info is NULL"));
         }
         // SAFETY: the caller's struct (checked non-NULL).
-        crate::memory::bind_target(VERB, w, rkey, unsafe { &*info })
+        bind_target(VERB, w, rkey, unsafe { &*info })
     })();
     match target {
         Ok(t) => {

@@ -2,8 +2,8 @@
 
 use crate::context::ctx_block;
 use crate::convert::{c_srq_attr, srq_attr};
+use crate::domain::PdBlock;
 use crate::ffi::*;
-use crate::memory::PdBlock;
 use crate::util::*;
 use std::ffi::c_int;
 

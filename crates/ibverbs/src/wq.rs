@@ -5,8 +5,8 @@
 
 use crate::context::ctx_block;
 use crate::cq::CqBlock;
+use crate::domain::PdBlock;
 use crate::ffi::*;
-use crate::memory::PdBlock;
 use crate::util::*;
 use softverbs::{RwqIndTable, WorkQueue, WqState};
 use std::ffi::c_int;

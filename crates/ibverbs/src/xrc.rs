@@ -1,7 +1,7 @@
-//! XRC domains and target QPs: the `verbs_context` ops behind verbs.h's
-//! inline `ibv_open_xrcd`, `ibv_close_xrcd` and `ibv_open_qp`, and
-//! `ibv_create_qp_ex` of an XRC_RECV QP (spec/xrc.md). XRC SRQs are in
-//! srq.rs, XRC sends in post.rs.
+//! XRC domains: the `verbs_context` ops behind verbs.h's inline
+//! `ibv_open_xrcd` and `ibv_close_xrcd` (spec/xrc.md). XRC SRQs are in
+//! srq.rs, XRC target QPs (`ibv_open_qp`, `ibv_create_qp_ex` of an XRC_RECV
+//! QP) in qp/create.rs, XRC sends in post.rs.
 //!
 //! The file an XRC domain is tied to is named by its descriptor's `st_dev`
 //! and `st_ino` (as the kernel keys its table by inode): opens of one file
@@ -9,7 +9,7 @@
 
 use crate::ffi::*;
 use crate::util::*;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 #[repr(C)]
 pub(crate) struct XrcdBlock {
@@ -112,92 +112,4 @@ pub(crate) unsafe extern "C" fn close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
     // SAFETY: the live block, now empty.
     unsafe { free::<XrcdBlock>(xrcd) };
     0
-}
-
-/// `IBV_QP_INIT_ATTR_XRCD`.
-const QP_INIT_ATTR_XRCD: u32 = 1 << 1;
-
-/// `ibv_create_qp_ex` of an XRC_RECV QP: in `attr.xrcd`, with no PD, CQs or
-/// SRQ (they are NULL in the QP); its capacities come back 0.
-pub(crate) unsafe fn create_recv_qp(
-    context: *mut ibv_context,
-    attr: &mut ibv_qp_init_attr_ex,
-) -> Result<*mut ibv_qp, c_int> {
-    const VERB: &str = "ibv_create_qp_ex";
-    if attr.comp_mask & QP_INIT_ATTR_XRCD == 0 {
-        let why = "an XRC_RECV QP needs an XRC domain (comp_mask IBV_QP_INIT_ATTR_XRCD)";
-        return Err(refuse(VERB, EINVAL, why));
-    }
-    let x = xrcd_block(VERB, attr.xrcd.cast())?;
-    if x.c.context != context {
-        return Err(refuse(
-            VERB,
-            EINVAL,
-            "the XRC domain belongs to another context",
-        ));
-    }
-    let qp = x.xrcd().create_recv_qp().map_err(|e| errno_of(&e))?;
-    attr.cap = crate::convert::c_qp_cap(&qp.cap());
-    let cqs = (std::ptr::null_mut(), std::ptr::null_mut());
-    let (pd, srq) = (std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: the caller's context, which the XRCD was checked to be in.
-    Ok(unsafe { crate::qp::register(VERB, context, pd, cqs, srq, attr.qp_context, qp) })
-}
-
-/// `enum ibv_qp_open_attr_mask`.
-const QP_OPEN_ATTR_NUM: u32 = 1;
-const QP_OPEN_ATTR_XRCD: u32 = 1 << 1;
-const QP_OPEN_ATTR_CONTEXT: u32 = 1 << 2;
-const QP_OPEN_ATTR_TYPE: u32 = 1 << 3;
-const QP_OPEN_ATTR_RESERVED: u32 = 1 << 4;
-
-/// `verbs_context.open_qp`: another handle to an XRC_RECV QP of the domain
-/// (rdma-core `ibv_cmd_open_qp`: `NUM`, `XRCD` and `TYPE` are required).
-pub(crate) unsafe extern "C" fn open_qp(
-    context: *mut ibv_context,
-    attr: *mut ibv_qp_open_attr,
-) -> *mut ibv_qp {
-    const VERB: &str = "ibv_open_qp";
-    let r = (|| {
-        if attr.is_null() {
-            return Err(refuse(VERB, EINVAL, "qp_open_attr is NULL"));
-        }
-        // SAFETY: non-NULL attributes from the caller.
-        let a = unsafe { &*attr };
-        if a.comp_mask >= QP_OPEN_ATTR_RESERVED {
-            let why = format_args!("comp_mask {:#x} has unknown bits", a.comp_mask);
-            return Err(refuse(VERB, EOPNOTSUPP, why));
-        }
-        let need = QP_OPEN_ATTR_NUM | QP_OPEN_ATTR_XRCD | QP_OPEN_ATTR_TYPE;
-        if a.comp_mask & need != need {
-            let why = "comp_mask must include IBV_QP_OPEN_ATTR_NUM, _XRCD and _TYPE";
-            return Err(refuse(VERB, EINVAL, why));
-        }
-        if a.qp_type != softverbs::QpType::XrcRecv.raw() {
-            let why = format_args!("qp_type {}: only XRC_RECV QPs can be opened", a.qp_type);
-            return Err(refuse(VERB, EINVAL, why));
-        }
-        let x = xrcd_block(VERB, a.xrcd)?;
-        let qp = x.xrcd().open_qp(a.qp_num).map_err(|e| errno_of(&e))?;
-        let qp_context: *mut c_void = if a.comp_mask & QP_OPEN_ATTR_CONTEXT != 0 {
-            a.qp_context
-        } else {
-            std::ptr::null_mut()
-        };
-        if x.c.context != context {
-            return Err(refuse(
-                VERB,
-                EINVAL,
-                "the XRC domain belongs to another context",
-            ));
-        }
-        let cqs = (std::ptr::null_mut(), std::ptr::null_mut());
-        let (pd, srq) = (std::ptr::null_mut(), std::ptr::null_mut());
-        // SAFETY: the caller's context, which the XRCD was checked to be in.
-        Ok(unsafe { crate::qp::register(VERB, context, pd, cqs, srq, qp_context, qp) })
-    })();
-    r.unwrap_or_else(|e| {
-        set_errno(e);
-        std::ptr::null_mut()
-    })
 }

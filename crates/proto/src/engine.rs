@@ -185,7 +185,7 @@ pub struct DeviceData {
     /// The longest frame a RAW_PACKET send may build.
     pub(crate) raw_frame_max: u32,
     /// The raw path's counters.
-    pub(crate) raw_counters: crate::datapath::RawCounters,
+    pub(crate) raw_counters: crate::frame::RawCounters,
     /// The latest time the driver told ([`Engine::set_now`]): completions
     /// are stamped with it.
     pub(crate) now: u64,
@@ -205,7 +205,7 @@ impl Default for DeviceData {
             counters: crate::output::DeviceCounters::default(),
             retired: Default::default(),
             raw_ready: ReadyQueue::default(),
-            raw_frame_max: crate::datapath::DEFAULT_FRAME_MAX,
+            raw_frame_max: crate::frame::DEFAULT_FRAME_MAX,
             raw_counters: Default::default(),
             now: 0,
         }

@@ -15,28 +15,40 @@
 //!
 //! # Layers
 //!
-//! A file imports only what sits below it (no circle of imports; a module's
-//! `mod.rs` never reaches into its own children):
+//! A file imports only what sits below it, as drawn here, top floor first
+//! (no circle of imports; a module's `mod.rs` never reaches into its own
+//! children; `tests/layering.rs` checks the drawing against the imports):
 //!
 //! ```text
-//! 9  testing                     (feature) the harness that connects QPs on engines
-//! 8  datapath/{mod,post,rx,tx,gsi} impl Engine: post entry checks, demultiplexing, transmit turns, timers, QP1 hooks
-//! 7  engine                      object tables, use counts, the Sink over CQs/SRQs/events, drive + sync
-//! 6  sched                       ready queue, timer heap                     (handle)
-//! 5  qp::actor/{mod,rx,tx,state} one QP: on_packet, on_timeout, on_modify, post_*, next_packet
-//! 4  output                      events, transmit descriptors, device counters, PostOutcome
-//! 3  qp::{data, responder, completer, requester, sgl, wqe, modify, create, table}, qp (QpControl)
-//! 2  ah, cq, rq, sq, srq, mr, dm, memory, table, mcast;  cm (the CM state machines: types, rng, wire only), gsi (QP1's state)
-//! 1  error, wr, wc, cqe, timers, device
-//! 0  handle, types, mask, rng     (handle imports nothing from the crate)
+//! datapath  datapath::gsi  datapath::mcast  datapath::post  datapath::raw  datapath::rx  datapath::tx  engine::memory  engine::queues  engine::sink  engine::xrc  testing
+//!                             impl Engine: posts, demultiplexing, transmit, timers, QP1; the test harness
+//! engine  qp::actor::local  qp::actor::raw  qp::actor::rx  qp::actor::state  qp::actor::tx
+//!                             object tables, use counts, drive + sync; one QP's turns
+//! qp::actor                   one QP: on_packet, on_timeout, on_modify, post_*, next_packet
+//! output                      events, transmit descriptors, device counters, PostOutcome
+//! qp::completer  qp::data  qp::responder::remote
+//! qp::requester  qp::responder
+//! qp::wqe                     WQEs and the queues that recycle them
+//! cq  sq                      completion queues; the send ring
+//! cqe  mr::view  timers       CQE slots; the MRs as posts see them; ACK/RNR timers
+//! qp::modify  qp::sgl  rq  wc the modify table; gather/scatter; the receive ring; completions
+//! ah  cm::qp_attr  gsi  qp::create  srq  wr
+//!                             AHs; the CM's QP attributes; QP1; create checks; SRQs; the WR facade
+//! cm  device  wr::check       the CM; the device model; the posting rules
+//! cm::sidr  error  wr::types  SIDR; the error enum (takes the leaf errors below); the WR types
+//! cm::conn  mr::mw            CM connections; memory windows
+//! cm::outbox  mr  xrcd        the CM's outbox; MRs and keys; XRC domains
+//! cm::held  cm::types  dm  mcast  qp  qp::table  refusal  sched  table
+//! cm::timing  errno  frame  handle  mask  memory  rss  spec_md  tso  types
+//!                             ground floor: imports nothing of the crate
 //! ```
 //!
 //! Inside layer 3 the order is wqe, sgl → requester → completer (the
 //! requester's other half, which alone sees its fields) → responder → data.
-//! `tests/layering.rs` checks the sources: no circle of imports, except two
-//! not yet undone outside the data path (error ↔ mr/dm/wr/qp::sgl: the error
-//! enums aggregate each other's leaf errors; cm/mod.rs ↔ cm::{conn, sidr}: the
-//! `Outbox`),
+//! The leaf modules never name `Error`: they return their own errors
+//! (`mr::check_reg` a [`refusal::Refusal`], `dm` a `DmError`, ...) and the
+//! error enum takes them. `tests/layering.rs` checks the sources (a name the
+//! crate root re-exports counts as its module): no circle of imports,
 //! and nothing below the engine names the engine.
 //!
 //! # The path of a post (no engine, no engine lock)
@@ -46,6 +58,8 @@
 //!   per-QP posting lock → check_post_send against the mirror (state, max_rd_atomic,
 //!   Q_Key), the fixed capacities, queued (ring + engine queue) and, for UD, the
 //!   AhView (read lock; the AH's PD and address vector are copied into the slot)
+//!   (an IBV_SEND_INLINE post of the safe API gathers its bytes first through
+//!   the device's read-only MrView: SendRing::gather_inline, the engine's check)
 //!   ERR/SQE at the check → Flush: Engine::post_send makes the flush completion
 //!   → queued += 1 → slot (SGEs, inline bytes copied now) → tail (Release)
 //!   → SeqCst fence → mirror again: ERR/SQE/RESET → Settle (Engine::settle_send)
@@ -122,7 +136,9 @@ pub mod datapath;
 pub mod device;
 pub mod dm;
 pub mod engine;
+pub mod errno;
 pub mod error;
+pub mod frame;
 pub mod gsi;
 pub mod handle;
 pub mod mask;
@@ -131,6 +147,7 @@ pub mod memory;
 pub mod mr;
 pub mod output;
 pub mod qp;
+pub mod refusal;
 pub mod rq;
 pub mod rss;
 /// The seeded generator (crates/faults): the CM draws its IDs from it.
@@ -151,6 +168,7 @@ pub mod wr;
 pub mod xrcd;
 
 pub use engine::Engine;
-pub use error::{Errno, Error};
+pub use errno::Errno;
+pub use error::Error;
 pub use mask::AttrMask;
 pub use types::*;

@@ -27,7 +27,10 @@
 //!   address vector).
 //!
 //! Inline data is copied into the slot at post time: the caller may reuse
-//! its buffer as soon as the post returns.
+//! its buffer as soon as the post returns. A caller that must check the
+//! inline bytes against the memory regions (the safe API) gathers them with
+//! [`SendRing::gather_inline`], through the device's read-only
+//! [`crate::mr::view::MrView`], still without the engine.
 //!
 //! A post in ERR or SQE completes at once with a flush (the engine's work):
 //! the ring says [`SendPost::Flush`] and the caller goes to the engine. A
@@ -165,14 +168,16 @@ impl PostedList {
     }
 }
 
-/// What the send rings of one device share: the posted list, the AH view
-/// and the slot stores of destroyed QPs kept for new ones.
+/// What the send rings of one device share: the posted list, the AH and MR
+/// views and the slot stores of destroyed QPs kept for new ones.
 #[derive(Debug, Default)]
 pub struct Device {
     /// The QPs posted to since the engine last looked.
     pub posted: PostedList,
     /// The address handles as posts see them.
     pub ahs: AhView,
+    /// The memory regions as inline posts see them.
+    pub mrs: crate::mr::view::MrView,
     pool: StorePool,
 }
 
@@ -412,6 +417,21 @@ impl SendRing {
 
     fn mirrored_state(&self) -> QpState {
         mirror_state(self.mirror.load(SeqCst))
+    }
+
+    /// The bytes of an `IBV_SEND_INLINE` WR, gathered into `out` through the
+    /// memory-region check for the QP's PD (the device's [`crate::mr::view::MrView`],
+    /// not the engine): what to pass to [`SendRing::post`] as `inline`.
+    pub fn gather_inline(
+        &self,
+        mem: &dyn crate::memory::Memory,
+        sges: &[crate::wr::Sge],
+        out: &mut Vec<u8>,
+    ) -> Result<(), PostError> {
+        self.dev
+            .mrs
+            .gather(self.cfg.pd, mem, sges, out)
+            .map_err(|error| PostError::InlineData { error })
     }
 
     /// `ibv_post_send` for one WR, from any thread, without the engine.

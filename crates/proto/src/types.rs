@@ -519,3 +519,19 @@ pub struct QpAttr {
 
 /// An IBA 24-bit number (PSN, QPN) mask.
 pub const MASK_24: u32 = 0x00ff_ffff;
+
+/// `struct ibv_sge`: one local buffer of a WR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Start address (or offset into a zero-based MR).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// L_Key of the MR that covers the buffer.
+    pub lkey: u32,
+}
+
+/// Total byte length of a scatter/gather list (u64: 32 SGEs of 4 GiB do not overflow).
+pub fn sg_total_len(sg_list: &[Sge]) -> u64 {
+    sg_list.iter().map(|s| u64::from(s.length)).sum()
+}

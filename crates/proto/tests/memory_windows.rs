@@ -240,13 +240,13 @@ fn bind_without_mw_bind_access_fails_with_mw_bind_err() {
         .insert(proto::mr::mw::Mw {
             pd,
             mw_type: proto::mr::mw::MwType::Two,
-            rkey: proto::mr::mw::window_key(0, 1),
+            rkey: proto::mr::window_key(0, 1),
             binding: None,
         })
         .unwrap();
     let req = BindRequest {
         mw,
-        rkey: proto::mr::mw::window_key(0, 2),
+        rkey: proto::mr::window_key(0, 2),
         mr_lkey: Some(lkey),
         addr: BASE,
         length: 64,

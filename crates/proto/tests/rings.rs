@@ -140,6 +140,7 @@ fn a_ring_post_is_consumed_by_an_arriving_send() {
 // ---- the send ring (proto::sq) ----
 
 use proto::sq::{SendPost, SendRing};
+use proto::wr::PostError;
 
 /// Posts `wr` on `ring` as softverbs does: the engine only for Flush and
 /// Settle. Ok(true) if accepted, Ok(false) if the queue was full.
@@ -267,6 +268,77 @@ fn a_send_post_succeeds_while_the_engine_lock_is_held() {
         (wcs.len(), wcs[0].wr_id, wcs[0].status),
         (1, 7, WcStatus::Success)
     );
+}
+
+/// An `IBV_SEND_INLINE` post gathers its bytes through the MR check and
+/// posts while another thread holds the engine: the device's read-only copy
+/// of its regions answers, with the engine's refusals (an unknown key, a
+/// region deregistered meanwhile) and the engine's bytes.
+#[test]
+fn an_inline_post_gathers_through_the_mr_check_while_the_engine_lock_is_held() {
+    let mut net = Net::new();
+    let (qa, _, _, _) = connect(&mut net, QpType::Uc);
+    let data = pattern(48, 3);
+    net.a.mem.write(BASE + 0x100, &data);
+    let (lkey, _) = net.a.mr(0x100, 0x100, 0);
+    let (gone, _) = net.a.mr(0x200, 0x100, 0);
+    let h = proto::testing::mr_handle(&net.a.e, gone).unwrap();
+    net.a.e.dereg_mr(h).unwrap();
+    let node = Arc::new(Mutex::new(net.a));
+    let ring = node.lock().unwrap().e.send_ring(qa).unwrap();
+    let guard = node.lock().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let poster = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            // The poster's view of the same bytes (VecMemory is not Sync).
+            let mem = proto::memory::VecMemory::new(BASE, MEM);
+            mem.write(BASE + 0x100, &data);
+            let mut buf = Vec::new();
+            let sge = |lkey, off, length| Sge {
+                addr: BASE + off,
+                length,
+                lkey,
+            };
+            let mut post = |wr_id, sges: &[Sge]| {
+                let wr = SendWr {
+                    flags: SendFlags::SIGNALED | SendFlags::INLINE,
+                    ..send_wr(wr_id, WrOpcode::Send, sges, WrTarget::None)
+                };
+                ring.gather_inline(&mem, sges, &mut buf)
+                    .and_then(|()| ring.post(&wr, Some(&buf), 0))
+            };
+            let r = vec![
+                post(1, &[sge(lkey, 0x100, 16), sge(lkey, 0x110, 32)]),
+                post(2, &[sge(lkey, 0x1f0, 32)]), // past the region's end
+                post(3, &[sge(gone, 0x200, 8)]),  // deregistered
+                post(4, &[sge(lkey ^ 1, 0x100, 8)]), // stale tag
+            ];
+            tx.send(r).unwrap();
+        })
+    };
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the inline post waited for the engine lock");
+    poster.join().unwrap();
+    assert_eq!(r[0], Ok(SendPost::Queued { idle: true }));
+    for (i, e) in r[1..].iter().enumerate() {
+        assert!(
+            matches!(e, Err(PostError::InlineData { .. })),
+            "post {}: {e:?}",
+            i + 2
+        );
+    }
+    let mut guard = guard;
+    let n = &mut *guard;
+    let mut buf = vec![0u8; 9000];
+    assert!(n.e.poll_transmit(0, &n.mem, &mut buf).is_some());
+    assert!(
+        buf.windows(data.len()).any(|w| w == data.as_slice()),
+        "the SEND carries the gathered bytes"
+    );
+    let wcs = n.poll();
+    assert_eq!((wcs.len(), wcs[0].wr_id), (1, 1));
 }
 
 /// Two posting threads on one QP and one on another, while this thread

@@ -11,10 +11,69 @@
 use crate::ffi::*;
 use crate::util::*;
 use std::cell::UnsafeCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The event accounting of one id: events reported to it (taken off its
+/// channel) and acked, for `rdma_destroy_id`'s and `rdma_migrate_id`'s wait.
+#[derive(Default)]
+pub(crate) struct Acks {
+    /// (reported, acked).
+    counts: Mutex<(u64, u64)>,
+    acked: Condvar,
+}
+
+impl Acks {
+    fn reported(&self) {
+        lock(&self.counts).0 += 1;
+    }
+
+    fn completed(&self) {
+        // Notify while the count is locked: once it is released, a waiting
+        // rdma_destroy_id may see the counts equal and free the id.
+        let mut c = lock(&self.counts);
+        c.1 += 1;
+        self.acked.notify_all();
+        drop(c);
+    }
+
+    /// Waits until every event reported for the id has been acked.
+    pub fn wait_acked(&self) {
+        let mut c = lock(&self.counts);
+        while c.1 < c.0 {
+            c = self
+                .acked
+                .wait(c)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+/// The accounting of each live id, by `IdBlock` address: an id is tracked
+/// from its creation until it is destroyed, so an event of an id destroyed
+/// since counts nowhere.
+static ACKS: Mutex<Option<HashMap<usize, Arc<Acks>>>> = Mutex::new(None);
+
+/// Counts the events of the id at `id` on `acks` from now on.
+pub(crate) fn track(id: usize, acks: Arc<Acks>) {
+    lock(&ACKS)
+        .get_or_insert_with(HashMap::new)
+        .insert(id, acks);
+}
+
+/// Stops counting events of the id at `id` (it is being destroyed).
+pub(crate) fn untrack(id: usize) {
+    if let Some(m) = lock(&ACKS).as_mut() {
+        m.remove(&id);
+    }
+}
+
+/// The accounting of the id at `id`, if it is live.
+fn acks_of(id: usize) -> Option<Arc<Acks>> {
+    lock(&ACKS).as_ref().and_then(|m| m.get(&id).cloned())
+}
 
 /// An event waiting in a channel, for the id at `id` (an `IdBlock` address).
 pub(crate) struct Pending {
@@ -130,8 +189,8 @@ impl Channel {
         if q.is_empty() {
             self.lower();
         }
-        if let Some(id) = crate::id::live(p.owner()) {
-            id.reported();
+        if let Some(a) = acks_of(p.owner()) {
+            a.reported();
         }
         Some(p)
     }
@@ -252,8 +311,8 @@ pub(crate) fn ack_event(verb: &str, event: *mut rdma_cm_event) -> Result<(), c_i
     }
     // SAFETY: registered until now (we removed it), made by `deliver`.
     let b = unsafe { Box::from_raw(event.cast::<EventBlock>()) };
-    if let Some(id) = crate::id::live(b.id) {
-        id.completed();
+    if let Some(a) = acks_of(b.id) {
+        a.completed();
     }
     Ok(())
 }

@@ -1,117 +1,91 @@
-//! The connection calls: `rdma_connect`, `rdma_listen`, `rdma_accept`,
-//! `rdma_reject(_ece)`, `rdma_disconnect`, `rdma_notify`, `rdma_establish`,
-//! `rdma_join_multicast(_ex)`, `rdma_leave_multicast`, `rdma_get_request`.
+//! The calls that reach the connection manager: `rdma_connect`,
+//! `rdma_listen`, `rdma_accept`, `rdma_reject(_ece)`, `rdma_disconnect`,
+//! `rdma_notify`, `rdma_establish`, `rdma_join_multicast(_ex)`,
+//! `rdma_leave_multicast`, `rdma_get_request`, and `rdma_bind_addr` and
+//! `rdma_destroy_id`, which tell the CM of the bound port and of the id's end.
 //!
 //! Each checks what it can check locally (the id, its state, the arguments),
-//! then hands the work to the connection manager through [`Cm`], the one
-//! narrow interface between this library and the CM protocol (IBTA CM MADs on
-//! QP1, a sans-IO state machine in crates/proto driven by the engine's
-//! progress thread). [`crate::softcm::SoftCm`] is it, reached through
-//! libibverbs' private interface (spec/rdmacm-abi.md §3.10–3.11); [`NoCm`]
-//! answers `ENOSYS` with a logged reason if that libibverbs lacks it.
+//! then hands the work to the connection manager through [`Cm`] (cm.rs):
+//! [`SoftCm`] when libibverbs offers the CM, else [`NoCm`] ([`cm`] chooses).
 //! Multicast needs no CM message on RoCE (crate::mcast). The mapping of each call onto the
 //! CM state machine is spec/cm.md §7.
 
+use crate::cm::{Cm, NoCm};
 use crate::ffi::*;
-use crate::id::{self, id_block, IdBlock, State};
+use crate::id::{self, id_block, IdBlock, IdState, State};
+use crate::net;
+use crate::softcm::SoftCm;
 use crate::util::*;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
-
-/// What the connection calls need from a connection manager. Events it
-/// produces go to the id's channel (`IdBlock::post`); QP transitions through
-/// the public verbs, as rdma-core's librdmacm does them.
-pub(crate) trait Cm: Sync {
-    /// Sends a REQ (RC/UC) or SIDR_REQ (UD) to the resolved destination.
-    fn connect(&self, id: &IdBlock, param: Option<&rdma_conn_param>) -> Result<(), c_int>;
-    /// Starts taking REQs for the id's bound address and port.
-    fn listen(&self, id: &IdBlock, backlog: c_int) -> Result<(), c_int>;
-    /// Answers a connection request with a REP (or SIDR_REP).
-    fn accept(&self, id: &IdBlock, param: Option<&rdma_conn_param>) -> Result<(), c_int>;
-    /// Answers a connection request with a REJ carrying `private_data`.
-    fn reject(&self, id: &IdBlock, private_data: &[u8]) -> Result<(), c_int>;
-    /// Sends a DREQ (or DREP).
-    fn disconnect(&self, id: &IdBlock) -> Result<(), c_int>;
-    /// Reports a QP event that completes the connection (RTU not yet seen).
-    fn notify(&self, id: &IdBlock, event: c_int) -> Result<(), c_int>;
-    /// Sends the RTU of a connection whose REP the program handled itself.
-    fn establish(&self, id: &IdBlock) -> Result<(), c_int>;
-    /// Joins (`join`) or leaves a multicast group.
-    fn multicast(
-        &self,
-        id: &IdBlock,
-        group: IpAddr,
-        join: bool,
-        context: *mut c_void,
-    ) -> Result<(), c_int>;
-    /// The QP attributes of a connection for `attr.qp_state`, or `None` when
-    /// the id has no connection (then the INIT attributes apply).
-    fn init_qp_attr(&self, id: &IdBlock, attr: &mut ibv_qp_attr) -> Option<Result<c_int, c_int>>;
-    /// Forgets the id (it is being destroyed).
-    fn destroy(&self, id: &IdBlock);
-}
-
-/// The connection manager until the CM protocol is attached: no connection
-/// can exist, so every call that needs one answers `ENOSYS`.
-pub(crate) struct NoCm;
-
-impl NoCm {
-    fn missing(verb: &str) -> c_int {
-        refuse(
-            verb,
-            libc::ENOSYS,
-            "connection management (IBTA CM MADs on QP1) is not attached to softverbs' librdmacm yet; \
-             address and route resolution, ids, QPs and events work",
-        )
-    }
-}
-
-impl Cm for NoCm {
-    fn connect(&self, _: &IdBlock, _: Option<&rdma_conn_param>) -> Result<(), c_int> {
-        Err(Self::missing("rdma_connect"))
-    }
-    fn listen(&self, _: &IdBlock, _: c_int) -> Result<(), c_int> {
-        Err(Self::missing("rdma_listen"))
-    }
-    fn accept(&self, _: &IdBlock, _: Option<&rdma_conn_param>) -> Result<(), c_int> {
-        Err(Self::missing("rdma_accept"))
-    }
-    fn reject(&self, _: &IdBlock, _: &[u8]) -> Result<(), c_int> {
-        Err(Self::missing("rdma_reject"))
-    }
-    fn disconnect(&self, _: &IdBlock) -> Result<(), c_int> {
-        Err(Self::missing("rdma_disconnect"))
-    }
-    fn notify(&self, _: &IdBlock, _: c_int) -> Result<(), c_int> {
-        Err(Self::missing("rdma_notify"))
-    }
-    fn establish(&self, _: &IdBlock) -> Result<(), c_int> {
-        Err(Self::missing("rdma_establish"))
-    }
-    fn multicast(&self, _: &IdBlock, _: IpAddr, join: bool, _: *mut c_void) -> Result<(), c_int> {
-        Err(Self::missing(if join {
-            "rdma_join_multicast"
-        } else {
-            "rdma_leave_multicast"
-        }))
-    }
-    fn init_qp_attr(&self, _: &IdBlock, _: &mut ibv_qp_attr) -> Option<Result<c_int, c_int>> {
-        None
-    }
-    fn destroy(&self, _: &IdBlock) {}
-}
 
 /// The process's connection manager: softverbs' CM when libibverbs offers
 /// its private interface at our version, else [`NoCm`].
 pub(crate) fn cm() -> &'static dyn Cm {
     static NO: NoCm = NoCm;
-    static SOFT: crate::softcm::SoftCm = crate::softcm::SoftCm;
+    static SOFT: SoftCm = SoftCm;
     // SAFETY: a plain function of the libibverbs we link to.
     if unsafe { crate::verbs::softverbs_private_version() } == crate::verbs::PRIVATE_VERSION {
         &SOFT
     } else {
         &NO
     }
+}
+
+/// Binds the id ([`id::bind`]) and tells the CM the port, so that a REQ for
+/// it finds the CM ready (`softcm::prepare`); every bind, explicit or
+/// implicit (`rdma_listen`, `rdma_resolve_addr`), goes through here.
+pub(crate) fn bind(
+    verb: &str,
+    b: &IdBlock,
+    st: &mut IdState,
+    ip: IpAddr,
+    port: u16,
+) -> Result<(), c_int> {
+    let (dev, port) = id::bind(verb, b, st, ip, port)?;
+    crate::softcm::prepare(dev, b, port);
+    Ok(())
+}
+
+/// `rdma_destroy_id`'s body: the CM forgets the id between the ack of its
+/// own last event (sync mode) and the end of the id ([`id::free`]).
+pub(crate) fn destroy(verb: &str, p: *mut rdma_cm_id) -> Result<(), c_int> {
+    let b = id_block(verb, p)?;
+    id::ack_own_event(verb, b);
+    cm().destroy(b);
+    // SAFETY: `p` is the live id `b`, which the CM has forgotten.
+    unsafe { id::free(p) };
+    Ok(())
+}
+
+/// `int rdma_destroy_id(struct rdma_cm_id *id)`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    ret(destroy("rdma_destroy_id", id))
+}
+
+/// `int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)`.
+/// The body of `rdma_bind_addr`, for this library's own callers (an export is
+/// never called across modules: its `.symver` must sit with its definition).
+pub(crate) unsafe fn rdma_bind_addr_impl(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    const VERB: &str = "rdma_bind_addr";
+    let r = id_block(VERB, id).and_then(|b| {
+        if addr.is_null() {
+            return Err(refuse(VERB, libc::EINVAL, "addr is NULL"));
+        }
+        // SAFETY: non-NULL sockaddr from the caller.
+        let (ip, port) = unsafe { net::from_sockaddr(addr) }
+            .map_err(|e| refuse(VERB, e, "the address family is not AF_INET or AF_INET6"))?;
+        let mut st = b.lock();
+        bind(VERB, b, &mut st, ip, port)
+    });
+    ret(r)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { rdma_bind_addr_impl(id, addr) }
 }
 
 /// rdma-core `ucma_valid_param`'s local part: PS_TCP without a QP needs
@@ -164,7 +138,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         let mut st = b.lock();
         if st.state == State::Idle {
             // Kernel `rdma_listen`: an idle id binds to the IPv4 wildcard first.
-            id::bind(VERB, b, &mut st, IpAddr::from([0u8; 4]), 0)?;
+            bind(VERB, b, &mut st, IpAddr::from([0u8; 4]), 0)?;
         }
         if st.state != State::AddrBound {
             return Err(refuse(

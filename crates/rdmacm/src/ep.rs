@@ -19,7 +19,7 @@ unsafe fn setup(
     const VERB: &str = "rdma_create_ep";
     if res.ai_flags & RAI_PASSIVE != 0 {
         // SAFETY: a live id and the caller's address.
-        if unsafe { crate::id::rdma_bind_addr_impl(id, res.ai_src_addr) } != 0 {
+        if unsafe { crate::conn::rdma_bind_addr_impl(id, res.ai_src_addr) } != 0 {
             return -1;
         }
         let Ok(b) = id_block(VERB, id) else { return -1 };
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
         // SAFETY: a live id.
         unsafe { crate::qp::rdma_destroy_srq_impl(id) };
     }
-    let _ = id::destroy("rdma_destroy_ep", id);
+    let _ = crate::conn::destroy("rdma_destroy_ep", id);
 }
 
 crate::symver!("ep");

@@ -1,10 +1,11 @@
-//! Ids: `rdma_create_id`, `rdma_destroy_id`, `rdma_bind_addr`,
+//! Ids: `rdma_create_id`, binding (`rdma_bind_addr` is in conn.rs, as is
+//! `rdma_destroy_id`: both tell the CM),
 //! `rdma_set_option`, `rdma_migrate_id`, `rdma_get_src_port`/`dst_port`,
 //! `rdma_set_local_ece`/`rdma_get_remote_ece`, and what the other modules
 //! share about an id: its state, device, port, options and event accounting
 //! (spec/rdmacm-abi.md §3.1–3.3).
 
-use crate::channel::{self, Channel, Pending};
+use crate::channel::{self, Acks, Channel, Pending};
 use crate::device::{self, Dev};
 use crate::ffi::*;
 use crate::net;
@@ -13,7 +14,7 @@ use crate::util::*;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The CM states an id passes through here (kernel `enum rdma_cm_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,9 +61,8 @@ pub(crate) struct IdState {
 pub(crate) struct IdBlock {
     c: UnsafeCell<rdma_cm_id>,
     st: Mutex<IdState>,
-    /// Events (reported, acked) for `rdma_destroy_id`'s wait.
-    counts: Mutex<(u64, u64)>,
-    acked: Condvar,
+    /// Its events, reported and acked, for `rdma_destroy_id`'s wait.
+    acks: Arc<Acks>,
 }
 
 // SAFETY: the C struct is written only under `st`'s lock (C reads it as the
@@ -101,30 +101,6 @@ impl IdBlock {
     /// Locks the id; the C struct may be written through [`IdBlock::c`] while held.
     pub fn lock(&self) -> MutexGuard<'_, IdState> {
         lock(&self.st)
-    }
-
-    pub fn reported(&self) {
-        lock(&self.counts).0 += 1;
-    }
-
-    pub fn completed(&self) {
-        // Notify while the count is locked: once it is released, a waiting
-        // rdma_destroy_id may see the counts equal and free this block.
-        let mut c = lock(&self.counts);
-        c.1 += 1;
-        self.acked.notify_all();
-        drop(c);
-    }
-
-    /// Waits until every event reported for this id has been acked.
-    fn wait_acked(&self) {
-        let mut c = lock(&self.counts);
-        while c.1 < c.0 {
-            c = self
-                .acked
-                .wait(c)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
     }
 
     /// The port space and QP type.
@@ -257,29 +233,40 @@ pub(crate) fn create(
             local_ece: ibv_ece::default(),
             remote_ece: ibv_ece::default(),
         }),
-        counts: Mutex::new((0, 0)),
-        acked: Condvar::new(),
+        acks: Arc::default(),
     });
+    let acks = Arc::clone(&b.acks);
     let raw = Box::into_raw(b);
+    channel::track(raw as usize, acks);
     IDS.insert(raw);
     Ok(raw.cast::<rdma_cm_id>())
 }
 
-/// `rdma_destroy_id`'s body.
-pub(crate) fn destroy(verb: &str, p: *mut rdma_cm_id) -> Result<(), c_int> {
-    let b = id_block(verb, p)?;
-    // Sync mode: the id's own last event is acked here (rdma-core).
+/// Sync mode: acks the id's own last event (rdma-core does so in
+/// `rdma_destroy_id`).
+pub(crate) fn ack_own_event(verb: &str, b: &IdBlock) {
     // SAFETY: the caller owns the id.
     let ev = unsafe { std::mem::replace(&mut (*b.c()).event, std::ptr::null_mut()) };
     if !ev.is_null() {
         let _ = channel::ack_event(verb, ev);
     }
-    crate::conn::cm().destroy(b);
+}
+
+/// The end of `rdma_destroy_id` (conn.rs), once the CM has forgotten the id:
+/// its queued events are discarded, delivered ones waited for until acked,
+/// its port released, its block (and a sync id's channel) freed.
+///
+/// # Safety
+/// `p` is a live id, not used again.
+pub(crate) unsafe fn free(p: *mut rdma_cm_id) {
+    // SAFETY: per the contract, a live IdBlock.
+    let b = unsafe { &*(p as *const IdBlock) };
     let ch = b.lock().channel.clone();
     // Queued events are discarded; delivered ones must be acked first.
     drop(ch.take_for(b.addr()));
-    b.wait_acked();
+    b.acks.wait_acked();
     IDS.remove(p);
+    channel::untrack(b.addr());
     release_port(b);
     let st = b.lock();
     if let Some(sc) = st.sync_channel {
@@ -288,7 +275,6 @@ pub(crate) fn destroy(verb: &str, p: *mut rdma_cm_id) -> Result<(), c_int> {
     drop(st);
     // SAFETY: made by `create`, unregistered above.
     drop(unsafe { Box::from_raw(p.cast::<IdBlock>()) });
-    Ok(())
 }
 
 fn ports() -> MutexGuard<'static, Option<PortTable>> {
@@ -330,14 +316,15 @@ fn random_start(low: u16, high: u16) -> u16 {
 }
 
 /// `rdma_bind_addr`'s body (kernel `rdma_bind_addr`), with the state check
-/// already done by the caller when it binds implicitly.
+/// already done by the caller when it binds implicitly: the device bound to
+/// (`None`: the wildcard) and the port. The CM is told in `conn::bind`.
 pub(crate) fn bind(
     verb: &str,
     b: &IdBlock,
     st: &mut IdState,
     ip: IpAddr,
     port: u16,
-) -> Result<(), c_int> {
+) -> Result<(Option<&'static Dev>, u16), c_int> {
     if st.state != State::Idle {
         return Err(refuse(
             verb,
@@ -397,8 +384,7 @@ pub(crate) fn bind(
     st.opts.afonly = Some(afonly);
     st.bound = true;
     st.state = State::AddrBound;
-    crate::softcm::prepare(dev, b, port);
-    Ok(())
+    Ok((dev, port))
 }
 
 /// Whether the process may bind ports below 1024 (CAP_NET_BIND_SERVICE in
@@ -446,36 +432,6 @@ pub unsafe extern "C" fn rdma_create_id(
         }
         Err(e) => fail(e),
     }
-}
-
-/// `int rdma_destroy_id(struct rdma_cm_id *id)`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    ret(destroy("rdma_destroy_id", id))
-}
-
-/// `int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)`.
-/// The body of `rdma_bind_addr`, for this library's own callers (an export is
-/// never called across modules: its `.symver` must sit with its definition).
-pub(crate) unsafe fn rdma_bind_addr_impl(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
-    const VERB: &str = "rdma_bind_addr";
-    let r = id_block(VERB, id).and_then(|b| {
-        if addr.is_null() {
-            return Err(refuse(VERB, libc::EINVAL, "addr is NULL"));
-        }
-        // SAFETY: non-NULL sockaddr from the caller.
-        let (ip, port) = unsafe { net::from_sockaddr(addr) }
-            .map_err(|e| refuse(VERB, e, "the address family is not AF_INET or AF_INET6"))?;
-        let mut st = b.lock();
-        bind(VERB, b, &mut st, ip, port)
-    });
-    ret(r)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
-    // SAFETY: the caller's arguments, passed on.
-    unsafe { rdma_bind_addr_impl(id, addr) }
 }
 
 /// `int rdma_set_option(struct rdma_cm_id *, int level, int optname, void *optval, size_t optlen)`.
@@ -568,7 +524,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
         if let Some(old) = was_sync {
             channel::free_channel(old);
         }
-        b.wait_acked();
+        b.acks.wait_acked();
         Ok(())
     });
     ret(r)

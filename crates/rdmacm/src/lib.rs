@@ -27,11 +27,33 @@
 //! SRQs on ids, `rdma_init_qp_attr`, the non-connecting parts of
 //! `rdma_create_ep`. The connection calls (connect, listen, accept, reject,
 //! disconnect, notify, establish, get_request) go through one internal
-//! interface ([`conn::Cm`]) to the device's CM in libibverbs (`softcm`,
+//! interface ([`cm::Cm`]) to the device's CM in libibverbs (`softcm`,
 //! spec/rdmacm-abi.md §3.10), RDMA_PS_UDP through SIDR; multicast joins
 //! map the group to its RoCE v2 MGID and attach the id's QP ([`mcast`]). The rsocket calls: `rsocket` answers
 //! `ENOSYS`; `rpoll`/`rselect` serve ordinary descriptors (there can be no
 //! rsocket); the others answer `EBADF` (their descriptor cannot be an rsocket).
+//!
+//! # Layers
+//!
+//! A file imports only what sits below it, as drawn here (tests/layering.rs
+//! checks the drawing against the imports). An id's block and its event accounting sit low; what reaches the CM sits
+//! above the CM; QPs ask the CM's tables, below the pump that makes QPs for
+//! connection requests.
+//!
+//! ```text
+//! ep                      rdma_create_ep / rdma_destroy_ep
+//! route                   address and route resolution (binds through conn)
+//! conn                    the calls that reach the CM; rdma_bind_addr, rdma_destroy_id
+//! softcm                  SoftCm: the connection calls over the device's CM
+//! softcm::pump            the CM event thread (makes ids and QPs for requests)
+//! qp                      QPs and SRQs on ids (INIT attributes from softcm::state)
+//! softcm::state  cm  mcast   the CM's tables and QP moves; the Cm interface; multicast
+//! id                      the id block, its state, ports, create, free
+//! channel                 event channels, events and their ack accounting
+//! device  addrinfo  rsocket   the devices (contexts, PDs); rdma_getaddrinfo; rsockets
+//! verbs                   the libibverbs calls and its private interface
+//! ffi  util  net  ports  rate   ground floor: C mirrors, errno, addresses, port table
+//! ```
 #![allow(unsafe_code)] // the C ABI: every block has a SAFETY line
 #![allow(clippy::missing_safety_doc)] // C entry points: the man pages are the contract
 
@@ -40,6 +62,7 @@ pub mod verbs;
 
 mod addrinfo;
 mod channel;
+mod cm;
 mod conn;
 mod device;
 mod ep;

@@ -57,10 +57,11 @@ fn init_attrs(verb: &str, b: &IdBlock, attr: &mut ibv_qp_attr) -> Result<c_int, 
     Ok(mask)
 }
 
-/// `rdma_init_qp_attr`'s body: the CM's answer for a connection, else the
-/// INIT attributes with the state asked (kernel `rdma_init_qp_attr`).
+/// `rdma_init_qp_attr`'s body: the CM's answer for a connection (its tables,
+/// `softcm::state`), else the INIT attributes with the state asked (kernel
+/// `rdma_init_qp_attr`).
 fn init_qp_attr(verb: &str, b: &IdBlock, attr: &mut ibv_qp_attr) -> Result<c_int, c_int> {
-    if let Some(r) = crate::conn::cm().init_qp_attr(b, attr) {
+    if let Some(r) = crate::softcm::state::qp_attr(b, attr) {
         return r;
     }
     let state = attr.qp_state;

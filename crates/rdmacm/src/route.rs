@@ -3,6 +3,7 @@
 //! record to it. Both complete at once (softverbs needs no neighbour or SA
 //! query) and report through the id's channel as the kernel does.
 
+use crate::conn;
 use crate::device::{self, Dev};
 use crate::ffi::*;
 use crate::id::{self, IdBlock, State};
@@ -88,7 +89,7 @@ fn resolve_addr(
                 "source and destination address families differ",
             ));
         }
-        id::bind(verb, b, &mut st, ip, port)?;
+        conn::bind(verb, b, &mut st, ip, port)?;
     }
     if st.state != State::AddrBound {
         return Err(refuse(

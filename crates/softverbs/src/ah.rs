@@ -1,6 +1,7 @@
 //! Address handles.
 
-use crate::pd::PdInner;
+use crate::error::{logged, Error};
+use crate::pd::{PdInner, ProtectionDomain};
 use proto::engine::AhHandle;
 use proto::AhAttr;
 use std::sync::Arc;
@@ -38,5 +39,16 @@ impl std::fmt::Debug for AddressHandle {
         f.debug_struct("AddressHandle")
             .field("attr", &self.attr)
             .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_ah`: the address vector must carry a GRH (RoCE).
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle, Error> {
+        let h = logged(
+            "create_ah",
+            self.inner.with(|e| e.create_ah(self.inner.h, attr)),
+        )?;
+        Ok(AddressHandle::new(self.inner.clone(), h, *attr))
     }
 }

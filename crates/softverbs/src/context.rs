@@ -1,9 +1,9 @@
-//! Device contexts: the query verbs and the factories for PDs and CQs.
+//! Device contexts and the query verbs. The objects made from a context
+//! (PDs, CQs, the CM port, ...) own their constructors, beside them (pd.rs,
+//! cq.rs, ...): a context imports none of them.
 
-use crate::cq::CompletionQueue;
 use crate::device::Shared;
 use crate::error::{logged, Error};
-use crate::pd::ProtectionDomain;
 use proto::device::{DeviceAttr, PortAttr};
 use proto::engine::CtxHandle;
 use proto::Gid;
@@ -99,29 +99,6 @@ impl Context {
             "query_pkey",
             self.with(|e| e.info().query_pkey(port, index)),
         )
-    }
-
-    /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
-        let h = logged("alloc_pd", self.with(|e| e.alloc_pd(self.inner.h)))?;
-        Ok(ProtectionDomain::new(self.inner.clone(), h))
-    }
-
-    /// `ibv_create_cq` with `cqe` entries on completion vector 0.
-    pub fn create_cq(&self, cqe: i32) -> Result<CompletionQueue, Error> {
-        self.create_cq_on(cqe, 0)
-    }
-
-    /// `ibv_create_cq` on a given completion vector.
-    pub fn create_cq_on(&self, cqe: i32, comp_vector: i32) -> Result<CompletionQueue, Error> {
-        let (h, granted, ring) = logged(
-            "create_cq",
-            self.with(|e| {
-                let (h, granted) = e.create_cq(self.inner.h, cqe, comp_vector)?;
-                Ok((h, granted, e.cq_shared(h)?))
-            }),
-        )?;
-        Ok(CompletionQueue::new(self.inner.clone(), h, granted, ring))
     }
 
     /// How many contexts, PDs, MRs, CQs, SRQs, AHs and QPs the device holds now

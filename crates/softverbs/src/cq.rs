@@ -1,7 +1,7 @@
 //! Completion queues.
 
-use crate::context::CtxInner;
-use crate::error::{finish_destroy, DestroyError};
+use crate::context::{Context, CtxInner};
+use crate::error::{finish_destroy, logged, DestroyError, Error};
 use proto::cq::SharedCq;
 use proto::engine::CqHandle;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +61,25 @@ impl std::fmt::Debug for CompletionQueue {
         f.debug_struct("CompletionQueue")
             .field("cqe", &self.inner.cqe)
             .finish()
+    }
+}
+
+impl Context {
+    /// `ibv_create_cq` with `cqe` entries on completion vector 0.
+    pub fn create_cq(&self, cqe: i32) -> Result<CompletionQueue, Error> {
+        self.create_cq_on(cqe, 0)
+    }
+
+    /// `ibv_create_cq` on a given completion vector.
+    pub fn create_cq_on(&self, cqe: i32, comp_vector: i32) -> Result<CompletionQueue, Error> {
+        let (h, granted, ring) = logged(
+            "create_cq",
+            self.with(|e| {
+                let (h, granted) = e.create_cq(self.inner.h, cqe, comp_vector)?;
+                Ok((h, granted, e.cq_shared(h)?))
+            }),
+        )?;
+        Ok(CompletionQueue::new(self.inner.clone(), h, granted, ring))
     }
 }
 

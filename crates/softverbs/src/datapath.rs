@@ -4,6 +4,7 @@
 use crate::context::Context;
 use crate::cq::CompletionQueue;
 use crate::error::Error;
+use crate::mem::RawMemory;
 use crate::mr::MemoryRegion;
 use crate::qp::{QueuePair, Transport};
 use crate::srq::SharedReceiveQueue;
@@ -12,8 +13,15 @@ use proto::rq::RingPost;
 use proto::sq::SendPost;
 use proto::wc::WorkCompletion;
 use proto::wr::{RecvWr, SendWr, Sge, UdTarget, WrTarget};
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
+
+thread_local! {
+    /// The bytes of this thread's `IBV_SEND_INLINE` posts, gathered before
+    /// they are copied into the send ring's slot: posting allocates nothing.
+    static INLINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 
 fn post_err(verb: &'static str, e: proto::wr::PostError) -> Error {
     tracing::warn!(target: "softverbs", "{verb} refused ({}): {e}", e.errno());
@@ -25,18 +33,38 @@ impl<T: Transport> QueuePair<T> {
     /// the engine lock (proto::sq); only a post in ERR or SQE (an immediate
     /// flush completion) or one that raced a move to ERR/SQE/RESET takes the
     /// lock. With `IBV_SEND_INLINE` the bytes are copied now, through the MR
-    /// check (which reads the engine's region table, under its lock), so the
-    /// buffer may be reused at once.
+    /// check (against the device's read-only copy of its regions, not under
+    /// the engine lock), so the buffer may be reused at once.
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), Error> {
-        if !wr.flags.contains(proto::wr::SendFlags::INLINE) {
-            if let Some(r) = self.post_send_ring(wr, None, 0) {
-                return r;
-            }
+        self.post_send_to(wr, 0)
+    }
+
+    /// [`QueuePair::post_send`] with the XRC SRQ an XRC_SEND WR is for.
+    pub(crate) fn post_send_to(&self, wr: &SendWr<'_>, xrc_srqn: u32) -> Result<(), Error> {
+        let inline = wr.flags.contains(proto::wr::SendFlags::INLINE);
+        let posted = match self.send_ring() {
+            Some(ring) if inline => INLINE.with_borrow_mut(|buf| {
+                let r = match ring.gather_inline(&RawMemory, wr.sg_list, buf) {
+                    Ok(()) => self.post_send_ring(wr, Some(buf), xrc_srqn),
+                    Err(e) => Some(Err(post_err("post_send", e))),
+                };
+                // A refused oversized WR must not pin its size.
+                if buf.capacity() > proto::device::MAX_INLINE_DATA as usize {
+                    *buf = Vec::new();
+                }
+                r
+            }),
+            Some(_) => self.post_send_ring(wr, None, xrc_srqn),
+            None => None,
+        };
+        if let Some(r) = posted {
+            return r;
         }
+        // No send ring (RAW_PACKET, XRC_RECV): the engine's way.
         let shared = &self.pd().ctx.dev;
         let h = self.handle();
         shared
-            .with_mem(|e, mem| e.post_send_checked(h, wr, mem))
+            .with_mem(|e, mem| e.post_send_checked_xrc(h, wr, mem, xrc_srqn))
             .map_err(|e| post_err("post_send", e))?;
         shared.doorbell();
         Ok(())
@@ -71,22 +99,6 @@ impl<T: Transport> QueuePair<T> {
                 .map(|()| shared.doorbell()),
         };
         Some(r)
-    }
-
-    /// `IBV_WR_TSO` on a RAW_PACKET QP (spec/raw-packet.md §4): the payload
-    /// (`wr.sg_list`) leaves as `mss`-byte TCP segments, each behind a fixed-up
-    /// copy of `hdr` (Ethernet, IPv4/IPv6, TCP); one completion
-    /// (`WcOpcode::Tso`) when the last is out. `wr.opcode` is taken as TSO;
-    /// `IBV_SEND_INLINE` is not taken (the payload is read through the MR
-    /// check as each segment is built). `EINVAL` for a header the QP's
-    /// `max_tso_header` or the rules refuse; other QP types answer as the
-    /// opcode table says.
-    pub fn post_send_tso(&self, wr: &SendWr<'_>, hdr: &[u8], mss: u16) -> Result<(), Error> {
-        let wr = SendWr {
-            flags: proto::wr::SendFlags(wr.flags.0 & !proto::wr::SendFlags::INLINE.0),
-            ..*wr
-        };
-        crate::raw::post_send_tso_gathered(self, &wr, None, hdr, mss)
     }
 
     /// `ibv_post_recv` for one WR: written into the QP's receive ring without

@@ -28,7 +28,7 @@ pub(crate) struct DeviceEngine {
     pub(crate) rss: std::collections::HashMap<u32, RssDispatch>,
     rss_scratch: Vec<u8>,
     /// Where the CM's events go (cm.rs).
-    pub(crate) cm_hub: std::sync::Arc<crate::cm::Hub>,
+    pub(crate) cm_hub: std::sync::Arc<crate::cm::channel::Hub>,
 }
 
 impl sv_io::Engine for DeviceEngine {
@@ -153,7 +153,7 @@ impl Shared {
             engine.set_local_port(bind.port());
             engine.set_qpn_space(QpnSpace { first, last }, qpn_start(first, last));
             // Comm IDs and TIDs differ per process and per start (cm.rs).
-            engine.reseed_cm(crate::cm::seed());
+            engine.reseed_cm(crate::cm::common::seed());
             // Comm IDs carry the slot, so MADs naming them find this process
             // on a shared address (spec/cm.md §8).
             engine

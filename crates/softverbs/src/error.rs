@@ -59,7 +59,7 @@ pub enum Error {
     },
     /// A work queue, indirection table or RSS QP verb was refused.
     #[error(transparent)]
-    Rss(#[from] crate::rss::RssError),
+    Rss(#[from] crate::wq::RssError),
     /// `ibv_create_flow` refused the rule (`EOPNOTSUPP` or `EINVAL`).
     #[error("create_flow: {0}")]
     Flow(#[from] sv_io::raw::FlowError),

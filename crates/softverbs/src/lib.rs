@@ -70,6 +70,28 @@
 //! driver's (datagrams, send errors, faults injected by kind, pcap records);
 //! [`QueuePair::counters`] gives one QP's (retransmissions, timeouts, RNR and
 //! sequence NAKs, duplicates, drops).
+//!
+//! # Layers
+//!
+//! A file imports only what sits below it, as drawn here, top floor first
+//! (`tests/layering.rs` checks the drawing against the imports);
+//! what is made from an object owns its constructor (`Context::alloc_pd` is
+//! in pd.rs, `ProtectionDomain::create_srq` in srq.rs), so the maker does not
+//! import what it makes:
+//!
+//! ```text
+//! counters                        the device's counters (engine, driver, CM)
+//! cm                              the CM's face: its children's types
+//! cm::sidr  raw                   SIDR (on cm::conn); RAW_PACKET QPs, TSO, flows
+//! cm::conn  datapath  rss  transition  xrc    connections; posting and polling; RSS; typed transitions; XRC
+//! qp                              queue pairs (knows an RSS table only as qp::RssTable)
+//! ah  dm  mr  mw  srq             the objects made on a PD, each with its constructor
+//! cm::port  config  cq  pd        the CM port; device lists and options; CQs and PDs (made on a context)
+//! context                         an open device and its queries
+//! device                          the driver and the engine as the API shares them
+//! cm::channel  error              CM event routing; the error type
+//! cm::common  mem  wq             ground floor: CM types and limits, memory access, WQ states
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -92,6 +114,7 @@ pub mod raw;
 mod rss;
 mod srq;
 mod transition;
+mod wq;
 mod xrc;
 
 pub use ah::AddressHandle;
@@ -108,12 +131,13 @@ pub use pd::ProtectionDomain;
 pub use proto::rss::{fields as rx_hash_fields, pick as rss_pick, toeplitz};
 pub use proto::xrcd::{XrcdKey, O_CREAT, O_EXCL};
 pub use qp::{AnyTransport, Flow, QpInfo, QpInit, QueuePair, Rc, Transport, Uc, Ud};
-pub use rss::{RssError, RwqIndTable, WorkQueue, WqState, MAX_HASH_KEY_LEN, MAX_LOG_IND_TBL_SIZE};
+pub use rss::{RwqIndTable, WorkQueue};
 pub use srq::SharedReceiveQueue;
 pub use transition::{
     ConnectedInit, DatagramInit, Drain, Modify, RcRtr, RcRts, Resume, SqPsnRts, ToError, ToInit,
     ToReset, ToRtr, ToRts, Transition, UcRtr, UdRtr,
 };
+pub use wq::{RssError, WqState, MAX_HASH_KEY_LEN, MAX_LOG_IND_TBL_SIZE};
 pub use xrc::XrcDomain;
 
 pub use proto::device::{

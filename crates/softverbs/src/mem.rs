@@ -118,9 +118,12 @@ mod tests {
 /// The device's view of the program's memory: raw copies and atomics at any
 /// address. Sound only because `proto` calls it exclusively for ranges that
 /// passed the memory-region check (key, PD, bounds, access) while holding the
-/// engine lock, and an MR's memory outlives its registration: `MemoryRegion`
-/// deregisters (under that lock) before it frees its buffer, and the C ABI's
-/// callers promise the same for the memory they register (`ibv_reg_mr(3)`).
+/// engine lock or the read lock of the device's region copy
+/// (`proto::mr::view::MrView`, an inline post's gather), and an MR's memory
+/// outlives its registration: `MemoryRegion` deregisters (under the engine
+/// lock, which takes the copy's write lock, so no gather is still reading)
+/// before it frees its buffer, and the C ABI's callers promise the same for
+/// the memory they register (`ibv_reg_mr(3)`).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct RawMemory;
 

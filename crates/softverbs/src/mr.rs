@@ -186,3 +186,11 @@ impl std::fmt::Debug for MemoryRegion {
             .finish()
     }
 }
+
+impl ProtectionDomain {
+    /// `ibv_reg_mr` over a new zeroed, page-aligned buffer of `len` bytes that the
+    /// region owns. REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE (`EINVAL`).
+    pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion, Error> {
+        MemoryRegion::register(self.inner.clone(), len, access)
+    }
+}

@@ -1,14 +1,9 @@
-//! Protection domains: the factories for MRs, SRQs, AHs and QPs.
+//! Protection domains. What is made on a PD (MRs, SRQs, AHs, QPs, ...) owns
+//! its constructor, beside it: a PD imports none of them.
 
-use crate::ah::AddressHandle;
-use crate::context::CtxInner;
+use crate::context::{Context, CtxInner};
 use crate::error::{finish_destroy, logged, DestroyError, Error};
-use crate::mr::MemoryRegion;
-use crate::qp::{AnyTransport, QpInit, QueuePair, Rc, Transport, Uc, Ud};
-use crate::srq::SharedReceiveQueue;
 use proto::engine::PdHandle;
-use proto::srq::SrqAttr;
-use proto::{AccessFlags, AhAttr, QpType};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -60,59 +55,6 @@ impl ProtectionDomain {
         }
     }
 
-    /// `ibv_reg_mr` over a new zeroed, page-aligned buffer of `len` bytes that the
-    /// region owns. REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE (`EINVAL`).
-    pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion, Error> {
-        MemoryRegion::register(self.inner.clone(), len, access)
-    }
-
-    /// `ibv_create_srq`.
-    pub fn create_srq(&self, attr: SrqAttr) -> Result<SharedReceiveQueue, Error> {
-        SharedReceiveQueue::create(self.inner.clone(), attr)
-    }
-
-    /// `ibv_create_ah`: the address vector must carry a GRH (RoCE).
-    pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle, Error> {
-        let h = logged(
-            "create_ah",
-            self.inner.with(|e| e.create_ah(self.inner.h, attr)),
-        )?;
-        Ok(AddressHandle::new(self.inner.clone(), h, *attr))
-    }
-
-    /// `ibv_create_qp` / `ibv_create_qp_ex` with a raw `ibv_qp_type` value: types
-    /// softverbs does not support (XRC, RAW_PACKET) are refused with `EOPNOTSUPP`.
-    pub fn create_qp(
-        &self,
-        init: &QpInit<'_>,
-        qp_type: u32,
-    ) -> Result<QueuePair<AnyTransport>, Error> {
-        QueuePair::create(self.inner.clone(), init, qp_type)
-    }
-
-    fn create_typed<T: Transport>(
-        &self,
-        init: &QpInit<'_>,
-        t: QpType,
-    ) -> Result<QueuePair<T>, Error> {
-        QueuePair::create(self.inner.clone(), init, t.raw()).map(QueuePair::retype)
-    }
-
-    /// A reliable-connection QP.
-    pub fn create_rc_qp(&self, init: &QpInit<'_>) -> Result<QueuePair<Rc>, Error> {
-        self.create_typed(init, QpType::Rc)
-    }
-
-    /// An unreliable-connection QP.
-    pub fn create_uc_qp(&self, init: &QpInit<'_>) -> Result<QueuePair<Uc>, Error> {
-        self.create_typed(init, QpType::Uc)
-    }
-
-    /// An unreliable-datagram QP.
-    pub fn create_ud_qp(&self, init: &QpInit<'_>) -> Result<QueuePair<Ud>, Error> {
-        self.create_typed(init, QpType::Ud)
-    }
-
     /// `ibv_dealloc_pd`: refused with `EBUSY` while MRs, SRQs, AHs or QPs use it
     /// (the PD is handed back in the error, unchanged).
     pub fn destroy(self) -> Result<(), DestroyError<Self>> {
@@ -127,5 +69,13 @@ impl std::fmt::Debug for ProtectionDomain {
         f.debug_struct("ProtectionDomain")
             .field("handle", &self.inner.h)
             .finish()
+    }
+}
+
+impl Context {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        let h = logged("alloc_pd", self.with(|e| e.alloc_pd(self.inner.h)))?;
+        Ok(ProtectionDomain::new(self.inner.clone(), h))
     }
 }

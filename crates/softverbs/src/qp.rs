@@ -3,7 +3,7 @@
 
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{logged, DestroyError, Error};
-use crate::pd::PdInner;
+use crate::pd::{PdInner, ProtectionDomain};
 use crate::srq::{SharedReceiveQueue, SrqInner};
 use proto::engine::{QpCreate, QpHandle};
 use proto::qp::create::{comp_mask, QpRequest};
@@ -91,7 +91,17 @@ impl<'a> QpInit<'a> {
 enum Setup {
     Plain,
     Hidden,
-    Rss(Arc<crate::rss::IndTableInner>, crate::device::RssDispatch),
+    Rss(Arc<dyn RssTable>, crate::device::RssDispatch),
+}
+
+/// What an RSS QP holds of its indirection table (rss.rs implements it): the
+/// table lives as long as the QP, and counts the QPs over it (a table in
+/// use is not destroyed).
+pub(crate) trait RssTable: Send + Sync {
+    /// An RSS QP over the table was made.
+    fn qp_added(&self);
+    /// An RSS QP over the table is gone.
+    fn qp_removed(&self);
 }
 
 /// A RAW_PACKET QP's packet socket (spec/raw-packet.md): without it (no
@@ -178,7 +188,7 @@ enum RawKind {
     NotRaw,
     Socket,
     Hidden,
-    Rss(Arc<crate::rss::IndTableInner>),
+    Rss(Arc<dyn RssTable>),
 }
 
 impl Drop for QpInner {
@@ -190,7 +200,7 @@ impl Drop for QpInner {
                 self.pd.ctx.dev.driver.close_raw(self.qpn);
                 let qpn = self.qpn;
                 self.pd.ctx.dev.with_device(|d| d.rss.remove(&qpn));
-                table.qps.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                table.qp_removed();
             }
             RawKind::NotRaw | RawKind::Hidden => {}
         }
@@ -320,16 +330,15 @@ impl QueuePair<AnyTransport> {
         Self::create_as(pd, init, QpType::RawPacket.raw(), Setup::Hidden)
     }
 
-    /// An RSS QP over `table` (rss.rs): its engine QP (on the first WQ's
-    /// CQ, never moved from RESET: it neither sends nor receives itself), its
-    /// packet socket, and the device's dispatch of its frames.
+    /// An RSS QP over `table` (rss.rs): its engine QP (on `cq`, the first
+    /// WQ's, never moved from RESET: it neither sends nor receives itself),
+    /// its packet socket, and the device's dispatch of its frames.
     pub(crate) fn create_rss(
         pd: Arc<PdInner>,
-        table: Arc<crate::rss::IndTableInner>,
+        table: Arc<dyn RssTable>,
+        cq: &CompletionQueue,
         dispatch: crate::device::RssDispatch,
     ) -> Result<Self, Error> {
-        let cq = table.first_cq();
-        let cq = crate::cq::CompletionQueue { inner: cq };
         let init = QpInit {
             cap: QpCap {
                 max_send_wr: 0,
@@ -338,7 +347,7 @@ impl QueuePair<AnyTransport> {
                 max_recv_sge: 0,
                 max_inline_data: 0,
             },
-            ..QpInit::new(&cq, &cq)
+            ..QpInit::new(cq, cq)
         };
         Self::create_as(
             pd,
@@ -391,7 +400,7 @@ impl QueuePair<AnyTransport> {
                 open_raw(&pd, created.handle, created.qpn)?;
                 let qpn = created.qpn;
                 pd.ctx.dev.with_device(|d| d.rss.insert(qpn, dispatch));
-                table.qps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                table.qp_added();
                 RawKind::Rss(table)
             }
             _ => RawKind::NotRaw,
@@ -628,5 +637,40 @@ impl<T: Transport> std::fmt::Debug for QueuePair<T> {
             .field("qp_num", &self.inner.qpn)
             .field("qp_type", &self.inner.qp_type)
             .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_qp` / `ibv_create_qp_ex` with a raw `ibv_qp_type` value: types
+    /// softverbs does not support (XRC, RAW_PACKET) are refused with `EOPNOTSUPP`.
+    pub fn create_qp(
+        &self,
+        init: &QpInit<'_>,
+        qp_type: u32,
+    ) -> Result<QueuePair<AnyTransport>, Error> {
+        QueuePair::create(self.inner.clone(), init, qp_type)
+    }
+
+    fn create_typed<T: Transport>(
+        &self,
+        init: &QpInit<'_>,
+        t: QpType,
+    ) -> Result<QueuePair<T>, Error> {
+        QueuePair::create(self.inner.clone(), init, t.raw()).map(QueuePair::retype)
+    }
+
+    /// A reliable-connection QP.
+    pub fn create_rc_qp(&self, init: &QpInit<'_>) -> Result<QueuePair<Rc>, Error> {
+        self.create_typed(init, QpType::Rc)
+    }
+
+    /// An unreliable-connection QP.
+    pub fn create_uc_qp(&self, init: &QpInit<'_>) -> Result<QueuePair<Uc>, Error> {
+        self.create_typed(init, QpType::Uc)
+    }
+
+    /// An unreliable-datagram QP.
+    pub fn create_ud_qp(&self, init: &QpInit<'_>) -> Result<QueuePair<Ud>, Error> {
+        self.create_typed(init, QpType::Ud)
     }
 }

@@ -278,3 +278,21 @@ pub fn share_pd(pd: &crate::ProtectionDomain) -> crate::ProtectionDomain {
         inner: pd.inner.clone(),
     }
 }
+
+impl<T: Transport> QueuePair<T> {
+    /// `IBV_WR_TSO` on a RAW_PACKET QP (spec/raw-packet.md §4): the payload
+    /// (`wr.sg_list`) leaves as `mss`-byte TCP segments, each behind a fixed-up
+    /// copy of `hdr` (Ethernet, IPv4/IPv6, TCP); one completion
+    /// (`WcOpcode::Tso`) when the last is out. `wr.opcode` is taken as TSO;
+    /// `IBV_SEND_INLINE` is not taken (the payload is read through the MR
+    /// check as each segment is built). `EINVAL` for a header the QP's
+    /// `max_tso_header` or the rules refuse; other QP types answer as the
+    /// opcode table says.
+    pub fn post_send_tso(&self, wr: &SendWr<'_>, hdr: &[u8], mss: u16) -> Result<(), Error> {
+        let wr = SendWr {
+            flags: proto::wr::SendFlags(wr.flags.0 & !proto::wr::SendFlags::INLINE.0),
+            ..*wr
+        };
+        post_send_tso_gathered(self, &wr, None, hdr, mss)
+    }
+}

@@ -1,7 +1,7 @@
 //! Shared receive queues.
 
 use crate::error::{finish_destroy, logged, DestroyError, Error};
-use crate::pd::PdInner;
+use crate::pd::{PdInner, ProtectionDomain};
 use proto::engine::SrqHandle;
 use proto::srq::SrqAttr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,5 +101,12 @@ impl std::fmt::Debug for SharedReceiveQueue {
         f.debug_struct("SharedReceiveQueue")
             .field("handle", &self.inner.h)
             .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_srq`.
+    pub fn create_srq(&self, attr: SrqAttr) -> Result<SharedReceiveQueue, Error> {
+        SharedReceiveQueue::create(self.inner.clone(), attr)
     }
 }

@@ -152,20 +152,6 @@ impl<T: Transport> QueuePair<T> {
     /// message is for (`wr.qp_type.xrc.remote_srqn`); on other QP types it is
     /// ignored.
     pub fn post_send_xrc(&self, wr: &SendWr<'_>, remote_srqn: u32) -> Result<(), Error> {
-        if !wr.flags.contains(proto::wr::SendFlags::INLINE) {
-            if let Some(r) = self.post_send_ring(wr, None, remote_srqn) {
-                return r;
-            }
-        }
-        let shared = &self.pd().ctx.dev;
-        let h = self.handle();
-        shared
-            .with_mem(|e, mem| e.post_send_checked_xrc(h, wr, mem, remote_srqn))
-            .map_err(|e| {
-                tracing::warn!(target: "softverbs", "post_send refused ({}): {e}", e.errno());
-                Error::Post(e)
-            })?;
-        shared.doorbell();
-        Ok(())
+        self.post_send_to(wr, remote_srqn)
     }
 }

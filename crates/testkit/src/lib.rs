@@ -8,7 +8,10 @@
 //! - [`proc`]: bounded child processes: `timeout(1)` in front, killed by PID
 //!   on drop, ended after a deadline with their output kept; and children of
 //!   the test binary itself, run again under a prefix (`ip netns exec`).
+//! - [`layering`]: a crate's import graph read from its sources, and the
+//!   check that its files' imports form no circle.
 
+pub mod layering;
 pub mod netns;
 pub mod proc;
 pub mod wait;

@@ -13,9 +13,9 @@ use wire::cm::{self, rej, Message, MsgKind, RejReason, TransportType};
 use wire::mad::MAD_LEN;
 use wire::{PKey, Psn, Qkey, Qpn};
 
+use super::outbox::Outbox;
 use super::timing::{ack_timeout, convert_to_ms, req_timeout_ns, MS_NS};
 use super::types::*;
-use super::Outbox;
 use crate::types::Gid;
 
 /// A request MAD waiting for its answer (spec/cm.md §4.2, §4.3).

@@ -22,12 +22,13 @@
 
 mod conn;
 mod held;
+mod outbox;
 mod qp_attr;
 mod sidr;
 pub mod timing;
 mod types;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use wire::cm::{self, rej, Message, MsgKind, RejReason, SidrStatus};
 use wire::mad::MAD_LEN;
@@ -38,6 +39,7 @@ use crate::types::Gid;
 use conn::{mad, Conn, Fate};
 use held::HeldReq;
 pub use held::{HOLD_NS, MAX_HELD};
+use outbox::Outbox;
 use sidr::{SidrRcvd, SidrSent};
 pub use types::*;
 
@@ -45,37 +47,6 @@ pub use types::*;
 // it lives with the wire format, shared by this CM and io's forwarding.
 pub use wire::cm::steer::{comm_id_slot, steer, Steer, COMM_ID_SLOTS};
 use wire::cm::steer::{COMM_ID_LOW_MASK, COMM_ID_SLOT_SHIFT};
-
-/// Where MADs and events wait for the owner, and the counters.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Outbox {
-    tx: VecDeque<Transmit>,
-    events: VecDeque<CmEvent>,
-    /// Connections destroyed by the owner that wait out their TimeWait
-    /// (spec/cm.md §5.8): they still answer the peer, but their events have
-    /// nobody to go to.
-    muted: BTreeSet<u32>,
-    pub counters: CmCounters,
-}
-
-impl Outbox {
-    pub fn send(&mut self, to: Gid, mad: [u8; MAD_LEN], retransmit: bool) {
-        let attr = u16::from_be_bytes([mad[16], mad[17]]);
-        if let Some(i) = CmCounters::slot(attr) {
-            self.counters.sent[i] += 1;
-            if retransmit {
-                self.counters.retransmitted[i] += 1;
-            }
-        }
-        self.tx.push_back(Transmit { to, mad });
-    }
-
-    pub fn event(&mut self, e: CmEvent) {
-        if !self.muted.contains(&e.id().0) {
-            self.events.push_back(e);
-        }
-    }
-}
 
 /// A REJ for a MAD that has no connection of ours (`cm_issue_rej`, §5.3):
 /// the IDs swapped from the received message, its TID.

@@ -8,9 +8,9 @@ use wire::cm::{self, Message, SidrStatus};
 use wire::{PKey, Qkey, Qpn};
 
 use super::conn::{fit, mad, Fate, Outstanding};
+use super::outbox::Outbox;
 use super::timing::{convert_to_ms, MS_NS};
 use super::types::*;
-use super::Outbox;
 use crate::types::Gid;
 
 /// SIDR_REQ_SENT: our request, waiting for the SIDR_REP.

@@ -21,7 +21,7 @@ mod tx;
 
 use crate::handle::{CqHandle, QpHandle};
 
-pub use raw::{Frame, RawCounters, DEFAULT_FRAME_MAX, ETH_HEADER_LEN, VLAN_TAG_LEN};
+pub use crate::frame::{Frame, RawCounters, DEFAULT_FRAME_MAX, ETH_HEADER_LEN, VLAN_TAG_LEN};
 
 pub use crate::output::{
     AsyncEventKind, DeviceCounters, Event, EventElement, PostOutcome, Transmit, ROCE_PORT,

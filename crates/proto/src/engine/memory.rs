@@ -69,6 +69,7 @@ impl Engine {
         let m = self.mrs.get_mut(h).expect("just inserted");
         m.lkey = lkey;
         m.rkey = rkey;
+        self.rings.mrs.insert(m);
         self.pd_use(pd, ObjectKind::Mr, true)?;
         Ok((h, self.mrs.get(h).expect("just inserted")))
     }
@@ -84,6 +85,7 @@ impl Engine {
             .mrs
             .remove(h)
             .ok_or_else(|| missing(ObjectKind::Mr, h))?;
+        self.rings.mrs.remove(m.lkey);
         self.pd_use(m.pd, ObjectKind::Mr, false)?;
         Ok(m)
     }
@@ -119,6 +121,7 @@ impl Engine {
         }
         let m = self.mrs.get_mut(h).expect("checked above");
         *m = new;
+        self.rings.mrs.insert(m);
         Ok(m)
     }
 
@@ -158,7 +161,7 @@ impl Engine {
                 kind: ObjectKind::Mr,
                 limit,
             })?;
-        let rkey = mr::mw::window_key(h.index(), key);
+        let rkey = mr::window_key(h.index(), key);
         if let Some(w) = mws.get_mut(h) {
             w.rkey = rkey;
         }

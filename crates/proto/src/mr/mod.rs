@@ -1,8 +1,8 @@
 //! Memory regions: registration rules, keys, and the bounds/access check that is
 //! the security boundary of every local and remote access.
 
-use crate::error::{Error, InvalidArg, Unsupported};
 use crate::handle::{kind, PdHandle};
+use crate::refusal::{InvalidArg, Refusal, Unsupported};
 use crate::table::Table;
 use crate::types::AccessFlags;
 
@@ -311,7 +311,7 @@ pub const ODP_CAPS: OdpCaps = OdpCaps {
 };
 
 /// Checks `ibv_reg_mr` arguments; returns the access flags in force.
-pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Error> {
+pub fn check_reg(addr: u64, length: u64, access: u32) -> Result<AccessFlags, Refusal> {
     // An implicit region spans the whole address space: on demand only
     // (mlx5_ib_reg_user_mr: start 0, length U64_MAX, IB_ACCESS_ON_DEMAND).
     if length == IMPLICIT_LEN && (addr != 0 || access & AccessFlags::ON_DEMAND.0 == 0) {
@@ -359,7 +359,7 @@ pub struct Rereg {
 /// Checks a re-registration of `old`; returns the region it becomes (same
 /// keys: the kernel's in-place path and rxe keep them). The PD's existence is
 /// the engine's to check.
-pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Error> {
+pub fn check_rereg(old: &Mr, r: &Rereg) -> Result<Mr, Refusal> {
     // Kernel ib_uverbs_rereg_mr: no flag at all is EINVAL.
     if r.pd.is_none() && r.translation.is_none() && r.access.is_none() {
         return Err(InvalidArg::ReregNoChange.into());
@@ -512,7 +512,7 @@ pub fn advise(
     pd: PdHandle,
     advice: u32,
     flags: u32,
-    sges: &[crate::wr::Sge],
+    sges: &[crate::types::Sge],
     mem: &dyn crate::memory::Memory,
 ) -> Result<(), AdviseError> {
     let advice = Advice::from_raw(advice).ok_or(AdviseError::Advice { advice })?;
@@ -556,10 +556,24 @@ pub fn advise(
 
 /// The MR an lkey or rkey names (the slot index sits in the key's high bits).
 pub fn mr_by_key(mrs: &MrTable, key: u32) -> Option<&Mr> {
-    if mw::is_window_key(key) {
-        return None;
+    mrs.by_key(key)
+}
+
+/// A set of memory regions that can be looked up by key: the engine's table,
+/// or the read-only copy posts use ([`view::MrView`]). The key names a slot;
+/// [`Mr::check`] still compares the whole key.
+pub trait MrKeys {
+    /// The MR whose slot `key` names, if any (never for a window's key).
+    fn by_key(&self, key: u32) -> Option<&Mr>;
+}
+
+impl MrKeys for MrTable {
+    fn by_key(&self, key: u32) -> Option<&Mr> {
+        if is_window_key(key) {
+            return None;
+        }
+        self.get_by_index(key_index(key)?).map(|(_, m)| m)
     }
-    mrs.get_by_index(crate::mr::key_index(key)?).map(|(_, m)| m)
 }
 
 /// Checks `ibv_reg_dm_mr` arguments: a zero-based region (IBV_ACCESS_ZERO_BASED
@@ -571,7 +585,7 @@ pub fn check_reg_dm(
     offset: u64,
     length: u64,
     access: u32,
-) -> Result<AccessFlags, Error> {
+) -> Result<AccessFlags, Refusal> {
     if access & AccessFlags::ZERO_BASED.0 == 0 {
         return Err(InvalidArg::DmMrNotZeroBased.into());
     }
@@ -601,12 +615,34 @@ pub fn keys(index: u32, serial: u32) -> (u32, u32) {
     (base, base | 0x80)
 }
 
+/// Window rkeys have bit 31 set; MR keys never do (their slot index is below 2^23).
+const WINDOW_BIT: u32 = 1 << 31;
+
+/// The rkey of window slot `index` with key part `key`.
+pub fn window_key(index: u32, key: u8) -> u32 {
+    WINDOW_BIT | ((index + 1) << 8) | u32::from(key)
+}
+
+/// True if `key` names a window rather than an MR.
+pub fn is_window_key(key: u32) -> bool {
+    key & WINDOW_BIT != 0
+}
+
+/// The table slot of a window rkey.
+pub fn window_index(key: u32) -> Option<u32> {
+    if !is_window_key(key) {
+        return None;
+    }
+    ((key & !WINDOW_BIT) >> 8).checked_sub(1)
+}
+
 /// The table slot a key points at, if any.
 pub fn key_index(key: u32) -> Option<u32> {
     (key >> 8).checked_sub(1)
 }
 
 pub mod mw;
+pub mod view;
 
 #[cfg(test)]
 mod tests;

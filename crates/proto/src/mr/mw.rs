@@ -5,13 +5,13 @@
 //! A window is a remote view of part of a memory region with its own rkey and
 //! access rights. Promises:
 //! - a window rkey never names an MR and an MR rkey never names a window
-//!   (bit 31 tells them apart, [`is_window_key`]);
+//!   (bit 31 tells them apart, [`super::is_window_key`]);
 //! - remote access through a window is checked like an MR access: key (all 32
 //!   bits), state, PD, the binding QP for type 2, the window's bounds, the
 //!   window's access flags, then the region's bounds — before a byte moves;
 //! - every refusal is a [`MwError`] that says which rule in words.
 
-use super::{Access, AccessError, Mr, MrTable};
+use super::{is_window_key, window_index, Access, AccessError, Mr, MrTable};
 use crate::handle::{kind, MrHandle, PdHandle, QpHandle};
 use crate::table::Table;
 use crate::types::AccessFlags;
@@ -89,27 +89,6 @@ pub struct Mw {
     pub rkey: u32,
     /// What it is bound to (`None`: unbound; a type 2 window is then "free").
     pub binding: Option<Binding>,
-}
-
-/// Window rkeys have bit 31 set; MR keys never do (their slot index is below 2^23).
-const WINDOW_BIT: u32 = 1 << 31;
-
-/// The rkey of window slot `index` with key part `key`.
-pub fn window_key(index: u32, key: u8) -> u32 {
-    WINDOW_BIT | ((index + 1) << 8) | u32::from(key)
-}
-
-/// True if `key` names a window rather than an MR.
-pub fn is_window_key(key: u32) -> bool {
-    key & WINDOW_BIT != 0
-}
-
-/// The table slot of a window rkey.
-pub fn window_index(key: u32) -> Option<u32> {
-    if !is_window_key(key) {
-        return None;
-    }
-    ((key & !WINDOW_BIT) >> 8).checked_sub(1)
 }
 
 /// The window a key names (whatever its key part: callers compare the rkey).

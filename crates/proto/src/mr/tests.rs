@@ -69,7 +69,7 @@ fn rereg_keeps_paging_and_refuses_device_memory() {
     assert_eq!(e.errno(), crate::Errno::EOPNOTSUPP, "{e}");
     assert_eq!(
         e,
-        Error::NotSupported(Unsupported::ReregOnDemandSwitch {
+        Refusal::Unsupported(Unsupported::ReregOnDemandSwitch {
             from: AccessFlags(1),
             to: AccessFlags(1 | AccessFlags::ON_DEMAND.0),
         })
@@ -78,7 +78,12 @@ fn rereg_keeps_paging_and_refuses_device_memory() {
     let dm = mr(1 | AccessFlags::ZERO_BASED.0);
     let e = check_rereg(&dm, &access(1)).unwrap_err();
     assert_eq!(e.errno(), crate::Errno::EINVAL, "{e}");
-    assert_eq!(e, Error::Invalid(InvalidArg::ReregDeviceMemory));
+    assert_eq!(e, Refusal::Invalid(InvalidArg::ReregDeviceMemory));
+    assert_eq!(
+        crate::Error::from(e),
+        crate::Error::Invalid(InvalidArg::ReregDeviceMemory),
+        "the engine reports it as the same Error variant"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use crate::handle::PdHandle;
 use crate::memory::Memory;
-use crate::mr::{Access, AccessError, MrTable};
+use crate::mr::{Access, AccessError, MrKeys};
 use crate::wr::Sge;
 
 // Why a gather or scatter failed: defined beside the access checks it
@@ -14,7 +14,7 @@ pub use crate::mr::SglError;
 pub use crate::mr::mr_by_key;
 
 fn check_sge(
-    mrs: &MrTable,
+    mrs: &(impl MrKeys + ?Sized),
     pd: PdHandle,
     mem: &dyn Memory,
     sge: &Sge,
@@ -22,10 +22,12 @@ fn check_sge(
     len: u64,
     access: Access,
 ) -> Result<u64, SglError> {
-    let mr = mr_by_key(mrs, sge.lkey).ok_or(SglError::Access(AccessError::NoSuchKey {
-        key: sge.lkey,
-        remote: false,
-    }))?;
+    let mr = mrs
+        .by_key(sge.lkey)
+        .ok_or(SglError::Access(AccessError::NoSuchKey {
+            key: sge.lkey,
+            remote: false,
+        }))?;
     mr.check_present(pd, sge.lkey, addr, len, access, mem)
         .map_err(SglError::Access)
 }
@@ -67,7 +69,7 @@ fn walk(
 
 /// Copies `out.len()` bytes from the list, starting `offset` bytes in.
 pub fn gather(
-    mrs: &MrTable,
+    mrs: &(impl MrKeys + ?Sized),
     pd: PdHandle,
     mem: &dyn Memory,
     sges: &[Sge],
@@ -84,7 +86,7 @@ pub fn gather(
 /// Copies `data` into the list, starting `offset` bytes in. Everything is
 /// checked before anything is written, so a failed scatter changes no memory.
 pub fn scatter(
-    mrs: &MrTable,
+    mrs: &(impl MrKeys + ?Sized),
     pd: PdHandle,
     mem: &dyn Memory,
     sges: &[Sge],
@@ -97,7 +99,7 @@ pub fn scatter(
     })?;
     walk(sges, offset, len, |sge, addr, n, at| {
         // Checked above: the key names its region (zero-based ones translate).
-        let host = mr_by_key(mrs, sge.lkey).map_or(addr, |m| m.host_of(addr));
+        let host = mrs.by_key(sge.lkey).map_or(addr, |m| m.host_of(addr));
         mem.write(host, &data[at..at + n as usize]);
         Ok(())
     })
@@ -108,7 +110,7 @@ mod tests {
     use super::*;
     use crate::handle::Handle;
     use crate::memory::VecMemory;
-    use crate::mr::Mr;
+    use crate::mr::{Mr, MrTable};
     use crate::types::AccessFlags;
 
     fn setup() -> (MrTable, PdHandle, u32, u32) {

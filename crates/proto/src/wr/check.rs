@@ -3,12 +3,82 @@
 //! reason in words) and the pure checks `ibv_post_send` / `ibv_post_recv` /
 //! `ibv_post_srq_recv` run on a WR before it is queued.
 
-use super::*;
+use super::types::*;
 use crate::error::{Errno, ObjectKind};
 use crate::handle::{AhHandle, PdHandle};
 use crate::mr::SglError;
 use crate::types::{QpState, QpType};
 use std::fmt;
+
+/// One row of the WR-opcode × QP-type matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpcodeSupport {
+    /// The opcode.
+    pub opcode: WrOpcode,
+    /// Valid on UD / UC / RC per verbs (`ibv_post_send(3)` table; FLUSH and
+    /// ATOMIC_WRITE are RC-only, spec rc-reliability.md §1.1).
+    pub verbs: [bool; 3],
+    /// Executed by softverbs on UD / UC / RC. Valid-but-not-offered is
+    /// refused with `EOPNOTSUPP`, never accepted and dropped.
+    pub softverbs: [bool; 3],
+}
+
+const fn row(opcode: WrOpcode, verbs: [bool; 3], softverbs: [bool; 3]) -> OpcodeSupport {
+    OpcodeSupport {
+        opcode,
+        verbs,
+        softverbs,
+    }
+}
+
+const N: bool = false;
+const Y: bool = true;
+
+/// The WR-opcode × QP-type matrix, columns `[UD, UC, RC]`. Not offered by
+/// softverbs: SEND_WITH_INV on UC (UC has no wire opcode for it, spec
+/// roce-wire.md §4.2), TSO on UD (softverbs offers it on RAW_PACKET QPs
+/// only, `Engine::post_send_tso`). DRIVER1 is valid on no type.
+pub const OPCODE_MATRIX: [OpcodeSupport; 14] = [
+    row(WrOpcode::Send, [Y, Y, Y], [Y, Y, Y]),
+    row(WrOpcode::SendWithImm, [Y, Y, Y], [Y, Y, Y]),
+    row(WrOpcode::RdmaWrite, [N, Y, Y], [N, Y, Y]),
+    row(WrOpcode::RdmaWriteWithImm, [N, Y, Y], [N, Y, Y]),
+    row(WrOpcode::RdmaRead, [N, N, Y], [N, N, Y]),
+    row(WrOpcode::AtomicCmpAndSwp, [N, N, Y], [N, N, Y]),
+    row(WrOpcode::AtomicFetchAndAdd, [N, N, Y], [N, N, Y]),
+    row(WrOpcode::LocalInv, [N, Y, Y], [N, Y, Y]),
+    row(WrOpcode::BindMw, [N, Y, Y], [N, Y, Y]),
+    row(WrOpcode::SendWithInv, [N, Y, Y], [N, N, Y]),
+    row(WrOpcode::Tso, [Y, N, N], [N, N, N]),
+    row(WrOpcode::Driver1, [N, N, N], [N, N, N]),
+    row(WrOpcode::Flush, [N, N, Y], [N, N, Y]),
+    row(WrOpcode::AtomicWrite, [N, N, Y], [N, N, Y]),
+];
+
+fn matrix_column(qp_type: QpType) -> Option<usize> {
+    match qp_type {
+        QpType::Ud => Some(0),
+        QpType::Uc => Some(1),
+        // ibv_post_send(3): XRC_SEND takes the RC opcodes (spec/xrc.md §5).
+        QpType::Rc | QpType::XrcSend => Some(2),
+        _ => None,
+    }
+}
+
+/// Checks `opcode` against [`OPCODE_MATRIX`] for a QP of `qp_type`.
+pub fn check_opcode(opcode: WrOpcode, qp_type: QpType) -> Result<(), PostError> {
+    let col = matrix_column(qp_type);
+    let support = OPCODE_MATRIX.iter().find(|r| r.opcode == opcode);
+    let (verbs, ours) = match (support, col) {
+        (Some(r), Some(c)) => (r.verbs[c], r.softverbs[c]),
+        _ => (false, false),
+    };
+    match (verbs, ours) {
+        (_, true) => Ok(()),
+        (true, false) => Err(PostError::OpcodeNotOffered { opcode, qp_type }),
+        (false, false) => Err(PostError::OpcodeForQpType { opcode, qp_type }),
+    }
+}
 
 /// What happens to a WR posted in a given state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,9 +1,12 @@
 //! Tests of work-request checks, cross-checked against the spec.
 use super::*;
 use crate::error::Errno;
-use crate::handle::{Handle, PdHandle};
+use crate::handle::{AhHandle, Handle, PdHandle};
 use crate::spec_md::{plain, table_after};
-use crate::types::QpState;
+use crate::types::{QpState, QpType};
+
+const N: bool = false;
+const Y: bool = true;
 
 const QP_SM: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -11,72 +11,23 @@
 //! is queued on the id's rdma_cm channel, whose fd becomes readable.
 
 use crate::channel::{self, Pending};
-use crate::conn::Cm;
+use crate::cm::Cm;
 use crate::device;
 use crate::ffi::*;
-use crate::id::{self, IdBlock, State};
-use crate::net;
+use crate::id::{IdBlock, State};
 use crate::util::*;
 use crate::verbs::{self, cm as sv};
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
-use std::sync::Mutex;
 
 mod pump;
-use pump::*;
+pub(crate) mod state;
 
-const IBV_QPS_INIT: u32 = 1;
-const IBV_QPS_RTR: u32 = 2;
-const IBV_QPS_RTS: u32 = 3;
-const IBV_QPS_ERR: u32 = 6;
-const IBV_QP_STATE: c_int = 1;
-
-/// What the CM knows of one rdma_cm id.
-#[derive(Debug, Default, Clone)]
-struct IdCm {
-    /// The device context of its connection.
-    ctx: usize,
-    conn: Option<u32>,
-    /// (context, listen handle) per device listened on.
-    listens: Vec<(usize, u64)>,
-    /// The REQ's responder resources / initiator depth (passive side).
-    req_rr: u8,
-    req_id: u8,
-    established: bool,
-    disconnected: bool,
-}
-
-#[derive(Default)]
-struct Tables {
-    /// (context, connection) -> id address.
-    conns: HashMap<(usize, u32), usize>,
-    /// (context, listen handle) -> listening id address.
-    listens: HashMap<(usize, u64), usize>,
-    ids: HashMap<usize, IdCm>,
-    /// context -> CM channel.
-    channels: HashMap<usize, usize>,
-    /// id address -> (port space, port, contexts) of its binding, reserved
-    /// in those devices' CMs (`softverbs_cm_reserve`) until it is destroyed.
-    reserved: HashMap<usize, (u32, u16, Vec<usize>)>,
-}
-
-static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
-/// Held while the event thread handles an event, so that `rdma_destroy_id`
-/// never frees an id the thread is using.
-static DISPATCH: Mutex<()> = Mutex::new(());
-
-thread_local! {
-    static ON_EVENT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn tables<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
-    f(lock(&TABLES).get_or_insert_with(Tables::default))
-}
-
-fn id_cm(b: &IdBlock) -> Option<IdCm> {
-    tables(|t| t.ids.get(&b.addr()).cloned())
-}
+use pump::{event_thread, post};
+use state::{
+    connect_qp, ctx_of, id_cm, qp_of, qp_to_err, tables, RdAtomic, Tables, DISPATCH,
+    ON_EVENT_THREAD, TABLES,
+};
 
 /// The connection manager of softverbs' devices.
 pub(crate) struct SoftCm;
@@ -186,86 +137,8 @@ fn random_psn() -> u32 {
     v & 0x00ff_ffff
 }
 
-fn ctx_of(b: &IdBlock) -> *mut ibv_context {
-    // SAFETY: `verbs` is set once when the id gets its device.
-    unsafe { (*b.c()).verbs }
-}
-
-fn qp_of(b: &IdBlock) -> *mut ibv_qp {
-    // SAFETY: the id's own field.
-    unsafe { (*b.c()).qp }
-}
-
-/// Moves the id's QP to `state` with the CM's attributes for it (rdma-core
-/// `ucma_modify_qp_rtr`/`_rts`: INIT again first, then RTR, then RTS).
-/// `rd`: the passive side's (responder resources, initiator depth) as
-/// `rdma_accept` settled them, which replace the REQ's in RTR and RTS.
-fn modify_qp(
-    verb: &str,
-    ctx: *mut ibv_context,
-    conn: u32,
-    qp: *mut ibv_qp,
-    state: u32,
-    rq_psn: Option<u32>,
-    rd: Option<RdAtomic>,
-) -> Result<(), c_int> {
-    // SAFETY: all-zero is a valid ibv_qp_attr.
-    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    let mut mask: c_int = 0;
-    // SAFETY: an open context and valid out-pointers.
-    let r = unsafe { sv::softverbs_cm_qp_attr(ctx, conn, state, &raw mut attr, &raw mut mask) };
-    if r != 0 {
-        return Err(refuse(
-            verb,
-            r,
-            format_args!("the CM has no attributes for QP state {state}"),
-        ));
-    }
-    if let Some(psn) = rq_psn.filter(|_| state == IBV_QPS_RTR) {
-        attr.rq_psn = psn;
-    }
-    // rdma-core `ucma_modify_qp_rtr(id, resp_res)` / `ucma_modify_qp_rts(id, init_depth)`.
-    match (rd, state) {
-        (Some(rd), IBV_QPS_RTR) => attr.max_dest_rd_atomic = rd.responder_resources,
-        (Some(rd), IBV_QPS_RTS) => attr.max_rd_atomic = rd.initiator_depth,
-        _ => {}
-    }
-    // SAFETY: the id's QP.
-    match unsafe { verbs::ibv_modify_qp(qp, &raw mut attr, mask) } {
-        0 => Ok(()),
-        e => Err(refuse(
-            verb,
-            e,
-            format_args!("ibv_modify_qp to state {state} with the CM's attributes failed"),
-        )),
-    }
-}
-
-/// INIT (again), RTR, RTS with the CM's attributes; `rq_psn`: the passive
-/// side's own starting PSN, chosen before the REP that announces it.
-fn connect_qp(
-    verb: &str,
-    ctx: *mut ibv_context,
-    conn: u32,
-    qp: *mut ibv_qp,
-    rq_psn: Option<u32>,
-    rd: Option<RdAtomic>,
-) -> Result<(), c_int> {
-    for s in [IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS] {
-        modify_qp(verb, ctx, conn, qp, s, rq_psn, rd)?;
-    }
-    Ok(())
-}
-
 /// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`: "as many as the device allows".
 const RDMA_MAX_RD_ATOMIC: u8 = 0xff;
-
-/// Responder resources and initiator depth of a connection, from this side.
-#[derive(Debug, Clone, Copy)]
-struct RdAtomic {
-    responder_resources: u8,
-    initiator_depth: u8,
-}
 
 /// The device's limits as rdma-core's `ucma_init_device` keeps them
 /// (`max_qp_rd_atom`, `max_qp_init_rd_atom`, cut to a byte).
@@ -322,21 +195,6 @@ fn settle_rd_atomic(
             "initiator_depth",
         )?,
     })
-}
-
-/// Moves the id's QP (if it still has one) to ERR, under the id's lock so
-/// that a concurrent `rdma_destroy_qp` never frees it meanwhile.
-fn qp_to_err(b: &IdBlock) {
-    let _st = b.lock();
-    let qp = qp_of(b);
-    if qp.is_null() {
-        return;
-    }
-    // SAFETY: all-zero is a valid ibv_qp_attr.
-    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    attr.qp_state = IBV_QPS_ERR;
-    // SAFETY: the id's QP.
-    unsafe { verbs::ibv_modify_qp(qp, &raw mut attr, IBV_QP_STATE) };
 }
 
 fn bytes<'a>(p: *const c_void, len: u8) -> &'a [u8] {
@@ -631,35 +489,6 @@ impl Cm for SoftCm {
         }
     }
 
-    fn init_qp_attr(&self, b: &IdBlock, attr: &mut ibv_qp_attr) -> Option<Result<c_int, c_int>> {
-        const VERB: &str = "rdma_init_qp_attr";
-        let c = id_cm(b)?;
-        let conn = c.conn?;
-        if b.qp_type() == IBV_QPT_UD {
-            return None;
-        }
-        let mut mask: c_int = 0;
-        // SAFETY: an open context and valid out-pointers.
-        let r = unsafe {
-            sv::softverbs_cm_qp_attr(
-                c.ctx as *mut ibv_context,
-                conn,
-                attr.qp_state,
-                attr,
-                &raw mut mask,
-            )
-        };
-        Some(if r == 0 {
-            Ok(mask)
-        } else {
-            Err(refuse(
-                VERB,
-                r,
-                "the CM has no QP attributes for that state",
-            ))
-        })
-    }
-
     fn destroy(&self, b: &IdBlock) {
         crate::mcast::forget(b);
         if let Some((ps, port, ctxs)) = tables(|t| t.reserved.remove(&b.addr())) {
@@ -822,7 +651,7 @@ pub(crate) fn get_request(verb: &str, l: &IdBlock) -> Result<*mut rdma_cm_id, c_
 
 #[cfg(test)]
 mod tests {
-    use super::cma_addrs;
+    use super::pump::cma_addrs;
     use std::net::IpAddr;
 
     fn header(ipv: u8, port: u16, src: [u8; 16], dst: [u8; 16]) -> Vec<u8> {

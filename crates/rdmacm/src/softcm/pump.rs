@@ -3,7 +3,16 @@
 //! id (connection requests make their new id; a UD request carries its
 //! address handle), queued on the id's channel.
 
-use super::*;
+use super::state::{connect_qp, qp_of, qp_to_err, tables, IdCm, DISPATCH, ON_EVENT_THREAD};
+use crate::channel::Pending;
+use crate::device;
+use crate::ffi::*;
+use crate::id::{self, IdBlock, State};
+use crate::net;
+use crate::util::*;
+use crate::verbs::cm as sv;
+use std::ffi::c_int;
+use std::net::IpAddr;
 
 /// Blocks the asynchronous signals in this library thread, so that a signal
 /// sent to the process reaches (and interrupts) one of the program's threads,

@@ -1,7 +1,12 @@
 //! Event channels (an eventfd readable while events wait) and the hub that
 //! routes the device CM's events to them, under the engine lock.
 
-use super::*;
+use super::common::*;
+use proto::cm::Cm;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+use sv_io::EventFd;
 
 /// Where events wait: a queue, a condition variable for blocking waits and
 /// an eventfd that is readable while the queue is not empty.
@@ -13,7 +18,7 @@ pub struct CmChannel {
 
 impl CmChannel {
     /// A channel with no events (`rdma_create_event_channel`); route ids to
-    /// it through [`CmPort`].
+    /// it through [`super::CmPort`].
     pub fn new() -> Result<Arc<CmChannel>, CmError> {
         Ok(Arc::new(CmChannel {
             q: Mutex::new(VecDeque::new()),
@@ -60,7 +65,7 @@ impl CmChannel {
     }
 
     /// The oldest event, waiting at most `timeout` (`None`: only look).
-    /// For [`CmPort`] users; the typed objects take their own events.
+    /// For [`super::CmPort`] users; the typed objects take their own events.
     pub fn next_event(&self, timeout: Option<Duration>) -> Option<CmEvent> {
         self.take(timeout.map(|t| Instant::now() + t), |_| true)
     }
@@ -162,38 +167,6 @@ impl Hub {
                 }
             }
         }
-    }
-}
-
-impl Shared {
-    /// Runs `f` on the CM under the engine lock, routes the events it made,
-    /// and wakes the progress thread to send its MADs.
-    pub(crate) fn cm<R>(&self, f: impl FnOnce(&mut proto::Engine, u64) -> R) -> R {
-        let now = self.driver.now();
-        let r = self.driver.with(|d| {
-            let r = f(&mut d.engine, now);
-            d.cm_hub.drain(now, d.engine.cm_mut());
-            r
-        });
-        self.driver.doorbell();
-        r
-    }
-
-    /// Registers this process as the listener of `service_id` on its
-    /// (possibly shared) address (`sv_io::share::Slot::register_service`).
-    pub(crate) fn register_service(&self, service_id: u64) -> Result<(), super::CmError> {
-        self.slot.register_service(service_id).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AddrInUse {
-                // Another process of the address listens on it (EADDRINUSE).
-                super::CmError::Cm(proto::cm::CmError::AlreadyListening(service_id))
-            } else {
-                super::CmError::Os(e.kind())
-            }
-        })
-    }
-
-    pub(crate) fn hub(&self) -> Arc<Hub> {
-        self.driver.with(|d| d.cm_hub.clone())
     }
 }
 

@@ -1,6 +1,15 @@
 //! Connected RC queue pairs: listener, request, connect, connection.
 
-use super::*;
+use super::channel::{hub_points_to, CmChannel, Route};
+use super::common::*;
+use crate::device::Shared;
+use crate::pd::ProtectionDomain;
+use crate::qp::{QueuePair, Rc};
+use proto::types::Gid;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::cm::cma::{self, Header};
 
 /// A connected RC queue pair and its CM connection.
 pub struct Connection {

@@ -1,6 +1,13 @@
 //! [`CmPort`]: the device's CM at the level of `ib_cm`, for the C ABI.
 
-use super::*;
+use super::channel::{CmChannel, Hub, Route};
+use super::common::*;
+use crate::device::Shared;
+use proto::types::Gid;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+use wire::cm::cma::{self, Header};
 
 /// The device's connection manager at the level of `ib_cm`, for the C ABI
 /// (librdmacm drives its QPs itself with `ibv_modify_qp`, from
@@ -229,4 +236,48 @@ pub fn cma_header(src: IpAddr, src_port: u16, dst: IpAddr, user: &[u8]) -> Vec<u
     let _ = h.emit(&mut pd);
     pd.extend_from_slice(user);
     pd
+}
+
+impl Shared {
+    /// Runs `f` on the CM under the engine lock, routes the events it made,
+    /// and wakes the progress thread to send its MADs.
+    pub(crate) fn cm<R>(&self, f: impl FnOnce(&mut proto::Engine, u64) -> R) -> R {
+        let now = self.driver.now();
+        let r = self.driver.with(|d| {
+            let r = f(&mut d.engine, now);
+            d.cm_hub.drain(now, d.engine.cm_mut());
+            r
+        });
+        self.driver.doorbell();
+        r
+    }
+
+    /// Registers this process as the listener of `service_id` on its
+    /// (possibly shared) address (`sv_io::share::Slot::register_service`).
+    pub(crate) fn register_service(&self, service_id: u64) -> Result<(), CmError> {
+        self.slot.register_service(service_id).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                // Another process of the address listens on it (EADDRINUSE).
+                CmError::Cm(proto::cm::CmError::AlreadyListening(service_id))
+            } else {
+                CmError::Os(e.kind())
+            }
+        })
+    }
+
+    pub(crate) fn hub(&self) -> Arc<Hub> {
+        self.driver.with(|d| d.cm_hub.clone())
+    }
+}
+
+impl crate::context::Context {
+    /// The device CM's counters: MADs sent/received by kind, drops by reason.
+    pub fn cm_counters(&self) -> CmCounters {
+        self.inner.dev.driver.with(|d| *d.engine.cm_counters())
+    }
+
+    /// Datagrams for QP1 that never reached the CM (not a GSI MAD).
+    pub fn gsi_counters(&self) -> proto::gsi::GsiCounters {
+        self.inner.dev.driver.with(|d| d.engine.gsi_counters())
+    }
 }

@@ -1,6 +1,13 @@
 //! UD services through SIDR: resolve (active) and answer (listener).
 
-use super::*;
+use super::channel::{CmChannel, Route};
+use super::common::*;
+use super::conn::Listener;
+use crate::pd::ProtectionDomain;
+use proto::types::Gid;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+use wire::cm::cma::{self, Header};
 
 /// A UD service resolved through SIDR: where to send.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,36 +1,23 @@
-//! Queue pairs: `ibv_create_qp(_ex)`, `ibv_modify_qp`, `ibv_query_qp`,
-//! `ibv_destroy_qp`, `ibv_qp_to_qp_ex`. softverbs checks every rule (the
-//! kernel's modify table, required and optional attributes, values) and says
-//! in words what was wrong; this layer converts the C structs.
+//! Making queue pairs: `ibv_create_qp`, the `create_qp_ex` and `open_qp`
+//! ops (an XRC_RECV QP is made in, or opened through, its XRC domain,
+//! spec/xrc.md), RSS QPs over a WQ table (spec/raw-packet.md §6). A new QP's
+//! block carries the `ibv_wr_*` builders of post.rs, so this file sits above
+//! post.rs, which sits above the QP block (qp/mod.rs).
 
-use crate::convert::{c_qp_cap, c_query_attr, checked_qp_attr, qp_cap};
+use super::QpBlock;
+use crate::context::ctx_block;
+use crate::convert::{c_qp_cap, qp_cap};
 use crate::cq::CqBlock;
+use crate::domain::{DomainHold, PdBlock};
 use crate::ffi::*;
-use crate::memory::PdBlock;
-use crate::post::Batch;
+use crate::post::qp_ex_ops;
 use crate::srq::SrqBlock;
 use crate::util::*;
-use softverbs::{AttrMask, QpInit};
+use crate::wq::IndTableBlock;
+use crate::xrc::xrcd_block;
+use softverbs::QpInit;
 use std::ffi::{c_int, c_void};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
-#[repr(C)]
-pub(crate) struct QpBlock {
-    pub c: ibv_qp_ex,
-    magic: u64,
-    pub inner: softverbs::QueuePair,
-    /// The `ibv_wr_*` batch being built (between `wr_start` and `wr_complete`).
-    batch: Mutex<Batch>,
-    /// Set when made through a parent domain (its dealloc waits for it).
-    _domain: Option<crate::domain::DomainHold>,
-}
-impl_block!(QpBlock, ibv_qp, "queue pair", 0x736f_6674_7170_3031);
-
-impl QpBlock {
-    pub(crate) fn batch(&self) -> MutexGuard<'_, Batch> {
-        self.batch.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
+use std::sync::Mutex;
 
 /// `IBV_QP_INIT_ATTR_PD`.
 const QP_INIT_ATTR_PD: u32 = 1;
@@ -60,7 +47,7 @@ unsafe fn create_rss(
             "an RSS QP is a RAW_PACKET QP with both IBV_QP_INIT_ATTR_IND_TABLE and _RX_HASH",
         ));
     }
-    let table = block::<crate::wq::IndTableBlock>(verb, a.rwq_ind_tbl.cast())?;
+    let table = block::<IndTableBlock>(verb, a.rwq_ind_tbl.cast())?;
     let h = &a.rx_hash_conf;
     let len = usize::from(h.rx_hash_key_len);
     if h.rx_hash_key.is_null() && len > 0 {
@@ -175,7 +162,7 @@ unsafe fn create(
         let init = QpInit {
             send_cq: scq.cq(),
             recv_cq: rcq.cq(),
-            srq: srqb.map(super::srq::SrqBlock::srq),
+            srq: srqb.map(SrqBlock::srq),
             cap: qp_cap(&cap),
             sq_sig_all: sq_sig_all != 0,
             comp_mask,
@@ -228,7 +215,7 @@ pub(crate) unsafe fn register(
         comp_mask: 0,
         wr_id: 0,
         wr_flags: 0,
-        ..crate::post::qp_ex_ops()
+        ..qp_ex_ops()
     };
     let p = into_c(QpBlock {
         c,
@@ -236,10 +223,10 @@ pub(crate) unsafe fn register(
         inner: qp,
         batch: Mutex::default(),
         // SAFETY: `pd` is NULL or the live PD the QP was made in.
-        _domain: unsafe { crate::domain::DomainHold::of(pd) },
+        _domain: unsafe { DomainHold::of(pd) },
     });
     // SAFETY: the caller's live context (`ctx_block` checks it).
-    if let Ok(ctx) = unsafe { crate::context::ctx_block(verb, context) } {
+    if let Ok(ctx) = unsafe { ctx_block(verb, context) } {
         ctx.objects().qps.insert(id, p as usize);
     }
     p
@@ -281,7 +268,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         // SAFETY: as above.
         if unsafe { (*attr).qp_type } == QPT_XRC_RECV {
             // SAFETY: as above.
-            return unsafe { crate::xrc::create_recv_qp(context, &mut *attr) };
+            return unsafe { create_recv_qp(context, &mut *attr) };
         }
         if mask & QP_INIT_ATTR_PD == 0 {
             return Err(refuse(
@@ -302,194 +289,92 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ibv_modify_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    attr_mask: c_int,
-) -> c_int {
-    let b = match block::<QpBlock>("ibv_modify_qp", qp) {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    if attr.is_null() {
-        return refuse("ibv_modify_qp", EINVAL, "attr is NULL");
+/// `IBV_QP_INIT_ATTR_XRCD`.
+const QP_INIT_ATTR_XRCD: u32 = 1 << 1;
+
+/// `ibv_create_qp_ex` of an XRC_RECV QP: in `attr.xrcd`, with no PD, CQs or
+/// SRQ (they are NULL in the QP); its capacities come back 0.
+pub(crate) unsafe fn create_recv_qp(
+    context: *mut ibv_context,
+    attr: &mut ibv_qp_init_attr_ex,
+) -> Result<*mut ibv_qp, c_int> {
+    const VERB: &str = "ibv_create_qp_ex";
+    if attr.comp_mask & QP_INIT_ATTR_XRCD == 0 {
+        let why = "an XRC_RECV QP needs an XRC domain (comp_mask IBV_QP_INIT_ATTR_XRCD)";
+        return Err(refuse(VERB, EINVAL, why));
     }
-    let mask = AttrMask(attr_mask as u32);
-    // SAFETY: non-NULL attributes from the caller.
-    let a = match checked_qp_attr(unsafe { &*attr }, mask) {
-        Ok(a) => a,
-        Err(e) => return refuse("ibv_modify_qp", e.errno(), e),
-    };
-    match b.inner.modify(&a, mask) {
-        Ok(()) => {
-            if let Ok(info) = b.inner.query() {
-                // SAFETY: the live QP's public field, which programs read.
-                unsafe { (*qp).state = info.attr.qp_state.raw() };
-            }
-            0
+    let x = xrcd_block(VERB, attr.xrcd.cast())?;
+    if x.c.context != context {
+        return Err(refuse(
+            VERB,
+            EINVAL,
+            "the XRC domain belongs to another context",
+        ));
+    }
+    let qp = x.xrcd().create_recv_qp().map_err(|e| errno_of(&e))?;
+    attr.cap = c_qp_cap(&qp.cap());
+    let cqs = (std::ptr::null_mut(), std::ptr::null_mut());
+    let (pd, srq) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: the caller's context, which the XRCD was checked to be in.
+    Ok(unsafe { register(VERB, context, pd, cqs, srq, attr.qp_context, qp) })
+}
+
+/// `enum ibv_qp_open_attr_mask`.
+const QP_OPEN_ATTR_NUM: u32 = 1;
+const QP_OPEN_ATTR_XRCD: u32 = 1 << 1;
+const QP_OPEN_ATTR_CONTEXT: u32 = 1 << 2;
+const QP_OPEN_ATTR_TYPE: u32 = 1 << 3;
+const QP_OPEN_ATTR_RESERVED: u32 = 1 << 4;
+
+/// `verbs_context.open_qp`: another handle to an XRC_RECV QP of the domain
+/// (rdma-core `ibv_cmd_open_qp`: `NUM`, `XRCD` and `TYPE` are required).
+pub(crate) unsafe extern "C" fn open_qp(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_open_attr,
+) -> *mut ibv_qp {
+    const VERB: &str = "ibv_open_qp";
+    let r = (|| {
+        if attr.is_null() {
+            return Err(refuse(VERB, EINVAL, "qp_open_attr is NULL"));
         }
-        Err(e) => errno_of(&e),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    _attr_mask: c_int,
-    init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    let b = match block::<QpBlock>("ibv_query_qp", qp) {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    if attr.is_null() || init_attr.is_null() {
-        return refuse("ibv_query_qp", EINVAL, "attr or init_attr is NULL");
-    }
-    let info = match b.inner.query() {
-        Ok(i) => i,
-        Err(e) => return errno_of(&e),
-    };
-    let base = &b.c.qp_base;
-    // SAFETY: non-NULL out-pointers from the caller; `qp` is live.
-    unsafe {
-        attr.write(c_query_attr(&info));
-        init_attr.write(ibv_qp_init_attr {
-            qp_context: base.qp_context,
-            send_cq: base.send_cq,
-            recv_cq: base.recv_cq,
-            srq: base.srq,
-            cap: c_qp_cap(&info.cap),
-            qp_type: info.qp_type.raw(),
-            sq_sig_all: c_int::from(info.sq_sig_all),
-        });
-        (*qp).state = info.attr.qp_state.raw();
-    }
-    0
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    let b = match block::<QpBlock>("ibv_destroy_qp", qp) {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    // ibv_destroy_qp(3): fails while attached to a multicast group (EBUSY).
-    if let Err(e) = b.inner.destroyable() {
-        return errno_of(&e);
-    }
-    if let Ok(ctx) = crate::context::ctx_block("ibv_destroy_qp", b.c.qp_base.context) {
-        // An XRC_RECV QP may have several handles (ibv_open_qp): the registry
-        // forgets only the one it names, if it is this one.
-        let mut objects = ctx.objects();
-        if objects.qps.get(&b.inner.id()) == Some(&(qp as usize)) {
-            objects.qps.remove(&b.inner.id());
+        // SAFETY: non-NULL attributes from the caller.
+        let a = unsafe { &*attr };
+        if a.comp_mask >= QP_OPEN_ATTR_RESERVED {
+            let why = format_args!("comp_mask {:#x} has unknown bits", a.comp_mask);
+            return Err(refuse(VERB, EOPNOTSUPP, why));
         }
-    }
-    free::<QpBlock>(qp);
-    0
-}
-
-/// `ibv_qp_to_qp_ex`: every QP of this library is an `ibv_qp_ex`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    match block::<QpBlock>("ibv_qp_to_qp_ex", qp) {
-        Ok(_) => qp.cast::<ibv_qp_ex>(),
-        Err(e) => {
-            set_errno(e);
+        let need = QP_OPEN_ATTR_NUM | QP_OPEN_ATTR_XRCD | QP_OPEN_ATTR_TYPE;
+        if a.comp_mask & need != need {
+            let why = "comp_mask must include IBV_QP_OPEN_ATTR_NUM, _XRCD and _TYPE";
+            return Err(refuse(VERB, EINVAL, why));
+        }
+        if a.qp_type != softverbs::QpType::XrcRecv.raw() {
+            let why = format_args!("qp_type {}: only XRC_RECV QPs can be opened", a.qp_type);
+            return Err(refuse(VERB, EINVAL, why));
+        }
+        let x = xrcd_block(VERB, a.xrcd)?;
+        let qp = x.xrcd().open_qp(a.qp_num).map_err(|e| errno_of(&e))?;
+        let qp_context: *mut c_void = if a.comp_mask & QP_OPEN_ATTR_CONTEXT != 0 {
+            a.qp_context
+        } else {
             std::ptr::null_mut()
+        };
+        if x.c.context != context {
+            return Err(refuse(
+                VERB,
+                EINVAL,
+                "the XRC domain belongs to another context",
+            ));
         }
-    }
+        let cqs = (std::ptr::null_mut(), std::ptr::null_mut());
+        let (pd, srq) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: the caller's context, which the XRCD was checked to be in.
+        Ok(unsafe { register(VERB, context, pd, cqs, srq, qp_context, qp) })
+    })();
+    r.unwrap_or_else(|e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    })
 }
 
-pub(crate) unsafe fn ack_async(qp: *mut ibv_qp) {
-    if let Ok(b) = block::<QpBlock>("ibv_ack_async_event", qp) {
-        let _guard = b.batch();
-        // SAFETY: the live QP's public counter, updated under its lock.
-        unsafe { (*qp).events_completed += 1 };
-    }
-}
-
-/// `ibv_query_ece` / `ibv_set_ece`: no enhanced connection establishment.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_ece(qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
-    match block::<QpBlock>("ibv_query_ece", qp) {
-        Ok(_) => refuse(
-            "ibv_query_ece",
-            EOPNOTSUPP,
-            "enhanced connection establishment is not offered",
-        ),
-        Err(e) => e,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_set_ece(qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
-    match block::<QpBlock>("ibv_set_ece", qp) {
-        Ok(_) => refuse(
-            "ibv_set_ece",
-            EOPNOTSUPP,
-            "enhanced connection establishment is not offered",
-        ),
-        Err(e) => e,
-    }
-}
-
-/// `ibv_query_qp_data_in_order`: 0, i.e. no promise that data lands in order
-/// before the completion (the portable answer; programs then poll the CQ).
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_qp_data_in_order(
-    qp: *mut ibv_qp,
-    _op: u32,
-    _flags: u32,
-) -> c_int {
-    let _ = block::<QpBlock>("ibv_query_qp_data_in_order", qp);
-    0
-}
-
-crate::symver!("qp");
-
-/// `ibv_attach_mcast` / `ibv_detach_mcast`: UD QPs only; `gid` a multicast GID
-/// (spec/multicast.md). `lid` is ignored, as on every RoCE port (kernel
-/// `is_valid_mcast_lid`).
-unsafe fn mcast(what: &'static str, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
-    let b = match block::<QpBlock>(what, qp) {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    if gid.is_null() {
-        return refuse(what, EINVAL, "gid is NULL");
-    }
-    // SAFETY: non-NULL, points to the caller's 16-byte GID for the call.
-    let gid = softverbs::Gid(unsafe { (*gid).raw });
-    let r = if attach {
-        b.inner.attach_mcast(&gid)
-    } else {
-        b.inner.detach_mcast(&gid)
-    };
-    match r {
-        Ok(()) => 0,
-        Err(e) => errno_of(&e),
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_attach_mcast(
-    qp: *mut ibv_qp,
-    gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    // SAFETY: the caller's QP and GID pointers, checked inside.
-    unsafe { mcast("ibv_attach_mcast", qp, gid, true) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_detach_mcast(
-    qp: *mut ibv_qp,
-    gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    // SAFETY: the caller's QP and GID pointers, checked inside.
-    unsafe { mcast("ibv_detach_mcast", qp, gid, false) }
-}
+crate::symver!("qp_create");
