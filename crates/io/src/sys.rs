@@ -363,19 +363,22 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's [`Arrays`], reset for `n` messages and `iovs`
-/// iovecs (fresh ones if they are in use: no call nests, but never panic).
+/// iovecs; with fresh ones if they are in use (no call nests, but never
+/// panic) or already gone (a call from a thread-local destructor).
 fn with_arrays<R>(n: usize, iovs: usize, f: impl FnOnce(&mut Arrays) -> R) -> R {
-    ARRAYS.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut a) => {
-            a.reset(n, iovs);
-            f(&mut a)
-        }
-        Err(_) => {
-            let mut a = Arrays::default();
-            a.reset(n, iovs);
-            f(&mut a)
-        }
-    })
+    let mut f = Some(f);
+    let mut run = |a: &mut Arrays| {
+        a.reset(n, iovs);
+        f.take().map(|f| f(a))
+    };
+    let kept = ARRAYS
+        .try_with(|cell| cell.try_borrow_mut().ok().and_then(|mut a| run(&mut a)))
+        .ok()
+        .flatten();
+    match kept {
+        Some(r) => r,
+        None => run(&mut Arrays::default()).expect("f runs once: the kept arrays did not run it"),
+    }
 }
 
 /// sendmmsg(2): sends the first [`MMSG_MAX`] of `msgs` (each one datagram to its
