@@ -172,8 +172,6 @@ pub struct DeviceData {
     pub(crate) events: VecDeque<Event>,
     /// The UDP source port packets leave from (the driver's socket).
     pub(crate) local_port: u16,
-    /// Gather buffer for payloads (one MTU).
-    pub(crate) scratch: Vec<u8>,
     /// Gather buffer for the inline data of the safe API's posts (reused).
     pub(crate) inline_buf: Vec<u8>,
     /// Counters.
@@ -200,7 +198,6 @@ impl Default for DeviceData {
             mcast_members: Vec::new(),
             events: VecDeque::new(),
             local_port: crate::output::ROCE_PORT,
-            scratch: vec![0; 4096],
             inline_buf: Vec::new(),
             counters: crate::output::DeviceCounters::default(),
             retired: Default::default(),
@@ -742,7 +739,7 @@ impl Engine {
         &mut self,
         h: QpHandle,
         mem: &dyn Memory,
-        f: impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>, &mut [u8]) -> R,
+        f: impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>) -> R,
     ) -> Option<R> {
         let q = self.qps.get_mut(h)?;
         let env = QpEnv {
@@ -756,7 +753,7 @@ impl Engine {
         };
         let mut sink = engine_sink!(self, h);
         q.take_posted(&mut sink);
-        let r = f(q, &env, &mut sink, &mut self.dev.scratch);
+        let r = f(q, &env, &mut sink);
         self.sync(h);
         Some(r)
     }

@@ -25,7 +25,7 @@ impl Engine {
             return Some(t);
         }
         while let Some(h) = self.dev.ready.pop_front() {
-            let turn = self.drive(h, mem, |q, env, sink, _| {
+            let turn = self.drive(h, mem, |q, env, sink| {
                 q.dp.scheduled = false;
                 let t = q.next_packet(now, env, buf, sink);
                 // A QP that sent goes to the back of the queue for its next
