@@ -9,8 +9,10 @@
 # so read the ratios (measured in the same run) rather than the absolute values.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-lib="$(scripts/build-ibverbs.sh)"
-port=19500
+# PERFTEST_LIB: a directory holding an already built libibverbs.so.1 (to
+# compare two builds, alternated); PERFTEST_PORT: the first TCP port less one.
+lib="${PERFTEST_LIB:-$(scripts/build-ibverbs.sh)}"
+port="${PERFTEST_PORT:-19500}"
 declare -A ROW # "name args" -> the client's result row
 
 shm=0 # SOFTVERBS_SHM of both ends: 0 the UDP path, 1 the same-host path

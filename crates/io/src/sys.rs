@@ -328,15 +328,57 @@ impl RawAddr {
     }
 }
 
-/// `n` all-zero `mmsghdr`s, `iovec`s and addresses (null pointers, zero lengths),
-/// sized to the call so a short batch does not clear a long array.
-fn zeroed_arrays(n: usize) -> (Vec<libc::mmsghdr>, Vec<libc::iovec>, Vec<RawAddr>) {
-    // SAFETY: mmsghdr and iovec are C structs of integers and raw pointers, for which
-    // all-zero bytes (null pointers, zero lengths and flags) is a valid value.
-    let hdrs = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-    // SAFETY: as above.
-    let iovs = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-    (hdrs, iovs, vec![RawAddr::zeroed(); n])
+/// The arrays one sendmmsg(2) or recvmmsg(2) call hands the kernel: headers,
+/// iovecs, addresses and control buffers. Each thread keeps one set and
+/// reuses it (after the first calls, no allocation per system call).
+#[derive(Default)]
+struct Arrays {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<RawAddr>,
+    control: Vec<[u64; CMSG_WORDS]>,
+}
+
+impl Arrays {
+    /// `n` all-zero headers, addresses and control buffers and `iovs`
+    /// all-zero iovecs (null pointers, zero lengths), sized to the call so a
+    /// short batch does not clear a long array.
+    fn reset(&mut self, n: usize, iovs: usize) {
+        // SAFETY: mmsghdr and iovec are C structs of integers and raw pointers, for which
+        // all-zero bytes (null pointers, zero lengths and flags) is a valid value.
+        let (hdr, iov) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        self.hdrs.clear();
+        self.hdrs.resize(n, hdr);
+        self.iovs.clear();
+        self.iovs.resize(iovs, iov);
+        self.names.clear();
+        self.names.resize(n, RawAddr::zeroed());
+        self.control.clear();
+        self.control.resize(n, [0; CMSG_WORDS]);
+    }
+}
+
+thread_local! {
+    static ARRAYS: std::cell::RefCell<Arrays> = std::cell::RefCell::new(Arrays::default());
+}
+
+/// Runs `f` with this thread's [`Arrays`], reset for `n` messages and `iovs`
+/// iovecs; with fresh ones if they are in use (no call nests, but never
+/// panic) or already gone (a call from a thread-local destructor).
+fn with_arrays<R>(n: usize, iovs: usize, f: impl FnOnce(&mut Arrays) -> R) -> R {
+    let mut f = Some(f);
+    let mut run = |a: &mut Arrays| {
+        a.reset(n, iovs);
+        f.take().map(|f| f(a))
+    };
+    let kept = ARRAYS
+        .try_with(|cell| cell.try_borrow_mut().ok().and_then(|mut a| run(&mut a)))
+        .ok()
+        .flatten();
+    match kept {
+        Some(r) => r,
+        None => run(&mut Arrays::default()).expect("f runs once: the kept arrays did not run it"),
+    }
 }
 
 /// sendmmsg(2): sends the first [`MMSG_MAX`] of `msgs` (each one datagram to its
@@ -348,8 +390,19 @@ pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[(SocketAddr, &[u8])]) -> io::
     if n == 0 {
         return Ok(0);
     }
-    let (mut hdrs, mut iovs, mut names) = zeroed_arrays(n);
-    for (i, (to, bytes)) in msgs[..n].iter().enumerate() {
+    with_arrays(n, n, |a| send_plain(fd, &msgs[..n], a))
+}
+
+fn send_plain(
+    fd: BorrowedFd<'_>,
+    msgs: &[(SocketAddr, &[u8])],
+    a: &mut Arrays,
+) -> io::Result<usize> {
+    let n = msgs.len();
+    let Arrays {
+        hdrs, iovs, names, ..
+    } = a;
+    for (i, (to, bytes)) in msgs.iter().enumerate() {
         let (name, len) = RawAddr::new(to);
         names[i] = name;
         // The kernel only reads through iov_base on send.
@@ -407,12 +460,19 @@ pub(crate) fn sendmmsg_gso(fd: BorrowedFd<'_>, msgs: &[GsoMessage<'_>]) -> io::R
         return Ok(0);
     }
     let total: usize = msgs[..n].iter().map(|m| m.segments.len()).sum();
-    let (mut hdrs, _, mut names) = zeroed_arrays(n);
-    // SAFETY: iovec is a C struct of a pointer and a length; all-zero is valid.
-    let mut iovs: Vec<libc::iovec> = (0..total).map(|_| unsafe { std::mem::zeroed() }).collect();
-    let mut control = vec![[0u64; CMSG_WORDS]; n];
+    with_arrays(n, total, |a| send_gso(fd, &msgs[..n], a))
+}
+
+fn send_gso(fd: BorrowedFd<'_>, msgs: &[GsoMessage<'_>], a: &mut Arrays) -> io::Result<usize> {
+    let n = msgs.len();
+    let Arrays {
+        hdrs,
+        iovs,
+        names,
+        control,
+    } = a;
     let mut at = 0;
-    for (i, m) in msgs[..n].iter().enumerate() {
+    for (i, m) in msgs.iter().enumerate() {
         let (name, len) = RawAddr::new(&m.to);
         names[i] = name;
         for (k, seg) in m.segments.iter().enumerate() {
@@ -522,8 +582,23 @@ pub(crate) fn recvmmsg(
     if n == 0 {
         return Ok(0);
     }
-    let (mut hdrs, mut iovs, mut names) = zeroed_arrays(n);
-    let mut control = vec![[0u64; CMSG_WORDS]; n];
+    with_arrays(n, n, |a| receive(fd, mem, slot, &mut out[..n], a))
+}
+
+fn receive(
+    fd: BorrowedFd<'_>,
+    mem: &mut [u8],
+    slot: usize,
+    out: &mut [Received],
+    a: &mut Arrays,
+) -> io::Result<usize> {
+    let n = out.len();
+    let Arrays {
+        hdrs,
+        iovs,
+        names,
+        control,
+    } = a;
     for (i, chunk) in mem.chunks_exact_mut(slot).take(n).enumerate() {
         iovs[i].iov_base = chunk.as_mut_ptr().cast();
         iovs[i].iov_len = chunk.len();

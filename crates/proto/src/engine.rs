@@ -172,8 +172,6 @@ pub struct DeviceData {
     pub(crate) events: VecDeque<Event>,
     /// The UDP source port packets leave from (the driver's socket).
     pub(crate) local_port: u16,
-    /// Gather buffer for payloads (one MTU).
-    pub(crate) scratch: Vec<u8>,
     /// Gather buffer for the inline data of the safe API's posts (reused).
     pub(crate) inline_buf: Vec<u8>,
     /// Counters.
@@ -200,7 +198,6 @@ impl Default for DeviceData {
             mcast_members: Vec::new(),
             events: VecDeque::new(),
             local_port: crate::output::ROCE_PORT,
-            scratch: vec![0; 4096],
             inline_buf: Vec::new(),
             counters: crate::output::DeviceCounters::default(),
             retired: Default::default(),
@@ -250,7 +247,7 @@ pub struct Engine {
     pub(crate) srqs: Table<SrqEntry, kind::Srq>,
     pub(crate) ahs: Table<Ah, kind::Ah>,
     pub(crate) qps: Table<Qp, kind::Qp>,
-    qpns: HashMap<u32, QpHandle>,
+    qpns: QpnMap,
     next_qpn: u32,
     qpn_space: QpnSpace,
     /// How SRQs are numbered (follows `qpn_space`, xrcd.rs).
@@ -306,7 +303,7 @@ impl Engine {
             ahs: Table::new(a.max_ah as usize),
             qps: Table::new(a.max_qp as usize),
             info,
-            qpns: HashMap::new(),
+            qpns: QpnMap::default(),
             next_qpn: FIRST_QPN,
             qpn_space: QpnSpace::ALL,
             srq_nums: crate::xrcd::SrqNumbers::of_qpn_space(
@@ -742,7 +739,7 @@ impl Engine {
         &mut self,
         h: QpHandle,
         mem: &dyn Memory,
-        f: impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>, &mut [u8]) -> R,
+        f: impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>) -> R,
     ) -> Option<R> {
         let q = self.qps.get_mut(h)?;
         let env = QpEnv {
@@ -756,7 +753,7 @@ impl Engine {
         };
         let mut sink = engine_sink!(self, h);
         q.take_posted(&mut sink);
-        let r = f(q, &env, &mut sink, &mut self.dev.scratch);
+        let r = f(q, &env, &mut sink);
         self.sync(h);
         Some(r)
     }
@@ -867,5 +864,30 @@ impl Engine {
             self.ahs.len(),
             self.qps.len(),
         ]
+    }
+}
+
+/// QP numbers to handles: looked up for every datagram received, so hashed by
+/// one multiplication instead of SipHash. The keys are QPNs this engine
+/// chose; a datagram's QPN only ever looks one up.
+type QpnMap = HashMap<u32, QpHandle, std::hash::BuildHasherDefault<QpnHasher>>;
+
+/// Fibonacci hashing of a 32-bit QPN (the map asks for nothing else).
+#[derive(Debug, Default, Clone, Copy)]
+struct QpnHasher(u64);
+
+impl std::hash::Hasher for QpnHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }

@@ -185,6 +185,26 @@ impl TransportRepr {
     /// [`icrc::seal`]). PadCnt is derived from the payload length (§6).
     pub fn emit_unsealed(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize, Error> {
         self.check_emit(buf.len(), payload.len())?;
+        let at = self.header_len();
+        buf[at..at + payload.len()].copy_from_slice(payload);
+        self.emit_around_payload(buf)
+    }
+
+    /// Emits around a payload already in place — `payload_len` bytes at
+    /// `buf[header_len()..]`, written there by the caller (the sender gathers
+    /// straight from registered memory into the datagram, no staging copy) —
+    /// and fills in the ICRC for `encap`: the headers before it, pad and ICRC
+    /// after it. Gives the same bytes as [`TransportRepr::emit`] with that payload.
+    pub fn emit_in_place(&self, buf: &mut [u8], encap: &Encap) -> Result<usize, Error> {
+        self.check_emit(buf.len(), self.payload_len)?;
+        let len = self.emit_around_payload(buf)?;
+        icrc::seal(encap, &mut buf[..len])?;
+        Ok(len)
+    }
+
+    /// Headers, then zero pad and ICRC slot after `payload_len` bytes left as
+    /// they are; the caller checked the lengths.
+    fn emit_around_payload(&self, buf: &mut [u8]) -> Result<usize, Error> {
         let len = self.buffer_len();
         let buf = &mut buf[..len];
         let bth = bth::Repr {
@@ -197,8 +217,7 @@ impl TransportRepr {
             self.emit_header(header, &mut buf[at..at + size]);
             at += size;
         }
-        buf[at..at + payload.len()].copy_from_slice(payload);
-        buf[at + payload.len()..].fill(0); // §6: zero pad; ICRC slot zero until sealed
+        buf[at + self.payload_len..].fill(0); // §6: zero pad; ICRC slot zero until sealed
         Ok(len)
     }
 

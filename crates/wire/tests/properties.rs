@@ -188,6 +188,22 @@ proptest! {
         prop_assert_eq!(t2, wire);
     }
 
+    /// Emitting around a payload the caller wrote in place (over a buffer
+    /// full of junk) gives the same bytes as emitting with a payload slice.
+    #[test]
+    fn emit_in_place_equals_emit((repr, payload) in packet(), encap in encap(), junk in any::<u8>()) {
+        let mut want = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut want, &payload, &encap).unwrap();
+        let mut buf = vec![junk; repr.buffer_len() + 9];
+        let at = repr.header_len();
+        buf[at..at + payload.len()].copy_from_slice(&payload);
+        let n = repr.emit_in_place(&mut buf, &encap).unwrap();
+        prop_assert_eq!(&buf[..n], &want[..]);
+        let mut short = vec![junk; repr.buffer_len() - 1];
+        let is_small = matches!(repr.emit_in_place(&mut short, &encap), Err(Error::BufferTooSmall { .. }));
+        prop_assert!(is_small);
+    }
+
     #[test]
     fn ipv4_id_recovered_for_random_ids((repr, payload) in packet(), encap in encap()) {
         let mut buf = vec![0u8; repr.buffer_len()];

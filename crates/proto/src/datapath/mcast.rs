@@ -93,7 +93,7 @@ impl Engine {
                 payload: body,
                 grh,
             };
-            let dropped = self.drive(h, mem, |q, env, sink, _| q.on_packet(now, env, &pkt, sink));
+            let dropped = self.drive(h, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
             if dropped == Some(true) {
                 self.dev.counters.drop_by_qp += 1;
             }

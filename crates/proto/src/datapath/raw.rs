@@ -171,7 +171,7 @@ impl Engine {
     /// QPs take turns, one frame each.
     pub fn poll_frame(&mut self, mem: &dyn Memory, buf: &mut [u8]) -> Option<Frame> {
         while let Some(h) = self.dev.raw_ready.pop_front() {
-            let turn = self.drive(h, mem, |q, env, sink, _| {
+            let turn = self.drive(h, mem, |q, env, sink| {
                 q.dp.scheduled = false;
                 let qpn = q.ctl.qpn();
                 q.next_frame(env, buf, sink).map(|len| Frame { qpn, len })
@@ -195,7 +195,7 @@ impl Engine {
                 .is_some_and(|q| q.ctl.qp_type() == QpType::RawPacket)
         });
         let fate = match raw {
-            Some(h) => self.drive(h, mem, |q, env, sink, _| q.on_frame(env, frame, sink)),
+            Some(h) => self.drive(h, mem, |q, env, sink| q.on_frame(env, frame, sink)),
             None => None,
         };
         let c = &mut self.dev.raw_counters;

@@ -95,20 +95,20 @@ impl Engine {
             return;
         };
         let body = repr.payload(payload);
-        // Only a UD receive reads the GRH area (responder: the 40 bytes
-        // before the payload, and wc.sl); the connected transports skip it.
-        let ud = repr.opcode().transport() == Transport::Ud;
-        let grh = if repr.opcode().is_response() || !ud {
-            [0; 40]
-        } else {
+        // Only a UD receive puts the GRH area in memory (rc-reliability.md
+        // §7); `accept` gave a UD opcode only to a UD QP. Building it costs
+        // an IP header and its checksum per datagram, so the others skip it.
+        let grh = if repr.opcode().transport() == Transport::Ud {
             grh_area(&ep, ip_id, payload.len())
+        } else {
+            [0; 40]
         };
         let pkt = Packet {
             repr: &repr,
             payload: body,
             grh: &grh,
         };
-        let dropped = self.drive(h, mem, |q, env, sink, _| q.on_packet(now, env, &pkt, sink));
+        let dropped = self.drive(h, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
         if dropped == Some(true) {
             self.dev.counters.drop_by_qp += 1;
         }

@@ -25,9 +25,9 @@ impl Engine {
             return Some(t);
         }
         while let Some(h) = self.dev.ready.pop_front() {
-            let turn = self.drive(h, mem, |q, env, sink, scratch| {
+            let turn = self.drive(h, mem, |q, env, sink| {
                 q.dp.scheduled = false;
-                let t = q.next_packet(now, env, scratch, buf, sink);
+                let t = q.next_packet(now, env, buf, sink);
                 // A QP that sent goes to the back of the queue for its next
                 // packet; one that had nothing waits until something wakes it.
                 q.dp.wants_tx = t.is_some();

@@ -14,39 +14,36 @@ use wire::{Encap, TransportRepr};
 
 impl Qp {
     /// The QP's turn to send: writes its next datagram into `buf` (at least
-    /// one path MTU plus 64 bytes of headers), gathering payload through
-    /// `scratch` (one MTU). `None` when it has nothing to send now.
+    /// one path MTU plus 64 bytes of headers). The payload is copied from
+    /// registered memory straight to its place in the datagram (no staging
+    /// copy), then the headers and the ICRC go around it. `None` when it has
+    /// nothing to send now.
     pub fn next_packet(
         &mut self,
         now: u64,
         env: &QpEnv<'_>,
-        scratch: &mut [u8],
         buf: &mut [u8],
         sink: &mut impl Sink,
     ) -> Option<Transmit> {
-        if let Some(t) = self.next_response(env, scratch, buf) {
+        if let Some(t) = self.next_response(env, buf) {
             return Some(t);
         }
-        self.next_request(now, env, scratch, buf, sink)
+        self.next_request(now, env, buf, sink)
     }
 
-    fn next_response(
-        &mut self,
-        env: &QpEnv<'_>,
-        scratch: &mut [u8],
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
+    fn next_response(&mut self, env: &QpEnv<'_>, buf: &mut [u8]) -> Option<Transmit> {
         if !self.dp.resp.has_output() || self.ctl.state() == QpState::Reset {
             return None;
         }
         let renv = self.resp_env(env);
-        let (repr, n) = self.dp.resp.next_response(&renv, scratch)?;
+        let repr = self.dp.resp.next_response(&renv, buf)?;
+        let n = repr.payload_len;
         self.dp.counters.packets_sent += 1;
         self.dp.counters.bytes_sent += n as u64;
         let a = self.ctl.attr();
         let src = gid_ip(env.gids, a.ah_attr.grh.sgid_index);
         let dst = a.ah_attr.grh.dgid.ip();
-        emit(&repr, &scratch[..n], src, dst, env.local_port, buf)
+        emit_in_place(&repr, src, dst, env.local_port, buf)
     }
 
     fn req_env(&self, env: &QpEnv<'_>) -> ReqEnv {
@@ -71,7 +68,6 @@ impl Qp {
         &mut self,
         now: u64,
         env: &QpEnv<'_>,
-        scratch: &mut [u8],
         buf: &mut [u8],
         sink: &mut impl Sink,
     ) -> Option<Transmit> {
@@ -88,7 +84,9 @@ impl Qp {
         let dp = &mut self.dp;
         let pkt = dp.req.next_packet(&mut dp.sq, &renv)?;
         self.check_send_invariants(&renv);
-        let Some(n) = self.gather(&pkt, env, scratch) else {
+        // The payload goes straight to its place after the headers.
+        let at = pkt.repr.header_len();
+        let Some(n) = self.gather(&pkt, env, buf.get_mut(at..)?) else {
             self.fail_request(pkt.index, WcStatus::LocProtErr, sink);
             return None;
         };
@@ -103,26 +101,22 @@ impl Qp {
         c.bytes_sent += n as u64;
         c.retransmitted_packets += u64::from(pkt.retransmit);
         let src = gid_ip(env.gids, sgid);
-        let out = emit(
-            &pkt.repr,
-            &scratch[..n],
-            src,
-            dgid.ip(),
-            env.local_port,
-            buf,
-        );
+        let mut repr = pkt.repr;
+        repr.payload_len = n;
+        let out = emit_in_place(&repr, src, dgid.ip(), env.local_port, buf);
         self.after_request(now, &pkt, renv.qp_type, sink);
         out
     }
 
-    /// Copies the packet's payload into `scratch`; `None` if the gather list
-    /// fails the memory-region check.
-    fn gather(&self, pkt: &ReqPacket, env: &QpEnv<'_>, scratch: &mut [u8]) -> Option<usize> {
+    /// Copies the packet's payload to the start of `out`; `None` if the
+    /// gather list fails the memory-region check (or `out` is too short,
+    /// which a buffer of one path MTU plus 64 bytes never is).
+    fn gather(&self, pkt: &ReqPacket, env: &QpEnv<'_>, out: &mut [u8]) -> Option<usize> {
         let Payload::Message { offset, len, .. } = pkt.payload else {
             return Some(0);
         };
         let w = &self.dp.sq.wqes[pkt.index];
-        let out = &mut scratch[..len];
+        let out = out.get_mut(..len)?;
         match w.inline() {
             Some(bytes) => {
                 out.copy_from_slice(&bytes[offset as usize..offset as usize + len]);
@@ -249,20 +243,18 @@ impl Qp {
     }
 }
 
-/// Writes headers + payload + pad + ICRC (over the pseudo IP/UDP header the
-/// socket will really send: ID 0, DF, our port) into `buf`.
-fn emit(
+/// Writes headers + pad + ICRC (over the pseudo IP/UDP header the socket
+/// will really send: ID 0, DF, our port) around the `repr.payload_len`
+/// payload bytes already at `buf[repr.header_len()..]`.
+fn emit_in_place(
     repr: &TransportRepr,
-    payload: &[u8],
     src: IpAddr,
     dst: IpAddr,
     port: u16,
     buf: &mut [u8],
 ) -> Option<Transmit> {
     let encap = Encap::from_addrs(src, dst, port)?;
-    let mut r = *repr;
-    r.payload_len = payload.len();
-    let len = r.emit(buf, payload, &encap).ok()?;
+    let len = repr.emit_in_place(buf, &encap).ok()?;
     Some(Transmit {
         to: SocketAddr::new(dst, ROCE_PORT),
         len,

@@ -249,21 +249,16 @@ impl Responder {
 
     // ------------------------------------------------------- responses
 
-    /// Writes the next response packet: headers in the returned repr, payload
-    /// into `payload` (READ responses). `None` when nothing waits.
-    pub fn next_response(
-        &mut self,
-        env: &RespEnv<'_>,
-        payload: &mut [u8],
-    ) -> Option<(TransportRepr, usize)> {
+    /// The next response packet: its headers in the returned repr; a READ
+    /// response's `payload_len` bytes are written to their place in the
+    /// datagram `buf`, at `buf[repr.header_len()..]` (no staging copy). `None`
+    /// when nothing waits.
+    pub fn next_response(&mut self, env: &RespEnv<'_>, buf: &mut [u8]) -> Option<TransportRepr> {
         let resp = *self.outbox.front()?;
         let out = match resp {
             Response::Ack { psn, syndrome } => {
                 self.outbox.pop_front();
-                (
-                    crate::qp::requester::ack_repr(env.dest_qpn, psn, syndrome, self.msn),
-                    0,
-                )
+                crate::qp::requester::ack_repr(env.dest_qpn, psn, syndrome, self.msn)
             }
             Response::AtomicAck { psn, orig } => {
                 self.outbox.pop_front();
@@ -275,13 +270,17 @@ impl Responder {
                 );
                 r.bth.opcode = rc_opcode(0x12);
                 r.atomic_ack_eth = Some(atomic_ack_eth::Repr { orig });
-                (r, 0)
+                r
             }
-            Response::Read(job) => self.read_packet(env, job, payload),
+            Response::Read(job) => self.read_packet(env, job, buf),
         };
         let mut out = out;
         if env.qp_type == QpType::XrcRecv {
-            out.0.bth.opcode = xrc_response(out.0.bth.opcode);
+            // The XRC response opcodes carry the RC ones' headers: the
+            // payload written after them stays in place.
+            let rc_len = out.header_len();
+            out.bth.opcode = xrc_response(out.bth.opcode);
+            debug_assert_eq!(out.header_len(), rc_len);
         }
         Some(out)
     }
@@ -291,7 +290,7 @@ impl Responder {
         env: &RespEnv<'_>,
         mut job: ReadJob,
         buf: &mut [u8],
-    ) -> (TransportRepr, usize) {
+    ) -> TransportRepr {
         let mtu = u64::from(env.mtu);
         let index = job.psn.offset_from(job.first) as usize;
         let n = (job.len - job.offset).min(mtu) as usize;
@@ -308,9 +307,15 @@ impl Responder {
         // The memory is re-checked for every packet: the MR may have gone.
         let va = job.va + job.offset;
         let env = &RespEnv { pd: job.pd, ..*env };
-        match check_remote(env, job.rkey, va, n as u64, Access::RemoteRead) {
-            Ok(host) if n > 0 => env.mem.read(host, &mut buf[..n]),
-            _ => buf[..n].fill(0),
+        // Straight into the datagram, after the headers (a buffer of one
+        // path MTU plus 64 bytes always has room; a shorter one gets no bytes
+        // and the emit after refuses it).
+        let at = r.header_len();
+        if let Some(out) = buf.get_mut(at..at + n) {
+            match check_remote(env, job.rkey, va, n as u64, Access::RemoteRead) {
+                Ok(host) if n > 0 => env.mem.read(host, out),
+                _ => out.fill(0),
+            }
         }
         r.payload_len = n;
         job.offset += n as u64;
@@ -320,7 +325,7 @@ impl Responder {
         } else if let Some(Response::Read(j)) = self.outbox.front_mut() {
             *j = job;
         }
-        (r, n)
+        r
     }
 }
 
