@@ -68,7 +68,7 @@ echo "== latency (#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.
 for t in ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do run_pair "$t"; done
 echo "== the same-host path (SOFTVERBS_SHM=1, spec/same-host.md)"
 shm=1
-for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat; do run_pair "$t"; done
+for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_send_lat; do run_pair "$t"; done
 
 ratio() { # a b: a / b to 3 places, or "-"
   if [[ -n "$1" && -n "$2" ]]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; else echo -; fi
@@ -92,4 +92,5 @@ row "same host: ib_write_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_write
 row "same host: ib_read_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_read_bw" 4)" "$tcp_mib")" x ">= 3"
 row "same host: ib_send_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_send_bw" 4)" "$tcp_mib")" x ">= 3"
 row "same host: ib_write_lat 2 B typical" "$(orx "$(field "shm ib_write_lat" 5)")" us "<= 2"
+row "same host: ib_send_lat 2 B typical / p99" "$(orx "$(field "shm ib_send_lat" 5)") / $(orx "$(field "shm ib_send_lat" 8)")" us ""
 echo "  (thread scaling: softverbs perf --threads)"

@@ -41,8 +41,8 @@
 //! bounded); a poster only tries it, and also stays out while the progress
 //! thread holds datagrams that wait for room in the socket.
 //!
-//! On by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=0` turns
-//! it off); off while faults, capture or the same-host path are in use
+//! Off by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=1` turns
+//! it on); off while faults, capture or the same-host path are in use
 //! (those sit in the progress thread); on a shared address it keeps the
 //! progress thread's rule of which datagrams stay in this process. While it
 //! is on, the progress thread sleeps at most 25 ms at a time, so that the
@@ -174,6 +174,19 @@ pub(crate) struct CallerTx {
     /// holds it around its transmit step (waiting for it); a posting thread
     /// only tries it and rings the doorbell if it is busy.
     gate: Mutex<TxGate>,
+    /// `DriverOptions::caller_tx_stream_gap`, ns.
+    stream_gap: Nanos,
+    /// When the device's last post came (engine clock, ns).
+    last_post: AtomicU64,
+}
+
+impl CallerTx {
+    /// A post at `now`: true if it follows the previous one by less than the
+    /// stream gap (the progress thread then sends it, in a batch).
+    fn streaming(&self, now: Nanos) -> bool {
+        let prev = self.last_post.swap(now, SeqCst);
+        now.saturating_sub(prev) < self.stream_gap
+    }
 }
 
 /// What the transmit gate guards.
@@ -423,6 +436,9 @@ impl<E: Engine> Driver<E> {
                         buf: vec![0; opts.max_datagram_bytes.max(1)],
                         progress_pending: false,
                     }),
+                    stream_gap: u64::try_from(opts.caller_tx_stream_gap.as_nanos())
+                        .unwrap_or(u64::MAX),
+                    last_post: AtomicU64::new(0),
                 })
             } else {
                 None
@@ -524,11 +540,18 @@ impl<E: Engine> Driver<E> {
 
     /// Work was posted (a send ring took a WR). `idle`: the QP's send queue
     /// held nothing else, so this thread transmits what the engine has ready
-    /// itself (see the module doc); otherwise, or if the engine is busy, the
-    /// doorbell wakes the progress thread. Returns how many datagrams this
-    /// thread sent.
+    /// itself (see the module doc); otherwise, if the engine is busy, or if
+    /// the posts come as a stream (closer together than
+    /// `DriverOptions::caller_tx_stream_gap`), the doorbell wakes the
+    /// progress thread. Returns how many datagrams this thread sent.
     pub fn posted(&self, idle: bool) -> usize {
-        if !idle {
+        let now = self.shared.clock.now();
+        let streaming = self
+            .shared
+            .caller_tx
+            .as_ref()
+            .is_some_and(|tx| tx.streaming(now));
+        if !idle || streaming {
             self.doorbell();
             return 0;
         }

@@ -8,13 +8,13 @@
 //! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
 //!   UDP GRO on receive off (anything else leaves them on);
 //! - `SOFTVERBS_CALLER_TX`: `0`/`off`/`no`/`false` turns the posting thread's
-//!   own transmit off ([`DriverOptions::caller_tx`]; on by default), `1`/`on`/`yes`/`true` on.
+//!   own transmit off ([`DriverOptions::caller_tx`]; off by default), `1`/`on`/`yes`/`true` on.
 //! - `SOFTVERBS_POLL_RX`: `0`/`off`/`no`/`false` turns receive by a thread
 //!   polling an empty CQ off ([`DriverOptions::poll_receive`]; on by default), `1`/`on`/`yes`/`true` on;
 //! - `SOFTVERBS_POLL_RX_LEASE_US`: how long the socket stays a polling
 //!   thread's after its last empty poll ([`DriverOptions::poll_lease`]; lenient);
-//! - `SOFTVERBS_SHM`: the same-host path (`crate::shm`) is on by default;
-//!   `1`/`on`/`yes`/`true` keeps it on, anything else turns it off.
+//! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path
+//!   (`crate::shm`) on; it is off by default.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,11 +58,20 @@ pub struct DriverOptions {
     /// Let the kernel coalesce received datagrams (UDP GRO; `SOFTVERBS_GRO=0` turns it off).
     pub gro: bool,
     /// A thread that posts to an idle send queue transmits the datagrams itself
-    /// (`Driver::posted`), without waking the progress thread. On by default
-    /// (`SOFTVERBS_CALLER_TX=0` turns it off). Off by itself while faults,
-    /// capture or the same-host path are in use: those live in the progress
-    /// thread.
+    /// (`Driver::posted`), without waking the progress thread. Off by default
+    /// (`SOFTVERBS_CALLER_TX=1` turns it on): it halves the typical
+    /// `ib_send_lat`, but `ib_write_bw -s 64` measured 0.5× the message rate
+    /// with it on, not yet explained (spec/performance.md §13). Off by itself
+    /// while faults, capture or the same-host path are in use: those live in
+    /// the progress thread.
     pub caller_tx: bool,
+    /// With `caller_tx`: posts closer together than this are a stream, which
+    /// the progress thread sends in batches (sendmmsg, GSO) rather than the
+    /// posting thread one `sendto(2)` each: a post that follows the
+    /// device's previous one by less rings the doorbell instead. 20 µs: a
+    /// ping-pong's posts are a round trip apart (≥ 20 µs here), a streaming
+    /// program's a few µs (spec/performance.md §13).
+    pub caller_tx_stream_gap: Duration,
     /// An application thread that polls an empty CQ while the progress thread
     /// sleeps reads the socket itself ([`crate::Driver::drive_receive`]).
     /// On by default (`SOFTVERBS_POLL_RX=0` turns it off): with the lease
@@ -80,7 +89,10 @@ pub struct DriverOptions {
     /// `ibv_req_notify_cq` ends the lease at once.
     pub poll_lease: Duration,
     /// The same-host path (shared-memory rings to processes of this host,
-    /// `crate::shm`; on by default, `SOFTVERBS_SHM=0` turns it off). Needs
+    /// `crate::shm`; off by default, `SOFTVERBS_SHM=1` turns it on: while it
+    /// carries a peer's datagrams the polling receive and the caller's
+    /// transmit do not, and the latency they win is lost, spec/performance.md
+    /// §13). Needs
     /// `share` (a slot): a driver without one never takes it.
     pub shm: bool,
 }
@@ -100,10 +112,11 @@ impl Default for DriverOptions {
             share: None,
             gso: true,
             gro: true,
-            caller_tx: true,
+            caller_tx: false,
+            caller_tx_stream_gap: Duration::from_micros(20),
             poll_receive: true,
             poll_lease: Duration::from_micros(200),
-            shm: true,
+            shm: false,
         }
     }
 }
@@ -251,9 +264,9 @@ mod tests {
     }
 
     #[test]
-    fn caller_tx_is_on_unless_the_environment_turns_it_off() {
-        assert!(DriverOptions::default().caller_tx);
-        for (value, want) in [("0", false), ("off", false), ("1", true), ("bogus", true)] {
+    fn caller_tx_is_off_unless_the_environment_turns_it_on() {
+        assert!(!DriverOptions::default().caller_tx);
+        for (value, want) in [("0", false), ("off", false), ("1", true), ("bogus", false)] {
             let mut opts = DriverOptions::default();
             let vars = [(DriverOptions::CALLER_TX_ENV, value)];
             opts.apply_env("d", env(&vars)).unwrap();

@@ -1,5 +1,5 @@
-//! The same-host path (`sv_io`'s `shm` module, on by default,
-//! `SOFTVERBS_SHM=0` turns it off) between two processes: RC WRITE, READ and
+//! The same-host path (`sv_io`'s `shm` module, off by default,
+//! `SOFTVERBS_SHM=1` turns it on) between two processes: RC WRITE, READ and
 //! SEND of 64 KiB and UD SENDs go through the shared rings (the counters
 //! prove it: no socket send or receive call at all; RC datagrams skip the
 //! ICRC check, UD ones do not), data intact; with the path off on one end
@@ -462,9 +462,8 @@ fn off() -> (&'static str, String) {
 }
 
 #[test]
-fn on_by_default_rc_and_ud_go_through_the_shared_rings() {
-    // Neither end sets SOFTVERBS_SHM.
-    let ((s_all, s), (c_all, c)) = run_ops(24, "ops", &[], &[]);
+fn with_it_on_rc_and_ud_go_through_the_shared_rings() {
+    let ((s_all, s), (c_all, c)) = run_ops(24, "ops", &[on()], &[on()]);
     for (who, k) in [("server", &s_all), ("client", &c_all)] {
         assert_eq!(k["shm_fallbacks"], 0, "{who}: {k:?}");
     }
@@ -491,10 +490,10 @@ fn on_by_default_rc_and_ud_go_through_the_shared_rings() {
 }
 
 #[test]
-fn off_when_disabled_on_either_end() {
-    // SOFTVERBS_SHM=0 on the server: it opens no path, so the client's
-    // offer is refused and both go by UDP.
-    let ((s, _), (c, _)) = run_ops(25, "ops", &[off()], &[]);
+fn off_by_default() {
+    // Neither end sets SOFTVERBS_SHM: no path is opened or offered, both go
+    // by UDP.
+    let ((s, _), (c, _)) = run_ops(25, "ops", &[], &[]);
     for (who, k) in [("server", &s), ("client", &c)] {
         assert_eq!((k["shm_sent"], k["shm_received"]), (0, 0), "{who}: {k:?}");
         assert!(k["send_calls"] > 0 && k["recv_calls"] > 0, "{who}: {k:?}");

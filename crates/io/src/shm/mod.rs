@@ -1,6 +1,6 @@
 //! The same-host path: datagrams between two processes of one host through
-//! shared-memory rings instead of the UDP stack (on by default,
-//! `SOFTVERBS_SHM=0` turns it off; `spec/same-host.md` has the design, the
+//! shared-memory rings instead of the UDP stack (off by default,
+//! `SOFTVERBS_SHM=1` turns it on; `spec/same-host.md` has the design, the
 //! decision and the measurements).
 //!
 //! What it promises:
