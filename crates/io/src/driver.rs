@@ -41,8 +41,8 @@
 //! bounded); a poster only tries it, and also stays out while the progress
 //! thread holds datagrams that wait for room in the socket.
 //!
-//! Off by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=1` turns
-//! it on); off while faults, capture or the same-host path are in use
+//! On by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=0` turns
+//! it off); off while faults, capture or the same-host path are in use
 //! (those sit in the progress thread); on a shared address it keeps the
 //! progress thread's rule of which datagrams stay in this process. While it
 //! is on, the progress thread sleeps at most 25 ms at a time, so that the

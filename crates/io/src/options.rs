@@ -8,7 +8,7 @@
 //! - `SOFTVERBS_GSO`, `SOFTVERBS_GRO`: `0`/`off`/`no`/`false` turn UDP GSO on send,
 //!   UDP GRO on receive off (anything else leaves them on);
 //! - `SOFTVERBS_CALLER_TX`: `0`/`off`/`no`/`false` turns the posting thread's
-//!   own transmit off ([`DriverOptions::caller_tx`]; off by default), `1`/`on`/`yes`/`true` on.
+//!   own transmit off ([`DriverOptions::caller_tx`]; on by default), `1`/`on`/`yes`/`true` on.
 //! - `SOFTVERBS_POLL_RX`: `0`/`off`/`no`/`false` turns receive by a thread
 //!   polling an empty CQ off ([`DriverOptions::poll_receive`]; on by default), `1`/`on`/`yes`/`true` on;
 //! - `SOFTVERBS_POLL_RX_LEASE_US`: how long the socket stays a polling
@@ -58,12 +58,13 @@ pub struct DriverOptions {
     /// Let the kernel coalesce received datagrams (UDP GRO; `SOFTVERBS_GRO=0` turns it off).
     pub gro: bool,
     /// A thread that posts to an idle send queue transmits the datagrams itself
-    /// (`Driver::posted`), without waking the progress thread. Off by default
-    /// (`SOFTVERBS_CALLER_TX=1` turns it on): it halves the typical
-    /// `ib_send_lat`, but `ib_write_bw -s 64` measured 0.5× the message rate
-    /// with it on, not yet explained (spec/performance.md §13). Off by itself
-    /// while faults, capture or the same-host path are in use: those live in
-    /// the progress thread.
+    /// (`Driver::posted`), without waking the progress thread. On by default
+    /// (`SOFTVERBS_CALLER_TX=0` turns it off): with the polling receive it
+    /// takes `ib_send_lat` from ≈ 55 µs typical (p99 0.2–2 ms) to ≈ 16 µs
+    /// (p99 ≈ 60 µs); `ib_write_bw -s 64` measured 0.7× the median message
+    /// rate with it on, inside a wide spread (spec/performance.md §13). Off
+    /// by itself while faults, capture or the same-host path are in use:
+    /// those live in the progress thread.
     pub caller_tx: bool,
     /// With `caller_tx`: posts closer together than this are a stream, which
     /// the progress thread sends in batches (sendmmsg, GSO) rather than the
@@ -112,7 +113,7 @@ impl Default for DriverOptions {
             share: None,
             gso: true,
             gro: true,
-            caller_tx: false,
+            caller_tx: true,
             caller_tx_stream_gap: Duration::from_micros(20),
             poll_receive: true,
             poll_lease: Duration::from_micros(200),
@@ -264,9 +265,9 @@ mod tests {
     }
 
     #[test]
-    fn caller_tx_is_off_unless_the_environment_turns_it_on() {
-        assert!(!DriverOptions::default().caller_tx);
-        for (value, want) in [("0", false), ("off", false), ("1", true), ("bogus", false)] {
+    fn caller_tx_is_on_unless_the_environment_turns_it_off() {
+        assert!(DriverOptions::default().caller_tx);
+        for (value, want) in [("0", false), ("off", false), ("1", true), ("bogus", true)] {
             let mut opts = DriverOptions::default();
             let vars = [(DriverOptions::CALLER_TX_ENV, value)];
             opts.apply_env("d", env(&vars)).unwrap();
