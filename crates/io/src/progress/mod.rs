@@ -29,10 +29,15 @@
 //! coalesced buffers are cut back into datagrams ([`sys::split`]) before
 //! anything else sees them: faults, capture, the shared-address forwarding and
 //! the engine still see one datagram at a time.
+//!
+//! Files: this one (the loop, receive, transmit), `faults.rs` (the fault
+//! models and the fate of each datagram), `shm.rs` (the same-host path's
+//! hooks), `sleep.rs` (how and how long the thread sleeps, the polling
+//! thread's lease).
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +55,8 @@ use crate::socket::{self, SendOutcome};
 use crate::sys;
 
 mod faults;
+mod shm;
+mod sleep;
 use faults::{Fate, Faults};
 
 /// Longest sleep with no deadline (a safety net; wake-ups come from fds).
@@ -403,118 +410,6 @@ impl<E: Engine> Progress<E> {
         work
     }
 
-    /// shm: datagrams from the same-host path's rings, each then treated as
-    /// read from the socket (counted, captured, faults), then handed to the
-    /// engine together under one lock; those whose bytes nothing could have
-    /// altered (the sender's engine sealed them, no corruption injected on
-    /// either side) as local datagrams (`Engine::handle_local_datagram`).
-    fn receive_shm(&mut self) -> bool {
-        let Some(mut shm) = self.shm.take() else {
-            return false;
-        };
-        let shared = self.shared.clone();
-        if !self.faults.on_receive() {
-            // No receive faults: the engine reads each datagram where it
-            // lies in the ring (no copy); counted and captured as read.
-            let work = shm.receive_in_place(self.batch, &shared.counters, |batch| {
-                let c = &shared.counters;
-                let now = shared.clock.now();
-                for (bytes, _) in batch.datagrams() {
-                    Counters::add(&c.datagrams_received, 1);
-                    Counters::add(&c.bytes_received, bytes.len() as u64);
-                    if let Some(cap) = self.capture.as_mut() {
-                        cap.record(now, batch.from, self.local, bytes, c);
-                    }
-                }
-                let mut engine = shared.engine();
-                for (bytes, intact) in batch.datagrams() {
-                    if intact {
-                        engine.handle_local_datagram(now, batch.from, self.local, bytes);
-                    } else {
-                        engine.handle_datagram(now, batch.from, self.local, bytes);
-                    }
-                }
-                // (No receive faults: nothing received is held, so there
-                // is no reordered datagram to count down.)
-            });
-            self.shm = Some(shm);
-            return work;
-        }
-        let rx_corrupts = self.faults.corrupts.1;
-        let mut passed = std::mem::take(&mut self.shm_passed);
-        let work = shm.receive(self.batch, &shared.counters, |stage, arrived| {
-            for a in arrived {
-                let r = sys::Received {
-                    len: a.len,
-                    from: Some(a.from),
-                    truncated: false,
-                    segment: None,
-                };
-                let bytes = &mut stage[a.at..a.at + a.len];
-                if let Some((now, from)) = self.received(&r, self.local, bytes) {
-                    passed.push((a.at, a.len, now, from, a.intact && !rx_corrupts));
-                }
-            }
-            if !passed.is_empty() {
-                let mut engine = shared.engine();
-                for &(at, len, now, from, intact) in &passed {
-                    let bytes = &stage[at..at + len];
-                    if intact {
-                        engine.handle_local_datagram(now, from, self.local, bytes);
-                    } else {
-                        engine.handle_datagram(now, from, self.local, bytes);
-                    }
-                }
-            }
-            passed.clear();
-        });
-        self.shm_passed = passed;
-        self.shm = Some(shm);
-        work
-    }
-
-    /// shm: sends one (held) datagram through the same-host path if it takes
-    /// it (counted and captured as sent, like the socket's). Never marked
-    /// intact: a held datagram may be a corrupted one's duplicate.
-    fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
-        let Some(shm) = self.shm.as_mut() else {
-            return false;
-        };
-        if shm.send(to, bytes, false, &self.shared.counters) != crate::shm::Push::Sent {
-            return false;
-        }
-        self.sent(now, to, bytes);
-        true
-    }
-
-    /// shm: the same-host path takes what it can from the head of a run:
-    /// `Ok(Ok(n))`, the first `n` went; `Err(WouldBlock)`, its ring is full;
-    /// `Ok(Err(k))`, the first `k` go by the socket.
-    fn shm_run(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<Result<usize, usize>> {
-        use crate::shm::Push;
-        let Some(shm) = self.shm.as_mut() else {
-            return Ok(Err(run.len()));
-        };
-        self.shm_full = false;
-        let intact = !self.faults.corrupts.0;
-        let mut n = 0;
-        for &(to, bytes) in run {
-            match shm.send(to, bytes, intact, &self.shared.counters) {
-                Push::Sent => n += 1,
-                Push::Full if n == 0 => {
-                    self.shm_full = true;
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
-                Push::Full | Push::Declined => break,
-            }
-        }
-        if n > 0 {
-            return Ok(Ok(n));
-        }
-        let rest = run[1..].iter().take_while(|(to, b)| !shm.may_take(*to, b));
-        Ok(Err(1 + rest.count()))
-    }
-
     /// Multicast: datagrams read from the groups' sockets, each then treated
     /// as read from the device's socket, with the group as its destination.
     fn receive_groups(&mut self) -> bool {
@@ -777,152 +672,6 @@ impl<E: Engine> Progress<E> {
 
     fn deliver(&self, n: Notification) {
         self.shared.deliver(n);
-    }
-
-    /// Sleeps until the socket or doorbell is ready or the next deadline.
-    fn sleep(&mut self) {
-        self.flush_capture();
-        let engine_deadline = {
-            let engine = self.shared.engine();
-            let d = engine.poll_timeout();
-            // Under the lock: a posting thread that transmits by itself
-            // (driver.rs) wakes this thread for an earlier deadline.
-            let latest = self.shared.clock.now() + self.longest_sleep().as_nanos() as u64;
-            let wake_at = d.map_or(latest, |d| d.min(latest));
-            self.shared.wake_at.store(wake_at, SeqCst);
-            d
-        };
-        let held = [self.faults.hold.next_wake(), self.raw.next_wake()];
-        let deadline = match (engine_deadline, held.into_iter().flatten().min()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let longest = self.longest_sleep();
-        let mut timeout = deadline
-            .map_or(longest, |d| self.shared.clock.until(d))
-            .min(longest);
-        // A thread polls a CQ of the device (crate::pollrx): the socket is
-        // its to read until the lease ends, when this thread looks again.
-        let now = self.shared.clock.now();
-        let lease = self.shared.rx.lease(now);
-        if let Some(end) = lease {
-            timeout = timeout.min(self.shared.clock.until(end));
-        }
-        let mut sock_events = libc::POLLIN;
-        if !self.txq.is_empty() || self.faults.blocked {
-            // shm: a full ring is not the socket's to report: just wait a little.
-            if !self.shm_full {
-                sock_events |= libc::POLLOUT;
-            }
-            timeout = timeout.min(RETRY_SLEEP);
-        }
-        // shm: tell same-host senders we sleep; do not if a datagram came.
-        if let Some(shm) = self.shm.as_mut().filter(|s| s.arm()) {
-            shm.woke(&[]);
-            return;
-        }
-        Counters::add(&self.shared.counters.sleeps, 1);
-        let until = now + timeout.as_nanos() as u64;
-        let aside = self.shared.rx.set_asleep(Some(until), lease.is_some(), now);
-        if aside {
-            // Not the socket's POLLIN (nor its POLLERR: a negative fd).
-            Counters::add(&self.shared.counters.aside_sleeps, 1);
-            sock_events &= !libc::POLLIN;
-        }
-        self.wait(sock_events, timeout);
-        self.shared.rx.set_asleep(None, false, now);
-        if let Some(end) = lease.filter(|_| aside) {
-            self.lease_ended(end);
-        }
-    }
-
-    /// After a sleep aside: if it lasted to the lease's end, the lease
-    /// adapts (crate::pollrx::RxGate::lease_ended) to whether it was
-    /// renewed meanwhile or ended with a datagram waiting for it (one
-    /// zero-timeout poll(2) to know, which also lets this pass read it).
-    fn lease_ended(&mut self, end: Nanos) {
-        let now = self.shared.clock.now();
-        if now < end {
-            return; // woken early (the doorbell): nothing learnt
-        }
-        let renewed = self.shared.rx.lease(now).is_some();
-        let waited = !renewed && {
-            self.peek();
-            self.readable.socket
-        };
-        let shared = self.shared.clone();
-        shared.rx.lease_ended(renewed, waited, &shared.counters);
-    }
-
-    /// The longest sleep: shorter while posting threads transmit by
-    /// themselves, so that a post that arms the usual ACK timeout (67 ms)
-    /// needs no doorbell for it ([`CALLER_TX_MAX_SLEEP`]).
-    fn longest_sleep(&self) -> Duration {
-        match self.shared.caller_tx {
-            Some(_) => CALLER_TX_MAX_SLEEP,
-            None => MAX_SLEEP,
-        }
-    }
-
-    /// Learns what is readable now, without sleeping.
-    fn peek(&mut self) {
-        self.wait(libc::POLLIN, Duration::ZERO);
-    }
-
-    /// One poll(2) on every source (the socket with `sock_events`; not the
-    /// socket at all when they are none), at most `timeout`: clears the
-    /// doorbell if it rang and notes what is readable.
-    fn wait(&mut self, sock_events: libc::c_short, timeout: Duration) {
-        let bell = self.shared.doorbell.fd().as_raw_fd();
-        // A negative fd is ignored by poll(2): no inbox when the address is ours alone.
-        let inbox = self.share.as_ref().map_or(-1, |(s, _)| s.inbox_fd());
-        let sock = match sock_events {
-            0 => -1,
-            _ => self.socket.as_raw_fd(),
-        };
-        let mut fds = std::mem::take(&mut self.pollfds);
-        fds.clear();
-        fds.extend([
-            sys::pollfd(sock, sock_events),
-            sys::pollfd(bell, libc::POLLIN),
-            sys::pollfd(inbox, libc::POLLIN),
-        ]);
-        let groups = self.groups.iter();
-        fds.extend(groups.map(|(_, s)| sys::pollfd(s.as_raw_fd(), libc::POLLIN)));
-        let services = fds.len();
-        if let Some((slot, _)) = &self.share {
-            slot.service_fds(&mut fds);
-        }
-        let services = services..fds.len();
-        self.raw.pollfds(&mut fds);
-        if let Some(shm) = self.shm.as_mut() {
-            shm.pollfds(&mut fds);
-        }
-        match sys::poll(&mut fds, Some(timeout)) {
-            Ok(_) => {
-                // Any event but POLLOUT (data, an error to collect, a hang-up) is for a read.
-                let r = &mut self.readable;
-                r.socket |= fds[0].revents & !libc::POLLOUT != 0;
-                r.inbox |= fds[2].revents != 0;
-                r.services |= fds[services].iter().any(|f| f.revents != 0);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "poll failed");
-                self.readable = Readable {
-                    socket: true,
-                    inbox: true,
-                    services: true,
-                };
-            }
-        }
-        self.shared.wake_at.store(0, SeqCst);
-        if fds[1].revents != 0 {
-            self.shared.doorbell.clear();
-        }
-        if let Some(shm) = self.shm.as_mut() {
-            shm.woke(&fds);
-        }
-        self.pollfds = fds;
     }
 }
 

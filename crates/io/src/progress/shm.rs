@@ -1,0 +1,129 @@
+//! The progress thread's hooks of the same-host path (`crate::shm`): the
+//! rings' datagrams in, each treated as read from the socket, and runs of
+//! datagrams out through a ring when the peer has one.
+
+use std::io;
+use std::net::SocketAddr;
+
+use super::Progress;
+use crate::clock::Nanos;
+use crate::counters::Counters;
+use crate::engine::Engine;
+use crate::sys;
+
+impl<E: Engine> Progress<E> {
+    /// shm: datagrams from the same-host path's rings, each then treated as
+    /// read from the socket (counted, captured, faults), then handed to the
+    /// engine together under one lock; those whose bytes nothing could have
+    /// altered (the sender's engine sealed them, no corruption injected on
+    /// either side) as local datagrams (`Engine::handle_local_datagram`).
+    pub(super) fn receive_shm(&mut self) -> bool {
+        let Some(mut shm) = self.shm.take() else {
+            return false;
+        };
+        let shared = self.shared.clone();
+        if !self.faults.on_receive() {
+            // No receive faults: the engine reads each datagram where it
+            // lies in the ring (no copy); counted and captured as read.
+            let work = shm.receive_in_place(self.batch, &shared.counters, |batch| {
+                let c = &shared.counters;
+                let now = shared.clock.now();
+                for (bytes, _) in batch.datagrams() {
+                    Counters::add(&c.datagrams_received, 1);
+                    Counters::add(&c.bytes_received, bytes.len() as u64);
+                    if let Some(cap) = self.capture.as_mut() {
+                        cap.record(now, batch.from, self.local, bytes, c);
+                    }
+                }
+                let mut engine = shared.engine();
+                for (bytes, intact) in batch.datagrams() {
+                    if intact {
+                        engine.handle_local_datagram(now, batch.from, self.local, bytes);
+                    } else {
+                        engine.handle_datagram(now, batch.from, self.local, bytes);
+                    }
+                }
+                // (No receive faults: nothing received is held, so there
+                // is no reordered datagram to count down.)
+            });
+            self.shm = Some(shm);
+            return work;
+        }
+        let rx_corrupts = self.faults.corrupts.1;
+        let mut passed = std::mem::take(&mut self.shm_passed);
+        let work = shm.receive(self.batch, &shared.counters, |stage, arrived| {
+            for a in arrived {
+                let r = sys::Received {
+                    len: a.len,
+                    from: Some(a.from),
+                    truncated: false,
+                    segment: None,
+                };
+                let bytes = &mut stage[a.at..a.at + a.len];
+                if let Some((now, from)) = self.received(&r, self.local, bytes) {
+                    passed.push((a.at, a.len, now, from, a.intact && !rx_corrupts));
+                }
+            }
+            if !passed.is_empty() {
+                let mut engine = shared.engine();
+                for &(at, len, now, from, intact) in &passed {
+                    let bytes = &stage[at..at + len];
+                    if intact {
+                        engine.handle_local_datagram(now, from, self.local, bytes);
+                    } else {
+                        engine.handle_datagram(now, from, self.local, bytes);
+                    }
+                }
+            }
+            passed.clear();
+        });
+        self.shm_passed = passed;
+        self.shm = Some(shm);
+        work
+    }
+
+    /// shm: sends one (held) datagram through the same-host path if it takes
+    /// it (counted and captured as sent, like the socket's). Never marked
+    /// intact: a held datagram may be a corrupted one's duplicate.
+    pub(super) fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
+        let Some(shm) = self.shm.as_mut() else {
+            return false;
+        };
+        if shm.send(to, bytes, false, &self.shared.counters) != crate::shm::Push::Sent {
+            return false;
+        }
+        self.sent(now, to, bytes);
+        true
+    }
+
+    /// shm: the same-host path takes what it can from the head of a run:
+    /// `Ok(Ok(n))`, the first `n` went; `Err(WouldBlock)`, its ring is full;
+    /// `Ok(Err(k))`, the first `k` go by the socket.
+    pub(super) fn shm_run(
+        &mut self,
+        run: &[(SocketAddr, &[u8])],
+    ) -> io::Result<Result<usize, usize>> {
+        use crate::shm::Push;
+        let Some(shm) = self.shm.as_mut() else {
+            return Ok(Err(run.len()));
+        };
+        self.shm_full = false;
+        let intact = !self.faults.corrupts.0;
+        let mut n = 0;
+        for &(to, bytes) in run {
+            match shm.send(to, bytes, intact, &self.shared.counters) {
+                Push::Sent => n += 1,
+                Push::Full if n == 0 => {
+                    self.shm_full = true;
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Push::Full | Push::Declined => break,
+            }
+        }
+        if n > 0 {
+            return Ok(Ok(n));
+        }
+        let rest = run[1..].iter().take_while(|(to, b)| !shm.may_take(*to, b));
+        Ok(Err(1 + rest.count()))
+    }
+}
