@@ -180,12 +180,15 @@ pub(crate) struct CallerTx {
     last_post: AtomicU64,
 }
 
+/// `CallerTx::last_post` before the first post.
+const NEVER: Nanos = Nanos::MAX;
+
 impl CallerTx {
     /// A post at `now`: true if it follows the previous one by less than the
     /// stream gap (the progress thread then sends it, in a batch).
     fn streaming(&self, now: Nanos) -> bool {
         let prev = self.last_post.swap(now, SeqCst);
-        now.saturating_sub(prev) < self.stream_gap
+        prev != NEVER && now.saturating_sub(prev) < self.stream_gap
     }
 }
 
@@ -438,7 +441,7 @@ impl<E: Engine> Driver<E> {
                     }),
                     stream_gap: u64::try_from(opts.caller_tx_stream_gap.as_nanos())
                         .unwrap_or(u64::MAX),
-                    last_post: AtomicU64::new(0),
+                    last_post: AtomicU64::new(NEVER),
                 })
             } else {
                 None
@@ -757,5 +760,38 @@ mod tests {
             return;
         }
         panic!("the progress thread never stayed asleep");
+    }
+
+    /// The first post is sent by its own thread; a post that follows it
+    /// within the stream gap rings the doorbell instead, and the progress
+    /// thread sends it (in its batches).
+    #[test]
+    fn a_stream_of_posts_is_left_to_the_progress_thread() {
+        let opts = DriverOptions {
+            caller_tx: true,
+            caller_tx_stream_gap: Duration::from_secs(3600),
+            ..DriverOptions::default()
+        };
+        let d = Driver::start(Queue::default(), "127.0.61.15:0".parse().unwrap(), opts).unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.61.16:0").unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let to = peer.local_addr().unwrap();
+        let start = std::time::Instant::now();
+        while d.counters().sleeps == 0 && start.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        d.with(|e| e.0.push_back((to, vec![1; 4])));
+        assert_eq!(d.posted(true), 1, "the first post is sent by its thread");
+        let writes = d.waker().writes();
+        d.with(|e| e.0.push_back((to, vec![2; 4])));
+        assert_eq!(d.posted(true), 0, "a post within the gap is not");
+        assert!(d.waker().writes() > writes, "the doorbell rang");
+        let mut buf = [0u8; 8];
+        for want in 1..=2u8 {
+            let n = peer.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &[want; 4], "datagram {want} in order");
+        }
+        assert_eq!(d.counters().caller_datagrams, 1);
     }
 }
