@@ -42,9 +42,12 @@
 //! earlier than the one it sleeps until (`Shared::wake_at`, published under
 //! the engine lock before it sleeps).
 //!
+//! Datagrams for the same-host path (crate::shm) go into its rings, as the
+//! progress thread's do: the gate keeps them in order with the socket's.
+//!
 //! On by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=0` turns it
-//! off); off while faults, capture or the same-host path are in use (those
-//! sit in the progress thread).
+//! off); off while faults or capture are in use (those sit in the progress
+//! thread).
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -248,6 +251,16 @@ impl<E: Engine> TxSink for CallerWire<'_, E> {
     }
 
     fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+        use crate::shm::Run;
+        // shm: the same-host path first (intact: no faults while this is on).
+        let run = match self.shared.shm() {
+            Some(mut shm) => match shm.send_run(run, true, &self.shared.counters) {
+                Run::Sent(n) => return Ok(n),
+                Run::Full => return Err(io::ErrorKind::WouldBlock.into()),
+                Run::Socket(k) => &run[..k],
+            },
+            None => run,
+        };
         let (result, report) = self.sender.send(&self.tx.socket, run);
         let c = &self.shared.counters;
         Counters::add(&c.send_calls, report.calls);

@@ -133,6 +133,10 @@ pub(crate) struct Shared<E> {
     pub(crate) wake_at: AtomicU64,
     /// The gate to the socket's receive side for polling threads (crate::pollrx).
     pub(crate) rx: crate::pollrx::RxGate,
+    /// The same-host path (crate::shm), when on: the progress thread's, and
+    /// the application threads' when they transmit or poll. Lock order:
+    /// the transmit gate, then this, then the engine.
+    pub(crate) shm: Option<Mutex<crate::shm::ShmPath>>,
 }
 
 impl<E> Shared<E> {
@@ -157,12 +161,28 @@ impl<E> Shared<E> {
             rx: crate::pollrx::RxGate::new(socket, local, opts),
             caller_tx: None,
             wake_at: AtomicU64::new(0),
+            shm: None,
         })
     }
 
     pub(crate) fn engine(&self) -> MutexGuard<'_, E> {
         // A panic inside an engine call must not wedge the device forever.
         self.engine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The same-host path, waited for (see `Shared::shm`'s lock order).
+    pub(crate) fn shm(&self) -> Option<MutexGuard<'_, crate::shm::ShmPath>> {
+        let m = self.shm.as_ref()?;
+        Some(m.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The same-host path if no other thread holds it.
+    pub(crate) fn try_shm(&self) -> Option<MutexGuard<'_, crate::shm::ShmPath>> {
+        match self.shm.as_ref()?.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     pub(crate) fn channel(&self, id: u32) -> Option<Arc<CompletionChannel>> {
@@ -204,15 +224,11 @@ impl<E: Engine> Driver<E> {
     pub fn start(engine: E, bind: SocketAddr, opts: DriverOptions) -> io::Result<Self> {
         let socket = socket::bind_shared(bind, &opts)?;
         let local = socket.local_addr()?;
-        // The posting threads' own transmit: not with faults or capture
-        // (they live in the progress thread), nor beside the same-host path
-        // (shm: its rings are the progress thread's; a posting thread's
-        // socket send would overtake the datagrams in a ring).
-        let shm = opts.shm && opts.share.is_some();
-        let caller_tx =
-            (opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() && !shm)
-                .then(|| socket.try_clone().map(|s| CallerTx::new(s, local, &opts)))
-                .transpose()?;
+        // The application threads' own transmit: not with faults or capture
+        // (they live in the progress thread).
+        let caller_tx = (opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none())
+            .then(|| socket.try_clone().map(|s| CallerTx::new(s, local, &opts)))
+            .transpose()?;
         let (clock, origin) = (Clock::new(), SystemTime::now());
         let capture = match &opts.capture {
             Some(path) => Some(Capture::create(path, origin)?),
@@ -220,6 +236,7 @@ impl<E: Engine> Driver<E> {
         };
         let mut shared = Shared::new(engine, clock, &socket, local, &opts)?;
         shared.caller_tx = caller_tx;
+        shared.shm = crate::shm::ShmPath::for_driver(local, &opts).map(Mutex::new);
         let shared = Arc::new(shared);
         let progress = Progress::new(shared.clone(), socket, local, &opts, capture);
         let thread = std::thread::Builder::new()

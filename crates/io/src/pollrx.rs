@@ -71,6 +71,8 @@ pub(crate) struct RxGate {
     /// [`RxGate::lease_ended`]), and at most.
     lease_ns: AtomicU64,
     lease_max_ns: u64,
+    /// The device's address (what datagrams arrive at).
+    pub(crate) local: SocketAddr,
     reader: Mutex<Reader>,
 }
 
@@ -100,6 +102,7 @@ impl RxGate {
             lease_until: AtomicU64::new(0),
             lease_ns: AtomicU64::new(lease_max_ns),
             lease_max_ns,
+            local,
             reader: Mutex::new(Reader {
                 socket,
                 local,
@@ -237,18 +240,36 @@ struct Read {
     timer: bool,
 }
 
-/// One nonblocking read of the socket, its datagrams handed to the engine;
-/// nothing when another thread holds the gate or nothing is queued.
+/// One nonblocking read of the socket and the same-host path's rings, the
+/// datagrams handed to the engine; nothing from a source another thread
+/// reads, or where nothing is queued.
 fn read<E: Engine>(shared: &Shared<E>) -> Read {
+    let delivered = read_socket(shared) + read_rings(shared);
+    if delivered == 0 {
+        return Read::default();
+    }
+    // What the engine queued (an ACK, a response) and its notifications,
+    // and whether a timer comes before the progress thread's sleep ends.
+    let e = shared.engine();
+    let until = shared.rx.until.load(SeqCst);
+    Read {
+        delivered,
+        work: e.has_work(),
+        timer: e.poll_timeout().is_some_and(|t| t < until),
+    }
+}
+
+/// One nonblocking read of the socket, its datagrams handed to the engine.
+fn read_socket<E: Engine>(shared: &Shared<E>) -> usize {
     let gate = &shared.rx;
     let mut reader = match gate.reader.try_lock() {
         Ok(r) => r,
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => return Read::default(),
+        Err(TryLockError::WouldBlock) => return 0,
     };
     let r = &mut *reader;
     let Some(socket) = &r.socket else {
-        return Read::default();
+        return 0;
     };
     if r.mem.is_empty() {
         r.mem = vec![0; SLOTS * r.slot_len];
@@ -256,7 +277,7 @@ fn read<E: Engine>(shared: &Shared<E>) -> Read {
     let c = &shared.counters;
     // Nothing queued, or an error: the progress thread's to see and count.
     let Ok(got) = sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta) else {
-        return Read::default();
+        return 0;
     };
     Counters::add(&c.recv_calls, 1);
     Counters::add(&c.poll_receive_calls, 1);
@@ -293,18 +314,31 @@ fn read<E: Engine>(shared: &Shared<E>) -> Read {
             delivered += 1;
         }
     }
+    drop(engine);
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
-    // What the engine queued (an ACK, a response) and its notifications,
-    // and whether a timer comes before the progress thread's sleep ends.
-    let (work, timer) = engine.as_ref().map_or((false, false), |e| {
-        let until = gate.until.load(SeqCst);
-        (e.has_work(), e.poll_timeout().is_some_and(|t| t < until))
+    delivered
+}
+
+/// The same-host path's rings (crate::shm), read where the datagrams lie
+/// if no other thread reads them; how many went to the engine.
+fn read_rings<E: Engine>(shared: &Shared<E>) -> usize {
+    let Some(mut shm) = shared.try_shm() else {
+        return 0;
+    };
+    let c = &shared.counters;
+    let local = shared.rx.local;
+    let mut delivered = 0;
+    shm.receive_in_place(SLOTS * 16, c, |batch| {
+        let now = shared.clock.now();
+        for (bytes, _) in batch.datagrams() {
+            Counters::add(&c.datagrams_received, 1);
+            Counters::add(&c.bytes_received, bytes.len() as u64);
+            delivered += 1;
+        }
+        crate::shm::deliver(&mut *shared.engine(), now, local, batch);
     });
-    Read {
-        delivered,
-        work,
-        timer,
-    }
+    Counters::add(&c.poll_receive_datagrams, delivered as u64);
+    delivered
 }
 
 #[cfg(test)]

@@ -69,7 +69,8 @@ fn counters_line(what: &str, side: &Side) -> String {
     format!(
         "{what} shm_sent={} shm_received={} shm_fallbacks={} send_calls={} recv_calls={} \
          fault_drops={} pcap_records={} datagrams_sent={} datagrams_received={} \
-         fault_corruptions={} drop_icrc={} icrc_unchecked={}",
+         fault_corruptions={} drop_icrc={} icrc_unchecked={} caller_datagrams={} \
+         poll_receive_datagrams={}",
         c.shm_datagrams_sent,
         c.shm_datagrams_received,
         c.shm_fallbacks,
@@ -82,6 +83,8 @@ fn counters_line(what: &str, side: &Side) -> String {
         c.fault_corruptions,
         e.drop_icrc,
         e.icrc_unchecked,
+        c.caller_datagrams,
+        c.poll_receive_datagrams,
     )
 }
 
@@ -487,6 +490,10 @@ fn with_it_on_rc_and_ud_go_through_the_shared_rings() {
     }
     // The UD SENDs were checked: fewer unchecked than received.
     assert!(s["icrc_unchecked"] < s["shm_received"], "{s:?}");
+    // The application's threads worked the rings themselves: the posting
+    // thread wrote its datagrams into them, the polling thread read them.
+    assert!(c["caller_datagrams"] > 0, "{c:?}");
+    assert!(c["poll_receive_datagrams"] > 0, "{c:?}");
 }
 
 #[test]

@@ -116,9 +116,8 @@ pub(crate) struct Progress<E> {
     sender: socket::Sender,
     /// What the next pass reads (see the module notes).
     readable: Readable,
-    /// shm: the same-host path (crate::shm), when on, and whether the last
-    /// transmit stopped at a full ring (then the sleep does not wait for POLLOUT).
-    shm: Option<crate::shm::ShmPath>,
+    /// shm: whether the last transmit stopped at a full ring of the
+    /// same-host path (`Shared::shm`; then the sleep does not wait for POLLOUT).
     shm_full: bool,
     /// shm: (offset in the stage, length, time, sender, intact) of the ring
     /// datagrams that go to the engine (reused).
@@ -176,7 +175,6 @@ impl<E: Engine> Progress<E> {
             sender: socket::Sender::new(opts.gso),
             // Nothing known yet: the first sleep's poll says what is queued.
             readable: Readable::default(),
-            shm: crate::shm::ShmPath::for_driver(local, opts),
             shm_full: false,
             shm_passed: Vec::new(),
         }

@@ -18,10 +18,10 @@ impl<E: Engine> Progress<E> {
     /// altered (the sender's engine sealed them, no corruption injected on
     /// either side) as local datagrams (`Engine::handle_local_datagram`).
     pub(super) fn receive_shm(&mut self) -> bool {
-        let Some(mut shm) = self.shm.take() else {
+        let shared = self.shared.clone();
+        let Some(mut shm) = shared.shm() else {
             return false;
         };
-        let shared = self.shared.clone();
         if !self.faults.on_receive() {
             // No receive faults: the engine reads each datagram where it
             // lies in the ring (no copy); counted and captured as read.
@@ -35,18 +35,10 @@ impl<E: Engine> Progress<E> {
                         cap.record(now, batch.from, self.local, bytes, c);
                     }
                 }
-                let mut engine = shared.engine();
-                for (bytes, intact) in batch.datagrams() {
-                    if intact {
-                        engine.handle_local_datagram(now, batch.from, self.local, bytes);
-                    } else {
-                        engine.handle_datagram(now, batch.from, self.local, bytes);
-                    }
-                }
+                crate::shm::deliver(&mut *shared.engine(), now, self.local, batch);
                 // (No receive faults: nothing received is held, so there
                 // is no reordered datagram to count down.)
             });
-            self.shm = Some(shm);
             return work;
         }
         let rx_corrupts = self.faults.corrupts.1;
@@ -78,7 +70,6 @@ impl<E: Engine> Progress<E> {
             passed.clear();
         });
         self.shm_passed = passed;
-        self.shm = Some(shm);
         work
     }
 
@@ -86,12 +77,14 @@ impl<E: Engine> Progress<E> {
     /// it (counted and captured as sent, like the socket's). Never marked
     /// intact: a held datagram may be a corrupted one's duplicate.
     pub(super) fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
-        let Some(shm) = self.shm.as_mut() else {
+        let shared = self.shared.clone();
+        let Some(mut shm) = shared.shm() else {
             return false;
         };
-        if shm.send(to, bytes, false, &self.shared.counters) != crate::shm::Push::Sent {
+        if shm.send(to, bytes, false, &shared.counters) != crate::shm::Push::Sent {
             return false;
         }
+        drop(shm);
         self.sent(now, to, bytes);
         true
     }
@@ -103,27 +96,20 @@ impl<E: Engine> Progress<E> {
         &mut self,
         run: &[(SocketAddr, &[u8])],
     ) -> io::Result<Result<usize, usize>> {
-        use crate::shm::Push;
-        let Some(shm) = self.shm.as_mut() else {
+        use crate::shm::Run;
+        let shared = self.shared.clone();
+        let Some(mut shm) = shared.shm() else {
             return Ok(Err(run.len()));
         };
-        self.shm_full = false;
         let intact = !self.faults.corrupts.0;
-        let mut n = 0;
-        for &(to, bytes) in run {
-            match shm.send(to, bytes, intact, &self.shared.counters) {
-                Push::Sent => n += 1,
-                Push::Full if n == 0 => {
-                    self.shm_full = true;
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
-                Push::Full | Push::Declined => break,
+        self.shm_full = false;
+        match shm.send_run(run, intact, &shared.counters) {
+            Run::Sent(n) => Ok(Ok(n)),
+            Run::Full => {
+                self.shm_full = true;
+                Err(io::ErrorKind::WouldBlock.into())
             }
+            Run::Socket(k) => Ok(Err(k)),
         }
-        if n > 0 {
-            return Ok(Ok(n));
-        }
-        let rest = run[1..].iter().take_while(|(to, b)| !shm.may_take(*to, b));
-        Ok(Err(1 + rest.count()))
     }
 }

@@ -50,14 +50,23 @@ impl<E: Engine> Progress<E> {
             }
             timeout = timeout.min(RETRY_SLEEP);
         }
-        // shm: tell same-host senders we sleep; do not if a datagram came.
-        if let Some(shm) = self.shm.as_mut().filter(|s| s.arm()) {
-            shm.woke(&[]);
+        let until = now + timeout.as_nanos() as u64;
+        let aside = self.shared.rx.set_asleep(Some(until), lease.is_some(), now);
+        // shm: tell same-host senders we sleep, unless the rings are the
+        // polling thread's (aside); do not sleep if a datagram came.
+        let came = !aside
+            && self.shared.shm().is_some_and(|mut shm| {
+                let came = shm.arm();
+                if came {
+                    shm.woke(&[]);
+                }
+                came
+            });
+        if came {
+            self.shared.rx.set_asleep(None, false, now);
             return;
         }
         Counters::add(&self.shared.counters.sleeps, 1);
-        let until = now + timeout.as_nanos() as u64;
-        let aside = self.shared.rx.set_asleep(Some(until), lease.is_some(), now);
         // Left to a polling thread whose lease has ended: ours, not a sleep
         // (crate::callertx::Shared::leave_to_poller, the other half).
         let tx = self.shared.caller_tx.as_ref();
@@ -89,7 +98,7 @@ impl<E: Engine> Progress<E> {
         let renewed = self.shared.rx.lease(now).is_some();
         let waited = !renewed && {
             self.peek();
-            self.readable.socket
+            self.readable.socket || self.shared.shm().is_some_and(|s| s.has_data())
         };
         let shared = self.shared.clone();
         shared.rx.lease_ended(renewed, waited, &shared.counters);
@@ -136,7 +145,8 @@ impl<E: Engine> Progress<E> {
         }
         let services = services..fds.len();
         self.raw.pollfds(&mut fds);
-        if let Some(shm) = self.shm.as_mut() {
+        let shared = self.shared.clone();
+        if let Some(mut shm) = shared.shm() {
             shm.pollfds(&mut fds);
         }
         match sys::poll(&mut fds, Some(timeout)) {
@@ -160,7 +170,7 @@ impl<E: Engine> Progress<E> {
         if fds[1].revents != 0 {
             self.shared.doorbell.clear();
         }
-        if let Some(shm) = self.shm.as_mut() {
+        if let Some(mut shm) = shared.shm() {
             shm.woke(&fds);
         }
         self.pollfds = fds;

@@ -118,6 +118,17 @@ pub(crate) enum Push {
     Declined,
 }
 
+/// What [`ShmPath::send_run`] did with the head of a run of datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Run {
+    /// The first `n` went through the rings.
+    Sent(usize),
+    /// The first one's ring is full ([`Push::Full`]): wait for room.
+    Full,
+    /// The first `k` go by the socket.
+    Socket(usize),
+}
+
 /// A datagram [`ShmPath::receive`] staged: `len` bytes at `at` of the stage.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Arrived {
@@ -146,6 +157,24 @@ impl<'a> InPlace<'a> {
         self.records
             .iter()
             .map(move |r| (ring.bytes(r), r.flags & ring::INTACT != 0))
+    }
+}
+
+/// Hands one ring's datagrams read in place to `engine`, as arrived at
+/// `local` at `now`: those their sender marked intact as local datagrams
+/// (`Engine::handle_local_datagram`).
+pub(crate) fn deliver<E: crate::engine::Engine>(
+    engine: &mut E,
+    now: crate::clock::Nanos,
+    local: SocketAddr,
+    batch: &InPlace<'_>,
+) {
+    for (bytes, intact) in batch.datagrams() {
+        if intact {
+            engine.handle_local_datagram(now, batch.from, local, bytes);
+        } else {
+            engine.handle_datagram(now, batch.from, local, bytes);
+        }
     }
 }
 
@@ -354,6 +383,29 @@ impl ShmPath {
         }
         let flags = if intact { ring::INTACT } else { 0 };
         push(out, bytes, flags, c)
+    }
+
+    /// Sends what it can from the head of `run` through the rings (see
+    /// [`Run`]); `intact` as for [`ShmPath::send`].
+    pub(crate) fn send_run(
+        &mut self,
+        run: &[(SocketAddr, &[u8])],
+        intact: bool,
+        c: &Counters,
+    ) -> Run {
+        let mut n = 0;
+        for &(to, bytes) in run {
+            match self.send(to, bytes, intact, c) {
+                Push::Sent => n += 1,
+                Push::Full if n == 0 => return Run::Full,
+                Push::Full | Push::Declined => break,
+            }
+        }
+        if n > 0 {
+            return Run::Sent(n);
+        }
+        let rest = run[1..].iter().take_while(|(to, b)| !self.may_take(*to, b));
+        Run::Socket(1 + rest.count())
     }
 
     fn refuse(&self, key: (IpAddr, u8), why: &Refusal, c: &Counters) -> Peer {
@@ -681,6 +733,11 @@ impl ShmPath {
             ready |= i.ring.arm();
         }
         ready
+    }
+
+    /// Whether a datagram waits in a ring.
+    pub(crate) fn has_data(&self) -> bool {
+        self.inbound.iter().any(|i| i.ring.has_data())
     }
 
     /// Appends this path's descriptors to the poll set.
