@@ -44,6 +44,12 @@ impl HeaderSet {
         self.0
     }
 
+    /// The set with these raw bits (the inverse of [`HeaderSet::bits`];
+    /// bits past [`WIRE_ORDER`] stand for no header and are dropped).
+    pub const fn from_bits(bits: u16) -> HeaderSet {
+        HeaderSet(bits & ((1 << WIRE_ORDER.len()) - 1))
+    }
+
     /// Total bytes of these headers (not counting the 12-byte BTH).
     pub const fn byte_len(self) -> usize {
         let mut len = 0;

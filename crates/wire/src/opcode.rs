@@ -269,6 +269,23 @@ const fn build_index() -> [u8; 256] {
     index
 }
 
+/// `HEADER_LEN[byte]` = [`Opcode::header_len`] of a defined opcode (BTH +
+/// extension headers), built from [`TABLE`]: one load per packet instead of
+/// a walk over the header order on every parse, emit and payload lookup.
+const HEADER_LEN: [u8; 256] = build_header_len();
+
+const fn build_header_len() -> [u8; 256] {
+    let mut len = [0u8; 256];
+    let mut row = 0;
+    while row < TABLE.len() {
+        let bytes = crate::bth::LEN + TABLE[row].headers.byte_len();
+        assert!(bytes <= u8::MAX as usize, "header length fits a byte");
+        len[TABLE[row].code as usize] = bytes as u8;
+        row += 1;
+    }
+    len
+}
+
 const TRANSPORTS: usize = 6;
 const OPERATIONS: usize = 15;
 /// `SEGMENT[transport][operation][position]` = opcode byte + 1, or 0 if none.
@@ -334,8 +351,9 @@ impl Opcode {
         self.info().headers
     }
     /// Bytes from the start of the BTH to the start of the payload (§4 "hdr len").
+    #[inline]
     pub const fn header_len(self) -> usize {
-        crate::bth::LEN + self.headers().byte_len()
+        HEADER_LEN[self.0 as usize] as usize
     }
     pub const fn payload_rule(self) -> PayloadRule {
         self.info().payload

@@ -124,28 +124,20 @@ impl TransportRepr {
 
     /// The extension headers this representation holds.
     pub fn header_set(&self) -> HeaderSet {
-        let present = [
-            (self.rdeth.is_some(), HeaderSet::RDETH),
-            (self.deth.is_some(), HeaderSet::DETH),
-            (self.xrceth.is_some(), HeaderSet::XRCETH),
-            (self.feth.is_some(), HeaderSet::FETH),
-            (self.reth.is_some(), HeaderSet::RETH),
-            (self.atomic_eth.is_some(), HeaderSet::ATOMIC_ETH),
-            (self.immdt.is_some(), HeaderSet::IMMDT),
-            (self.ieth.is_some(), HeaderSet::IETH),
-            (self.aeth.is_some(), HeaderSet::AETH),
-            (self.atomic_ack_eth.is_some(), HeaderSet::ATOMIC_ACK_ETH),
-        ];
-        let cnp = self.opcode().headers().contains(HeaderSet::CNP_RESERVED);
-        let base = if cnp {
-            HeaderSet::CNP_RESERVED
-        } else {
-            HeaderSet::EMPTY
-        };
-        present
-            .iter()
-            .filter(|(p, _)| *p)
-            .fold(base, |acc, (_, h)| acc.with(*h))
+        // One bit per header held (checked on every emit: plain ORs).
+        let bit = |present: bool, h: HeaderSet| if present { h.bits() } else { 0 };
+        let bits = bit(self.rdeth.is_some(), HeaderSet::RDETH)
+            | bit(self.deth.is_some(), HeaderSet::DETH)
+            | bit(self.xrceth.is_some(), HeaderSet::XRCETH)
+            | bit(self.feth.is_some(), HeaderSet::FETH)
+            | bit(self.reth.is_some(), HeaderSet::RETH)
+            | bit(self.atomic_eth.is_some(), HeaderSet::ATOMIC_ETH)
+            | bit(self.immdt.is_some(), HeaderSet::IMMDT)
+            | bit(self.ieth.is_some(), HeaderSet::IETH)
+            | bit(self.aeth.is_some(), HeaderSet::AETH)
+            | bit(self.atomic_ack_eth.is_some(), HeaderSet::ATOMIC_ACK_ETH)
+            | (self.opcode().headers().bits() & HeaderSet::CNP_RESERVED.bits());
+        HeaderSet::from_bits(bits)
     }
 
     /// Bytes from the BTH to the payload.
