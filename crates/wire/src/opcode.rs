@@ -305,6 +305,7 @@ const fn build_segment() -> [[[u16; 4]; OPERATIONS]; TRANSPORTS] {
 
 impl Opcode {
     /// `UnknownOpcode` unless `byte` is in the table.
+    #[inline]
     pub const fn new(byte: u8) -> Result<Opcode, Error> {
         if INDEX[byte as usize] == 0 {
             return Err(Error::UnknownOpcode(byte));
@@ -313,11 +314,13 @@ impl Opcode {
     }
 
     /// The opcode byte.
+    #[inline]
     pub const fn get(self) -> u8 {
         self.0
     }
 
     /// This opcode's table row.
+    #[inline]
     pub const fn info(self) -> &'static OpcodeInfo {
         // The invariant guarantees a row; row 0 is a harmless fallback that
         // cannot be reached.
@@ -326,6 +329,7 @@ impl Opcode {
     }
 
     /// Transport bits 7..5 (§3). Every table row has one of the six defined values.
+    #[inline]
     pub const fn transport(self) -> Transport {
         match self.0 >> 5 {
             0 => Transport::Rc,
@@ -337,16 +341,20 @@ impl Opcode {
         }
     }
 
+    #[inline]
     pub const fn name(self) -> &'static str {
         self.info().name
     }
+    #[inline]
     pub const fn operation(self) -> Operation {
         self.info().operation
     }
+    #[inline]
     pub const fn position(self) -> Position {
         self.info().position
     }
     /// Extension headers after the BTH.
+    #[inline]
     pub const fn headers(self) -> HeaderSet {
         self.info().headers
     }
@@ -355,43 +363,55 @@ impl Opcode {
     pub const fn header_len(self) -> usize {
         HEADER_LEN[self.0 as usize] as usize
     }
+    #[inline]
     pub const fn payload_rule(self) -> PayloadRule {
         self.info().payload
     }
+    #[inline]
     pub const fn is_first(self) -> bool {
         matches!(self.position(), Position::First)
     }
+    #[inline]
     pub const fn is_middle(self) -> bool {
         matches!(self.position(), Position::Middle)
     }
+    #[inline]
     pub const fn is_last(self) -> bool {
         matches!(self.position(), Position::Last)
     }
+    #[inline]
     pub const fn is_only(self) -> bool {
         matches!(self.position(), Position::Only)
     }
     /// Last or only packet of its message.
+    #[inline]
     pub const fn ends_message(self) -> bool {
         matches!(self.position(), Position::Last | Position::Only)
     }
     /// Starts a new message (FIRST or ONLY).
+    #[inline]
     pub const fn starts_message(self) -> bool {
         matches!(self.position(), Position::First | Position::Only)
     }
+    #[inline]
     pub const fn has_payload(self) -> bool {
         !matches!(self.payload_rule(), PayloadRule::None)
     }
+    #[inline]
     pub const fn has_immediate(self) -> bool {
         self.headers().contains(HeaderSet::IMMDT)
     }
+    #[inline]
     pub const fn has_invalidate(self) -> bool {
         self.headers().contains(HeaderSet::IETH)
     }
     /// Sent by a requester (everything but ACKs, read responses and CNPs).
+    #[inline]
     pub const fn is_request(self) -> bool {
         !self.is_response() && !matches!(self.operation(), Operation::Cnp)
     }
     /// Sent by a responder: ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE, RDMA READ responses.
+    #[inline]
     pub const fn is_response(self) -> bool {
         matches!(
             self.operation(),
