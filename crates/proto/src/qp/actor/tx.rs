@@ -31,6 +31,21 @@ impl Qp {
         self.next_request(now, env, buf, sink)
     }
 
+    /// True when a turn ([`Engine::drive`](crate::Engine) around
+    /// [`Qp::next_packet`]) would send nothing and change nothing: no
+    /// response queued, every WQE's requests sent, no RNR wait to clear,
+    /// and nothing posted on the ring for the turn to take first.
+    /// (`next_response` returns at its first test; `next_request` at the
+    /// state test, or clears an `rnr_until` that is `None`, finds no WQE at
+    /// the cursor for `run_local_ops` or the requester, and returns `None`.)
+    #[inline]
+    pub(crate) fn tx_idle(&self) -> bool {
+        !self.dp.resp.has_output()
+            && self.dp.sq.all_sent()
+            && self.dp.rnr_until.is_none()
+            && self.send_ring().pending() == 0
+    }
+
     fn next_response(&mut self, env: &QpEnv<'_>, buf: &mut [u8]) -> Option<Transmit> {
         if !self.dp.resp.has_output() || self.ctl.state() == QpState::Reset {
             return None;
