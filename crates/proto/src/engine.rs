@@ -817,6 +817,10 @@ impl Engine {
     /// Moves what the send rings of the QPs posted to since the last call
     /// hold into their send queues (each QP once; nothing when none was).
     pub fn take_posted(&mut self) {
+        // Called before every transmit: most find no QP listed.
+        if !self.rings.posted.any() {
+            return;
+        }
         let mut list = std::mem::take(&mut self.posted_scratch);
         self.rings.posted.take(&mut list);
         for &h in &list {
