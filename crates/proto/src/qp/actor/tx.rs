@@ -97,7 +97,7 @@ impl Qp {
             return None;
         }
         let dp = &mut self.dp;
-        let pkt = dp.req.next_packet(&mut dp.sq, &renv)?;
+        let mut pkt = dp.req.next_packet(&mut dp.sq, &renv)?;
         self.check_send_invariants(&renv);
         // The payload goes straight to its place after the headers.
         let at = pkt.repr.header_len();
@@ -116,9 +116,8 @@ impl Qp {
         c.bytes_sent += n as u64;
         c.retransmitted_packets += u64::from(pkt.retransmit);
         let src = gid_ip(env.gids, sgid);
-        let mut repr = pkt.repr;
-        repr.payload_len = n;
-        let out = emit_in_place(&repr, src, dgid.ip(), env.local_port, buf);
+        pkt.repr.payload_len = n; // in place: the representation is large
+        let out = emit_in_place(&pkt.repr, src, dgid.ip(), env.local_port, buf);
         self.after_request(now, &pkt, renv.qp_type, sink);
         out
     }
