@@ -97,15 +97,19 @@ impl Qp {
             return None;
         }
         let dp = &mut self.dp;
-        let mut pkt = dp.req.next_packet(&mut dp.sq, &renv)?;
+        if !dp.req.next_packet(&mut dp.sq, &renv, &mut dp.pkt) {
+            return None;
+        }
         self.check_send_invariants(&renv);
+        let (index, last, retransmit) =
+            (self.dp.pkt.index, self.dp.pkt.last, self.dp.pkt.retransmit);
         // The payload goes straight to its place after the headers.
-        let at = pkt.repr.header_len();
-        let Some(n) = self.gather(&pkt, env, buf.get_mut(at..)?) else {
-            self.fail_request(pkt.index, WcStatus::LocProtErr, sink);
+        let at = self.dp.pkt.repr.header_len();
+        let Some(n) = self.gather(&self.dp.pkt, env, buf.get_mut(at..)?) else {
+            self.fail_request(index, WcStatus::LocProtErr, sink);
             return None;
         };
-        let w = &self.dp.sq.wqes[pkt.index];
+        let w = &self.dp.sq.wqes[index];
         let a = self.ctl.attr();
         let (sgid, dgid) = match w.ud {
             Some(ud) => (ud.sgid_index, ud.dgid),
@@ -114,11 +118,11 @@ impl Qp {
         let c = &mut self.dp.counters;
         c.packets_sent += 1;
         c.bytes_sent += n as u64;
-        c.retransmitted_packets += u64::from(pkt.retransmit);
+        c.retransmitted_packets += u64::from(retransmit);
         let src = gid_ip(env.gids, sgid);
-        pkt.repr.payload_len = n; // in place: the representation is large
-        let out = emit_in_place(&pkt.repr, src, dgid.ip(), env.local_port, buf);
-        self.after_request(now, &pkt, renv.qp_type, sink);
+        self.dp.pkt.repr.payload_len = n; // in place: the representation is large
+        let out = emit_in_place(&self.dp.pkt.repr, src, dgid.ip(), env.local_port, buf);
+        self.after_request(now, index, last, renv.qp_type, sink);
         out
     }
 
@@ -143,7 +147,14 @@ impl Qp {
     }
 
     /// UC/UD complete a WQE when its last packet is out; RC arms its ACK timer.
-    fn after_request(&mut self, now: u64, pkt: &ReqPacket, t: QpType, sink: &mut impl Sink) {
+    fn after_request(
+        &mut self,
+        now: u64,
+        index: usize,
+        last: bool,
+        t: QpType,
+        sink: &mut impl Sink,
+    ) {
         if t.is_reliable() {
             if self.dp.ack_deadline.is_none() {
                 let timeout = local_ack_timeout_ns(self.ctl.attr().timeout).ok().flatten();
@@ -151,7 +162,7 @@ impl Qp {
             }
             return;
         }
-        if !pkt.last || pkt.index != 0 {
+        if !last || index != 0 {
             return;
         }
         let (qpn, cq) = (self.ctl.qpn(), self.send_cq);
