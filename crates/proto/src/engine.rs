@@ -827,6 +827,14 @@ impl Engine {
             if let Some(q) = self.qps.get(h) {
                 // Unlisted before the drain: a post after it lists the QP again.
                 q.send_ring().unlist();
+                // A QP whose ring is empty again (`Engine::post_send` drains
+                // its own posts at once) is left alone: the drive would find
+                // nothing to take (`Qp::take_posted` makes this very test)
+                // and its sync nothing to change (every call that changes a
+                // QP syncs it).
+                if q.send_ring().pending() == 0 {
+                    continue;
+                }
                 self.drive_ctl(h, |_, _| ());
             }
         }
