@@ -15,39 +15,13 @@
 //! - dropping the driver stops and joins the progress thread promptly (the
 //!   doorbell wakes it) and closes the socket.
 //!
-//! **Transmit in the caller's thread.** A thread that posted to an idle send
-//! queue calls [`Driver::posted`]: it takes the engine lock with `try_lock`
-//! (never waiting behind the progress thread: if the lock is busy it rings
-//! the doorbell instead), takes the datagrams the engine has ready (a few at
-//! most), releases the lock, and sends them itself with one `sendto(2)` each
-//! on a duplicate of the progress thread's socket — no doorbell write, no
-//! wake-up. Datagrams to the driver's own address go straight to the engine
-//! under the same lock (the loopback shortcut). It wakes the progress thread
-//! only when that thread must act: more datagrams than it took, a send
-//! refused for room, or a new engine deadline (an ACK timer) earlier than the
-//! one the sleeping progress thread waits for (`wake_at`, which it publishes
-//! under the engine lock before it sleeps). Completion-channel and async
-//! events the sends made are delivered by the caller too. The progress thread
-//! keeps retransmission, the ACK timers and receiving.
-//!
-//! Two threads now take datagrams from one engine, so the order in which
-//! they reach the kernel is kept by a *transmit gate* ([`CallerTx`]): the
-//! thread that takes a datagram from the engine holds it until the datagram
-//! is sent. Without it, a progress thread woken meanwhile took a message's
-//! later packets and sent them while the poster was still between taking
-//! the first and sending it; a UC receiver drops a message whose first
-//! packet comes late, so `ibv_uc_pingpong` waited forever for it. The
-//! progress thread waits for the gate (a poster holds it for a few sends,
-//! bounded); a poster only tries it, and also stays out while the progress
-//! thread holds datagrams that wait for room in the socket.
-//!
-//! On by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=0` turns
-//! it off); off while faults, capture or the same-host path are in use
-//! (those sit in the progress thread); on a shared address it keeps the
-//! progress thread's rule of which datagrams stay in this process. While it
-//! is on, the progress thread sleeps at most 25 ms at a time, so that the
-//! usual ACK timeout a post arms (67 ms) comes after its wake-up and needs
-//! no doorbell.
+//! **Transmit by the application's threads** (crate::callertx): a thread
+//! that posted to an idle send queue, or polls an empty CQ, sends what the
+//! engine has ready itself, under the transmit gate that keeps the engine's
+//! order whichever thread sends; the progress thread keeps retransmission,
+//! the ACK timers and what nobody else sends. While it is on, the progress
+//! thread sleeps at most 25 ms at a time, so that the usual ACK timeout a
+//! post arms (67 ms) comes after its wake-up and needs no doorbell.
 //!
 //! **Send policy.** Datagrams go out in batches: up to `batch` are collected from
 //! the engine (one lock) and sent with one sendmmsg(2) per run of socket-bound
@@ -67,6 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
+use crate::callertx::CallerTx;
 use crate::capture::Capture;
 use crate::clock::{Clock, Nanos};
 use crate::counters::{CounterSnapshot, Counters};
@@ -160,81 +135,6 @@ pub(crate) struct Shared<E> {
     pub(crate) rx: crate::pollrx::RxGate,
 }
 
-/// What a posting thread needs to transmit by itself.
-pub(crate) struct CallerTx {
-    /// A duplicate of the progress thread's socket.
-    socket: std::net::UdpSocket,
-    local: SocketAddr,
-    /// This process's slot of a shared address, if any (which datagrams to
-    /// the address stay in this process: as the progress thread decides).
-    share: Option<Arc<crate::share::Slot>>,
-    /// The transmit gate: whoever takes datagrams from the engine holds it
-    /// until they are in the kernel, so datagrams leave in the order the
-    /// engine gave them, whichever thread sends them. The progress thread
-    /// holds it around its transmit step (waiting for it); a posting thread
-    /// only tries it and rings the doorbell if it is busy.
-    gate: Mutex<TxGate>,
-    /// `DriverOptions::caller_tx_stream_gap`, ns.
-    stream_gap: Nanos,
-    /// When the device's last post came (engine clock, ns).
-    last_post: AtomicU64,
-}
-
-/// `CallerTx::last_post` before the first post.
-const NEVER: Nanos = Nanos::MAX;
-
-impl CallerTx {
-    /// A post at `now`: true if it follows the previous one by less than the
-    /// stream gap (the progress thread then sends it, in a batch).
-    fn streaming(&self, now: Nanos) -> bool {
-        let prev = self.last_post.swap(now, SeqCst);
-        prev != NEVER && now.saturating_sub(prev) < self.stream_gap
-    }
-}
-
-/// What the transmit gate guards.
-pub(crate) struct TxGate {
-    /// The posting threads' datagram buffer.
-    buf: Vec<u8>,
-    /// The progress thread keeps datagrams that wait for room in the socket
-    /// (back-pressure): nothing may overtake them, so posting threads leave
-    /// the transmit to it until they are gone.
-    pub(crate) progress_pending: bool,
-}
-
-impl CallerTx {
-    /// The transmit gate, waited for (the progress thread: a posting thread
-    /// holds it for a few sends at most, bounded by [`CALLER_TX_ROOM_WAIT`]).
-    pub(crate) fn gate(&self) -> MutexGuard<'_, TxGate> {
-        self.gate.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Whether a datagram to `to` stays in this process (the loopback
-    /// shortcut): our own address and, on a shared address, a QP of our own
-    /// slot — the progress thread's rule. Datagrams for another slot of the
-    /// address go through the socket, as the progress thread sends them.
-    fn is_ours(&self, to: SocketAddr, bytes: &[u8]) -> bool {
-        use crate::share::{target, Target};
-        to == self.local
-            && match &self.share {
-                None => true,
-                Some(slot) => match target(slot.index(), bytes) {
-                    Target::Ours => true,
-                    Target::Service(sid) => slot.serves(sid),
-                    Target::Slot(_) => false,
-                },
-            }
-    }
-}
-
-/// Datagrams a posting thread takes from the engine at most; the rest is the
-/// progress thread's.
-const CALLER_TX_MAX: usize = 8;
-/// Longest a posting thread waits for room in the socket, in all, before it
-/// drops a datagram (counted in `send_errors`; the reliable transports
-/// retransmit). The progress thread may wait this long for the gate.
-const CALLER_TX_ROOM_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
-
 impl<E> Shared<E> {
     pub(crate) fn new(
         engine: E,
@@ -289,126 +189,6 @@ impl<E> Shared<E> {
     }
 }
 
-impl<E: Engine> Shared<E> {
-    /// The calling thread transmits what the engine has ready (see the
-    /// module doc): at most [`CALLER_TX_MAX`] datagrams, holding the transmit
-    /// gate until they are in the kernel, then the notifications they made.
-    /// How many it sent; `None` (nothing taken) when this is off, another
-    /// thread transmits, or the progress thread holds datagrams that wait
-    /// for room: the caller then rings the doorbell. Rings it itself when
-    /// the progress thread must act (more left, a failed send, an earlier
-    /// deadline than the sleeping thread's).
-    pub(crate) fn transmit_here(&self) -> Option<usize> {
-        let tx = self.caller_tx.as_ref()?;
-        // The gate, held until the datagrams taken are in the kernel: the
-        // progress thread must not send a later datagram of the engine's
-        // before them (an unreliable QP loses a message to the reordering).
-        let mut gate = tx.gate.try_lock().ok()?;
-        if gate.progress_pending {
-            return None;
-        }
-        let buf = &mut gate.buf;
-        let room_deadline = std::time::Instant::now() + CALLER_TX_ROOM_WAIT;
-        let mut sent = 0;
-        let mut ring = false;
-        for i in 0..=CALLER_TX_MAX {
-            // One datagram under the lock, sent outside it.
-            let Ok(mut engine) = self.engine.try_lock() else {
-                ring = true;
-                break;
-            };
-            let now = self.clock.now();
-            let t = if i < CALLER_TX_MAX {
-                engine.poll_transmit(now, buf)
-            } else {
-                None
-            };
-            let Some(t) = t else {
-                // Done: events for the CQs and whether the progress thread
-                // must wake for an earlier deadline than its own.
-                let mut notes = Vec::new();
-                while let Some(n) = engine.poll_notification() {
-                    notes.push(n);
-                }
-                let wake_at = self.wake_at.load(SeqCst);
-                ring |= engine.poll_timeout().is_some_and(|d| d < wake_at);
-                ring |= i == CALLER_TX_MAX;
-                drop(engine);
-                for n in notes {
-                    self.deliver(n);
-                }
-                break;
-            };
-            let c = &self.counters;
-            if t.len > buf.len() {
-                Counters::add(&c.send_errors, 1);
-                tracing::error!(
-                    len = t.len,
-                    "engine reported a datagram longer than its buffer"
-                );
-                continue;
-            }
-            let bytes = &buf[..t.len];
-            if tx.is_ours(t.to, bytes) {
-                // The loopback shortcut, under the lock already held.
-                engine.handle_datagram(now, tx.local, tx.local, bytes);
-                Counters::add(&c.loopback_datagrams, 1);
-                Counters::add(&c.loopback_bytes, t.len as u64);
-                Counters::add(&c.caller_datagrams, 1);
-                sent += 1;
-                continue;
-            }
-            drop(engine);
-            match self.send_from_caller(tx, t.to, bytes, room_deadline) {
-                Ok(()) => {
-                    Counters::add(&c.datagrams_sent, 1);
-                    Counters::add(&c.bytes_sent, t.len as u64);
-                    Counters::add(&c.caller_datagrams, 1);
-                    sent += 1;
-                }
-                Err(e) => {
-                    Counters::add(&c.send_errors, 1);
-                    tracing::warn!(local = %tx.local, to = %t.to, len = t.len, error = %e,
-                        "send from the posting thread failed; dropped");
-                    ring = true;
-                }
-            }
-        }
-        drop(gate);
-        if ring {
-            self.doorbell.ring();
-        }
-        Some(sent)
-    }
-
-    /// One `sendto(2)` from a posting thread; waits for room until `deadline`.
-    fn send_from_caller(
-        &self,
-        tx: &CallerTx,
-        to: SocketAddr,
-        bytes: &[u8],
-        deadline: std::time::Instant,
-    ) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
-        loop {
-            Counters::add(&self.counters.send_calls, 1);
-            match socket::send(&tx.socket, to, bytes) {
-                socket::SendOutcome::Sent => return Ok(()),
-                socket::SendOutcome::Failed(e) => return Err(e),
-                socket::SendOutcome::Retry => {
-                    Counters::add(&self.counters.send_retries, 1);
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        return Err(io::Error::from(io::ErrorKind::WouldBlock));
-                    }
-                    let mut fds = [crate::sys::pollfd(tx.socket.as_raw_fd(), libc::POLLOUT)];
-                    let _ = crate::sys::poll(&mut fds, Some(left));
-                }
-            }
-        }
-    }
-}
-
 /// One device's socket and progress thread. See the module doc.
 pub struct Driver<E: Engine> {
     shared: Arc<Shared<E>>,
@@ -430,22 +210,9 @@ impl<E: Engine> Driver<E> {
         // socket send would overtake the datagrams in a ring).
         let shm = opts.shm && opts.share.is_some();
         let caller_tx =
-            if opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() && !shm {
-                Some(CallerTx {
-                    socket: socket.try_clone()?,
-                    local,
-                    share: opts.share.clone(),
-                    gate: Mutex::new(TxGate {
-                        buf: vec![0; opts.max_datagram_bytes.max(1)],
-                        progress_pending: false,
-                    }),
-                    stream_gap: u64::try_from(opts.caller_tx_stream_gap.as_nanos())
-                        .unwrap_or(u64::MAX),
-                    last_post: AtomicU64::new(NEVER),
-                })
-            } else {
-                None
-            };
+            (opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none() && !shm)
+                .then(|| socket.try_clone().map(|s| CallerTx::new(s, local, &opts)))
+                .transpose()?;
         let (clock, origin) = (Clock::new(), SystemTime::now());
         let capture = match &opts.capture {
             Some(path) => Some(Capture::create(path, origin)?),
@@ -542,26 +309,23 @@ impl<E: Engine> Driver<E> {
     }
 
     /// Work was posted (a send ring took a WR). `idle`: the QP's send queue
-    /// held nothing else, so this thread transmits what the engine has ready
-    /// itself (see the module doc); otherwise, if the engine is busy, or if
-    /// the posts come as a stream (closer together than
-    /// `DriverOptions::caller_tx_stream_gap`), the doorbell wakes the
-    /// progress thread. Returns how many datagrams this thread sent.
+    /// held nothing else. An idle queue's post that is not part of a stream
+    /// (closer to the previous post than `DriverOptions::caller_tx_stream_gap`)
+    /// is sent by this thread now; any other post is left to the next poll of
+    /// the thread that polls a CQ while its lease holds (crate::callertx), or
+    /// else the doorbell wakes the progress thread.
+    /// Returns how many datagrams this thread sent.
     pub fn posted(&self, idle: bool) -> usize {
         let now = self.shared.clock.now();
-        let streaming = self
-            .shared
-            .caller_tx
-            .as_ref()
-            .is_some_and(|tx| tx.streaming(now));
-        if !idle || streaming {
-            self.doorbell();
-            return 0;
+        if let Some(tx) = &self.shared.caller_tx {
+            if idle && !tx.streaming(now) {
+                if let Some(n) = self.shared.transmit_here() {
+                    return n;
+                }
+            }
         }
-        self.shared.transmit_here().unwrap_or_else(|| {
-            self.doorbell();
-            0
-        })
+        self.shared.leave_to_poller(now);
+        0
     }
 
     /// A handle that rings this driver's doorbell, for objects that outlive a borrow.
@@ -624,7 +388,7 @@ impl<E: Engine> Driver<E> {
         if thread.join().is_err() {
             tracing::error!(local = %self.local, "progress thread panicked");
         }
-        tracing::debug!(local = %self.local, "driver stopped");
+        tracing::debug!(local = %self.local, counters = ?self.counters(), "driver stopped");
     }
 }
 
@@ -640,158 +404,5 @@ impl<E: Engine> std::fmt::Debug for Driver<E> {
             .field("local", &self.local)
             .field("running", &self.thread.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::{Notification, Transmit};
-    use std::collections::VecDeque;
-    use std::time::Duration;
-
-    /// An engine that sends what is queued, in order.
-    #[derive(Default)]
-    struct Queue(VecDeque<(SocketAddr, Vec<u8>)>);
-
-    impl Engine for Queue {
-        fn handle_datagram(&mut self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
-        fn poll_transmit(&mut self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-            let (to, bytes) = self.0.pop_front()?;
-            buf[..bytes.len()].copy_from_slice(&bytes);
-            Some(Transmit {
-                to,
-                len: bytes.len(),
-            })
-        }
-        fn poll_timeout(&self) -> Option<Nanos> {
-            None
-        }
-        fn handle_timeout(&mut self, _: Nanos) {}
-        fn poll_notification(&mut self) -> Option<Notification> {
-            None
-        }
-    }
-
-    /// A posting thread that took the first datagram of a message from the
-    /// engine and has not yet sent it holds the transmit gate: the progress
-    /// thread, woken meanwhile, must not send the message's later datagrams
-    /// before it (they would overtake it; a UC receiver then drops the
-    /// message, and `ibv_uc_pingpong` waited for it forever).
-    #[test]
-    fn the_progress_thread_never_overtakes_a_posting_thread() {
-        let opts = DriverOptions {
-            caller_tx: true,
-            ..DriverOptions::default()
-        };
-        let d = Driver::start(Queue::default(), "127.0.61.11:0".parse().unwrap(), opts).unwrap();
-        let peer = std::net::UdpSocket::bind("127.0.61.12:0").unwrap();
-        peer.set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let to = peer.local_addr().unwrap();
-        let tx = d.shared.caller_tx.as_ref().expect("caller transmit on");
-        // The steps of `posted` up to the send: the gate, then one datagram.
-        let gate = tx.gate.try_lock().expect("the gate is free");
-        let first = d.with(|e| {
-            e.0.extend((1..=3u8).map(|i| (to, vec![i; 8])));
-            e.0.pop_front().unwrap()
-        });
-        // The progress thread is woken for the rest, and given time to act.
-        d.doorbell();
-        let mut buf = [0u8; 16];
-        peer.set_nonblocking(true).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(
-            peer.recv(&mut buf).is_err(),
-            "the progress thread sent while a posting thread held a datagram"
-        );
-        peer.set_nonblocking(false).unwrap();
-        let deadline = std::time::Instant::now() + CALLER_TX_ROOM_WAIT;
-        d.shared
-            .send_from_caller(tx, first.0, &first.1, deadline)
-            .unwrap();
-        drop(gate);
-        for want in 1..=3u8 {
-            let n = peer.recv(&mut buf).unwrap();
-            assert_eq!(&buf[..n], &[want; 8], "datagram {want} in order");
-        }
-    }
-
-    /// What waits in the progress thread for room in the socket keeps the
-    /// posting threads out: they ring the doorbell instead of sending, and
-    /// the progress thread sends the post's datagram after its own.
-    #[test]
-    fn a_post_while_the_progress_thread_waits_for_room_goes_to_it() {
-        let opts = DriverOptions {
-            caller_tx: true,
-            ..DriverOptions::default()
-        };
-        let d = Driver::start(Queue::default(), "127.0.61.13:0".parse().unwrap(), opts).unwrap();
-        let peer = std::net::UdpSocket::bind("127.0.61.14:0").unwrap();
-        peer.set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let to = peer.local_addr().unwrap();
-        let tx = d.shared.caller_tx.as_ref().expect("caller transmit on");
-        // The progress thread's state as it is while a datagram waits for
-        // room, set while it sleeps (a pass in between would clear it: retry).
-        for _ in 0..100 {
-            let start = std::time::Instant::now();
-            while d.counters().sleeps == 0 && start.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            let passes = d.counters().passes;
-            let writes = d.waker().writes();
-            tx.gate().progress_pending = true;
-            d.with(|e| e.0.push_back((to, vec![7; 4])));
-            let sent = d.posted(true);
-            if d.counters().passes != passes && sent > 0 {
-                continue; // the thread woke by itself meanwhile
-            }
-            assert_eq!(sent, 0, "nothing sent from the posting thread");
-            assert!(d.waker().writes() > writes, "the doorbell rang");
-            assert_eq!(d.counters().caller_datagrams, 0);
-            let mut buf = [0u8; 8];
-            assert_eq!(
-                peer.recv(&mut buf).unwrap(),
-                4,
-                "the progress thread sent it"
-            );
-            assert!(!tx.gate().progress_pending, "cleared by its transmit");
-            return;
-        }
-        panic!("the progress thread never stayed asleep");
-    }
-
-    /// The first post is sent by its own thread; a post that follows it
-    /// within the stream gap rings the doorbell instead, and the progress
-    /// thread sends it (in its batches).
-    #[test]
-    fn a_stream_of_posts_is_left_to_the_progress_thread() {
-        let opts = DriverOptions {
-            caller_tx: true,
-            caller_tx_stream_gap: Duration::from_secs(3600),
-            ..DriverOptions::default()
-        };
-        let d = Driver::start(Queue::default(), "127.0.61.15:0".parse().unwrap(), opts).unwrap();
-        let peer = std::net::UdpSocket::bind("127.0.61.16:0").unwrap();
-        peer.set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let to = peer.local_addr().unwrap();
-        let start = std::time::Instant::now();
-        while d.counters().sleeps == 0 && start.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        d.with(|e| e.0.push_back((to, vec![1; 4])));
-        assert_eq!(d.posted(true), 1, "the first post is sent by its thread");
-        let writes = d.waker().writes();
-        d.with(|e| e.0.push_back((to, vec![2; 4])));
-        assert_eq!(d.posted(true), 0, "a post within the gap is not");
-        assert!(d.waker().writes() > writes, "the doorbell rang");
-        let mut buf = [0u8; 8];
-        for want in 1..=2u8 {
-            let n = peer.recv(&mut buf).unwrap();
-            assert_eq!(&buf[..n], &[want; 4], "datagram {want} in order");
-        }
-        assert_eq!(d.counters().caller_datagrams, 1);
     }
 }

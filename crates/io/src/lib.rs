@@ -23,6 +23,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 mod batch;
+mod callertx;
 pub mod capture;
 mod clock;
 mod counters;

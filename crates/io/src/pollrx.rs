@@ -35,7 +35,6 @@
 //! scheduled for every datagram (spec/performance.md §4, §9.3); the thread
 //! that is already running in `ibv_poll_cq` can read the datagram itself.
 
-use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
@@ -175,6 +174,12 @@ impl RxGate {
         self.lease_ns.store(next, Relaxed);
     }
 
+    /// Whether the progress thread sleeps watching the socket (not aside):
+    /// only an arrival, the doorbell or its deadline wakes it.
+    pub(crate) fn asleep_watching(&self) -> bool {
+        self.asleep.load(SeqCst) && !self.aside.load(SeqCst)
+    }
+
     /// The lease ends now (`ibv_req_notify_cq`: the thread is about to
     /// block). Whether the progress thread sleeps aside and must be woken
     /// to watch the socket again.
@@ -187,36 +192,71 @@ impl RxGate {
     }
 }
 
-/// One nonblocking read of the socket by an application thread, its
-/// datagrams handed to the engine; how many. 0 without a read when the
-/// progress thread is awake, another thread holds the gate, or this is off.
+/// An application thread polled an empty CQ: it renews the lease, reads
+/// the socket once without waiting if the progress thread sleeps and nobody
+/// else reads, hands the datagrams to the engine, and transmits what they
+/// made and what posts left to it (crate::callertx). How many datagrams it
+/// handed to the engine.
 pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
     let gate = &shared.rx;
     if !gate.enabled {
         return 0;
     }
     gate.renew(shared.clock.now());
-    if !gate.asleep.load(SeqCst) {
-        return 0;
+    let read = if gate.asleep.load(SeqCst) {
+        read(shared)
+    } else {
+        Read::default()
+    };
+    match &shared.caller_tx {
+        Some(tx) if read.work || tx.take_wanted() => {
+            match shared.transmit_here() {
+                // The lease counts from the end of this poll's work: a batch
+                // of sends can outlast a short lease.
+                Some(_) => gate.renew(shared.clock.now()),
+                None => tx.want(), // busy: the next poll tries again
+            }
+        }
+        None if read.work => shared.doorbell.ring(),
+        _ => {}
     }
+    if read.timer {
+        shared.doorbell.ring();
+    }
+    read.delivered
+}
+
+/// What one application-thread read did.
+#[derive(Default)]
+struct Read {
+    /// Datagrams handed to the engine.
+    delivered: usize,
+    /// The engine has something to send or deliver since.
+    work: bool,
+    /// Its next deadline comes before the sleeping progress thread's wake-up.
+    timer: bool,
+}
+
+/// One nonblocking read of the socket, its datagrams handed to the engine;
+/// nothing when another thread holds the gate or nothing is queued.
+fn read<E: Engine>(shared: &Shared<E>) -> Read {
+    let gate = &shared.rx;
     let mut reader = match gate.reader.try_lock() {
         Ok(r) => r,
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => return 0,
+        Err(TryLockError::WouldBlock) => return Read::default(),
     };
     let r = &mut *reader;
     let Some(socket) = &r.socket else {
-        return 0;
+        return Read::default();
     };
     if r.mem.is_empty() {
         r.mem = vec![0; SLOTS * r.slot_len];
     }
     let c = &shared.counters;
-    let got = match sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta) {
-        Ok(got) => got,
-        // Nothing queued; anything else is the progress thread's to see and count.
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return 0,
-        Err(_) => return 0,
+    // Nothing queued, or an error: the progress thread's to see and count.
+    let Ok(got) = sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta) else {
+        return Read::default();
     };
     Counters::add(&c.recv_calls, 1);
     Counters::add(&c.poll_receive_calls, 1);
@@ -253,25 +293,18 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
             delivered += 1;
         }
     }
-    // What the engine queued (an ACK, a response) and its notifications:
-    // this thread sends and delivers them itself if it may (the posting
-    // threads' transmit, crate::driver), else the progress thread does; a
-    // timer due before the progress thread's sleep ends wakes it.
+    Counters::add(&c.poll_receive_datagrams, delivered as u64);
+    // What the engine queued (an ACK, a response) and its notifications,
+    // and whether a timer comes before the progress thread's sleep ends.
     let (work, timer) = engine.as_ref().map_or((false, false), |e| {
         let until = gate.until.load(SeqCst);
         (e.has_work(), e.poll_timeout().is_some_and(|t| t < until))
     });
-    drop(engine);
-    drop(reader);
-    Counters::add(&c.poll_receive_datagrams, delivered as u64);
-    if work {
-        if shared.transmit_here().is_none() {
-            shared.doorbell.ring();
-        }
-    } else if timer {
-        shared.doorbell.ring();
+    Read {
+        delivered,
+        work,
+        timer,
     }
-    delivered
 }
 
 #[cfg(test)]

@@ -92,6 +92,26 @@ pub(crate) enum Target {
     Service(u64),
 }
 
+/// Whether a datagram to `to` stays in this process (the loopback shortcut):
+/// it is for our own address `local` and, on a shared address (`slot`), for
+/// a QP of our own slot or a CM service this process serves.
+pub(crate) fn stays_here(
+    slot: Option<&Slot>,
+    local: SocketAddr,
+    to: SocketAddr,
+    datagram: &[u8],
+) -> bool {
+    to == local
+        && match slot {
+            None => true,
+            Some(slot) => match target(slot.index(), datagram) {
+                Target::Ours => true,
+                Target::Service(sid) => slot.serves(sid),
+                Target::Slot(_) => false,
+            },
+        }
+}
+
 /// BTH + DETH before the MAD of a datagram to QP1.
 const GSI_MAD_OFFSET: usize = 12 + 8;
 

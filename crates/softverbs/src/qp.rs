@@ -206,6 +206,9 @@ impl Drop for QpInner {
         }
         // The last handle is gone: detach (as closing the verbs file does), destroy.
         let (left, groups) = self.pd.with(|e| {
+            if let Some(counters) = e.qp_counters(self.h) {
+                tracing::debug!(qpn = self.qpn, ?counters, "QP destroyed");
+            }
             let left = e.forget_mcast(self.h);
             let _ = e.destroy_qp(self.h);
             (left, e.mcast_groups())

@@ -91,7 +91,9 @@ pub(crate) struct Progress<E> {
     /// (offset in `rx_mem`, length, time read, sender) of the received datagrams
     /// that go to the engine.
     rx_passed: Vec<(usize, usize, Nanos, SocketAddr)>,
-    /// Datagrams collected from the engine; what it still holds waits for room.
+    /// Datagrams collected from the engine; what it still holds waits for
+    /// room. Unused while the application threads transmit too
+    /// (crate::callertx: the queue is then under the transmit gate).
     txq: TxBatch,
     /// (slot, datagram, time polled) of one collection, reused.
     collected: Vec<(usize, crate::engine::Transmit, Nanos)>,
@@ -139,6 +141,11 @@ impl<E: Engine> Progress<E> {
             // by default; one that does not fit is cut and counted as unusable.
             socket::enable_gro(&socket);
         }
+        // With the application threads' transmit, the queue is the gate's.
+        let txq = match shared.caller_tx {
+            Some(_) => TxBatch::default(),
+            None => TxBatch::new(batch, max),
+        };
         Progress {
             shared,
             socket,
@@ -149,7 +156,8 @@ impl<E: Engine> Progress<E> {
             rx_meta: vec![sys::Received::default(); rx_slots],
             rx_passed: Vec::with_capacity(rx_slots),
             rx_want: 1,
-            txq: TxBatch::new(batch, max),
+            // With the application threads' transmit, the queue is the gate's.
+            txq,
             collected: Vec::with_capacity(batch),
             notes: Vec::with_capacity(opts.batch.max(1)),
             batch: opts.batch.max(1),
@@ -463,15 +471,8 @@ impl<E: Engine> Progress<E> {
     /// Whether a datagram to `to` stays in this process (the loopback shortcut):
     /// our own address, and, on a shared address, a QP of our own slot.
     fn is_ours(&self, to: SocketAddr, bytes: &[u8]) -> bool {
-        to == self.local
-            && match &self.share {
-                None => true,
-                Some((slot, _)) => match share::target(slot.index(), bytes) {
-                    share::Target::Ours => true,
-                    share::Target::Service(sid) => slot.serves(sid),
-                    share::Target::Slot(_) => false,
-                },
-            }
+        let slot = self.share.as_ref().map(|(s, _)| &**s);
+        share::stays_here(slot, self.local, to, bytes)
     }
 
     /// A datagram reached the device (socket or loopback): receive faults, then the engine.
@@ -504,33 +505,51 @@ impl<E: Engine> Progress<E> {
     /// datagrams from the engine (one lock), passes them through the transmit
     /// faults and sends them (see [`crate::batch`]).
     ///
-    /// With the posting threads' own transmit on, the whole step holds its
-    /// gate (crate::driver::CallerTx): a datagram taken from the engine is
-    /// in the kernel before anyone takes the next, so none overtakes another
-    /// (a UC or UD message whose packets are reordered is lost), and what
-    /// waits here for room keeps the posting threads out until it has left.
+    /// With the application threads' own transmit on, the whole step holds
+    /// its gate and uses its queue (crate::callertx): a datagram taken from
+    /// the engine is in the kernel before anyone takes the next, so none
+    /// overtakes another (a UC or UD message whose packets are reordered is
+    /// lost), and what waits here for room keeps the others out until it
+    /// has left.
     fn transmit(&mut self) -> bool {
         let shared = self.shared.clone();
-        let mut gate = shared.caller_tx.as_ref().map(|tx| tx.gate());
-        let mut q = std::mem::take(&mut self.txq);
-        let work = self.transmit_with(&mut q);
-        if let Some(g) = gate.as_mut() {
-            g.progress_pending = !q.is_empty();
+        let Some(tx) = shared.caller_tx.as_ref() else {
+            let mut q = std::mem::take(&mut self.txq);
+            let work = self.transmit_with(&mut q, true);
+            self.txq = q;
+            return work;
+        };
+        // The queue is the gate's (crate::callertx), held for the whole step.
+        let mut gate = tx.gate();
+        if shared.polled(shared.clock.now()) {
+            // A thread polls a CQ: it transmits; what waits for room is ours.
+            tx.want();
+            return self.transmit_with(&mut gate.q, false);
         }
-        drop(gate);
-        self.txq = q;
-        work
+        tx.take_wanted();
+        self.transmit_with(&mut gate.q, true)
     }
 
-    fn transmit_with(&mut self, q: &mut TxBatch) -> bool {
+    /// Whether datagrams wait for room in the socket.
+    fn tx_waiting(&self) -> bool {
+        match &self.shared.caller_tx {
+            Some(tx) => !tx.gate().q.is_empty(),
+            None => !self.txq.is_empty(),
+        }
+    }
+
+    /// Flushes what waits in `q`, then, if `collect`, collects and sends.
+    fn transmit_with(&mut self, q: &mut TxBatch, collect: bool) -> bool {
         let mut work = false;
         if !q.is_empty() {
             // Already through the faults: they only waited for room.
             let f = batch::flush(q, &mut Wire(self));
             work = f.done > 0;
-            if f.blocked {
+            if f.blocked || !collect {
                 return work;
             }
+        } else if !collect {
+            return false;
         }
         // Rounds of collect-then-send until the engine has nothing or `batch`
         // datagrams went: what the engine queues while a round is sent (a reply

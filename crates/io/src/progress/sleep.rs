@@ -43,7 +43,7 @@ impl<E: Engine> Progress<E> {
             timeout = timeout.min(self.shared.clock.until(end));
         }
         let mut sock_events = libc::POLLIN;
-        if !self.txq.is_empty() || self.faults.blocked {
+        if self.tx_waiting() || self.faults.blocked {
             // shm: a full ring is not the socket's to report: just wait a little.
             if !self.shm_full {
                 sock_events |= libc::POLLOUT;
@@ -58,6 +58,13 @@ impl<E: Engine> Progress<E> {
         Counters::add(&self.shared.counters.sleeps, 1);
         let until = now + timeout.as_nanos() as u64;
         let aside = self.shared.rx.set_asleep(Some(until), lease.is_some(), now);
+        // Left to a polling thread whose lease has ended: ours, not a sleep
+        // (crate::callertx::Shared::leave_to_poller, the other half).
+        let tx = self.shared.caller_tx.as_ref();
+        if !aside && tx.is_some_and(crate::callertx::CallerTx::is_wanted) {
+            self.shared.rx.set_asleep(None, false, now);
+            return;
+        }
         if aside {
             // Not the socket's POLLIN (nor its POLLERR: a negative fd).
             Counters::add(&self.shared.counters.aside_sleeps, 1);

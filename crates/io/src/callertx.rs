@@ -1,0 +1,582 @@
+//! Transmit by the application's threads.
+//!
+//! Owns: the device's transmit queue while the application's threads may
+//! transmit ([`TxGate`], a [`TxBatch`] the progress thread uses too), the
+//! duplicate socket they send on, and the rules of who sends when.
+//!
+//! **Who transmits.** Two kinds of application thread send what the engine
+//! has ready, with no doorbell and no wake-up:
+//! - a thread that posted to an idle send queue ([`crate::Driver::posted`]):
+//!   the latency path, one post, its datagrams leave from the poster;
+//! - a thread that polls an empty CQ ([`crate::Driver::drive_receive`]): it
+//!   holds the polling lease (crate::pollrx) and so will poll again soon, so
+//!   a post made while it polls and the progress thread sleeps aside (a
+//!   stream of posts, or a post to a busy send queue) is left to its next
+//!   poll ([`CallerTx::wanted`]) instead of ringing the doorbell; the poll
+//!   also sends what the datagrams it read made (ACKs, READ responses). If
+//!   it stops polling, the lease ends and the progress thread, which sleeps
+//!   no longer than the lease then, sends it: a post waits at most the lease.
+//!
+//! Each takes up to a batch of datagrams from the engine under one lock
+//! (`try_lock`: never waiting behind the progress thread, which it then
+//! wakes instead) and sends them as the progress thread does
+//! ([`batch::flush`]: one `sendmmsg(2)` per run, runs of equal sizes to one
+//! peer as one UDP GSO send). Datagrams to the driver's own address go to
+//! the engine (the loopback shortcut); on a shared address the progress
+//! thread's rule of which datagrams stay in this process holds. The
+//! notifications the engine made are delivered by the same thread.
+//!
+//! **The transmit gate.** Whoever takes datagrams from the engine holds the
+//! gate until they are in the kernel, so datagrams leave in the engine's
+//! order whichever thread sends them (a UC receiver drops a message whose
+//! first packet comes late: `ibv_uc_pingpong` waited forever for one before
+//! the gate). The progress thread waits for it around its transmit step; an
+//! application thread only tries it. The queue lives under the gate: what a
+//! flush left for lack of room in the socket stays queued, and nobody takes
+//! new datagrams until it has left. An application thread never waits for
+//! room: it leaves the queue to the progress thread (which waits for
+//! POLLOUT) and rings the doorbell.
+//!
+//! The progress thread is woken only when it must act: more datagrams than
+//! a batch, a send refused for room, or a new engine deadline (an ACK timer)
+//! earlier than the one it sleeps until (`Shared::wake_at`, published under
+//! the engine lock before it sleeps).
+//!
+//! On by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=0` turns it
+//! off); off while faults, capture or the same-host path are in use (those
+//! sit in the progress thread).
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+
+use crate::batch::{self, Item, TxBatch, TxSink};
+use crate::clock::Nanos;
+use crate::counters::Counters;
+use crate::driver::Shared;
+use crate::engine::Engine;
+use crate::options::DriverOptions;
+use crate::share::Slot;
+use crate::socket;
+
+/// What the application's threads need to transmit by themselves.
+pub(crate) struct CallerTx {
+    /// A duplicate of the progress thread's socket.
+    socket: UdpSocket,
+    local: SocketAddr,
+    /// This process's slot of a shared address, if any.
+    share: Option<Arc<Slot>>,
+    gate: Mutex<TxGate>,
+    /// `DriverOptions::caller_tx_stream_gap`, ns.
+    stream_gap: Nanos,
+    /// When the device's last post came (engine clock, ns).
+    last_post: AtomicU64,
+    /// A post was left to the polling thread's next empty poll.
+    wanted: AtomicBool,
+}
+
+/// What the transmit gate guards (see the module doc).
+pub(crate) struct TxGate {
+    /// The device's transmit queue: taken from the engine, not yet in the
+    /// kernel, in the engine's order.
+    pub(crate) q: TxBatch,
+    /// The application threads' sender (its GSO state is its own).
+    sender: socket::Sender,
+}
+
+/// `CallerTx::last_post` before the first post.
+const NEVER: Nanos = Nanos::MAX;
+
+impl CallerTx {
+    pub(crate) fn new(socket: UdpSocket, local: SocketAddr, opts: &DriverOptions) -> Self {
+        CallerTx {
+            socket,
+            local,
+            share: opts.share.clone(),
+            gate: Mutex::new(TxGate {
+                q: TxBatch::new(opts.batch.max(1), opts.max_datagram_bytes.max(1)),
+                sender: socket::Sender::new(opts.gso),
+            }),
+            stream_gap: u64::try_from(opts.caller_tx_stream_gap.as_nanos()).unwrap_or(u64::MAX),
+            last_post: AtomicU64::new(NEVER),
+            wanted: AtomicBool::new(false),
+        }
+    }
+
+    /// The transmit gate, waited for (the progress thread: an application
+    /// thread holds it for one batch at most and never waits inside it).
+    pub(crate) fn gate(&self) -> MutexGuard<'_, TxGate> {
+        self.gate.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A post at `now`: true if it follows the previous one by less than the
+    /// stream gap (a stream: sent in batches, by a poller or the progress thread).
+    pub(crate) fn streaming(&self, now: Nanos) -> bool {
+        let prev = self.last_post.swap(now, SeqCst);
+        prev != NEVER && now.saturating_sub(prev) < self.stream_gap
+    }
+
+    /// Leaves the engine's datagrams to the polling thread's next poll.
+    pub(crate) fn want(&self) {
+        self.wanted.store(true, SeqCst);
+    }
+
+    /// Whether something was left to the polling thread (and clears it).
+    pub(crate) fn take_wanted(&self) -> bool {
+        self.wanted.load(SeqCst) && self.wanted.swap(false, SeqCst)
+    }
+
+    /// Whether something was left to the polling thread.
+    pub(crate) fn is_wanted(&self) -> bool {
+        self.wanted.load(SeqCst)
+    }
+}
+
+impl<E> Shared<E> {
+    /// The application threads' transmit is on and a thread polls a CQ (its
+    /// lease holds at `now`): that thread transmits, the progress thread
+    /// only flushes what waits for room.
+    pub(crate) fn polled(&self, now: Nanos) -> bool {
+        self.caller_tx.is_some() && self.rx.lease(now).is_some()
+    }
+
+    /// The engine has datagrams to send: left to the polling thread's next
+    /// poll while its lease holds, else the progress thread is woken. The
+    /// progress thread publishes that it sleeps before it looks at
+    /// [`CallerTx::wanted`], and this looks at its sleep after setting it,
+    /// so a sleep that watches only the socket (not the lease's end) is
+    /// either skipped or woken here.
+    pub(crate) fn leave_to_poller(&self, now: Nanos) {
+        if let Some(tx) = self.caller_tx.as_ref().filter(|_| self.polled(now)) {
+            tx.want();
+            if !self.rx.asleep_watching() {
+                return;
+            }
+        }
+        self.doorbell.ring();
+    }
+}
+
+impl<E: Engine> Shared<E> {
+    /// The calling thread transmits what the engine has ready (see the
+    /// module doc): one batch, the gate held until it is in the kernel, then
+    /// the notifications it made. How many datagrams left; `None` (nothing
+    /// taken) when this is off, another thread holds the gate or the engine,
+    /// or the queue waits for room: the caller then rings the doorbell.
+    pub(crate) fn transmit_here(&self) -> Option<usize> {
+        let tx = self.caller_tx.as_ref()?;
+        let mut gate = match tx.gate.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let g = &mut *gate;
+        if !g.q.is_empty() {
+            return None; // waits for room: the progress thread's
+        }
+        g.q.reset();
+        let mut notes = Vec::new();
+        let more;
+        let ring = {
+            let mut engine = match self.engine.try_lock() {
+                Ok(e) => e,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return None,
+            };
+            let now = self.clock.now();
+            let mut slot = 0;
+            while slot < g.q.slots() {
+                let Some(t) = engine.poll_transmit(now, g.q.slot_mut(slot)) else {
+                    break;
+                };
+                if t.len > g.q.slot_mut(slot).len() {
+                    Counters::add(&self.counters.send_errors, 1);
+                    tracing::error!(
+                        len = t.len,
+                        "engine reported a datagram longer than its buffer"
+                    );
+                    continue;
+                }
+                g.q.push(Item {
+                    slot,
+                    to: t.to,
+                    len: t.len,
+                });
+                slot += 1;
+            }
+            more = slot == g.q.slots() && engine.has_work();
+            while let Some(n) = engine.poll_notification() {
+                notes.push(n);
+            }
+            engine
+                .poll_timeout()
+                .is_some_and(|d| d < self.wake_at.load(SeqCst))
+        };
+        let mut wire = CallerWire {
+            shared: self,
+            tx,
+            sender: &mut g.sender,
+            sent: 0,
+        };
+        let blocked = batch::flush(&mut g.q, &mut wire).blocked;
+        let sent = wire.sent;
+        drop(gate);
+        for n in notes {
+            self.deliver(n);
+        }
+        if ring || blocked {
+            self.doorbell.ring();
+        } else if more {
+            self.leave_to_poller(self.clock.now());
+        }
+        Some(sent)
+    }
+}
+
+/// An application thread as the sink of a [`TxBatch`] flush.
+struct CallerWire<'a, E> {
+    shared: &'a Shared<E>,
+    tx: &'a CallerTx,
+    sender: &'a mut socket::Sender,
+    sent: usize,
+}
+
+impl<E: Engine> TxSink for CallerWire<'_, E> {
+    fn is_local(&self, to: SocketAddr, bytes: &[u8]) -> bool {
+        crate::share::stays_here(self.tx.share.as_deref(), self.tx.local, to, bytes)
+    }
+
+    fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+        let (result, report) = self.sender.send(&self.tx.socket, run);
+        let c = &self.shared.counters;
+        Counters::add(&c.send_calls, report.calls);
+        Counters::add(&c.gso_datagrams, report.gso_datagrams);
+        if report.fell_back {
+            Counters::add(&c.gso_fallbacks, 1);
+        }
+        result
+    }
+
+    fn sent(&mut self, _to: SocketAddr, bytes: &[u8]) {
+        let c = &self.shared.counters;
+        Counters::add(&c.datagrams_sent, 1);
+        Counters::add(&c.bytes_sent, bytes.len() as u64);
+        Counters::add(&c.caller_datagrams, 1);
+        self.sent += 1;
+    }
+
+    fn loopback(&mut self, _to: SocketAddr, bytes: &mut [u8]) {
+        let c = &self.shared.counters;
+        let now = self.shared.clock.now();
+        let local = self.tx.local;
+        self.shared
+            .engine()
+            .handle_datagram(now, local, local, bytes);
+        Counters::add(&c.loopback_datagrams, 1);
+        Counters::add(&c.loopback_bytes, bytes.len() as u64);
+        Counters::add(&c.caller_datagrams, 1);
+        self.sent += 1;
+    }
+
+    fn failed(&mut self, to: SocketAddr, len: usize, error: io::Error) {
+        Counters::add(&self.shared.counters.send_errors, 1);
+        tracing::warn!(local = %self.tx.local, %to, len, %error,
+            "send from an application thread failed; dropped");
+    }
+
+    fn blocked(&mut self) {
+        Counters::add(&self.shared.counters.send_retries, 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Notification, Transmit};
+    use crate::Driver;
+    use std::collections::VecDeque;
+    use std::time::{Duration, Instant};
+
+    /// An engine that sends what is queued, in order.
+    #[derive(Default)]
+    struct Queue(VecDeque<(SocketAddr, Vec<u8>)>);
+
+    impl Engine for Queue {
+        fn handle_datagram(&mut self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
+        fn poll_transmit(&mut self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+            let (to, bytes) = self.0.pop_front()?;
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            Some(Transmit {
+                to,
+                len: bytes.len(),
+            })
+        }
+        fn poll_timeout(&self) -> Option<Nanos> {
+            None
+        }
+        fn handle_timeout(&mut self, _: Nanos) {}
+        fn poll_notification(&mut self) -> Option<Notification> {
+            None
+        }
+        fn has_work(&self) -> bool {
+            !self.0.is_empty()
+        }
+    }
+
+    /// A driver with the application threads' transmit on at `ip`, and a
+    /// peer socket at `peer` that receives what it sends.
+    fn pair(ip: &str, peer: &str, opts: DriverOptions) -> (Driver<Queue>, UdpSocket) {
+        let opts = DriverOptions {
+            caller_tx: true,
+            ..opts
+        };
+        let d = Driver::start(Queue::default(), format!("{ip}:0").parse().unwrap(), opts).unwrap();
+        assert!(
+            d.shared().caller_tx.is_some(),
+            "the application threads' transmit is on"
+        );
+        let peer = UdpSocket::bind(format!("{peer}:0")).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        (d, peer)
+    }
+
+    /// Waits (bounded) until the progress thread has slept `n` times.
+    fn sleeps(d: &Driver<Queue>, n: u64) {
+        let start = Instant::now();
+        while d.counters().sleeps < n && start.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(d.counters().sleeps >= n, "the progress thread never slept");
+    }
+
+    fn expect(peer: &UdpSocket, want: &[u8]) {
+        let mut buf = [0u8; 16];
+        let n = peer.recv(&mut buf).expect("a datagram");
+        assert_eq!(&buf[..n], want);
+    }
+
+    /// A thread that took the first datagram of a message from the engine
+    /// and has not yet sent it holds the transmit gate: the progress thread,
+    /// woken meanwhile, must not send the message's later datagrams before
+    /// it (they would overtake it; a UC receiver then drops the message, and
+    /// `ibv_uc_pingpong` waited for it forever). When the gate is free, the
+    /// progress thread sends the queued one first.
+    #[test]
+    fn the_progress_thread_never_overtakes_a_queued_datagram() {
+        let (d, peer) = pair("127.0.61.11", "127.0.61.12", DriverOptions::default());
+        let to = peer.local_addr().unwrap();
+        let tx = d.shared().caller_tx.as_ref().unwrap();
+        let mut gate = tx.gate();
+        let (first_to, first) = d.with(|e| {
+            e.0.extend((1..=3u8).map(|i| (to, vec![i; 8])));
+            e.0.pop_front().unwrap()
+        });
+        gate.q.reset();
+        gate.q.slot_mut(0)[..first.len()].copy_from_slice(&first);
+        gate.q.push(Item {
+            slot: 0,
+            to: first_to,
+            len: first.len(),
+        });
+        d.doorbell();
+        peer.set_nonblocking(true).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut buf = [0u8; 16];
+        assert!(
+            peer.recv(&mut buf).is_err(),
+            "the progress thread sent while another thread held the gate"
+        );
+        peer.set_nonblocking(false).unwrap();
+        drop(gate);
+        d.doorbell();
+        for want in 1..=3u8 {
+            expect(&peer, &[want; 8]);
+        }
+    }
+
+    /// What waits in the queue for room keeps the posting threads out: they
+    /// ring the doorbell instead of sending, and the progress thread sends
+    /// the post's datagram after the waiting one.
+    #[test]
+    fn a_post_while_datagrams_wait_for_room_goes_to_the_progress_thread() {
+        let (d, peer) = pair("127.0.61.13", "127.0.61.14", DriverOptions::default());
+        let to = peer.local_addr().unwrap();
+        let tx = d.shared().caller_tx.as_ref().unwrap();
+        sleeps(&d, 1);
+        let writes = d.waker().writes();
+        {
+            let mut g = tx.gate();
+            g.q.reset();
+            g.q.slot_mut(0)[..4].copy_from_slice(&[6; 4]);
+            g.q.push(Item {
+                slot: 0,
+                to,
+                len: 4,
+            });
+        }
+        d.with(|e| e.0.push_back((to, vec![7; 4])));
+        assert_eq!(d.posted(true), 0, "nothing sent from the posting thread");
+        assert!(d.waker().writes() > writes, "the doorbell rang");
+        expect(&peer, &[6; 4]);
+        expect(&peer, &[7; 4]);
+        assert_eq!(d.counters().caller_datagrams, 0);
+        assert!(
+            tx.gate().q.is_empty(),
+            "the progress thread emptied the queue"
+        );
+    }
+
+    /// The first post is sent by its own thread; a post that follows it
+    /// within the stream gap, with nobody polling, rings the doorbell, and
+    /// the progress thread sends it (in its batches).
+    #[test]
+    fn a_stream_of_posts_is_left_to_the_progress_thread() {
+        let opts = DriverOptions {
+            caller_tx_stream_gap: Duration::from_secs(3600),
+            ..DriverOptions::default()
+        };
+        let (d, peer) = pair("127.0.61.15", "127.0.61.16", opts);
+        let to = peer.local_addr().unwrap();
+        sleeps(&d, 1);
+        d.with(|e| e.0.push_back((to, vec![1; 4])));
+        assert_eq!(d.posted(true), 1, "the first post is sent by its thread");
+        let writes = d.waker().writes();
+        d.with(|e| e.0.push_back((to, vec![2; 4])));
+        assert_eq!(d.posted(true), 0, "a post within the gap is not");
+        assert!(d.waker().writes() > writes, "the doorbell rang");
+        expect(&peer, &[1; 4]);
+        expect(&peer, &[2; 4]);
+        assert_eq!(d.counters().caller_datagrams, 1);
+    }
+
+    /// Puts the progress thread to sleep aside for a polling thread's lease
+    /// (a poll renews it, the doorbell makes the thread sleep again seeing it).
+    fn sleep_aside(d: &Driver<Queue>) {
+        let start = Instant::now();
+        loop {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "never slept aside"
+            );
+            let (n, aside) = (d.counters().sleeps, d.counters().aside_sleeps);
+            d.drive_receive();
+            d.doorbell();
+            sleeps(d, n + 1);
+            std::thread::sleep(Duration::from_millis(1));
+            let c = d.counters();
+            if c.sleeps == n + 1 && c.aside_sleeps == aside + 1 && d.shared().polled(d.now()) {
+                return;
+            }
+        }
+    }
+
+    /// A post while a thread polls but the progress thread sleeps watching
+    /// only the socket (it went to sleep before the lease) is left to the
+    /// poll and wakes the progress thread too, which then sleeps aside
+    /// without sending it; the poll sends it.
+    #[test]
+    fn a_post_left_to_a_poll_wakes_a_progress_thread_that_would_not_wake_by_itself() {
+        let opts = DriverOptions {
+            caller_tx_stream_gap: Duration::from_secs(3600),
+            poll_lease: Duration::from_secs(30),
+            ..DriverOptions::default()
+        };
+        let (d, peer) = pair("127.0.61.21", "127.0.61.22", opts);
+        let to = peer.local_addr().unwrap();
+        d.with(|e| e.0.push_back((to, vec![1; 4])));
+        assert_eq!(d.posted(true), 1);
+        expect(&peer, &[1; 4]);
+        let start = Instant::now();
+        while !d.shared().rx.asleep_watching() {
+            assert!(start.elapsed() < Duration::from_secs(20), "never asleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (n, writes) = (d.counters().sleeps, d.waker().writes());
+        assert_eq!(d.drive_receive(), 0);
+        d.with(|e| e.0.push_back((to, vec![2; 4])));
+        assert_eq!(d.posted(false), 0);
+        assert!(d.waker().writes() > writes, "the doorbell rang");
+        sleeps(&d, n + 1);
+        peer.set_nonblocking(true).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut buf = [0u8; 8];
+        assert!(
+            peer.recv(&mut buf).is_err(),
+            "the progress thread left it to the poll"
+        );
+        peer.set_nonblocking(false).unwrap();
+        d.drive_receive();
+        expect(&peer, &[2; 4]);
+        assert_eq!(d.counters().caller_datagrams, 2);
+    }
+
+    /// A stream of posts while a thread polls is left to that thread: no
+    /// doorbell, and its next poll sends every datagram the engine has, in
+    /// one batch, in order.
+    #[test]
+    fn a_stream_of_posts_while_a_thread_polls_is_sent_by_its_next_poll() {
+        let opts = DriverOptions {
+            caller_tx_stream_gap: Duration::from_secs(3600),
+            poll_lease: Duration::from_secs(30),
+            ..DriverOptions::default()
+        };
+        let (d, peer) = pair("127.0.61.17", "127.0.61.18", opts);
+        let to = peer.local_addr().unwrap();
+        d.with(|e| e.0.push_back((to, vec![1; 4])));
+        assert_eq!(d.posted(true), 1, "the first post is sent by its thread");
+        sleep_aside(&d);
+        let writes = d.waker().writes();
+        let passes = d.counters().passes;
+        for i in 2..=5u8 {
+            d.with(|e| e.0.push_back((to, vec![i; 4])));
+            assert_eq!(d.posted(i == 2), 0, "left to the poll");
+        }
+        assert_eq!(d.waker().writes(), writes, "no doorbell");
+        assert_eq!(d.counters().passes, passes, "the progress thread slept on");
+        assert_eq!(d.drive_receive(), 0, "nothing to read");
+        for i in 1..=5u8 {
+            expect(&peer, &[i; 4]);
+        }
+        let c = d.counters();
+        assert_eq!(c.caller_datagrams, 5);
+        assert!(c.send_calls < 5, "the poll's four went in one call");
+    }
+
+    /// A post left to a poll that never comes is sent by the progress
+    /// thread when the lease ends.
+    #[test]
+    fn a_post_left_to_a_poll_that_never_comes_goes_at_the_leases_end() {
+        let opts = DriverOptions {
+            caller_tx_stream_gap: Duration::from_secs(3600),
+            poll_lease: Duration::from_millis(50),
+            ..DriverOptions::default()
+        };
+        let (d, peer) = pair("127.0.61.19", "127.0.61.20", opts);
+        let to = peer.local_addr().unwrap();
+        d.with(|e| e.0.push_back((to, vec![1; 4])));
+        assert_eq!(d.posted(true), 1);
+        expect(&peer, &[1; 4]);
+        let mut left = false;
+        for _ in 0..100 {
+            sleep_aside(&d);
+            let writes = d.waker().writes();
+            d.with(|e| e.0.push_back((to, vec![2; 4])));
+            assert_eq!(d.posted(false), 0);
+            if d.waker().writes() == writes {
+                left = true; // to a poll that never comes
+                break;
+            }
+            // The lease ended between the check and the post: the doorbell took it.
+            expect(&peer, &[2; 4]);
+        }
+        assert!(left, "a post was never left to a poll");
+        expect(&peer, &[2; 4]);
+        assert_eq!(
+            d.counters().caller_datagrams,
+            1,
+            "the progress thread sent it"
+        );
+    }
+}
