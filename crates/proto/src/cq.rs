@@ -121,6 +121,17 @@ impl SharedCq {
     /// into the engine, which takes the consumer lock (growth, purge) while
     /// it holds its own.
     pub fn poll_with(&self, max: usize, mut f: impl FnMut(WorkCompletion)) -> usize {
+        // An empty CQ answers without the lock (most polls of a spinning
+        // application). `head` is read first: it only grows, and `tail` is
+        // never below it (a purge moves `tail` down to no less than `head`),
+        // so `tail == head` at the second read means the queue was empty at
+        // that instant: a poll there returns nothing. The acquire load of
+        // `tail` is the one the locked path makes (req_notify's fence pairs
+        // with it as before).
+        let head_seen = self.head.load(Acquire);
+        if self.tail.load(Acquire) <= head_seen {
+            return 0;
+        }
         let slots = lock(&self.slots);
         let mask = slots.len() as u64 - 1;
         // Only pollers (under this lock) and the producer's purge (also under

@@ -817,12 +817,24 @@ impl Engine {
     /// Moves what the send rings of the QPs posted to since the last call
     /// hold into their send queues (each QP once; nothing when none was).
     pub fn take_posted(&mut self) {
+        // Called before every transmit: most find no QP listed.
+        if !self.rings.posted.any() {
+            return;
+        }
         let mut list = std::mem::take(&mut self.posted_scratch);
         self.rings.posted.take(&mut list);
         for &h in &list {
             if let Some(q) = self.qps.get(h) {
                 // Unlisted before the drain: a post after it lists the QP again.
                 q.send_ring().unlist();
+                // A QP whose ring is empty again (`Engine::post_send` drains
+                // its own posts at once) is left alone: the drive would find
+                // nothing to take (`Qp::take_posted` makes this very test)
+                // and its sync nothing to change (every call that changes a
+                // QP syncs it).
+                if q.send_ring().pending() == 0 {
+                    continue;
+                }
                 self.drive_ctl(h, |_, _| ());
             }
         }

@@ -157,6 +157,13 @@ impl PostedList {
         self.any.store(true, Release);
     }
 
+    /// True when some QP may be listed (a [`PostedList::take`] would find
+    /// it); false means `take` would append nothing.
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.any.load(Acquire)
+    }
+
     /// Engine: moves the listed QPs to `out` (appended); cheap when none is.
     pub fn take(&self, out: &mut Vec<QpHandle>) {
         if !self.any.load(Acquire) {

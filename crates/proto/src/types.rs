@@ -317,12 +317,16 @@ impl Gid {
         u64::from_be_bytes(self.0[8..].try_into().unwrap_or([0; 8]))
     }
 
-    /// The IP address this GID stands for (IPv4 when IPv4-mapped).
+    /// The IP address this GID stands for (IPv4 when IPv4-mapped,
+    /// `::ffff:a.b.c.d`, as `Ipv6Addr::to_ipv4_mapped` says). Read per
+    /// datagram (peer checks, ICRC pseudo-header): one 128-bit compare.
+    #[inline]
     pub fn ip(&self) -> IpAddr {
-        let v6 = Ipv6Addr::from(self.0);
-        match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
+        let v = u128::from_be_bytes(self.0);
+        if v >> 32 == 0xffff {
+            IpAddr::V4(Ipv4Addr::from(v as u32))
+        } else {
+            IpAddr::V6(Ipv6Addr::from(v))
         }
     }
 }
@@ -534,4 +538,34 @@ pub struct Sge {
 /// Total byte length of a scatter/gather list (u64: 32 SGEs of 4 GiB do not overflow).
 pub fn sg_total_len(sg_list: &[Sge]) -> u64 {
     sg_list.iter().map(|s| u64::from(s.length)).sum()
+}
+
+#[cfg(test)]
+mod gid_tests {
+    use super::*;
+
+    /// [`Gid::ip`] as first written, through the standard library.
+    fn ip_by_std(g: &Gid) -> IpAddr {
+        let v6 = Ipv6Addr::from(g.0);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+
+        /// Any 16 bytes, and IPv4-mapped GIDs with any one byte changed.
+        #[test]
+        fn ip_is_the_standard_librarys(bytes: [u8; 16], v4: [u8; 4], at in 0usize..16, x: u8) {
+            let g = Gid(bytes);
+            proptest::prop_assert_eq!(g.ip(), ip_by_std(&g));
+            let mapped = Gid::from(Ipv4Addr::from(v4));
+            proptest::prop_assert_eq!(mapped.ip(), IpAddr::V4(Ipv4Addr::from(v4)));
+            let mut near = mapped;
+            near.0[at] ^= x;
+            proptest::prop_assert_eq!(near.ip(), ip_by_std(&near));
+        }
+    }
 }

@@ -44,6 +44,12 @@ impl HeaderSet {
         self.0
     }
 
+    /// The set with these raw bits (the inverse of [`HeaderSet::bits`];
+    /// bits past [`WIRE_ORDER`] stand for no header and are dropped).
+    pub const fn from_bits(bits: u16) -> HeaderSet {
+        HeaderSet(bits & ((1 << WIRE_ORDER.len()) - 1))
+    }
+
     /// Total bytes of these headers (not counting the 12-byte BTH).
     pub const fn byte_len(self) -> usize {
         let mut len = 0;
@@ -57,12 +63,15 @@ impl HeaderSet {
         len
     }
 
-    /// The headers present, in wire order, with their names and sizes.
+    /// The headers present, in wire order, with their names and sizes: one
+    /// step per header present (bit `i` is `WIRE_ORDER[i]`), not per row.
     pub fn iter(self) -> impl Iterator<Item = (HeaderSet, &'static str, usize)> {
-        WIRE_ORDER
-            .iter()
-            .copied()
-            .filter(move |(h, _, _)| self.contains(*h))
+        let mut bits = self.0;
+        core::iter::from_fn(move || {
+            let row = WIRE_ORDER.get(bits.trailing_zeros() as usize)?;
+            bits &= bits - 1;
+            Some(*row)
+        })
     }
 }
 
@@ -82,6 +91,15 @@ pub const WIRE_ORDER: [(HeaderSet, &str, usize); 11] = [
     (HeaderSet::ATOMIC_ACK_ETH, "AtomicAckETH", 8),
     (HeaderSet::CNP_RESERVED, "CNP reserved", 16),
 ];
+
+/// [`HeaderSet::iter`] relies on it: row `i` of [`WIRE_ORDER`] is bit `i`.
+const _: () = {
+    let mut i = 0;
+    while i < WIRE_ORDER.len() {
+        assert!(WIRE_ORDER[i].0 .0 == 1 << i, "WIRE_ORDER row i is bit i");
+        i += 1;
+    }
+};
 
 impl fmt::Display for HeaderSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

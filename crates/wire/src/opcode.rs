@@ -269,6 +269,23 @@ const fn build_index() -> [u8; 256] {
     index
 }
 
+/// `HEADER_LEN[byte]` = [`Opcode::header_len`] of a defined opcode (BTH +
+/// extension headers), built from [`TABLE`]: one load per packet instead of
+/// a walk over the header order on every parse, emit and payload lookup.
+const HEADER_LEN: [u8; 256] = build_header_len();
+
+const fn build_header_len() -> [u8; 256] {
+    let mut len = [0u8; 256];
+    let mut row = 0;
+    while row < TABLE.len() {
+        let bytes = crate::bth::LEN + TABLE[row].headers.byte_len();
+        assert!(bytes <= u8::MAX as usize, "header length fits a byte");
+        len[TABLE[row].code as usize] = bytes as u8;
+        row += 1;
+    }
+    len
+}
+
 const TRANSPORTS: usize = 6;
 const OPERATIONS: usize = 15;
 /// `SEGMENT[transport][operation][position]` = opcode byte + 1, or 0 if none.
@@ -288,6 +305,7 @@ const fn build_segment() -> [[[u16; 4]; OPERATIONS]; TRANSPORTS] {
 
 impl Opcode {
     /// `UnknownOpcode` unless `byte` is in the table.
+    #[inline]
     pub const fn new(byte: u8) -> Result<Opcode, Error> {
         if INDEX[byte as usize] == 0 {
             return Err(Error::UnknownOpcode(byte));
@@ -296,11 +314,13 @@ impl Opcode {
     }
 
     /// The opcode byte.
+    #[inline]
     pub const fn get(self) -> u8 {
         self.0
     }
 
     /// This opcode's table row.
+    #[inline]
     pub const fn info(self) -> &'static OpcodeInfo {
         // The invariant guarantees a row; row 0 is a harmless fallback that
         // cannot be reached.
@@ -309,6 +329,7 @@ impl Opcode {
     }
 
     /// Transport bits 7..5 (§3). Every table row has one of the six defined values.
+    #[inline]
     pub const fn transport(self) -> Transport {
         match self.0 >> 5 {
             0 => Transport::Rc,
@@ -320,60 +341,77 @@ impl Opcode {
         }
     }
 
+    #[inline]
     pub const fn name(self) -> &'static str {
         self.info().name
     }
+    #[inline]
     pub const fn operation(self) -> Operation {
         self.info().operation
     }
+    #[inline]
     pub const fn position(self) -> Position {
         self.info().position
     }
     /// Extension headers after the BTH.
+    #[inline]
     pub const fn headers(self) -> HeaderSet {
         self.info().headers
     }
     /// Bytes from the start of the BTH to the start of the payload (§4 "hdr len").
+    #[inline]
     pub const fn header_len(self) -> usize {
-        crate::bth::LEN + self.headers().byte_len()
+        HEADER_LEN[self.0 as usize] as usize
     }
+    #[inline]
     pub const fn payload_rule(self) -> PayloadRule {
         self.info().payload
     }
+    #[inline]
     pub const fn is_first(self) -> bool {
         matches!(self.position(), Position::First)
     }
+    #[inline]
     pub const fn is_middle(self) -> bool {
         matches!(self.position(), Position::Middle)
     }
+    #[inline]
     pub const fn is_last(self) -> bool {
         matches!(self.position(), Position::Last)
     }
+    #[inline]
     pub const fn is_only(self) -> bool {
         matches!(self.position(), Position::Only)
     }
     /// Last or only packet of its message.
+    #[inline]
     pub const fn ends_message(self) -> bool {
         matches!(self.position(), Position::Last | Position::Only)
     }
     /// Starts a new message (FIRST or ONLY).
+    #[inline]
     pub const fn starts_message(self) -> bool {
         matches!(self.position(), Position::First | Position::Only)
     }
+    #[inline]
     pub const fn has_payload(self) -> bool {
         !matches!(self.payload_rule(), PayloadRule::None)
     }
+    #[inline]
     pub const fn has_immediate(self) -> bool {
         self.headers().contains(HeaderSet::IMMDT)
     }
+    #[inline]
     pub const fn has_invalidate(self) -> bool {
         self.headers().contains(HeaderSet::IETH)
     }
     /// Sent by a requester (everything but ACKs, read responses and CNPs).
+    #[inline]
     pub const fn is_request(self) -> bool {
         !self.is_response() && !matches!(self.operation(), Operation::Cnp)
     }
     /// Sent by a responder: ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE, RDMA READ responses.
+    #[inline]
     pub const fn is_response(self) -> bool {
         matches!(
             self.operation(),

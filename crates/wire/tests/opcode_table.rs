@@ -221,3 +221,19 @@ fn pad_rule() {
         assert_eq!(wire::pad_len(len), pad, "{len}");
     }
 }
+
+#[test]
+fn header_len_table_is_the_sum_of_the_header_sizes() {
+    // Opcode::header_len reads a table built from TABLE: for every row it is
+    // the BTH plus the sizes of the row's headers, counted here directly.
+    for row in TABLE {
+        let op = Opcode::new(row.code).unwrap();
+        let sizes: usize = wire::WIRE_ORDER
+            .iter()
+            .filter(|(h, _, _)| row.headers.contains(*h))
+            .map(|(_, _, size)| size)
+            .sum();
+        assert_eq!(op.header_len(), 12 + sizes, "{op:?}");
+        assert_eq!(op.header_len(), 12 + op.headers().byte_len(), "{op:?}");
+    }
+}

@@ -56,7 +56,9 @@ impl Engine {
     ) {
         self.dev.counters.packets_received += 1;
         self.dev.counters.bytes_received += payload.len() as u64;
-        let Ok(repr) = TransportRepr::parse(payload) else {
+        // Borrowed where parse left it (the representation is ≈ 170 bytes).
+        let parsed = TransportRepr::parse(payload);
+        let Ok(repr) = &parsed else {
             self.dev.counters.drop_malformed += 1;
             return;
         };
@@ -83,15 +85,15 @@ impl Engine {
         };
         // CM hook: datagrams to QP1 go to the device's CM (gsi.rs, spec/cm.md §7).
         if repr.bth.dest_qp.get() == wire::mad::GSI_QPN {
-            return self.gsi_receive(now, from.ip(), &repr, payload);
+            return self.gsi_receive(now, from.ip(), repr, payload);
         }
         // Multicast (spec/multicast.md): every attached QP of the group `to` names.
         if repr.bth.dest_qp.get() == crate::mcast::MULTICAST_QPN {
             let grh = grh_area(&ep, ip_id, payload.len());
             let body = repr.payload(payload);
-            return self.mcast_receive(now, to.ip(), &repr, body, &grh, mem);
+            return self.mcast_receive(now, to.ip(), repr, body, &grh, mem);
         }
-        let Some(h) = self.accept(&repr, from.ip(), to.ip()) else {
+        let Some(h) = self.accept(repr, from.ip(), to.ip()) else {
             return;
         };
         let body = repr.payload(payload);
@@ -104,7 +106,7 @@ impl Engine {
             [0; 40]
         };
         let pkt = Packet {
-            repr: &repr,
+            repr,
             payload: body,
             grh: &grh,
         };

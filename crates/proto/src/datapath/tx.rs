@@ -25,6 +25,16 @@ impl Engine {
             return Some(t);
         }
         while let Some(h) = self.dev.ready.pop_front() {
+            // A QP that sent its last packet comes round once more to find
+            // nothing: decide that without the turn (the same outcome: off
+            // the queue until something wakes it; nothing else changes).
+            if let Some(q) = self.qps.get_mut(h) {
+                if q.tx_idle() {
+                    q.dp.scheduled = false;
+                    q.dp.wants_tx = false;
+                    continue;
+                }
+            }
             let turn = self.drive(h, mem, |q, env, sink| {
                 q.dp.scheduled = false;
                 let t = q.next_packet(now, env, buf, sink);

@@ -376,14 +376,13 @@ impl Requester {
 
     /// Retires completed WQEs from the front, in order.
     pub fn retire(&mut self, sq: &mut SendQueue, env: &CompEnv<'_>, fx: &mut CompEffects) {
-        while sq.wqes.front().is_some_and(|w| w.done) {
-            let w = sq.retire().expect("front exists");
+        while let Some(w) = sq.wqes.front().filter(|w| w.done) {
             if w.signaled {
-                if let Some(wc) = success(&w, env.qpn) {
+                if let Some(wc) = success(w, env.qpn) {
                     fx.completions.push(wc);
                 }
             }
-            sq.recycle(w);
+            sq.retire_front();
         }
     }
 }

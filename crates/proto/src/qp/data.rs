@@ -138,6 +138,9 @@ pub struct QpData {
     pub resp_wcs: Vec<(crate::wc::WorkCompletion, bool)>,
     /// The completer's completions buffer, reused from packet to packet.
     pub comp_wcs: Vec<crate::wc::WorkCompletion>,
+    /// The request packet being sent, built here by the requester in place
+    /// (a representation is ≈ 170 bytes: no copy out of the builder).
+    pub pkt: super::requester::ReqPacket,
     /// Why the last bind or invalidation on this QP was refused (its
     /// completion carries only the status).
     pub window_error: Option<crate::mr::mw::MwError>,

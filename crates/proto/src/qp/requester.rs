@@ -52,6 +52,23 @@ pub struct ReqPacket {
     pub retransmit: bool,
 }
 
+impl Default for ReqPacket {
+    /// A placeholder the requester overwrites whole before it is read.
+    fn default() -> ReqPacket {
+        ReqPacket {
+            repr: TransportRepr::new(wire::bth::Repr::new(
+                Opcode::RC_SEND_ONLY,
+                Qpn::from_masked(0),
+                Psn::from_masked(0),
+            )),
+            payload: Payload::None,
+            index: 0,
+            last: false,
+            retransmit: false,
+        }
+    }
+}
+
 /// Send-side transport state of one QP.
 ///
 /// The fields are visible to the completer (the requester's other half, in
@@ -196,15 +213,18 @@ impl Requester {
         self.rd_atomic_inflight = 0;
     }
 
-    /// The next request packet, if one may go now.
-    pub fn next_packet(&mut self, sq: &mut SendQueue, env: &ReqEnv) -> Option<ReqPacket> {
+    /// The next request packet, if one may go now: written whole into `out`
+    /// (true), or `out` untouched and nothing changed (false).
+    pub fn next_packet(&mut self, sq: &mut SendQueue, env: &ReqEnv, out: &mut ReqPacket) -> bool {
         let index = sq.next;
-        let wqe = sq.wqes.get(index)?;
+        let Some(wqe) = sq.wqes.get(index) else {
+            return false;
+        };
         if wqe.failed.is_some() {
-            return None;
+            return false;
         }
         if wqe.sent_pkts == 0 && wqe.npsn == 0 && !self.may_begin(wqe, env) {
-            return None;
+            return false;
         }
         let reliable = env.qp_type.is_reliable();
         let wqe = &mut sq.wqes[index];
@@ -213,11 +233,11 @@ impl Requester {
         }
         let psn = packet_psn(wqe, env.mtu);
         if reliable && psn.offset_from(self.una) >= WINDOW_PSNS {
-            return None;
+            return false;
         }
-        let mut pkt = self.build(wqe, index, psn, env);
+        self.build(wqe, index, psn, env, out);
         let una = self.una;
-        pkt.retransmit = psn.offset_from(una) < self.high_psn.offset_from(una);
+        out.retransmit = psn.offset_from(una) < self.high_psn.offset_from(una);
         let end = if wqe.opcode == WrOpcode::RdmaRead {
             wqe.first_psn.wrapping_add(wqe.npsn)
         } else {
@@ -227,10 +247,10 @@ impl Requester {
             self.high_psn = end;
         }
         wqe.sent_pkts += 1;
-        if pkt.last {
+        if out.last {
             sq.next += 1;
         }
-        Some(pkt)
+        true
     }
 
     /// May WQE `w` (not yet started) begin now?
@@ -258,7 +278,7 @@ impl Requester {
         }
     }
 
-    fn build(&mut self, w: &SendWqe, index: usize, psn: Psn, env: &ReqEnv) -> ReqPacket {
+    fn build(&mut self, w: &SendWqe, index: usize, psn: Psn, env: &ReqEnv, out: &mut ReqPacket) {
         let total = w.request_packets(env.mtu);
         let i = w.sent_pkts.min(total - 1);
         let last = i + 1 >= total;
@@ -268,15 +288,9 @@ impl Requester {
         self.since_ack_req = if ack_req { 0 } else { self.since_ack_req + 1 };
         let solicited = last && w.flags.contains(SendFlags::SOLICITED) && carries_se(w.opcode);
         let dest = w.ud.map_or(env.dest_qpn, |u| u.remote_qpn);
-        let mut repr = TransportRepr::new(super::bth(opcode, dest, psn, ack_req, solicited));
-        let payload = self.fill_headers(&mut repr, w, index, i, env);
-        ReqPacket {
-            repr,
-            payload,
-            index,
-            last,
-            retransmit: false,
-        }
+        out.repr = TransportRepr::new(super::bth(opcode, dest, psn, ack_req, solicited));
+        out.payload = self.fill_headers(&mut out.repr, w, index, i, env);
+        (out.index, out.last, out.retransmit) = (index, last, false);
     }
 
     fn fill_headers(

@@ -221,12 +221,17 @@ impl RecvWqe {
 /// ring, which checks the depth at post time.
 #[derive(Debug, Default)]
 pub struct SendQueue {
-    /// WQEs, oldest first.
-    pub wqes: VecDeque<SendWqe>,
+    /// WQEs, oldest first. Boxed: a WQE is a few hundred bytes and moves
+    /// between this queue and the free list once per message; a box moves
+    /// as a pointer (the boxes are recycled, so posting allocates nothing
+    /// once the queue has held its most WQEs).
+    pub wqes: VecDeque<Box<SendWqe>>,
     /// Index of the first WQE whose request packets are not all sent.
     pub next: usize,
-    /// Retired WQEs kept for reuse.
-    free: Vec<SendWqe>,
+    /// Retired WQEs kept for reuse, boxed as in `wqes` so that a WQE moves
+    /// between the two as a pointer.
+    #[allow(clippy::vec_box)]
+    free: Vec<Box<SendWqe>>,
     /// At most this many are kept (the queue's depth).
     keep: usize,
     /// The ring the application posts into.
@@ -265,18 +270,22 @@ impl SendQueue {
         inline: Option<&[u8]>,
         ud: Option<UdDest>,
     ) {
-        let w = match self.free.pop() {
-            Some(mut w) => {
-                w.fill(wr, sq_sig_all, inline, ud);
-                w
+        // Filled where it will stay (a WQE is a few hundred bytes: one move).
+        match self.free.pop() {
+            Some(w) => {
+                self.wqes.push_back(w);
+                if let Some(back) = self.wqes.back_mut() {
+                    back.fill(wr, sq_sig_all, inline, ud);
+                }
             }
-            None => SendWqe::new(wr, sq_sig_all, inline, ud),
-        };
-        self.wqes.push_back(w);
+            None => self
+                .wqes
+                .push_back(Box::new(SendWqe::new(wr, sq_sig_all, inline, ud))),
+        }
     }
 
     /// Keeps a retired WQE's buffers for a later post.
-    pub fn recycle(&mut self, w: SendWqe) {
+    pub fn recycle(&mut self, w: Box<SendWqe>) {
         if self.free.len() < self.keep {
             self.free.push(w);
         }
@@ -293,7 +302,7 @@ impl SendQueue {
     }
 
     /// Removes and returns the front WQE, keeping `next` pointing at the same WQE.
-    pub fn retire(&mut self) -> Option<SendWqe> {
+    pub fn retire(&mut self) -> Option<Box<SendWqe>> {
         let w = self.wqes.pop_front()?;
         self.next = self.next.saturating_sub(1);
         if let Some(ring) = &self.ring {
@@ -302,9 +311,22 @@ impl SendQueue {
         Some(w)
     }
 
+    /// [`SendQueue::retire`] straight into the free list: for a caller that
+    /// read what it needed from the front WQE first (no move out and back).
+    pub fn retire_front(&mut self) {
+        let Some(w) = self.wqes.pop_front() else {
+            return;
+        };
+        self.next = self.next.saturating_sub(1);
+        if let Some(ring) = &self.ring {
+            ring.taken(1);
+        }
+        self.recycle(w);
+    }
+
     /// Removes and returns the front WQE (flushes, RAW_PACKET frames),
     /// counted on the ring as [`SendQueue::retire`] does.
-    pub fn pop_front(&mut self) -> Option<SendWqe> {
+    pub fn pop_front(&mut self) -> Option<Box<SendWqe>> {
         let w = self.wqes.pop_front()?;
         if let Some(ring) = &self.ring {
             ring.taken(1);

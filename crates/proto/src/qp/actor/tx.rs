@@ -31,19 +31,36 @@ impl Qp {
         self.next_request(now, env, buf, sink)
     }
 
+    /// True when a turn ([`Engine::drive`](crate::Engine) around
+    /// [`Qp::next_packet`]) would send nothing and change nothing: no
+    /// response queued, every WQE's requests sent, no RNR wait to clear,
+    /// and nothing posted on the ring for the turn to take first.
+    /// (`next_response` returns at its first test; `next_request` at the
+    /// state test, or clears an `rnr_until` that is `None`, finds no WQE at
+    /// the cursor for `run_local_ops` or the requester, and returns `None`.)
+    #[inline]
+    pub(crate) fn tx_idle(&self) -> bool {
+        !self.dp.resp.has_output()
+            && self.dp.sq.all_sent()
+            && self.dp.rnr_until.is_none()
+            && self.send_ring().pending() == 0
+    }
+
     fn next_response(&mut self, env: &QpEnv<'_>, buf: &mut [u8]) -> Option<Transmit> {
         if !self.dp.resp.has_output() || self.ctl.state() == QpState::Reset {
             return None;
         }
         let renv = self.resp_env(env);
-        let repr = self.dp.resp.next_response(&renv, buf)?;
+        // Borrowed where the responder left it (≈ 170 bytes).
+        let built = self.dp.resp.next_response(&renv, buf);
+        let repr = built.as_ref()?;
         let n = repr.payload_len;
         self.dp.counters.packets_sent += 1;
         self.dp.counters.bytes_sent += n as u64;
         let a = self.ctl.attr();
         let src = gid_ip(env.gids, a.ah_attr.grh.sgid_index);
         let dst = a.ah_attr.grh.dgid.ip();
-        emit_in_place(&repr, src, dst, env.local_port, buf)
+        emit_in_place(repr, src, dst, env.local_port, buf)
     }
 
     fn req_env(&self, env: &QpEnv<'_>) -> ReqEnv {
@@ -82,15 +99,19 @@ impl Qp {
             return None;
         }
         let dp = &mut self.dp;
-        let pkt = dp.req.next_packet(&mut dp.sq, &renv)?;
+        if !dp.req.next_packet(&mut dp.sq, &renv, &mut dp.pkt) {
+            return None;
+        }
         self.check_send_invariants(&renv);
+        let (index, last, retransmit) =
+            (self.dp.pkt.index, self.dp.pkt.last, self.dp.pkt.retransmit);
         // The payload goes straight to its place after the headers.
-        let at = pkt.repr.header_len();
-        let Some(n) = self.gather(&pkt, env, buf.get_mut(at..)?) else {
-            self.fail_request(pkt.index, WcStatus::LocProtErr, sink);
+        let at = self.dp.pkt.repr.header_len();
+        let Some(n) = self.gather(&self.dp.pkt, env, buf.get_mut(at..)?) else {
+            self.fail_request(index, WcStatus::LocProtErr, sink);
             return None;
         };
-        let w = &self.dp.sq.wqes[pkt.index];
+        let w = &self.dp.sq.wqes[index];
         let a = self.ctl.attr();
         let (sgid, dgid) = match w.ud {
             Some(ud) => (ud.sgid_index, ud.dgid),
@@ -99,12 +120,11 @@ impl Qp {
         let c = &mut self.dp.counters;
         c.packets_sent += 1;
         c.bytes_sent += n as u64;
-        c.retransmitted_packets += u64::from(pkt.retransmit);
+        c.retransmitted_packets += u64::from(retransmit);
         let src = gid_ip(env.gids, sgid);
-        let mut repr = pkt.repr;
-        repr.payload_len = n;
-        let out = emit_in_place(&repr, src, dgid.ip(), env.local_port, buf);
-        self.after_request(now, &pkt, renv.qp_type, sink);
+        self.dp.pkt.repr.payload_len = n; // in place: the representation is large
+        let out = emit_in_place(&self.dp.pkt.repr, src, dgid.ip(), env.local_port, buf);
+        self.after_request(now, index, last, renv.qp_type, sink);
         out
     }
 
@@ -129,7 +149,14 @@ impl Qp {
     }
 
     /// UC/UD complete a WQE when its last packet is out; RC arms its ACK timer.
-    fn after_request(&mut self, now: u64, pkt: &ReqPacket, t: QpType, sink: &mut impl Sink) {
+    fn after_request(
+        &mut self,
+        now: u64,
+        index: usize,
+        last: bool,
+        t: QpType,
+        sink: &mut impl Sink,
+    ) {
         if t.is_reliable() {
             if self.dp.ack_deadline.is_none() {
                 let timeout = local_ack_timeout_ns(self.ctl.attr().timeout).ok().flatten();
@@ -137,7 +164,7 @@ impl Qp {
             }
             return;
         }
-        if !pkt.last || pkt.index != 0 {
+        if !last || index != 0 {
             return;
         }
         let (qpn, cq) = (self.ctl.qpn(), self.send_cq);

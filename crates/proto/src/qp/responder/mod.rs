@@ -498,13 +498,16 @@ impl Responder {
         if op.has_immediate() && rq.is_empty() {
             return Err(Refusal::NoWqe);
         }
+        // The message's check (FIRST/ONLY): its host address and length.
+        let mut whole = None;
         if op.starts_message() {
             let reth = pkt.repr.reth.ok_or(Refusal::InvalidRequest)?;
             let len = u64::from(reth.dma_len);
             if len > MAX_DMA_LEN {
                 return Err(Refusal::InvalidRequest);
             }
-            check_remote(env, reth.rkey.0, reth.va, len, Access::RemoteWrite)?;
+            let host = check_remote(env, reth.rkey.0, reth.va, len, Access::RemoteWrite)?;
+            whole = Some((host, len));
             self.msg = InMsg::Write {
                 va: reth.va,
                 rkey: reth.rkey.0,
@@ -529,7 +532,12 @@ impl Responder {
         if n > 0 {
             // Checked again for every packet: the MR may have been deregistered
             // since the FIRST packet, and then its memory must not be touched.
-            let host = check_remote(env, *rkey, *va, n, Access::RemoteWrite)?;
+            // A packet that is the whole message (an ONLY, as most are) was
+            // checked just now with this key, address, length and access.
+            let host = match whole {
+                Some((host, len)) if len == n => host,
+                _ => check_remote(env, *rkey, *va, n, Access::RemoteWrite)?,
+            };
             env.mem.write(host, pkt.payload);
         }
         *va += n;
