@@ -117,7 +117,7 @@ impl Default for DriverOptions {
             caller_tx_stream_gap: Duration::from_micros(20),
             poll_receive: true,
             poll_lease: Duration::from_micros(200),
-            shm: false,
+            shm: true,
         }
     }
 }

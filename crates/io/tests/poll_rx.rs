@@ -200,3 +200,60 @@ fn the_lease_halves_when_data_waits_for_its_end_and_grows_back() {
     }
     assert_eq!(d.counters().lease_shrinks, shrinks);
 }
+
+/// Two drivers on one address as two processes would hold it (a slot each)
+/// with the same-host path on, `a` sending to `b`'s slot.
+fn same_host_pair(ip: &str) -> (Driver<Fake>, Driver<Fake>, std::net::SocketAddr, Vec<u8>) {
+    use std::sync::Arc;
+    use sv_io::share::{qpn_range, Slot};
+    let ip: std::net::IpAddr = ip.parse().unwrap();
+    let start = |slot: Slot| {
+        let opts = DriverOptions {
+            poll_receive: true,
+            poll_lease: Duration::from_secs(30),
+            shm: true,
+            share: Some(Arc::new(slot)),
+            ..DriverOptions::default()
+        };
+        Driver::start(Fake::default(), std::net::SocketAddr::new(ip, 4791), opts).unwrap()
+    };
+    let a = start(Slot::claim(ip).unwrap());
+    let slot_b = Slot::claim(ip).unwrap();
+    let qpn = qpn_range(slot_b.index()).0 + 5;
+    let b = start(slot_b);
+    // A BTH-shaped datagram whose destination QP is in b's slot.
+    let mut d = vec![7u8; 64];
+    d[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    (a, b, std::net::SocketAddr::new(ip, 4791), d)
+}
+
+/// With the same-host path, a thread that polls a CQ reads the rings as it
+/// reads the socket: once the ring is up, a datagram from another process of
+/// the host reaches the engine through the poll, while the progress thread
+/// sleeps aside (its lease of 30 s would keep it from reading it in time).
+#[test]
+fn a_polling_thread_reads_the_same_host_rings() {
+    let (a, b, to, d) = same_host_pair("127.0.92.1");
+    // Until b accepts a's ring, datagrams go by UDP (and the shared address).
+    let mut sent = 0;
+    assert!(wait_until(|| {
+        a.with(|e| e.outbox.push_back((to, d.clone())));
+        a.doorbell();
+        sent += 1;
+        b.drive_receive();
+        a.counters().shm_datagrams_sent > 0
+    }));
+    assert!(wait_until(|| {
+        b.drive_receive();
+        b.with(|e| e.inbox.len()) == sent
+    }));
+    lease(&b);
+    let before = b.counters();
+    a.with(|e| e.outbox.push_back((to, d.clone())));
+    a.doorbell();
+    assert!(poll_until(&b, sent + 1), "the poll read the ring");
+    let after = b.counters();
+    assert!(after.shm_datagrams_received > before.shm_datagrams_received);
+    assert!(after.poll_receive_datagrams > before.poll_receive_datagrams);
+    assert_eq!(after.recv_calls, before.recv_calls, "not from the socket");
+}

@@ -1,5 +1,5 @@
-//! The same-host path (`sv_io`'s `shm` module, off by default,
-//! `SOFTVERBS_SHM=1` turns it on) between two processes: RC WRITE, READ and
+//! The same-host path (`sv_io`'s `shm` module, on by default,
+//! `SOFTVERBS_SHM=0` turns it off) between two processes: RC WRITE, READ and
 //! SEND of 64 KiB and UD SENDs go through the shared rings (the counters
 //! prove it: no socket send or receive call at all; RC datagrams skip the
 //! ICRC check, UD ones do not), data intact; with the path off on one end
@@ -490,17 +490,19 @@ fn with_it_on_rc_and_ud_go_through_the_shared_rings() {
     }
     // The UD SENDs were checked: fewer unchecked than received.
     assert!(s["icrc_unchecked"] < s["shm_received"], "{s:?}");
-    // The application's threads worked the rings themselves: the posting
-    // thread wrote its datagrams into them, the polling thread read them.
+    // The application's posting thread wrote datagrams into the rings itself.
     assert!(c["caller_datagrams"] > 0, "{c:?}");
-    assert!(c["poll_receive_datagrams"] > 0, "{c:?}");
 }
 
 #[test]
-fn off_by_default() {
-    // Neither end sets SOFTVERBS_SHM: no path is opened or offered, both go
-    // by UDP.
-    let ((s, _), (c, _)) = run_ops(25, "ops", &[], &[]);
+fn on_by_default_and_off_by_the_environment() {
+    // Neither end sets SOFTVERBS_SHM: the path carries the data.
+    let ((_, s), (_, c)) = run_ops(25, "ops", &[], &[]);
+    for (who, k) in [("server", &s), ("client", &c)] {
+        assert!(k["shm_sent"] > 0 && k["shm_received"] > 0, "{who}: {k:?}");
+    }
+    // Both set SOFTVERBS_SHM=0: no path is opened or offered, both go by UDP.
+    let ((s, _), (c, _)) = run_ops(23, "ops", &[off()], &[off()]);
     for (who, k) in [("server", &s), ("client", &c)] {
         assert_eq!((k["shm_sent"], k["shm_received"]), (0, 0), "{who}: {k:?}");
         assert!(k["send_calls"] > 0 && k["recv_calls"] > 0, "{who}: {k:?}");

@@ -245,12 +245,12 @@ fn a_path_held_by_another_user_is_refused() {
     assert_eq!((s.shm_fallbacks, s.shm_datagrams_sent), (1, 0));
 }
 
-/// The path is off by default; `SOFTVERBS_SHM=1` (or on/yes/true) turns it
-/// on, anything else off, nothing leaves it as it was.
+/// The path is on by default; `SOFTVERBS_SHM=1` (or on/yes/true) keeps it
+/// on, anything else turns it off, nothing leaves it as it was.
 #[test]
-fn off_by_default_and_the_environment_turns_it_on() {
+fn on_by_default_and_the_environment_turns_it_off() {
     let mut o = crate::DriverOptions::default();
-    assert!(!o.shm, "off by default");
+    assert!(o.shm, "on by default");
     for (value, on) in [
         ("1", true),
         (" on ", true),
