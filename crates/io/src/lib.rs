@@ -10,7 +10,7 @@
 //! binds port 4791 with `SO_REUSEPORT`, a classic-BPF program steers by the slot in
 //! the destination QPN, and a datagram that lands in the wrong process is forwarded
 //! to its owner; the decision and its measurements are in `spec/shared-address.md`),
-//! and the same-host path (`shm`, off by default, `SOFTVERBS_SHM=1` turns it on:
+//! and the same-host path (`shm`, on by default, `SOFTVERBS_SHM=0` turns it off:
 //! shared-memory rings between the processes of one host instead of UDP,
 //! `spec/same-host.md`).
 //! It does not depend on the engine: [`Engine`] is the contract the engine

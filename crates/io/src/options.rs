@@ -13,8 +13,8 @@
 //!   polling an empty CQ off ([`DriverOptions::poll_receive`]; on by default), `1`/`on`/`yes`/`true` on;
 //! - `SOFTVERBS_POLL_RX_LEASE_US`: how long the socket stays a polling
 //!   thread's after its last empty poll ([`DriverOptions::poll_lease`]; lenient);
-//! - `SOFTVERBS_SHM`: `1`/`on`/`yes`/`true` turns the same-host path
-//!   (`crate::shm`) on; it is off by default.
+//! - `SOFTVERBS_SHM`: the same-host path (`crate::shm`) is on by default;
+//!   `1`/`on`/`yes`/`true` keeps it on, anything else turns it off.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -90,11 +90,10 @@ pub struct DriverOptions {
     /// `ibv_req_notify_cq` ends the lease at once.
     pub poll_lease: Duration,
     /// The same-host path (shared-memory rings to processes of this host,
-    /// `crate::shm`; off by default, `SOFTVERBS_SHM=1` turns it on: while it
-    /// carries a peer's datagrams the polling receive and the caller's
-    /// transmit do not, and the latency they win is lost, spec/performance.md
-    /// §13). Needs
-    /// `share` (a slot): a driver without one never takes it.
+    /// `crate::shm`; on by default, `SOFTVERBS_SHM=0` turns it off; the
+    /// application threads work its rings as they work the socket,
+    /// crate::callertx and crate::pollrx). Needs `share` (a slot): a driver
+    /// without one never takes it.
     pub shm: bool,
 }
 

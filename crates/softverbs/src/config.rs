@@ -20,9 +20,9 @@
 //!   this pcap file; `%p` becomes the process ID, `%d` the device name (needed
 //!   when a process opens several devices). [`Device::with_capture`] overrides it.
 //! - `SOFTVERBS_BUSY_POLL_US`: the progress thread's busy-poll window.
-//! - `SOFTVERBS_SHM`: `1` turns the same-host path on (off by default:
-//!   with it, packets to another process of this host go through
-//!   shared-memory rings, spec/same-host.md); [`Device::with_same_host`] overrides it.
+//! - `SOFTVERBS_SHM`: `0` turns the same-host path off (on by default:
+//!   packets to another process of this host go through shared-memory
+//!   rings, spec/same-host.md); [`Device::with_same_host`] overrides it.
 //! - `SOFTVERBS_LOG`: `error`, `warn`, `info`, `debug` or `trace`: the level
 //!   of the log the `softverbs` command and the drop-in libibverbs send to
 //!   stderr ([`log_level_from_env`]; a library never installs a logger itself).

@@ -1,7 +1,10 @@
 //! The same-host path: datagrams between two processes of one host through
-//! shared-memory rings instead of the UDP stack (off by default,
-//! `SOFTVERBS_SHM=1` turns it on; `spec/same-host.md` has the design, the
-//! decision and the measurements).
+//! shared-memory rings instead of the UDP stack (on by default,
+//! `SOFTVERBS_SHM=0` turns it off; `spec/same-host.md` has the design, the
+//! decision and the measurements). The progress thread works the rings, and
+//! so do the application's threads: one that polls an empty CQ reads them
+//! in place (crate::pollrx), one that transmits writes into them
+//! (crate::callertx), under the path's lock (`Shared::shm`).
 //!
 //! What it promises:
 //! - **Same datagrams, same semantics.** The path carries the very RoCEv2 UDP
