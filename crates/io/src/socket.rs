@@ -193,6 +193,23 @@ impl Sender {
         self.gso
     }
 
+    /// [`Sender::send`], its system calls, GSO datagrams and fallbacks counted in `c`.
+    pub(crate) fn send_counted(
+        &mut self,
+        socket: &UdpSocket,
+        run: &[(SocketAddr, &[u8])],
+        c: &crate::counters::Counters,
+    ) -> io::Result<usize> {
+        use crate::counters::Counters;
+        let (result, report) = self.send(socket, run);
+        Counters::add(&c.send_calls, report.calls);
+        Counters::add(&c.gso_datagrams, report.gso_datagrams);
+        if report.fell_back {
+            Counters::add(&c.gso_fallbacks, 1);
+        }
+        result
+    }
+
     /// Sends a run: `Ok(n)`, the first `n` datagrams left; `Err`, the first did not.
     pub(crate) fn send(
         &mut self,

@@ -750,14 +750,7 @@ impl<E: Engine> TxSink for Wire<'_, E> {
             Ok(n) => return Ok(n),
             Err(k) => &run[..k],
         };
-        let (result, report) = p.sender.send(&p.socket, run);
-        let c = &p.shared.counters;
-        Counters::add(&c.send_calls, report.calls);
-        Counters::add(&c.gso_datagrams, report.gso_datagrams);
-        if report.fell_back {
-            Counters::add(&c.gso_fallbacks, 1);
-        }
-        result
+        p.sender.send_counted(&p.socket, run, &p.shared.counters)
     }
 
     fn sent(&mut self, to: SocketAddr, bytes: &[u8]) {
