@@ -57,6 +57,20 @@ else
   echo "iperf3 not installed: no baseline (apt-get install -y iperf3)"
 fi
 
+echo "== the wake-up floor (scripts/wakeup-floor.c): a datagram waking a thread blocked in recv(2) beside one spinning on memory"
+floor="" # us, one way
+if command -v cc >/dev/null && cc -O2 -pthread -o target/wakeup-floor scripts/wakeup-floor.c 2>/dev/null; then
+  timeout 60 target/wakeup-floor 19497 19498 3000 0 &
+  fsrv=$!
+  sleep 0.1
+  fout=$(timeout 60 target/wakeup-floor 19498 19497 3000 1) || true
+  wait "$fsrv" 2>/dev/null || true
+  echo "${fout:-no result}"
+  floor=$(awk '/typical/ { print $6 }' <<<"$fout")
+else
+  echo "no C compiler: no floor (apt-get install -y gcc)"
+fi
+
 echo "== the UDP path (SOFTVERBS_SHM=0)"
 # Bandwidth and message rate run for a duration (-D): perftest's default 5 000
 # iterations take about 10 ms at 64 B, which measures the start, not the rate.
@@ -88,6 +102,7 @@ row "ib_read_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "ib_read_bw -D $secs" 4)"
 row "ib_send_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "ib_send_bw -D $secs" 4)" "$tcp_mib")" x ">= 1.0"
 row "ib_write_lat 2 B typical" "$(orx "$(field ib_write_lat 5)")" us "<= 5"
 row "ib_write_lat 2 B p99" "$(orx "$(field ib_write_lat 8)")" us "<= 25"
+row "ib_write_lat typical / the wake-up floor" "$(ratio "$(field ib_write_lat 5)" "$floor")" x ""
 row "ib_send_lat 2 B typical" "$(orx "$(field ib_send_lat 5)")" us "<= 5"
 row "ib_send_lat 2 B p99" "$(orx "$(field ib_send_lat 8)")" us "<= 25"
 row "ib_write_bw -s 64 message rate" "$(orx "$(field "ib_write_bw -s 64 -D $secs" 5)")" Mpps ">= 2"
