@@ -23,9 +23,9 @@ use crate::qp::modify::{ModifyEnv, Transition};
 use crate::qp::QpControl;
 use crate::sched::{ReadyQueue, TimerHeap};
 use crate::srq::Srq;
-use crate::table::Table;
+use crate::table::{QpnMap, Table};
 use crate::types::{QpAttr, QpCap, QpState, QpType};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 mod memory;
 mod queues;
@@ -876,30 +876,5 @@ impl Engine {
             self.ahs.len(),
             self.qps.len(),
         ]
-    }
-}
-
-/// QP numbers to handles: looked up for every datagram received, so hashed by
-/// one multiplication instead of SipHash. The keys are QPNs this engine
-/// chose; a datagram's QPN only ever looks one up.
-type QpnMap = HashMap<u32, QpHandle, std::hash::BuildHasherDefault<QpnHasher>>;
-
-/// Fibonacci hashing of a 32-bit QPN (the map asks for nothing else).
-#[derive(Debug, Default, Clone, Copy)]
-struct QpnHasher(u64);
-
-impl std::hash::Hasher for QpnHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
     }
 }

@@ -1,4 +1,5 @@
-//! A small generational slab: the storage behind every object table of a device.
+//! A small generational slab: the storage behind every object table of a
+//! device; and the map from QP numbers to handles ([`QpnMap`]).
 //!
 //! A [`Handle`] names one slot at one generation, so a handle kept after its
 //! object was destroyed never reaches the slot's next occupant. A table of `T`
@@ -153,5 +154,34 @@ mod tests {
         assert_eq!(t.get(c), Some(&"c"));
         assert_eq!(t.get(Handle::from_raw(b.raw())), Some(&"b"));
         assert_eq!(t.len(), 2);
+    }
+}
+
+/// QP numbers to handles: looked up for every datagram received, so hashed by
+/// one multiplication instead of SipHash. The keys are QPNs this engine
+/// chose; a datagram's QPN only ever looks one up.
+pub(crate) type QpnMap = std::collections::HashMap<
+    u32,
+    crate::handle::QpHandle,
+    std::hash::BuildHasherDefault<QpnHasher>,
+>;
+
+/// Fibonacci hashing of a 32-bit QPN (the map asks for nothing else).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct QpnHasher(u64);
+
+impl std::hash::Hasher for QpnHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
