@@ -163,10 +163,14 @@ impl<E> Shared<E> {
 
 impl<E: Engine> Shared<E> {
     /// The calling thread transmits what the engine has ready (see the
-    /// module doc): one batch, the gate held until it is in the kernel, then
-    /// the notifications it made. How many datagrams left; `None` (nothing
-    /// taken) when this is off, another thread holds the gate or the engine,
-    /// or the queue waits for room: the caller then rings the doorbell.
+    /// module doc): a batch, the gate held until it is in the kernel, then
+    /// the notifications it made. A datagram to our own address goes to the
+    /// engine inside the flush, and what the engine makes of it (an ACK, a
+    /// response, an event) is taken in another round, up to
+    /// [`LOOPBACK_ROUNDS`]. How many datagrams left; `None` (nothing taken)
+    /// when this is off, another thread holds the gate or the engine, or the
+    /// queue waits for room: the caller then leaves the work to a poller or
+    /// rings the doorbell.
     pub(crate) fn transmit_here(&self) -> Option<usize> {
         let tx = self.caller_tx.as_ref()?;
         let mut gate = match tx.gate.try_lock() {
@@ -178,57 +182,74 @@ impl<E: Engine> Shared<E> {
         if !g.q.is_empty() {
             return None; // waits for room: the progress thread's
         }
-        g.q.reset();
         let mut notes = Vec::new();
-        let more;
-        let ring = {
-            let mut engine = match self.engine.try_lock() {
-                Ok(e) => e,
-                Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(TryLockError::WouldBlock) => return None,
-            };
-            let now = self.clock.now();
-            let mut slot = 0;
-            while slot < g.q.slots() {
-                let Some(t) = engine.poll_transmit(now, g.q.slot_mut(slot)) else {
-                    break;
+        let (mut sent, mut ring, mut more) = (0, false, false);
+        for round in 0..LOOPBACK_ROUNDS {
+            g.q.reset();
+            {
+                let mut engine = match self.engine.try_lock() {
+                    Ok(e) => e,
+                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(TryLockError::WouldBlock) if round == 0 => return None,
+                    Err(TryLockError::WouldBlock) => {
+                        more = true;
+                        break;
+                    }
                 };
-                if t.len > g.q.slot_mut(slot).len() {
-                    Counters::add(&self.counters.send_errors, 1);
-                    tracing::error!(
-                        len = t.len,
-                        "engine reported a datagram longer than its buffer"
-                    );
-                    continue;
+                let now = self.clock.now();
+                let mut slot = 0;
+                while slot < g.q.slots() {
+                    let Some(t) = engine.poll_transmit(now, g.q.slot_mut(slot)) else {
+                        break;
+                    };
+                    if t.len > g.q.slot_mut(slot).len() {
+                        Counters::add(&self.counters.send_errors, 1);
+                        tracing::error!(
+                            len = t.len,
+                            "engine reported a datagram longer than its buffer"
+                        );
+                        continue;
+                    }
+                    g.q.push(Item {
+                        slot,
+                        to: t.to,
+                        len: t.len,
+                    });
+                    slot += 1;
                 }
-                g.q.push(Item {
-                    slot,
-                    to: t.to,
-                    len: t.len,
-                });
-                slot += 1;
+                more = slot == g.q.slots() && engine.has_work();
+                while let Some(n) = engine.poll_notification() {
+                    notes.push(n);
+                }
+                ring |= engine
+                    .poll_timeout()
+                    .is_some_and(|d| d < self.wake_at.load(SeqCst));
             }
-            more = slot == g.q.slots() && engine.has_work();
-            while let Some(n) = engine.poll_notification() {
-                notes.push(n);
+            let mut wire = CallerWire {
+                shared: self,
+                tx,
+                sender: &mut g.sender,
+                sent: 0,
+                looped: 0,
+            };
+            let blocked = batch::flush(&mut g.q, &mut wire).blocked;
+            sent += wire.sent;
+            if blocked {
+                ring = true;
+                break;
             }
-            engine
-                .poll_timeout()
-                .is_some_and(|d| d < self.wake_at.load(SeqCst))
-        };
-        let mut wire = CallerWire {
-            shared: self,
-            tx,
-            sender: &mut g.sender,
-            sent: 0,
-        };
-        let blocked = batch::flush(&mut g.q, &mut wire).blocked;
-        let sent = wire.sent;
+            if wire.looped == 0 {
+                break;
+            }
+            // What the looped-back datagrams made: the next round, or a
+            // poller or the progress thread after the last.
+            more = true;
+        }
         drop(gate);
         for n in notes {
             self.deliver(n);
         }
-        if ring || blocked {
+        if ring {
             self.doorbell.ring();
         } else if more {
             self.leave_to_poller(self.clock.now());
@@ -237,12 +258,18 @@ impl<E: Engine> Shared<E> {
     }
 }
 
+/// Rounds of [`Shared::transmit_here`] at most: each after one that handed
+/// datagrams to our own address (their answers).
+const LOOPBACK_ROUNDS: usize = 4;
+
 /// An application thread as the sink of a [`TxBatch`] flush.
 struct CallerWire<'a, E> {
     shared: &'a Shared<E>,
     tx: &'a CallerTx,
     sender: &'a mut socket::Sender,
     sent: usize,
+    /// Datagrams handed to our own engine (the loopback shortcut).
+    looped: usize,
 }
 
 impl<E: Engine> TxSink for CallerWire<'_, E> {
@@ -284,6 +311,7 @@ impl<E: Engine> TxSink for CallerWire<'_, E> {
         Counters::add(&c.loopback_bytes, bytes.len() as u64);
         Counters::add(&c.caller_datagrams, 1);
         self.sent += 1;
+        self.looped += 1;
     }
 
     fn failed(&mut self, to: SocketAddr, len: usize, error: io::Error) {
@@ -305,12 +333,17 @@ mod tests {
     use std::collections::VecDeque;
     use std::time::{Duration, Instant};
 
-    /// An engine that sends what is queued, in order.
+    /// An engine that sends what is queued, in order; with an answer
+    /// address, it answers every datagram it is handed with one to it.
     #[derive(Default)]
-    struct Queue(VecDeque<(SocketAddr, Vec<u8>)>);
+    struct Queue(VecDeque<(SocketAddr, Vec<u8>)>, Option<SocketAddr>);
 
     impl Engine for Queue {
-        fn handle_datagram(&mut self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
+        fn handle_datagram(&mut self, _: Nanos, _: SocketAddr, _: SocketAddr, p: &[u8]) {
+            if let Some(to) = self.1 {
+                self.0.push_back((to, [b"re:", p].concat()));
+            }
+        }
         fn poll_transmit(&mut self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
             let (to, bytes) = self.0.pop_front()?;
             buf[..bytes.len()].copy_from_slice(&bytes);
@@ -526,13 +559,11 @@ mod tests {
         let (d, peer, to) = streaming("127.0.61.17", "127.0.61.18", Duration::from_secs(30));
         sleep_aside(&d);
         let writes = d.waker().writes();
-        let passes = d.counters().passes;
         for i in 2..=5u8 {
             d.with(|e| e.0.push_back((to, vec![i; 4])));
             assert_eq!(d.posted(i == 2), 0, "left to the poll");
         }
         assert_eq!(d.waker().writes(), writes, "no doorbell");
-        assert_eq!(d.counters().passes, passes, "the progress thread slept on");
         assert_eq!(d.drive_receive(), 0, "nothing to read");
         for i in 2..=5u8 {
             expect(&peer, &[i; 4]);
@@ -567,5 +598,24 @@ mod tests {
             1,
             "the progress thread sent it"
         );
+    }
+
+    /// A datagram to our own address goes to the engine inside the flush;
+    /// what the engine answers (here a datagram to a peer, as an ACK or a
+    /// READ response would be) leaves from the same thread in the next
+    /// round, not when the progress thread next wakes.
+    #[test]
+    fn the_answer_to_a_looped_back_datagram_leaves_from_the_same_thread() {
+        let (d, peer) = pair("127.0.61.23", "127.0.61.24", DriverOptions::default());
+        let (me, to) = (d.local_addr(), peer.local_addr().unwrap());
+        sleeps(&d, 1);
+        d.with(|e| {
+            e.1 = Some(to);
+            e.0.push_back((me, b"ping".to_vec()));
+        });
+        assert_eq!(d.posted(true), 2, "the ping looped back, the answer sent");
+        expect(&peer, b"re:ping");
+        let c = d.counters();
+        assert_eq!((c.loopback_datagrams, c.caller_datagrams), (1, 2));
     }
 }

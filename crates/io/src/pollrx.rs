@@ -130,12 +130,21 @@ impl RxGate {
         if !self.enabled {
             return false;
         }
-        if let Some(t) = until {
-            self.until.store(t, SeqCst);
-        }
+        let Some(t) = until else {
+            // Awake: asleep first, so that no moment looks like a sleep
+            // watching the socket (crate::callertx::Shared::leave_to_poller).
+            self.asleep.store(false, SeqCst);
+            self.aside.store(false, SeqCst);
+            return false;
+        };
+        self.until.store(t, SeqCst);
         self.aside.store(aside, SeqCst);
-        self.asleep.store(until.is_some(), SeqCst);
-        aside && self.lease(now).is_some()
+        self.asleep.store(true, SeqCst);
+        let aside = aside && self.lease(now).is_some();
+        if !aside {
+            self.aside.store(false, SeqCst);
+        }
+        aside
     }
 
     /// When the polling threads' lease on the socket ends, if it holds at
@@ -217,7 +226,10 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
                 // The lease counts from the end of this poll's work: a batch
                 // of sends can outlast a short lease.
                 Some(_) => gate.renew(shared.clock.now()),
-                None => tx.want(), // busy: the next poll tries again
+                // Busy: the next poll tries again; nobody may poll again
+                // (a thread about to block), so the handshake of any other
+                // post applies.
+                None => shared.leave_to_poller(shared.clock.now()),
             }
         }
         None if read.work => shared.doorbell.ring(),
@@ -244,7 +256,13 @@ struct Read {
 /// datagrams handed to the engine; nothing from a source another thread
 /// reads, or where nothing is queued.
 fn read<E: Engine>(shared: &Shared<E>) -> Read {
-    let delivered = read_socket(shared) + read_rings(shared);
+    // The rings only after the socket: while the progress thread reads the
+    // socket, a ring datagram must not overtake an older one of the same
+    // peer still in it (a path that just opened).
+    let Some(from_socket) = read_socket(shared) else {
+        return Read::default();
+    };
+    let delivered = from_socket + read_rings(shared);
     if delivered == 0 {
         return Read::default();
     }
@@ -259,17 +277,18 @@ fn read<E: Engine>(shared: &Shared<E>) -> Read {
     }
 }
 
-/// One nonblocking read of the socket, its datagrams handed to the engine.
-fn read_socket<E: Engine>(shared: &Shared<E>) -> usize {
+/// One nonblocking read of the socket, its datagrams handed to the engine:
+/// how many; `None` when the progress thread holds the socket.
+fn read_socket<E: Engine>(shared: &Shared<E>) -> Option<usize> {
     let gate = &shared.rx;
     let mut reader = match gate.reader.try_lock() {
         Ok(r) => r,
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => return 0,
+        Err(TryLockError::WouldBlock) => return None,
     };
     let r = &mut *reader;
     let Some(socket) = &r.socket else {
-        return 0;
+        return Some(0);
     };
     if r.mem.is_empty() {
         r.mem = vec![0; SLOTS * r.slot_len];
@@ -277,7 +296,7 @@ fn read_socket<E: Engine>(shared: &Shared<E>) -> usize {
     let c = &shared.counters;
     // Nothing queued, or an error: the progress thread's to see and count.
     let Ok(got) = sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta) else {
-        return 0;
+        return Some(0);
     };
     Counters::add(&c.recv_calls, 1);
     Counters::add(&c.poll_receive_calls, 1);
@@ -316,7 +335,7 @@ fn read_socket<E: Engine>(shared: &Shared<E>) -> usize {
     }
     drop(engine);
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
-    delivered
+    Some(delivered)
 }
 
 /// The same-host path's rings (crate::shm), read where the datagrams lie

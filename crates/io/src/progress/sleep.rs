@@ -52,9 +52,14 @@ impl<E: Engine> Progress<E> {
         }
         let until = now + timeout.as_nanos() as u64;
         let aside = self.shared.rx.set_asleep(Some(until), lease.is_some(), now);
+        // Left to a polling thread whose lease has ended: ours, not a sleep
+        // (crate::callertx::Shared::leave_to_poller, the other half).
+        let tx = self.shared.caller_tx.as_ref();
+        let wanted = !aside && tx.is_some_and(crate::callertx::CallerTx::is_wanted);
         // shm: tell same-host senders we sleep, unless the rings are the
         // polling thread's (aside); do not sleep if a datagram came.
         let came = !aside
+            && !wanted
             && self.shared.shm().is_some_and(|mut shm| {
                 let came = shm.arm();
                 if came {
@@ -62,18 +67,12 @@ impl<E: Engine> Progress<E> {
                 }
                 came
             });
-        if came {
+        if wanted || came {
             self.shared.rx.set_asleep(None, false, now);
+            self.shared.wake_at.store(0, SeqCst);
             return;
         }
         Counters::add(&self.shared.counters.sleeps, 1);
-        // Left to a polling thread whose lease has ended: ours, not a sleep
-        // (crate::callertx::Shared::leave_to_poller, the other half).
-        let tx = self.shared.caller_tx.as_ref();
-        if !aside && tx.is_some_and(crate::callertx::CallerTx::is_wanted) {
-            self.shared.rx.set_asleep(None, false, now);
-            return;
-        }
         if aside {
             // Not the socket's POLLIN (nor its POLLERR: a negative fd).
             Counters::add(&self.shared.counters.aside_sleeps, 1);
