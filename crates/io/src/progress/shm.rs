@@ -19,6 +19,22 @@ impl<E: Engine> Progress<E> {
     /// either side) as local datagrams (`Engine::handle_local_datagram`).
     pub(super) fn receive_shm(&mut self) -> bool {
         let shared = self.shared.clone();
+        if shared.shm().is_some_and(|s| s.fresh_data()) {
+            // A sender just switched to its ring: what it sent by the socket
+            // (or the shared address's inbox) before is read first, to the
+            // end (crate::shm::ShmPath::fresh_data).
+            self.readable.socket = true;
+            self.readable.inbox = true;
+            for _ in 0..64 {
+                if !(self.receive() | self.receive_forwarded()) {
+                    break;
+                }
+                self.peek();
+            }
+            if let Some(mut s) = shared.shm() {
+                s.settle_fresh();
+            }
+        }
         let Some(mut shm) = shared.shm() else {
             return false;
         };

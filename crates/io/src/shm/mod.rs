@@ -238,6 +238,8 @@ struct Inbound {
     closed: bool,
     /// The ring broke its protocol: dropped at once.
     broken: bool,
+    /// Nothing taken from it yet ([`ShmPath::fresh_data`]).
+    fresh: bool,
 }
 
 /// One driver's same-host path. See the module doc.
@@ -493,7 +495,7 @@ impl ShmPath {
         let max = self.max_datagram;
         let mut used = 0;
         let mut left = budget;
-        for inb in &mut self.inbound {
+        for inb in self.inbound.iter_mut().filter(|i| !i.fresh) {
             while left > 0 {
                 match inb.ring.pop(&mut stage[used..], max) {
                     Ok(Pop::Datagram { len, flags }) => {
@@ -557,7 +559,7 @@ impl ShmPath {
         let mut records = std::mem::take(&mut self.records);
         let max = self.max_datagram;
         let mut left = budget;
-        for inb in &mut self.inbound {
+        for inb in self.inbound.iter_mut().filter(|i| !i.fresh) {
             records.clear();
             let mut broken = None;
             while left > 0 {
@@ -725,6 +727,7 @@ impl ShmPath {
             from,
             closed: false,
             broken: false,
+            fresh: true,
         }))
     }
 
@@ -741,6 +744,25 @@ impl ShmPath {
     /// Whether a datagram waits in a ring.
     pub(crate) fn has_data(&self) -> bool {
         self.inbound.iter().any(|i| i.ring.has_data())
+    }
+
+    /// Whether a ring nothing was taken from yet holds a datagram. Its
+    /// sender switched from the socket to it, so whatever it sent before by
+    /// the socket is already in this end's socket buffer (a local send is
+    /// queued there before it returns) and must be read first: until
+    /// [`ShmPath::settle_fresh`], the receive calls take nothing from such
+    /// a ring (a datagram of the ring would overtake them; RC would
+    /// retransmit, UC and UD would lose a message).
+    pub(crate) fn fresh_data(&self) -> bool {
+        self.inbound.iter().any(|i| i.fresh && i.ring.has_data())
+    }
+
+    /// The socket was read to its end after [`ShmPath::fresh_data`]: the
+    /// rings with data are no longer fresh.
+    pub(crate) fn settle_fresh(&mut self) {
+        for i in &mut self.inbound {
+            i.fresh &= !i.ring.has_data();
+        }
     }
 
     /// Appends this path's descriptors to the poll set.

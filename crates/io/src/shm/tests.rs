@@ -69,6 +69,12 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
             &c
         ));
     }
+    // A ring nothing was taken from is left until its owner read the
+    // socket to its end (what the sender sent before the switch).
+    assert!(b.fresh_data());
+    let _ = each(&mut b, 100, &c, |_, _, _| panic!("taken from a fresh ring"));
+    b.settle_fresh();
+    assert!(!b.fresh_data());
     let mut got = Vec::new();
     each(&mut b, 100, &c, |from, bytes, _| {
         got.push((from, bytes.to_vec()))
@@ -85,6 +91,7 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     // And back: b discovers a.
     let to_a = SocketAddr::new(ip, 4791);
     send_accepted(&mut b, &mut a, to_a, &to_slot(sa.index(), 1, 64), &c);
+    a.settle_fresh();
     let mut n = 0;
     each(&mut a, 16, &c, |_, _, _| n += 1);
     assert_eq!(n, 1);
