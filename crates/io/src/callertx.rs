@@ -107,8 +107,12 @@ impl CallerTx {
         }
     }
 
-    /// The transmit gate, waited for (the progress thread: an application
-    /// thread holds it for one batch at most and never waits inside it).
+    /// The transmit gate, waited for (the progress thread). An application
+    /// thread holds it for one batch (up to [`LOOPBACK_ROUNDS`]) and never
+    /// waits inside it for room in the socket, but may wait there for the
+    /// same-host path's lock (and, on a first datagram to a peer, for that
+    /// path to set up its ring; up to `shm::FULL_WAIT` on a full ring) and
+    /// for the engine lock to hand a looped-back datagram to the engine.
     pub(crate) fn gate(&self) -> MutexGuard<'_, TxGate> {
         self.gate.lock().unwrap_or_else(PoisonError::into_inner)
     }
