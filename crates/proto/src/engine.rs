@@ -12,6 +12,7 @@ use crate::cq::Cq;
 use crate::device::{DeviceConfig, DeviceInfo, QpnSpace, FIRST_QPN};
 use crate::error::{Error, ObjectKind};
 use crate::handle::{kind, Handle};
+use crate::lock::{Lock, ReadMostly};
 use crate::mask::AttrMask;
 use crate::memory::Memory;
 use crate::mr;
@@ -87,13 +88,17 @@ pub use crate::handle::{
 };
 pub use crate::qp::actor::Qp;
 
+/// A QP locked for its turn.
+pub(crate) type QpGuard<'a> = std::sync::MutexGuard<'a, Qp>;
+
 /// A CQ with its use count.
 #[derive(Debug)]
 pub struct CqEntry {
     /// The CQ.
     pub cq: Cq,
-    /// Its completions.
-    pub ring: crate::cq::CqRing,
+    /// Its completions (the producer's side: the QPs that complete into it
+    /// take turns under this lock).
+    pub ring: Lock<crate::cq::CqRing>,
     /// Completion channel that gets its events.
     pub channel: Option<u32>,
     users: Users,
@@ -102,10 +107,11 @@ pub struct CqEntry {
 /// An SRQ with its use count.
 #[derive(Debug)]
 pub struct SrqEntry {
-    /// The SRQ.
-    pub srq: Srq,
-    /// Its receive WQEs.
-    pub queue: crate::qp::wqe::RecvQueue,
+    /// The SRQ (its armed limit changes on the data path).
+    pub srq: Lock<Srq>,
+    /// Its receive WQEs (a QP holds this lock while it places a message
+    /// into one; lock order: the QP, this, the SRQ above, a CQ).
+    pub queue: Lock<crate::qp::wqe::RecvQueue>,
     users: Users,
 }
 
@@ -156,55 +162,56 @@ pub struct QpInitInfo {
     pub sq_sig_all: bool,
 }
 
-/// Device-wide data-path state: the scheduler, the driver's event queue,
-/// the gather buffer and the device counters.
-#[derive(Debug)]
-pub struct DeviceData {
+/// The device's scheduler: which QP sends next, whose timer runs next.
+#[derive(Debug, Default)]
+pub(crate) struct Sched {
     /// QPs that may have something to send, round robin.
     pub(crate) ready: ReadyQueue,
+    /// RAW_PACKET QPs that may have a frame to send (datapath/raw.rs).
+    pub(crate) raw_ready: ReadyQueue,
     /// Each QP's next deadline.
     pub(crate) timers: TimerHeap,
-    /// QPs whose deadline passed, in the order their timers run (reused).
-    pub(crate) due: Vec<QpHandle>,
-    /// The members of the group a multicast datagram is for (reused).
-    pub(crate) mcast_members: Vec<QpHandle>,
+}
+
+/// Device-wide data-path state: the scheduler, the driver's event queue,
+/// the gather buffer and the device counters. Each part the data path
+/// changes has its own lock (spec/concurrency.md §4), none held across a
+/// QP's turn.
+#[derive(Debug)]
+pub struct DeviceData {
+    /// The scheduler (taken after a QP's lock, never before).
+    pub(crate) sched: Lock<Sched>,
     /// Events for the driver.
-    pub(crate) events: VecDeque<Event>,
+    pub(crate) events: Lock<VecDeque<Event>>,
     /// The UDP source port packets leave from (the driver's socket).
     pub(crate) local_port: u16,
     /// Gather buffer for the inline data of the safe API's posts (reused).
     pub(crate) inline_buf: Vec<u8>,
     /// Counters.
-    pub(crate) counters: crate::output::DeviceCounters,
+    pub(crate) counters: crate::output::DeviceCounterCells,
     /// Counters of destroyed QPs.
     pub(crate) retired: crate::qp::data::QpCounters,
-    /// RAW_PACKET QPs that may have a frame to send (datapath/raw.rs).
-    pub(crate) raw_ready: ReadyQueue,
     /// The longest frame a RAW_PACKET send may build.
     pub(crate) raw_frame_max: u32,
     /// The raw path's counters.
-    pub(crate) raw_counters: crate::frame::RawCounters,
+    pub(crate) raw_counters: Lock<crate::frame::RawCounters>,
     /// The latest time the driver told ([`Engine::set_now`]): completions
     /// are stamped with it.
-    pub(crate) now: u64,
+    pub(crate) now: std::sync::atomic::AtomicU64,
 }
 
 impl Default for DeviceData {
     fn default() -> Self {
         DeviceData {
-            ready: ReadyQueue::default(),
-            timers: TimerHeap::default(),
-            due: Vec::new(),
-            mcast_members: Vec::new(),
-            events: VecDeque::new(),
+            sched: Lock::default(),
+            events: Lock::default(),
             local_port: crate::output::ROCE_PORT,
             inline_buf: Vec::new(),
-            counters: crate::output::DeviceCounters::default(),
+            counters: Default::default(),
             retired: Default::default(),
-            raw_ready: ReadyQueue::default(),
             raw_frame_max: crate::frame::DEFAULT_FRAME_MAX,
             raw_counters: Default::default(),
-            now: 0,
+            now: Default::default(),
         }
     }
 }
@@ -214,24 +221,32 @@ impl Default for DeviceData {
 macro_rules! engine_sink {
     ($e:ident, $h:expr) => {
         EngineSink {
-            cqs: &mut $e.cqs,
-            srqs: &mut $e.srqs,
+            cqs: &$e.cqs,
+            srqs: &$e.srqs,
             srq_nums: $e.srq_nums,
-            events: &mut $e.dev.events,
+            events: &$e.dev.events,
             qp: $h,
-            now: $e.dev.now,
+            now: $e.dev.now.load(std::sync::atomic::Ordering::Relaxed),
+            held: None,
         }
     };
 }
 
-/// The engine's side of a QP's [`Sink`]: its CQs, SRQs and event queue.
+/// The engine's side of a QP's [`Sink`]: its CQs, SRQs and event queue,
+/// each locked only while used, except the queue of the SRQ the QP took a
+/// receive WQE from, held until the QP's turn ends.
 pub(crate) struct EngineSink<'a> {
-    cqs: &'a mut Table<CqEntry, kind::Cq>,
-    srqs: &'a mut Table<SrqEntry, kind::Srq>,
+    cqs: &'a Table<CqEntry, kind::Cq>,
+    srqs: &'a Table<SrqEntry, kind::Srq>,
     srq_nums: crate::xrcd::SrqNumbers,
-    events: &'a mut VecDeque<Event>,
+    events: &'a Lock<VecDeque<Event>>,
     qp: QpHandle,
     now: u64,
+    /// The SRQ queue this turn locked.
+    held: Option<(
+        SrqHandle,
+        std::sync::MutexGuard<'a, crate::qp::wqe::RecvQueue>,
+    )>,
 }
 
 /// One device's objects.
@@ -242,11 +257,12 @@ pub struct Engine {
     pub(crate) mrs: MrTable,
     /// Memory windows: changed by the data path too (binds and invalidations
     /// run in a QP's turn, which reads the region table meanwhile).
-    pub(crate) mws: std::cell::RefCell<mr::mw::MwTable>,
+    pub(crate) mws: ReadMostly<mr::mw::MwTable>,
     pub(crate) cqs: Table<CqEntry, kind::Cq>,
     pub(crate) srqs: Table<SrqEntry, kind::Srq>,
     pub(crate) ahs: Table<Ah, kind::Ah>,
-    pub(crate) qps: Table<Qp, kind::Qp>,
+    /// Each QP under its own lock: a QP's turn holds it (spec/concurrency.md §4).
+    pub(crate) qps: Table<Lock<Qp>, kind::Qp>,
     qpns: QpnMap,
     next_qpn: u32,
     qpn_space: QpnSpace,
@@ -256,7 +272,11 @@ pub struct Engine {
     /// Device-wide data-path state (schedule, events, counters).
     pub(crate) dev: DeviceData,
     /// CM hook: QP1 and the connection manager (gsi.rs, spec/cm.md §7).
-    pub(crate) gsi: crate::gsi::Gsi,
+    pub(crate) gsi: Lock<crate::gsi::Gsi>,
+    /// The CM may have a MAD to send (set whenever the CM was reached; the
+    /// transmit turn clears it when none waits): spares every transmit the
+    /// CM's lock.
+    pub(crate) gsi_dirty: std::sync::atomic::AtomicBool,
     /// Multicast attachments (mcast.rs, datapath/mcast.rs).
     pub(crate) groups: crate::mcast::Groups,
     /// XRC domains and their opens (engine/xrc.rs).
@@ -266,7 +286,7 @@ pub struct Engine {
     /// stores kept for reuse.
     pub(crate) rings: std::sync::Arc<crate::sq::Device>,
     /// The posted QPs being drained (reused).
-    posted_scratch: Vec<QpHandle>,
+    posted_scratch: Lock<Vec<QpHandle>>,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -289,15 +309,16 @@ impl Engine {
             .unwrap_or(crate::types::Gid::ZERO);
         let gsi = crate::gsi::Gsi::new(gsi_gid, a.node_guid, a.node_guid);
         Engine {
-            gsi,
+            gsi: Lock::new(gsi),
+            gsi_dirty: Default::default(),
             groups: crate::mcast::Groups::default(),
             xrc: crate::xrcd::XrcState::default(),
             rings: Default::default(),
-            posted_scratch: Vec::new(),
+            posted_scratch: Lock::default(),
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),
-            mws: std::cell::RefCell::new(Table::new(a.max_mw as usize)),
+            mws: ReadMostly::new(Table::new(a.max_mw as usize)),
             cqs: Table::new(a.max_cq as usize),
             srqs: Table::new(a.max_srq as usize),
             ahs: Table::new(a.max_ah as usize),
@@ -349,7 +370,7 @@ impl Engine {
         let qps: Vec<_> = self
             .qps
             .iter()
-            .filter(|(_, q)| in_pd(&q.pd))
+            .filter(|(_, q)| in_pd(&q.lock().pd))
             .map(|(h, _)| h)
             .collect();
         for h in qps {
@@ -379,7 +400,7 @@ impl Engine {
         let srqs: Vec<_> = self
             .srqs
             .iter()
-            .filter(|(_, s)| in_pd(&s.srq.pd))
+            .filter(|(_, s)| in_pd(&s.srq.lock().pd))
             .map(|(h, _)| h)
             .collect();
         for h in srqs {
@@ -507,6 +528,7 @@ impl Engine {
                 .get(s)
                 .ok_or_else(|| missing(ObjectKind::Srq, s))?
                 .srq
+                .lock()
                 .pd;
             // uverbs looks the SRQ up in the caller's own context; a foreign one would
             // also make close_context of its owner fail half-way (EBUSY).
@@ -524,7 +546,7 @@ impl Engine {
             qp.max_tso_header = req.max_tso_header; // spec/raw-packet.md §4
         }
         let limit = u64::from(self.info.attr.max_qp);
-        let handle = self.qps.insert(qp).ok_or(Error::TooMany {
+        let handle = self.qps.insert(Lock::new(qp)).ok_or(Error::TooMany {
             kind: ObjectKind::Qp,
             limit,
         })?;
@@ -560,7 +582,9 @@ impl Engine {
 
     /// Adds or drops the use counts a QP holds on its PD, CQs and SRQ.
     fn qp_uses(&mut self, h: QpHandle, add: bool) {
-        let Some(q) = self.qps.get(h) else { return };
+        let Some(q) = self.qps.get_mut(h).map(Lock::get_mut) else {
+            return;
+        };
         let (pd, cqs, srq) = (q.pd, [q.send_cq, q.recv_cq], q.srq);
         let step = |u: &mut Users| {
             if add {
@@ -638,6 +662,7 @@ impl Engine {
         let q = self
             .qps
             .get_mut(h)
+            .map(Lock::get_mut)
             .ok_or_else(|| missing(ObjectKind::Qp, h))?;
         let env = ModifyEnv {
             dev: &self.info,
@@ -682,18 +707,26 @@ impl Engine {
         h: QpHandle,
         to: crate::types::QpState,
     ) -> Result<crate::types::QpState, Error> {
-        let q = self
-            .qps
-            .get_mut(h)
-            .ok_or_else(|| missing(ObjectKind::Qp, h))?;
+        let mut q = self.qp(h)?;
         let from = q.ctl.device_move(to);
-        self.sync(h);
+        self.sync(h, &mut q);
         Ok(from)
     }
 
     /// A QP.
-    pub fn qp(&self, h: QpHandle) -> Result<&Qp, Error> {
-        self.qps.get(h).ok_or_else(|| missing(ObjectKind::Qp, h))
+    pub fn qp(&self, h: QpHandle) -> Result<QpGuard<'_>, Error> {
+        self.qps
+            .get(h)
+            .map(Lock::lock)
+            .ok_or_else(|| missing(ObjectKind::Qp, h))
+    }
+
+    /// A QP, through `&mut` (no lock taken).
+    pub(crate) fn qp_mut(&mut self, h: QpHandle) -> Result<&mut Qp, Error> {
+        self.qps
+            .get_mut(h)
+            .map(Lock::get_mut)
+            .ok_or_else(|| missing(ObjectKind::Qp, h))
     }
 
     /// The QP with number `qpn`.
@@ -723,9 +756,9 @@ impl Engine {
                 w.binding = None;
             }
         }
-        let q = self.qps.remove(h).expect("checked above");
+        let q = self.qps.remove(h).expect("checked above").into_inner();
         self.qpns.remove(&q.ctl.qpn());
-        self.dev.timers.set(h, None);
+        self.dev.sched.get_mut().timers.set(h, None);
         self.dev.retired.add(q.counters());
         if let Some(link) = q.xrc {
             self.xrc_qp_gone(link);
@@ -736,12 +769,23 @@ impl Engine {
     /// Runs one call of QP `h`'s actor with its environment and sink, then
     /// brings the scheduler up to date with it. `None` if there is no such QP.
     pub(crate) fn drive<R>(
-        &mut self,
+        &self,
         h: QpHandle,
         mem: &dyn Memory,
         f: impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>) -> R,
     ) -> Option<R> {
-        let q = self.qps.get_mut(h)?;
+        let q = self.qps.get(h)?.lock();
+        Some(self.drive_locked(h, q, mem, f))
+    }
+
+    /// [`Engine::drive`] of a QP its caller has locked already.
+    pub(crate) fn drive_locked<R>(
+        &self,
+        h: QpHandle,
+        mut q: QpGuard<'_>,
+        mem: &dyn Memory,
+        f: impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>) -> R,
+    ) -> R {
         let env = QpEnv {
             qp: h,
             mws: &self.mws,
@@ -751,35 +795,45 @@ impl Engine {
             port_mtu: self.info.port.active_mtu.bytes(),
             local_port: self.dev.local_port,
         };
-        let mut sink = engine_sink!(self, h);
-        q.take_posted(&mut sink);
-        let r = f(q, &env, &mut sink);
-        self.sync(h);
-        Some(r)
+        let r = {
+            let mut sink = engine_sink!(self, h);
+            q.take_posted(&mut sink);
+            f(&mut q, &env, &mut sink)
+        };
+        self.sync(h, &mut q);
+        r
     }
 
     /// [`Engine::drive`] for calls that touch no memory and send nothing.
     pub(crate) fn drive_ctl<R>(
-        &mut self,
+        &self,
         h: QpHandle,
         f: impl FnOnce(&mut Qp, &mut EngineSink<'_>) -> R,
     ) -> Option<R> {
-        let q = self.qps.get_mut(h)?;
-        let mut sink = engine_sink!(self, h);
-        q.take_posted(&mut sink);
-        let r = f(q, &mut sink);
-        self.sync(h);
-        Some(r)
+        let q = self.qps.get(h)?.lock();
+        Some(self.drive_ctl_locked(h, q, f))
     }
 
-    /// After a call of QP `h`'s actor: into the ready queue if it may send
-    /// (once), and its deadline into the timer heap.
-    #[inline]
-    fn sync(&mut self, h: QpHandle) {
-        let Some(q) = self.qps.get_mut(h) else {
-            self.dev.timers.set(h, None);
-            return;
+    /// [`Engine::drive_ctl`] of a QP its caller has locked already.
+    fn drive_ctl_locked<R>(
+        &self,
+        h: QpHandle,
+        mut q: QpGuard<'_>,
+        f: impl FnOnce(&mut Qp, &mut EngineSink<'_>) -> R,
+    ) -> R {
+        let r = {
+            let mut sink = engine_sink!(self, h);
+            q.take_posted(&mut sink);
+            f(&mut q, &mut sink)
         };
+        self.sync(h, &mut q);
+        r
+    }
+
+    /// After a call of QP `h`'s actor (its lock held): into the ready queue
+    /// if it may send (once), and its deadline into the timer heap.
+    #[inline]
+    fn sync(&self, h: QpHandle, q: &mut Qp) {
         // The state mirror the receive ring checks posts against; WQEs posted
         // while it said otherwise are flushed or discarded now (proto::rq).
         if q.recv_ring().set_state(q.ctl.state()) {
@@ -797,49 +851,61 @@ impl Engine {
             let mut sink = engine_sink!(self, h);
             q.take_posted(&mut sink);
         }
-        if q.take_wants_tx() && !q.dp.scheduled {
+        let ready = q.take_wants_tx() && !q.dp.scheduled;
+        // Most calls leave the deadline as the heap has it.
+        let deadline = q.deadline();
+        let moved = deadline != q.dp.in_heap;
+        if !ready && !moved {
+            return;
+        }
+        let mut sched = self.dev.sched.lock();
+        if ready {
             q.dp.scheduled = true;
             // RAW_PACKET QPs send frames, not datagrams (datapath/raw.rs).
             if q.ctl.qp_type() == crate::types::QpType::RawPacket {
-                self.dev.raw_ready.push_back(h);
+                sched.raw_ready.push_back(h);
             } else {
-                self.dev.ready.push_back(h);
+                sched.ready.push_back(h);
             }
         }
-        // Most calls leave the deadline as the heap has it.
-        let deadline = q.deadline();
-        if deadline != q.dp.in_heap {
+        if moved {
             q.dp.in_heap = deadline;
-            self.dev.timers.set(h, deadline);
+            sched.timers.set(h, deadline);
         }
     }
 
     /// Moves what the send rings of the QPs posted to since the last call
     /// hold into their send queues (each QP once; nothing when none was).
-    pub fn take_posted(&mut self) {
+    pub fn take_posted(&self) {
         // Called before every transmit: most find no QP listed.
         if !self.rings.posted.any() {
             return;
         }
-        let mut list = std::mem::take(&mut self.posted_scratch);
-        self.rings.posted.take(&mut list);
-        for &h in &list {
-            if let Some(q) = self.qps.get(h) {
-                // Unlisted before the drain: a post after it lists the QP again.
-                q.send_ring().unlist();
-                // A QP whose ring is empty again (`Engine::post_send` drains
-                // its own posts at once) is left alone: the drive would find
-                // nothing to take (`Qp::take_posted` makes this very test)
-                // and its sync nothing to change (every call that changes a
-                // QP syncs it).
-                if q.send_ring().pending() == 0 {
-                    continue;
-                }
-                self.drive_ctl(h, |_, _| ());
+        // Another thread draining the list meanwhile takes what it finds;
+        // this one takes the rest into a list of its own.
+        let mut own = Vec::new();
+        let mut scratch = self.posted_scratch.try_lock();
+        let list = match scratch.as_deref_mut() {
+            Some(l) => l,
+            None => &mut own,
+        };
+        self.rings.posted.take(list);
+        for &h in list.iter() {
+            let Some(q) = self.qps.get(h) else { continue };
+            let q = q.lock();
+            // Unlisted before the drain: a post after it lists the QP again.
+            q.send_ring().unlist();
+            // A QP whose ring is empty again (`Engine::post_send` drains
+            // its own posts at once) is left alone: the drive would find
+            // nothing to take (`Qp::take_posted` makes this very test)
+            // and its sync nothing to change (every call that changes a
+            // QP syncs it).
+            if q.send_ring().pending() == 0 {
+                continue;
             }
+            self.drive_ctl_locked(h, q, |_, _| ());
         }
         list.clear();
-        self.posted_scratch = list;
     }
 
     /// Completions that signaled send WRs still queued on QPs feeding `cq`
@@ -847,8 +913,9 @@ impl Engine {
     pub(crate) fn owed_completions(&self, cq: CqHandle) -> usize {
         self.qps
             .iter()
-            .filter(|(_, q)| q.send_cq == cq)
-            .map(|(_, q)| q.signaled_sends())
+            .map(|(_, q)| q.lock())
+            .filter(|q| q.send_cq == cq)
+            .map(|q| q.signaled_sends())
             .sum()
     }
 
@@ -856,11 +923,13 @@ impl Engine {
     /// hardware providers do (mlx4/mlx5/mthca/hns `*_modify_qp` →
     /// `*_cq_clean`; spec/qp-state-machine.md §6.1).
     pub(crate) fn purge_qp_completions(&mut self, h: QpHandle) {
-        let Some(q) = self.qps.get(h) else { return };
+        let Some(q) = self.qps.get_mut(h).map(Lock::get_mut) else {
+            return;
+        };
         let (qpn, send, recv) = (q.ctl.qpn(), q.send_cq, q.recv_cq);
         for c in [send, recv] {
             if let Some(e) = self.cqs.get_mut(c) {
-                e.ring.purge_qp(qpn);
+                e.ring.get_mut().purge_qp(qpn);
             }
         }
     }

@@ -39,7 +39,7 @@
 //! cm::conn  mr::mw            CM connections; memory windows
 //! cm::outbox  mr  xrcd        the CM's outbox; MRs and keys; XRC domains
 //! cm::held  cm::types  dm  mcast  qp  qp::table  refusal  sched  table
-//! cm::timing  errno  frame  handle  mask  memory  rss  spec_md  tso  types
+//! cm::timing  errno  frame  handle  lock  mask  memory  rss  spec_md  tso  types
 //!                             ground floor: imports nothing of the crate
 //! ```
 //!
@@ -141,6 +141,7 @@ pub mod error;
 pub mod frame;
 pub mod gsi;
 pub mod handle;
+pub mod lock;
 pub mod mask;
 pub mod mcast;
 pub mod memory;

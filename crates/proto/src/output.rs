@@ -111,13 +111,10 @@ pub struct DeviceCounters {
     pub qps: crate::qp::data::QpCounters,
 }
 
-impl DeviceCounters {
-    /// Field-wise sum (totals over several devices).
-    pub fn add(&mut self, o: &DeviceCounters) {
-        macro_rules! sum {
-            ($($f:ident),+) => { $(self.$f += o.$f;)+ };
-        }
-        sum!(
+/// The fields [`DeviceCounters`] and [`DeviceCounterCells`] share.
+macro_rules! device_counter_fields {
+    ($m:ident) => {
+        $m! {
             packets_sent,
             packets_received,
             bytes_sent,
@@ -132,10 +129,46 @@ impl DeviceCounters {
             drop_wrong_peer,
             drop_pkey,
             drop_by_qp
-        );
+        }
+    };
+}
+
+impl DeviceCounters {
+    /// Field-wise sum (totals over several devices).
+    pub fn add(&mut self, o: &DeviceCounters) {
+        macro_rules! sum {
+            ($($f:ident),+) => { $(self.$f += o.$f;)+ };
+        }
+        device_counter_fields!(sum);
         self.qps.add(&o.qps);
     }
 }
+
+/// The device-wide fields of [`DeviceCounters`] as the data path counts
+/// them: several threads add at once (crate::lock::Counter).
+macro_rules! cells {
+    ($($f:ident),+) => {
+        /// [`DeviceCounters`] (without `qps`) as counters threads add to.
+        #[derive(Debug, Default)]
+        pub struct DeviceCounterCells {
+            $(
+                #[doc = concat!("[`DeviceCounters::", stringify!($f), "`]")]
+                pub $f: crate::lock::Counter,
+            )+
+        }
+
+        impl DeviceCounterCells {
+            /// The counts now (`qps` zero).
+            pub fn snapshot(&self) -> DeviceCounters {
+                DeviceCounters {
+                    $($f: self.$f.get(),)+
+                    qps: Default::default(),
+                }
+            }
+        }
+    };
+}
+device_counter_fields!(cells);
 
 /// What became of a posted WR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,7 +38,7 @@ impl Context {
         DeviceCounters {
             engine: self.with(|e| e.counters()),
             io: self.inner.dev.driver.counters(),
-            cm: self.with(|e| *e.cm_counters()),
+            cm: self.with(|e| e.cm_counters()),
             gsi: self.with(|e| e.gsi_counters()),
         }
     }

@@ -7,18 +7,28 @@ use crate::output::{Transmit, ROCE_PORT};
 use crate::types::Gid;
 use crate::Engine;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering::Relaxed;
 use wire::{mad, Encap, Psn, TransportRepr};
 
 impl Engine {
     /// The device's connection manager.
-    pub fn cm(&self) -> &Cm {
-        &self.gsi.cm
+    pub fn cm(&mut self) -> &Cm {
+        &self.gsi.get_mut().cm
     }
 
     /// The device's connection manager, to call (listen, connect, accept, …).
     /// A driver must poll transmit afterwards (ring its doorbell).
     pub fn cm_mut(&mut self) -> &mut Cm {
-        &mut self.gsi.cm
+        *self.gsi_dirty.get_mut() = true;
+        &mut self.gsi.get_mut().cm
+    }
+
+    /// Runs `f` on the connection manager through `&self` (its lock held):
+    /// what the data path's threads use.
+    pub fn with_cm<R>(&self, f: impl FnOnce(&mut Cm) -> R) -> R {
+        let r = f(&mut self.gsi.lock().cm);
+        self.gsi_dirty.store(true, Relaxed);
+        r
     }
 
     /// Replaces the connection manager by a fresh one seeded with `seed` (comm
@@ -26,60 +36,73 @@ impl Engine {
     /// sharing an address do not pick the same IDs). Only before any CM use.
     pub fn reseed_cm(&mut self, seed: u64) {
         let gid = self.info.gids.first().copied().unwrap_or(Gid::ZERO);
-        self.gsi = Gsi::new(gid, self.info.attr.node_guid, seed);
+        *self.gsi.get_mut() = Gsi::new(gid, self.info.attr.node_guid, seed);
     }
 
     /// Puts this process's slot of a shared address into the CM's comm IDs
     /// (`Cm::set_slot`, spec/cm.md §8). Call after `reseed_cm`.
     pub fn set_cm_slot(&mut self, slot: u8) -> Result<(), crate::cm::CmError> {
-        self.gsi.cm.set_slot(slot)
+        self.gsi.get_mut().cm.set_slot(slot)
     }
 
     /// The CM's counters (MADs by kind, drops by reason).
-    pub fn cm_counters(&self) -> &CmCounters {
-        self.gsi.cm.counters()
+    pub fn cm_counters(&self) -> CmCounters {
+        *self.gsi.lock().cm.counters()
     }
 
     /// Counters of QP1 itself.
     pub fn gsi_counters(&self) -> GsiCounters {
-        self.gsi.counters
+        self.gsi.lock().counters
     }
 
     /// Receive hook: a packet (ICRC already verified) whose BTH dest QP is 1.
-    pub(crate) fn gsi_receive(&mut self, now: u64, from: IpAddr, repr: &TransportRepr, pkt: &[u8]) {
+    pub(crate) fn gsi_receive(&self, now: u64, from: IpAddr, repr: &TransportRepr, pkt: &[u8]) {
+        let mut gsi = self.gsi.lock();
         if mad::check_gsi(repr).is_err() {
-            self.gsi.counters.drop_not_gsi += 1;
+            gsi.counters.drop_not_gsi += 1;
             return;
         }
-        self.gsi.counters.mads_received += 1;
-        self.gsi
-            .cm
-            .handle_mad(now, Gid::from(from), repr.payload(pkt));
+        gsi.counters.mads_received += 1;
+        gsi.cm.handle_mad(now, Gid::from(from), repr.payload(pkt));
+        self.gsi_dirty.store(true, Relaxed);
     }
 
     /// Transmit hook: the next MAD as a whole RoCEv2 datagram in `buf`.
-    pub(crate) fn gsi_transmit(&mut self, buf: &mut [u8]) -> Option<Transmit> {
-        while let Some(t) = self.gsi.cm.poll_transmit() {
+    pub(crate) fn gsi_transmit(&self, buf: &mut [u8]) -> Option<Transmit> {
+        // Cleared before the look, so a MAD queued meanwhile sets it again.
+        if !self.gsi_dirty.swap(false, Relaxed) {
+            return None;
+        }
+        let mut gsi = self.gsi.lock();
+        let gsi = &mut *gsi;
+        while let Some(t) = gsi.cm.poll_transmit() {
             let src = self.info.gids.first().copied().unwrap_or(Gid::ZERO).ip();
             let dst = t.to.ip();
             let Some(encap) = Encap::from_addrs(src, dst, self.dev.local_port) else {
-                self.gsi.counters.drop_unroutable += 1;
+                gsi.counters.drop_unroutable += 1;
                 continue;
             };
-            let repr = mad::gsi_transport(Psn::from_masked(self.gsi.psn));
-            self.gsi.psn = self.gsi.psn.wrapping_add(1) & 0xFF_FFFF;
+            let repr = mad::gsi_transport(Psn::from_masked(gsi.psn));
+            gsi.psn = gsi.psn.wrapping_add(1) & 0xFF_FFFF;
             let Ok(len) = repr.emit(buf, &t.mad, &encap) else {
-                self.gsi.counters.drop_unroutable += 1;
+                gsi.counters.drop_unroutable += 1;
                 continue;
             };
-            self.gsi.counters.mads_sent += 1;
-            self.dev.counters.packets_sent += 1;
-            self.dev.counters.bytes_sent += len as u64;
+            gsi.counters.mads_sent += 1;
+            self.dev.counters.packets_sent.bump();
+            self.dev.counters.bytes_sent.add(len as u64);
+            // More may wait: the next turn looks again.
+            self.gsi_dirty.store(true, Relaxed);
             return Some(Transmit {
                 to: SocketAddr::new(dst, ROCE_PORT),
                 len,
             });
         }
         None
+    }
+
+    /// Whether the CM has MADs to send (its lock taken only when it may).
+    pub(crate) fn gsi_pending(&self) -> bool {
+        self.gsi_dirty.load(Relaxed) && self.gsi.lock().cm.transmits_pending() > 0
     }
 }

@@ -71,7 +71,7 @@ impl Engine {
     /// A multicast datagram passed the ICRC check: one copy to each attached
     /// QP that takes it. Drops are counted as for unicast.
     pub(super) fn mcast_receive(
-        &mut self,
+        &self,
         now: u64,
         group: IpAddr,
         repr: &TransportRepr,
@@ -79,13 +79,17 @@ impl Engine {
         grh: &[u8; 40],
         mem: &dyn Memory,
     ) {
-        let mut members = std::mem::take(&mut self.dev.mcast_members);
+        let mut members = Vec::new();
         self.groups.members_into(group, &mut members);
         if members.is_empty() {
-            self.dev.counters.drop_no_qp += 1;
+            self.dev.counters.drop_no_qp.bump();
         }
+        // One member at a time: a QP never holds another's lock.
         for &h in &members {
-            if !self.mcast_accepts(h, repr) {
+            let Some(q) = self.qps.get(h).map(crate::lock::Lock::lock) else {
+                continue;
+            };
+            if !self.mcast_accepts(&q, repr) {
                 continue;
             }
             let pkt = Packet {
@@ -93,32 +97,29 @@ impl Engine {
                 payload: body,
                 grh,
             };
-            let dropped = self.drive(h, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
-            if dropped == Some(true) {
-                self.dev.counters.drop_by_qp += 1;
+            let dropped =
+                self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
+            if dropped {
+                self.dev.counters.drop_by_qp.bump();
             }
         }
-        self.dev.mcast_members = members;
     }
 
     /// rxe `check_type_state` and `check_keys` (P_Key) for one member; the
     /// responder checks the Q_Key.
-    fn mcast_accepts(&mut self, h: QpHandle, repr: &TransportRepr) -> bool {
-        let Some(q) = self.qps.get(h) else {
-            return false;
-        };
-        let c = &mut self.dev.counters;
+    fn mcast_accepts(&self, q: &crate::qp::actor::Qp, repr: &TransportRepr) -> bool {
+        let c = &self.dev.counters;
         let reason = if repr.opcode().transport() != Transport::Ud {
-            &mut c.drop_wrong_transport
+            &c.drop_wrong_transport
         } else if !q.ctl.accepts_requests() {
-            &mut c.drop_qp_state
+            &c.drop_qp_state
         } else if !repr.bth.pkey.matches(wire::PKey::DEFAULT) {
-            &mut c.drop_pkey
+            &c.drop_pkey
         } else {
             return true;
         };
-        *reason += 1;
-        c.drop_not_accepted += 1;
+        reason.bump();
+        c.drop_not_accepted.bump();
         false
     }
 }

@@ -31,8 +31,10 @@ impl crate::Engine {
     /// The driver's clock, now (nanoseconds): the completions the engine makes
     /// from here on carry it (`WorkCompletion::timestamp_ns`, what
     /// `ibv_wc_read_completion_ts` reads). Never goes back.
-    pub fn set_now(&mut self, now: u64) {
-        self.dev.now = self.dev.now.max(now);
+    pub fn set_now(&self, now: u64) {
+        self.dev
+            .now
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The UDP port the driver sends from (covered by the ICRC).
@@ -42,25 +44,26 @@ impl crate::Engine {
 
     /// Device counters, with the sum of every QP's counters.
     pub fn counters(&self) -> DeviceCounters {
-        let mut c = self.dev.counters;
+        let mut c = self.dev.counters.snapshot();
         c.qps = self.dev.retired;
         for (_, q) in self.qps.iter() {
-            c.qps.add(q.counters());
+            c.qps.add(q.lock().counters());
         }
         c
     }
 
     /// A QP's counters.
     pub fn qp_counters(&self, h: QpHandle) -> Option<crate::qp::data::QpCounters> {
-        self.qps.get(h).map(|q| *q.counters())
+        self.qps.get(h).map(|q| *q.lock().counters())
     }
 
     /// Whether QP `h` still has a turn to send coming (it is in the ready
     /// queue, or asked to be): false once what was posted to it has left.
     pub fn qp_tx_pending(&self, h: QpHandle) -> bool {
-        self.qps
-            .get(h)
-            .is_some_and(|q| q.dp.scheduled || q.dp.wants_tx || q.send_ring().pending() > 0)
+        self.qps.get(h).is_some_and(|q| {
+            let q = q.lock();
+            q.dp.scheduled || q.dp.wants_tx || q.send_ring().pending() > 0
+        })
     }
 
     /// Whether the driver has something to do now besides timers: a QP or
@@ -68,15 +71,16 @@ impl crate::Engine {
     /// deliver. No side effects (a poller that handed the engine a datagram
     /// asks it before waking the progress thread).
     pub fn has_driver_work(&self) -> bool {
-        !self.dev.ready.is_empty()
-            || !self.dev.raw_ready.is_empty()
-            || !self.dev.events.is_empty()
-            || self.gsi.cm.transmits_pending() > 0
+        let busy = {
+            let s = self.dev.sched.lock();
+            !s.ready.is_empty() || !s.raw_ready.is_empty()
+        };
+        busy || !self.dev.events.lock().is_empty() || self.gsi_pending()
     }
 
     /// Next event for the driver.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.dev.events.pop_front()
+    pub fn poll_event(&self) -> Option<Event> {
+        self.dev.events.lock().pop_front()
     }
 
     /// Attaches a completion channel id to a CQ (`None` detaches).

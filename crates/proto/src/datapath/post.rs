@@ -38,7 +38,8 @@ impl Engine {
         inline: Option<&[u8]>,
         xrc_srqn: u32,
     ) -> Result<PostOutcome, PostError> {
-        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
+        let ud_mtu = self.info.port.active_mtu.bytes();
+        let q = self.qp_mut(h).map_err(|_| no_qp(h))?;
         if q.ctl.qp_type() == crate::types::QpType::RawPacket {
             let a = q.ctl.attr();
             let ctx = SendQueueCtx {
@@ -49,7 +50,7 @@ impl Engine {
                 max_send_sge: q.ctl.cap().max_send_sge,
                 max_inline_data: q.ctl.cap().max_inline_data,
                 max_rd_atomic: a.max_rd_atomic,
-                ud_mtu: self.info.port.active_mtu.bytes(),
+                ud_mtu,
                 outstanding: q.send_ring().queued(),
             };
             return self.post_raw_send(h, &ctx, wr, inline); // datapath/raw.rs
@@ -86,7 +87,7 @@ impl Engine {
 
     /// The QP's send ring, for posting without the engine.
     pub fn send_ring(&self, h: QpHandle) -> Result<std::sync::Arc<SendRing>, PostError> {
-        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
+        let q = self.qp(h).map_err(|_| no_qp(h))?;
         Ok(q.send_ring().clone())
     }
 
@@ -111,10 +112,10 @@ impl Engine {
         mem: &dyn crate::memory::Memory,
         out: &mut Vec<u8>,
     ) -> Result<(), PostError> {
-        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
+        let pd = self.qp(h).map_err(|_| no_qp(h))?.pd;
         out.clear();
         out.resize(crate::wr::sg_total_len(sges) as usize, 0);
-        crate::qp::sgl::gather(&self.mrs, q.pd, mem, sges, 0, out)
+        crate::qp::sgl::gather(&self.mrs, pd, mem, sges, 0, out)
             .map_err(|e| PostError::InlineData { error: e })
     }
 
@@ -158,8 +159,8 @@ impl Engine {
     /// that the application side makes without the engine
     /// ([`crate::rq::RecvRing::post`]), then what needs the engine.
     pub fn post_recv(&mut self, h: QpHandle, wr: &RecvWr<'_>) -> Result<PostOutcome, PostError> {
-        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
-        match q.recv_ring().post(wr)? {
+        let ring = self.recv_ring(h)?;
+        match ring.post(wr)? {
             RingPost::Queued => Ok(PostOutcome::Queued),
             RingPost::Flush => {
                 self.drive_ctl(h, |q, sink| q.post_recv_flushed(wr, sink));
@@ -172,8 +173,7 @@ impl Engine {
             RingPost::Full => {
                 // Not for a QP's ring (as many slots as max_recv_wr); handled
                 // all the same.
-                let q = self.qps.get_mut(h).ok_or_else(|| no_qp(h))?;
-                let ring = q.recv_ring().clone();
+                let q = self.qp_mut(h).map_err(|_| no_qp(h))?;
                 ring.post_direct(wr, || q.dp.rq.push(wr))?;
                 Ok(PostOutcome::Queued)
             }
@@ -189,7 +189,7 @@ impl Engine {
 
     /// The QP's receive ring, for posting without the engine.
     pub fn recv_ring(&self, h: QpHandle) -> Result<std::sync::Arc<RecvRing>, PostError> {
-        let q = self.qps.get(h).ok_or_else(|| no_qp(h))?;
+        let q = self.qp(h).map_err(|_| no_qp(h))?;
         Ok(q.recv_ring().clone())
     }
 
@@ -202,7 +202,8 @@ impl Engine {
                 kind: ObjectKind::Srq,
                 handle: h.raw(),
             })?;
-        let Some(ring) = s.queue.ring().cloned() else {
+        let queue = s.queue.get_mut();
+        let Some(ring) = queue.ring().cloned() else {
             return Err(PostError::NoSuchObject {
                 kind: ObjectKind::Srq,
                 handle: h.raw(),
@@ -211,10 +212,10 @@ impl Engine {
         // The same post the application side makes without the engine; an
         // SRQ has no state, so only a full ring comes back here.
         if ring.post(wr)? == RingPost::Full {
-            ring.post_direct(wr, || s.queue.push(wr))?;
+            ring.post_direct(wr, || queue.push(wr))?;
         }
         debug_assert!(
-            s.queue.len() <= s.srq.attr.max_wr as usize,
+            queue.len() <= s.srq.get_mut().attr.max_wr as usize,
             "SRQ beyond max_wr"
         );
         Ok(())
@@ -224,7 +225,7 @@ impl Engine {
     pub fn srq_ring(&self, h: SrqHandle) -> Result<std::sync::Arc<RecvRing>, PostError> {
         self.srqs
             .get(h)
-            .and_then(|s| s.queue.ring().cloned())
+            .and_then(|s| s.queue.lock().ring().cloned())
             .ok_or(PostError::NoSuchObject {
                 kind: ObjectKind::Srq,
                 handle: h.raw(),
@@ -242,7 +243,7 @@ impl Engine {
             kind: ObjectKind::Cq,
             handle: cq.raw(),
         })?;
-        Ok(c.ring.poll(max, out))
+        Ok(c.ring.get_mut().poll(max, out))
     }
 
     /// `ibv_req_notify_cq`.
@@ -251,7 +252,7 @@ impl Engine {
             kind: ObjectKind::Cq,
             handle: cq.raw(),
         })?;
-        c.ring.req_notify(solicited_only);
+        c.ring.get_mut().req_notify(solicited_only);
         Ok(())
     }
 }

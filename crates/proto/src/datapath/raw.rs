@@ -35,7 +35,7 @@ impl Engine {
 
     /// The raw path's counters.
     pub fn raw_counters(&self) -> RawCounters {
-        self.dev.raw_counters
+        *self.dev.raw_counters.lock()
     }
 
     /// `ibv_post_send` on a RAW_PACKET QP: `IBV_WR_SEND`, one frame of
@@ -75,10 +75,14 @@ impl Engine {
             opcode: WrOpcode::Tso,
             ..*wr
         };
-        let q = self.qps.get(h).ok_or(PostError::NoSuchObject {
-            kind: crate::error::ObjectKind::Qp,
-            handle: h.raw(),
-        })?;
+        let q =
+            self.qps
+                .get_mut(h)
+                .map(crate::lock::Lock::get_mut)
+                .ok_or(PostError::NoSuchObject {
+                    kind: crate::error::ObjectKind::Qp,
+                    handle: h.raw(),
+                })?;
         if q.ctl.qp_type() != QpType::RawPacket {
             // The WR-opcode × QP-type table refuses it with its errno.
             return self.post_send_xrc(h, wr, inline, 0);
@@ -130,7 +134,7 @@ impl Engine {
         let len = crate::wr::sg_total_len(wr.sg_list);
         let max = self.dev.raw_frame_max;
         if let Some((hdr, mss)) = tso {
-            let max_hdr = self.qps.get(h).map_or(0, |q| q.max_tso_header);
+            let max_hdr = self.qps.get(h).map_or(0, |q| q.lock().max_tso_header);
             crate::tso::check(hdr, max_hdr, mss, len, max)?;
         } else if disposition != Disposition::Flushed
             && !(u64::from(ETH_HEADER_LEN)..=u64::from(max)).contains(&len)
@@ -169,15 +173,15 @@ impl Engine {
     /// The next frame of a RAW_PACKET QP with sends waiting, written into
     /// `buf` (at least [`Engine::raw_frame_max`] bytes); `None` when none has.
     /// QPs take turns, one frame each.
-    pub fn poll_frame(&mut self, mem: &dyn Memory, buf: &mut [u8]) -> Option<Frame> {
-        while let Some(h) = self.dev.raw_ready.pop_front() {
+    pub fn poll_frame(&self, mem: &dyn Memory, buf: &mut [u8]) -> Option<Frame> {
+        while let Some(h) = self.next_raw_ready() {
             let turn = self.drive(h, mem, |q, env, sink| {
                 q.dp.scheduled = false;
                 let qpn = q.ctl.qpn();
                 q.next_frame(env, buf, sink).map(|len| Frame { qpn, len })
             });
             if let Some(Some(f)) = turn {
-                self.dev.raw_counters.frames_sent += 1;
+                self.dev.raw_counters.lock().frames_sent += 1;
                 return Some(f);
             }
         }
@@ -188,17 +192,17 @@ impl Engine {
     /// that QP's flow filter): it fills the QP's next receive WQE. Frames for
     /// a QP that is gone, not RAW_PACKET, or not receiving are dropped and
     /// counted.
-    pub fn handle_frame(&mut self, qpn: u32, frame: &[u8], mem: &dyn Memory) -> bool {
+    pub fn handle_frame(&self, qpn: u32, frame: &[u8], mem: &dyn Memory) -> bool {
         let raw = self.qp_by_qpn(qpn).filter(|&h| {
             self.qps
                 .get(h)
-                .is_some_and(|q| q.ctl.qp_type() == QpType::RawPacket)
+                .is_some_and(|q| q.lock().ctl.qp_type() == QpType::RawPacket)
         });
         let fate = match raw {
             Some(h) => self.drive(h, mem, |q, env, sink| q.on_frame(env, frame, sink)),
             None => None,
         };
-        let c = &mut self.dev.raw_counters;
+        let mut c = self.dev.raw_counters.lock();
         match fate.unwrap_or(FrameFate::NotReady) {
             FrameFate::Delivered => {
                 c.frames_received += 1;
@@ -209,5 +213,11 @@ impl Engine {
             FrameFate::Failed => {}
         }
         false
+    }
+
+    /// The RAW_PACKET QP at the front of its ready queue (the scheduler's
+    /// lock let go before the QP's is taken).
+    fn next_raw_ready(&self) -> Option<QpHandle> {
+        self.dev.sched.lock().raw_ready.pop_front()
     }
 }

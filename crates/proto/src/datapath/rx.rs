@@ -2,6 +2,7 @@
 //! (in rxe's order) pick the QP, then the QP's actor takes the packet
 //! ([`crate::qp::actor::Qp::on_packet`]).
 
+use crate::engine::QpGuard;
 use crate::handle::QpHandle;
 use crate::memory::Memory;
 use crate::qp::actor::{gid_ip, Packet};
@@ -17,7 +18,7 @@ impl Engine {
     /// the local address it was sent to. Every rejection is a silent drop,
     /// counted (roce-wire.md §7).
     pub fn handle_datagram(
-        &mut self,
+        &self,
         now: u64,
         from: SocketAddr,
         to: SocketAddr,
@@ -35,7 +36,7 @@ impl Engine {
     /// the IPv4 ID the check recovers). Everything else is
     /// [`Engine::handle_datagram`].
     pub fn handle_local_datagram(
-        &mut self,
+        &self,
         now: u64,
         from: SocketAddr,
         to: SocketAddr,
@@ -46,7 +47,7 @@ impl Engine {
     }
 
     fn receive(
-        &mut self,
+        &self,
         now: u64,
         from: SocketAddr,
         to: SocketAddr,
@@ -54,12 +55,12 @@ impl Engine {
         mem: &dyn Memory,
         local: bool,
     ) {
-        self.dev.counters.packets_received += 1;
-        self.dev.counters.bytes_received += payload.len() as u64;
+        self.dev.counters.packets_received.bump();
+        self.dev.counters.bytes_received.add(payload.len() as u64);
         // Borrowed where parse left it (the representation is ≈ 170 bytes).
         let parsed = TransportRepr::parse(payload);
         let Ok(repr) = &parsed else {
-            self.dev.counters.drop_malformed += 1;
+            self.dev.counters.drop_malformed.bump();
             return;
         };
         let ep = Endpoints {
@@ -74,11 +75,11 @@ impl Engine {
             && dqp != crate::mcast::MULTICAST_QPN
             && repr.opcode().transport() != Transport::Ud;
         let ip_id = if unchecked {
-            self.dev.counters.icrc_unchecked += 1;
+            self.dev.counters.icrc_unchecked.bump();
             None
         } else {
             let Ok(ip_id) = icrc::verify_received(&ep, payload) else {
-                self.dev.counters.drop_icrc += 1;
+                self.dev.counters.drop_icrc.bump();
                 return;
             };
             ip_id
@@ -93,7 +94,7 @@ impl Engine {
             let body = repr.payload(payload);
             return self.mcast_receive(now, to.ip(), repr, body, &grh, mem);
         }
-        let Some(h) = self.accept(repr, from.ip(), to.ip()) else {
+        let Some((h, q)) = self.accept(repr, from.ip(), to.ip()) else {
             return;
         };
         let body = repr.payload(payload);
@@ -110,21 +111,28 @@ impl Engine {
             payload: body,
             grh: &grh,
         };
-        let dropped = self.drive(h, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
-        if dropped == Some(true) {
-            self.dev.counters.drop_by_qp += 1;
+        let dropped =
+            self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
+        if dropped {
+            self.dev.counters.drop_by_qp.bump();
         }
     }
 
     /// roce-wire.md §7 steps 3–6: the QP exists, its type and state take this
-    /// packet, the addresses are its peer's, the P_Key matches.
-    fn accept(&mut self, repr: &TransportRepr, src: IpAddr, dst: IpAddr) -> Option<QpHandle> {
+    /// packet, the addresses are its peer's, the P_Key matches. The QP comes
+    /// back locked for its turn.
+    fn accept(
+        &self,
+        repr: &TransportRepr,
+        src: IpAddr,
+        dst: IpAddr,
+    ) -> Option<(QpHandle, QpGuard<'_>)> {
         let qpn = repr.bth.dest_qp.get();
         let Some(h) = self.qp_by_qpn(qpn) else {
-            self.dev.counters.drop_no_qp += 1;
+            self.dev.counters.drop_no_qp.bump();
             return None;
         };
-        let q = self.qps.get(h)?;
+        let q = self.qps.get(h)?.lock();
         let want = match q.ctl.qp_type() {
             QpType::Rc => Transport::Rc,
             QpType::Uc => Transport::Uc,
@@ -141,20 +149,20 @@ impl Engine {
             || (a.ah_attr.grh.dgid.ip() == src
                 && gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
         let pkey_ok = repr.bth.pkey.matches(wire::PKey::DEFAULT);
-        let c = &mut self.dev.counters;
+        let c = &self.dev.counters;
         let reason = if repr.opcode().transport() != want {
-            &mut c.drop_wrong_transport
+            &c.drop_wrong_transport
         } else if !ready {
-            &mut c.drop_qp_state
+            &c.drop_qp_state
         } else if !peer_ok {
-            &mut c.drop_wrong_peer
+            &c.drop_wrong_peer
         } else if !pkey_ok {
-            &mut c.drop_pkey
+            &c.drop_pkey
         } else {
-            return Some(h);
+            return Some((h, q));
         };
-        *reason += 1;
-        c.drop_not_accepted += 1;
+        reason.bump();
+        c.drop_not_accepted.bump();
         None
     }
 }

@@ -11,31 +11,28 @@ use crate::Engine;
 
 impl Engine {
     /// Writes the next datagram into `buf` (at least one path MTU plus 64
-    /// bytes of headers). `None` when nothing is ready now.
-    pub fn poll_transmit(
-        &mut self,
-        now: u64,
-        mem: &dyn Memory,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
+    /// bytes of headers). `None` when nothing is ready now. Several threads
+    /// may call it at once: each turn holds only its QP's lock (and the
+    /// scheduler's, to take the QP off the ready queue).
+    pub fn poll_transmit(&self, now: u64, mem: &dyn Memory, buf: &mut [u8]) -> Option<Transmit> {
         // What was posted on send rings since the last turn joins the queues.
         self.take_posted();
         // CM hook: MADs go first (gsi.rs, spec/cm.md §7).
         if let Some(t) = self.gsi_transmit(buf) {
             return Some(t);
         }
-        while let Some(h) = self.dev.ready.pop_front() {
+        while let Some(h) = self.next_ready() {
+            let Some(q) = self.qps.get(h) else { continue };
+            let mut q = q.lock();
             // A QP that sent its last packet comes round once more to find
             // nothing: decide that without the turn (the same outcome: off
             // the queue until something wakes it; nothing else changes).
-            if let Some(q) = self.qps.get_mut(h) {
-                if q.tx_idle() {
-                    q.dp.scheduled = false;
-                    q.dp.wants_tx = false;
-                    continue;
-                }
+            if q.tx_idle() {
+                q.dp.scheduled = false;
+                q.dp.wants_tx = false;
+                continue;
             }
-            let turn = self.drive(h, mem, |q, env, sink| {
+            let turn = self.drive_locked(h, q, mem, |q, env, sink| {
                 q.dp.scheduled = false;
                 let t = q.next_packet(now, env, buf, sink);
                 // A QP that sent goes to the back of the queue for its next
@@ -43,20 +40,32 @@ impl Engine {
                 q.dp.wants_tx = t.is_some();
                 t
             });
-            if let Some(Some(t)) = turn {
-                self.dev.counters.packets_sent += 1;
-                self.dev.counters.bytes_sent += t.len as u64;
+            if let Some(t) = turn {
+                self.dev.counters.packets_sent.bump();
+                self.dev.counters.bytes_sent.add(t.len as u64);
                 return Some(t);
             }
         }
         None
     }
 
+    /// The QP at the front of the ready queue (the scheduler's lock is let
+    /// go before the QP's is taken).
+    fn next_ready(&self) -> Option<crate::handle::QpHandle> {
+        self.dev.sched.lock().ready.pop_front()
+    }
+
     /// When [`Engine::handle_timeout`] is next due, if ever.
     pub fn poll_timeout(&self) -> Option<u64> {
-        let qps = self.dev.timers.peek().map(|(deadline, _)| deadline);
+        let qps = self
+            .dev
+            .sched
+            .lock()
+            .timers
+            .peek()
+            .map(|(deadline, _)| deadline);
         // CM hook (gsi.rs): the CM's MAD timers join the device's.
-        [qps, self.gsi.cm.poll_timeout()]
+        [qps, self.gsi.lock().cm.poll_timeout()]
             .into_iter()
             .flatten()
             .min()
@@ -65,22 +74,23 @@ impl Engine {
     /// Runs the timers that are due: RNR waits end; ACK timeouts resend from
     /// the oldest unacknowledged PSN or, with the retry budget spent, fail the
     /// oldest WQE with `RETRY_EXC_ERR` (rc-reliability.md §1.3). Afterwards
-    /// [`Engine::poll_timeout`] is `None` or later than `now`.
-    pub fn handle_timeout(&mut self, now: u64) {
-        self.gsi.cm.handle_timeout(now); // CM hook (gsi.rs)
-        let mut due = std::mem::take(&mut self.dev.due);
-        due.clear();
-        self.dev.timers.pop_due(now, &mut due);
+    /// [`Engine::poll_timeout`] is `None` or later than `now`, unless another
+    /// thread set a deadline meanwhile.
+    pub fn handle_timeout(&self, now: u64) {
+        self.with_cm(|cm| cm.handle_timeout(now)); // CM hook (gsi.rs)
+        let mut due = Vec::new();
+        self.dev.sched.lock().timers.pop_due(now, &mut due);
         // In QP-slot order, so that the ready queue fills in the same order
         // whatever the deadlines were.
         due.sort_unstable_by_key(|h| h.index());
         for &h in &due {
-            self.drive_ctl(h, |q, sink| q.on_timeout(now, sink));
+            self.drive_ctl(h, |q, sink| {
+                // Off the heap now: the sync puts back whatever deadline the
+                // QP has after its timers ran (another thread may have moved
+                // it since the heap gave it up).
+                q.dp.in_heap = None;
+                q.on_timeout(now, sink)
+            });
         }
-        self.dev.due = due;
-        debug_assert!(
-            self.poll_timeout().is_none_or(|t| t > now),
-            "a timer still due after handle_timeout"
-        );
     }
 }

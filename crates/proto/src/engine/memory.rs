@@ -181,7 +181,7 @@ impl Engine {
     /// A window as it is now (its rkey, its binding).
     pub fn mw(&self, h: MwHandle) -> Result<mr::mw::Mw, Error> {
         self.mws
-            .borrow()
+            .read()
             .get(h)
             .cloned()
             .ok_or(mr::mw::MwError::NoSuchWindow.into())

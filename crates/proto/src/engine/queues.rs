@@ -8,6 +8,7 @@ use crate::ah::{check_av, Ah};
 use crate::cq::{self, Cq};
 use crate::error::{Error, ObjectKind};
 use crate::handle::{AhHandle, CqHandle, CtxHandle, PdHandle, SrqHandle};
+use crate::lock::Lock;
 use crate::srq::{self, Srq, SrqAttr};
 use crate::types::AhAttr;
 
@@ -35,7 +36,7 @@ impl Engine {
         };
         let entry = CqEntry {
             cq,
-            ring: crate::cq::CqRing::new(cqe),
+            ring: Lock::new(crate::cq::CqRing::new(cqe)),
             channel: None,
             users: Users::default(),
         };
@@ -69,7 +70,7 @@ impl Engine {
             .cqs
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Cq, h))?;
-        c.ring.resize(granted, owed)?;
+        c.ring.get_mut().resize(granted, owed)?;
         c.cq.cqe = granted;
         Ok(granted)
     }
@@ -79,7 +80,7 @@ impl Engine {
     pub fn cq_shared(&self, h: CqHandle) -> Result<std::sync::Arc<crate::cq::SharedCq>, Error> {
         self.cqs
             .get(h)
-            .map(|c| c.ring.shared().clone())
+            .map(|c| c.ring.lock().shared().clone())
             .ok_or_else(|| missing(ObjectKind::Cq, h))
     }
 
@@ -109,11 +110,11 @@ impl Engine {
             xrc: None,
         };
         let entry = SrqEntry {
-            srq,
-            queue: crate::qp::wqe::RecvQueue::with_ring(
+            srq: Lock::new(srq),
+            queue: Lock::new(crate::qp::wqe::RecvQueue::with_ring(
                 granted.max_wr as usize,
                 std::sync::Arc::new(crate::rq::RecvRing::srq(granted.max_wr, granted.max_sge)),
-            ),
+            )),
             users: Users::default(),
         };
         let h = self.srqs.insert(entry).ok_or(Error::TooMany {
@@ -131,16 +132,17 @@ impl Engine {
             .get_mut(h)
             .ok_or_else(|| missing(ObjectKind::Srq, h))?;
         let dev = &self.info.attr;
-        let Some(ring) = s.queue.ring().cloned() else {
-            s.srq.posted = s.queue.len() as u32;
-            return s.srq.modify(attr, mask, dev);
+        let (srq, queue) = (s.srq.get_mut(), s.queue.get_mut());
+        let Some(ring) = queue.ring().cloned() else {
+            srq.posted = queue.len() as u32;
+            return srq.modify(attr, mask, dev);
         };
         // Under the ring's posting lock: no post between the check against
         // the posted count and the new depth.
         ring.resize(|queued| {
-            s.srq.posted = queued;
-            s.srq.modify(attr, mask, dev)?;
-            Ok(Some(s.srq.attr.max_wr))
+            srq.posted = queued;
+            srq.modify(attr, mask, dev)?;
+            Ok(Some(srq.attr.max_wr))
         })
     }
 
@@ -148,7 +150,7 @@ impl Engine {
     pub fn query_srq(&self, h: SrqHandle) -> Result<SrqAttr, Error> {
         self.srqs
             .get(h)
-            .map(|s| s.srq.attr)
+            .map(|s| s.srq.lock().attr)
             .ok_or_else(|| missing(ObjectKind::Srq, h))
     }
 
@@ -159,7 +161,9 @@ impl Engine {
             .get(h)
             .ok_or_else(|| missing(ObjectKind::Srq, h))?;
         s.users.busy(ObjectKind::Srq)?;
-        let (pd, xrc) = (s.srq.pd, s.srq.xrc);
+        let srq = s.srq.lock();
+        let (pd, xrc) = (srq.pd, srq.xrc);
+        drop(srq);
         self.srqs.remove(h);
         if let Some(x) = xrc {
             self.xrc_srq_gone(x);

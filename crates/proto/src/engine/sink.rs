@@ -1,34 +1,52 @@
 //! How the engine takes what a QP's actor hands its [`Sink`]: completions
 //! (and their events), SRQ receives, async events.
 
-use super::EngineSink;
+use super::{EngineSink, SrqEntry};
 use crate::cq::Pushed;
+use crate::handle::kind;
 use crate::handle::{CqHandle, SrqHandle};
 use crate::output::{AsyncEventKind, Event, EventElement};
 use crate::qp::actor::Sink;
 use crate::qp::wqe::RecvQueue;
+use crate::table::Table;
 use crate::wc::WorkCompletion;
+
+impl<'a> EngineSink<'a> {
+    /// The queue of SRQ `srq`, locked for the rest of this turn (the lock of
+    /// another SRQ this turn held is let go first).
+    fn hold(&mut self, srq: SrqHandle) -> Option<&mut RecvQueue> {
+        if self.held.as_ref().is_none_or(|(h, _)| *h != srq) {
+            self.held = None;
+            let srqs: &'a Table<SrqEntry, kind::Srq> = self.srqs;
+            let queue = srqs.get(srq)?.queue.lock();
+            self.held = Some((srq, queue));
+        }
+        self.held.as_mut().map(|(_, q)| &mut **q)
+    }
+}
 
 impl Sink for EngineSink<'_> {
     /// Raises the completion event if the CQ is armed; on overrun raises
     /// `IBV_EVENT_CQ_ERR` (completions.md §7.2).
     fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {
-        let Some(c) = self.cqs.get_mut(cq) else {
+        let Some(c) = self.cqs.get(cq) else {
             return true;
         };
         let wc = WorkCompletion {
             timestamp_ns: self.now,
             ..wc
         };
-        match c.ring.push(wc, solicited) {
+        let pushed = c.ring.lock().push(wc, solicited);
+        match pushed {
             Pushed::Stored { event } => {
                 if let (true, Some(channel)) = (event, c.channel) {
-                    self.events.push_back(Event::Completion { cq, channel });
+                    let e = Event::Completion { cq, channel };
+                    self.events.lock().push_back(e);
                 }
                 true
             }
             Pushed::Overrun => {
-                self.events.push_back(Event::Async {
+                self.events.lock().push_back(Event::Async {
                     kind: AsyncEventKind::CqErr,
                     element: EventElement::Cq(cq),
                 });
@@ -39,11 +57,11 @@ impl Sink for EngineSink<'_> {
 
     fn qp_event(&mut self, kind: AsyncEventKind) {
         let element = EventElement::Qp(self.qp);
-        self.events.push_back(Event::Async { kind, element });
+        self.events.lock().push_back(Event::Async { kind, element });
     }
 
     fn srq_queue(&mut self, srq: SrqHandle) -> Option<&mut RecvQueue> {
-        self.srqs.get_mut(srq).map(|s| &mut s.queue)
+        self.hold(srq)
     }
 
     /// spec/xrc.md §4: the SRQ must exist, be an XRC SRQ, and be in `domain`.
@@ -57,7 +75,8 @@ impl Sink for EngineSink<'_> {
         let Some((srq, s)) = found else {
             return Err(XrcMiss::NoSrq { srqn });
         };
-        match s.srq.xrc {
+        let s = s.srq.lock();
+        match s.xrc {
             None => Err(XrcMiss::NotXrc { srqn }),
             Some(x) if x.domain != domain => Err(XrcMiss::OtherDomain {
                 srqn,
@@ -66,7 +85,7 @@ impl Sink for EngineSink<'_> {
             }),
             Some(x) => Ok(XrcTarget {
                 srq,
-                pd: s.srq.pd,
+                pd: s.pd,
                 cq: x.cq,
             }),
         }
@@ -74,13 +93,18 @@ impl Sink for EngineSink<'_> {
 
     /// rc-reliability.md §8: below the armed limit → one event, then disarmed.
     fn srq_taken(&mut self, srq: SrqHandle) {
-        let Some(s) = self.srqs.get_mut(srq) else {
+        let Some(len) = self.hold(srq).map(|q| q.len() as u32) else {
             return;
         };
-        let limit = s.srq.attr.srq_limit;
-        if limit > 0 && (s.queue.len() as u32) < limit {
-            s.srq.attr.srq_limit = 0;
-            self.events.push_back(Event::Async {
+        let Some(s) = self.srqs.get(srq) else {
+            return;
+        };
+        let mut s = s.srq.lock();
+        let limit = s.attr.srq_limit;
+        if limit > 0 && len < limit {
+            s.attr.srq_limit = 0;
+            drop(s);
+            self.events.lock().push_back(Event::Async {
                 kind: AsyncEventKind::SrqLimitReached,
                 element: EventElement::Srq(srq),
             });

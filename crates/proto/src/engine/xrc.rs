@@ -140,7 +140,7 @@ impl Engine {
         }
         let (h, granted) = self.create_srq(pd, attr)?;
         if let Some(s) = self.srqs.get_mut(h) {
-            s.srq.xrc = Some(XrcSrq { xrcd, domain, cq });
+            s.srq.get_mut().xrc = Some(XrcSrq { xrcd, domain, cq });
         }
         if let Some(c) = self.cqs.get_mut(cq) {
             c.users.add(ObjectKind::Srq);
@@ -196,10 +196,13 @@ impl Engine {
         );
         qp.xrc = Some(XrcLink { xrcd, domain });
         let limit = u64::from(self.info.attr.max_qp);
-        let handle = self.qps.insert(qp).ok_or(Error::TooMany {
-            kind: ObjectKind::Qp,
-            limit,
-        })?;
+        let handle = self
+            .qps
+            .insert(crate::lock::Lock::new(qp))
+            .ok_or(Error::TooMany {
+                kind: ObjectKind::Qp,
+                limit,
+            })?;
         ring.set_handle(handle);
         self.qpns.insert(qpn, handle);
         self.xrcd_users(xrcd, true);
@@ -224,7 +227,7 @@ impl Engine {
         }
         let found = self
             .qp_by_qpn(qpn)
-            .and_then(|h| Some((h, self.qps.get(h)?)));
+            .and_then(|h| Some((h, self.qps.get(h)?.lock())));
         let Some((handle, q)) = found.filter(|(_, q)| q.xrc.is_some_and(|l| l.domain == domain))
         else {
             let own = self.qpn_space;
@@ -240,6 +243,7 @@ impl Engine {
             return Err(XrcError::NoTargetQp { qpn }.into());
         };
         let (qp_type, cap) = (q.ctl.qp_type(), q.ctl.cap());
+        drop(q);
         *self.xrc.qp_opens.entry(handle).or_insert(0) += 1;
         Ok(QpCreated {
             handle,
@@ -282,7 +286,7 @@ impl Engine {
         let qps: Vec<QpHandle> = self
             .qps
             .iter()
-            .filter(|(_, q)| q.xrc.is_some_and(|l| opens.contains(&l.xrcd)))
+            .filter(|(_, q)| q.lock().xrc.is_some_and(|l| opens.contains(&l.xrcd)))
             .map(|(h, _)| h)
             .collect();
         for h in qps {

@@ -504,11 +504,12 @@ pub fn windows_on(mws: &MwTable, mr: MrHandle) -> usize {
         .count()
 }
 
-/// The remote-access check for any rkey: a window's ([`check_remote`]) or a
-/// region's ([`Mr::check_present`]). Returns the host address of `va`.
+/// The remote-access check for any rkey: a window's ([`check_remote`], under
+/// the windows' read lock, taken only for a window's key) or a region's
+/// ([`Mr::check_present`]). Returns the host address of `va`.
 #[allow(clippy::too_many_arguments)]
 pub fn check_rkey(
-    mws: &MwTable,
+    mws: &crate::lock::ReadMostly<MwTable>,
     mrs: &MrTable,
     pd: PdHandle,
     qp: QpHandle,
@@ -519,7 +520,7 @@ pub fn check_rkey(
     mem: &dyn crate::memory::Memory,
 ) -> Result<u64, AccessError> {
     if is_window_key(rkey) {
-        return check_remote(mws, mrs, pd, qp, rkey, va, len, access, mem);
+        return check_remote(&mws.read(), mrs, pd, qp, rkey, va, len, access, mem);
     }
     let mr = super::mr_by_key(mrs, rkey).ok_or(AccessError::NoSuchKey {
         key: rkey,

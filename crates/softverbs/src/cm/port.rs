@@ -273,7 +273,7 @@ impl Shared {
 impl crate::context::Context {
     /// The device CM's counters: MADs sent/received by kind, drops by reason.
     pub fn cm_counters(&self) -> CmCounters {
-        self.inner.dev.driver.with(|d| *d.engine.cm_counters())
+        self.inner.dev.driver.with(|d| d.engine.cm_counters())
     }
 
     /// Datagrams for QP1 that never reached the CM (not a GSI MAD).

@@ -58,7 +58,7 @@ impl Qp {
         // No PSN: a failure behind outstanding WQEs takes back nothing.
         w.first_psn = next_psn;
         w.npsn = 0;
-        let mut mws = env.mws.borrow_mut();
+        let mut mws = env.mws.write();
         let r = match (w.opcode, w.target) {
             (WrOpcode::BindMw, WrTarget::Bind(req)) => mw::bind(&mut mws, env.mrs, qp, pd, &req)
                 .map(|_| ())

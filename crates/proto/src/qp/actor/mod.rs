@@ -68,7 +68,7 @@ pub struct QpEnv<'a> {
     pub qp: crate::handle::QpHandle,
     /// Memory windows: read by remote accesses, changed by binds and
     /// invalidations (in this QP's turn only).
-    pub mws: &'a std::cell::RefCell<crate::mr::mw::MwTable>,
+    pub mws: &'a crate::lock::ReadMostly<crate::mr::mw::MwTable>,
     /// Memory regions (every local and remote access is checked against them).
     pub mrs: &'a MrTable,
     /// Memory, reached only for ranges the MR table allowed.

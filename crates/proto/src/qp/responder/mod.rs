@@ -49,7 +49,7 @@ pub struct RespEnv<'a> {
     /// The QP's own handle (type 2 windows are bound to one QP).
     pub qp: crate::handle::QpHandle,
     /// Memory windows (remote accesses read them; SEND_WITH_INV changes them).
-    pub mws: &'a std::cell::RefCell<crate::mr::mw::MwTable>,
+    pub mws: &'a crate::lock::ReadMostly<crate::mr::mw::MwTable>,
     /// Memory regions.
     pub mrs: &'a MrTable,
     /// Memory.
@@ -458,7 +458,7 @@ impl Responder {
             // the message, and the WQE in progress completes in error.
             let invalidated = match pkt.repr.ieth {
                 Some(ieth) => {
-                    let mut mws = env.mws.borrow_mut();
+                    let mut mws = env.mws.write();
                     crate::mr::mw::invalidate(&mut mws, env.pd, Some(env.qp), ieth.rkey.0)
                         .map_err(|e| {
                             fx.window_error = Some(e);
@@ -672,9 +672,8 @@ fn check_remote(
         return Ok(va);
     }
     // A window's rkey is checked like a region's (spec/memory-windows.md §4).
-    let mws = env.mws.borrow();
     crate::mr::mw::check_rkey(
-        &mws, env.mrs, env.pd, env.qp, rkey, va, len, access, env.mem,
+        env.mws, env.mrs, env.pd, env.qp, rkey, va, len, access, env.mem,
     )
     .map_err(|_| Refusal::AccessError)
 }

@@ -1,0 +1,163 @@
+//! The locks that let several threads run the data path of one device at
+//! once (spec/concurrency.md §4): one per thing two QPs share, none around
+//! the device.
+//!
+//! - [`Lock`]: a mutex whose poisoning is ignored (a panic in another thread
+//!   leaves the data consistent enough to go on: every writer of the data
+//!   path finishes its step before it can panic, and none panics on input),
+//!   reached without locking through `&mut` (the control verbs, which hold
+//!   the whole engine);
+//! - [`ReadMostly`]: the same for a reader-writer lock;
+//! - [`Counter`]: a device counter several threads add to.
+//!
+//! Ground floor: imports nothing of the crate.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// A mutex the data path takes and the control path reaches through `&mut`.
+#[derive(Default)]
+pub struct Lock<T>(Mutex<T>);
+
+impl<T> Lock<T> {
+    /// A lock around `value`.
+    pub fn new(value: T) -> Self {
+        Lock(Mutex::new(value))
+    }
+
+    /// Waits for the lock.
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lock if no one holds it now.
+    #[inline]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The value, without locking: `&mut` proves no one else holds it.
+    #[inline]
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The value.
+    pub fn into_inner(self) -> T {
+        self.0.into_inner().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Lock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.try_lock() {
+            Ok(v) => v.fmt(f),
+            Err(_) => f.write_str("<locked>"),
+        }
+    }
+}
+
+/// A reader-writer lock the data path takes and the control path reaches
+/// through `&mut`.
+#[derive(Default)]
+pub struct ReadMostly<T>(RwLock<T>);
+
+impl<T> ReadMostly<T> {
+    /// A lock around `value`.
+    pub fn new(value: T) -> Self {
+        ReadMostly(RwLock::new(value))
+    }
+
+    /// Shared access.
+    #[inline]
+    pub fn read(&self) -> RwLockReadGuard<'_, T> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Exclusive access.
+    #[inline]
+    pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The value, without locking.
+    #[inline]
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for ReadMostly<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.try_read() {
+            Ok(v) => v.fmt(f),
+            Err(_) => f.write_str("<locked>"),
+        }
+    }
+}
+
+/// A counter several threads add to (relaxed: a count, never a signal).
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
+
+    /// Adds one.
+    #[inline]
+    pub fn bump(&self) {
+        self.add(1);
+    }
+
+    /// The count now.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poisoned_lock_still_gives_its_value() {
+        let l = std::sync::Arc::new(Lock::new(5));
+        let l2 = l.clone();
+        let r = std::thread::spawn(move || {
+            let _g = l2.lock();
+            panic!("poison it");
+        })
+        .join();
+        assert!(r.is_err());
+        assert_eq!(*l.lock(), 5);
+    }
+
+    #[test]
+    fn counters_add_from_threads() {
+        let c = std::sync::Arc::new(Counter::default());
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || (0..1000).for_each(|_| c.bump()))
+            })
+            .collect();
+        hs.into_iter().for_each(|h| h.join().unwrap());
+        assert_eq!(c.get(), 4000);
+    }
+}
