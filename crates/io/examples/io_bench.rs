@@ -6,22 +6,25 @@
 mod common;
 
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use common::{start, wait_until, Fake};
+use common::{start, wait_until, Fake, FakeState};
 use sv_io::{Driver, DriverOptions, Engine, Nanos, Notification, Transmit};
 
 /// Sends `left` datagrams of `size` bytes to `to`, as fast as the driver takes them.
 struct Blast {
     to: SocketAddr,
-    left: u64,
+    left: AtomicU64,
     size: usize,
 }
 
 impl Engine for Blast {
-    fn handle_datagram(&mut self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
-    fn poll_transmit(&mut self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        self.left = self.left.checked_sub(1)?;
+    fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
+    fn poll_transmit(&self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.left
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .ok()?;
         buf[..self.size].fill(0xab);
         Some(Transmit {
             to: self.to,
@@ -31,23 +34,23 @@ impl Engine for Blast {
     fn poll_timeout(&self) -> Option<Nanos> {
         None
     }
-    fn handle_timeout(&mut self, _: Nanos) {}
-    fn poll_notification(&mut self) -> Option<Notification> {
+    fn handle_timeout(&self, _: Nanos) {}
+    fn poll_notification(&self) -> Option<Notification> {
         None
     }
 }
 
 fn ping_pong(rounds: u64) -> Duration {
     let a = start(
-        Fake {
+        Fake::from(FakeState {
             echo_budget: rounds - 1,
-            ..Fake::default()
-        },
+            ..FakeState::default()
+        }),
         "127.0.0.201:0",
     );
     let b = start(Fake::echo(), "127.0.0.202:0");
     let t = Instant::now();
-    a.with(|e| e.outbox.push_back((b.local_addr(), vec![0; 64])));
+    a.with(|e| e.s().outbox.push_back((b.local_addr(), vec![0; 64])));
     a.doorbell();
     assert!(wait_until(|| a.counters().datagrams_received == rounds));
     t.elapsed() / rounds as u32
@@ -83,7 +86,7 @@ fn blast(count: u64, size: usize, to_self: bool) -> (f64, u64) {
     let opts = DriverOptions::default;
     let sink = Blast {
         to: "127.0.0.1:9".parse().unwrap(),
-        left: 0,
+        left: 0.into(),
         size,
     };
     let sink = Driver::start(sink, "127.0.0.206:0".parse().unwrap(), opts()).unwrap();
@@ -91,7 +94,7 @@ fn blast(count: u64, size: usize, to_self: bool) -> (f64, u64) {
     let src = Driver::start(
         Blast {
             to: sink.local_addr(),
-            left: 0,
+            left: 0.into(),
             size,
         },
         src,
@@ -104,7 +107,7 @@ fn blast(count: u64, size: usize, to_self: bool) -> (f64, u64) {
         sink.local_addr()
     };
     let t = Instant::now();
-    src.with(|e| (e.to, e.left) = (target, count));
+    src.with(|e| (e.to, *e.left.get_mut()) = (target, count));
     src.doorbell();
     let c = || src.counters();
     wait_until(|| c().datagrams_sent + c().loopback_datagrams + c().send_errors == count);

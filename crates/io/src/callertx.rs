@@ -191,11 +191,10 @@ impl<E: Engine> Shared<E> {
         for round in 0..LOOPBACK_ROUNDS {
             g.q.reset();
             {
-                let mut engine = match self.engine.try_lock() {
-                    Ok(e) => e,
-                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                    Err(TryLockError::WouldBlock) if round == 0 => return None,
-                    Err(TryLockError::WouldBlock) => {
+                let engine = match self.try_engine() {
+                    Some(e) => e,
+                    None if round == 0 => return None,
+                    None => {
                         more = true;
                         break;
                     }
@@ -340,16 +339,22 @@ mod tests {
     /// An engine that sends what is queued, in order; with an answer
     /// address, it answers every datagram it is handed with one to it.
     #[derive(Default)]
-    struct Queue(VecDeque<(SocketAddr, Vec<u8>)>, Option<SocketAddr>);
+    struct Queue(Mutex<VecDeque<(SocketAddr, Vec<u8>)>>, Option<SocketAddr>);
+
+    impl Queue {
+        fn q(&mut self) -> &mut VecDeque<(SocketAddr, Vec<u8>)> {
+            self.0.get_mut().unwrap()
+        }
+    }
 
     impl Engine for Queue {
-        fn handle_datagram(&mut self, _: Nanos, _: SocketAddr, _: SocketAddr, p: &[u8]) {
+        fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, p: &[u8]) {
             if let Some(to) = self.1 {
-                self.0.push_back((to, [b"re:", p].concat()));
+                self.0.lock().unwrap().push_back((to, [b"re:", p].concat()));
             }
         }
-        fn poll_transmit(&mut self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-            let (to, bytes) = self.0.pop_front()?;
+        fn poll_transmit(&self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+            let (to, bytes) = self.0.lock().unwrap().pop_front()?;
             buf[..bytes.len()].copy_from_slice(&bytes);
             Some(Transmit {
                 to,
@@ -359,12 +364,12 @@ mod tests {
         fn poll_timeout(&self) -> Option<Nanos> {
             None
         }
-        fn handle_timeout(&mut self, _: Nanos) {}
-        fn poll_notification(&mut self) -> Option<Notification> {
+        fn handle_timeout(&self, _: Nanos) {}
+        fn poll_notification(&self) -> Option<Notification> {
             None
         }
         fn has_work(&self) -> bool {
-            !self.0.is_empty()
+            !self.0.lock().unwrap().is_empty()
         }
     }
 
@@ -397,7 +402,7 @@ mod tests {
         let (d, peer) = pair(ip, peer, opts);
         let to = peer.local_addr().unwrap();
         sleeps(&d, 1); // not in its first pass, holding the gate
-        d.with(|e| e.0.push_back((to, vec![1; 4])));
+        d.with(|e| e.q().push_back((to, vec![1; 4])));
         assert_eq!(d.posted(true), 1, "the first post is sent by its thread");
         expect(&peer, &[1; 4]);
         (d, peer, to)
@@ -431,8 +436,8 @@ mod tests {
         let tx = d.shared().caller_tx.as_ref().unwrap();
         let mut gate = tx.gate();
         let (first_to, first) = d.with(|e| {
-            e.0.extend((1..=3u8).map(|i| (to, vec![i; 8])));
-            e.0.pop_front().unwrap()
+            e.q().extend((1..=3u8).map(|i| (to, vec![i; 8])));
+            e.q().pop_front().unwrap()
         });
         gate.q.reset();
         gate.q.slot_mut(0)[..first.len()].copy_from_slice(&first);
@@ -477,7 +482,7 @@ mod tests {
                 len: 4,
             });
         }
-        d.with(|e| e.0.push_back((to, vec![7; 4])));
+        d.with(|e| e.q().push_back((to, vec![7; 4])));
         assert_eq!(d.posted(true), 0, "nothing sent from the posting thread");
         assert!(d.waker().writes() > writes, "the doorbell rang");
         expect(&peer, &[6; 4]);
@@ -496,7 +501,7 @@ mod tests {
     fn a_stream_of_posts_is_left_to_the_progress_thread() {
         let (d, peer, to) = streaming("127.0.61.15", "127.0.61.16", Duration::from_micros(200));
         let writes = d.waker().writes();
-        d.with(|e| e.0.push_back((to, vec![2; 4])));
+        d.with(|e| e.q().push_back((to, vec![2; 4])));
         assert_eq!(d.posted(true), 0, "a post within the gap is not");
         assert!(d.waker().writes() > writes, "the doorbell rang");
         expect(&peer, &[2; 4]);
@@ -538,7 +543,7 @@ mod tests {
         }
         let (n, writes) = (d.counters().sleeps, d.waker().writes());
         assert_eq!(d.drive_receive(), 0);
-        d.with(|e| e.0.push_back((to, vec![2; 4])));
+        d.with(|e| e.q().push_back((to, vec![2; 4])));
         assert_eq!(d.posted(false), 0);
         assert!(d.waker().writes() > writes, "the doorbell rang");
         sleeps(&d, n + 1);
@@ -564,7 +569,7 @@ mod tests {
         sleep_aside(&d);
         let writes = d.waker().writes();
         for i in 2..=5u8 {
-            d.with(|e| e.0.push_back((to, vec![i; 4])));
+            d.with(|e| e.q().push_back((to, vec![i; 4])));
             assert_eq!(d.posted(i == 2), 0, "left to the poll");
         }
         assert_eq!(d.waker().writes(), writes, "no doorbell");
@@ -586,7 +591,7 @@ mod tests {
         for _ in 0..100 {
             sleep_aside(&d);
             let writes = d.waker().writes();
-            d.with(|e| e.0.push_back((to, vec![2; 4])));
+            d.with(|e| e.q().push_back((to, vec![2; 4])));
             assert_eq!(d.posted(false), 0);
             if d.waker().writes() == writes {
                 left = true; // to a poll that never comes
@@ -615,7 +620,7 @@ mod tests {
         sleeps(&d, 1);
         d.with(|e| {
             e.1 = Some(to);
-            e.0.push_back((me, b"ping".to_vec()));
+            e.q().push_back((me, b"ping".to_vec()));
         });
         assert_eq!(d.posted(true), 2, "the ping looped back, the answer sent");
         expect(&peer, b"re:ping");

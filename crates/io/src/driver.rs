@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
@@ -113,7 +113,7 @@ impl Doorbell {
 
 /// State shared by the driver handle, the progress thread and the API layer.
 pub(crate) struct Shared<E> {
-    pub(crate) engine: Mutex<E>,
+    pub(crate) engine: RwLock<E>,
     pub(crate) doorbell: Doorbell,
     pub(crate) stop: AtomicBool,
     pub(crate) counters: Counters,
@@ -148,7 +148,7 @@ impl<E> Shared<E> {
         opts: &DriverOptions,
     ) -> io::Result<Self> {
         Ok(Shared {
-            engine: Mutex::new(engine),
+            engine: RwLock::new(engine),
             doorbell: Doorbell::new()?,
             stop: AtomicBool::new(false),
             counters: Counters::default(),
@@ -165,9 +165,20 @@ impl<E> Shared<E> {
         })
     }
 
-    pub(crate) fn engine(&self) -> MutexGuard<'_, E> {
+    /// The engine for a data-path call (the read side: other threads' data
+    /// path runs at the same time, `Driver::with` waits).
+    pub(crate) fn engine(&self) -> RwLockReadGuard<'_, E> {
         // A panic inside an engine call must not wedge the device forever.
-        self.engine.lock().unwrap_or_else(PoisonError::into_inner)
+        self.engine.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The engine if no `Driver::with` holds or waits for it.
+    pub(crate) fn try_engine(&self) -> Option<RwLockReadGuard<'_, E>> {
+        match self.engine.try_read() {
+            Ok(e) => Some(e),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// The same-host path, waited for (see `Shared::shm`'s lock order).
@@ -258,7 +269,11 @@ impl<E: Engine> Driver<E> {
     /// and free of blocking calls: the progress thread waits for the lock. Ring
     /// the doorbell afterwards if `f` created work.
     pub fn with<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
-        f(&mut self.shared.engine())
+        f(&mut self
+            .shared
+            .engine
+            .write()
+            .unwrap_or_else(PoisonError::into_inner))
     }
 
     /// An application thread found its CQ empty: if the progress thread

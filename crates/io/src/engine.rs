@@ -19,7 +19,16 @@
 //! the doorbell, or the deadline from `poll_timeout`. Every call takes the
 //! engine lock separately, so API calls made through `Driver::with` may land
 //! between any two of them; an API call that creates work must ring the doorbell.
-//! `now` never decreases from one call to the next.
+//! `now` never decreases from one call to the next on one thread.
+//!
+//! # Several threads at once
+//!
+//! The data path's calls take `&self`: the driver holds the engine in a
+//! reader-writer lock and makes them under its read side, from the progress
+//! thread and from application threads (crate::pollrx, crate::callertx) at
+//! once; `Driver::with` takes the write side. So an engine is `Sync` and
+//! keeps its own locks for what two calls may share (proto: one per QP, per
+//! CQ, per SRQ, the scheduler and the event queue, spec/concurrency.md §4).
 //!
 //! # What the engine promises
 //! - `poll_transmit` writes at most `buf.len()` bytes and reports that length;
@@ -64,35 +73,29 @@ pub enum Notification {
 }
 
 /// The sans-IO protocol engine as a driver sees it. See the module doc for the call order.
-pub trait Engine: Send + 'static {
+pub trait Engine: Send + Sync + 'static {
     /// A datagram arrived: `from` is the sender, `to` the local address it was sent to.
     /// (`to` is the driver's bound address: a wildcard bind reports the wildcard,
     /// as IP_PKTINFO is not read yet; for a datagram read from a multicast
     /// group's socket, the group's address and port — see `Driver::set_groups`.)
-    fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
+    fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
     /// A datagram from the same-host path (`crate::shm`) that went from the
     /// sending engine, which sealed it, to this one through shared memory
     /// only: no wire, and no fault injection that could alter it. The engine
     /// may skip the ICRC check where nothing else needs it (spec/same-host.md
     /// §1 "The ICRC on the path"); everything else is as for
     /// [`Engine::handle_datagram`], which the default calls.
-    fn handle_local_datagram(
-        &mut self,
-        now: Nanos,
-        from: SocketAddr,
-        to: SocketAddr,
-        payload: &[u8],
-    ) {
+    fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.handle_datagram(now, from, to, payload);
     }
     /// Writes the next datagram to send into `buf`; `None` when nothing is ready.
-    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
+    fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
     /// When the engine next needs [`Engine::handle_timeout`] (absolute), if ever.
     fn poll_timeout(&self) -> Option<Nanos>;
     /// Timers due at or before `now` fire.
-    fn handle_timeout(&mut self, now: Nanos);
+    fn handle_timeout(&self, now: Nanos);
     /// The next notification for the driver to deliver.
-    fn poll_notification(&mut self) -> Option<Notification>;
+    fn poll_notification(&self) -> Option<Notification>;
     /// Whether [`Engine::poll_transmit`], [`Engine::poll_frame`] or
     /// [`Engine::poll_notification`] would give something now (`true` when
     /// unsure). A polling application thread that handed the engine datagrams
@@ -102,9 +105,9 @@ pub trait Engine: Send + 'static {
     }
     /// Writes the next Ethernet frame of a RAW_PACKET QP into `buf`: (the
     /// QP's number, whose packet socket sends it; its length). `crate::raw`.
-    fn poll_frame(&mut self, _now: Nanos, _buf: &mut [u8]) -> Option<(u32, usize)> {
+    fn poll_frame(&self, _now: Nanos, _buf: &mut [u8]) -> Option<(u32, usize)> {
         None
     }
     /// A frame arrived on the packet socket of RAW_PACKET QP `qpn`.
-    fn handle_frame(&mut self, _now: Nanos, _qpn: u32, _frame: &[u8]) {}
+    fn handle_frame(&self, _now: Nanos, _qpn: u32, _frame: &[u8]) {}
 }

@@ -354,7 +354,7 @@ fn read_rings<E: Engine>(shared: &Shared<E>) -> usize {
             Counters::add(&c.bytes_received, bytes.len() as u64);
             delivered += 1;
         }
-        crate::shm::deliver(&mut *shared.engine(), now, local, batch);
+        crate::shm::deliver(&*shared.engine(), now, local, batch);
     });
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
     delivered
@@ -369,13 +369,13 @@ mod tests {
     /// An engine that keeps what it is handed; `work` is what it says it has
     /// to send, `timer` its next deadline.
     #[derive(Default)]
-    struct Keep(Vec<(SocketAddr, Vec<u8>)>, bool, Option<Nanos>);
+    struct Keep(Mutex<Vec<(SocketAddr, Vec<u8>)>>, bool, Option<Nanos>);
 
     impl Engine for Keep {
-        fn handle_datagram(&mut self, _: Nanos, from: SocketAddr, _: SocketAddr, p: &[u8]) {
-            self.0.push((from, p.to_vec()));
+        fn handle_datagram(&self, _: Nanos, from: SocketAddr, _: SocketAddr, p: &[u8]) {
+            self.0.lock().unwrap().push((from, p.to_vec()));
         }
-        fn poll_transmit(&mut self, _: Nanos, _: &mut [u8]) -> Option<Transmit> {
+        fn poll_transmit(&self, _: Nanos, _: &mut [u8]) -> Option<Transmit> {
             None
         }
         fn poll_timeout(&self) -> Option<Nanos> {
@@ -384,10 +384,15 @@ mod tests {
         fn has_work(&self) -> bool {
             self.1
         }
-        fn handle_timeout(&mut self, _: Nanos) {}
-        fn poll_notification(&mut self) -> Option<Notification> {
+        fn handle_timeout(&self, _: Nanos) {}
+        fn poll_notification(&self) -> Option<Notification> {
             None
         }
+    }
+
+    /// The engine, to change what it says (no other thread uses it).
+    fn keep(s: &Shared<Keep>) -> std::sync::RwLockWriteGuard<'_, Keep> {
+        s.engine.write().unwrap()
     }
 
     /// The state a driver shares, with no progress thread: only this test reads.
@@ -443,7 +448,7 @@ mod tests {
         want.extend((0..10u8).map(|i| vec![i; 20]));
         want.push(b"late".to_vec());
         {
-            let got = &s.engine().0;
+            let got = s.engine().0.lock().unwrap().clone();
             assert_eq!(got.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(), want);
             assert!(got.iter().all(|(f, _)| *f == from));
         }
@@ -453,16 +458,16 @@ mod tests {
         // Nothing to send, no timer: the progress thread sleeps on.
         assert_eq!(s.doorbell.fd().take().unwrap(), 0);
         // Something to send: it is rung.
-        s.engine().1 = true;
+        keep(&s).1 = true;
         client.send_to(b"ack", to).unwrap();
         assert_eq!(drive_all(&s, 1), 1);
         assert!(s.doorbell.fd().take().unwrap() > 0);
         s.doorbell.clear();
         // A timer due before the sleep ends: it is rung; one after: not.
-        s.engine().1 = false;
+        keep(&s).1 = false;
         s.rx.set_asleep(Some(5_000), false, 0);
         for (timer, rung) in [(6_000, false), (4_000, true)] {
-            s.engine().2 = Some(timer);
+            keep(&s).2 = Some(timer);
             client.send_to(b"t", to).unwrap();
             assert_eq!(drive_all(&s, 1), 1);
             assert_eq!(s.doorbell.fd().take().unwrap() > 0, rung, "timer {timer}");
@@ -493,7 +498,7 @@ mod tests {
             s.rx.set_asleep(Some(u64::MAX), false, 0);
             assert_eq!(drive(&s), 0, "options {i}");
             assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
-            assert!(s.engine().0.is_empty());
+            assert!(s.engine().0.lock().unwrap().is_empty());
         }
     }
 }

@@ -39,8 +39,8 @@ fn an_idle_post_leaves_from_the_calling_thread_without_the_doorbell() {
     let writes = d.waker().writes();
     let to = p.local_addr().unwrap();
     d.with(|e| {
-        e.outbox.push_back((to, b"one".to_vec()));
-        e.outbox.push_back((to, b"two".to_vec()));
+        e.s().outbox.push_back((to, b"one".to_vec()));
+        e.s().outbox.push_back((to, b"two".to_vec()));
     });
     assert_eq!(d.posted(true), 2, "both sent by this thread");
     assert_eq!(d.waker().writes(), writes, "no doorbell write");
@@ -56,11 +56,11 @@ fn an_idle_post_leaves_from_the_calling_thread_without_the_doorbell() {
     );
     // The loopback shortcut from the calling thread: straight into the engine.
     let me = d.local_addr();
-    d.with(|e| e.outbox.push_back((me, b"self".to_vec())));
+    d.with(|e| e.s().outbox.push_back((me, b"self".to_vec())));
     assert_eq!(d.posted(true), 1);
     d.with(|e| {
         assert_eq!(
-            e.inbox.last().map(|r| (r.from, &r.payload[..])),
+            e.s().inbox.last().map(|r| (r.from, &r.payload[..])),
             Some((me, &b"self"[..]))
         )
     });
@@ -75,7 +75,7 @@ fn a_post_to_a_queue_that_was_not_idle_rings_the_doorbell() {
     asleep(&d);
     let writes = d.waker().writes();
     let to = p.local_addr().unwrap();
-    d.with(|e| e.outbox.push_back((to, b"x".to_vec())));
+    d.with(|e| e.s().outbox.push_back((to, b"x".to_vec())));
     assert_eq!(d.posted(false), 0);
     assert_eq!(d.waker().writes(), writes + 1);
     let mut buf = [0u8; 4];
@@ -99,7 +99,7 @@ fn a_post_while_the_engine_is_held_never_waits_for_it() {
         let (d, released) = (d.clone(), released.clone());
         std::thread::spawn(move || {
             d.with(|e| {
-                e.outbox.push_back((to, b"held".to_vec()));
+                e.s().outbox.push_back((to, b"held".to_vec()));
                 held_tx.send(()).unwrap();
                 // Until the poster returned (bounded).
                 let _ = done_rx.recv_timeout(DEADLINE);
@@ -129,13 +129,13 @@ fn an_earlier_deadline_wakes_the_progress_thread() {
     let writes = d.waker().writes();
     let at = d.now() + 2_000_000;
     d.with(|e| {
-        e.outbox.push_back((to, b"t".to_vec()));
-        e.timers.insert(at);
+        e.s().outbox.push_back((to, b"t".to_vec()));
+        e.s().timers.insert(at);
     });
     assert_eq!(d.posted(true), 1);
     assert_eq!(d.waker().writes(), writes + 1, "woken for the deadline");
-    assert!(wait_until(|| d.with(|e| !e.fired.is_empty())));
-    d.with(|e| assert!(e.fired[0].1 >= at));
+    assert!(wait_until(|| d.with(|e| !e.s().fired.is_empty())));
+    d.with(|e| assert!(e.s().fired[0].1 >= at));
 }
 
 #[test]
@@ -149,7 +149,7 @@ fn caller_tx_off_always_rings() {
     asleep(&d);
     let to = p.local_addr().unwrap();
     let writes = d.waker().writes();
-    d.with(|e| e.outbox.push_back((to, b"o".to_vec())));
+    d.with(|e| e.s().outbox.push_back((to, b"o".to_vec())));
     assert_eq!(d.posted(true), 0);
     assert_eq!(d.waker().writes(), writes + 1);
     let mut buf = [0u8; 4];
@@ -187,7 +187,7 @@ fn datagrams_leave_in_the_engines_order_whoever_sends_them() {
     for _ in 0..ROUNDS {
         d.with(|e| {
             for _ in 0..PER {
-                e.outbox.push_back((to, seq.to_be_bytes().to_vec()));
+                e.s().outbox.push_back((to, seq.to_be_bytes().to_vec()));
                 seq += 1;
             }
         });
@@ -222,11 +222,11 @@ fn a_later_deadline_needs_no_doorbell() {
     let writes = d.waker().writes();
     let at = d.now() + 67_000_000;
     d.with(|e| {
-        e.outbox.push_back((to, b"t".to_vec()));
-        e.timers.insert(at);
+        e.s().outbox.push_back((to, b"t".to_vec()));
+        e.s().timers.insert(at);
     });
     assert_eq!(d.posted(true), 1);
     assert_eq!(d.waker().writes(), writes, "no doorbell write");
-    assert!(wait_until(|| d.with(|e| !e.fired.is_empty())));
-    d.with(|e| assert!(e.fired[0].1 >= at));
+    assert!(wait_until(|| d.with(|e| !e.s().fired.is_empty())));
+    d.with(|e| assert!(e.s().fired[0].1 >= at));
 }

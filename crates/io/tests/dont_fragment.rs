@@ -91,7 +91,7 @@ fn datagrams_leave_with_df_set_and_id_zero() {
     let marker = b"softverbs-df-probe".to_vec();
     d.with(|e| {
         for _ in 0..3 {
-            e.outbox.push_back((dst.into(), marker.clone()));
+            e.s().outbox.push_back((dst.into(), marker.clone()));
         }
     });
     d.doorbell();

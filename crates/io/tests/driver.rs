@@ -6,7 +6,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use common::{fd_readable, start, wait_until, Fake, DEADLINE};
+use common::{fd_readable, start, wait_until, Fake, FakeState, DEADLINE};
 use sv_io::{AsyncEvent, Driver, DriverOptions, Notification};
 
 #[test]
@@ -30,29 +30,30 @@ fn echo_engine_replies_to_a_plain_udp_client() {
         (0, 0, 0)
     );
     d.with(|e| {
-        assert_eq!(e.inbox[0].from, client.local_addr().unwrap());
-        assert_eq!(e.inbox[0].to, d.local_addr());
-        assert!(e.inbox.windows(2).all(|w| w[0].now <= w[1].now));
+        assert_eq!(e.s().inbox[0].from, client.local_addr().unwrap());
+        assert_eq!(e.s().inbox[0].to, d.local_addr());
+        assert!(e.s().inbox.windows(2).all(|w| w[0].now <= w[1].now));
     });
 }
 
 /// Two drivers bounce one datagram: `a` echoes `rounds` times, `b` always.
 fn ping_pong(a_addr: &str, b_addr: &str, rounds: u64) {
     let a = start(
-        Fake {
+        Fake::from(FakeState {
             echo_budget: rounds,
-            ..Fake::default()
-        },
+            ..FakeState::default()
+        }),
         a_addr,
     );
     let b = start(Fake::echo(), b_addr);
-    a.with(|e| e.outbox.push_back((b.local_addr(), b"ping".to_vec())));
+    a.with(|e| e.s().outbox.push_back((b.local_addr(), b"ping".to_vec())));
     a.doorbell();
     // b sees the kick-off plus one per echo of a.
     assert!(wait_until(|| b.counters().datagrams_received == rounds + 1));
     assert!(wait_until(|| a.counters().datagrams_received == rounds + 1));
     a.with(|e| {
         assert!(e
+            .s()
             .inbox
             .iter()
             .all(|r| r.from == b.local_addr() && r.payload == b"ping"))
@@ -86,14 +87,14 @@ fn ping_pong_between_two_drivers_ipv6() {
 fn loopback_shortcut_bypasses_the_socket() {
     // An echo engine that talks to itself: 100 bounces without any socket traffic.
     let d = start(
-        Fake {
+        Fake::from(FakeState {
             echo_budget: 99,
-            ..Fake::default()
-        },
+            ..FakeState::default()
+        }),
         "127.0.0.31:0",
     );
     let me = d.local_addr();
-    d.with(|e| e.outbox.push_back((me, vec![7; 100])));
+    d.with(|e| e.s().outbox.push_back((me, vec![7; 100])));
     d.doorbell();
     assert!(wait_until(|| d.counters().loopback_datagrams == 100));
     let c = d.counters();
@@ -102,8 +103,8 @@ fn loopback_shortcut_bypasses_the_socket() {
         (10_000, 0, 0)
     );
     d.with(|e| {
-        assert_eq!(e.inbox.len(), 100);
-        assert!(e.inbox.iter().all(|r| r.from == me && r.to == me));
+        assert_eq!(e.s().inbox.len(), 100);
+        assert!(e.s().inbox.iter().all(|r| r.from == me && r.to == me));
     });
 }
 
@@ -118,19 +119,19 @@ fn timers_fire_in_order_and_not_early() {
         now + 15 * ms,
         now + 15 * ms + 1,
     ];
-    d.with(|e| e.timers.extend(deadlines));
+    d.with(|e| e.s().timers.extend(deadlines));
     d.doorbell();
-    assert!(wait_until(|| d.with(|e| e.timers.is_empty())));
+    assert!(wait_until(|| d.with(|e| e.s().timers.is_empty())));
     d.with(|e| {
         let mut sorted = deadlines.to_vec();
         sorted.sort_unstable();
-        assert_eq!(e.fired.iter().map(|f| f.0).collect::<Vec<_>>(), sorted);
+        assert_eq!(e.s().fired.iter().map(|f| f.0).collect::<Vec<_>>(), sorted);
         assert!(
-            e.fired.iter().all(|&(deadline, at)| at >= deadline),
+            e.s().fired.iter().all(|&(deadline, at)| at >= deadline),
             "{:?}",
-            e.fired
+            e.s().fired
         );
-        assert!(e.fired.windows(2).all(|w| w[0].1 <= w[1].1));
+        assert!(e.s().fired.windows(2).all(|w| w[0].1 <= w[1].1));
     });
 }
 
@@ -138,10 +139,10 @@ fn timers_fire_in_order_and_not_early() {
 fn timer_far_in_the_future_does_not_fire() {
     let d = start(Fake::default(), "127.0.0.42:0");
     let later = d.now() + 3_600_000_000_000;
-    d.with(|e| e.timers.insert(later));
+    d.with(|e| e.s().timers.insert(later));
     d.doorbell();
     std::thread::sleep(Duration::from_millis(20));
-    d.with(|e| assert!(e.fired.is_empty()));
+    d.with(|e| assert!(e.s().fired.is_empty()));
 }
 
 #[test]
@@ -159,7 +160,7 @@ fn doorbell_from_another_thread_wakes_a_sleeping_driver() {
     let waker = d.waker();
     let poster = std::thread::scope(|s| {
         s.spawn(|| {
-            d.with(|e| e.outbox.push_back((to, b"posted".to_vec())));
+            d.with(|e| e.s().outbox.push_back((to, b"posted".to_vec())));
             waker.ring();
             waker.ring(); // coalesced with the first
         })
@@ -179,11 +180,11 @@ fn completion_channel_fd_is_readable_after_notify() {
     assert_ne!(ch.id(), other.id());
     assert!(!fd_readable(ch.as_raw_fd(), 0));
     d.with(|e| {
-        e.notes.push_back(Notification::Completion {
+        e.s().notes.push_back(Notification::Completion {
             channel: ch.id(),
             cq: 0xC0,
         });
-        e.notes.push_back(Notification::Completion {
+        e.s().notes.push_back(Notification::Completion {
             channel: ch.id(),
             cq: 0xC1,
         });
@@ -204,7 +205,8 @@ fn notification_for_a_closed_channel_is_counted_as_dropped() {
     let d = start(Fake::default(), "127.0.0.62:0");
     let id = d.create_completion_channel().unwrap().id(); // dropped at once
     d.with(|e| {
-        e.notes
+        e.s()
+            .notes
             .push_back(Notification::Completion { channel: id, cq: 1 })
     });
     d.doorbell();
@@ -218,7 +220,7 @@ fn async_events_reach_the_async_queue_fd() {
         kind: 3,
         element: 0xAB,
     };
-    d.with(|e| e.notes.push_back(Notification::Async(ev)));
+    d.with(|e| e.s().notes.push_back(Notification::Async(ev)));
     d.doorbell();
     let q = d.async_events();
     assert!(fd_readable(q.as_raw_fd(), 20_000));
@@ -231,7 +233,7 @@ fn send_to_an_unroutable_address_is_counted_not_fatal() {
     // Port 0 is not a valid destination: sendto fails with EINVAL at once, no traffic.
     let d = start(Fake::echo(), "127.0.0.71:0");
     let bad: SocketAddr = "127.0.0.72:0".parse().unwrap();
-    d.with(|e| e.outbox.push_back((bad, b"x".to_vec())));
+    d.with(|e| e.s().outbox.push_back((bad, b"x".to_vec())));
     d.doorbell();
     assert!(wait_until(|| d.counters().send_errors == 1));
     // Still alive: it echoes a real datagram afterwards.
@@ -275,7 +277,7 @@ fn a_burst_leaves_in_order_in_few_send_calls_and_arrives_whole() {
     for i in 0..100u32 {
         let mut d = vec![(i % 251) as u8; 400];
         d[..4].copy_from_slice(&i.to_be_bytes());
-        engine.outbox.push_back((to, d));
+        engine.s().outbox.push_back((to, d));
     }
     let tx = start(engine, "127.0.0.42:0");
     assert!(wait_until(|| rx.counters().datagrams_received == 100));
@@ -288,8 +290,8 @@ fn a_burst_leaves_in_order_in_few_send_calls_and_arrives_whole() {
         c.datagrams_sent
     );
     rx.with(|e| {
-        assert_eq!(e.inbox.len(), 100);
-        for (i, r) in e.inbox.iter().enumerate() {
+        assert_eq!(e.s().inbox.len(), 100);
+        for (i, r) in e.s().inbox.iter().enumerate() {
             let mut want = vec![(i % 251) as u8; 400];
             want[..4].copy_from_slice(&(i as u32).to_be_bytes());
             assert_eq!(r.payload, want, "datagram {i}");

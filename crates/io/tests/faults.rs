@@ -33,7 +33,7 @@ fn send_numbered(a: &Driver<Fake>, to: SocketAddr, n: u64) {
         for i in 0..n {
             let mut p = i.to_be_bytes().to_vec();
             p.resize(64, 0xab);
-            e.outbox.push_back((to, p));
+            e.s().outbox.push_back((to, p));
         }
     });
     a.doorbell();
@@ -59,12 +59,12 @@ fn run_lossy(
     };
     // Everything leaves A (sent or dropped), then B has all that was sent.
     assert!(wait_until(
-        || a.with(|e| e.outbox.is_empty()) && a.counters().datagrams_sent == expected(&a)
+        || a.with(|e| e.s().outbox.is_empty()) && a.counters().datagrams_sent == expected(&a)
     ));
     assert!(wait_until(
-        || b.with(|e| e.inbox.len() as u64) == expected(&a)
+        || b.with(|e| e.s().inbox.len() as u64) == expected(&a)
     ));
-    let got = b.with(|e| e.inbox.iter().map(|r| index(&r.payload)).collect());
+    let got = b.with(|e| e.s().inbox.iter().map(|r| index(&r.payload)).collect());
     (got, a.counters())
 }
 
@@ -130,10 +130,10 @@ fn corruption_flips_exactly_one_bit_outside_byte_4() {
         driver("127.0.0.146:0", DriverOptions::default()),
     );
     send_numbered(&a, b.local_addr(), n);
-    assert!(wait_until(|| b.with(|e| e.inbox.len()) == n as usize));
+    assert!(wait_until(|| b.with(|e| e.s().inbox.len()) == n as usize));
     let mut original = [0u8; 64];
     b.with(|e| {
-        for (i, r) in e.inbox.iter().enumerate() {
+        for (i, r) in e.s().inbox.iter().enumerate() {
             original[..8].copy_from_slice(&(i as u64).to_be_bytes());
             original[8..].fill(0xab);
             let diff: Vec<usize> = (0..64).filter(|&k| r.payload[k] != original[k]).collect();
@@ -150,9 +150,10 @@ fn delay_holds_loopback_datagrams_and_receive_faults_apply_to_them() {
     // Loopback shortcut: one driver, one clock, so the delay is measurable.
     let d = driver("127.0.0.147:0", opts("delay=20ms,dir=both", None));
     send_numbered(&d, d.local_addr(), 5);
-    assert!(wait_until(|| d.with(|e| e.inbox.len()) == 5));
+    assert!(wait_until(|| d.with(|e| e.s().inbox.len()) == 5));
     d.with(|e| {
-        for (r, sent) in e.inbox.iter().zip(&e.sent_at) {
+        let s = e.s();
+        for (r, sent) in s.inbox.iter().zip(&s.sent_at) {
             // Delayed once leaving and once arriving.
             assert!(r.now >= sent + 40_000_000, "held only {} ns", r.now - sent);
         }
@@ -171,7 +172,7 @@ fn receive_faults_drop_after_capture() {
     let b = driver("127.0.0.149:0", opts("loss=1,dir=rx", Some(path.clone())));
     send_numbered(&a, b.local_addr(), 50);
     assert!(wait_until(|| b.counters().fault_drops == 50));
-    assert_eq!(b.with(|e| e.inbox.len()), 0);
+    assert_eq!(b.with(|e| e.s().inbox.len()), 0);
     assert_eq!(a.counters().fault_drops, 0);
     let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
     drop(b);
@@ -198,7 +199,7 @@ fn capture_records_what_was_sent_and_received() {
         let c = a.counters();
         c.datagrams_sent + c.fault_drops == 100 && b.counters().datagrams_sent == c.datagrams_sent
     }));
-    assert!(wait_until(|| a.with(|e| e.inbox.len() as u64) == sent()));
+    assert!(wait_until(|| a.with(|e| e.s().inbox.len() as u64) == sent()));
     // Readable while running (flushed when idle).
     assert!(wait_until(|| read_capture(&pb).len() as u64 == 2 * sent()));
     let (a_addr, b_addr, dropped) = (a.local_addr(), b.local_addr(), a.counters().fault_drops);

@@ -21,7 +21,7 @@ fn cycle() {
     let mut buf = [0u8; 8];
     assert_eq!(client.recv_from(&mut buf).unwrap().0, 5);
     d.with(|e| {
-        e.notes.push_back(Notification::Completion {
+        e.s().notes.push_back(Notification::Completion {
             channel: ch.id(),
             cq: 9,
         })

@@ -26,13 +26,16 @@ fn run(tx: &str, rx: &str, opts: &DriverOptions) -> (CounterSnapshot, CounterSna
     let rx = Driver::start(Fake::default(), rx.parse().unwrap(), opts.clone()).unwrap();
     let to = rx.local_addr();
     let mut engine = Fake::default();
-    engine.outbox.extend(message().into_iter().map(|d| (to, d)));
+    engine
+        .s()
+        .outbox
+        .extend(message().into_iter().map(|d| (to, d)));
     let tx = Driver::start(engine, tx.parse().unwrap(), opts.clone()).unwrap();
     assert!(wait_until(|| rx.counters().datagrams_received == N as u64));
     rx.with(|e| {
         let want = message();
-        assert_eq!(e.inbox.len(), N);
-        for (i, (r, w)) in e.inbox.iter().zip(&want).enumerate() {
+        assert_eq!(e.s().inbox.len(), N);
+        for (i, (r, w)) in e.s().inbox.iter().zip(&want).enumerate() {
             assert_eq!(&r.payload, w, "datagram {i}");
             assert_eq!((r.from, r.to), (tx.local_addr(), to));
         }

@@ -45,7 +45,7 @@ fn poll_until(d: &Driver<Fake>, n: usize) -> bool {
     let start = Instant::now();
     while start.elapsed() < DEADLINE {
         d.drive_receive();
-        if d.with(|e| e.inbox.len()) >= n {
+        if d.with(|e| e.s().inbox.len()) >= n {
             return true;
         }
         std::thread::yield_now();
@@ -72,7 +72,7 @@ fn a_polling_thread_receives_without_waking_the_progress_thread() {
     let secs = start.elapsed().as_secs();
     let after = d.counters();
     d.with(|e| {
-        let got: Vec<u8> = e.inbox.iter().map(|r| r.payload[0]).collect();
+        let got: Vec<u8> = e.s().inbox.iter().map(|r| r.payload[0]).collect();
         assert_eq!(got, (0..20u8).collect::<Vec<_>>(), "in order, once each");
     });
     assert_eq!(
@@ -102,8 +102,8 @@ fn when_the_lease_ends_the_progress_thread_receives() {
     lease(&d);
     // This thread stops polling; the datagram still arrives.
     p.send_to(b"late", d.local_addr()).unwrap();
-    assert!(wait_until(|| d.with(|e| e.inbox.len()) == 1));
-    d.with(|e| assert_eq!(e.inbox[0].payload, b"late"));
+    assert!(wait_until(|| d.with(|e| e.s().inbox.len()) == 1));
+    d.with(|e| assert_eq!(e.s().inbox[0].payload, b"late"));
     assert_eq!(
         d.counters().poll_receive_datagrams,
         0,
@@ -129,7 +129,7 @@ fn ending_the_lease_gives_the_socket_back_at_once() {
     );
     // Not waiting an hour: the progress thread watches the socket again.
     p.send_to(b"armed", d.local_addr()).unwrap();
-    assert!(wait_until(|| d.with(|e| e.inbox.len()) == 1));
+    assert!(wait_until(|| d.with(|e| e.s().inbox.len()) == 1));
     assert_eq!(d.counters().poll_receive_datagrams, 0);
     // No lease, nothing to wake: no doorbell.
     let writes = d.waker().writes();
@@ -184,7 +184,9 @@ fn the_lease_halves_when_data_waits_for_its_end_and_grows_back() {
         lease(&d);
         // Stop polling; the datagram waits until the lease ends.
         p.send_to(&[round as u8], d.local_addr()).unwrap();
-        assert!(wait_until(|| d.with(|e| e.inbox.len()) == round as usize));
+        assert!(wait_until(
+            || d.with(|e| e.s().inbox.len()) == round as usize
+        ));
         assert!(
             wait_until(|| d.counters().lease_shrinks == round),
             "round {round}"
@@ -237,7 +239,7 @@ fn a_polling_thread_reads_the_same_host_rings() {
     // Until b accepts a's ring, datagrams go by UDP (and the shared address).
     let mut sent = 0;
     assert!(wait_until(|| {
-        a.with(|e| e.outbox.push_back((to, d.clone())));
+        a.with(|e| e.s().outbox.push_back((to, d.clone())));
         a.doorbell();
         sent += 1;
         b.drive_receive();
@@ -245,11 +247,11 @@ fn a_polling_thread_reads_the_same_host_rings() {
     }));
     assert!(wait_until(|| {
         b.drive_receive();
-        b.with(|e| e.inbox.len()) == sent
+        b.with(|e| e.s().inbox.len()) == sent
     }));
     lease(&b);
     let before = b.counters();
-    a.with(|e| e.outbox.push_back((to, d.clone())));
+    a.with(|e| e.s().outbox.push_back((to, d.clone())));
     a.doorbell();
     assert!(poll_until(&b, sent + 1), "the poll read the ring");
     let after = b.counters();

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{start, wait_until, Fake, DEADLINE};
+use common::{start, wait_until, Fake, FakeState, DEADLINE};
 
 const ROUNDS: u64 = 500;
 const BIND_VAR: &str = "SV_IO_CHILD_BIND";
@@ -57,14 +57,14 @@ fn two_processes_exchange_datagrams() {
         panic!("child did not announce its address");
     };
     let a = start(
-        Fake {
+        Fake::from(FakeState {
             echo_budget: ROUNDS - 1,
-            ..Fake::default()
-        },
+            ..FakeState::default()
+        }),
         "127.0.0.131:0",
     );
     let started = Instant::now();
-    a.with(|e| e.outbox.push_back((peer, vec![0x5a; 64])));
+    a.with(|e| e.s().outbox.push_back((peer, vec![0x5a; 64])));
     a.doorbell();
     let done = wait_until(|| a.counters().datagrams_received == ROUNDS);
     let elapsed = started.elapsed();
@@ -77,6 +77,7 @@ fn two_processes_exchange_datagrams() {
     assert!(status.is_some_and(|s| s.success()), "child: {status:?}");
     a.with(|e| {
         assert!(e
+            .s()
             .inbox
             .iter()
             .all(|r| r.from == peer && r.payload == [0x5a; 64]))

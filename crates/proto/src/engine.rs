@@ -277,6 +277,8 @@ pub struct Engine {
     /// transmit turn clears it when none waits): spares every transmit the
     /// CM's lock.
     pub(crate) gsi_dirty: std::sync::atomic::AtomicBool,
+    /// The CM was reached since [`Engine::after_cm`] last looked.
+    pub(crate) cm_touched: std::sync::atomic::AtomicBool,
     /// Multicast attachments (mcast.rs, datapath/mcast.rs).
     pub(crate) groups: crate::mcast::Groups,
     /// XRC domains and their opens (engine/xrc.rs).
@@ -311,6 +313,7 @@ impl Engine {
         Engine {
             gsi: Lock::new(gsi),
             gsi_dirty: Default::default(),
+            cm_touched: Default::default(),
             groups: crate::mcast::Groups::default(),
             xrc: crate::xrcd::XrcState::default(),
             rings: Default::default(),

@@ -24,35 +24,35 @@ pub(crate) struct RssDispatch {
 pub(crate) struct DeviceEngine {
     pub(crate) engine: Engine,
     mem: RawMemory,
-    /// RSS QPs by QPN, and the hash input buffer (reused).
+    /// RSS QPs by QPN (changed under `Driver::with` only).
     pub(crate) rss: std::collections::HashMap<u32, RssDispatch>,
-    rss_scratch: Vec<u8>,
     /// Where the CM's events go (cm.rs).
     pub(crate) cm_hub: std::sync::Arc<crate::cm::channel::Hub>,
 }
 
+impl DeviceEngine {
+    /// The CM's events, if a step reached it (cm.rs).
+    fn cm_events(&self, now: Nanos) {
+        self.engine.after_cm(|cm| self.cm_hub.drain(now, cm));
+    }
+}
+
 impl sv_io::Engine for DeviceEngine {
-    fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
+    fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.engine.set_now(now);
         self.engine
             .handle_datagram(now, from, to, payload, &self.mem);
-        self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
+        self.cm_events(now);
     }
 
-    fn handle_local_datagram(
-        &mut self,
-        now: Nanos,
-        from: SocketAddr,
-        to: SocketAddr,
-        payload: &[u8],
-    ) {
+    fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.engine.set_now(now);
         self.engine
             .handle_local_datagram(now, from, to, payload, &self.mem);
-        self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
+        self.cm_events(now);
     }
 
-    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+    fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         self.engine.set_now(now);
         self.engine
             .poll_transmit(now, &self.mem, buf)
@@ -70,19 +70,19 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.has_driver_work()
     }
 
-    fn poll_frame(&mut self, now: Nanos, buf: &mut [u8]) -> Option<(u32, usize)> {
+    fn poll_frame(&self, now: Nanos, buf: &mut [u8]) -> Option<(u32, usize)> {
         self.engine.set_now(now);
         let f = self.engine.poll_frame(&self.mem, buf)?;
         Some((f.qpn, f.len))
     }
 
-    fn handle_frame(&mut self, now: Nanos, qpn: u32, frame: &[u8]) {
+    fn handle_frame(&self, now: Nanos, qpn: u32, frame: &[u8]) {
         self.engine.set_now(now);
         // An RSS QP's frame goes to the WQ its hash picks (rss.rs).
         let qpn = match self.rss.get(&qpn) {
             Some(d) => {
-                let i =
-                    proto::rss::pick(&d.key, d.fields, d.log_size, frame, &mut self.rss_scratch);
+                let mut scratch = Vec::new();
+                let i = proto::rss::pick(&d.key, d.fields, d.log_size, frame, &mut scratch);
                 d.wqs.get(i).copied().unwrap_or(qpn)
             }
             None => qpn,
@@ -90,13 +90,13 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.handle_frame(qpn, frame, &self.mem);
     }
 
-    fn handle_timeout(&mut self, now: Nanos) {
+    fn handle_timeout(&self, now: Nanos) {
         self.engine.set_now(now);
         self.engine.handle_timeout(now);
-        self.cm_hub.drain(now, self.engine.cm_mut()); // CM events (cm.rs)
+        self.cm_events(now);
     }
 
-    fn poll_notification(&mut self) -> Option<Notification> {
+    fn poll_notification(&self) -> Option<Notification> {
         Some(match self.engine.poll_event()? {
             Event::Completion { cq, channel } => Notification::Completion {
                 channel,
@@ -176,7 +176,6 @@ impl Shared {
                 engine,
                 mem: RawMemory,
                 rss: Default::default(),
-                rss_scratch: Vec::new(),
                 cm_hub: Default::default(),
             };
             match Driver::start(de, bind, opts.clone()) {

@@ -302,7 +302,7 @@ impl<E: Engine> Progress<E> {
             }
             if !passed.is_empty() {
                 // One lock for the batch, in arrival order.
-                let mut engine = self.shared.engine();
+                let engine = self.shared.engine();
                 for &(at, len, now, from) in &passed {
                     engine.handle_datagram(now, from, self.local, &mem[at..at + len]);
                 }
@@ -489,7 +489,7 @@ impl<E: Engine> Progress<E> {
 
     fn timers(&mut self) -> bool {
         let now = self.shared.clock.now();
-        let mut engine = self.shared.engine();
+        let engine = self.shared.engine();
         match engine.poll_timeout() {
             Some(deadline) if deadline <= now => {
                 engine.handle_timeout(now);
@@ -573,7 +573,7 @@ impl<E: Engine> Progress<E> {
     fn collect(&mut self, q: &mut TxBatch, max: usize) -> usize {
         let mut collected = std::mem::take(&mut self.collected);
         {
-            let mut engine = self.shared.engine();
+            let engine = self.shared.engine();
             for i in 0..max.min(q.slots()) {
                 let now = self.shared.clock.now();
                 let Some(t) = engine.poll_transmit(now, q.slot_mut(i)) else {
@@ -670,7 +670,7 @@ impl<E: Engine> Progress<E> {
 
     fn notify(&mut self) -> bool {
         {
-            let mut engine = self.shared.engine();
+            let engine = self.shared.engine();
             while self.notes.len() < self.batch {
                 let Some(n) = engine.poll_notification() else {
                     break;

@@ -51,7 +51,7 @@ impl<E: Engine> Progress<E> {
                         cap.record(now, batch.from, self.local, bytes, c);
                     }
                 }
-                crate::shm::deliver(&mut *shared.engine(), now, self.local, batch);
+                crate::shm::deliver(&*shared.engine(), now, self.local, batch);
                 // (No receive faults: nothing received is held, so there
                 // is no reordered datagram to count down.)
             });
@@ -73,7 +73,7 @@ impl<E: Engine> Progress<E> {
                 }
             }
             if !passed.is_empty() {
-                let mut engine = shared.engine();
+                let engine = shared.engine();
                 for &(at, len, now, from, intact) in &passed {
                     let bytes = &stage[at..at + len];
                     if intact {

@@ -13,19 +13,33 @@ use crate::engine::Engine;
 use crate::sys;
 
 impl<E: Engine> Progress<E> {
+    /// The engine's next deadline, and when this thread will wake at the
+    /// latest published in `Shared::wake_at`: an application thread that
+    /// transmits by itself (crate::callertx) sets timers and then reads it,
+    /// and wakes this thread for an earlier deadline. The deadline is read
+    /// again after the store until it stays: a timer set before the second
+    /// read is seen by it, one set after it is checked by its setter against
+    /// the value stored (other threads' data path runs beside this one).
+    fn publish_wake_at(&self) -> Option<Nanos> {
+        let latest = self.shared.clock.now() + self.longest_sleep().as_nanos() as u64;
+        let wake = |d: Option<Nanos>| d.map_or(latest, |d| d.min(latest));
+        let mut d = self.shared.engine().poll_timeout();
+        // Bounded: each further round follows a deadline set meanwhile.
+        for _ in 0..4 {
+            self.shared.wake_at.store(wake(d), SeqCst);
+            let again = self.shared.engine().poll_timeout();
+            if wake(again) >= wake(d) {
+                break;
+            }
+            d = again;
+        }
+        d
+    }
+
     /// Sleeps until the socket or doorbell is ready or the next deadline.
     pub(super) fn sleep(&mut self) {
         self.flush_capture();
-        let engine_deadline = {
-            let engine = self.shared.engine();
-            let d = engine.poll_timeout();
-            // Under the lock: a posting thread that transmits by itself
-            // (driver.rs) wakes this thread for an earlier deadline.
-            let latest = self.shared.clock.now() + self.longest_sleep().as_nanos() as u64;
-            let wake_at = d.map_or(latest, |d| d.min(latest));
-            self.shared.wake_at.store(wake_at, SeqCst);
-            d
-        };
+        let engine_deadline = self.publish_wake_at();
         let held = [self.faults.hold.next_wake(), self.raw.next_wake()];
         let deadline = match (engine_deadline, held.into_iter().flatten().min()) {
             (Some(a), Some(b)) => Some(a.min(b)),

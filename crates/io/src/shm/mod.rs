@@ -167,7 +167,7 @@ impl<'a> InPlace<'a> {
 /// `local` at `now`: those their sender marked intact as local datagrams
 /// (`Engine::handle_local_datagram`).
 pub(crate) fn deliver<E: crate::engine::Engine>(
-    engine: &mut E,
+    engine: &E,
     now: crate::clock::Nanos,
     local: SocketAddr,
     batch: &InPlace<'_>,

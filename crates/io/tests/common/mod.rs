@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sv_io::{Driver, DriverOptions, Engine, Nanos, Notification, Transmit};
@@ -20,10 +21,9 @@ pub struct Received {
     pub payload: Vec<u8>,
 }
 
-/// A scriptable engine: sends what is queued in `outbox`, optionally echoes
-/// (up to `echo_budget` replies), fires the timers in `timers`, emits `notes`.
+/// What a [`Fake`] holds: tests reach it through `Driver::with` (`e.s()`).
 #[derive(Debug, Default)]
-pub struct Fake {
+pub struct FakeState {
     pub outbox: VecDeque<(SocketAddr, Vec<u8>)>,
     pub inbox: Vec<Received>,
     pub echo_budget: u64,
@@ -35,33 +35,57 @@ pub struct Fake {
     pub sent_at: Vec<Nanos>,
 }
 
+/// A scriptable engine: sends what is queued in `outbox`, optionally echoes
+/// (up to `echo_budget` replies), fires the timers in `timers`, emits `notes`.
+/// Its state sits under one lock (the driver calls the data path through
+/// `&self`, from several threads).
+#[derive(Debug, Default)]
+pub struct Fake(Mutex<FakeState>);
+
 impl Fake {
     pub fn echo() -> Self {
-        Fake {
+        Fake::from(FakeState {
             echo_budget: u64::MAX,
-            ..Fake::default()
-        }
+            ..FakeState::default()
+        })
+    }
+
+    /// The state, through `&mut` (`Driver::with`).
+    pub fn s(&mut self) -> &mut FakeState {
+        self.0.get_mut().unwrap()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.0.lock().unwrap()
+    }
+}
+
+impl From<FakeState> for Fake {
+    fn from(s: FakeState) -> Self {
+        Fake(Mutex::new(s))
     }
 }
 
 impl Engine for Fake {
-    fn handle_datagram(&mut self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
-        self.inbox.push(Received {
+    fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
+        let mut s = self.lock();
+        s.inbox.push(Received {
             now,
             from,
             to,
             payload: payload.to_vec(),
         });
-        if self.echo_budget > 0 {
-            self.echo_budget -= 1;
-            self.outbox.push_back((from, payload.to_vec()));
+        if s.echo_budget > 0 {
+            s.echo_budget -= 1;
+            s.outbox.push_back((from, payload.to_vec()));
         }
     }
 
-    fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        let (to, bytes) = self.outbox.pop_front()?;
+    fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        let mut s = self.lock();
+        let (to, bytes) = s.outbox.pop_front()?;
         buf[..bytes.len()].copy_from_slice(&bytes);
-        self.sent_at.push(now);
+        s.sent_at.push(now);
         Some(Transmit {
             to,
             len: bytes.len(),
@@ -69,25 +93,27 @@ impl Engine for Fake {
     }
 
     fn poll_timeout(&self) -> Option<Nanos> {
-        self.timers.first().copied()
+        self.lock().timers.first().copied()
     }
 
-    fn handle_timeout(&mut self, now: Nanos) {
-        while let Some(&t) = self.timers.first() {
+    fn handle_timeout(&self, now: Nanos) {
+        let mut s = self.lock();
+        while let Some(&t) = s.timers.first() {
             if t > now {
                 break;
             }
-            self.timers.pop_first();
-            self.fired.push((t, now));
+            s.timers.pop_first();
+            s.fired.push((t, now));
         }
     }
 
-    fn poll_notification(&mut self) -> Option<Notification> {
-        self.notes.pop_front()
+    fn poll_notification(&self) -> Option<Notification> {
+        self.lock().notes.pop_front()
     }
 
     fn has_work(&self) -> bool {
-        !self.outbox.is_empty() || !self.notes.is_empty()
+        let s = self.lock();
+        !s.outbox.is_empty() || !s.notes.is_empty()
     }
 }
 

@@ -20,6 +20,7 @@ impl Engine {
     /// A driver must poll transmit afterwards (ring its doorbell).
     pub fn cm_mut(&mut self) -> &mut Cm {
         *self.gsi_dirty.get_mut() = true;
+        *self.cm_touched.get_mut() = true;
         &mut self.gsi.get_mut().cm
     }
 
@@ -28,7 +29,17 @@ impl Engine {
     pub fn with_cm<R>(&self, f: impl FnOnce(&mut Cm) -> R) -> R {
         let r = f(&mut self.gsi.lock().cm);
         self.gsi_dirty.store(true, Relaxed);
+        self.cm_touched.store(true, Relaxed);
         r
+    }
+
+    /// Runs `f` on the connection manager if a MAD, a timer or a call
+    /// reached it since the last time (its events are then taken there);
+    /// otherwise takes no lock. What a driver calls after each data-path step.
+    pub fn after_cm(&self, f: impl FnOnce(&mut Cm)) {
+        if self.cm_touched.swap(false, Relaxed) {
+            f(&mut self.gsi.lock().cm);
+        }
     }
 
     /// Replaces the connection manager by a fresh one seeded with `seed` (comm
@@ -65,6 +76,7 @@ impl Engine {
         gsi.counters.mads_received += 1;
         gsi.cm.handle_mad(now, Gid::from(from), repr.payload(pkt));
         self.gsi_dirty.store(true, Relaxed);
+        self.cm_touched.store(true, Relaxed);
     }
 
     /// Transmit hook: the next MAD as a whole RoCEv2 datagram in `buf`.
