@@ -43,11 +43,11 @@
 //!
 //! The progress thread is woken only when it must act: more datagrams than
 //! a batch, a send refused for room, or a new engine deadline (an ACK timer)
-//! earlier than the one it sleeps until (`Shared::wake_at`, published under
-//! the engine lock before it sleeps).
+//! earlier than the one it sleeps until (`Shared::wake_at`, published before
+//! its last look at the engine's deadline).
 //!
 //! Datagrams for the same-host path (crate::shm) go into its rings, as the
-//! progress thread's do: the gate keeps them in order with the socket's.
+//! progress thread's do: the claims keep them in order with the socket's.
 //!
 //! On by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=0` turns it
 //! off); off while faults or capture are in use (those sit in the progress

@@ -28,7 +28,7 @@
 //! thread and from application threads (crate::pollrx, crate::callertx) at
 //! once; `Driver::with` takes the write side. So an engine is `Sync` and
 //! keeps its own locks for what two calls may share (proto: one per QP, per
-//! CQ, per SRQ, the scheduler and the event queue, spec/concurrency.md §4).
+//! CQ, per SRQ, the scheduler and the event queue, spec/concurrency.md §2).
 //!
 //! # What the engine promises
 //! - `poll_transmit` writes at most `buf.len()` bytes and reports that length;

@@ -4,6 +4,7 @@
 //! waits for that release, then goes to the ready queue. Two claim sets on
 //! one thread stand for two transmitting threads.
 
+mod cm_common;
 mod net;
 use net::*;
 use proto::datapath::TxClaims;
@@ -120,4 +121,82 @@ fn plain_poll_transmit_takes_turns_as_before() {
         order.push(who(&buf[..t.len]).0);
     }
     assert_eq!(order, [nb1, nb2, nb1, nb2]);
+}
+
+#[test]
+fn a_qp_reset_while_in_the_ready_queue_is_claimed_by_one_thread_only() {
+    let mut net = Net::new();
+    let (qa, _, _, nb) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 1 << 16, 1);
+    let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    write(&mut net, qa, 1, 1024, la, rb);
+    let mut buf = vec![0u8; 9000];
+    // Its packet leaves; it stays in the ready queue for one more turn.
+    assert!(net
+        .a
+        .e
+        .poll_transmit(net.now, &net.a.mem, &mut buf)
+        .is_some());
+    assert!(net.a.e.qp_tx_pending(qa));
+    // RESET and back to RTS while it is there (RTS wakes it), then a post.
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    modify(&mut net.a, qa, reset, AttrMask::STATE);
+    up(&mut net.a, qa, QpType::Rc, nb, net.b.gid());
+    write(&mut net, qa, 2, 2 * 1024, la, rb);
+    // One thread takes its first packet; the other gets none of its packets.
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let (mut one, mut two) = (TxClaims::default(), TxClaims::default());
+    let t = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut one)
+        .unwrap();
+    assert_eq!(who(&buf[..t.len]).0, nb);
+    assert!(
+        e.poll_transmit_claimed(now, mem, &mut buf, &mut two)
+            .is_none(),
+        "a second ready-queue entry let another thread claim the QP"
+    );
+    let t = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut one)
+        .unwrap();
+    assert_eq!(who(&buf[..t.len]).0, nb);
+    e.release_claims(&mut one);
+    e.release_claims(&mut two);
+}
+
+#[test]
+fn the_cms_mads_leave_from_one_thread_at_a_time() {
+    let mut net = Net::new();
+    // Two REQs queued (the peer's address in the device's family).
+    let peer = Gid::from(net.b.ip);
+    for qpn in [0x11, 0x12] {
+        let p = proto::cm::ConnectParams {
+            peer,
+            ..cm_common::connect_params(1, 2, qpn, 0x100, &[])
+        };
+        net.a.e.cm_mut().connect(0, &p).unwrap();
+    }
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut buf = vec![0u8; 9000];
+    let (mut one, mut two) = (TxClaims::default(), TxClaims::default());
+    let t = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut one)
+        .unwrap();
+    assert_eq!(who(&buf[..t.len]).0, 1, "a MAD to QP1");
+    assert!(
+        e.poll_transmit_claimed(now, mem, &mut buf, &mut two)
+            .is_none(),
+        "the second MAD waits for the first thread"
+    );
+    let t = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut one)
+        .unwrap();
+    assert_eq!(who(&buf[..t.len]).0, 1);
+    e.release_claims(&mut one);
+    assert!(e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut two)
+        .is_none());
+    e.release_claims(&mut two);
 }
