@@ -90,7 +90,9 @@ pub trait Engine: Send + Sync + 'static {
     fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
     /// A datagram from the same-host path (`crate::shm`) that went from the
     /// sending engine, which sealed it, to this one through shared memory
-    /// only: no wire, and no fault injection that could alter it. The engine
+    /// only, or one this engine sent to its own address that an application
+    /// thread hands straight back (crate::callertx): no wire, and no fault
+    /// injection that could alter it. The engine
     /// may skip the ICRC check where nothing else needs it (spec/same-host.md
     /// §1 "The ICRC on the path"); everything else is as for
     /// [`Engine::handle_datagram`], which the default calls.
