@@ -3,9 +3,10 @@
 //! turn ([`crate::qp::actor::Qp::next_packet`]: one packet, responses before
 //! requests) and puts it at the back if it sent; QPs with nothing to send
 //! are never visited. A thread that gathers a batch keeps the QPs it gave
-//! turns until the batch left ([`crate::sched::TxClaims`]), so several threads transmit at
-//! once without reordering a QP's packets. Timers are one deadline per QP in a heap
-//! ([`crate::sched::TimerHeap`]); expiry runs only the QPs that are due.
+//! turns until the batch left ([`crate::sched::TxClaims`]), so several
+//! threads transmit at once without reordering a QP's packets. Timers are
+//! one deadline per QP in a heap ([`crate::sched::TimerHeap`]); expiry runs
+//! only the QPs that are due.
 
 use crate::handle::QpHandle;
 use crate::memory::Memory;
@@ -47,14 +48,7 @@ impl Engine {
             return Some(t);
         }
         while let Some(h) = self.next_ready() {
-            let Some(q) = self.qps.get(h) else { continue };
-            if q.lock().dp.claimed {
-                // A stale second entry: its claimer's release queues it.
-                continue;
-            }
-            claims.qps.push((h, false));
-            let i = claims.qps.len() - 1;
-            if let Some(t) = self.claimed_turn(claims, i, now, mem, buf) {
+            if let Some(t) = self.claimed_turn(claims, Turn::Ready(h), now, mem, buf) {
                 return Some(t);
             }
         }
@@ -65,7 +59,7 @@ impl Engine {
             if !claims.qps[i].1 {
                 continue;
             }
-            if let Some(t) = self.claimed_turn(claims, i, now, mem, buf) {
+            if let Some(t) = self.claimed_turn(claims, Turn::Claimed(i), now, mem, buf) {
                 return Some(t);
             }
         }
@@ -84,17 +78,31 @@ impl Engine {
         self.gsi_transmit(buf)
     }
 
-    /// A turn of claimed QP `claims.qps[i]`: its next packet, if it has one.
+    /// A turn of a QP this thread claims (from the ready queue: claimed
+    /// now): its next packet, if it has one.
     fn claimed_turn(
         &self,
         claims: &mut TxClaims,
-        i: usize,
+        turn: Turn,
         now: u64,
         mem: &dyn Memory,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        let h = claims.qps[i].0;
+        let h = match turn {
+            Turn::Ready(h) => h,
+            Turn::Claimed(i) => claims.qps[i].0,
+        };
         let mut q = self.qps.get(h)?.lock();
+        let i = match turn {
+            // A stale second entry of a QP another thread claims: its
+            // claimer's release queues it.
+            Turn::Ready(_) if q.dp.claimed => return None,
+            Turn::Ready(_) => {
+                claims.qps.push((h, false));
+                claims.qps.len() - 1
+            }
+            Turn::Claimed(i) => i,
+        };
         q.dp.claimed = true;
         q.dp.scheduled = false;
         // A QP that sent its last packet comes round once more to find
@@ -186,4 +194,13 @@ impl Engine {
         }
         *self.dev.due.lock() = due;
     }
+}
+
+/// Whose turn [`Engine::claimed_turn`] gives.
+#[derive(Clone, Copy)]
+enum Turn {
+    /// The QP at the front of the ready queue, to be claimed.
+    Ready(QpHandle),
+    /// The `i`th QP the thread claims.
+    Claimed(usize),
 }
