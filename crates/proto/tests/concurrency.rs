@@ -1470,6 +1470,13 @@ fn check_counters(w: &World) {
         assert_eq!(x.bytes_sent, y.bytes_received, "{what}: bytes");
     }
     for (c, side) in [(&a, "A"), (&b, "B")] {
+        // The device's counts and its QPs' (destroyed ones included) agree.
+        assert_eq!(c.qps.packets_sent, c.packets_sent, "side {side}: sent");
+        assert_eq!(
+            c.qps.packets_received + c.drop_no_qp + c.drop_not_accepted,
+            c.packets_received,
+            "side {side}: every datagram taken by a QP or dropped: {c:?}"
+        );
         let bad = [
             c.drop_malformed,
             c.drop_icrc,
