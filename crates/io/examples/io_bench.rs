@@ -20,6 +20,7 @@ struct Blast {
 }
 
 impl Engine for Blast {
+    type Claims = ();
     fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
     fn poll_transmit(&self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         self.left

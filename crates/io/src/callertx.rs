@@ -26,16 +26,20 @@
 //! thread's rule of which datagrams stay in this process holds. The
 //! notifications the engine made are delivered by the same thread.
 //!
-//! **The transmit gate.** Whoever takes datagrams from the engine holds the
-//! gate until they are in the kernel, so datagrams leave in the engine's
-//! order whichever thread sends them (a UC receiver drops a message whose
-//! first packet comes late: `ibv_uc_pingpong` waited forever for one before
-//! the gate). The progress thread waits for it around its transmit step; an
-//! application thread only tries it. The queue lives under the gate: what a
-//! flush left for lack of room in the socket stays queued, and nobody takes
-//! new datagrams until it has left. An application thread never waits for
-//! room: it leaves the queue to the progress thread (which waits for
-//! POLLOUT) and rings the doorbell.
+//! **The transmit gates.** Whoever takes datagrams from the engine holds a
+//! gate (a queue, a sender and the engine's claims) until they are in the
+//! kernel, and the engine gives the QPs it took them from to no other
+//! thread meanwhile ([`Engine::poll_transmit_claimed`]), so each QP's
+//! datagrams leave in the engine's order whichever thread sends them (a UC
+//! receiver drops a message whose first packet comes late:
+//! `ibv_uc_pingpong` waited forever for one before the gate), while threads
+//! with different gates transmit at once. The progress thread waits for the
+//! first gate around its transmit step; an application thread tries each
+//! gate in turn. What a flush left for lack of room in the socket stays in
+//! its gate's queue, with its claims, and that gate takes no new datagrams
+//! until it has left: the progress thread (which waits for POLLOUT) sends
+//! it. An application thread never waits for room: it leaves the queue and
+//! rings the doorbell.
 //!
 //! The progress thread is woken only when it must act: more datagrams than
 //! a batch, a send refused for room, or a new engine deadline (an ACK timer)
@@ -64,13 +68,15 @@ use crate::share::Slot;
 use crate::socket;
 
 /// What the application's threads need to transmit by themselves.
-pub(crate) struct CallerTx {
+pub(crate) struct CallerTx<C> {
     /// A duplicate of the progress thread's socket.
     socket: UdpSocket,
     local: SocketAddr,
     /// This process's slot of a shared address, if any.
     share: Option<Arc<Slot>>,
-    gate: Mutex<TxGate>,
+    /// The first is the progress thread's (the application threads' too
+    /// when it is free).
+    gates: Box<[Mutex<TxGate<C>>]>,
     /// `DriverOptions::caller_tx_stream_gap`, ns.
     stream_gap: Nanos,
     /// When the device's last post came (engine clock, ns).
@@ -79,42 +85,79 @@ pub(crate) struct CallerTx {
     wanted: AtomicBool,
 }
 
-/// What the transmit gate guards (see the module doc).
-pub(crate) struct TxGate {
-    /// The device's transmit queue: taken from the engine, not yet in the
-    /// kernel, in the engine's order.
+/// What a transmit gate guards (see the module doc).
+pub(crate) struct TxGate<C> {
+    /// A transmit queue: taken from the engine, not yet in the kernel, in
+    /// the engine's order.
     pub(crate) q: TxBatch,
     /// The application threads' sender (its GSO state is its own).
     sender: socket::Sender,
+    /// What the engine gave this queue's datagrams to no other thread.
+    pub(crate) claims: C,
+}
+
+/// Transmit gates: one for the progress thread and, if the engine's claims
+/// keep each QP's order (`Engine::CLAIMS_ORDER`), one per core (at most 4)
+/// for the application threads; else the one.
+fn gate_count(claims_order: bool) -> usize {
+    match claims_order {
+        true => 1 + std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+        false => 1,
+    }
 }
 
 /// `CallerTx::last_post` before the first post.
 const NEVER: Nanos = Nanos::MAX;
 
-impl CallerTx {
-    pub(crate) fn new(socket: UdpSocket, local: SocketAddr, opts: &DriverOptions) -> Self {
+impl<C: Default> CallerTx<C> {
+    pub(crate) fn new(
+        socket: UdpSocket,
+        local: SocketAddr,
+        opts: &DriverOptions,
+        claims_order: bool,
+    ) -> Self {
+        let gate = || {
+            Mutex::new(TxGate {
+                q: TxBatch::new(opts.batch.max(1), opts.max_datagram_bytes.max(1)),
+                sender: socket::Sender::new(opts.gso),
+                claims: C::default(),
+            })
+        };
         CallerTx {
             socket,
             local,
             share: opts.share.clone(),
-            gate: Mutex::new(TxGate {
-                q: TxBatch::new(opts.batch.max(1), opts.max_datagram_bytes.max(1)),
-                sender: socket::Sender::new(opts.gso),
-            }),
+            gates: (0..gate_count(claims_order)).map(|_| gate()).collect(),
             stream_gap: u64::try_from(opts.caller_tx_stream_gap.as_nanos()).unwrap_or(u64::MAX),
             last_post: AtomicU64::new(NEVER),
             wanted: AtomicBool::new(false),
         }
     }
+}
 
-    /// The transmit gate, waited for (the progress thread). An application
-    /// thread holds it for one batch (up to [`LOOPBACK_ROUNDS`]) and never
-    /// waits inside it for room in the socket, but may wait there for the
-    /// same-host path's lock (and, on a first datagram to a peer, for that
-    /// path to set up its ring; up to `shm::FULL_WAIT` on a full ring) and
-    /// for the engine lock to hand a looped-back datagram to the engine.
-    pub(crate) fn gate(&self) -> MutexGuard<'_, TxGate> {
-        self.gate.lock().unwrap_or_else(PoisonError::into_inner)
+impl<C> CallerTx<C> {
+    /// The progress thread's transmit gate, waited for. An application
+    /// thread holds a gate for one batch (up to [`LOOPBACK_ROUNDS`]) and
+    /// never waits inside it for room in the socket, but may wait there for
+    /// the same-host path's lock (and, on a first datagram to a peer, for
+    /// that path to set up its ring; up to `shm::FULL_WAIT` on a full ring)
+    /// and for the engine's read lock to hand a looped-back datagram to it.
+    pub(crate) fn gate(&self) -> MutexGuard<'_, TxGate<C>> {
+        self.gates[0].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The other gates (the application threads'), each if no one holds it.
+    pub(crate) fn other_gates(&self) -> impl Iterator<Item = MutexGuard<'_, TxGate<C>>> {
+        self.gates[1..].iter().filter_map(try_gate)
+    }
+
+    /// A gate no one holds whose queue is empty, if any (an application
+    /// thread's way in; the progress thread's own first).
+    fn free_gate(&self) -> Option<MutexGuard<'_, TxGate<C>>> {
+        self.gates
+            .iter()
+            .filter_map(try_gate)
+            .find(|g| g.q.is_empty())
     }
 
     /// A post at `now`: true if it follows the previous one by less than the
@@ -140,7 +183,15 @@ impl CallerTx {
     }
 }
 
-impl<E> Shared<E> {
+fn try_gate<C>(m: &Mutex<TxGate<C>>) -> Option<MutexGuard<'_, TxGate<C>>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+impl<E: Engine> Shared<E> {
     /// The application threads' transmit is on and a thread polls a CQ (its
     /// lease holds at `now`): that thread transmits, the progress thread
     /// only flushes what waits for room.
@@ -177,15 +228,9 @@ impl<E: Engine> Shared<E> {
     /// rings the doorbell.
     pub(crate) fn transmit_here(&self) -> Option<usize> {
         let tx = self.caller_tx.as_ref()?;
-        let mut gate = match tx.gate.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
+        // None free, or all wait for room: the progress thread's.
+        let mut gate = tx.free_gate()?;
         let g = &mut *gate;
-        if !g.q.is_empty() {
-            return None; // waits for room: the progress thread's
-        }
         let mut notes = Vec::new();
         let (mut sent, mut ring, mut more) = (0, false, false);
         for round in 0..LOOPBACK_ROUNDS {
@@ -202,7 +247,9 @@ impl<E: Engine> Shared<E> {
                 let now = self.clock.now();
                 let mut slot = 0;
                 while slot < g.q.slots() {
-                    let Some(t) = engine.poll_transmit(now, g.q.slot_mut(slot)) else {
+                    let Some(t) =
+                        engine.poll_transmit_claimed(now, g.q.slot_mut(slot), &mut g.claims)
+                    else {
                         break;
                     };
                     if t.len > g.q.slot_mut(slot).len() {
@@ -224,9 +271,6 @@ impl<E: Engine> Shared<E> {
                 while let Some(n) = engine.poll_notification() {
                     notes.push(n);
                 }
-                ring |= engine
-                    .poll_timeout()
-                    .is_some_and(|d| d < self.wake_at.load(SeqCst));
             }
             let mut wire = CallerWire {
                 shared: self,
@@ -238,9 +282,18 @@ impl<E: Engine> Shared<E> {
             let blocked = batch::flush(&mut g.q, &mut wire).blocked;
             sent += wire.sent;
             if blocked {
+                // What is left stays in the gate, claimed: the progress
+                // thread sends it when the socket has room.
                 ring = true;
                 break;
             }
+            // All of it left: the QPs it came from may go to any thread.
+            let engine = self.engine();
+            more |= engine.release_claims(&mut g.claims);
+            ring |= engine
+                .poll_timeout()
+                .is_some_and(|d| d < self.wake_at.load(SeqCst));
+            drop(engine);
             if wire.looped == 0 {
                 break;
             }
@@ -266,9 +319,9 @@ impl<E: Engine> Shared<E> {
 const LOOPBACK_ROUNDS: usize = 4;
 
 /// An application thread as the sink of a [`TxBatch`] flush.
-struct CallerWire<'a, E> {
+struct CallerWire<'a, E: Engine> {
     shared: &'a Shared<E>,
-    tx: &'a CallerTx,
+    tx: &'a CallerTx<E::Claims>,
     sender: &'a mut socket::Sender,
     sent: usize,
     /// Datagrams handed to our own engine (the loopback shortcut).
@@ -348,6 +401,7 @@ mod tests {
     }
 
     impl Engine for Queue {
+        type Claims = ();
         fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, p: &[u8]) {
             if let Some(to) = self.1 {
                 self.0.lock().unwrap().push_back((to, [b"re:", p].concat()));

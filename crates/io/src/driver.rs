@@ -112,7 +112,7 @@ impl Doorbell {
 }
 
 /// State shared by the driver handle, the progress thread and the API layer.
-pub(crate) struct Shared<E> {
+pub(crate) struct Shared<E: Engine> {
     pub(crate) engine: RwLock<E>,
     pub(crate) doorbell: Doorbell,
     pub(crate) stop: AtomicBool,
@@ -127,7 +127,7 @@ pub(crate) struct Shared<E> {
     /// The RAW_PACKET QPs' packet sockets (crate::raw).
     pub(crate) raw: crate::raw::RawSockets,
     /// The posting threads' own transmit, if on (see the module doc).
-    pub(crate) caller_tx: Option<CallerTx>,
+    pub(crate) caller_tx: Option<CallerTx<E::Claims>>,
     /// When the sleeping progress thread wakes by itself (engine clock, ns);
     /// 0 while it is awake. Written under the engine lock.
     pub(crate) wake_at: AtomicU64,
@@ -139,7 +139,7 @@ pub(crate) struct Shared<E> {
     pub(crate) shm: Option<Mutex<crate::shm::ShmPath>>,
 }
 
-impl<E> Shared<E> {
+impl<E: Engine> Shared<E> {
     pub(crate) fn new(
         engine: E,
         clock: Clock,
@@ -238,7 +238,11 @@ impl<E: Engine> Driver<E> {
         // The application threads' own transmit: not with faults or capture
         // (they live in the progress thread).
         let caller_tx = (opts.caller_tx && !opts.faults.is_active() && opts.capture.is_none())
-            .then(|| socket.try_clone().map(|s| CallerTx::new(s, local, &opts)))
+            .then(|| {
+                socket
+                    .try_clone()
+                    .map(|s| CallerTx::new(s, local, &opts, E::CLAIMS_ORDER))
+            })
             .transpose()?;
         let (clock, origin) = (Clock::new(), SystemTime::now());
         let capture = match &opts.capture {

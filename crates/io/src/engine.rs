@@ -74,6 +74,15 @@ pub enum Notification {
 
 /// The sans-IO protocol engine as a driver sees it. See the module doc for the call order.
 pub trait Engine: Send + Sync + 'static {
+    /// What one transmitting thread keeps of the engine between taking a
+    /// batch of datagrams and putting it on the wire
+    /// ([`Engine::poll_transmit_claimed`]); `()` for an engine whose
+    /// datagrams may leave in any order.
+    type Claims: Default + Send + 'static;
+    /// Whether [`Engine::Claims`] keep what must leave in order with one
+    /// thread, so that several threads may transmit at once; otherwise
+    /// (the default) one thread transmits at a time, in the engine's order.
+    const CLAIMS_ORDER: bool = false;
     /// A datagram arrived: `from` is the sender, `to` the local address it was sent to.
     /// (`to` is the driver's bound address: a wildcard bind reports the wildcard,
     /// as IP_PKTINFO is not read yet; for a datagram read from a multicast
@@ -90,6 +99,24 @@ pub trait Engine: Send + Sync + 'static {
     }
     /// Writes the next datagram to send into `buf`; `None` when nothing is ready.
     fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
+    /// [`Engine::poll_transmit`] for a thread that gathers a batch before it
+    /// sends while other threads may transmit too: what must leave in order
+    /// with this datagram (a QP's later packets) is given to no other thread
+    /// until this one calls [`Engine::release_claims`], once the batch left.
+    fn poll_transmit_claimed(
+        &self,
+        now: Nanos,
+        buf: &mut [u8],
+        _claims: &mut Self::Claims,
+    ) -> Option<Transmit> {
+        self.poll_transmit(now, buf)
+    }
+    /// The batch taken with `claims` left: the engine may give what it
+    /// claimed to any thread again. Whether it has datagrams ready since
+    /// (the caller then transmits again or wakes someone).
+    fn release_claims(&self, _claims: &mut Self::Claims) -> bool {
+        false
+    }
     /// When the engine next needs [`Engine::handle_timeout`] (absolute), if ever.
     fn poll_timeout(&self) -> Option<Nanos>;
     /// Timers due at or before `now` fire.

@@ -372,6 +372,7 @@ mod tests {
     struct Keep(Mutex<Vec<(SocketAddr, Vec<u8>)>>, bool, Option<Nanos>);
 
     impl Engine for Keep {
+        type Claims = ();
         fn handle_datagram(&self, _: Nanos, from: SocketAddr, _: SocketAddr, p: &[u8]) {
             self.0.lock().unwrap().push((from, p.to_vec()));
         }

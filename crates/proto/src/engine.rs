@@ -836,7 +836,7 @@ impl Engine {
     /// After a call of QP `h`'s actor (its lock held): into the ready queue
     /// if it may send (once), and its deadline into the timer heap.
     #[inline]
-    fn sync(&self, h: QpHandle, q: &mut Qp) {
+    pub(crate) fn sync(&self, h: QpHandle, q: &mut Qp) {
         // The state mirror the receive ring checks posts against; WQEs posted
         // while it said otherwise are flushed or discarded now (proto::rq).
         if q.recv_ring().set_state(q.ctl.state()) {
@@ -854,7 +854,9 @@ impl Engine {
             let mut sink = engine_sink!(self, h);
             q.take_posted(&mut sink);
         }
-        let ready = q.take_wants_tx() && !q.dp.scheduled;
+        // A claimed QP keeps its wish: its thread gives it turns, and lets
+        // it go to the ready queue when its batch left (datapath/tx.rs).
+        let ready = !q.dp.claimed && q.take_wants_tx() && !q.dp.scheduled;
         // Most calls leave the deadline as the heap has it.
         let deadline = q.deadline();
         let moved = deadline != q.dp.in_heap;

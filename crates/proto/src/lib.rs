@@ -69,13 +69,14 @@
 //!   Qp::take_posted: tail (Acquire) → each slot → Qp::post_send (recycled WQE, no
 //!   allocation in steady state) or, in ERR/SQE, a flush completion (RESET: dropped)
 //!   → head (Release); a WQE leaving the send queue → queued −= 1 before its completion
-//!   Engine::sync(h): wants_tx → ready queue (once); the ring's mirror (a change to
+//!   Engine::sync(h): wants_tx → ready queue (once; a claimed QP's stays with its
+//!   thread, sched::TxClaims); the ring's mirror (a change to
 //!   ERR/SQE/RESET: SeqCst fence, then take what the ring holds)
-//! Engine::poll_transmit(now, mem, buf)                    datapath/tx.rs
+//! Engine::poll_transmit(now, mem, buf)  (or _claimed, with a thread's claims)   datapath/tx.rs
 //!   Engine::take_posted: the PostedList's QPs (only those) → drive_ctl → ready queue
-//!   ready.pop_front() → Qp::next_packet: response first, else Requester::next_packet
+//!   ready.pop_front() (claimed) → Qp::next_packet: response first, else Requester::next_packet
 //!   → gather (MR check) → emit headers + ICRC into buf → after_request (ACK timer / UC·UD completion)
-//!   sync(h): sent → back of the ready queue; deadline → timer heap
+//!   sync(h): deadline → timer heap; release_claims: more to send → back of the ready queue
 //! ```
 //!
 //! Who calls `poll_transmit` after a post is the driver's choice: sv_io's
@@ -101,7 +102,7 @@
 //! # The path of a poll (no engine, no engine lock)
 //!
 //! ```text
-//! producer (the engine, under its lock): Sink::complete → CqRing::push   cq.rs
+//! producer (a QP's turn, under the CQ's producer lock): Sink::complete → CqRing::push   cq.rs
 //!   head (Acquire) → room? (else overrun for good) → slot words (cqe.rs) → tail (Release)
 //!   → SeqCst fence → notify armed? → disarm (CAS), completion event
 //! pollers (any thread, any number): SharedCq::poll_with            cq.rs
@@ -125,6 +126,15 @@
 //!   Engine::sync(h): responses/resends queued → ready queue; new deadline → timer heap
 //! Engine::handle_timeout(now): timer heap pops the due QPs → Qp::on_timeout → sync
 //! ```
+//!
+//! # Threads
+//!
+//! The data path above takes `&self`: several threads run it at once, each
+//! holding the lock of the QP whose turn it is and, briefly, those of what
+//! QPs share (an SRQ's queue, a CQ's producer side, the event queue, the
+//! scheduler; [`lock`], spec/concurrency.md §2); control verbs take
+//! `&mut self`. A thread that gathers a batch of datagrams keeps the QPs it
+//! took them from ([`sched::TxClaims`]) until the batch left.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -3,6 +3,8 @@
 //!
 //! - [`ReadyQueue`]: QPs that may have a packet to send, round robin. A QP is
 //!   in it at most once (the engine keeps an "in the queue" flag beside it).
+//! - [`TxClaims`]: the QPs one transmitting thread keeps until its batch
+//!   left (their packets must not be overtaken by another thread's).
 //! - [`TimerHeap`]: one deadline per QP (the earlier of its local ACK timer
 //!   and RNR wait), in an indexed binary min-heap ordered by (deadline, slot):
 //!   the next deadline is read in O(1); setting, moving or removing a QP's
@@ -222,5 +224,27 @@ mod tests {
             assert_eq!(heap.peek().map(|(t, q)| (t, q.index())), min, "step {step}");
             assert_eq!(heap.len(), model.len());
         }
+    }
+}
+
+/// The QPs one transmitting thread gave turns to since it last put its
+/// datagrams on the wire. A QP's packets must leave in the order the QP made
+/// them, so while one may sit in this thread's batch no other thread gives
+/// the QP a turn: it stays with this thread (`Engine::poll_transmit_claimed`)
+/// until the thread lets it go (`Engine::release_claims`), after the
+/// batch left. Several threads may so transmit at once, each with its QPs.
+#[derive(Debug, Default)]
+pub struct TxClaims {
+    /// The QPs, and whether their last turn sent (only those get another
+    /// before the release: what wakes one meanwhile waits for it).
+    pub(crate) qps: Vec<(QpHandle, bool)>,
+    /// Where the round robin among them goes on.
+    pub(crate) next: usize,
+}
+
+impl TxClaims {
+    /// No QP claimed.
+    pub fn is_empty(&self) -> bool {
+        self.qps.is_empty()
     }
 }

@@ -38,6 +38,9 @@ impl DeviceEngine {
 }
 
 impl sv_io::Engine for DeviceEngine {
+    type Claims = proto::datapath::TxClaims;
+    const CLAIMS_ORDER: bool = true;
+
     fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.engine.set_now(now);
         self.engine
@@ -60,6 +63,25 @@ impl sv_io::Engine for DeviceEngine {
                 to: t.to,
                 len: t.len,
             })
+    }
+
+    fn poll_transmit_claimed(
+        &self,
+        now: Nanos,
+        buf: &mut [u8],
+        claims: &mut Self::Claims,
+    ) -> Option<Transmit> {
+        self.engine.set_now(now);
+        self.engine
+            .poll_transmit_claimed(now, &self.mem, buf, claims)
+            .map(|t| Transmit {
+                to: t.to,
+                len: t.len,
+            })
+    }
+
+    fn release_claims(&self, claims: &mut Self::Claims) -> bool {
+        self.engine.release_claims(claims)
     }
 
     fn poll_timeout(&self) -> Option<Nanos> {

@@ -78,7 +78,7 @@ struct Readable {
     services: bool,
 }
 
-pub(crate) struct Progress<E> {
+pub(crate) struct Progress<E: Engine> {
     shared: Arc<Shared<E>>,
     socket: UdpSocket,
     local: SocketAddr,
@@ -95,6 +95,8 @@ pub(crate) struct Progress<E> {
     /// room. Unused while the application threads transmit too
     /// (crate::callertx: the queue is then under the transmit gate).
     txq: TxBatch,
+    /// What the engine gave `txq`'s datagrams (`None` only while in use).
+    claims: Option<E::Claims>,
     /// (slot, datagram, time polled) of one collection, reused.
     collected: Vec<(usize, crate::engine::Transmit, Nanos)>,
     notes: Vec<Notification>,
@@ -157,6 +159,7 @@ impl<E: Engine> Progress<E> {
             rx_want: 1,
             // With the application threads' transmit, the queue is the gate's.
             txq,
+            claims: Some(Default::default()),
             collected: Vec::with_capacity(batch),
             notes: Vec::with_capacity(opts.batch.max(1)),
             batch: opts.batch.max(1),
@@ -512,38 +515,54 @@ impl<E: Engine> Progress<E> {
     fn transmit(&mut self) -> bool {
         let shared = self.shared.clone();
         let Some(tx) = shared.caller_tx.as_ref() else {
-            let mut q = std::mem::take(&mut self.txq);
-            let work = self.transmit_with(&mut q, true);
-            self.txq = q;
+            let (mut q, mut claims) = (std::mem::take(&mut self.txq), self.claims.take());
+            let work =
+                self.transmit_with(&mut q, claims.get_or_insert_with(Default::default), true);
+            (self.txq, self.claims) = (q, claims);
             return work;
         };
-        // The queue is the gate's (crate::callertx), held for the whole step.
+        // What the application threads' gates left for want of room.
+        let mut work = false;
+        for mut g in tx.other_gates() {
+            if !g.q.is_empty() {
+                let g = &mut *g;
+                work |= self.transmit_with(&mut g.q, &mut g.claims, false);
+            }
+        }
+        // The queue is the first gate's (crate::callertx), held for the whole step.
         let mut gate = tx.gate();
+        let g = &mut *gate;
         if shared.polled(shared.clock.now()) {
             // A thread polls a CQ: it transmits; what waits for room is ours.
             tx.want();
-            return self.transmit_with(&mut gate.q, false);
+            return work | self.transmit_with(&mut g.q, &mut g.claims, false);
         }
         tx.take_wanted();
-        self.transmit_with(&mut gate.q, true)
+        work | self.transmit_with(&mut g.q, &mut g.claims, true)
     }
 
     /// Whether datagrams wait for room in the socket.
     fn tx_waiting(&self) -> bool {
         match &self.shared.caller_tx {
-            Some(tx) => !tx.gate().q.is_empty(),
+            Some(tx) => !tx.gate().q.is_empty() || tx.other_gates().any(|g| !g.q.is_empty()),
             None => !self.txq.is_empty(),
         }
     }
 
     /// Flushes what waits in `q`, then, if `collect`, collects and sends.
-    fn transmit_with(&mut self, q: &mut TxBatch, collect: bool) -> bool {
+    /// Once `q` is empty (all of it left), the engine's `claims` on what it
+    /// held are let go.
+    fn transmit_with(&mut self, q: &mut TxBatch, claims: &mut E::Claims, collect: bool) -> bool {
         let mut work = false;
         if !q.is_empty() {
             // Already through the faults: they only waited for room.
             let f = batch::flush(q, &mut Wire(self));
             work = f.done > 0;
-            if f.blocked || !collect {
+            if f.blocked {
+                return work;
+            }
+            self.shared.engine().release_claims(claims);
+            if !collect {
                 return work;
             }
         } else if !collect {
@@ -555,28 +574,31 @@ impl<E: Engine> Progress<E> {
         let mut budget = q.slots();
         while budget > 0 {
             q.reset();
-            let n = self.collect(q, budget);
+            let n = self.collect(q, claims, budget);
+            let blocked = n > 0 && batch::flush(q, &mut Wire(self)).blocked;
+            if blocked {
+                break;
+            }
+            // All of it left (a turn that found nothing claims its QP too).
+            self.shared.engine().release_claims(claims);
             if n == 0 {
                 break;
             }
             work = true;
             budget -= n;
-            if batch::flush(q, &mut Wire(self)).blocked {
-                break;
-            }
         }
         work
     }
 
     /// Polls up to `max` datagrams from the engine (one lock) into the slots of
     /// `q` and queues those the transmit faults let pass; how many were polled.
-    fn collect(&mut self, q: &mut TxBatch, max: usize) -> usize {
+    fn collect(&mut self, q: &mut TxBatch, claims: &mut E::Claims, max: usize) -> usize {
         let mut collected = std::mem::take(&mut self.collected);
         {
             let engine = self.shared.engine();
             for i in 0..max.min(q.slots()) {
                 let now = self.shared.clock.now();
-                let Some(t) = engine.poll_transmit(now, q.slot_mut(i)) else {
+                let Some(t) = engine.poll_transmit_claimed(now, q.slot_mut(i), claims) else {
                     break;
                 };
                 collected.push((i, t, now));
@@ -736,7 +758,7 @@ pub(crate) fn forward(
 }
 
 /// The progress thread as the sink of a [`TxBatch`] flush.
-struct Wire<'a, E>(&'a mut Progress<E>);
+struct Wire<'a, E: Engine>(&'a mut Progress<E>);
 
 impl<E: Engine> TxSink for Wire<'_, E> {
     fn is_local(&self, to: SocketAddr, bytes: &[u8]) -> bool {

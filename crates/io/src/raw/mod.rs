@@ -217,7 +217,7 @@ impl RawPath {
         }
     }
 
-    fn refresh<E>(&mut self, shared: &Shared<E>) {
+    fn refresh<E: Engine>(&mut self, shared: &Shared<E>) {
         let v = shared.raw.version.load(SeqCst);
         if v != self.seen {
             self.sockets.clone_from(&shared.raw.lock());
@@ -346,7 +346,7 @@ impl RawPath {
 
 /// One frame leaves through QP `qpn`'s socket and, once the kernel took it,
 /// goes into the capture.
-fn send_frame<E>(
+fn send_frame<E: Engine>(
     sockets: &[Arc<RawSocket>],
     shared: &Shared<E>,
     qpn: u32,

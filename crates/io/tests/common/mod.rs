@@ -67,6 +67,7 @@ impl From<FakeState> for Fake {
 }
 
 impl Engine for Fake {
+    type Claims = ();
     fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         let mut s = self.lock();
         s.inbox.push(Received {

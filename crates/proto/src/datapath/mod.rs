@@ -23,6 +23,8 @@ use crate::handle::{CqHandle, QpHandle};
 
 pub use crate::frame::{Frame, RawCounters, DEFAULT_FRAME_MAX, ETH_HEADER_LEN, VLAN_TAG_LEN};
 
+pub use crate::sched::TxClaims;
+
 pub use crate::output::{
     AsyncEventKind, DeviceCounters, Event, EventElement, PostOutcome, Transmit, ROCE_PORT,
 };
@@ -62,7 +64,7 @@ impl crate::Engine {
     pub fn qp_tx_pending(&self, h: QpHandle) -> bool {
         self.qps.get(h).is_some_and(|q| {
             let q = q.lock();
-            q.dp.scheduled || q.dp.wants_tx || q.send_ring().pending() > 0
+            q.dp.scheduled || q.dp.claimed || q.dp.wants_tx || q.send_ring().pending() > 0
         })
     }
 

@@ -2,19 +2,42 @@
 //! [`Engine::poll_transmit`] gives the QP at the front of the ready queue one
 //! turn ([`crate::qp::actor::Qp::next_packet`]: one packet, responses before
 //! requests) and puts it at the back if it sent; QPs with nothing to send
-//! are never visited. Timers are one deadline per QP in a heap
+//! are never visited. A thread that gathers a batch keeps the QPs it gave
+//! turns until the batch left ([`crate::sched::TxClaims`]), so several threads transmit at
+//! once without reordering a QP's packets. Timers are one deadline per QP in a heap
 //! ([`crate::sched::TimerHeap`]); expiry runs only the QPs that are due.
 
+use crate::handle::QpHandle;
 use crate::memory::Memory;
 use crate::output::Transmit;
+use crate::sched::TxClaims;
 use crate::Engine;
 
 impl Engine {
     /// Writes the next datagram into `buf` (at least one path MTU plus 64
-    /// bytes of headers). `None` when nothing is ready now. Several threads
-    /// may call it at once: each turn holds only its QP's lock (and the
-    /// scheduler's, to take the QP off the ready queue).
+    /// bytes of headers). `None` when nothing is ready now. The QP whose
+    /// turn it was goes to the back of the ready queue if it has more.
     pub fn poll_transmit(&self, now: u64, mem: &dyn Memory, buf: &mut [u8]) -> Option<Transmit> {
+        let mut claims = TxClaims::default();
+        let t = self.poll_transmit_claimed(now, mem, buf, &mut claims);
+        self.release_claims(&mut claims);
+        t
+    }
+
+    /// [`Engine::poll_transmit`] for a thread that gathers a batch before it
+    /// sends: the QPs it gives turns stay in `claims` (no other thread gives
+    /// them one) until [`Engine::release_claims`], which the thread calls
+    /// once the batch left. Each call first takes the QP at the front of the
+    /// ready queue, then goes round the claimed QPs that still send. Each
+    /// turn holds only its QP's lock (and the scheduler's, to take the QP off
+    /// the ready queue).
+    pub fn poll_transmit_claimed(
+        &self,
+        now: u64,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+        claims: &mut TxClaims,
+    ) -> Option<Transmit> {
         // What was posted on send rings since the last turn joins the queues.
         self.take_posted();
         // CM hook: MADs go first (gsi.rs, spec/cm.md §7).
@@ -22,36 +45,80 @@ impl Engine {
             return Some(t);
         }
         while let Some(h) = self.next_ready() {
-            let Some(q) = self.qps.get(h) else { continue };
-            let mut q = q.lock();
-            // A QP that sent its last packet comes round once more to find
-            // nothing: decide that without the turn (the same outcome: off
-            // the queue until something wakes it; nothing else changes).
-            if q.tx_idle() {
-                q.dp.scheduled = false;
-                q.dp.wants_tx = false;
+            claims.qps.push((h, false));
+            let i = claims.qps.len() - 1;
+            if let Some(t) = self.claimed_turn(claims, i, now, mem, buf) {
+                return Some(t);
+            }
+        }
+        let n = claims.qps.len();
+        for _ in 0..n {
+            let i = claims.next % n;
+            claims.next = claims.next.wrapping_add(1);
+            if !claims.qps[i].1 {
                 continue;
             }
-            let turn = self.drive_locked(h, q, mem, |q, env, sink| {
-                q.dp.scheduled = false;
-                let t = q.next_packet(now, env, buf, sink);
-                // A QP that sent goes to the back of the queue for its next
-                // packet; one that had nothing waits until something wakes it.
-                q.dp.wants_tx = t.is_some();
-                t
-            });
-            if let Some(t) = turn {
-                self.dev.counters.packets_sent.bump();
-                self.dev.counters.bytes_sent.add(t.len as u64);
+            if let Some(t) = self.claimed_turn(claims, i, now, mem, buf) {
                 return Some(t);
             }
         }
         None
     }
 
+    /// A turn of claimed QP `claims.qps[i]`: its next packet, if it has one.
+    fn claimed_turn(
+        &self,
+        claims: &mut TxClaims,
+        i: usize,
+        now: u64,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let h = claims.qps[i].0;
+        let mut q = self.qps.get(h)?.lock();
+        q.dp.claimed = true;
+        q.dp.scheduled = false;
+        // A QP that sent its last packet comes round once more to find
+        // nothing: decide that without the turn (the same outcome: no turn
+        // until something wakes it; nothing else changes).
+        if q.tx_idle() {
+            q.dp.wants_tx = false;
+            claims.qps[i].1 = false;
+            return None;
+        }
+        let t = self.drive_locked(h, q, mem, |q, env, sink| {
+            let t = q.next_packet(now, env, buf, sink);
+            // A QP that sent has another turn; one that had nothing waits
+            // until something wakes it.
+            q.dp.wants_tx = t.is_some();
+            t
+        });
+        claims.qps[i].1 = t.is_some();
+        let t = t?;
+        self.dev.counters.packets_sent.bump();
+        self.dev.counters.bytes_sent.add(t.len as u64);
+        Some(t)
+    }
+
+    /// Lets the claimed QPs go (their packets left): each that has more, or
+    /// was woken meanwhile (an ACK, a post), goes to the back of the ready
+    /// queue. Whether one did.
+    pub fn release_claims(&self, claims: &mut TxClaims) -> bool {
+        let mut queued = false;
+        for (h, _) in claims.qps.drain(..) {
+            let Some(q) = self.qps.get(h) else { continue };
+            let mut q = q.lock();
+            q.dp.claimed = false;
+            self.sync(h, &mut q);
+            queued |= q.dp.scheduled;
+        }
+        claims.next = 0;
+        queued
+    }
+
     /// The QP at the front of the ready queue (the scheduler's lock is let
     /// go before the QP's is taken).
-    fn next_ready(&self) -> Option<crate::handle::QpHandle> {
+    fn next_ready(&self) -> Option<QpHandle> {
         self.dev.sched.lock().ready.pop_front()
     }
 

@@ -125,6 +125,10 @@ pub struct QpData {
     pub rnr_until: Option<u64>,
     /// In the engine's ready queue (the engine's flag, kept beside the QP).
     pub scheduled: bool,
+    /// Its packets may sit in a transmitting thread's batch, not yet on the
+    /// wire: only that thread gives it turns until it lets go
+    /// ([`crate::sched::TxClaims`]); the engine's flag.
+    pub claimed: bool,
     /// The deadline the engine's timer heap holds for this QP (the engine's).
     pub in_heap: Option<u64>,
     /// Something happened that may let the QP send (set by the QP, taken by
