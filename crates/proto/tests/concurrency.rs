@@ -1,41 +1,54 @@
 //! The data path of two engines driven from many threads at once
-//! (spec/concurrency.md §4): every thread holds only the read side of its
+//! (spec/concurrency.md): every thread holds only the read side of its
 //! engine's `RwLock` (`&Engine`) while it transmits, receives, runs timers
 //! or takes events, as `sv_io` does; posts go through the send and receive
 //! rings without the engine; control verbs take the write side (`&mut`).
 //!
 //! Two devices, A and B, each with ONE completion queue and ONE shared
-//! receive queue that all of its RC QPs use. Per device, at once:
-//! - a poster thread per QP (the send ring; the engine's write side only for
-//!   a Flush or Settle), and one keeping the SRQ stocked (its ring);
-//! - transmit: each datagram `poll_transmit` gives is handed to the peer's
-//!   `handle_datagram` (serial mode: one transmitting thread per device,
-//!   its datagrams spread by destination QP over two receiving threads, so
-//!   the packets of one QP arrive in order while different QPs' packets are
-//!   handled at once; reorder mode: two transmitting threads per device that
-//!   each hand their datagrams over directly, so one QP's packets may
-//!   overtake each other and RC must recover);
+//! receive queue that all of its RC QPs use (six QP slots: four carry
+//! traffic throughout, one is the victim, one is created midway). Per
+//! device, at once:
+//! - a poster thread per QP on its send ring (the engine's write side only
+//!   for a Flush or Settle), posting SEND, SEND with immediate, WRITE, WRITE
+//!   with immediate, READ and fetch-and-add of 8..3500 bytes (up to four
+//!   packets), now streaming, now waiting for its completions so that the
+//!   next post finds the QP idle; and one thread keeping the SRQ stocked;
+//! - transmit, in one of three modes (one test each): serial (one
+//!   transmitting thread per device, its datagrams spread by destination QP
+//!   over two receiving threads of the peer: each QP's packets in order,
+//!   different QPs' handled at once); reorder (two transmitting threads per
+//!   device, each handing its batch over itself: a QP's packets may
+//!   overtake each other and RC recovers); claims (two transmitting threads
+//!   with `poll_transmit_claimed` / `release_claims`: in order again). One
+//!   receiving path of each device takes `handle_local_datagram` (the
+//!   same-host path), the other `handle_datagram`;
 //! - CQ polling without the engine: A's CQ by two busy pollers, B's CQ only
 //!   by a poller that arms it and sleeps until a completion event that a
 //!   `poll_event` thread forwards (a lost event stalls the test);
-//! - a timer thread advancing the virtual clock to the next deadline when
-//!   the devices look idle (`handle_timeout` on both);
-//! - a control thread (write side): resizes both CQs up, moves B's victim QP
-//!   to ERR while both ends of the pair still post and send, destroys it,
-//!   creates and connects a new pair that then carries traffic, destroys A's
-//!   victim once it failed (retry exceeded), resizes both CQs down.
+//! - a timer thread: the virtual clock steps 1 ms per 16 moves, so
+//!   `handle_timeout` runs beside everything else, and jumps to the next
+//!   deadline when both devices look idle;
+//! - a control thread (write side): resizes both CQs up, arms B's SRQ limit,
+//!   moves B's victim QP to ERR while both ends of the pair still post and
+//!   send, destroys it, creates and connects a new pair that then carries
+//!   traffic, destroys A's victim once it failed (retry exceeded), resizes
+//!   both CQs down.
 //!
 //! Checked afterwards, from the completions in CQ order: every posted WR
-//! completed exactly once, in posting order, with its wr_id, opcode and
-//! status (Success everywhere but on the victim pair, whose statuses must
-//! be a run of successes, at most one transport error, then flushes); every
-//! SEND landed in exactly one SRQ WQE with its bytes, length and immediate;
+//! completed exactly once, in posting order, on its QP, with its opcode
+//! and status (Success everywhere but on the victim pair, whose statuses
+//! must be a run of successes, at most one transport error, then flushes);
+//! every SEND landed in exactly one SRQ WQE with its bytes, length and
+//! immediate, in the order sent, and every acknowledged one was received;
 //! every WRITE's bytes and every READ's bytes are where they belong; the
 //! fetch-and-adds of all QPs into one word form one chain (each executed
 //! exactly once); every SRQ WQE is either completed once or still queued;
-//! the datagram counters of the two devices agree. A watchdog fails the
-//! test (with the state of every QP) if the traffic does not finish in
-//! 60 s; no assertion is on speed.
+//! the datagram counters of the two devices agree and each device's agree
+//! with its QPs'; without reordering, no sequence NAK but after an RNR NAK;
+//! the async events are exactly one last-WQE event per victim and one
+//! SRQ-limit event if and only if the limit was disarmed. A watchdog fails
+//! the test (with the state of every QP) if the traffic does not finish in
+//! 60 s, and any thread's panic fails it at once; no assertion is on speed.
 
 use proto::cq::SharedCq;
 use proto::datapath::{AsyncEventKind, Event, EventElement};
@@ -44,6 +57,7 @@ use proto::engine::{CqHandle, PdHandle, QpCreate, QpHandle, SrqHandle};
 use proto::memory::{AtomicOp, Memory};
 use proto::qp::create::QpRequest;
 use proto::rq::{RecvRing, RingPost};
+use proto::sched::TxClaims;
 use proto::sq::{SendPost, SendRing};
 use proto::srq::SrqAttr;
 use proto::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
@@ -452,11 +466,24 @@ struct QpInfo {
     ring: Arc<SendRing>,
 }
 
+/// How datagrams go from one device to the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One transmitting thread per device; two receiving threads of the
+    /// peer, each owning the QPs of half the QPNs (a QP's packets in order).
+    Serial,
+    /// Two transmitting threads per device, each handing its batch over
+    /// itself (a QP's packets may overtake each other: RC recovers).
+    Reorder,
+    /// Two transmitting threads per device with transmit claims
+    /// (`poll_transmit_claimed`, `release_claims` once the batch is handed
+    /// over): each QP's packets stay in order.
+    Claims,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Config {
-    /// Two transmitting threads per device, each handing its datagrams over
-    /// itself (a QP's packets may overtake each other).
-    reorder: bool,
+    mode: Mode,
     /// WRs each QP posts.
     per: u64,
 }
@@ -716,15 +743,25 @@ fn dest_qpn(d: &[u8]) -> u32 {
     u32::from_be_bytes([0, d[5], d[6], d[7]])
 }
 
-/// Takes up to 32 datagrams from `side` (its read side held only meanwhile).
-fn take_batch(w: &World, side: usize, buf: &mut [u8]) -> Vec<Vec<u8>> {
+/// Takes up to 32 datagrams from `side` (its read side held only
+/// meanwhile), with `claims` through `poll_transmit_claimed`.
+fn take_batch(
+    w: &World,
+    side: usize,
+    buf: &mut [u8],
+    mut claims: Option<&mut TxClaims>,
+) -> Vec<Vec<u8>> {
     let s = &w.sides[side];
     let peer_ip = w.sides[1 - side].ip;
     let mut batch = Vec::new();
     let e = s.rd();
     let now = w.now.load(SeqCst);
     while batch.len() < 32 {
-        let Some(t) = e.poll_transmit(now, &s.mem, buf) else {
+        let t = match claims.as_deref_mut() {
+            Some(c) => e.poll_transmit_claimed(now, &s.mem, buf, c),
+            None => e.poll_transmit(now, &s.mem, buf),
+        };
+        let Some(t) = t else {
             break;
         };
         assert_eq!(t.to.ip(), peer_ip, "a datagram for the peer");
@@ -755,7 +792,7 @@ fn transmitter(w: &World, side: usize, shards: &[mpsc::Sender<Vec<u8>>]) {
     let mut buf = vec![0u8; 4096];
     while !w.stopped() {
         w.busy.fetch_add(1, SeqCst);
-        let batch = take_batch(w, side, &mut buf);
+        let batch = take_batch(w, side, &mut buf, None);
         let n = batch.len();
         for d in batch {
             let k = dest_qpn(&d) as usize % shards.len();
@@ -778,16 +815,23 @@ fn receiver(w: &World, side: usize, rx: &mpsc::Receiver<Vec<u8>>, local: bool) {
     }
 }
 
-/// Reorder mode: one of two transmitting threads of `side`, handing its
-/// datagrams to the peer itself (the peer's read side, after its own is let go).
+/// Reorder and claims modes: one of two transmitting threads of `side`,
+/// handing its datagrams to the peer itself (the peer's read side, after
+/// its own is let go); with claims, the QPs it took datagrams from are let
+/// go only after that.
 fn transmit_direct(w: &World, side: usize, local: bool) {
     let mut buf = vec![0u8; 4096];
+    let mut claims = TxClaims::default();
+    let claimed = w.cfg.mode == Mode::Claims;
     while !w.stopped() {
         w.busy.fetch_add(1, SeqCst);
-        let batch = take_batch(w, side, &mut buf);
+        let batch = take_batch(w, side, &mut buf, claimed.then_some(&mut claims));
         let n = batch.len();
         for d in batch {
             deliver(w, 1 - side, &d, local);
+        }
+        if claimed {
+            w.sides[side].rd().release_claims(&mut claims);
         }
         w.busy.fetch_sub(1, SeqCst);
         if n == 0 {
@@ -832,10 +876,11 @@ fn event_poller(w: &World, side: usize, wake: &mpsc::Receiver<Wake>) {
 }
 
 /// Takes every event of `side`'s engine: completion events wake B's poller,
-/// async events are kept.
+/// async events are kept. After the stop, what is left is taken once more.
 fn event_taker(w: &World, side: usize) {
     let s = &w.sides[side];
-    while !w.stopped() {
+    loop {
+        let last = w.stopped();
         let mut got = Vec::new();
         {
             let e = s.rd();
@@ -844,6 +889,9 @@ fn event_taker(w: &World, side: usize) {
             }
         }
         if got.is_empty() {
+            if last {
+                return;
+            }
             sleep(Duration::from_micros(50));
             continue;
         }
@@ -1154,7 +1202,7 @@ fn run(cfg: Config) -> Arc<World> {
         }
         t.spawn(&w, &format!("srq-{side}"), move |w| srq_poster(w, side));
         t.spawn(&w, &format!("events-{side}"), move |w| event_taker(w, side));
-        if cfg.reorder {
+        if cfg.mode != Mode::Serial {
             for k in 0..2 {
                 t.spawn(&w, &format!("tx-{side}-{k}"), move |w| {
                     transmit_direct(w, side, k == 1);
@@ -1462,6 +1510,18 @@ fn check_atomics(w: &World) {
 
 fn check_counters(w: &World) {
     let [a, b] = [w.sides[0].rd().counters(), w.sides[1].rd().counters()];
+    if w.cfg.mode != Mode::Reorder {
+        // Each QP's packets arrive in order: a responder finds a PSN ahead
+        // of the one it expects only behind an RNR NAK it sent (the
+        // packets that followed the refused one), once per NAK at most.
+        for (c, side) in [(&a, "A"), (&b, "B")] {
+            assert!(
+                c.qps.seq_naks_sent <= c.qps.rnr_naks_sent,
+                "side {side}: packets out of order: {:?}",
+                c.qps
+            );
+        }
+    }
     for (x, y, what) in [(&a, &b, "A to B"), (&b, &a, "B to A")] {
         assert_eq!(
             x.packets_sent, y.packets_received,
@@ -1556,7 +1616,7 @@ fn engines_are_shared_between_threads() {
 #[test]
 fn many_threads_one_cq_one_srq_every_wr_exactly_once() {
     let w = run(Config {
-        reorder: false,
+        mode: Mode::Serial,
         per: 150,
     });
     report(&w, "serial");
@@ -1569,9 +1629,22 @@ fn many_threads_one_cq_one_srq_every_wr_exactly_once() {
 #[test]
 fn reordering_transmitters_every_wr_exactly_once() {
     let w = run(Config {
-        reorder: true,
+        mode: Mode::Reorder,
         per: 100,
     });
     report(&w, "reorder");
+    check(&w);
+}
+
+/// Two transmitting threads per device with transmit claims: a QP's
+/// packets never overtake each other (no sequence NAK but after an RNR
+/// NAK), completions exactly once.
+#[test]
+fn claiming_transmitters_keep_each_qps_order() {
+    let w = run(Config {
+        mode: Mode::Claims,
+        per: 150,
+    });
+    report(&w, "claims");
     check(&w);
 }
