@@ -120,10 +120,14 @@ const PAGE: usize = 4096;
 
 /// Registered memory for threads: one lock per 4 KiB page (a copy takes the
 /// pages it spans one after another, as a real copy is not atomic either;
-/// an 8-byte atomic lies within one page).
+/// an 8-byte atomic lies within one page). Every fifth page touched, the
+/// copying thread yields: the engine calls it inside a QP's turn (the QP's
+/// lock held, and an SRQ's while a message is placed), so other threads
+/// run in the middle of turns.
 struct PagedMemory {
     base: u64,
     pages: Vec<Mutex<Vec<u8>>>,
+    touched: AtomicUsize,
 }
 
 impl PagedMemory {
@@ -132,6 +136,7 @@ impl PagedMemory {
         PagedMemory {
             base,
             pages: (0..n).map(|_| Mutex::new(vec![0; PAGE])).collect(),
+            touched: AtomicUsize::new(0),
         }
     }
 
@@ -146,8 +151,12 @@ impl PagedMemory {
             let n = (PAGE - off).min(len - done);
             let mut p = lock(&self.pages[page]);
             f(&mut p[off..off + n], done);
+            drop(p);
             done += n;
             at += n;
+            if self.touched.fetch_add(1, SeqCst) % 5 == 4 {
+                std::thread::yield_now();
+            }
         }
     }
 
