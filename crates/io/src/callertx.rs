@@ -43,11 +43,11 @@
 //!
 //! The progress thread is woken only when it must act: more datagrams than
 //! a batch, a send refused for room, or a new engine deadline (an ACK timer)
-//! earlier than the one it sleeps until (`Shared::wake_at`, published under
-//! the engine lock before it sleeps).
+//! earlier than the one it sleeps until (`Shared::wake_at`, published before
+//! its last look at the engine's deadline).
 //!
 //! Datagrams for the same-host path (crate::shm) go into its rings, as the
-//! progress thread's do: the gate keeps them in order with the socket's.
+//! progress thread's do: the claims keep them in order with the socket's.
 //!
 //! On by default (`DriverOptions::caller_tx`; `SOFTVERBS_CALLER_TX=0` turns it
 //! off); off while faults or capture are in use (those sit in the progress
@@ -360,9 +360,12 @@ impl<E: Engine> TxSink for CallerWire<'_, E> {
         let c = &self.shared.counters;
         let now = self.shared.clock.now();
         let local = self.tx.local;
+        // Sealed by this engine a moment ago and altered by nothing (no
+        // faults or capture while application threads transmit): the engine
+        // may skip its ICRC check, as for the same-host path.
         self.shared
             .engine()
-            .handle_datagram(now, local, local, bytes);
+            .handle_local_datagram(now, local, local, bytes);
         Counters::add(&c.loopback_datagrams, 1);
         Counters::add(&c.loopback_bytes, bytes.len() as u64);
         Counters::add(&c.caller_datagrams, 1);
@@ -425,6 +428,79 @@ mod tests {
         fn has_work(&self) -> bool {
             !self.0.lock().unwrap().is_empty()
         }
+    }
+
+    /// [`Queue`] whose claims (a count of datagrams taken) say they keep
+    /// each QP's order: several gates. Counts its releases.
+    #[derive(Default)]
+    struct Ordered(Queue, AtomicU64);
+
+    impl Engine for Ordered {
+        type Claims = u32;
+        const CLAIMS_ORDER: bool = true;
+        fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, p: &[u8]) {
+            self.0.handle_datagram(now, from, to, p);
+        }
+        fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+            self.0.poll_transmit(now, buf)
+        }
+        fn poll_transmit_claimed(
+            &self,
+            now: Nanos,
+            buf: &mut [u8],
+            c: &mut u32,
+        ) -> Option<Transmit> {
+            let t = self.0.poll_transmit(now, buf)?;
+            *c += 1;
+            Some(t)
+        }
+        fn release_claims(&self, c: &mut u32) -> bool {
+            if std::mem::take(c) > 0 {
+                self.1.fetch_add(1, SeqCst);
+            }
+            false
+        }
+        fn poll_timeout(&self) -> Option<Nanos> {
+            None
+        }
+        fn handle_timeout(&self, _: Nanos) {}
+        fn poll_notification(&self) -> Option<Notification> {
+            None
+        }
+        fn has_work(&self) -> bool {
+            self.0.has_work()
+        }
+    }
+
+    /// With an engine whose claims keep each QP's order, a post while
+    /// another thread holds the first gate leaves from the posting thread
+    /// through another gate, and the claims go once its batch left; with
+    /// one that does not (Queue) there is one gate.
+    #[test]
+    fn with_ordered_claims_a_post_goes_through_a_free_gate() {
+        let opts = DriverOptions {
+            caller_tx: true,
+            ..DriverOptions::default()
+        };
+        let d = Driver::start(Ordered::default(), "127.0.61.21:0".parse().unwrap(), opts).unwrap();
+        let peer = UdpSocket::bind("127.0.61.22:0").unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let to = peer.local_addr().unwrap();
+        let tx = d.shared().caller_tx.as_ref().unwrap();
+        assert!(tx.gates.len() > 1, "a gate per core beside the first");
+        let held = tx.gate();
+        d.with(|e| e.0.q().push_back((to, vec![5; 4])));
+        assert_eq!(d.posted(true), 1, "sent by the posting thread");
+        expect(&peer, &[5; 4]);
+        assert_eq!(
+            d.with(|e| *e.1.get_mut()),
+            1,
+            "its claims went after the send"
+        );
+        drop(held);
+        let (q, _) = pair("127.0.61.23", "127.0.61.24", DriverOptions::default());
+        assert_eq!(q.shared().caller_tx.as_ref().unwrap().gates.len(), 1);
     }
 
     /// A driver with the application threads' transmit on at `ip`, and a

@@ -1,11 +1,14 @@
 //! [`Driver`]: one UDP socket and one progress thread around an [`Engine`].
 //!
-//! The driver owns the engine (behind a mutex shared with the API layer), the
-//! socket (owned by the progress thread alone), the doorbell, the completion
-//! channels and the async-event queue of one device. The engine lock
-//! ([`Driver::with`]) is the way in for everything that changes the engine's
-//! objects, but not for polling: each CQ's ring is shared by the engine (its
-//! only producer, under the lock) and the pollers, who read it through
+//! The driver owns the engine (behind a reader-writer lock shared with the
+//! API layer), the socket (owned by the progress thread alone), the doorbell,
+//! the completion channels and the async-event queue of one device. The
+//! engine's data path (receive, transmit, timers, notifications) runs under
+//! the read side, from the progress thread and the application threads at
+//! once (the engine has its own locks, spec/concurrency.md §2); the write
+//! side ([`Driver::with`]) is the way in for everything that changes the
+//! engine's objects, but not for polling: each CQ's ring is shared by the
+//! engine (its producer) and the pollers, who read it through
 //! `proto::cq::SharedCq` with acquire/release indices and never take this
 //! lock (`ibv_poll_cq` and `ibv_req_notify_cq` contend only with other pollers
 //! of the same CQ). It promises:
@@ -17,8 +20,8 @@
 //!
 //! **Transmit by the application's threads** (crate::callertx): a thread
 //! that posted to an idle send queue, or polls an empty CQ, sends what the
-//! engine has ready itself, under the transmit gate that keeps the engine's
-//! order whichever thread sends; the progress thread keeps retransmission,
+//! engine has ready itself, under a transmit gate whose claims keep each
+//! QP's order whichever thread sends; the progress thread keeps retransmission,
 //! the ACK timers and what nobody else sends. While it is on, the progress
 //! thread sleeps at most 25 ms at a time, so that the usual ACK timeout a
 //! post arms (67 ms) comes after its wake-up and needs no doorbell.
@@ -129,7 +132,8 @@ pub(crate) struct Shared<E: Engine> {
     /// The posting threads' own transmit, if on (see the module doc).
     pub(crate) caller_tx: Option<CallerTx<E::Claims>>,
     /// When the sleeping progress thread wakes by itself (engine clock, ns);
-    /// 0 while it is awake. Written under the engine lock.
+    /// 0 while it is awake. Stored before the progress thread reads the
+    /// engine's deadline a last time (progress/sleep.rs `publish_wake_at`).
     pub(crate) wake_at: AtomicU64,
     /// The gate to the socket's receive side for polling threads (crate::pollrx).
     pub(crate) rx: crate::pollrx::RxGate,

@@ -28,7 +28,7 @@
 //! thread and from application threads (crate::pollrx, crate::callertx) at
 //! once; `Driver::with` takes the write side. So an engine is `Sync` and
 //! keeps its own locks for what two calls may share (proto: one per QP, per
-//! CQ, per SRQ, the scheduler and the event queue, spec/concurrency.md §4).
+//! CQ, per SRQ, the scheduler and the event queue, spec/concurrency.md §2).
 //!
 //! # What the engine promises
 //! - `poll_transmit` writes at most `buf.len()` bytes and reports that length;
@@ -90,7 +90,9 @@ pub trait Engine: Send + Sync + 'static {
     fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
     /// A datagram from the same-host path (`crate::shm`) that went from the
     /// sending engine, which sealed it, to this one through shared memory
-    /// only: no wire, and no fault injection that could alter it. The engine
+    /// only, or one this engine sent to its own address that an application
+    /// thread hands straight back (crate::callertx): no wire, and no fault
+    /// injection that could alter it. The engine
     /// may skip the ICRC check where nothing else needs it (spec/same-host.md
     /// §1 "The ICRC on the path"); everything else is as for
     /// [`Engine::handle_datagram`], which the default calls.

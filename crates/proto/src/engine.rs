@@ -175,7 +175,7 @@ pub(crate) struct Sched {
 
 /// Device-wide data-path state: the scheduler, the driver's event queue,
 /// the gather buffer and the device counters. Each part the data path
-/// changes has its own lock (spec/concurrency.md §4), none held across a
+/// changes has its own lock (spec/concurrency.md §2), none held across a
 /// QP's turn.
 #[derive(Debug)]
 pub struct DeviceData {
@@ -183,6 +183,8 @@ pub struct DeviceData {
     pub(crate) sched: Lock<Sched>,
     /// Events for the driver.
     pub(crate) events: Lock<VecDeque<Event>>,
+    /// QPs whose deadline passed, in the order their timers run (reused).
+    pub(crate) due: Lock<Vec<QpHandle>>,
     /// The UDP source port packets leave from (the driver's socket).
     pub(crate) local_port: u16,
     /// Gather buffer for the inline data of the safe API's posts (reused).
@@ -205,6 +207,7 @@ impl Default for DeviceData {
         DeviceData {
             sched: Lock::default(),
             events: Lock::default(),
+            due: Lock::default(),
             local_port: crate::output::ROCE_PORT,
             inline_buf: Vec::new(),
             counters: Default::default(),
@@ -261,7 +264,7 @@ pub struct Engine {
     pub(crate) cqs: Table<CqEntry, kind::Cq>,
     pub(crate) srqs: Table<SrqEntry, kind::Srq>,
     pub(crate) ahs: Table<Ah, kind::Ah>,
-    /// Each QP under its own lock: a QP's turn holds it (spec/concurrency.md §4).
+    /// Each QP under its own lock: a QP's turn holds it (spec/concurrency.md §2).
     pub(crate) qps: Table<Lock<Qp>, kind::Qp>,
     qpns: QpnMap,
     next_qpn: u32,
@@ -277,6 +280,8 @@ pub struct Engine {
     /// transmit turn clears it when none waits): spares every transmit the
     /// CM's lock.
     pub(crate) gsi_dirty: std::sync::atomic::AtomicBool,
+    /// A thread's [`crate::sched::TxClaims`] hold the CM's MADs.
+    pub(crate) gsi_claimed: std::sync::atomic::AtomicBool,
     /// The CM was reached since [`Engine::after_cm`] last looked.
     pub(crate) cm_touched: std::sync::atomic::AtomicBool,
     /// Multicast attachments (mcast.rs, datapath/mcast.rs).
@@ -314,6 +319,7 @@ impl Engine {
             gsi: Lock::new(gsi),
             gsi_dirty: Default::default(),
             cm_touched: Default::default(),
+            gsi_claimed: Default::default(),
             groups: crate::mcast::Groups::default(),
             xrc: crate::xrcd::XrcState::default(),
             rings: Default::default(),

@@ -1,5 +1,5 @@
 //! The locks that let several threads run the data path of one device at
-//! once (spec/concurrency.md §4): one per thing two QPs share, none around
+//! once (spec/concurrency.md §2): one per thing two QPs share, none around
 //! the device.
 //!
 //! - [`Lock`]: a mutex whose poisoning is ignored (a panic in another thread

@@ -238,13 +238,15 @@ pub struct TxClaims {
     /// The QPs, and whether their last turn sent (only those get another
     /// before the release: what wakes one meanwhile waits for it).
     pub(crate) qps: Vec<(QpHandle, bool)>,
+    /// The CM's MADs (they too must leave in order).
+    pub(crate) gsi: bool,
     /// Where the round robin among them goes on.
     pub(crate) next: usize,
 }
 
 impl TxClaims {
-    /// No QP claimed.
+    /// Nothing claimed.
     pub fn is_empty(&self) -> bool {
-        self.qps.is_empty()
+        self.qps.is_empty() && !self.gsi
     }
 }

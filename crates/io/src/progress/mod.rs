@@ -561,7 +561,8 @@ impl<E: Engine> Progress<E> {
             if f.blocked {
                 return work;
             }
-            self.shared.engine().release_claims(claims);
+            // A QP back in the ready queue is work for this pass or a poller.
+            work |= self.shared.engine().release_claims(claims);
             if !collect {
                 return work;
             }
@@ -579,13 +580,15 @@ impl<E: Engine> Progress<E> {
             if blocked {
                 break;
             }
-            // All of it left (a turn that found nothing claims its QP too).
-            self.shared.engine().release_claims(claims);
-            if n == 0 {
+            // All of it left (a turn that found nothing claims its QP too);
+            // a QP the release put back in the ready queue (woken while
+            // claimed) gets the next round.
+            let requeued = self.shared.engine().release_claims(claims);
+            if n == 0 && !requeued {
                 break;
             }
             work = true;
-            budget -= n;
+            budget = budget.saturating_sub(n.max(1));
         }
         work
     }

@@ -39,6 +39,8 @@ impl Engine {
     pub fn after_cm(&self, f: impl FnOnce(&mut Cm)) {
         if self.cm_touched.swap(false, Relaxed) {
             f(&mut self.gsi.lock().cm);
+            // `f` may have queued a MAD (a REJ for a listener that is gone).
+            self.gsi_dirty.store(true, Relaxed);
         }
     }
 
@@ -81,8 +83,9 @@ impl Engine {
 
     /// Transmit hook: the next MAD as a whole RoCEv2 datagram in `buf`.
     pub(crate) fn gsi_transmit(&self, buf: &mut [u8]) -> Option<Transmit> {
-        // Cleared before the look, so a MAD queued meanwhile sets it again.
-        if !self.gsi_dirty.swap(false, Relaxed) {
+        // Cleared before the look, so a MAD queued meanwhile sets it again
+        // (read first: most transmits find it clear and write nothing).
+        if !self.gsi_dirty.load(Relaxed) || !self.gsi_dirty.swap(false, Relaxed) {
             return None;
         }
         let mut gsi = self.gsi.lock();

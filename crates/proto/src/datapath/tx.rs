@@ -12,6 +12,7 @@ use crate::memory::Memory;
 use crate::output::Transmit;
 use crate::sched::TxClaims;
 use crate::Engine;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 impl Engine {
     /// Writes the next datagram into `buf` (at least one path MTU plus 64
@@ -40,11 +41,17 @@ impl Engine {
     ) -> Option<Transmit> {
         // What was posted on send rings since the last turn joins the queues.
         self.take_posted();
-        // CM hook: MADs go first (gsi.rs, spec/cm.md §7).
-        if let Some(t) = self.gsi_transmit(buf) {
+        // CM hook: MADs go first (gsi.rs, spec/cm.md §7), claimed as a QP's
+        // packets are: one thread at a time takes them until it lets go.
+        if let Some(t) = self.claimed_gsi_transmit(buf, claims) {
             return Some(t);
         }
         while let Some(h) = self.next_ready() {
+            let Some(q) = self.qps.get(h) else { continue };
+            if q.lock().dp.claimed {
+                // A stale second entry: its claimer's release queues it.
+                continue;
+            }
             claims.qps.push((h, false));
             let i = claims.qps.len() - 1;
             if let Some(t) = self.claimed_turn(claims, i, now, mem, buf) {
@@ -63,6 +70,18 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// The CM's next MAD, if no other thread holds the MADs' claim (taken
+    /// here with the first MAD, let go in [`Engine::release_claims`]).
+    fn claimed_gsi_transmit(&self, buf: &mut [u8], claims: &mut TxClaims) -> Option<Transmit> {
+        if !claims.gsi {
+            if !self.gsi_dirty.load(Relaxed) || self.gsi_claimed.swap(true, Acquire) {
+                return None;
+            }
+            claims.gsi = true;
+        }
+        self.gsi_transmit(buf)
     }
 
     /// A turn of claimed QP `claims.qps[i]`: its next packet, if it has one.
@@ -105,6 +124,10 @@ impl Engine {
     /// queue. Whether one did.
     pub fn release_claims(&self, claims: &mut TxClaims) -> bool {
         let mut queued = false;
+        if std::mem::take(&mut claims.gsi) {
+            self.gsi_claimed.store(false, Release);
+            queued = self.gsi_dirty.load(Relaxed);
+        }
         for (h, _) in claims.qps.drain(..) {
             let Some(q) = self.qps.get(h) else { continue };
             let mut q = q.lock();
@@ -145,7 +168,9 @@ impl Engine {
     /// thread set a deadline meanwhile.
     pub fn handle_timeout(&self, now: u64) {
         self.with_cm(|cm| cm.handle_timeout(now)); // CM hook (gsi.rs)
-        let mut due = Vec::new();
+                                                   // The driver's one timer thread calls this: the list is reused.
+        let mut due = std::mem::take(&mut *self.dev.due.lock());
+        due.clear();
         self.dev.sched.lock().timers.pop_due(now, &mut due);
         // In QP-slot order, so that the ready queue fills in the same order
         // whatever the deadlines were.
@@ -159,5 +184,6 @@ impl Engine {
                 q.on_timeout(now, sink)
             });
         }
+        *self.dev.due.lock() = due;
     }
 }

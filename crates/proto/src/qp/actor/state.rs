@@ -25,11 +25,13 @@ impl Qp {
         match (t.from, t.to) {
             (_, QpState::Reset) => {
                 // Everything queued is discarded without completions (§6.1).
-                // The counters stay, and so does what the engine's heap holds
-                // and which thread's batch may hold its packets.
+                // The counters stay, and so does the engine's bookkeeping
+                // beside the QP: what its heap holds, whether its ready
+                // queue holds the QP (a second entry would let two threads
+                // claim it), which thread's batch may hold its packets.
                 // The receive ring stays (the application holds it), emptied.
                 let (counters, in_heap) = (self.dp.counters, self.dp.in_heap);
-                let claimed = self.dp.claimed;
+                let (scheduled, claimed) = (self.dp.scheduled, self.dp.claimed);
                 self.dp.rq.clear();
                 self.dp.sq.discard_all();
                 let ring = self.recv_ring().clone();
@@ -37,6 +39,7 @@ impl Qp {
                 self.dp = QpData {
                     counters,
                     in_heap,
+                    scheduled,
                     claimed,
                     ..QpData::with_capacity(self.ctl.cap(), ring, send_ring)
                 };
