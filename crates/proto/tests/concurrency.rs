@@ -5,9 +5,9 @@
 //! rings without the engine; control verbs take the write side (`&mut`).
 //!
 //! Two devices, A and B, each with ONE completion queue and ONE shared
-//! receive queue that all of its RC QPs use (six QP slots: four carry
-//! traffic throughout, one is the victim, one is created midway). Per
-//! device, at once:
+//! receive queue that all of its RC QPs use (nine QP slots: four carry
+//! traffic throughout, one is the victim, one is created midway, three
+//! come and go). Per device, at once:
 //! - a poster thread per QP on its send ring (the engine's write side only
 //!   for a Flush or Settle), posting SEND, SEND with immediate, WRITE, WRITE
 //!   with immediate, READ and fetch-and-add of 8..3500 bytes (up to four
@@ -31,8 +31,9 @@
 //! - a control thread (write side): resizes both CQs up, arms B's SRQ limit,
 //!   moves B's victim QP to ERR while both ends of the pair still post and
 //!   send, destroys it, creates and connects a new pair that then carries
-//!   traffic, destroys A's victim once it failed (retry exceeded), resizes
-//!   both CQs down.
+//!   traffic, destroys A's victim once it failed (retry exceeded), then
+//!   three times creates a pair, lets it carry traffic, moves both ends to
+//!   ERR and destroys them, and resizes both CQs down.
 //!
 //! Checked afterwards, from the completions in CQ order: every posted WR
 //! completed exactly once, in posting order, on its QP, with its opcode
@@ -78,11 +79,18 @@ use std::time::{Duration, Instant};
 // ---- layout ----
 
 /// QP slots per device: 0..4 carry traffic throughout, 4 is the victim
-/// (moved to ERR and destroyed), 5 is created while traffic flows.
-const NQ: usize = 6;
+/// (moved to ERR and destroyed), 5 is created while traffic flows, 6..9 are
+/// created, failed and destroyed one after another while traffic flows.
+const NQ: usize = 9;
 const STABLE: usize = 4;
 const VICTIM: usize = 4;
 const FRESH: usize = 5;
+const CHURN: usize = 6;
+
+/// A slot whose QPs fail and are destroyed.
+fn victim(slot: usize) -> bool {
+    slot == VICTIM || slot >= CHURN
+}
 /// The most WRs a QP posts (the memory layout's bound).
 const PER_MAX: u64 = 160;
 /// Bytes per WR in the source, local and write-target regions.
@@ -262,7 +270,7 @@ fn plan(side: usize, slot: usize, seq: u64) -> Op {
     // The victim pair adds to no shared word: an add its responder executed
     // but never acknowledged (the QP failed) would break the chain check.
     let kind = match kind {
-        Kind::FetchAdd if slot == VICTIM => Kind::Read,
+        Kind::FetchAdd if victim(slot) => Kind::Read,
         k => k,
     };
     // Half short (one packet), half up to four packets of 1024 bytes.
@@ -1008,7 +1016,7 @@ fn retire(w: &World, side: usize, slot: usize) {
     lock(&w.retired).push((side, info.h));
     drop(e);
     lock(&w.control_log).push(format!(
-        "destroyed the victim on {} after {posted} WRs (it was in {state:?})",
+        "destroyed slot {slot} on {} after {posted} WRs (it was in {state:?})",
         ["A", "B"][side]
     ));
 }
@@ -1065,6 +1073,31 @@ fn control(w: &World) {
         state == Ok(QpState::Err) || w.poster_done[0][VICTIM].load(SeqCst)
     });
     retire(w, 0, VICTIM);
+    // Churn: pairs created, carrying traffic, failed (one end moved to ERR,
+    // then the other) and destroyed, one after another, while the others
+    // keep going (handles and QPNs of destroyed QPs, their timers and
+    // turns, meet new QPs).
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    for c in CHURN..NQ {
+        w.make_pair(c);
+        wait_until(w, "the churn pair's first posts", || {
+            (0..2).all(|s| w.posted[s][c].load(SeqCst) >= 5 || w.poster_done[s][c].load(SeqCst))
+        });
+        let first = c % 2;
+        for side in [first, 1 - first] {
+            let info = w.info(side, c).expect("the churn QP");
+            w.sides[side]
+                .wr()
+                .modify_qp(info.h, &err, AttrMask::STATE)
+                .expect("modify to ERR");
+        }
+        for side in [first, 1 - first] {
+            retire(w, side, c);
+        }
+    }
     // Shrink both CQs: still above everything they may hold.
     for s in &w.sides {
         let got = s.wr().resize_cq(s.cq, 2048).expect("resize_cq down");
@@ -1111,29 +1144,43 @@ fn finished(w: &World) -> bool {
                 return false;
             }
         }
-        // Receives owed to the peer's stable and fresh QPs.
-        let owed: u64 = slots
-            .clone()
-            .map(|slot| {
-                let n = w.posted[1 - side][slot].load(SeqCst);
-                (0..n)
-                    .filter(|&seq| plan(1 - side, slot, seq).kind.consumes_recv())
-                    .count() as u64
-            })
-            .sum();
-        let got = lock(&w.sides[side].log)
-            .iter()
-            .filter(|c| c.wr_id >> 48 == RECV_ID >> 48)
-            .filter(|c| {
-                let q = c.qp_num;
-                slots.clone().any(|k| w.qpn[side][k].load(SeqCst) == q)
-            })
-            .count() as u64;
+        let (owed, got) = receives(w, side);
         if got != owed {
             return false;
         }
     }
     true
+}
+
+/// Receives `side` owes the peer's stable and fresh QPs for what they
+/// posted, and receive completions of its stable and fresh QPs logged.
+fn receives(w: &World, side: usize) -> (u64, u64) {
+    let slots = (0..STABLE).chain([FRESH]);
+    let owed: u64 = slots
+        .clone()
+        .map(|slot| {
+            let n = w.posted[1 - side][slot].load(SeqCst);
+            (0..n)
+                .filter(|&seq| plan(1 - side, slot, seq).kind.consumes_recv())
+                .count() as u64
+        })
+        .sum();
+    let got = lock(&w.sides[side].log)
+        .iter()
+        .filter(|c| c.wr_id >> 48 == RECV_ID >> 48)
+        .filter(|c| {
+            let q = c.qp_num;
+            slots.clone().any(|k| w.qpn[side][k].load(SeqCst) == q)
+        })
+        .count() as u64;
+    (owed, got)
+}
+
+/// The slot of the QP a completion is on (NQ if none).
+fn slot_of(w: &World, side: usize, c: &WorkCompletion) -> usize {
+    (0..NQ)
+        .find(|&k| w.qpn[side][k].load(SeqCst) == c.qp_num)
+        .unwrap_or(NQ)
 }
 
 fn panic_message(r: std::thread::Result<()>) -> String {
@@ -1158,23 +1205,44 @@ fn diagnostics(w: &World) -> String {
     );
     out += &format!("control: {:?}\n", lock(&w.control_log));
     for (side, s) in w.sides.iter().enumerate() {
+        let log = lock(&s.log);
+        let errors: Vec<_> = log
+            .iter()
+            .filter(|c| c.status != WcStatus::Success)
+            .filter(|c| !victim(slot_of(w, side, c)))
+            .take(8)
+            .collect();
+        out += &format!("side {side}: errors on stable QPs: {errors:?}\n");
+    }
+    for (side, s) in w.sides.iter().enumerate() {
+        let (owed, got) = receives(w, side);
         out += &format!(
-            "side {side}: {} completions logged, {} in the CQ, {} receives posted, {} completion events\n",
+            "side {side}: {} completions logged, {} in the CQ, receives: {} posted, {} on the SRQ, {owed} owed, {got} completed; {} completion events; async {:?}\n",
             lock(&s.log).len(),
             s.cq_shared.len(),
             w.recv_posted[side].load(SeqCst),
-            s.completion_events.load(SeqCst)
+            s.srq_ring.queued(),
+            s.completion_events.load(SeqCst),
+            lock(&s.asyncs),
         );
         let e = s.e.try_read();
         for slot in 0..NQ {
             let info = w.info(side, slot);
             let state = match (&e, &info) {
                 (Ok(e), Some(i)) => format!(
-                    "state {:?} tx_pending {} sq {} ring {}",
+                    "state {:?} tx_pending {} sq {} ring {} (queued {}) {:?}",
                     e.qp(i.h).map(|q| q.ctl.state()),
                     e.qp_tx_pending(i.h),
                     e.qp(i.h).map_or(0, |q| q.send_queue_len()),
-                    i.ring.pending()
+                    i.ring.pending(),
+                    i.ring.queued(),
+                    e.qp(i.h).map(|q| format!(
+                        "deadline {:?} una {} next {} epsn {}",
+                        q.deadline(),
+                        q.una().get(),
+                        q.sq_psn().get(),
+                        q.epsn().get()
+                    )),
                 ),
                 (Err(_), _) => "engine locked".into(),
                 (_, None) => "no QP".into(),
@@ -1295,7 +1363,7 @@ fn check(w: &World) {
 }
 
 fn status_run_ok(side: usize, slot: usize, statuses: &[WcStatus]) -> bool {
-    if slot != VICTIM {
+    if !victim(slot) {
         return statuses.iter().all(|s| *s == WcStatus::Success);
     }
     // Successes, at most one transport error, then flushes.
@@ -1352,7 +1420,7 @@ fn check_side(w: &World, side: usize) {
         recv_count += 1;
         let slot = slot_of_qpn(c.qp_num).unwrap_or_else(|| panic!("on no QP: {c:?}"));
         if c.status == WcStatus::WrFlushErr {
-            assert_eq!(slot, VICTIM, "only a victim flushes a receive: {c:?}");
+            assert!(victim(slot), "only a victim flushes a receive: {c:?}");
             continue;
         }
         assert_eq!(c.status, WcStatus::Success, "{c:?}");
@@ -1460,7 +1528,7 @@ fn check_side(w: &World, side: usize) {
             .filter(|&q| plan(from, slot, q).kind.consumes_recv())
             .collect();
         let got_set: BTreeSet<u64> = got_seqs.drain(..).collect();
-        if slot == VICTIM {
+        if victim(slot) {
             // Every message its sender saw acknowledged was received (the
             // victim's completions were polled before its destroy).
             assert!(
@@ -1558,31 +1626,35 @@ fn check_counters(w: &World) {
     assert_eq!(w.in_flight.load(SeqCst), 0);
 }
 
-/// Each victim went to ERR on an SRQ: exactly one last-WQE event for it.
+/// Each destroyed QP went to ERR on an SRQ: exactly one last-WQE event for it.
 /// B's SRQ limit was armed: one limit event if it is disarmed now (the
 /// event and the disarm are one step), none if still armed. Nothing else.
 fn check_events(w: &World) {
     for (side, s) in w.sides.iter().enumerate() {
         let events = lock(&s.asyncs).clone();
-        let victim = lock(&w.retired)
+        let retired: Vec<QpHandle> = lock(&w.retired)
             .iter()
-            .find(|(s2, _)| *s2 == side)
+            .filter(|(s2, _)| *s2 == side)
             .map(|(_, h)| *h)
-            .expect("the victim was destroyed");
-        let last_wqe = Event::Async {
-            kind: AsyncEventKind::QpLastWqeReached,
-            element: EventElement::Qp(victim),
-        };
+            .collect();
+        assert_eq!(retired.len(), 1 + NQ - CHURN, "side {side}: destroyed QPs");
         let limit = Event::Async {
             kind: AsyncEventKind::SrqLimitReached,
             element: EventElement::Srq(s.srq),
         };
         let count = |want: &Event| events.iter().filter(|e| *e == want).count();
-        assert_eq!(count(&last_wqe), 1, "side {side}: {events:?}");
+        for h in &retired {
+            let last_wqe = Event::Async {
+                kind: AsyncEventKind::QpLastWqeReached,
+                element: EventElement::Qp(*h),
+            };
+            assert_eq!(count(&last_wqe), 1, "side {side}: {events:?}");
+        }
         let armed = s.rd().query_srq(s.srq).expect("query_srq").srq_limit;
         let limit_events = usize::from(side == 1 && armed == 0);
         assert_eq!(count(&limit), limit_events, "side {side}: {events:?}");
-        assert_eq!(events.len(), 1 + limit_events, "side {side}: {events:?}");
+        let want = retired.len() + limit_events;
+        assert_eq!(events.len(), want, "side {side}: {events:?}");
     }
 }
 
