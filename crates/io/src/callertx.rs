@@ -152,10 +152,13 @@ impl<C> CallerTx<C> {
     }
 
     /// A gate no one holds whose queue is empty, if any (an application
-    /// thread's way in; the progress thread's own first).
+    /// thread's way in; the progress thread's own last, as the progress
+    /// thread waits for it).
     fn free_gate(&self) -> Option<MutexGuard<'_, TxGate<C>>> {
-        self.gates
+        let (first, others) = self.gates.split_at(1);
+        others
             .iter()
+            .chain(first)
             .filter_map(try_gate)
             .find(|g| g.q.is_empty())
     }
