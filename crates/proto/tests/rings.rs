@@ -463,3 +463,45 @@ fn a_ud_ring_post_keeps_its_inline_bytes_and_its_destination() {
     assert_eq!((wb[0].wr_id, wb[0].byte_len, wb[0].src_qp), (1, 240, na));
     assert_eq!(net.b.mem.snapshot(BASE + 40, 200), pattern(200, 9));
 }
+
+/// A move to ERR with WRs waiting in the send queue (sent, not yet
+/// acknowledged) and newer ones still on the send ring (posted without the
+/// engine, not yet taken): every WR completes with WR_FLUSH_ERR in posting
+/// order — the ring's WRs after the queue's, although the move's turn takes
+/// the ring before it flushes the queue. (Found by tests/concurrency.rs: a
+/// post racing the control thread's move to ERR completed before older
+/// WRs of its QP.)
+#[test]
+fn a_move_to_err_flushes_the_queue_and_the_ring_in_posting_order() {
+    let mut net = Net::new();
+    let (qa, _, _, _) = connect(&mut net, QpType::Rc);
+    let ring = net.a.e.send_ring(qa).unwrap();
+    let post = |wr_id| {
+        let wr = send_wr(wr_id, WrOpcode::Send, &[], WrTarget::None);
+        assert!(matches!(
+            ring.post(&wr, None, 0),
+            Ok(SendPost::Queued { .. })
+        ));
+    };
+    for wr_id in 0..3 {
+        post(wr_id);
+    }
+    // Taken and sent; B never answers (the datagrams are dropped).
+    let mut buf = vec![0u8; 9000];
+    let n = &net.a;
+    while n.e.poll_transmit(0, &n.mem, &mut buf).is_some() {}
+    assert_eq!(n.e.qp(qa).unwrap().send_queue_len(), 3);
+    for wr_id in 3..5 {
+        post(wr_id);
+    }
+    assert_eq!(ring.pending(), 2, "still on the ring");
+    let attr = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    net.a.e.modify_qp(qa, &attr, AttrMask::STATE).unwrap();
+    let got: Vec<_> = net.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    let want: Vec<_> = (0..5).map(|id| (id, WcStatus::WrFlushErr)).collect();
+    assert_eq!(got, want, "flushed once each, in posting order");
+    assert_eq!(ring.queued(), 0, "the depth count is back to zero");
+}

@@ -226,7 +226,9 @@ impl Qp {
 
     /// Moves what the send ring holds into the send queue, in posting order:
     /// queued as [`Qp::post_send`] queues an accepted WR, or, if the QP is in
-    /// ERR or SQE by now, completed with `WR_FLUSH_ERR` (in RESET: discarded).
+    /// ERR or SQE by now, completed with `WR_FLUSH_ERR` (in RESET: discarded)
+    /// — except behind older WQEs that a move to ERR is about to flush: those
+    /// it joins, so the flush keeps the posting order.
     /// The engine calls it before every call on the QP.
     pub fn take_posted(&mut self, sink: &mut impl Sink) {
         let ring = self.send_ring();
@@ -235,8 +237,18 @@ impl Qp {
         }
         let ring = ring.clone();
         let state = self.ctl.state();
+        // A move to ERR takes the ring before it flushes the send queue (the
+        // turn of `Engine::modify_qp` calls this before `on_modify`): while
+        // older WQEs still wait in the queue, the ring's join them, and that
+        // flush completes them all in posting order. Once the QP is in ERR
+        // the queue is empty and a post is flushed at once.
+        let flush = match state {
+            QpState::Err => self.dp.sq.is_empty(),
+            QpState::Sqe => true,
+            _ => false,
+        };
         ring.drain(|d| match state {
-            QpState::Err | QpState::Sqe => {
+            _ if flush => {
                 ring.taken(1);
                 let posted = PostedSend {
                     flushed: true,
