@@ -20,10 +20,10 @@
 //! children; `tests/layering.rs` checks the drawing against the imports):
 //!
 //! ```text
-//! datapath  datapath::gsi  datapath::mcast  datapath::post  datapath::raw  datapath::rx  datapath::tx  engine::memory  engine::queues  engine::sink  engine::xrc  testing
-//!                             impl Engine: posts, demultiplexing, transmit, timers, QP1; the test harness
+//! datapath  datapath::gsi  datapath::mcast  datapath::post  datapath::raw  datapath::rx  datapath::tx  engine::memory  engine::queues  engine::sink  engine::turn  engine::xrc  testing
+//!                             impl Engine: posts, demultiplexing, transmit, timers, QP1, drive + sync; the test harness
 //! engine  qp::actor::local  qp::actor::raw  qp::actor::rx  qp::actor::state  qp::actor::tx
-//!                             object tables, use counts, drive + sync; one QP's turns
+//!                             object tables, use counts; one QP's turns
 //! qp::actor                   one QP: on_packet, on_timeout, on_modify, post_*, next_packet
 //! output                      events, transmit descriptors, device counters, PostOutcome
 //! qp::completer  qp::data  qp::responder::remote
