@@ -33,13 +33,22 @@ fn write(net: &mut Net, qa: QpHandle, wr_id: u64, len: u32, lkey: u32, rkey: u32
         .unwrap();
 }
 
-#[test]
-fn a_claimed_qp_sends_from_its_thread_only_until_released() {
+/// A's QP of a connected RC pair and its peer's QPN.
+type Pair = (QpHandle, u32);
+
+/// Two connected RC pairs, and (A's lkey, B's rkey).
+fn two_pairs() -> (Net, Pair, Pair, (u32, u32)) {
     let mut net = Net::new();
     let (qa1, _, _, nb1) = connect(&mut net, QpType::Rc);
     let (qa2, _, _, nb2) = connect(&mut net, QpType::Rc);
     let (la, _) = net.a.mr(0, 1 << 16, 1);
     let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    (net, (qa1, nb1), (qa2, nb2), (la, rb))
+}
+
+#[test]
+fn a_claimed_qp_sends_from_its_thread_only_until_released() {
+    let (mut net, (qa1, nb1), (qa2, nb2), (la, rb)) = two_pairs();
     // QP 1 first in the ready queue: 3 packets; QP 2: 2 packets.
     write(&mut net, qa1, 1, 3 * 1024, la, rb);
     write(&mut net, qa2, 2, 2 * 1024, la, rb);
@@ -108,11 +117,7 @@ fn a_claimed_qp_sends_from_its_thread_only_until_released() {
 fn plain_poll_transmit_takes_turns_as_before() {
     // Without claims held across calls, QPs alternate packet by packet
     // (each goes to the back of the ready queue after a packet).
-    let mut net = Net::new();
-    let (qa1, _, _, nb1) = connect(&mut net, QpType::Rc);
-    let (qa2, _, _, nb2) = connect(&mut net, QpType::Rc);
-    let (la, _) = net.a.mr(0, 1 << 16, 1);
-    let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    let (mut net, (qa1, nb1), (qa2, nb2), (la, rb)) = two_pairs();
     write(&mut net, qa1, 1, 2 * 1024, la, rb);
     write(&mut net, qa2, 2, 2 * 1024, la, rb);
     let mut buf = vec![0u8; 9000];

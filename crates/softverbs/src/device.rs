@@ -56,13 +56,11 @@ impl sv_io::Engine for DeviceEngine {
     }
 
     fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        self.engine.set_now(now);
-        self.engine
-            .poll_transmit(now, &self.mem, buf)
-            .map(|t| Transmit {
-                to: t.to,
-                len: t.len,
-            })
+        // The same turn, its claims let go at once (proto's poll_transmit).
+        let mut claims = Self::Claims::default();
+        let t = self.poll_transmit_claimed(now, buf, &mut claims);
+        self.engine.release_claims(&mut claims);
+        t
     }
 
     fn poll_transmit_claimed(
