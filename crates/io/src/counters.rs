@@ -58,6 +58,9 @@ counters! {
     poll_receive_calls,
     /// Datagrams those reads handed to the engine.
     poll_receive_datagrams,
+    /// Polls that left an empty socket unread because the same-host rings
+    /// carry the traffic (crate::pollrx, "The socket beside the rings").
+    poll_socket_skips,
     /// Datagrams to our own address fed straight back to the engine.
     loopback_datagrams,
     /// Payload bytes of `loopback_datagrams`.

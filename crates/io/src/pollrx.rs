@@ -34,10 +34,21 @@
 //! Why: on a machine with few cores the progress thread must be woken and
 //! scheduled for every datagram (spec/performance.md §4, §9.3); the thread
 //! that is already running in `ibv_poll_cq` can read the datagram itself.
+//!
+//! **The socket beside the rings.** While the same-host rings carry the
+//! traffic, most polls would find the socket empty, and each empty read is a
+//! system call (≈ 1 µs here, as long as the rest of a poll). Then an empty
+//! socket is read again only after [`SOCKET_EVERY_POLLS`] polls or
+//! [`SOCKET_EVERY_NS`], whichever comes first ([`Pace`]); a socket that had
+//! data is read on every poll, and so is a socket with no ring delivering
+//! (the UDP path: nothing changes there). A datagram from the socket waits
+//! for at most that much longer; the order of one peer's datagrams does not
+//! depend on it (a ring's first datagrams wait until the progress thread has
+//! read the socket to its end, [`crate::shm::ShmPath::fresh_data`]).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use crate::clock::Nanos;
@@ -50,6 +61,14 @@ use crate::sys;
 
 /// Datagrams one application-thread read asks for.
 const SLOTS: usize = 4;
+/// While the rings deliver, an empty socket is read again after this many
+/// polls at most ...
+const SOCKET_EVERY_POLLS: u32 = 16;
+/// ... or after this long (engine time), whichever comes first.
+const SOCKET_EVERY_NS: Nanos = 20_000;
+/// The rings count as carrying the traffic this long after they last
+/// delivered.
+const RINGS_RECENT_NS: Nanos = 1_000_000;
 /// The shortest the lease becomes (see [`RxGate::lease_ended`]).
 const MIN_LEASE_NS: u64 = 1_000;
 
@@ -74,6 +93,44 @@ pub(crate) struct RxGate {
     /// The device's address (what datagrams arrive at).
     pub(crate) local: SocketAddr,
     reader: Mutex<Reader>,
+    pace: Pace,
+}
+
+/// When the polling threads read the socket while the rings carry the
+/// traffic (see the module doc). Only a pace: every field is a hint, and a
+/// stale one delays a socket read by one poll at most or costs one.
+#[derive(Default)]
+struct Pace {
+    /// When a ring last delivered (engine time; 0: never).
+    rings_at: AtomicU64,
+    /// When the socket was last read and found empty; 0: it had data (or
+    /// was never read).
+    empty_at: AtomicU64,
+    /// Polls that skipped the socket since it was last read.
+    skipped: AtomicU32,
+}
+
+impl Pace {
+    /// Whether this poll reads the socket.
+    fn socket_due(&self, now: Nanos) -> bool {
+        let rings = self.rings_at.load(Relaxed);
+        let empty = self.empty_at.load(Relaxed);
+        if rings == 0 || now.saturating_sub(rings) >= RINGS_RECENT_NS || empty == 0 {
+            return true;
+        }
+        if now.saturating_sub(empty) >= SOCKET_EVERY_NS
+            || self.skipped.fetch_add(1, Relaxed) + 1 >= SOCKET_EVERY_POLLS
+        {
+            self.skipped.store(0, Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// The socket was read at `now`: `got` datagrams.
+    fn socket_read(&self, now: Nanos, got: usize) {
+        self.empty_at.store(if got == 0 { now.max(1) } else { 0 }, Relaxed);
+    }
 }
 
 /// What an application-thread read needs: the socket (a duplicate of the
@@ -103,6 +160,7 @@ impl RxGate {
             lease_ns: AtomicU64::new(lease_max_ns),
             lease_max_ns,
             local,
+            pace: Pace::default(),
             reader: Mutex::new(Reader {
                 socket,
                 local,
@@ -214,9 +272,10 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
     if !gate.enabled {
         return 0;
     }
-    gate.renew(shared.clock.now());
+    let now = shared.clock.now();
+    gate.renew(now);
     let read = if gate.asleep.load(SeqCst) {
-        read(shared)
+        read(shared, now)
     } else {
         Read::default()
     };
@@ -255,14 +314,21 @@ struct Read {
 /// One nonblocking read of the socket and the same-host path's rings, the
 /// datagrams handed to the engine; nothing from a source another thread
 /// reads, or where nothing is queued.
-fn read<E: Engine>(shared: &Shared<E>) -> Read {
+/// `now`: when the poll began (one clock reading serves the whole poll).
+fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
     // The rings only after the socket: while the progress thread reads the
     // socket, a ring datagram must not overtake an older one of the same
     // peer still in it (a path that just opened).
-    let Some(from_socket) = read_socket(shared) else {
-        return Read::default();
+    let from_socket = if shared.rx.pace.socket_due(now) {
+        let Some(n) = read_socket(shared, now) else {
+            return Read::default();
+        };
+        n
+    } else {
+        Counters::add(&shared.counters.poll_socket_skips, 1);
+        0
     };
-    let delivered = from_socket + read_rings(shared);
+    let delivered = from_socket + read_rings(shared, now);
     if delivered == 0 {
         return Read::default();
     }
@@ -279,7 +345,7 @@ fn read<E: Engine>(shared: &Shared<E>) -> Read {
 
 /// One nonblocking read of the socket, its datagrams handed to the engine:
 /// how many; `None` when the progress thread holds the socket.
-fn read_socket<E: Engine>(shared: &Shared<E>) -> Option<usize> {
+fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<usize> {
     let gate = &shared.rx;
     let mut reader = match gate.reader.try_lock() {
         Ok(r) => r,
@@ -295,7 +361,9 @@ fn read_socket<E: Engine>(shared: &Shared<E>) -> Option<usize> {
     }
     let c = &shared.counters;
     // Nothing queued, or an error: the progress thread's to see and count.
-    let Ok(got) = sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta) else {
+    let got = sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta);
+    gate.pace.socket_read(now, *got.as_ref().unwrap_or(&0));
+    let Ok(got) = got else {
         return Some(0);
     };
     Counters::add(&c.recv_calls, 1);
@@ -340,15 +408,14 @@ fn read_socket<E: Engine>(shared: &Shared<E>) -> Option<usize> {
 
 /// The same-host path's rings (crate::shm), read where the datagrams lie
 /// if no other thread reads them; how many went to the engine.
-fn read_rings<E: Engine>(shared: &Shared<E>) -> usize {
+fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
     let Some(mut shm) = shared.try_shm() else {
         return 0;
     };
     let c = &shared.counters;
     let local = shared.rx.local;
     let mut delivered = 0;
-    shm.receive_in_place(SLOTS * 16, c, |batch| {
-        let now = shared.clock.now();
+    shm.receive_in_place(shared.clock.instant(now), SLOTS * 16, c, |batch| {
         for (bytes, _) in batch.datagrams() {
             Counters::add(&c.datagrams_received, 1);
             Counters::add(&c.bytes_received, bytes.len() as u64);
@@ -356,6 +423,9 @@ fn read_rings<E: Engine>(shared: &Shared<E>) -> usize {
         }
         crate::shm::deliver(&*shared.engine(), now, local, batch);
     });
+    if delivered > 0 {
+        shared.rx.pace.rings_at.store(now.max(1), Relaxed);
+    }
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
     delivered
 }

@@ -259,3 +259,45 @@ fn a_polling_thread_reads_the_same_host_rings() {
     assert!(after.poll_receive_datagrams > before.poll_receive_datagrams);
     assert_eq!(after.recv_calls, before.recv_calls, "not from the socket");
 }
+
+/// While the rings deliver, a polling thread reads an empty socket only
+/// every few polls (a system call each), and a datagram that comes by the
+/// socket meanwhile still reaches the engine through a poll.
+#[test]
+fn while_the_rings_deliver_an_empty_socket_is_read_less_often() {
+    let (a, b, to, d) = same_host_pair("127.0.93.1");
+    let mut sent = 0;
+    assert!(wait_until(|| {
+        a.with(|e| e.s().outbox.push_back((to, d.clone())));
+        a.doorbell();
+        sent += 1;
+        b.drive_receive();
+        a.counters().shm_datagrams_sent > 0
+    }));
+    assert!(wait_until(|| {
+        b.drive_receive();
+        b.with(|e| e.s().inbox.len()) == sent
+    }));
+    lease(&b);
+    // Ring datagrams through the poll, then polls that find nothing: some
+    // of them leave the socket unread (bounded: a poll that takes longer
+    // than the pace's period reads it every time).
+    let before = b.counters();
+    let start = Instant::now();
+    while b.counters().poll_socket_skips == before.poll_socket_skips {
+        assert!(start.elapsed() < DEADLINE, "no poll skipped the empty socket");
+        a.with(|e| e.s().outbox.push_back((to, d.clone())));
+        a.doorbell();
+        sent += 1;
+        assert!(poll_until(&b, sent), "the poll read the ring");
+        for _ in 0..64 {
+            b.drive_receive();
+        }
+    }
+    // A datagram by the socket still arrives through the polls.
+    let udp = peer("127.0.93.9:0");
+    udp.send_to(&d, to).unwrap();
+    let calls = b.counters().poll_receive_calls;
+    assert!(poll_until(&b, sent + 1), "the socket's datagram arrived");
+    assert!(b.counters().poll_receive_calls > calls, "through a poll's read");
+}

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use super::Progress;
 use crate::clock::Nanos;
@@ -41,7 +42,7 @@ impl<E: Engine> Progress<E> {
         if !self.faults.on_receive() {
             // No receive faults: the engine reads each datagram where it
             // lies in the ring (no copy); counted and captured as read.
-            let work = shm.receive_in_place(self.batch, &shared.counters, |batch| {
+            let work = shm.receive_in_place(Instant::now(), self.batch, &shared.counters, |batch| {
                 let c = &shared.counters;
                 let now = shared.clock.now();
                 for (bytes, _) in batch.datagrams() {

@@ -546,14 +546,16 @@ impl ShmPath {
     /// ring's at a time ([`InPlace`]); their room goes back to the sender when
     /// `deliver` returns. For a receiver that changes no byte (no receive
     /// faults, which may corrupt).
+    /// `now` is the caller's reading of the clock (a polling thread has one).
     pub(crate) fn receive_in_place(
         &mut self,
+        now: Instant,
         budget: usize,
         c: &Counters,
         mut deliver: impl FnMut(&InPlace<'_>),
     ) -> bool {
         let mut work = false;
-        if self.woke || self.last_check.elapsed() >= CHECK_EVERY {
+        if self.woke || now.saturating_duration_since(self.last_check) >= CHECK_EVERY {
             work |= self.check();
         }
         let mut records = std::mem::take(&mut self.records);
