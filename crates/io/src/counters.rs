@@ -114,10 +114,14 @@ counters! {
     /// Same-host path: peers that could not take it (not open there, another
     /// user or namespace, refused, no answer): their datagrams go by UDP.
     shm_fallbacks,
-    /// Same-host path: datagrams sent by UDP because the peer's ring stayed full.
+    /// Same-host path: pushes that found the peer's ring full for longer
+    /// than the wait allows (the datagram stays queued, as for a full socket).
     shm_ring_full,
     /// Same-host path: wake-up bytes written to a sleeping receiver.
     shm_wakeups,
+    /// accept(2) calls on the same-host path's listener (made only when
+    /// poll(2) found it ready, or once each check period).
+    shm_accept_calls,
 }
 
 impl Counters {

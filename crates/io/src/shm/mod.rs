@@ -55,7 +55,7 @@ pub(crate) mod ring;
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
@@ -260,8 +260,11 @@ pub(crate) struct ShmPath {
     arrived: Vec<Arrived>,
     /// The records of one ring taken in place (reused).
     records: Vec<Record>,
-    /// Something polled was ready: check the connections in the next pass.
+    /// Something polled was ready: check those connections in the next pass.
     woke: bool,
+    /// The descriptors poll(2) said were ready (see [`ShmPath::woke`]).
+    ready: Vec<RawFd>,
+    /// When every connection was last checked ([`CHECK_EVERY`]).
     last_check: Instant,
     /// Where this path's descriptors start in the poll set of the last sleep.
     poll_at: usize,
@@ -309,6 +312,7 @@ impl ShmPath {
             arrived: Vec::new(),
             records: Vec::new(),
             woke: true,
+            ready: Vec::new(),
             last_check: Instant::now(),
             poll_at: 0,
         })
@@ -486,10 +490,7 @@ impl ShmPath {
         c: &Counters,
         mut deliver: impl FnMut(&mut [u8], &[Arrived]),
     ) -> bool {
-        let mut work = false;
-        if self.woke || self.last_check.elapsed() >= CHECK_EVERY {
-            work |= self.check();
-        }
+        let mut work = self.maybe_check(Instant::now(), c);
         let mut stage = std::mem::take(&mut self.stage);
         let mut arrived = std::mem::take(&mut self.arrived);
         let max = self.max_datagram;
@@ -554,10 +555,7 @@ impl ShmPath {
         c: &Counters,
         mut deliver: impl FnMut(&InPlace<'_>),
     ) -> bool {
-        let mut work = false;
-        if self.woke || now.saturating_duration_since(self.last_check) >= CHECK_EVERY {
-            work |= self.check();
-        }
+        let mut work = self.maybe_check(now, c);
         let mut records = std::mem::take(&mut self.records);
         let max = self.max_datagram;
         let mut left = budget;
@@ -601,13 +599,32 @@ impl ShmPath {
         work
     }
 
-    /// Accepts new senders, reads hellos and wake-up bytes, notices ends.
-    fn check(&mut self) -> bool {
+    /// Checks the connections poll(2) found ready, and every connection
+    /// each [`CHECK_EVERY`] (a thread that does not sleep polls nothing).
+    fn maybe_check(&mut self, now: Instant, c: &Counters) -> bool {
+        let all = now.saturating_duration_since(self.last_check) >= CHECK_EVERY;
+        if !(all || self.woke) {
+            return false;
+        }
+        if all {
+            self.last_check = now;
+        }
         self.woke = false;
-        self.last_check = Instant::now();
-        let mut work = self.accept();
+        let ready = std::mem::take(&mut self.ready);
+        let work = self.check(|fd| all || ready.contains(&fd), c);
+        self.ready = ready;
+        self.ready.clear();
+        work
+    }
+
+    /// Accepts new senders, reads hellos and wake-up bytes, notices ends:
+    /// of the connections `ready` names (an accept or a read on one that
+    /// has nothing is a wasted system call; the listener's allocates a
+    /// socket first).
+    fn check(&mut self, ready: impl Fn(RawFd) -> bool, c: &Counters) -> bool {
+        let mut work = self.accept(ready(self.listener.as_raw_fd()), c);
         for inb in &mut self.inbound {
-            if !inb.closed && drain(&mut inb.conn) {
+            if !inb.closed && ready(inb.conn.as_raw_fd()) && drain(&mut inb.conn) {
                 inb.closed = true;
                 work = true;
                 tracing::debug!(local = %self.local, from = %inb.from,
@@ -618,6 +635,9 @@ impl ShmPath {
         let local = self.local;
         self.peers.0.retain_mut(|(key, p)| {
             let Peer::Open(out) = p else { return true };
+            if !ready(out.conn.as_raw_fd()) {
+                return true;
+            }
             let gone = if out.ready {
                 drain(&mut out.conn).then_some(Refusal::Gone)
             } else {
@@ -635,9 +655,12 @@ impl ShmPath {
         work | (self.peers.len() != before)
     }
 
-    fn accept(&mut self) -> bool {
+    /// New connections (if the listener is `pending`), then the hellos of
+    /// those that wait.
+    fn accept(&mut self, pending: bool, c: &Counters) -> bool {
         let mut work = false;
-        while self.awaiting.len() < MAX_AWAITING {
+        while pending && self.awaiting.len() < MAX_AWAITING {
+            Counters::add(&c.shm_accept_calls, 1);
             match self.listener.accept() {
                 Ok((conn, _)) => {
                     work = true;
@@ -786,9 +809,9 @@ impl ShmPath {
             i.ring.disarm();
         }
         let mine = fds.get(self.poll_at..).unwrap_or(&[]);
-        if mine.iter().any(|p| p.revents != 0) {
-            self.woke = true;
-        }
+        self.ready
+            .extend(mine.iter().filter(|p| p.revents != 0).map(|p| p.fd));
+        self.woke |= !self.ready.is_empty();
     }
 }
 
@@ -847,6 +870,9 @@ fn drain(conn: &mut UnixStream) -> bool {
     loop {
         match conn.read(&mut b) {
             Ok(0) => return true,
+            // Less than asked: nothing more now (a later byte or the end
+            // makes the connection ready again).
+            Ok(n) if n < b.len() => return false,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -119,10 +119,16 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
         fds.iter().any(|p| p.revents != 0),
         "the wake-up is seen by poll"
     );
+    let accepts = c.snapshot().shm_accept_calls;
     b.woke(&fds);
     let mut n = 0;
     each(&mut b, 16, &c, |_, _, _| n += 1);
     assert_eq!(n, 1);
+    assert_eq!(
+        c.snapshot().shm_accept_calls,
+        accepts,
+        "a wake-up reads its connection only: the listener was not ready"
+    );
 
     // A full ring holds datagrams back (no consumer here): Full, not UDP.
     let big = to_slot(sb.index(), 7, 65536);
