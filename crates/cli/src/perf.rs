@@ -315,9 +315,12 @@ fn latency_name(op: WrOpcode) -> &'static str {
     }
 }
 
-/// memcpy and iperf3 TCP loopback, measured in this run.
+/// memcpy, the kernel's cross-memory copy and iperf3 TCP loopback,
+/// measured in this run.
 struct Baselines {
     memcpy: f64,
+    /// process_vm_readv(2) in 4 KiB and in 64 KiB calls, MB/s.
+    cross_memory: Result<(f64, f64), String>,
     iperf3: Result<f64, String>,
 }
 
@@ -325,6 +328,8 @@ impl Baselines {
     fn measure() -> Baselines {
         Baselines {
             memcpy: memcpy_mbs(65536, 1 << 30),
+            cross_memory: cross_memory_mbs(4096, 1 << 28)
+                .and_then(|small| Ok((small, cross_memory_mbs(65536, 1 << 30)?))),
             iperf3: iperf3_mbs(),
         }
     }
@@ -346,6 +351,13 @@ impl Baselines {
             self.memcpy,
             best / self.memcpy
         );
+        match &self.cross_memory {
+            Ok((small, large)) => println!(
+                "  process_vm_readv 4 / 64 KiB {small:>8.1} / {large:.1} MB/s   \
+                 (a same-host single copy's primitive: spec/same-host.md §4)"
+            ),
+            Err(why) => println!("  process_vm_readv            NOT MEASURED: {why}"),
+        }
         match &self.iperf3 {
             Ok(tcp) => println!(
                 "  iperf3 TCP loopback        {tcp:>12.1} MB/s   softverbs best / iperf3 = {:.3}",
@@ -366,6 +378,25 @@ fn memcpy_mbs(block: usize, total: usize) -> f64 {
         std::hint::black_box(i);
     }
     total as f64 / t0.elapsed().as_secs_f64() / 1e6
+}
+
+/// process_vm_readv(2) of `block`-byte calls within this process, in MB/s
+/// (one system call per block: what a single copy per packet or per
+/// message would pay).
+fn cross_memory_mbs(block: usize, total: usize) -> Result<f64, String> {
+    // Page-aligned, as registered buffers usually are: the kernel pins
+    // every page a call touches.
+    let (src_buf, mut dst_buf) = (vec![0x5au8; block + 4096], vec![0u8; block + 4096]);
+    let s = src_buf.as_ptr().align_offset(4096);
+    let d = dst_buf.as_ptr().align_offset(4096);
+    let (src, dst) = (&src_buf[s..s + block], &mut dst_buf[d..d + block]);
+    let t0 = Instant::now();
+    for _ in 0..total / block {
+        sv_io::cross_memory_copy(dst, src)
+            .map_err(|e| format!("process_vm_readv: {e}"))?;
+        std::hint::black_box(&mut *dst);
+    }
+    Ok(total as f64 / t0.elapsed().as_secs_f64() / 1e6)
 }
 
 /// iperf3 TCP over 127.0.0.1 for 3 s, in MB/s; why not, if it cannot run.

@@ -53,5 +53,6 @@ pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_C
 pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};
 pub use options::{DriverOptions, OptionsError};
 pub use progress::MAX_SLEEP;
+pub use shm::cross_memory_copy;
 pub use shm::ENV as SHM_ENV;
 pub use shm::RING_BYTES as SHM_RING_BYTES;

@@ -242,6 +242,15 @@ struct Inbound {
     fresh: bool,
 }
 
+/// The kernel's cross-memory copy (process_vm_readv(2)) of `src` into `dst`
+/// within this process: the primitive of a same-host single copy, which the
+/// path does not use because it costs more than its two copies on every
+/// size measured (spec/same-host.md §4); `softverbs perf` measures it as a
+/// baseline. The bytes copied.
+pub fn cross_memory_copy(dst: &mut [u8], src: &[u8]) -> io::Result<usize> {
+    sys::cross_memory_read_self(dst, src)
+}
+
 /// One driver's same-host path. See the module doc.
 #[derive(Debug)]
 pub(crate) struct ShmPath {
