@@ -32,10 +32,17 @@ fn reset_discards_queued_work_and_the_qp_is_reusable() {
         "RESET completes nothing"
     );
     empty(&a.rcq);
-    // Bring both sides up again from scratch (B too: its PSNs moved on).
+    // Bring both sides up again from scratch (B too: its PSNs moved on),
+    // with fresh PSNs as a program that reconnects uses: a retransmission
+    // of the old sends may still be on its way (in a transmit batch or in
+    // B's socket), and with the old PSNs it would pass for the new message.
     qb.apply(ToReset).unwrap();
-    rc_connect(&qa, b.gid(), qb.qp_num(), &RcOpts::default());
-    rc_connect(&qb, a.gid(), qa.qp_num(), &RcOpts::default());
+    let fresh = RcOpts {
+        psn: 0x1000,
+        ..RcOpts::default()
+    };
+    rc_connect(&qa, b.gid(), qb.qp_num(), &fresh);
+    rc_connect(&qb, a.gid(), qa.qp_num(), &fresh);
     a.mr.write(0, b"fresh");
     qb.post_recv(&recv_wr(20, &[b.mr.sge(0, 64)])).unwrap();
     qa.post_send(&send_wr(

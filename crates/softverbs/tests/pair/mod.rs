@@ -109,6 +109,8 @@ pub struct RcOpts {
     pub mtu: Mtu,
     /// Responder resources for incoming READs/atomics.
     pub max_dest_rd_atomic: u8,
+    /// The first PSN of both directions (`sq_psn` and the peer's `rq_psn`).
+    pub psn: u32,
 }
 
 impl Default for RcOpts {
@@ -119,6 +121,7 @@ impl Default for RcOpts {
             min_rnr_timer: 1,
             mtu: Mtu::Mtu1024,
             max_dest_rd_atomic: 16,
+            psn: 0,
         }
     }
 }
@@ -135,13 +138,13 @@ pub fn rc_connect(qp: &QueuePair<Rc>, peer_gid: Gid, peer_qpn: u32, o: &RcOpts) 
         ah: AhAttr::roce(peer_gid, 0),
         path_mtu: o.mtu,
         dest_qp_num: peer_qpn,
-        rq_psn: 0,
+        rq_psn: o.psn,
         max_dest_rd_atomic: o.max_dest_rd_atomic,
         min_rnr_timer: o.min_rnr_timer,
     })
     .unwrap();
     qp.to_rts(RcRts {
-        sq_psn: 0,
+        sq_psn: o.psn,
         timeout: o.timeout,
         retry_cnt: 7,
         rnr_retry: o.rnr_retry,
