@@ -392,8 +392,7 @@ fn cross_memory_mbs(block: usize, total: usize) -> Result<f64, String> {
     let (src, dst) = (&src_buf[s..s + block], &mut dst_buf[d..d + block]);
     let t0 = Instant::now();
     for _ in 0..total / block {
-        sv_io::cross_memory_copy(dst, src)
-            .map_err(|e| format!("process_vm_readv: {e}"))?;
+        sv_io::cross_memory_copy(dst, src).map_err(|e| format!("process_vm_readv: {e}"))?;
         std::hint::black_box(&mut *dst);
     }
     Ok(total as f64 / t0.elapsed().as_secs_f64() / 1e6)

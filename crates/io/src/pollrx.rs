@@ -129,7 +129,8 @@ impl Pace {
 
     /// The socket was read at `now`: `got` datagrams.
     fn socket_read(&self, now: Nanos, got: usize) {
-        self.empty_at.store(if got == 0 { now.max(1) } else { 0 }, Relaxed);
+        self.empty_at
+            .store(if got == 0 { now.max(1) } else { 0 }, Relaxed);
     }
 }
 

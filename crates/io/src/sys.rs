@@ -734,7 +734,10 @@ mod tests {
     fn a_cross_memory_read_of_this_process_copies_the_bytes() {
         let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
         let mut dst = vec![0u8; src.len()];
-        assert_eq!(super::cross_memory_read_self(&mut dst, &src).unwrap(), src.len());
+        assert_eq!(
+            super::cross_memory_read_self(&mut dst, &src).unwrap(),
+            src.len()
+        );
         assert_eq!(dst, src);
     }
 

@@ -285,7 +285,10 @@ fn while_the_rings_deliver_an_empty_socket_is_read_less_often() {
     let before = b.counters();
     let start = Instant::now();
     while b.counters().poll_socket_skips == before.poll_socket_skips {
-        assert!(start.elapsed() < DEADLINE, "no poll skipped the empty socket");
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no poll skipped the empty socket"
+        );
         a.with(|e| e.s().outbox.push_back((to, d.clone())));
         a.doorbell();
         sent += 1;
@@ -299,5 +302,8 @@ fn while_the_rings_deliver_an_empty_socket_is_read_less_often() {
     udp.send_to(&d, to).unwrap();
     let calls = b.counters().poll_receive_calls;
     assert!(poll_until(&b, sent + 1), "the socket's datagram arrived");
-    assert!(b.counters().poll_receive_calls > calls, "through a poll's read");
+    assert!(
+        b.counters().poll_receive_calls > calls,
+        "through a poll's read"
+    );
 }

@@ -730,3 +730,127 @@ fn uc_binds_invalidates_and_writes_through_a_window() {
         .unwrap_err();
     assert_eq!(e.errno(), Errno::EOPNOTSUPP);
 }
+
+/// Memory whose next write waits: it meets the test at `entered`, then
+/// waits at `release` (a placement caught in the middle).
+struct HeldWrite {
+    base: u64,
+    bytes: std::sync::Mutex<Vec<u8>>,
+    hold: std::sync::atomic::AtomicBool,
+    entered: std::sync::Barrier,
+    release: std::sync::Barrier,
+}
+
+impl Memory for HeldWrite {
+    fn read(&self, addr: u64, dst: &mut [u8]) {
+        let off = (addr - self.base) as usize;
+        dst.copy_from_slice(&self.bytes.lock().unwrap()[off..off + dst.len()]);
+    }
+
+    fn write(&self, addr: u64, src: &[u8]) {
+        if self.hold.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.entered.wait();
+            self.release.wait();
+        }
+        let off = (addr - self.base) as usize;
+        self.bytes.lock().unwrap()[off..off + src.len()].copy_from_slice(src);
+    }
+
+    fn atomic(&self, addr: u64, op: proto::memory::AtomicOp) -> u64 {
+        let mut word = [0u8; 8];
+        self.read(addr, &mut word);
+        let original = u64::from_ne_bytes(word);
+        self.write(addr, &op.apply(original).to_ne_bytes());
+        original
+    }
+}
+
+/// A WRITE through a window is being placed when another QP of the
+/// responder invalidates the window: the invalidation waits until the
+/// placement is done, so once it completes no access through the old key
+/// is under way (the check and the placement hold the windows' read lock
+/// together; spec/memory-windows.md §4).
+#[test]
+fn an_invalidation_waits_for_a_placement_through_the_window() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let mut p = pair(LOCAL_WRITE | MW_BIND);
+    // B's second QP (same PD): the invalidation goes there, not through the
+    // QP that is placing (whose own lock would hold it back anyway).
+    let (_, _, qb2, _) = connect(&mut p.net, QpType::Rc);
+    let (mw, _) = p.net.b.e.alloc_mw(p.net.b.pd, 2).unwrap();
+    assert_eq!(p.bind(mw, 0, 4096, REMOTE_WRITE).status, WcStatus::Success);
+    let rkey = p.net.b.e.mw(mw).unwrap().rkey;
+    // A's WRITE through the window, taken off the wire as bytes.
+    let data = pattern(512, 9);
+    p.net.a.mem.write(BASE, &data);
+    let sg = [Sge {
+        addr: BASE,
+        length: 512,
+        lkey: p.la,
+    }];
+    let target = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 1024,
+        rkey,
+    });
+    let wr = send_wr(1, WrOpcode::RdmaWrite, &sg, target);
+    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    let mut buf = vec![0u8; 9000];
+    let now = p.net.now;
+    let t = p
+        .net
+        .a
+        .e
+        .poll_transmit(now, &p.net.a.mem, &mut buf)
+        .unwrap();
+    let write = buf[..t.len].to_vec();
+    let (from, to) = (
+        SocketAddr::new(p.net.a.ip, 4791),
+        SocketAddr::new(p.net.b.ip, 4791),
+    );
+    let mem = HeldWrite {
+        base: BASE,
+        bytes: std::sync::Mutex::new(vec![0; 4096]),
+        hold: AtomicBool::new(true),
+        entered: std::sync::Barrier::new(2),
+        release: std::sync::Barrier::new(2),
+    };
+    // B's LOCAL_INV of the window, on its ring (the engine takes it in
+    // qb2's next turn).
+    let ring = p.net.b.e.send_ring(qb2).unwrap();
+    let inv = send_wr(8, WrOpcode::LocalInv, &[], WrTarget::Invalidate { rkey });
+    let invalidated = AtomicBool::new(false);
+    let b = &p.net.b.e;
+    std::thread::scope(|s| {
+        s.spawn(|| b.handle_datagram(now, from, to, &write, &mem));
+        mem.entered.wait(); // the placement is under way
+        s.spawn(|| {
+            ring.post(&inv, None, 0).unwrap();
+            let mut buf = vec![0u8; 9000];
+            while b.poll_transmit(now, &mem, &mut buf).is_some() {}
+            invalidated.store(true, SeqCst);
+        });
+        // Not a timing assertion on success: with the placement held, an
+        // invalidation that did not wait would be done long before this.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let early = invalidated.load(SeqCst);
+        mem.release.wait();
+        assert!(
+            !early,
+            "the invalidation completed while a placement through the window was under way"
+        );
+    });
+    assert!(invalidated.load(SeqCst));
+    assert_eq!(
+        mem.bytes.lock().unwrap()[1024..1536],
+        data[..],
+        "the placement that began before the invalidation is whole"
+    );
+    let wc = p.net.b.poll();
+    assert!(
+        wc.iter().any(|w| w.wr_id == 8
+            && w.status == WcStatus::Success
+            && w.opcode == WcOpcode::LocalInv),
+        "{wc:?}"
+    );
+    assert!(p.net.b.e.mw(mw).unwrap().binding.is_none(), "invalidated");
+}

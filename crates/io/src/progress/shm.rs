@@ -42,20 +42,21 @@ impl<E: Engine> Progress<E> {
         if !self.faults.on_receive() {
             // No receive faults: the engine reads each datagram where it
             // lies in the ring (no copy); counted and captured as read.
-            let work = shm.receive_in_place(Instant::now(), self.batch, &shared.counters, |batch| {
-                let c = &shared.counters;
-                let now = shared.clock.now();
-                for (bytes, _) in batch.datagrams() {
-                    Counters::add(&c.datagrams_received, 1);
-                    Counters::add(&c.bytes_received, bytes.len() as u64);
-                    if let Some(cap) = self.capture.as_mut() {
-                        cap.record(now, batch.from, self.local, bytes, c);
+            let work =
+                shm.receive_in_place(Instant::now(), self.batch, &shared.counters, |batch| {
+                    let c = &shared.counters;
+                    let now = shared.clock.now();
+                    for (bytes, _) in batch.datagrams() {
+                        Counters::add(&c.datagrams_received, 1);
+                        Counters::add(&c.bytes_received, bytes.len() as u64);
+                        if let Some(cap) = self.capture.as_mut() {
+                            cap.record(now, batch.from, self.local, bytes, c);
+                        }
                     }
-                }
-                crate::shm::deliver(&*shared.engine(), now, self.local, batch);
-                // (No receive faults: nothing received is held, so there
-                // is no reordered datagram to count down.)
-            });
+                    crate::shm::deliver(&*shared.engine(), now, self.local, batch);
+                    // (No receive faults: nothing received is held, so there
+                    // is no reordered datagram to count down.)
+                });
             return work;
         }
         let rx_corrupts = self.faults.corrupts.1;

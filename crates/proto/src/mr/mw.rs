@@ -504,12 +504,43 @@ pub fn windows_on(mws: &MwTable, mr: MrHandle) -> usize {
         .count()
 }
 
+/// A remote access that passed its key check: the host address of its
+/// first byte and, for a window's key, the windows' read lock, held until
+/// the access is done (the caller drops this after touching the memory).
+/// An invalidation or a bind on another thread waits for it, so once one
+/// completes no access through the old key is still under way
+/// (spec/concurrency.md §2, spec/memory-windows.md §4).
+pub struct Checked<'a> {
+    /// The host address of the access's first byte.
+    pub host: u64,
+    _window: Option<std::sync::RwLockReadGuard<'a, MwTable>>,
+}
+
+impl std::fmt::Debug for Checked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checked")
+            .field("host", &self.host)
+            .field("window", &self._window.is_some())
+            .finish()
+    }
+}
+
+impl Checked<'_> {
+    /// An access that needs no check (zero bytes): `va` as it is.
+    pub fn unchecked(va: u64) -> Self {
+        Checked {
+            host: va,
+            _window: None,
+        }
+    }
+}
+
 /// The remote-access check for any rkey: a window's ([`check_remote`], under
-/// the windows' read lock, taken only for a window's key) or a region's
-/// ([`Mr::check_present`]). Returns the host address of `va`.
+/// the windows' read lock, taken only for a window's key and kept in the
+/// answer) or a region's ([`Mr::check_present`]).
 #[allow(clippy::too_many_arguments)]
-pub fn check_rkey(
-    mws: &crate::lock::ReadMostly<MwTable>,
+pub fn check_rkey<'a>(
+    mws: &'a crate::lock::ReadMostly<MwTable>,
     mrs: &MrTable,
     pd: PdHandle,
     qp: QpHandle,
@@ -518,13 +549,22 @@ pub fn check_rkey(
     len: u64,
     access: Access,
     mem: &dyn crate::memory::Memory,
-) -> Result<u64, AccessError> {
+) -> Result<Checked<'a>, AccessError> {
     if is_window_key(rkey) {
-        return check_remote(&mws.read(), mrs, pd, qp, rkey, va, len, access, mem);
+        let windows = mws.read();
+        let host = check_remote(&windows, mrs, pd, qp, rkey, va, len, access, mem)?;
+        return Ok(Checked {
+            host,
+            _window: Some(windows),
+        });
     }
     let mr = super::mr_by_key(mrs, rkey).ok_or(AccessError::NoSuchKey {
         key: rkey,
         remote: true,
     })?;
-    mr.check_present(pd, rkey, va, len, access, mem)
+    let host = mr.check_present(pd, rkey, va, len, access, mem)?;
+    Ok(Checked {
+        host,
+        _window: None,
+    })
 }

@@ -506,8 +506,13 @@ impl Responder {
             if len > MAX_DMA_LEN {
                 return Err(Refusal::InvalidRequest);
             }
-            let host = check_remote(env, reth.rkey.0, reth.va, len, Access::RemoteWrite)?;
-            whole = Some((host, len));
+            whole = Some(check_remote(
+                env,
+                reth.rkey.0,
+                reth.va,
+                len,
+                Access::RemoteWrite,
+            )?);
             self.msg = InMsg::Write {
                 va: reth.va,
                 rkey: reth.rkey.0,
@@ -532,13 +537,14 @@ impl Responder {
         if n > 0 {
             // Checked again for every packet: the MR may have been deregistered
             // since the FIRST packet, and then its memory must not be touched.
-            // A packet that is the whole message (an ONLY, as most are) was
-            // checked just now with this key, address, length and access.
-            let host = match whole {
-                Some((host, len)) if len == n => host,
-                _ => check_remote(env, *rkey, *va, n, Access::RemoteWrite)?,
+            // The message's first packet (FIRST or ONLY) was checked just now
+            // for the whole message, which holds this packet's bytes. The
+            // check is held until the bytes are placed.
+            let checked = match whole {
+                Some(c) => c,
+                None => check_remote(env, *rkey, *va, n, Access::RemoteWrite)?,
             };
-            env.mem.write(host, pkt.payload);
+            env.mem.write(checked.host, pkt.payload);
         }
         *va += n;
         *left -= n;
@@ -661,15 +667,18 @@ fn check_qp_access(op: Operation, access: AccessFlags) -> Result<(), Refusal> {
 
 /// rc-reliability.md §3 step 6: R_Key, PD, bounds, rights. Zero-length READ or
 /// WRITE checks nothing (IBA C9-88). Returns the host address of `va`.
-fn check_remote(
-    env: &RespEnv<'_>,
+/// The key check of a remote access; the answer holds a window's read lock
+/// until it is dropped: drop it only after the memory access
+/// ([`crate::mr::mw::Checked`]).
+fn check_remote<'a>(
+    env: &RespEnv<'a>,
     rkey: u32,
     va: u64,
     len: u64,
     access: Access,
-) -> Result<u64, Refusal> {
+) -> Result<crate::mr::mw::Checked<'a>, Refusal> {
     if len == 0 && access != Access::RemoteAtomic {
-        return Ok(va);
+        return Ok(crate::mr::mw::Checked::unchecked(va));
     }
     // A window's rkey is checked like a region's (spec/memory-windows.md §4).
     crate::mr::mw::check_rkey(

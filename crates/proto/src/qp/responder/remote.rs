@@ -55,7 +55,7 @@ impl Responder {
         if env.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }
-        let host = check_remote(env, a.rkey.0, a.va, 8, Access::RemoteAtomic)?;
+        let checked = check_remote(env, a.rkey.0, a.va, 8, Access::RemoteAtomic)?;
         let op = if repr.bth.opcode.operation() == Operation::CompareSwap {
             AtomicOp::CompareSwap {
                 compare: a.compare,
@@ -64,7 +64,8 @@ impl Responder {
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
-        let orig = env.mem.atomic(host, op);
+        let orig = env.mem.atomic(checked.host, op);
+        drop(checked);
         let psn = repr.bth.psn;
         self.save(env, Resource::Atomic { psn, orig });
         self.msn = (self.msn + 1) & 0xff_ffff;
@@ -91,12 +92,13 @@ impl Responder {
             .payload
             .try_into()
             .map_err(|_| Refusal::InvalidRequest)?;
-        let host = check_remote(env, reth.rkey.0, reth.va, 8, Access::RemoteWrite)?;
-        if host % 8 != 0 {
+        let checked = check_remote(env, reth.rkey.0, reth.va, 8, Access::RemoteWrite)?;
+        if checked.host % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }
         let value = u64::from_ne_bytes(bytes);
-        env.mem.atomic(host, AtomicOp::Store { value });
+        env.mem.atomic(checked.host, AtomicOp::Store { value });
+        drop(checked);
         self.placed(env, pkt.repr.bth.psn);
         Ok(())
     }
@@ -313,7 +315,7 @@ impl Responder {
         let at = r.header_len();
         if let Some(out) = buf.get_mut(at..at + n) {
             match check_remote(env, job.rkey, va, n as u64, Access::RemoteRead) {
-                Ok(host) if n > 0 => env.mem.read(host, out),
+                Ok(checked) if n > 0 => env.mem.read(checked.host, out),
                 _ => out.fill(0),
             }
         }
