@@ -203,31 +203,6 @@ pub(crate) fn abstract_listener_cred(name: &[u8]) -> Option<(i32, u32)> {
     (r == 0).then_some((cred.pid, cred.uid))
 }
 
-/// Copies `src` into `dst` (of equal length) with process_vm_readv(2) on
-/// this process: the kernel's cross-memory copy, the primitive a same-host
-/// single copy would use (measured as a baseline, spec/same-host.md §4).
-/// The bytes copied.
-pub(crate) fn cross_memory_read_self(dst: &mut [u8], src: &[u8]) -> io::Result<usize> {
-    let n = dst.len().min(src.len());
-    let local = libc::iovec {
-        iov_base: dst.as_mut_ptr().cast(),
-        iov_len: n,
-    };
-    let remote = libc::iovec {
-        iov_base: src.as_ptr().cast_mut().cast(),
-        iov_len: n,
-    };
-    // SAFETY: both iovecs describe live slices of `n` bytes of this process
-    // (`dst` writable and borrowed mutably for the call, `src` readable);
-    // the kernel writes only within `dst`.
-    let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
-
 /// This process's effective user ID.
 pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid(2) has no preconditions and cannot fail.
@@ -730,17 +705,6 @@ pub(crate) fn attach_reuseport_cbpf(
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_cross_memory_read_of_this_process_copies_the_bytes() {
-        let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        let mut dst = vec![0u8; src.len()];
-        assert_eq!(
-            super::cross_memory_read_self(&mut dst, &src).unwrap(),
-            src.len()
-        );
-        assert_eq!(dst, src);
-    }
-
     use super::*;
     use std::net::UdpSocket;
     use std::os::fd::AsFd;

@@ -248,7 +248,7 @@ struct Inbound {
 /// size measured (spec/same-host.md §4); `softverbs perf` measures it as a
 /// baseline. The bytes copied.
 pub fn cross_memory_copy(dst: &mut [u8], src: &[u8]) -> io::Result<usize> {
-    sys::cross_memory_read_self(dst, src)
+    sysshm::cross_memory_read_self(dst, src)
 }
 
 /// One driver's same-host path. See the module doc.

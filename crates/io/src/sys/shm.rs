@@ -1,5 +1,7 @@
 //! Shared memory for the same-host path (`crate::shm`): a sealed memfd, its
-//! mapping, and the unix-socket calls that pass its descriptor to the peer.
+//! mapping, and the unix-socket calls that pass its descriptor to the peer;
+//! and the kernel's cross-memory copy, measured as a baseline only
+//! ([`cross_memory_read_self`], spec/same-host.md §4).
 //!
 //! Why unsafe is needed here and nowhere else: two processes can share pages
 //! only through `mmap(MAP_SHARED)` of one file, and the bytes of such a
@@ -311,11 +313,47 @@ pub(crate) fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<(i32, u32)> {
     cvt(r).map(|_| (cred.pid, cred.uid))
 }
 
+/// Copies `src` into `dst` (of equal length) with process_vm_readv(2) on
+/// this process: the kernel's cross-memory copy, the primitive a same-host
+/// single copy would use (measured as a baseline, spec/same-host.md §4).
+/// The bytes copied.
+pub(crate) fn cross_memory_read_self(dst: &mut [u8], src: &[u8]) -> io::Result<usize> {
+    let n = dst.len().min(src.len());
+    let local = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: n,
+    };
+    let remote = libc::iovec {
+        iov_base: src.as_ptr().cast_mut().cast(),
+        iov_len: n,
+    };
+    // SAFETY: both iovecs describe live slices of `n` bytes of this process
+    // (`dst` writable and borrowed mutably for the call, `src` readable);
+    // the kernel writes only within `dst`.
+    let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
     use std::sync::atomic::Ordering::SeqCst;
+
+    #[test]
+    fn a_cross_memory_read_of_this_process_copies_the_bytes() {
+        let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        assert_eq!(
+            super::cross_memory_read_self(&mut dst, &src).unwrap(),
+            src.len()
+        );
+        assert_eq!(dst, src);
+    }
 
     #[test]
     fn two_mappings_of_one_memfd_share_bytes_and_atomics() {
