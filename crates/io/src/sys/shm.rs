@@ -330,7 +330,9 @@ pub(crate) fn cross_memory_read_self(dst: &mut [u8], src: &[u8]) -> io::Result<u
     // SAFETY: both iovecs describe live slices of `n` bytes of this process
     // (`dst` writable and borrowed mutably for the call, `src` readable);
     // the kernel writes only within `dst`.
-    let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let r = unsafe {
+        libc::process_vm_readv(libc::getpid(), &raw const local, 1, &raw const remote, 1, 0)
+    };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
