@@ -229,17 +229,18 @@ fn same_host_pair(ip: &str) -> (Driver<Fake>, Driver<Fake>, std::net::SocketAddr
     (a, b, std::net::SocketAddr::new(ip, 4791), d)
 }
 
-/// With the same-host path, a thread that polls a CQ reads the rings as it
-/// reads the socket: once the ring is up, a datagram from another process of
-/// the host reaches the engine through the poll, while the progress thread
-/// sleeps aside (its lease of 30 s would keep it from reading it in time).
-#[test]
-fn a_polling_thread_reads_the_same_host_rings() {
-    let (a, b, to, d) = same_host_pair("127.0.92.1");
-    // Until b accepts a's ring, datagrams go by UDP (and the shared address).
+/// Sends `d` from `a` to `b` until `b` accepts `a`'s ring (until then
+/// datagrams go by UDP and the shared address), waits until `b` has them
+/// all, then takes `b`'s lease. How many were sent.
+fn ring_up_and_leased(
+    a: &Driver<Fake>,
+    b: &Driver<Fake>,
+    to: std::net::SocketAddr,
+    d: &[u8],
+) -> usize {
     let mut sent = 0;
     assert!(wait_until(|| {
-        a.with(|e| e.s().outbox.push_back((to, d.clone())));
+        a.with(|e| e.s().outbox.push_back((to, d.to_vec())));
         a.doorbell();
         sent += 1;
         b.drive_receive();
@@ -249,7 +250,18 @@ fn a_polling_thread_reads_the_same_host_rings() {
         b.drive_receive();
         b.with(|e| e.s().inbox.len()) == sent
     }));
-    lease(&b);
+    lease(b);
+    sent
+}
+
+/// With the same-host path, a thread that polls a CQ reads the rings as it
+/// reads the socket: once the ring is up, a datagram from another process of
+/// the host reaches the engine through the poll, while the progress thread
+/// sleeps aside (its lease of 30 s would keep it from reading it in time).
+#[test]
+fn a_polling_thread_reads_the_same_host_rings() {
+    let (a, b, to, d) = same_host_pair("127.0.92.1");
+    let sent = ring_up_and_leased(&a, &b, to, &d);
     let before = b.counters();
     a.with(|e| e.s().outbox.push_back((to, d.clone())));
     a.doorbell();
@@ -266,19 +278,7 @@ fn a_polling_thread_reads_the_same_host_rings() {
 #[test]
 fn while_the_rings_deliver_an_empty_socket_is_read_less_often() {
     let (a, b, to, d) = same_host_pair("127.0.93.1");
-    let mut sent = 0;
-    assert!(wait_until(|| {
-        a.with(|e| e.s().outbox.push_back((to, d.clone())));
-        a.doorbell();
-        sent += 1;
-        b.drive_receive();
-        a.counters().shm_datagrams_sent > 0
-    }));
-    assert!(wait_until(|| {
-        b.drive_receive();
-        b.with(|e| e.s().inbox.len()) == sent
-    }));
-    lease(&b);
+    let mut sent = ring_up_and_leased(&a, &b, to, &d);
     // Ring datagrams through the poll, then polls that find nothing: some
     // of them leave the socket unread (bounded: a poll that takes longer
     // than the pace's period reads it every time).
