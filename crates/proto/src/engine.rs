@@ -190,6 +190,8 @@ pub struct DeviceData {
     pub(crate) inline_buf: Vec<u8>,
     /// Counters.
     pub(crate) counters: crate::output::DeviceCounterCells,
+    /// The peers the driver reaches with intact datagrams (crate::intact).
+    pub(crate) intact: crate::intact::IntactPeers,
     /// Counters of destroyed QPs.
     pub(crate) retired: crate::qp::data::QpCounters,
     /// The longest frame a RAW_PACKET send may build.
@@ -214,6 +216,7 @@ impl Default for DeviceData {
             raw_frame_max: crate::frame::DEFAULT_FRAME_MAX,
             raw_counters: Default::default(),
             now: Default::default(),
+            intact: Default::default(),
         }
     }
 }

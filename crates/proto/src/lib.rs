@@ -38,7 +38,7 @@
 //! cm::sidr  error  wr::types  SIDR; the error enum (takes the leaf errors below); the WR types
 //! cm::conn  mr::mw            CM connections; memory windows
 //! cm::outbox  mr  xrcd        the CM's outbox; MRs and keys; XRC domains
-//! cm::held  cm::types  dm  mcast  qp  qp::table  refusal  sched  table
+//! cm::held  cm::types  dm  intact  mcast  qp  qp::table  refusal  sched  table
 //! cm::timing  errno  frame  handle  lock  mask  memory  rss  spec_md  tso  types
 //!                             ground floor: imports nothing of the crate
 //! ```
@@ -151,6 +151,7 @@ pub mod error;
 pub mod frame;
 pub mod gsi;
 pub mod handle;
+pub mod intact;
 pub mod lock;
 pub mod mask;
 pub mod mcast;

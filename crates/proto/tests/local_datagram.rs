@@ -6,6 +6,7 @@
 
 mod net;
 use net::*;
+use proto::intact::IntactPeer;
 
 /// Catches A's next datagram instead of delivering it.
 fn catch_next(net: &mut Net) -> Vec<u8> {
@@ -119,6 +120,12 @@ fn a_local_ud_datagram_is_still_checked() {
         .e
         .post_send(qa, &send_wr(1, WrOpcode::Send, &sg, t), None)
         .unwrap();
+    // Naming B as reached intact changes nothing for UD: its receivers
+    // check every ICRC, so the datagram stays sealed.
+    net.a.e.set_intact_peers(&[IntactPeer {
+        ip: net.b.ip,
+        qpns: (nb, nb),
+    }]);
     let good = catch_next(&mut net);
     let mut bad = good.clone();
     let last = bad.len() - 1;
@@ -142,4 +149,73 @@ fn a_local_ud_datagram_is_still_checked() {
         [(7, WcStatus::Success)]
     );
     assert_eq!(net.b.mem.snapshot(BASE + 0x1000 + 40, 200), pattern(200, 4));
+}
+
+/// A peer the driver names as reached intact (crate::intact) gets A's RC
+/// datagrams without an ICRC: its same-host entry places them, a socket's
+/// check drops them. Its ACKs to A, which B did not name, stay sealed; and
+/// once A names nobody, A seals again.
+#[test]
+fn a_peer_named_intact_gets_rc_datagrams_unsealed() {
+    let mut net = Net::new();
+    let (qa, _, _qb, nb) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 4096, 1);
+    let (_, rb) = net.b.mr(0, 8192, 1 | 2);
+    net.a.e.set_intact_peers(&[IntactPeer {
+        ip: net.b.ip,
+        qpns: (nb - 1, nb + 1),
+    }]);
+    let write = |net: &mut Net, id: u64, seed: u8| {
+        net.a.mem.write(BASE, &pattern(100, seed));
+        let sg = [Sge {
+            addr: BASE,
+            length: 100,
+            lkey: la,
+        }];
+        let t = WrTarget::Rdma(RdmaTarget {
+            remote_addr: BASE + 4096,
+            rkey: rb,
+        });
+        net.a
+            .e
+            .post_send(qa, &send_wr(id, WrOpcode::RdmaWrite, &sg, t), None)
+            .unwrap();
+        catch_next(net)
+    };
+    let unsealed = write(&mut net, 1, 3);
+    assert_eq!(unsealed[unsealed.len() - 4..], [0; 4], "no ICRC computed");
+    assert_eq!(net.a.e.counters().qps.packets_unsealed, 1);
+    let (from, to) = ends(&net);
+    let before = net.b.e.counters();
+    net.b
+        .e
+        .handle_datagram(net.now, from, to, &unsealed, &net.b.mem);
+    assert_eq!(
+        net.b.e.counters().drop_icrc,
+        before.drop_icrc + 1,
+        "a socket checks"
+    );
+    net.b
+        .e
+        .handle_local_datagram(net.now, from, to, &unsealed, &net.b.mem);
+    assert_eq!(
+        net.b.mem.snapshot(BASE + 4096, 100),
+        pattern(100, 3),
+        "placed"
+    );
+    // B's ACK is sealed (A reaches B's path, B named nobody): A's socket
+    // entry takes it and the WRITE completes.
+    net.run();
+    let wc: Vec<_> = net.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(wc, [(1, WcStatus::Success)]);
+    assert_eq!(net.b.e.counters().qps.packets_unsealed, 0);
+    // Named no more: sealed, and a socket takes it.
+    net.a.e.set_intact_peers(&[]);
+    let sealed = write(&mut net, 2, 4);
+    assert_ne!(sealed[sealed.len() - 4..], [0; 4]);
+    net.b
+        .e
+        .handle_datagram(net.now, from, to, &sealed, &net.b.mem);
+    assert_eq!(net.b.mem.snapshot(BASE + 4096, 100), pattern(100, 4));
+    assert_eq!(net.a.e.counters().qps.packets_unsealed, 1);
 }

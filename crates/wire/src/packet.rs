@@ -235,10 +235,16 @@ impl TransportRepr {
     /// and fills in the ICRC for `encap`: the headers before it, pad and ICRC
     /// after it. Gives the same bytes as [`TransportRepr::emit`] with that payload.
     pub fn emit_in_place(&self, buf: &mut [u8], encap: &Encap) -> Result<usize, Error> {
-        self.check_emit(buf.len(), self.payload_len)?;
-        let len = self.emit_around_payload(buf)?;
+        let len = self.emit_in_place_unsealed(buf)?;
         icrc::seal(encap, &mut buf[..len])?;
         Ok(len)
+    }
+
+    /// [`TransportRepr::emit_in_place`] with a zero ICRC, for a receiver
+    /// that does not check it (seal later with [`icrc::seal`]).
+    pub fn emit_in_place_unsealed(&self, buf: &mut [u8]) -> Result<usize, Error> {
+        self.check_emit(buf.len(), self.payload_len)?;
+        self.emit_around_payload(buf)
     }
 
     /// Headers, then zero pad and ICRC slot after `payload_len` bytes left as
@@ -551,6 +557,28 @@ mod tests {
         #[test]
         fn parse_is_the_walk(bytes in datagram()) {
             prop_assert_eq!(TransportRepr::parse(&bytes), TransportRepr::parse_by_walk(&bytes));
+        }
+
+        /// An unsealed emit in place, sealed afterwards, is the sealed emit
+        /// (same buffer contents before, same bytes after).
+        #[test]
+        fn unsealed_then_sealed_is_sealed(bytes in datagram(), fill: u8) {
+            let Ok(mut r) = TransportRepr::parse(&bytes) else { return Ok(()) };
+            r.payload_len = r.payload_len.min(64);
+            let encap = Encap::from_addrs(
+                "10.0.0.1".parse().unwrap(),
+                "10.0.0.2".parse().unwrap(),
+                49152,
+            ).unwrap();
+            let (mut a, mut b) = (vec![fill; 300], vec![fill; 300]);
+            let la = r.emit_in_place(&mut a, &encap);
+            let lb = r.emit_in_place_unsealed(&mut b);
+            prop_assert_eq!(&la, &lb);
+            if let Ok(n) = lb {
+                prop_assert_eq!(&b[n - 4..n], &[0u8; 4][..], "the ICRC slot is zero");
+                icrc::seal(&encap, &mut b[..n]).unwrap();
+                prop_assert_eq!(&a[..n], &b[..n]);
+            }
         }
 
         /// Emitting around a payload writes the walk's bytes, for every

@@ -16,6 +16,14 @@ use crate::Engine;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 impl Engine {
+    /// The driver names the peers it reaches with intact datagrams (a
+    /// same-host ring whose receiver does not check the ICRC): the RC, UC
+    /// and XRC packets to them leave without one (crate::intact). Replaces
+    /// the set named before; an empty set seals everything again.
+    pub fn set_intact_peers(&self, peers: &[crate::intact::IntactPeer]) {
+        self.dev.intact.set(peers);
+    }
+
     /// Writes the next datagram into `buf` (at least one path MTU plus 64
     /// bytes of headers). `None` when nothing is ready now. The QP whose
     /// turn it was goes to the back of the ready queue if it has more.

@@ -54,6 +54,7 @@ impl Engine {
             gids: &self.info.gids,
             port_mtu: self.info.port.active_mtu.bytes(),
             local_port: self.dev.local_port,
+            intact: &self.dev.intact,
         };
         let r = {
             let mut sink = engine_sink!(self, h);

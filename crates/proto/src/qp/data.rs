@@ -69,6 +69,9 @@ pub struct QpCounters {
     /// Dropped: a UC/UD request IBA answers with a silent drop (bad opcode for
     /// the state, length, access, receive buffer too small).
     pub drop_invalid: u64,
+    /// Packets sent without an ICRC: their peer is reached with intact
+    /// datagrams and does not check it (crate::intact).
+    pub packets_unsealed: u64,
 }
 
 impl QpCounters {
@@ -103,7 +106,8 @@ impl QpCounters {
             drop_sequence,
             drop_qkey,
             drop_no_recv_wqe,
-            drop_invalid
+            drop_invalid,
+            packets_unsealed
         );
     }
 }
@@ -148,6 +152,9 @@ pub struct QpData {
     /// Why the last bind or invalidation on this QP was refused (its
     /// completion carries only the status).
     pub window_error: Option<crate::mr::mw::MwError>,
+    /// Whether its peer is reached with intact datagrams, as last asked
+    /// (crate::intact).
+    pub intact: crate::intact::IntactCache,
 }
 
 impl QpData {

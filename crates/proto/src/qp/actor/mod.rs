@@ -79,6 +79,8 @@ pub struct QpEnv<'a> {
     pub port_mtu: u32,
     /// The UDP source port packets leave from (covered by the ICRC).
     pub local_port: u16,
+    /// The peers reached with intact datagrams (crate::intact).
+    pub intact: &'a crate::intact::IntactPeers,
 }
 
 /// A packet the engine accepted for this QP (roce-wire.md §7 steps 1–6 passed).

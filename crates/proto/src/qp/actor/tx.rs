@@ -60,7 +60,12 @@ impl Qp {
         let a = self.ctl.attr();
         let src = gid_ip(env.gids, a.ah_attr.grh.sgid_index);
         let dst = a.ah_attr.grh.dgid.ip();
-        emit_in_place(repr, src, dst, env.local_port, buf)
+        // Responses are RC's and XRC's: their peer may take them unsealed.
+        let seal = !env
+            .intact
+            .contains(&mut self.dp.intact, dst, repr.bth.dest_qp.get());
+        self.dp.counters.packets_unsealed += u64::from(!seal);
+        emit_in_place(repr, src, dst, env.local_port, seal, buf)
     }
 
     fn req_env(&self, env: &QpEnv<'_>) -> ReqEnv {
@@ -123,7 +128,13 @@ impl Qp {
         c.retransmitted_packets += u64::from(retransmit);
         let src = gid_ip(env.gids, sgid);
         self.dp.pkt.repr.payload_len = n; // in place: the representation is large
-        let out = emit_in_place(&self.dp.pkt.repr, src, dgid.ip(), env.local_port, buf);
+                                          // UD receivers check every ICRC; RC, UC and XRC ones not from a
+                                          // peer reached intact (crate::intact).
+        let dest_qp = self.dp.pkt.repr.bth.dest_qp.get();
+        let seal = renv.qp_type == QpType::Ud
+            || !env.intact.contains(&mut self.dp.intact, dgid.ip(), dest_qp);
+        self.dp.counters.packets_unsealed += u64::from(!seal);
+        let out = emit_in_place(&self.dp.pkt.repr, src, dgid.ip(), env.local_port, seal, buf);
         self.after_request(now, index, last, renv.qp_type, sink);
         out
     }
@@ -278,10 +289,15 @@ fn emit_in_place(
     src: IpAddr,
     dst: IpAddr,
     port: u16,
+    seal: bool,
     buf: &mut [u8],
 ) -> Option<Transmit> {
     let encap = Encap::from_addrs(src, dst, port)?;
-    let len = repr.emit_in_place(buf, &encap).ok()?;
+    let len = match seal {
+        true => repr.emit_in_place(buf, &encap),
+        false => repr.emit_in_place_unsealed(buf),
+    }
+    .ok()?;
     Some(Transmit {
         to: SocketAddr::new(dst, ROCE_PORT),
         len,
