@@ -99,6 +99,15 @@ pub trait Engine: Send + Sync + 'static {
     fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.handle_datagram(now, from, to, payload);
     }
+    /// The peers this driver reaches through a same-host ring whose receiver
+    /// does not check the ICRC of intact RC, UC and XRC datagrams: (address,
+    /// first QPN, last QPN). The engine may leave the ICRC of its datagrams
+    /// to them uncomputed; the driver then puts them only in such a ring
+    /// (one that goes down meanwhile loses them, as a link would). Replaces
+    /// the set given before. The default ignores it (everything sealed).
+    fn set_intact_peers(&self, peers: &[(std::net::IpAddr, u32, u32)]) {
+        let _ = peers;
+    }
     /// Writes the next datagram to send into `buf`; `None` when nothing is ready.
     fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit>;
     /// [`Engine::poll_transmit`] for a thread that gathers a batch before it

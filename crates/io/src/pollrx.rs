@@ -424,6 +424,9 @@ fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
         }
         crate::shm::deliver(&*shared.engine(), now, local, batch);
     });
+    if let Some(peers) = shm.take_intact() {
+        shared.engine().set_intact_peers(&peers);
+    }
     if delivered > 0 {
         shared.rx.pace.rings_at.store(now.max(1), Relaxed);
     }

@@ -55,6 +55,17 @@ impl sv_io::Engine for DeviceEngine {
         self.cm_events(now);
     }
 
+    fn set_intact_peers(&self, peers: &[(std::net::IpAddr, u32, u32)]) {
+        let peers: Vec<_> = peers
+            .iter()
+            .map(|&(ip, first, last)| proto::intact::IntactPeer {
+                ip,
+                qpns: (first, last),
+            })
+            .collect();
+        self.engine.set_intact_peers(&peers);
+    }
+
     fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         // The same turn, its claims let go at once (proto's poll_transmit).
         let mut claims = Self::Claims::default();

@@ -39,6 +39,11 @@ impl<E: Engine> Progress<E> {
         let Some(mut shm) = shared.shm() else {
             return false;
         };
+        // The peers reached intact, as the last checks found them (each
+        // check, this thread's or a polling thread's, may change them).
+        if let Some(peers) = shm.take_intact() {
+            shared.engine().set_intact_peers(&peers);
+        }
         if !self.faults.on_receive() {
             // No receive faults: the engine reads each datagram where it
             // lies in the ring (no copy); counted and captured as read.

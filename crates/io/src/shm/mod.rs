@@ -188,8 +188,18 @@ struct Outbound {
     ring: Producer,
     /// Accepted by the receiver (its one-byte answer came).
     ready: bool,
+    /// The receiver's answer said it does not check the ICRC of intact RC,
+    /// UC and XRC datagrams ([`UNCHECKED`]).
+    unchecked: bool,
     since: Instant,
 }
+
+/// The receiver's answer: accepted ...
+const ACCEPTED: u8 = 1;
+/// ... and it takes intact RC, UC and XRC datagrams without an ICRC check
+/// (no faults or capture of its own): their sender may leave the ICRC
+/// uncomputed (proto::intact, spec/same-host.md §4).
+const UNCHECKED: u8 = 2;
 
 #[derive(Debug)]
 enum Peer {
@@ -277,6 +287,12 @@ pub(crate) struct ShmPath {
     last_check: Instant,
     /// Where this path's descriptors start in the poll set of the last sleep.
     poll_at: usize,
+    /// This driver neither alters nor records datagrams (no faults, no
+    /// capture): as a receiver it answers [`UNCHECKED`], as a sender it
+    /// names the peers that did ([`ShmPath::take_intact`]).
+    plain: bool,
+    /// The peers that answered [`UNCHECKED`] changed since last taken.
+    intact_changed: bool,
 }
 
 impl ShmPath {
@@ -292,7 +308,10 @@ impl ShmPath {
             return None;
         };
         match ShmPath::open(local, slot, opts.max_datagram_bytes) {
-            Ok(p) => Some(p),
+            Ok(mut p) => {
+                p.plain = !opts.faults.is_active() && opts.capture.is_none();
+                Some(p)
+            }
             Err(e) => {
                 tracing::debug!(%local, error = %e, "same-host path not opened: datagrams go by UDP");
                 None
@@ -324,6 +343,8 @@ impl ShmPath {
             ready: Vec::new(),
             last_check: Instant::now(),
             poll_at: 0,
+            plain: true,
+            intact_changed: false,
         })
     }
 
@@ -389,7 +410,8 @@ impl ShmPath {
             match accepted(out) {
                 Ok(true) => {
                     tracing::debug!(local = %self.local, peer = %key.0, slot = key.1,
-                        "same-host path to the peer accepted");
+                        unchecked = out.unchecked, "same-host path to the peer accepted");
+                    self.intact_changed = true;
                 }
                 Ok(false) => return Push::Declined,
                 Err(why) => {
@@ -466,6 +488,7 @@ impl ShmPath {
             conn,
             ring: Producer::new(map, self.capacity),
             ready: false,
+            unchecked: false,
             since: Instant::now(),
         })
     }
@@ -642,6 +665,7 @@ impl ShmPath {
         }
         let before = self.peers.len();
         let local = self.local;
+        let mut answered = false;
         self.peers.0.retain_mut(|(key, p)| {
             let Peer::Open(out) = p else { return true };
             if !ready(out.conn.as_raw_fd()) {
@@ -650,7 +674,7 @@ impl ShmPath {
             let gone = if out.ready {
                 drain(&mut out.conn).then_some(Refusal::Gone)
             } else {
-                accepted(out).err()
+                accepted(out).map(|now| answered |= now).err()
             };
             match gone {
                 Some(why) => {
@@ -661,7 +685,28 @@ impl ShmPath {
                 None => true,
             }
         });
-        work | (self.peers.len() != before)
+        let changed = self.peers.len() != before;
+        self.intact_changed |= answered || changed;
+        work | changed
+    }
+
+    /// The peers to name to the engine as reached intact (proto::intact):
+    /// (address, first QPN, last QPN) of each peer whose ring is up and
+    /// whose receiver answered [`UNCHECKED`]; none while this driver has
+    /// faults or a capture. `None` if that did not change since last taken.
+    pub(crate) fn take_intact(&mut self) -> Option<Vec<(IpAddr, u32, u32)>> {
+        if !std::mem::take(&mut self.intact_changed) {
+            return None;
+        }
+        let plain = self.plain;
+        let peers = self.peers.0.iter().filter_map(|((ip, slot), p)| match p {
+            Peer::Open(o) if plain && o.ready && o.unchecked => {
+                let (first, last) = share::qpn_range(*slot);
+                Some((*ip, first, last))
+            }
+            _ => None,
+        });
+        Some(peers.collect())
     }
 
     /// New connections (if the listener is `pending`), then the hellos of
@@ -688,7 +733,8 @@ impl ShmPath {
         for (conn, since) in awaiting {
             match self.introduce(&conn) {
                 Ok(Some(inb)) => {
-                    let _ = (&conn).write(&[1]);
+                    let answer = ACCEPTED | if self.plain { UNCHECKED } else { 0 };
+                    let _ = (&conn).write(&[answer]);
                     tracing::debug!(local = %self.local, from = %inb.from,
                         "same-host sender accepted");
                     self.inbound.push(Inbound { conn, ..inb });
@@ -830,6 +876,7 @@ fn accepted(out: &mut Outbound) -> Result<bool, Refusal> {
     match out.conn.read(&mut b) {
         Ok(1) => {
             out.ready = true;
+            out.unchecked = b[0] & UNCHECKED != 0;
             Ok(true)
         }
         Ok(_) => Err(Refusal::Refused),

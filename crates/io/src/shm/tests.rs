@@ -282,3 +282,43 @@ fn on_by_default_and_the_environment_turns_it_off() {
     o.apply_env("d", |_| None).unwrap();
     assert!(!o.shm, "unset leaves the setting as it was");
 }
+
+/// A receiver without faults or a capture answers that it takes intact
+/// datagrams unchecked, and its sender names it to the engine (address
+/// and the QPNs of its slot) once its ring is up; one that has faults or a
+/// capture does not; a peer that goes is named no more.
+#[test]
+fn a_plain_receiver_is_named_as_reached_intact() {
+    let ip: IpAddr = "127.0.91.7".parse().unwrap();
+    let (_sa, mut a) = path(ip);
+    let (sb, mut b) = path(ip);
+    let (sc, mut with_faults) = path(ip);
+    with_faults.plain = false;
+    let c = Counters::default();
+    let to = SocketAddr::new(ip, 4791);
+    assert_eq!(a.take_intact(), None, "nothing yet");
+    send_accepted(&mut a, &mut b, to, &to_slot(sb.index(), 1, 64), &c);
+    let (first, last) = qpn_range(sb.index());
+    assert_eq!(a.take_intact(), Some(vec![(ip, first, last)]));
+    assert_eq!(a.take_intact(), None, "taken; nothing changed since");
+    send_accepted(
+        &mut a,
+        &mut with_faults,
+        to,
+        &to_slot(sc.index(), 2, 64),
+        &c,
+    );
+    assert_eq!(
+        a.take_intact(),
+        Some(vec![(ip, first, last)]),
+        "the receiver with faults is not named"
+    );
+    drop(b);
+    drop(sb);
+    let mut fds = Vec::new();
+    a.pollfds(&mut fds);
+    crate::sys::poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
+    a.woke(&fds);
+    each(&mut a, 16, &c, |_, _, _| {});
+    assert_eq!(a.take_intact(), Some(vec![]), "gone: named no more");
+}
