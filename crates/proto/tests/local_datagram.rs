@@ -25,6 +25,26 @@ fn catch_next(net: &mut Net) -> Vec<u8> {
     got
 }
 
+/// A posts a 100-byte WRITE of `pattern(100, seed)` from its region `la`
+/// to `BASE + 4096` of B's region `rb`; its datagram, caught.
+fn write_caught(net: &mut Net, qa: QpHandle, la: u32, rb: u32, id: u64, seed: u8) -> Vec<u8> {
+    net.a.mem.write(BASE, &pattern(100, seed));
+    let sg = [Sge {
+        addr: BASE,
+        length: 100,
+        lkey: la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 4096,
+        rkey: rb,
+    });
+    net.a
+        .e
+        .post_send(qa, &send_wr(id, WrOpcode::RdmaWrite, &sg, t), None)
+        .unwrap();
+    catch_next(net)
+}
+
 fn ends(net: &Net) -> (SocketAddr, SocketAddr) {
     (
         SocketAddr::new(net.a.ip, 4791),
@@ -39,21 +59,7 @@ fn a_local_rc_datagram_is_taken_without_the_icrc_check_a_socket_one_is_not() {
     let (la, _) = net.a.mr(0, 4096, 1);
     let (_, rb) = net.b.mr(0, 8192, 1 | 2);
     let data = pattern(100, 9);
-    net.a.mem.write(BASE, &data);
-    let sg = [Sge {
-        addr: BASE,
-        length: 100,
-        lkey: la,
-    }];
-    let t = WrTarget::Rdma(RdmaTarget {
-        remote_addr: BASE + 4096,
-        rkey: rb,
-    });
-    net.a
-        .e
-        .post_send(qa, &send_wr(1, WrOpcode::RdmaWrite, &sg, t), None)
-        .unwrap();
-    let mut bad = catch_next(&mut net);
+    let mut bad = write_caught(&mut net, qa, la, rb, 1, 9);
     let last = bad.len() - 1;
     bad[last] ^= 0x5a; // the ICRC's last byte
     let (from, to) = ends(&net);
@@ -165,23 +171,7 @@ fn a_peer_named_intact_gets_rc_datagrams_unsealed() {
         ip: net.b.ip,
         qpns: (nb - 1, nb + 1),
     }]);
-    let write = |net: &mut Net, id: u64, seed: u8| {
-        net.a.mem.write(BASE, &pattern(100, seed));
-        let sg = [Sge {
-            addr: BASE,
-            length: 100,
-            lkey: la,
-        }];
-        let t = WrTarget::Rdma(RdmaTarget {
-            remote_addr: BASE + 4096,
-            rkey: rb,
-        });
-        net.a
-            .e
-            .post_send(qa, &send_wr(id, WrOpcode::RdmaWrite, &sg, t), None)
-            .unwrap();
-        catch_next(net)
-    };
+    let write = |net: &mut Net, id, seed| write_caught(net, qa, la, rb, id, seed);
     let unsealed = write(&mut net, 1, 3);
     assert_eq!(unsealed[unsealed.len() - 4..], [0; 4], "no ICRC computed");
     assert_eq!(net.a.e.counters().qps.packets_unsealed, 1);

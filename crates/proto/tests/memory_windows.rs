@@ -68,8 +68,8 @@ impl Pair {
         wc[0]
     }
 
-    /// A writes `data` to `va` through `rkey`; returns A's completion.
-    fn write(&mut self, rkey: u32, va: u64, data: &[u8]) -> WorkCompletion {
+    /// A posts a WRITE of `data` to `va` through `rkey` (not yet sent).
+    fn post_write(&mut self, rkey: u32, va: u64, data: &[u8]) {
         self.net.a.mem.write(BASE, data);
         let sg = [Sge {
             addr: BASE,
@@ -82,6 +82,11 @@ impl Pair {
         });
         let wr = send_wr(1, WrOpcode::RdmaWrite, &sg, t);
         self.net.a.e.post_send(self.qa, &wr, None).unwrap();
+    }
+
+    /// A writes `data` to `va` through `rkey`; returns A's completion.
+    fn write(&mut self, rkey: u32, va: u64, data: &[u8]) -> WorkCompletion {
+        self.post_write(rkey, va, data);
         self.net.run();
         let wc = self.net.a.poll();
         assert_eq!(wc.len(), 1, "{wc:?}");
@@ -782,18 +787,7 @@ fn an_invalidation_waits_for_a_placement_through_the_window() {
     let rkey = p.net.b.e.mw(mw).unwrap().rkey;
     // A's WRITE through the window, taken off the wire as bytes.
     let data = pattern(512, 9);
-    p.net.a.mem.write(BASE, &data);
-    let sg = [Sge {
-        addr: BASE,
-        length: 512,
-        lkey: p.la,
-    }];
-    let target = WrTarget::Rdma(RdmaTarget {
-        remote_addr: BASE + 1024,
-        rkey,
-    });
-    let wr = send_wr(1, WrOpcode::RdmaWrite, &sg, target);
-    p.net.a.e.post_send(p.qa, &wr, None).unwrap();
+    p.post_write(rkey, BASE + 1024, &data);
     let mut buf = vec![0u8; 9000];
     let now = p.net.now;
     let t = p

@@ -31,6 +31,16 @@ fn each(
     })
 }
 
+/// What a progress thread does around a sleep: poll(2) on the path's
+/// descriptors (at most 5 s), then a pass that checks what was ready.
+fn sleep_and_check(p: &mut ShmPath, c: &Counters) {
+    let mut fds = Vec::new();
+    p.pollfds(&mut fds);
+    crate::sys::poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
+    p.woke(&fds);
+    each(p, 16, c, |_, _, _| {});
+}
+
 fn path(ip: IpAddr) -> (Slot, ShmPath) {
     let slot = Slot::claim(ip).unwrap();
     slot.joined();
@@ -156,11 +166,7 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     // asks again only after REDISCOVER.
     drop(b);
     drop(sb);
-    let mut fds = Vec::new();
-    a.pollfds(&mut fds);
-    crate::sys::poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
-    a.woke(&fds);
-    each(&mut a, 16, &c, |_, _, _| {});
+    sleep_and_check(&mut a, &c);
     assert!(!sent(&mut a, to_b, &d, &c), "nobody holds that path now");
     assert!(
         !a.may_take(to_b, &d),
@@ -315,10 +321,6 @@ fn a_plain_receiver_is_named_as_reached_intact() {
     );
     drop(b);
     drop(sb);
-    let mut fds = Vec::new();
-    a.pollfds(&mut fds);
-    crate::sys::poll(&mut fds, Some(Duration::from_secs(5))).unwrap();
-    a.woke(&fds);
-    each(&mut a, 16, &c, |_, _, _| {});
+    sleep_and_check(&mut a, &c);
     assert_eq!(a.take_intact(), Some(vec![]), "gone: named no more");
 }
