@@ -122,6 +122,9 @@ counters! {
     /// accept(2) calls on the same-host path's listener (made only when
     /// poll(2) found it ready, or once each check period).
     shm_accept_calls,
+    /// Same-host path: datagrams the engine built straight into a peer's
+    /// ring (no batch, no copy; counted in `shm_datagrams_sent` too).
+    shm_built_in_ring,
 }
 
 impl Counters {

@@ -480,10 +480,16 @@ fn a_large_write_between_two_devices_of_this_host_goes_through_the_shared_ring()
     }
     assert!(ring > 0, "the path never came up");
     let before = unsealed();
+    let built = || a.ctx.counters().io.shm_built_in_ring;
+    let built_before = built();
     let (sent, calls, _, ring) = large_write(&a, &b);
     assert!(sent >= 586, "{sent} datagrams");
     assert_eq!((ring, calls), (sent, 0), "all through the ring");
     assert_eq!(unsealed() - before, sent, "no ICRC computed for B");
+    // The application thread's transmit builds them straight in B's ring
+    // (no batch, no copy) whenever nothing is queued before them.
+    let built = built() - built_before;
+    assert!(built > 0 && built <= sent, "{built} of {sent} built in the ring");
     let e = b.ctx.counters().engine;
     assert!(e.icrc_unchecked >= 586, "{e:?}");
     assert_eq!(e.drop_icrc, 0);

@@ -61,6 +61,7 @@ use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use crate::counters::Counters;
+use crate::engine::Transmit;
 use crate::share::{self, Slot};
 use crate::sys::{self, shm as sysshm};
 use refusal::{Refusal, Rejection};
@@ -104,6 +105,21 @@ fn name(ip: IpAddr, slot: u8) -> String {
 /// Whether `on` (the value of [`ENV`]) turns the path on.
 pub fn enabled_by(value: &str) -> bool {
     matches!(value.trim(), "1" | "on" | "yes" | "true")
+}
+
+/// What [`ShmPath::build_in_ring`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Built {
+    /// Built in the ring and published there.
+    Sent(Transmit),
+    /// Built in the ring but for another destination: copied to the
+    /// fallback buffer's start, nothing published; send it as usual.
+    Copied(Transmit),
+    /// The engine had nothing to send.
+    Nothing,
+    /// No ring to build in (no last peer, not ready, or full): build it the
+    /// usual way.
+    NotTried,
 }
 
 /// What became of a datagram handed to [`ShmPath::send`].
@@ -293,6 +309,9 @@ pub(crate) struct ShmPath {
     plain: bool,
     /// The peers that answered [`UNCHECKED`] changed since last taken.
     intact_changed: bool,
+    /// The peer the last datagram went to through its ring: where
+    /// [`ShmPath::build_in_ring`] has the next one built.
+    last: Option<Key>,
 }
 
 impl ShmPath {
@@ -345,6 +364,7 @@ impl ShmPath {
             poll_at: 0,
             plain: true,
             intact_changed: false,
+            last: None,
         })
     }
 
@@ -353,14 +373,7 @@ impl ShmPath {
     /// address of this host, port 4791; not CM MADs (QP1 goes by the
     /// shared address's own steering) nor multicast.
     fn destination(&self, to: SocketAddr, bytes: &[u8]) -> Option<(IpAddr, u8)> {
-        let dqp = bytes.get(5..8)?;
-        if to.port() != self.local.port() || to.ip().is_multicast() || bytes.len() < 12 {
-            return None;
-        }
-        if dqp == [0, 0, 1] || dqp == [0xff, 0xff, 0xff] {
-            return None;
-        }
-        Some((to.ip(), share::slot_of(bytes)?))
+        destination(self.local, to, bytes)
     }
 
     /// Whether a datagram to `to` goes to [`ShmPath::send`] rather than the
@@ -422,7 +435,62 @@ impl ShmPath {
             }
         }
         let flags = if intact { ring::INTACT } else { 0 };
-        push(out, bytes, flags, c)
+        let pushed = push(out, bytes, flags, c);
+        if pushed == Push::Sent {
+            self.last = Some(key);
+        }
+        pushed
+    }
+
+    /// Has `build` write the next datagram straight into the ring of the
+    /// peer the last one went to, `max` bytes of room at most, and
+    /// publishes it there (marked intact) if it is that peer's: one copy
+    /// fewer than building it in a batch and pushing it (spec/same-host.md
+    /// §4, lever 3). For a sender with no faults or capture, and only when
+    /// nothing of its batch is queued before this datagram (it must not
+    /// overtake one). See [`Built`].
+    pub(crate) fn build_in_ring(
+        &mut self,
+        max: usize,
+        fallback: &mut [u8],
+        c: &Counters,
+        build: impl FnOnce(&mut [u8]) -> Option<Transmit>,
+    ) -> Built {
+        let local = self.local;
+        let Some(key) = self.last else {
+            return Built::NotTried;
+        };
+        let Some(Peer::Open(out)) = self
+            .peers
+            .get_mut(&key)
+            .filter(|p| matches!(p, Peer::Open(o) if o.ready))
+        else {
+            self.last = None;
+            return Built::NotTried;
+        };
+        let Some(room) = out.ring.reserve(max) else {
+            return Built::NotTried;
+        };
+        let Some(t) = build(room) else {
+            return Built::Nothing;
+        };
+        let Some(bytes) = out.ring.reserved(t.len) else {
+            Counters::add(&c.send_errors, 1);
+            tracing::error!(
+                len = t.len,
+                "engine reported a datagram longer than its buffer"
+            );
+            return Built::Nothing;
+        };
+        if destination(local, t.to, bytes) != Some(key) {
+            fallback[..t.len].copy_from_slice(bytes);
+            return Built::Copied(t);
+        }
+        out.ring.commit(t.len, ring::INTACT);
+        Counters::add(&c.shm_datagrams_sent, 1);
+        Counters::add(&c.shm_built_in_ring, 1);
+        wake(out, c);
+        Built::Sent(t)
     }
 
     /// Sends what it can from the head of `run` through the rings (see
@@ -912,12 +980,29 @@ fn push(out: &mut Outbound, bytes: &[u8], flags: u8, c: &Counters) -> Push {
         }
     }
     Counters::add(&c.shm_datagrams_sent, 1);
+    wake(out, c);
+    Push::Sent
+}
+
+/// After a record was published: wakes the receiver if it sleeps.
+fn wake(out: &Outbound, c: &Counters) {
     if out.ring.should_wake() {
         // A full socket buffer means wake-ups are already pending: fine.
         let _ = (&out.conn).write(&[0]);
         Counters::add(&c.shm_wakeups, 1);
     }
-    Push::Sent
+}
+
+/// [`ShmPath::destination`] for a path at `local`.
+fn destination(local: SocketAddr, to: SocketAddr, bytes: &[u8]) -> Option<(IpAddr, u8)> {
+    let dqp = bytes.get(5..8)?;
+    if to.port() != local.port() || to.ip().is_multicast() || bytes.len() < 12 {
+        return None;
+    }
+    if dqp == [0, 0, 1] || dqp == [0xff, 0xff, 0xff] {
+        return None;
+    }
+    Some((to.ip(), share::slot_of(bytes)?))
 }
 
 /// Reads everything queued on `conn`: `true` if its other end is gone.

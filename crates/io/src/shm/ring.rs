@@ -114,6 +114,9 @@ pub(crate) struct Producer {
     tail: u64,
     /// The consumer's head as last read (re-read only when the ring looks full).
     head: u64,
+    /// Room [`Producer::reserve`] found for a record: (whether it starts
+    /// after a wrap, its offset, its largest datagram).
+    reserved: Option<(bool, usize, usize)>,
 }
 
 impl Producer {
@@ -126,6 +129,82 @@ impl Producer {
             cap: capacity,
             tail,
             head,
+            reserved: None,
+        }
+    }
+
+    /// Where the next record of `need` bytes goes: (after a wrap, offset),
+    /// or `None` if the ring has no room for it now.
+    fn room(&mut self, need: usize) -> Option<(bool, usize)> {
+        let off = (self.tail as usize) & (self.cap - 1);
+        let to_end = self.cap - off;
+        let total = if to_end < need { to_end + need } else { need };
+        if self.cap - ((self.tail - self.head) as usize) < total {
+            self.head = self.map.atomic_u64(HEAD).load(Acquire);
+            if self.cap - ((self.tail - self.head) as usize) < total {
+                return None;
+            }
+        }
+        Some(if to_end < need {
+            (true, 0)
+        } else {
+            (false, off)
+        })
+    }
+
+    /// Publishes the record of `len` bytes with `flags` whose datagram is
+    /// already at `off` (after the wrap marker, if `wrap`).
+    fn publish(&mut self, wrap: bool, off: usize, len: usize, flags: u8) {
+        let mut tail = self.tail;
+        if wrap {
+            // The rest of the ring to its end, >= 8: records and the
+            // capacity are multiples of 8.
+            let at = (tail as usize) & (self.cap - 1);
+            self.map.write(DATA + at, &WRAP.to_le_bytes());
+            tail += (self.cap - at) as u64;
+        }
+        let mut header = [0u8; RECORD_HEADER];
+        header[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        header[4] = flags;
+        self.map.write(DATA + off, &header);
+        self.tail = tail + padded(len) as u64;
+        // SeqCst: ordered before the load of `sleeping` in `should_wake`.
+        self.map.atomic_u64(TAIL).store(self.tail, SeqCst);
+    }
+
+    /// Room for one record of up to `max` bytes, to build a datagram in
+    /// before [`Producer::commit`] publishes it; `None` if the ring has no
+    /// room now (or `max` is too long for it). Nothing is published until
+    /// then; a reservation not committed is forgotten (the next one or a
+    /// push reuses the room).
+    pub(crate) fn reserve(&mut self, max: usize) -> Option<&mut [u8]> {
+        self.reserved = None;
+        if max > self.max_datagram() {
+            return None;
+        }
+        let (wrap, off) = self.room(padded(max))?;
+        self.reserved = Some((wrap, off, max));
+        self.map.bytes_mut(DATA + off + RECORD_HEADER, max)
+    }
+
+    /// The first `len` bytes of the reserved room again (what the caller
+    /// built there), or `None` without a reservation of `len` bytes.
+    pub(crate) fn reserved(&mut self, len: usize) -> Option<&mut [u8]> {
+        let (_, off, max) = self.reserved?;
+        (len <= max).then_some(())?;
+        self.map.bytes_mut(DATA + off + RECORD_HEADER, len)
+    }
+
+    /// Publishes the first `len` bytes of the reserved room as a record
+    /// with `flags`; `false` (nothing published) without a reservation of
+    /// at least `len` bytes.
+    pub(crate) fn commit(&mut self, len: usize, flags: u8) -> bool {
+        match self.reserved.take() {
+            Some((wrap, off, max)) if len <= max => {
+                self.publish(wrap, off, len, flags);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -141,32 +220,12 @@ impl Producer {
         if bytes.len() > self.max_datagram() {
             return false;
         }
-        let need = padded(bytes.len());
-        let off = (self.tail as usize) & (self.cap - 1);
-        let to_end = self.cap - off;
-        let total = if to_end < need { to_end + need } else { need };
-        if self.cap - ((self.tail - self.head) as usize) < total {
-            self.head = self.map.atomic_u64(HEAD).load(Acquire);
-            if self.cap - ((self.tail - self.head) as usize) < total {
-                return false;
-            }
-        }
-        let mut off = off;
-        let mut tail = self.tail;
-        if to_end < need {
-            // to_end >= 8: records and the capacity are multiples of 8.
-            self.map.write(DATA + off, &WRAP.to_le_bytes());
-            tail += to_end as u64;
-            off = 0;
-        }
-        let mut header = [0u8; RECORD_HEADER];
-        header[..4].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
-        header[4] = flags;
-        self.map.write(DATA + off, &header);
+        self.reserved = None;
+        let Some((wrap, off)) = self.room(padded(bytes.len())) else {
+            return false;
+        };
         self.map.write(DATA + off + RECORD_HEADER, bytes);
-        self.tail = tail + need as u64;
-        // SeqCst: ordered before the load of `sleeping` in `should_wake`.
-        self.map.atomic_u64(TAIL).store(self.tail, SeqCst);
+        self.publish(wrap, off, bytes.len(), flags);
         true
     }
 
@@ -419,6 +478,62 @@ mod tests {
             }
             prop_assert_eq!(pop1(&mut c, &mut buf).unwrap(), None);
             prop_assert!(p.drained());
+        }
+    }
+
+    proptest! {
+        /// Datagrams built in reserved room and committed, pushes, and
+        /// reservations given up, in any order: exactly the committed and
+        /// pushed datagrams come out, in order, with their flags, across
+        /// wraps (a reservation's room is where its record goes even when a
+        /// shorter commit would have fit before the end).
+        #[test]
+        fn reserved_room_commits_like_a_push(
+            ops in proptest::collection::vec((0usize..1500, 0usize..1500, 0u8..4), 1..300)
+        ) {
+            let (mut p, mut c) = pair(4096);
+            let mut model = std::collections::VecDeque::new();
+            let mut buf = vec![0u8; 4096];
+            for (i, (a, b, kind)) in ops.into_iter().enumerate() {
+                let d: Vec<u8> = (0..a.min(b)).map(|j| (i + j) as u8).collect();
+                let flags = (i % 2) as u8;
+                match kind {
+                    0 => {
+                        if let Some(room) = p.reserve(a.max(b)) {
+                            room[..d.len()].copy_from_slice(&d);
+                            prop_assert!(p.commit(d.len(), flags));
+                            model.push_back((d, flags));
+                        }
+                        prop_assert!(!p.commit(0, 0), "one commit per reservation");
+                    }
+                    1 => {
+                        // Given up: nothing published.
+                        if let Some(room) = p.reserve(a) {
+                            room.fill(0xee);
+                        }
+                    }
+                    2 => {
+                        if p.push(&d, flags) {
+                            model.push_back((d, flags));
+                        }
+                    }
+                    _ => {
+                        let got = c.pop(&mut buf, 4096).unwrap();
+                        match model.pop_front() {
+                            Some((d, f)) => {
+                                prop_assert_eq!(got, Pop::Datagram { len: d.len(), flags: f });
+                                prop_assert_eq!(&buf[..d.len()], &d[..]);
+                            }
+                            None => prop_assert_eq!(got, Pop::Empty),
+                        }
+                    }
+                }
+            }
+            while let Some((d, f)) = model.pop_front() {
+                prop_assert_eq!(c.pop(&mut buf, 4096).unwrap(), Pop::Datagram { len: d.len(), flags: f });
+                prop_assert_eq!(&buf[..d.len()], &d[..]);
+            }
+            prop_assert_eq!(c.pop(&mut buf, 4096).unwrap(), Pop::Empty);
         }
     }
 

@@ -155,6 +155,22 @@ impl Mapping {
         Some(unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) })
     }
 
+    /// The `len` bytes at `off`, to write, or `None` out of bounds. Only for
+    /// a range the ring protocol gives this side to write (room the
+    /// producer reserved and has not published): see the module doc.
+    pub(crate) fn bytes_mut(&mut self, off: usize, len: usize) -> Option<&mut [u8]> {
+        if !self.check(off, len, 1) {
+            return None;
+        }
+        // SAFETY: the range is inside the mapping (checked), which lives as
+        // long as the returned borrow of `self` (mutable: no other slice of
+        // this mapping is lent by this side meanwhile); a u8 has no invalid
+        // values and no alignment. The ring protocol keeps the peer from
+        // reading or writing the range until the producer publishes it; a
+        // peer breaking it only changes bytes it will be sent anyway.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), len) })
+    }
+
     /// Copies `out.len()` bytes from `off`; `false` (nothing read) if out of bounds.
     pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> bool {
         if !self.check(off, out.len(), 1) {
