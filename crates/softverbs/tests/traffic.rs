@@ -489,7 +489,10 @@ fn a_large_write_between_two_devices_of_this_host_goes_through_the_shared_ring()
     // The application thread's transmit builds them straight in B's ring
     // (no batch, no copy) whenever nothing is queued before them.
     let built = built() - built_before;
-    assert!(built > 0 && built <= sent, "{built} of {sent} built in the ring");
+    assert!(
+        built > 0 && built <= sent,
+        "{built} of {sent} built in the ring"
+    );
     let e = b.ctx.counters().engine;
     assert!(e.icrc_unchecked >= 586, "{e:?}");
     assert_eq!(e.drop_icrc, 0);
