@@ -152,21 +152,32 @@ fn a_qp_reset_while_in_the_ready_queue_is_claimed_by_one_thread_only() {
     up(&mut net.a, qa, QpType::Rc, nb, net.b.gid());
     write(&mut net, qa, 2, 2 * 1024, la, rb);
     // One thread takes its first packet; the other gets none of its packets.
+    one_thread_only(
+        &net,
+        nb,
+        "a second ready-queue entry let another thread claim the QP",
+    );
+}
+
+/// One thread claims the next two datagrams (both to QP `to`); a second
+/// thread gets nothing between them (`why` if it does).
+fn one_thread_only(net: &Net, to: u32, why: &str) {
     let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut buf = vec![0u8; 9000];
     let (mut one, mut two) = (TxClaims::default(), TxClaims::default());
     let t = e
         .poll_transmit_claimed(now, mem, &mut buf, &mut one)
         .unwrap();
-    assert_eq!(who(&buf[..t.len]).0, nb);
+    assert_eq!(who(&buf[..t.len]).0, to);
     assert!(
         e.poll_transmit_claimed(now, mem, &mut buf, &mut two)
             .is_none(),
-        "a second ready-queue entry let another thread claim the QP"
+        "{why}"
     );
     let t = e
         .poll_transmit_claimed(now, mem, &mut buf, &mut one)
         .unwrap();
-    assert_eq!(who(&buf[..t.len]).0, nb);
+    assert_eq!(who(&buf[..t.len]).0, to);
     e.release_claims(&mut one);
     e.release_claims(&mut two);
 }
@@ -183,25 +194,13 @@ fn the_cms_mads_leave_from_one_thread_at_a_time() {
         };
         net.a.e.cm_mut().connect(0, &p).unwrap();
     }
-    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
-    let mut buf = vec![0u8; 9000];
-    let (mut one, mut two) = (TxClaims::default(), TxClaims::default());
-    let t = e
-        .poll_transmit_claimed(now, mem, &mut buf, &mut one)
-        .unwrap();
-    assert_eq!(who(&buf[..t.len]).0, 1, "a MAD to QP1");
-    assert!(
-        e.poll_transmit_claimed(now, mem, &mut buf, &mut two)
-            .is_none(),
-        "the second MAD waits for the first thread"
-    );
-    let t = e
-        .poll_transmit_claimed(now, mem, &mut buf, &mut one)
-        .unwrap();
-    assert_eq!(who(&buf[..t.len]).0, 1);
-    e.release_claims(&mut one);
-    assert!(e
-        .poll_transmit_claimed(now, mem, &mut buf, &mut two)
+    // Both MADs go to QP1, from the first thread only.
+    one_thread_only(&net, 1, "the second MAD waits for the first thread");
+    let (mut buf, mut two) = (vec![0u8; 9000], TxClaims::default());
+    assert!(net
+        .a
+        .e
+        .poll_transmit_claimed(net.now, &net.a.mem, &mut buf, &mut two)
         .is_none());
-    e.release_claims(&mut two);
+    net.a.e.release_claims(&mut two);
 }
