@@ -30,6 +30,7 @@ impl Engine for Blast {
         Some(Transmit {
             to: self.to,
             len: self.size,
+            segments: None,
         })
     }
     fn poll_timeout(&self) -> Option<Nanos> {

@@ -261,7 +261,7 @@ impl<E: Engine> Shared<E> {
                         let buf = q.slot_mut(slot);
                         let max = buf.len();
                         let built = p.build_in_ring(max, buf, &self.counters, |room| {
-                            engine.poll_transmit_claimed(now, room, claims)
+                            engine.poll_transmit_run(now, room, claims)
                         });
                         match built {
                             Built::Sent(t) => {
@@ -278,6 +278,8 @@ impl<E: Engine> Shared<E> {
                                 slot += 1;
                                 continue;
                             }
+                            // Gone as if sent (RC sends it again).
+                            Built::Lost(_) => continue,
                             Built::Nothing => break,
                             Built::NotTried => {}
                         }
@@ -455,6 +457,7 @@ mod tests {
             Some(Transmit {
                 to,
                 len: bytes.len(),
+                segments: None,
             })
         }
         fn poll_timeout(&self) -> Option<Nanos> {

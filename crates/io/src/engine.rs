@@ -47,6 +47,11 @@ pub struct Transmit {
     pub to: SocketAddr,
     /// Bytes written at the start of the buffer.
     pub len: usize,
+    /// A run of several packets ([`Engine::poll_transmit_run`]): the
+    /// engine's description of it, to hand back with it to the receiving
+    /// engine ([`Engine::handle_local_run`]). Only a same-host ring whose
+    /// receiver takes runs may carry it.
+    pub segments: Option<[u8; 3]>,
 }
 
 /// An asynchronous event for the device's async-event queue (`ibv_get_async_event`).
@@ -99,12 +104,28 @@ pub trait Engine: Send + Sync + 'static {
     fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.handle_datagram(now, from, to, payload);
     }
+    /// A run of packets from the same-host path: a datagram the sending
+    /// engine built with [`Engine::poll_transmit_run`], handed over with
+    /// its [`Transmit::segments`]; otherwise as
+    /// [`Engine::handle_local_datagram`]. The default drops it (an engine
+    /// that makes no runs is never sent one).
+    fn handle_local_run(
+        &self,
+        now: Nanos,
+        from: SocketAddr,
+        to: SocketAddr,
+        payload: &[u8],
+        segments: [u8; 3],
+    ) {
+        let _ = (now, from, to, payload, segments);
+    }
     /// The peers this driver reaches through a same-host ring whose receiver
-    /// does not check the ICRC of intact RC, UC and XRC datagrams: (address,
-    /// first QPN, last QPN). The engine may leave the ICRC of its datagrams
-    /// to them uncomputed; the driver then puts them only in such a ring
-    /// (one that goes down meanwhile loses them, as a link would). Replaces
-    /// the set given before. The default ignores it (everything sealed).
+    /// does not check the ICRC of intact RC, UC and XRC datagrams and takes
+    /// runs ([`Engine::handle_local_run`]): (address, first QPN, last QPN).
+    /// The engine may leave the ICRC of its datagrams to them uncomputed;
+    /// the driver then puts them only in such a ring (one that goes down
+    /// meanwhile loses them, as a link would). Replaces the set given
+    /// before. The default ignores it (everything sealed).
     fn set_intact_peers(&self, peers: &[(std::net::IpAddr, u32, u32)]) {
         let _ = peers;
     }
@@ -121,6 +142,20 @@ pub trait Engine: Send + Sync + 'static {
         _claims: &mut Self::Claims,
     ) -> Option<Transmit> {
         self.poll_transmit(now, buf)
+    }
+    /// [`Engine::poll_transmit_claimed`] for a driver that publishes the
+    /// datagram in the same-host ring of the peer it goes to, if that is a
+    /// ring of a peer named in [`Engine::set_intact_peers`]: the datagram
+    /// may then be a run ([`Transmit::segments`]) of up to `buf.len()`
+    /// bytes. A run goes into such a ring, with its segments, or nowhere.
+    /// The default makes no runs.
+    fn poll_transmit_run(
+        &self,
+        now: Nanos,
+        buf: &mut [u8],
+        claims: &mut Self::Claims,
+    ) -> Option<Transmit> {
+        self.poll_transmit_claimed(now, buf, claims)
     }
     /// The batch taken with `claims` left: the engine may give what it
     /// claimed to any thread again. Whether it has datagrams ready since

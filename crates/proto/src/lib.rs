@@ -39,7 +39,7 @@
 //! cm::conn  mr::mw            CM connections; memory windows
 //! cm::outbox  mr  xrcd        the CM's outbox; MRs and keys; XRC domains
 //! cm::held  cm::types  dm  intact  mcast  qp  qp::table  refusal  sched  table
-//! cm::timing  errno  frame  handle  lock  mask  memory  rss  spec_md  tso  types
+//! cm::timing  errno  frame  handle  lock  mask  memory  rss  run  spec_md  tso  types
 //!                             ground floor: imports nothing of the crate
 //! ```
 //!
@@ -76,6 +76,7 @@
 //!   Engine::take_posted: the PostedList's QPs (only those) → drive_ctl → ready queue
 //!   ready.pop_front() (claimed) → Qp::next_packet: response first, else Requester::next_packet
 //!   → gather (MR check) → emit headers + ICRC into buf → after_request (ACK timer / UC·UD completion)
+//!   (_run: to a peer reached intact, the message's next packets into the same buf, crate::run)
 //!   sync(h): deadline → timer heap; release_claims: more to send → back of the ready queue
 //! ```
 //!
@@ -162,6 +163,7 @@ pub mod qp;
 pub mod refusal;
 pub mod rq;
 pub mod rss;
+pub mod run;
 /// The seeded generator (crates/faults): the CM draws its IDs from it.
 pub use faults::rng;
 pub mod sched;

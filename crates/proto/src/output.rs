@@ -66,6 +66,9 @@ pub struct Transmit {
     pub to: SocketAddr,
     /// Bytes written to the caller's buffer.
     pub len: usize,
+    /// A run of several packets (crate::run): only from
+    /// `Engine::poll_transmit_run`, only to a peer reached intact.
+    pub segments: Option<crate::run::Segments>,
 }
 
 /// Device-wide counters. The `drop_*` fields count datagrams the device

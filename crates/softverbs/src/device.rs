@@ -55,6 +55,20 @@ impl sv_io::Engine for DeviceEngine {
         self.cm_events(now);
     }
 
+    fn handle_local_run(
+        &self,
+        now: Nanos,
+        from: SocketAddr,
+        to: SocketAddr,
+        payload: &[u8],
+        segments: [u8; 3],
+    ) {
+        self.engine.set_now(now);
+        self.engine
+            .handle_local_run(now, from, to, payload, segments, &self.mem);
+        self.cm_events(now);
+    }
+
     fn set_intact_peers(&self, peers: &[(std::net::IpAddr, u32, u32)]) {
         let peers: Vec<_> = peers
             .iter()
@@ -83,10 +97,19 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.set_now(now);
         self.engine
             .poll_transmit_claimed(now, &self.mem, buf, claims)
-            .map(|t| Transmit {
-                to: t.to,
-                len: t.len,
-            })
+            .map(transmit)
+    }
+
+    fn poll_transmit_run(
+        &self,
+        now: Nanos,
+        buf: &mut [u8],
+        claims: &mut Self::Claims,
+    ) -> Option<Transmit> {
+        self.engine.set_now(now);
+        self.engine
+            .poll_transmit_run(now, &self.mem, buf, claims)
+            .map(transmit)
     }
 
     fn release_claims(&self, claims: &mut Self::Claims) -> bool {
@@ -267,6 +290,16 @@ impl Shared {
 /// from one process to the next, so a process that takes over a slot does not
 /// at once reuse the QPNs of the one before it (whose peers may still be
 /// retransmitting to them), as the kernel's cyclic allocation avoids for rxe.
+/// The driver's view of an engine's datagram (the run's segments as the
+/// three bytes the ring carries).
+fn transmit(t: proto::output::Transmit) -> Transmit {
+    Transmit {
+        to: t.to,
+        len: t.len,
+        segments: t.segments.map(proto::run::Segments::to_tag),
+    }
+}
+
 fn qpn_start(first: u32, last: u32) -> u32 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -70,7 +70,7 @@ fn counters_line(what: &str, side: &Side) -> String {
         "{what} shm_sent={} shm_received={} shm_fallbacks={} send_calls={} recv_calls={} \
          fault_drops={} pcap_records={} datagrams_sent={} datagrams_received={} \
          fault_corruptions={} drop_icrc={} icrc_unchecked={} caller_datagrams={} \
-         poll_receive_datagrams={}",
+         poll_receive_datagrams={} packets_sent={} runs_sent={} runs_received={}",
         c.shm_datagrams_sent,
         c.shm_datagrams_received,
         c.shm_fallbacks,
@@ -85,6 +85,9 @@ fn counters_line(what: &str, side: &Side) -> String {
         e.icrc_unchecked,
         c.caller_datagrams,
         c.poll_receive_datagrams,
+        e.qps.packets_sent,
+        e.qps.runs_sent,
+        e.qps.runs_received,
     )
 }
 
@@ -479,8 +482,14 @@ fn with_it_on_rc_and_ud_go_through_the_shared_rings() {
             "{who} used the socket: {k:?}"
         );
     }
-    // 4 WRITEs + 2 SENDs of 16 datagrams, the READ request, 4 UD SENDs.
-    assert!(c["shm_sent"] >= 4 * 16 + 2 * 16 + 1 + 4, "{c:?}");
+    // 4 WRITEs + 2 SENDs of 16 packets, the READ request, 4 UD SENDs;
+    // the messages' packets partly in runs (proto::run), fewer datagrams.
+    assert!(c["packets_sent"] >= 4 * 16 + 2 * 16 + 1 + 4, "{c:?}");
+    assert!(
+        c["runs_sent"] > 0 && c["shm_sent"] < c["packets_sent"],
+        "{c:?}"
+    );
+    assert_eq!(c["runs_sent"], s["runs_received"], "{c:?} {s:?}");
     assert_eq!(c["shm_sent"], s["shm_received"], "nothing lost on the way");
     assert_eq!(s["shm_sent"], c["shm_received"]);
     // RC datagrams from the ring skip the ICRC check; nothing was dropped.
@@ -534,6 +543,7 @@ fn faults_apply_on_the_path() {
     assert!(corrupted > 0, "{s:?} {c:?}");
     for k in [&s, &c] {
         assert_eq!(k["icrc_unchecked"], 0, "{k:?}");
+        assert_eq!(k["runs_sent"], 0, "faults: every packet alone, {k:?}");
     }
     assert!(s["drop_icrc"] + c["drop_icrc"] > 0, "{s:?} {c:?}");
     for k in [&s, &c] {
@@ -554,6 +564,12 @@ fn a_capture_of_the_path_holds_valid_rocev2() {
     let pcap = |p: &PathBuf| ("SOFTVERBS_PCAP", p.display().to_string());
     let ((s, _), (c, _)) = run_ops(28, "ops", &[on(), pcap(&ps)], &[on(), pcap(&pc)]);
     assert!(s["shm_sent"] > 0 && c["shm_sent"] > 0);
+    for k in [&s, &c] {
+        assert_eq!(
+            k["runs_sent"], 0,
+            "a capture sees every packet alone, {k:?}"
+        );
+    }
     for (p, k) in [(&ps, &s), (&pc, &c)] {
         let bytes = std::fs::read(p).unwrap();
         let reader = wire::pcap::PcapReader::new(&bytes).unwrap();

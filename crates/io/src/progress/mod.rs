@@ -123,7 +123,7 @@ pub(crate) struct Progress<E: Engine> {
     shm_full: bool,
     /// shm: (offset in the stage, length, time, sender, intact) of the ring
     /// datagrams that go to the engine (reused).
-    shm_passed: Vec<(usize, usize, Nanos, SocketAddr, bool)>,
+    shm_passed: Vec<(usize, usize, Nanos, SocketAddr, crate::shm::ring::Meta)>,
 }
 
 impl<E: Engine> Progress<E> {

@@ -76,18 +76,20 @@ impl<E: Engine> Progress<E> {
                 };
                 let bytes = &mut stage[a.at..a.at + a.len];
                 if let Some((now, from)) = self.received(&r, self.local, bytes) {
-                    passed.push((a.at, a.len, now, from, a.intact && !rx_corrupts));
+                    // Our corruption faults may have changed it: not intact
+                    // (and a run that is not is dropped).
+                    let mut meta = a.meta;
+                    if rx_corrupts {
+                        meta.flags &= !crate::shm::ring::INTACT;
+                    }
+                    passed.push((a.at, a.len, now, from, meta));
                 }
             }
             if !passed.is_empty() {
                 let engine = shared.engine();
-                for &(at, len, now, from, intact) in &passed {
+                for &(at, len, now, from, meta) in &passed {
                     let bytes = &stage[at..at + len];
-                    if intact {
-                        engine.handle_local_datagram(now, from, self.local, bytes);
-                    } else {
-                        engine.handle_datagram(now, from, self.local, bytes);
-                    }
+                    crate::shm::hand_over(&*engine, now, from, self.local, bytes, meta);
                 }
             }
             passed.clear();

@@ -126,6 +126,9 @@ pub(crate) enum Built {
     /// Built in the ring but for another destination: copied to the
     /// fallback buffer's start, nothing published; send it as usual.
     Copied(Transmit),
+    /// A run built for another peer that its ring did not take (full, or
+    /// gone): lost, as on a link (counted in `shm_runs_lost`).
+    Lost(Transmit),
     /// The engine had nothing to send.
     Nothing,
     /// No ring to build in (no last peer, not ready, or full): build it the
@@ -166,8 +169,8 @@ pub(crate) struct Arrived {
     pub(crate) from: SocketAddr,
     pub(crate) at: usize,
     pub(crate) len: usize,
-    /// Its record carried [`ring::INTACT`].
-    pub(crate) intact: bool,
+    /// What its record said besides its length.
+    pub(crate) meta: ring::Meta,
 }
 
 /// Datagrams of one sender's ring, read where they lie
@@ -180,31 +183,44 @@ pub(crate) struct InPlace<'a> {
 }
 
 impl<'a> InPlace<'a> {
-    /// Each datagram, in ring order, and whether its record carried
-    /// [`ring::INTACT`].
-    pub(crate) fn datagrams(&self) -> impl Iterator<Item = (&'a [u8], bool)> + 'a {
+    /// Each datagram, in ring order, and what its record said.
+    pub(crate) fn datagrams(&self) -> impl Iterator<Item = (&'a [u8], ring::Meta)> + 'a {
         let ring = self.ring;
-        self.records
-            .iter()
-            .map(move |r| (ring.bytes(r), r.flags & ring::INTACT != 0))
+        self.records.iter().map(move |r| (ring.bytes(r), r.meta))
     }
 }
 
 /// Hands one ring's datagrams read in place to `engine`, as arrived at
-/// `local` at `now`: those their sender marked intact as local datagrams
-/// (`Engine::handle_local_datagram`).
+/// `local` at `now`: see [`hand_over`].
 pub(crate) fn deliver<E: crate::engine::Engine>(
     engine: &E,
     now: crate::clock::Nanos,
     local: SocketAddr,
     batch: &InPlace<'_>,
 ) {
-    for (bytes, intact) in batch.datagrams() {
-        if intact {
-            engine.handle_local_datagram(now, batch.from, local, bytes);
-        } else {
-            engine.handle_datagram(now, batch.from, local, bytes);
-        }
+    for (bytes, meta) in batch.datagrams() {
+        hand_over(engine, now, batch.from, local, bytes, meta);
+    }
+}
+
+/// Hands one datagram of a ring to `engine`: a run
+/// (`Engine::handle_local_run`) or one its sender marked intact
+/// (`Engine::handle_local_datagram`) as the same-host entries take them,
+/// anything else as from a socket.
+pub(crate) fn hand_over<E: crate::engine::Engine>(
+    engine: &E,
+    now: crate::clock::Nanos,
+    from: SocketAddr,
+    local: SocketAddr,
+    bytes: &[u8],
+    meta: ring::Meta,
+) {
+    match (meta.segments(), meta.is_intact()) {
+        (Some(tag), true) => engine.handle_local_run(now, from, local, bytes, tag),
+        (None, true) => engine.handle_local_datagram(now, from, local, bytes),
+        // A run that is not intact is not a run the engine may take.
+        (Some(_), false) => {}
+        (None, false) => engine.handle_datagram(now, from, local, bytes),
     }
 }
 
@@ -216,7 +232,7 @@ struct Outbound {
     /// Accepted by the receiver (its one-byte answer came).
     ready: bool,
     /// The receiver's answer said it does not check the ICRC of intact RC,
-    /// UC and XRC datagrams ([`UNCHECKED`]).
+    /// UC and XRC datagrams and takes runs ([`UNCHECKED`] and [`RUNS`]).
     unchecked: bool,
     since: Instant,
 }
@@ -227,6 +243,10 @@ const ACCEPTED: u8 = 1;
 /// (no faults or capture of its own): their sender may leave the ICRC
 /// uncomputed (proto::intact, spec/same-host.md §4).
 const UNCHECKED: u8 = 2;
+/// ... and it takes runs of packets (`Engine::handle_local_run`,
+/// [`ring::SEGMENTS`]): a sender names it to its engine (reached intact)
+/// only with [`UNCHECKED`] and this.
+const RUNS: u8 = 4;
 
 #[derive(Debug)]
 enum Peer {
@@ -399,7 +419,7 @@ impl ShmPath {
         for inb in self.inbound.iter_mut().filter(|i| !i.fresh) {
             while left > 0 {
                 match inb.ring.pop(&mut stage[used..], max) {
-                    Ok(Pop::Datagram { len, flags }) => {
+                    Ok(Pop::Datagram { len, meta }) => {
                         left -= 1;
                         work = true;
                         Counters::add(&c.shm_datagrams_received, 1);
@@ -407,7 +427,7 @@ impl ShmPath {
                             from: inb.from,
                             at: used,
                             len,
-                            intact: flags & ring::INTACT != 0,
+                            meta,
                         });
                         // The next one starts 8-aligned, as in the ring.
                         used = (used + len).next_multiple_of(8).min(stage.len());
@@ -582,7 +602,7 @@ impl ShmPath {
         for (conn, since) in awaiting {
             match self.introduce(&conn) {
                 Ok(Some(inb)) => {
-                    let answer = ACCEPTED | if self.plain { UNCHECKED } else { 0 };
+                    let answer = ACCEPTED | if self.plain { UNCHECKED | RUNS } else { 0 };
                     let _ = (&conn).write(&[answer]);
                     tracing::debug!(local = %self.local, from = %inb.from,
                         "same-host sender accepted");

@@ -13,7 +13,8 @@
 //! | 192 | `sleeping`: 1 while the consumer is (about to be) asleep |
 //! | [`DATA`] | the data, `capacity` bytes |
 //!
-//! A record is a `u32` length, a flags byte ([`INTACT`]), 3 reserved bytes,
+//! A record is a `u32` length, a flags byte ([`INTACT`], [`SEGMENTS`]), 3
+//! bytes of the sending engine's tag for a [`SEGMENTS`] record ([`Meta`]),
 //! then the datagram, padded to 8 bytes; a record never wraps: when it does
 //! not fit before the end, the producer writes the length [`WRAP`] there and
 //! starts again at 0. Indices only grow (`u64`, no wrap in practice), and
@@ -54,6 +55,49 @@ const RECORD_HEADER: usize = 8;
 /// corrupt verifies anyway. A flag is a claim of a local peer of our own user
 /// and namespace (the only ones whose rings we map), never of the network.
 pub(crate) const INTACT: u8 = 1;
+/// Record flag: the datagram is a run of several packets its engine built
+/// for ours (`crate::Engine::poll_transmit_run`); [`Meta::tag`] is the
+/// engine's description of it, handed back with it
+/// (`crate::Engine::handle_local_run`).
+pub(crate) const SEGMENTS: u8 = 2;
+
+/// What a record says besides its length: its flags and, for a
+/// [`SEGMENTS`] record, the engine's three-byte tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Meta {
+    /// [`INTACT`], [`SEGMENTS`].
+    pub(crate) flags: u8,
+    /// The engine's tag of a [`SEGMENTS`] record (zero otherwise).
+    pub(crate) tag: [u8; 3],
+}
+
+impl Meta {
+    /// A record with `flags` and no tag.
+    pub(crate) const fn flags(flags: u8) -> Meta {
+        Meta { flags, tag: [0; 3] }
+    }
+
+    /// An intact record; a run's ([`SEGMENTS`]) with its tag if `segments`.
+    pub(crate) fn intact(segments: Option<[u8; 3]>) -> Meta {
+        match segments {
+            Some(tag) => Meta {
+                flags: INTACT | SEGMENTS,
+                tag,
+            },
+            None => Meta::flags(INTACT),
+        }
+    }
+
+    /// Whether the record carries [`INTACT`].
+    pub(crate) fn is_intact(self) -> bool {
+        self.flags & INTACT != 0
+    }
+
+    /// The tag of a [`SEGMENTS`] record.
+    pub(crate) fn segments(self) -> Option<[u8; 3]> {
+        (self.flags & SEGMENTS != 0).then_some(self.tag)
+    }
+}
 
 /// What [`Consumer::pop`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,8 +108,8 @@ pub(crate) enum Pop {
     Datagram {
         /// Its length.
         len: usize,
-        /// Its record's flags ([`INTACT`]).
-        flags: u8,
+        /// What its record says besides its length.
+        meta: Meta,
     },
     /// The next datagram fits the largest buffer (`max`) but not this one:
     /// left in the ring.
@@ -152,9 +196,9 @@ impl Producer {
         })
     }
 
-    /// Publishes the record of `len` bytes with `flags` whose datagram is
+    /// Publishes the record of `len` bytes with `meta` whose datagram is
     /// already at `off` (after the wrap marker, if `wrap`).
-    fn publish(&mut self, wrap: bool, off: usize, len: usize, flags: u8) {
+    fn publish(&mut self, wrap: bool, off: usize, len: usize, meta: Meta) {
         let mut tail = self.tail;
         if wrap {
             // The rest of the ring to its end, >= 8: records and the
@@ -165,7 +209,8 @@ impl Producer {
         }
         let mut header = [0u8; RECORD_HEADER];
         header[..4].copy_from_slice(&(len as u32).to_le_bytes());
-        header[4] = flags;
+        header[4] = meta.flags;
+        header[5..8].copy_from_slice(&meta.tag);
         self.map.write(DATA + off, &header);
         self.tail = tail + padded(len) as u64;
         // SeqCst: ordered before the load of `sleeping` in `should_wake`.
@@ -196,12 +241,12 @@ impl Producer {
     }
 
     /// Publishes the first `len` bytes of the reserved room as a record
-    /// with `flags`; `false` (nothing published) without a reservation of
+    /// with `meta`; `false` (nothing published) without a reservation of
     /// at least `len` bytes.
-    pub(crate) fn commit(&mut self, len: usize, flags: u8) -> bool {
+    pub(crate) fn commit(&mut self, len: usize, meta: Meta) -> bool {
         match self.reserved.take() {
             Some((wrap, off, max)) if len <= max => {
-                self.publish(wrap, off, len, flags);
+                self.publish(wrap, off, len, meta);
                 true
             }
             _ => false,
@@ -214,9 +259,9 @@ impl Producer {
         self.cap / 2 - RECORD_HEADER
     }
 
-    /// Appends `bytes` as one record with `flags`; `false` when the ring has
+    /// Appends `bytes` as one record with `meta`; `false` when the ring has
     /// no room now (or the datagram is too long for it).
-    pub(crate) fn push(&mut self, bytes: &[u8], flags: u8) -> bool {
+    pub(crate) fn push(&mut self, bytes: &[u8], meta: Meta) -> bool {
         if bytes.len() > self.max_datagram() {
             return false;
         }
@@ -225,7 +270,7 @@ impl Producer {
             return false;
         };
         self.map.write(DATA + off + RECORD_HEADER, bytes);
-        self.publish(wrap, off, bytes.len(), flags);
+        self.publish(wrap, off, bytes.len(), meta);
         true
     }
 
@@ -277,8 +322,8 @@ pub(crate) struct Record {
     at: usize,
     /// Its length.
     pub(crate) len: usize,
-    /// Its record's flags ([`INTACT`]).
-    pub(crate) flags: u8,
+    /// What its record says besides its length.
+    pub(crate) meta: Meta,
 }
 
 /// The consumer's side.
@@ -330,7 +375,7 @@ impl Consumer {
                 self.release();
                 Ok(Pop::Datagram {
                     len: r.len,
-                    flags: r.flags,
+                    meta: r.meta,
                 })
             }
         }
@@ -396,7 +441,10 @@ impl Consumer {
             let r = Record {
                 at: DATA + off + RECORD_HEADER,
                 len: n,
-                flags: word[4],
+                meta: Meta {
+                    flags: word[4],
+                    tag: [word[5], word[6], word[7]],
+                },
             };
             return Ok(Some((self.head + need as u64, r)));
         }
@@ -459,7 +507,7 @@ mod tests {
             for (i, (len, push)) in ops.into_iter().enumerate() {
                 if push {
                     let d: Vec<u8> = (0..len).map(|j| (i + j) as u8).collect();
-                    if p.push(&d, 0) {
+                    if p.push(&d, Meta::default()) {
                         model.push_back(d);
                     } else {
                         prop_assert!(!model.is_empty(), "an empty ring refused {len} bytes");
@@ -496,7 +544,7 @@ mod tests {
             let mut buf = vec![0u8; 4096];
             for (i, (a, b, kind)) in ops.into_iter().enumerate() {
                 let d: Vec<u8> = (0..a.min(b)).map(|j| (i + j) as u8).collect();
-                let flags = (i % 2) as u8;
+                let flags = Meta { flags: (i % 4) as u8, tag: [i as u8, 1, 2] };
                 match kind {
                     0 => {
                         if let Some(room) = p.reserve(a.max(b)) {
@@ -504,7 +552,7 @@ mod tests {
                             prop_assert!(p.commit(d.len(), flags));
                             model.push_back((d, flags));
                         }
-                        prop_assert!(!p.commit(0, 0), "one commit per reservation");
+                        prop_assert!(!p.commit(0, Meta::default()), "one commit per reservation");
                     }
                     1 => {
                         // Given up: nothing published.
@@ -521,7 +569,7 @@ mod tests {
                         let got = c.pop(&mut buf, 4096).unwrap();
                         match model.pop_front() {
                             Some((d, f)) => {
-                                prop_assert_eq!(got, Pop::Datagram { len: d.len(), flags: f });
+                                prop_assert_eq!(got, Pop::Datagram { len: d.len(), meta: f });
                                 prop_assert_eq!(&buf[..d.len()], &d[..]);
                             }
                             None => prop_assert_eq!(got, Pop::Empty),
@@ -530,7 +578,7 @@ mod tests {
                 }
             }
             while let Some((d, f)) = model.pop_front() {
-                prop_assert_eq!(c.pop(&mut buf, 4096).unwrap(), Pop::Datagram { len: d.len(), flags: f });
+                prop_assert_eq!(c.pop(&mut buf, 4096).unwrap(), Pop::Datagram { len: d.len(), meta: f });
                 prop_assert_eq!(&buf[..d.len()], &d[..]);
             }
             prop_assert_eq!(c.pop(&mut buf, 4096).unwrap(), Pop::Empty);
@@ -545,7 +593,7 @@ mod tests {
             for i in 0..N {
                 let d = i.to_le_bytes().repeat(1 + (i as usize % 300));
                 let mut tries = 0u64;
-                while !p.push(&d, 0) {
+                while !p.push(&d, Meta::default()) {
                     tries += 1;
                     assert!(tries < 100_000_000, "consumer stalled");
                     std::thread::yield_now();
@@ -572,42 +620,45 @@ mod tests {
     #[test]
     fn wake_ups_only_while_the_consumer_sleeps() {
         let (mut p, mut c) = pair(4096);
-        assert!(p.push(b"a", 0));
+        assert!(p.push(b"a", Meta::default()));
         assert!(!p.should_wake(), "an awake consumer needs no wake-up");
         assert!(c.arm(), "a datagram is waiting: do not sleep");
         let mut buf = [0u8; 16];
         assert_eq!(pop1(&mut c, &mut buf).unwrap(), Some(1));
         assert!(!c.arm(), "empty: sleep");
-        assert!(p.push(b"b", 0));
+        assert!(p.push(b"b", Meta::default()));
         assert!(p.should_wake(), "asleep: wake it");
         assert!(!p.should_wake(), "one wake-up per sleep");
         c.disarm();
-        assert!(p.push(b"c", 0));
+        assert!(p.push(b"c", Meta::default()));
         assert!(!p.should_wake());
     }
 
     #[test]
     fn flags_come_along_and_a_short_buffer_leaves_the_datagram() {
         let (mut p, mut c) = pair(4096);
-        assert!(p.push(&[1u8; 300], INTACT));
-        assert!(p.push(&[2u8; 10], 0));
+        assert!(p.push(&[1u8; 300], Meta::intact(Some([1, 2, 3]))));
+        assert!(p.push(&[2u8; 10], Meta::default()));
         let mut buf = [0u8; 1000];
         assert_eq!(c.pop(&mut buf[..100], 1000).unwrap(), Pop::NoRoom);
         assert_eq!(
             c.pop(&mut buf, 1000).unwrap(),
             Pop::Datagram {
                 len: 300,
-                flags: INTACT
+                meta: Meta::intact(Some([1, 2, 3]))
             }
         );
         assert_eq!(&buf[..300], &[1u8; 300][..]);
         assert_eq!(
             c.pop(&mut buf, 1000).unwrap(),
-            Pop::Datagram { len: 10, flags: 0 }
+            Pop::Datagram {
+                len: 10,
+                meta: Meta::default()
+            }
         );
         assert_eq!(c.pop(&mut buf, 1000).unwrap(), Pop::Empty);
         // Longer than the largest buffer: the ring is broken, not skipped.
-        assert!(p.push(&[3u8; 600], 0));
+        assert!(p.push(&[3u8; 600], Meta::default()));
         assert!(matches!(
             c.pop(&mut buf, 500),
             Err(PopError::BadRecord { len: 600, .. })
@@ -617,7 +668,7 @@ mod tests {
     #[test]
     fn a_lying_producer_is_caught_not_followed() {
         let (mut p, mut c) = pair(4096);
-        assert!(p.push(&[7u8; 100], 0));
+        assert!(p.push(&[7u8; 100], Meta::default()));
         // Corrupt the record's length to beyond what was published.
         p.map.write(DATA, &5000u32.to_le_bytes());
         let mut buf = vec![0u8; 8192];

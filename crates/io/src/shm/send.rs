@@ -12,7 +12,7 @@ use super::refusal::Refusal;
 use super::ring::{self, Producer};
 use super::{
     name, Built, Outbound, Peer, Push, Run, ShmPath, ACCEPT_WAIT, FULL_WAIT, HELLO_LEN,
-    HELLO_MAGIC, REDISCOVER, UNCHECKED,
+    HELLO_MAGIC, REDISCOVER, RUNS, UNCHECKED,
 };
 use crate::counters::Counters;
 use crate::engine::Transmit;
@@ -49,6 +49,15 @@ impl ShmPath {
         intact: bool,
         c: &Counters,
     ) -> Push {
+        let meta = match intact {
+            true => ring::Meta::intact(None),
+            false => ring::Meta::default(),
+        };
+        self.send_meta(to, bytes, meta, c)
+    }
+
+    /// [`ShmPath::send`] of a record with `meta`.
+    fn send_meta(&mut self, to: SocketAddr, bytes: &[u8], meta: ring::Meta, c: &Counters) -> Push {
         let Some(key) = self.destination(to, bytes) else {
             return Push::Declined;
         };
@@ -86,8 +95,7 @@ impl ShmPath {
                 }
             }
         }
-        let flags = if intact { ring::INTACT } else { 0 };
-        let pushed = push(out, bytes, flags, c);
+        let pushed = push(out, bytes, meta, c);
         if pushed == Push::Sent {
             self.last = Some(key);
         }
@@ -136,11 +144,27 @@ impl ShmPath {
         };
         if destination(local, t.to, bytes) != Some(key) {
             fallback[..t.len].copy_from_slice(bytes);
-            return Built::Copied(t);
+            if t.segments.is_none() {
+                return Built::Copied(t);
+            }
+            // A run goes into its peer's ring or nowhere (the engine made
+            // it for a peer named reached intact, so one that takes runs).
+            let meta = ring::Meta::intact(t.segments);
+            return match self.send_meta(t.to, &fallback[..t.len], meta, c) {
+                Push::Sent => {
+                    Counters::add(&c.shm_runs_sent, 1);
+                    Built::Sent(t)
+                }
+                Push::Full | Push::Declined => {
+                    Counters::add(&c.shm_runs_lost, 1);
+                    Built::Lost(t)
+                }
+            };
         }
-        out.ring.commit(t.len, ring::INTACT);
+        out.ring.commit(t.len, ring::Meta::intact(t.segments));
         Counters::add(&c.shm_datagrams_sent, 1);
         Counters::add(&c.shm_built_in_ring, 1);
+        Counters::add(&c.shm_runs_sent, u64::from(t.segments.is_some()));
         wake(out, c);
         Built::Sent(t)
     }
@@ -233,7 +257,7 @@ impl ShmPath {
 
     /// The peers to name to the engine as reached intact (proto::intact):
     /// (address, first QPN, last QPN) of each peer whose ring is up and
-    /// whose receiver answered [`UNCHECKED`]; none while this driver has
+    /// whose receiver answered [`UNCHECKED`] and [`RUNS`]; none while this driver has
     /// faults or a capture. `None` if that did not change since last taken.
     pub(crate) fn take_intact(&mut self) -> Option<Vec<(IpAddr, u32, u32)>> {
         if !std::mem::take(&mut self.intact_changed) {
@@ -257,7 +281,7 @@ pub(super) fn accepted(out: &mut Outbound) -> Result<bool, Refusal> {
     match out.conn.read(&mut b) {
         Ok(1) => {
             out.ready = true;
-            out.unchecked = b[0] & UNCHECKED != 0;
+            out.unchecked = b[0] & (UNCHECKED | RUNS) == UNCHECKED | RUNS;
             Ok(true)
         }
         Ok(_) => Err(Refusal::Refused),
@@ -277,14 +301,14 @@ pub(super) fn accepted(out: &mut Outbound) -> Result<bool, Refusal> {
 
 /// Pushes one datagram, waiting up to [`FULL_WAIT`] for room, and wakes the
 /// receiver if it sleeps.
-fn push(out: &mut Outbound, bytes: &[u8], flags: u8, c: &Counters) -> Push {
+fn push(out: &mut Outbound, bytes: &[u8], meta: ring::Meta, c: &Counters) -> Push {
     if bytes.len() > out.ring.max_datagram() {
         return Push::Declined;
     }
-    if !out.ring.push(bytes, flags) {
+    if !out.ring.push(bytes, meta) {
         // The clock is read only once the ring is found full.
         let start = Instant::now();
-        while !out.ring.push(bytes, flags) {
+        while !out.ring.push(bytes, meta) {
             if start.elapsed() >= FULL_WAIT {
                 Counters::add(&c.shm_ring_full, 1);
                 return Push::Full;

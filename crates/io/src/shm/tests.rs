@@ -26,7 +26,7 @@ fn each(
 ) -> bool {
     p.receive(budget, c, |stage, arrived| {
         for a in arrived {
-            f(a.from, &stage[a.at..a.at + a.len], a.intact);
+            f(a.from, &stage[a.at..a.at + a.len], a.meta.is_intact());
         }
     })
 }

@@ -90,6 +90,7 @@ impl Engine for Fake {
         Some(Transmit {
             to,
             len: bytes.len(),
+            segments: None,
         })
     }
 

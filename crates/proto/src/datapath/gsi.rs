@@ -111,6 +111,7 @@ impl Engine {
             return Some(Transmit {
                 to: SocketAddr::new(dst, ROCE_PORT),
                 len,
+                segments: None,
             });
         }
         None

@@ -46,6 +46,65 @@ impl Engine {
         self.receive(now, from, to, payload, mem, true);
     }
 
+    /// A run of packets from the same-host path (crate::run): taken apart
+    /// and handed to the QP packet by packet, under one lock, as if each
+    /// had come alone through [`Engine::handle_local_datagram`]. A run that
+    /// breaks the rules of crate::run, or not for an RC, UC or XRC QP, is
+    /// dropped whole (counted as malformed, or by the acceptance check that
+    /// refused it). `tag`: the run's [`Segments`](crate::run::Segments) as
+    /// the sender's driver carried them ([`Segments::to_tag`](crate::run::Segments::to_tag)).
+    pub fn handle_local_run(
+        &self,
+        now: u64,
+        from: SocketAddr,
+        to: SocketAddr,
+        payload: &[u8],
+        tag: [u8; 3],
+        mem: &dyn Memory,
+    ) {
+        let c = &self.dev.counters;
+        c.packets_received.bump();
+        c.bytes_received.add(payload.len() as u64);
+        let parsed = TransportRepr::parse(payload);
+        let segments = crate::run::Segments::from_tag(tag);
+        let run = match (&parsed, segments) {
+            (Ok(repr), Some(segs)) => crate::run::Run::new(repr, repr.payload(payload), segs).ok(),
+            _ => None,
+        };
+        let (Ok(repr), Some(run)) = (&parsed, run) else {
+            c.drop_malformed.bump();
+            return;
+        };
+        c.icrc_unchecked.bump();
+        let Some((h, q)) = self.accept(repr, from.ip(), to.ip()) else {
+            return;
+        };
+        let grh = [0; 40];
+        let mut each = *repr;
+        let dropped = self.drive_locked(h, q, mem, |q, env, sink| {
+            q.dp.counters.runs_received += 1;
+            let mut dropped = 0;
+            for i in 0..run.len() {
+                // The acceptance check again for each packet: one before
+                // may have moved the QP to a state that takes no more.
+                if i > 0 && !q.ctl.accepts_requests() {
+                    c.drop_qp_state.bump();
+                    c.drop_not_accepted.bump();
+                    continue;
+                }
+                let payload = run.packet(i, &mut each);
+                let pkt = Packet {
+                    repr: &each,
+                    payload,
+                    grh: &grh,
+                };
+                dropped += u64::from(q.on_packet(now, env, &pkt, sink));
+            }
+            dropped
+        });
+        c.drop_by_qp.add(dropped);
+    }
+
     fn receive(
         &self,
         now: u64,

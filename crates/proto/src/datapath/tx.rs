@@ -48,6 +48,33 @@ impl Engine {
         buf: &mut [u8],
         claims: &mut TxClaims,
     ) -> Option<Transmit> {
+        self.transmit(now, mem, buf, claims, false)
+    }
+
+    /// [`Engine::poll_transmit_claimed`] for a driver that puts the
+    /// datagram straight into the same-host ring of a peer reached intact
+    /// if it goes to one: a QP's request packet to such a peer may take the
+    /// message's next packets along (a run, crate::run), as many as `buf`
+    /// holds; the [`Transmit`] says so. A run must reach the peer's engine
+    /// through `Engine::handle_local_run` with its segments, or not at all.
+    pub fn poll_transmit_run(
+        &self,
+        now: u64,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+        claims: &mut TxClaims,
+    ) -> Option<Transmit> {
+        self.transmit(now, mem, buf, claims, true)
+    }
+
+    fn transmit(
+        &self,
+        now: u64,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+        claims: &mut TxClaims,
+        runs: bool,
+    ) -> Option<Transmit> {
         // What was posted on send rings since the last turn joins the queues.
         self.take_posted();
         // CM hook: MADs go first (gsi.rs, spec/cm.md §7), claimed as a QP's
@@ -56,7 +83,7 @@ impl Engine {
             return Some(t);
         }
         while let Some(h) = self.next_ready() {
-            if let Some(t) = self.claimed_turn(claims, Turn::Ready(h), now, mem, buf) {
+            if let Some(t) = self.claimed_turn(claims, Turn::Ready(h), now, mem, buf, runs) {
                 return Some(t);
             }
         }
@@ -67,7 +94,7 @@ impl Engine {
             if !claims.qps[i].1 {
                 continue;
             }
-            if let Some(t) = self.claimed_turn(claims, Turn::Claimed(i), now, mem, buf) {
+            if let Some(t) = self.claimed_turn(claims, Turn::Claimed(i), now, mem, buf, runs) {
                 return Some(t);
             }
         }
@@ -95,6 +122,7 @@ impl Engine {
         now: u64,
         mem: &dyn Memory,
         buf: &mut [u8],
+        runs: bool,
     ) -> Option<Transmit> {
         let h = match turn {
             Turn::Ready(h) => h,
@@ -122,7 +150,7 @@ impl Engine {
             return None;
         }
         let t = self.drive_locked(h, q, mem, |q, env, sink| {
-            let t = q.next_packet(now, env, buf, sink);
+            let t = q.next_packet(now, env, buf, sink, runs);
             // A QP that sent has another turn; one that had nothing waits
             // until something wakes it.
             q.dp.wants_tx = t.is_some();

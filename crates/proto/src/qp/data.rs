@@ -72,6 +72,12 @@ pub struct QpCounters {
     /// Packets sent without an ICRC: their peer is reached with intact
     /// datagrams and does not check it (crate::intact).
     pub packets_unsealed: u64,
+    /// Datagrams that carried a run of packets (crate::run); their packets
+    /// count in `packets_sent` one by one.
+    pub runs_sent: u64,
+    /// Runs received (crate::run); their packets count in
+    /// `packets_received` one by one.
+    pub runs_received: u64,
 }
 
 impl QpCounters {
@@ -107,7 +113,9 @@ impl QpCounters {
             drop_qkey,
             drop_no_recv_wqe,
             drop_invalid,
-            packets_unsealed
+            packets_unsealed,
+            runs_sent,
+            runs_received
         );
     }
 }

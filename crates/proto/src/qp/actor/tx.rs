@@ -9,6 +9,7 @@ use crate::qp::sgl;
 use crate::timers::local_ack_timeout_ns;
 use crate::types::{QpState, QpType};
 use crate::wc::{wc_opcode_for, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::WrOpcode;
 use std::net::{IpAddr, SocketAddr};
 use wire::{Encap, TransportRepr};
 
@@ -17,18 +18,21 @@ impl Qp {
     /// one path MTU plus 64 bytes of headers). The payload is copied from
     /// registered memory straight to its place in the datagram (no staging
     /// copy), then the headers and the ICRC go around it. `None` when it has
-    /// nothing to send now.
+    /// nothing to send now. With `runs`, a request packet to a peer reached
+    /// intact may take the message's next packets along, as many as `buf`
+    /// holds (crate::run).
     pub fn next_packet(
         &mut self,
         now: u64,
         env: &QpEnv<'_>,
         buf: &mut [u8],
         sink: &mut impl Sink,
+        runs: bool,
     ) -> Option<Transmit> {
         if let Some(t) = self.next_response(env, buf) {
             return Some(t);
         }
-        self.next_request(now, env, buf, sink)
+        self.next_request(now, env, buf, sink, runs)
     }
 
     /// True when a turn ([`Engine::drive`](crate::Engine) around
@@ -65,7 +69,7 @@ impl Qp {
             .intact
             .contains(&mut self.dp.intact, dst, repr.bth.dest_qp.get());
         self.dp.counters.packets_unsealed += u64::from(!seal);
-        emit_in_place(repr, src, dst, env.local_port, seal, buf)
+        emit_in_place(repr, src, dst, env.local_port, seal, buf, None)
     }
 
     fn req_env(&self, env: &QpEnv<'_>) -> ReqEnv {
@@ -92,6 +96,7 @@ impl Qp {
         env: &QpEnv<'_>,
         buf: &mut [u8],
         sink: &mut impl Sink,
+        runs: bool,
     ) -> Option<Transmit> {
         let renv = self.req_env(env);
         if !matches!(self.ctl.state(), QpState::Rts | QpState::Sqd)
@@ -127,16 +132,105 @@ impl Qp {
         c.bytes_sent += n as u64;
         c.retransmitted_packets += u64::from(retransmit);
         let src = gid_ip(env.gids, sgid);
-        self.dp.pkt.repr.payload_len = n; // in place: the representation is large
-                                          // UD receivers check every ICRC; RC, UC and XRC ones not from a
-                                          // peer reached intact (crate::intact).
+        // UD receivers check every ICRC; RC, UC and XRC ones not from a
+        // peer reached intact (crate::intact).
         let dest_qp = self.dp.pkt.repr.bth.dest_qp.get();
         let seal = renv.qp_type == QpType::Ud
             || !env.intact.contains(&mut self.dp.intact, dgid.ip(), dest_qp);
         self.dp.counters.packets_unsealed += u64::from(!seal);
-        let out = emit_in_place(&self.dp.pkt.repr, src, dgid.ip(), env.local_port, seal, buf);
+        let ack_req = self.dp.pkt.repr.bth.ack_req;
+        let runnable = runs
+            && !seal
+            && !last
+            && !retransmit
+            && !ack_req
+            // A plain RDMA WRITE or SEND (its LAST has no ImmDt or IETH).
+            && matches!(
+                self.dp.sq.wqes[index].opcode,
+                WrOpcode::RdmaWrite | WrOpcode::Send
+            );
+        let mut segments = None;
+        let mut len = n;
+        if runnable {
+            let at_end = self.extend_run(now, index, &renv, env, at + n, buf, sink);
+            if let Some((more, segs, ack_req, solicited)) = at_end {
+                let b = &mut self.dp.pkt.repr.bth;
+                (b.ack_req, b.solicited) = (ack_req, solicited);
+                len += more;
+                segments = Some(segs);
+                self.dp.counters.runs_sent += 1;
+            }
+        }
+        // In place: the representation is large.
+        self.dp.pkt.repr.payload_len = len;
+        let out = emit_in_place(
+            &self.dp.pkt.repr,
+            src,
+            dgid.ip(),
+            env.local_port,
+            seal,
+            buf,
+            segments,
+        );
         self.after_request(now, index, last, renv.qp_type, sink);
         out
+    }
+
+    /// A run (crate::run): the WQE's packets after the one just built,
+    /// their payloads written one after another from `buf[end..]`, while
+    /// the requester gives one, it fits and the one before neither ended
+    /// the message nor asked for an ACK. The bytes they add, what the
+    /// datagram's [`Segments`](crate::run::Segments) say, and the last
+    /// one's AckReq and SE; `None` if none was added.
+    #[allow(clippy::too_many_arguments)]
+    fn extend_run(
+        &mut self,
+        now: u64,
+        index: usize,
+        renv: &ReqEnv,
+        env: &QpEnv<'_>,
+        mut end: usize,
+        buf: &mut [u8],
+        sink: &mut impl Sink,
+    ) -> Option<(usize, crate::run::Segments, bool, bool)> {
+        let mss = renv.mtu as usize;
+        let start = end;
+        let mut next = ReqPacket::default();
+        let mut last = None;
+        while end + mss + wire::icrc::LEN <= buf.len() {
+            let dp = &mut self.dp;
+            if !dp.req.next_packet(&mut dp.sq, renv, &mut next) {
+                break;
+            }
+            self.check_send_invariants(renv);
+            debug_assert!(
+                next.index == index && !next.retransmit,
+                "a run stays in its WQE"
+            );
+            let Some(n) = self.gather(&next, env, &mut buf[end..]) else {
+                // As when the packet goes alone: its WQE fails; those
+                // before it in the run leave.
+                self.fail_request(index, WcStatus::LocProtErr, sink);
+                break;
+            };
+            end += n;
+            let c = &mut self.dp.counters;
+            c.packets_sent += 1;
+            c.bytes_sent += n as u64;
+            c.packets_unsealed += 1;
+            let b = next.repr.bth;
+            last = Some((b.opcode, b.ack_req, b.solicited));
+            self.after_request(now, index, next.last, renv.qp_type, sink);
+            if next.last || b.ack_req {
+                break;
+            }
+        }
+        let (opcode, ack_req, solicited) = last?;
+        let segs = crate::run::Segments {
+            mss: renv.mtu as u16,
+            last: opcode,
+        };
+        Some((end - start, segs, ack_req, solicited))
     }
 
     /// Copies the packet's payload to the start of `out`; `None` if the
@@ -291,6 +385,7 @@ fn emit_in_place(
     port: u16,
     seal: bool,
     buf: &mut [u8],
+    segments: Option<crate::run::Segments>,
 ) -> Option<Transmit> {
     let encap = Encap::from_addrs(src, dst, port)?;
     let len = match seal {
@@ -301,5 +396,6 @@ fn emit_in_place(
     Some(Transmit {
         to: SocketAddr::new(dst, ROCE_PORT),
         len,
+        segments,
     })
 }
