@@ -20,12 +20,14 @@ use std::net::SocketAddr;
 use crate::socket::is_retryable;
 use crate::sys::MMSG_MAX;
 
-/// One queued datagram: `len` bytes at the start of slot `slot`, to `to`.
+/// One queued datagram: `len` bytes at the start of slot `slot`, to `to`;
+/// a run's segments if it is one (`crate::Transmit::segments`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Item {
     pub(crate) slot: usize,
     pub(crate) to: SocketAddr,
     pub(crate) len: usize,
+    pub(crate) segments: Option<[u8; 3]>,
 }
 
 /// Where slot 0 starts in the batch's memory. A large allocation comes from
@@ -112,8 +114,14 @@ pub(crate) trait TxSink {
     /// Whether the datagram `bytes` to `to` takes the loopback shortcut instead of the socket.
     fn is_local(&self, to: SocketAddr, bytes: &[u8]) -> bool;
     /// Sends a run of datagrams for the socket in one call: `Ok(n)`, the first `n` left
-    /// (`n >= 1`); `Err`, the first did not.
-    fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize>;
+    /// (`n >= 1`); `Err`, the first did not. `segments[i]`: datagram `i`'s
+    /// as a run of packets, if it is one (only a same-host ring carries
+    /// those whole; on a socket the peer drops it, as a lost datagram).
+    fn send(
+        &mut self,
+        run: &[(SocketAddr, &[u8])],
+        segments: &[Option<[u8; 3]>],
+    ) -> io::Result<usize>;
     /// A datagram left through the socket.
     fn sent(&mut self, to: SocketAddr, bytes: &[u8]);
     /// A datagram for our own address: deliver it.
@@ -154,7 +162,11 @@ pub(crate) fn flush(batch: &mut TxBatch, sink: &mut impl TxSink) -> Flushed {
             .take(MMSG_MAX)
             .map(|it| (it.to, batch.bytes(it)))
             .collect();
-        let result = sink.send(&run);
+        let segments: Vec<_> = batch.items[batch.head..][..run.len()]
+            .iter()
+            .map(|it| it.segments)
+            .collect();
+        let result = sink.send(&run, &segments);
         let run_len = run.len();
         drop(run);
         match result {
@@ -262,7 +274,11 @@ mod tests {
         fn is_local(&self, to: SocketAddr, _bytes: &[u8]) -> bool {
             to == LOCAL.parse().unwrap()
         }
-        fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+        fn send(
+            &mut self,
+            run: &[(SocketAddr, &[u8])],
+            _: &[Option<[u8; 3]>],
+        ) -> io::Result<usize> {
             self.runs.push(run.len());
             self.script
                 .pop_front()
@@ -292,6 +308,7 @@ mod tests {
                 slot: i,
                 to: peer(i).parse().unwrap(),
                 len: i + 1,
+                segments: None,
             });
         }
         b

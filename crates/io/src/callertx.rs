@@ -274,18 +274,16 @@ impl<E: Engine> Shared<E> {
                                     slot,
                                     to: t.to,
                                     len: t.len,
+                                    segments: t.segments,
                                 });
                                 slot += 1;
                                 continue;
                             }
-                            // Gone as if sent (RC sends it again).
-                            Built::Lost(_) => continue,
                             Built::Nothing => break,
                             Built::NotTried => {}
                         }
                     }
-                    let Some(t) =
-                        engine.poll_transmit_claimed(now, g.q.slot_mut(slot), &mut g.claims)
+                    let Some(t) = engine.poll_transmit_run(now, g.q.slot_mut(slot), &mut g.claims)
                     else {
                         break;
                     };
@@ -301,6 +299,7 @@ impl<E: Engine> Shared<E> {
                         slot,
                         to: t.to,
                         len: t.len,
+                        segments: t.segments,
                     });
                     slot += 1;
                 }
@@ -377,11 +376,15 @@ impl<E: Engine> TxSink for CallerWire<'_, E> {
         crate::share::stays_here(self.tx.share.as_deref(), self.tx.local, to, bytes)
     }
 
-    fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    fn send(
+        &mut self,
+        run: &[(SocketAddr, &[u8])],
+        segments: &[Option<[u8; 3]>],
+    ) -> io::Result<usize> {
         use crate::shm::Run;
         // shm: the same-host path first (intact: no faults while this is on).
         let run = match self.shared.shm() {
-            Some(mut shm) => match shm.send_run(run, true, &self.shared.counters) {
+            Some(mut shm) => match shm.send_run(run, segments, true, &self.shared.counters) {
                 Run::Sent(n) => return Ok(n),
                 Run::Full => return Err(io::ErrorKind::WouldBlock.into()),
                 Run::Socket(k) => &run[..k],
@@ -617,6 +620,7 @@ mod tests {
             slot: 0,
             to: first_to,
             len: first.len(),
+            segments: None,
         });
         d.doorbell();
         peer.set_nonblocking(true).unwrap();
@@ -652,6 +656,7 @@ mod tests {
                 slot: 0,
                 to,
                 len: 4,
+                segments: None,
             });
         }
         d.with(|e| e.q().push_back((to, vec![7; 4])));

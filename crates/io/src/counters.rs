@@ -128,9 +128,6 @@ counters! {
     /// Runs of packets (`Engine::poll_transmit_run`) published in a ring
     /// (counted in `shm_datagrams_sent` too).
     shm_runs_sent,
-    /// Runs that no ring took (built for one peer's ring, then that of
-    /// the peer they went to was full or gone): lost.
-    shm_runs_lost,
 }
 
 impl Counters {

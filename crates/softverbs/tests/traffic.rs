@@ -507,7 +507,6 @@ fn a_large_write_between_two_devices_of_this_host_goes_through_the_shared_ring()
         runs > 0 && sent < packets,
         "{runs} runs, {sent} datagrams for {packets} packets"
     );
-    assert_eq!(c.shm_runs_lost, 0);
     let e = b.ctx.counters().engine;
     assert!(e.qps.runs_received >= runs, "{e:?}");
     assert_eq!(e.drop_icrc, 0);

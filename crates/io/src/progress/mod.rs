@@ -601,7 +601,9 @@ impl<E: Engine> Progress<E> {
             let engine = self.shared.engine();
             for i in 0..max.min(q.slots()) {
                 let now = self.shared.clock.now();
-                let Some(t) = engine.poll_transmit_claimed(now, q.slot_mut(i), claims) else {
+                // Runs only for peers named reached intact: none while
+                // this driver has faults or a capture (ShmPath::take_intact).
+                let Some(t) = engine.poll_transmit_run(now, q.slot_mut(i), claims) else {
                     break;
                 };
                 collected.push((i, t, now));
@@ -623,6 +625,7 @@ impl<E: Engine> Progress<E> {
                     slot,
                     to: t.to,
                     len: t.len,
+                    segments: t.segments,
                 });
             }
         }
@@ -768,10 +771,14 @@ impl<E: Engine> TxSink for Wire<'_, E> {
         self.0.is_ours(to, bytes)
     }
 
-    fn send(&mut self, run: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    fn send(
+        &mut self,
+        run: &[(SocketAddr, &[u8])],
+        segments: &[Option<[u8; 3]>],
+    ) -> io::Result<usize> {
         let p = &mut *self.0;
         // shm: the same-host path first; the socket takes what it declines.
-        let run = match p.shm_run(run)? {
+        let run = match p.shm_run(run, segments)? {
             Ok(n) => return Ok(n),
             Err(k) => &run[..k],
         };

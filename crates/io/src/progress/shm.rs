@@ -106,7 +106,13 @@ impl<E: Engine> Progress<E> {
         let Some(mut shm) = shared.shm() else {
             return false;
         };
-        if shm.send(to, bytes, false, &shared.counters) != crate::shm::Push::Sent {
+        if shm.send(
+            to,
+            bytes,
+            crate::shm::ring::Meta::default(),
+            &shared.counters,
+        ) != crate::shm::Push::Sent
+        {
             return false;
         }
         drop(shm);
@@ -120,6 +126,7 @@ impl<E: Engine> Progress<E> {
     pub(super) fn shm_run(
         &mut self,
         run: &[(SocketAddr, &[u8])],
+        segments: &[Option<[u8; 3]>],
     ) -> io::Result<Result<usize, usize>> {
         use crate::shm::Run;
         let shared = self.shared.clone();
@@ -128,7 +135,7 @@ impl<E: Engine> Progress<E> {
         };
         let intact = !self.faults.corrupts.0;
         self.shm_full = false;
-        match shm.send_run(run, intact, &shared.counters) {
+        match shm.send_run(run, segments, intact, &shared.counters) {
             Run::Sent(n) => Ok(Ok(n)),
             Run::Full => {
                 self.shm_full = true;

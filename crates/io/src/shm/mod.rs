@@ -126,9 +126,6 @@ pub(crate) enum Built {
     /// Built in the ring but for another destination: copied to the
     /// fallback buffer's start, nothing published; send it as usual.
     Copied(Transmit),
-    /// A run built for another peer that its ring did not take (full, or
-    /// gone): lost, as on a link (counted in `shm_runs_lost`).
-    Lost(Transmit),
     /// The engine had nothing to send.
     Nothing,
     /// No ring to build in (no last peer, not ready, or full): build it the

@@ -40,24 +40,15 @@ impl ShmPath {
         }
     }
 
-    /// Sends `bytes` to `to` through the peer's ring. See [`Push`]. `intact`:
-    /// the engine sealed it and nothing altered it since ([`ring::INTACT`]).
+    /// Sends `bytes` to `to` through the peer's ring, as a record with
+    /// `meta`. See [`Push`].
     pub(crate) fn send(
         &mut self,
         to: SocketAddr,
         bytes: &[u8],
-        intact: bool,
+        meta: ring::Meta,
         c: &Counters,
     ) -> Push {
-        let meta = match intact {
-            true => ring::Meta::intact(None),
-            false => ring::Meta::default(),
-        };
-        self.send_meta(to, bytes, meta, c)
-    }
-
-    /// [`ShmPath::send`] of a record with `meta`.
-    fn send_meta(&mut self, to: SocketAddr, bytes: &[u8], meta: ring::Meta, c: &Counters) -> Push {
         let Some(key) = self.destination(to, bytes) else {
             return Push::Declined;
         };
@@ -98,6 +89,7 @@ impl ShmPath {
         let pushed = push(out, bytes, meta, c);
         if pushed == Push::Sent {
             self.last = Some(key);
+            Counters::add(&c.shm_runs_sent, u64::from(meta.segments().is_some()));
         }
         pushed
     }
@@ -144,22 +136,7 @@ impl ShmPath {
         };
         if destination(local, t.to, bytes) != Some(key) {
             fallback[..t.len].copy_from_slice(bytes);
-            if t.segments.is_none() {
-                return Built::Copied(t);
-            }
-            // A run goes into its peer's ring or nowhere (the engine made
-            // it for a peer named reached intact, so one that takes runs).
-            let meta = ring::Meta::intact(t.segments);
-            return match self.send_meta(t.to, &fallback[..t.len], meta, c) {
-                Push::Sent => {
-                    Counters::add(&c.shm_runs_sent, 1);
-                    Built::Sent(t)
-                }
-                Push::Full | Push::Declined => {
-                    Counters::add(&c.shm_runs_lost, 1);
-                    Built::Lost(t)
-                }
-            };
+            return Built::Copied(t);
         }
         out.ring.commit(t.len, ring::Meta::intact(t.segments));
         Counters::add(&c.shm_datagrams_sent, 1);
@@ -170,16 +147,28 @@ impl ShmPath {
     }
 
     /// Sends what it can from the head of `run` through the rings (see
-    /// [`Run`]); `intact` as for [`ShmPath::send`].
+    /// [`Run`]); `intact`: the engine sealed them, or left them unsealed
+    /// for a peer reached intact, and nothing altered them since
+    /// ([`ring::INTACT`]); `segments[i]`, datagram `i`'s as a run of
+    /// packets ([`ring::SEGMENTS`]).
     pub(crate) fn send_run(
         &mut self,
         run: &[(SocketAddr, &[u8])],
+        segments: &[Option<[u8; 3]>],
         intact: bool,
         c: &Counters,
     ) -> Run {
         let mut n = 0;
-        for &(to, bytes) in run {
-            match self.send(to, bytes, intact, c) {
+        for (i, &(to, bytes)) in run.iter().enumerate() {
+            let tag = segments.get(i).copied().flatten();
+            let meta = match intact {
+                true => ring::Meta::intact(tag),
+                false => ring::Meta {
+                    flags: if tag.is_some() { ring::SEGMENTS } else { 0 },
+                    tag: tag.unwrap_or_default(),
+                },
+            };
+            match self.send(to, bytes, meta, c) {
                 Push::Sent => n += 1,
                 Push::Full if n == 0 => return Run::Full,
                 Push::Full | Push::Declined => break,

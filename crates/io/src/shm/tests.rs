@@ -13,7 +13,7 @@ fn to_slot(slot: u8, fill: u8, len: usize) -> Vec<u8> {
 }
 
 fn sent(p: &mut ShmPath, to: SocketAddr, d: &[u8], c: &Counters) -> bool {
-    p.send(to, d, true, c) == Push::Sent
+    p.send(to, d, ring::Meta::intact(None), c) == Push::Sent
 }
 
 /// Receives up to `budget` datagrams, each handed to `f` with its sender
@@ -109,7 +109,7 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     assert_eq!((s.shm_datagrams_sent, s.shm_datagrams_received), (52, 52));
     assert_eq!(s.shm_fallbacks, 0);
     // The sender's intact mark comes along as given.
-    assert_eq!(a.send(to_b, &d, false, &c), Push::Sent);
+    assert_eq!(a.send(to_b, &d, ring::Meta::default(), &c), Push::Sent);
     assert!(sent(&mut a, to_b, &d, &c));
     let mut marks = Vec::new();
     each(&mut b, 16, &c, |_, bytes, intact| {
@@ -144,7 +144,7 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     let big = to_slot(sb.index(), 7, 65536);
     let mut pushed = 0;
     let full = loop {
-        match a.send(to_b, &big, true, &c) {
+        match a.send(to_b, &big, ring::Meta::intact(None), &c) {
             Push::Sent => pushed += 1,
             other => break other,
         }
@@ -159,7 +159,11 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
         n += 1
     });
     assert_eq!(n, 8);
-    assert_eq!(a.send(to_b, &big, true, &c), Push::Sent, "room again");
+    assert_eq!(
+        a.send(to_b, &big, ring::Meta::intact(None), &c),
+        Push::Sent,
+        "room again"
+    );
     each(&mut b, 1000, &c, |_, _, _| {});
 
     // b goes: a notices the end and falls back to UDP (send says no), and
