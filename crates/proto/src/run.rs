@@ -14,7 +14,8 @@
 //! same.
 //!
 //! **The run datagram.** The first packet's headers (BTH, RETH on a
-//! WRITE_FIRST, XRCETH for XRC); the AckReq and SE bits of its BTH are the
+//! WRITE_FIRST, XRCETH for XRC, AETH on a READ response FIRST); the AckReq
+//! and SE bits of its BTH are the
 //! last packet's (no packet before the last carries either); then every
 //! packet's payload, one after the other; the pad of the total; and a zero
 //! ICRC (the datagram is never sealed: only a peer reached intact gets it).
@@ -23,16 +24,21 @@
 //! is the first one's headers with
 //! - the opcode: the first's for `i = 0`, [`Segments::last`] for `i = k − 1`,
 //!   the message kind's MIDDLE between;
-//! - the PSN plus `i`; the RETH on packet 0 only;
+//! - the PSN plus `i`; the RETH on packet 0 only; a READ response's AETH
+//!   on packet 0 if it is the FIRST and on the LAST (the same: the
+//!   responder builds the run in one turn, its MSN cannot change between);
 //! - AckReq and SE only on packet `k − 1`;
 //! - `mss` bytes of payload (the last: what is left, 1 ..= `mss`).
 //!
-//! **What may run.** The sender starts a run only with a packet that is not
-//! a retransmission, not its message's last and asks for no ACK, of a WQE
-//! that is a plain RDMA WRITE or SEND (no immediate, no invalidation: its
-//! LAST carries no ImmDt or IETH), and goes on while the next packet may go
-//! (the window), fits the buffer, and the one before it neither ended the
-//! message nor asked for an ACK. A receiver checks all of it again
+//! **What may run.** The requester starts a run only with a packet that is
+//! not a retransmission, not its message's last and asks for no ACK, of a
+//! WQE that is a plain RDMA WRITE or SEND (no immediate, no invalidation:
+//! its LAST carries no ImmDt or IETH), and goes on while the next packet
+//! may go (the window), fits the buffer, and the one before it neither
+//! ended the message nor asked for an ACK. The responder runs the packets
+//! of one READ response (new or repeated for a duplicate request), from
+//! any packet but the last, while they fit; one that began at a MIDDLE
+//! stops before the LAST (whose AETH it could not name). A receiver checks all of it again
 //! ([`Run::new`]): a run that breaks a rule is dropped whole, as a malformed
 //! datagram.
 //!
@@ -72,7 +78,7 @@ impl Segments {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
     /// The first packet's opcode cannot begin a run.
-    #[error("{0} cannot begin a run (a plain RC, UC or XRC SEND or WRITE, FIRST or MIDDLE)")]
+    #[error("{0} cannot begin a run (a plain RC, UC or XRC SEND or WRITE, or an RC or XRC READ response, FIRST or MIDDLE)")]
     First(Opcode),
     /// The last packet's opcode does not continue the first's message.
     #[error("{last} cannot end a run that begins with {first}")]
@@ -122,13 +128,14 @@ impl<'a> Run<'a> {
         let kind = match op.operation() {
             Operation::Send => wire::opcode::MessageKind::Send,
             Operation::Write => wire::opcode::MessageKind::Write,
+            Operation::ReadResponse => wire::opcode::MessageKind::ReadResponse,
             _ => return Err(RunError::First(op)),
         };
         let transport = op.transport();
         let extra = first.deth.is_some()
             || first.immdt.is_some()
             || first.ieth.is_some()
-            || first.aeth.is_some()
+            || first.aeth.is_some() != op.headers().contains(HeaderSet::AETH)
             || first.atomic_eth.is_some()
             || first.atomic_ack_eth.is_some()
             || first.feth.is_some()
@@ -148,7 +155,10 @@ impl<'a> Run<'a> {
             return Err(RunError::First(op));
         };
         let ends = Opcode::segment(transport, kind, Position::Last);
-        if last != middle && Some(last) != ends {
+        // A READ response's LAST carries the AETH of its FIRST: a run
+        // that ends the response begins it too.
+        let aeth_known = kind != wire::opcode::MessageKind::ReadResponse || op.is_first();
+        if last != middle && (Some(last) != ends || !aeth_known) {
             return Err(RunError::Last { first: op, last });
         }
         if !matches!(segs.mss, 256 | 512 | 1024 | 2048 | 4096) {
@@ -207,6 +217,10 @@ impl<'a> Run<'a> {
         b.solicited &= i == end;
         if i > 0 {
             out.reth = None;
+            // A READ response's AETH: on its FIRST and, the same, its LAST.
+            if !out.opcode().headers().contains(HeaderSet::AETH) {
+                out.aeth = None;
+            }
         }
         let from = i * self.mss;
         let payload = &self.body[from..(from + self.mss).min(self.body.len())];
@@ -340,14 +354,53 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_read_response_run_carries_its_aeth_to_the_last_only_from_the_first() {
+        let mut r = first(0x0D, false);
+        r.aeth = Some(wire::aeth::Repr {
+            syndrome: wire::aeth::Syndrome::ack_unlimited(),
+            msn: wire::Msn::from_masked(4),
+        });
+        let body = vec![5u8; 3 * 1024];
+        let segs = Segments {
+            mss: 1024,
+            last: op(0x0F),
+        };
+        let run = Run::new(&r, &body, segs).unwrap();
+        let mut p = r;
+        let aeth: Vec<_> = (0..3)
+            .map(|i| {
+                run.packet(i, &mut p);
+                p.aeth
+            })
+            .collect();
+        assert_eq!(aeth, [r.aeth, None, r.aeth]);
+        // From a MIDDLE (no AETH) a run may not reach the LAST.
+        let middle = first(0x0E, false);
+        assert!(matches!(
+            Run::new(&middle, &body, segs),
+            Err(RunError::Last { .. })
+        ));
+        let segs = Segments {
+            last: op(0x0E),
+            ..segs
+        };
+        assert!(Run::new(&middle, &body, segs).is_ok());
+        // A FIRST without its AETH is no READ response.
+        assert!(matches!(
+            Run::new(&first(0x0D, false), &body, segs),
+            Err(RunError::First(_))
+        ));
+    }
+
     proptest::proptest! {
         /// Any input is taken or refused without a panic, and a taken run's
         /// packets give back its payload, in order, each within the MTU,
         /// with consecutive PSNs and the AckReq on the last only.
         #[test]
         fn any_run_comes_apart_or_is_refused(
-            code in proptest::sample::select(vec![0x00u8, 0x01, 0x06, 0x07, 0x20, 0x21, 0x26, 0x27, 0xA0, 0xA1, 0xA6, 0xA7, 0x04, 0x08, 0x0C, 0x64]),
-            last in proptest::sample::select(vec![0x01u8, 0x02, 0x03, 0x07, 0x08, 0x09, 0x21, 0x22, 0x27, 0x28, 0xA1, 0xA2, 0xA7, 0xA8, 0x0C, 0x11]),
+            code in proptest::sample::select(vec![0x00u8, 0x01, 0x06, 0x07, 0x20, 0x21, 0x26, 0x27, 0xA0, 0xA1, 0xA6, 0xA7, 0x0D, 0x0E, 0x04, 0x08, 0x0C, 0x10, 0x64]),
+            last in proptest::sample::select(vec![0x01u8, 0x02, 0x03, 0x07, 0x08, 0x09, 0x21, 0x22, 0x27, 0x28, 0xA1, 0xA2, 0xA7, 0xA8, 0x0E, 0x0F, 0x0C, 0x11]),
             mss_at in 0usize..6,
             any_mss in proptest::prelude::any::<u16>(),
             len in 0usize..20_000,
@@ -360,6 +413,12 @@ mod tests {
             let mut r = TransportRepr::new(b);
             if o.headers().contains(HeaderSet::RETH) {
                 r.reth = Some(reth::Repr { va: 0, rkey: Rkey(1), dma_len: len as u32 });
+            }
+            if o.headers().contains(HeaderSet::AETH) {
+                r.aeth = Some(wire::aeth::Repr {
+                    syndrome: wire::aeth::Syndrome::ack_unlimited(),
+                    msn: wire::Msn::from_masked(9),
+                });
             }
             if o.headers().contains(HeaderSet::XRCETH) {
                 r.xrceth = Some(wire::xrceth::Repr { xrc_srqn: wire::XrcSrqn::from_masked(3) });
@@ -374,6 +433,8 @@ mod tests {
                     proptest::prop_assert_eq!(p.bth.psn, b.psn.wrapping_add(i as u32));
                     proptest::prop_assert_eq!(p.bth.ack_req, ack_req && i + 1 == run.len());
                     proptest::prop_assert_eq!(p.opcode().transport(), o.transport());
+                    proptest::prop_assert_eq!(p.aeth.is_some(), p.opcode().headers().contains(HeaderSet::AETH));
+                    proptest::prop_assert_eq!(p.aeth, p.aeth.and(r.aeth), "a run's AETH is its first's");
                     got.extend_from_slice(pay);
                 }
                 proptest::prop_assert_eq!(p.opcode().get(), last);

@@ -81,13 +81,18 @@ impl Engine {
         };
         let grh = [0; 40];
         let mut each = *repr;
+        let response = repr.opcode().is_response();
         let dropped = self.drive_locked(h, q, mem, |q, env, sink| {
             q.dp.counters.runs_received += 1;
             let mut dropped = 0;
             for i in 0..run.len() {
                 // The acceptance check again for each packet: one before
                 // may have moved the QP to a state that takes no more.
-                if i > 0 && !q.ctl.accepts_requests() {
+                let ready = match response {
+                    true => q.ctl.accepts_responses(),
+                    false => q.ctl.accepts_requests(),
+                };
+                if i > 0 && !ready {
                     c.drop_qp_state.bump();
                     c.drop_not_accepted.bump();
                     continue;

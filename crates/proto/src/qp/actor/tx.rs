@@ -29,7 +29,7 @@ impl Qp {
         sink: &mut impl Sink,
         runs: bool,
     ) -> Option<Transmit> {
-        if let Some(t) = self.next_response(env, buf) {
+        if let Some(t) = self.next_response(env, buf, runs) {
             return Some(t);
         }
         self.next_request(now, env, buf, sink, runs)
@@ -50,14 +50,14 @@ impl Qp {
             && self.send_ring().pending() == 0
     }
 
-    fn next_response(&mut self, env: &QpEnv<'_>, buf: &mut [u8]) -> Option<Transmit> {
+    fn next_response(&mut self, env: &QpEnv<'_>, buf: &mut [u8], runs: bool) -> Option<Transmit> {
         if !self.dp.resp.has_output() || self.ctl.state() == QpState::Reset {
             return None;
         }
         let renv = self.resp_env(env);
         // Borrowed where the responder left it (≈ 170 bytes).
-        let built = self.dp.resp.next_response(&renv, buf);
-        let repr = built.as_ref()?;
+        let mut built = self.dp.resp.next_response(&renv, buf);
+        let repr = built.as_mut()?;
         let n = repr.payload_len;
         self.dp.counters.packets_sent += 1;
         self.dp.counters.bytes_sent += n as u64;
@@ -69,7 +69,62 @@ impl Qp {
             .intact
             .contains(&mut self.dp.intact, dst, repr.bth.dest_qp.get());
         self.dp.counters.packets_unsealed += u64::from(!seal);
-        emit_in_place(repr, src, dst, env.local_port, seal, buf, None)
+        let mut segments = None;
+        // A run of the READ response's next packets (crate::run): RC only
+        // (XRC's response opcodes have no segment table rows).
+        let op = repr.opcode();
+        if runs && !seal && renv.qp_type == QpType::Rc && (op.is_first() || op.is_middle()) {
+            let start = repr.header_len() + n;
+            if let Some((more, segs)) = self.extend_read_run(&renv, op.is_first(), start, buf) {
+                repr.payload_len += more;
+                segments = Some(segs);
+                self.dp.counters.runs_sent += 1;
+            }
+        }
+        emit_in_place(repr, src, dst, env.local_port, seal, buf, segments)
+    }
+
+    /// A run of a READ response (crate::run): its next packets' payloads
+    /// from `buf[end..]` while they fit; one that did not begin with the
+    /// response's FIRST stops before its LAST. The bytes they add and the
+    /// run's segments; `None` if none was added.
+    fn extend_read_run(
+        &mut self,
+        renv: &crate::qp::responder::RespEnv<'_>,
+        from_first: bool,
+        mut end: usize,
+        buf: &mut [u8],
+    ) -> Option<(usize, crate::run::Segments)> {
+        let mss = renv.mtu as usize;
+        let start = end;
+        let mut last = None;
+        while end + mss + wire::icrc::LEN <= buf.len() {
+            let Some(ends) = self.dp.resp.read_continues(renv.mtu) else {
+                break;
+            };
+            if ends && !from_first {
+                break;
+            }
+            // Its payload goes to `end`, after where its headers would be.
+            let at = if ends { 16 } else { 12 };
+            let r = self.dp.resp.next_response(renv, &mut buf[end - at..])?;
+            debug_assert_eq!(r.header_len(), at, "a READ response MIDDLE or LAST");
+            let n = r.payload_len;
+            end += n;
+            let c = &mut self.dp.counters;
+            c.packets_sent += 1;
+            c.bytes_sent += n as u64;
+            c.packets_unsealed += 1;
+            last = Some(r.opcode());
+            if ends {
+                break;
+            }
+        }
+        let segs = crate::run::Segments {
+            mss: renv.mtu as u16,
+            last: last?,
+        };
+        Some((end - start, segs))
     }
 
     fn req_env(&self, env: &QpEnv<'_>) -> ReqEnv {

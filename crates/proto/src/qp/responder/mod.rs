@@ -235,6 +235,18 @@ impl Responder {
         !self.outbox.is_empty()
     }
 
+    /// If the next packet out continues a READ response already under way
+    /// (its FIRST sent): whether it is the response's LAST, at path MTU
+    /// `mtu` (a run may take it along, crate::run).
+    pub fn read_continues(&self, mtu: u32) -> Option<bool> {
+        match self.outbox.front()? {
+            Response::Read(job) if job.offset > 0 && job.offset < job.len => {
+                Some(job.len - job.offset <= u64::from(mtu))
+            }
+            _ => None,
+        }
+    }
+
     /// A multi-packet SEND or WRITE is in progress (its FIRST taken).
     pub fn in_message(&self) -> bool {
         !matches!(self.msg, InMsg::Idle)
