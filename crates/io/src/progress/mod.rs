@@ -51,6 +51,7 @@ use crate::engine::{Engine, Notification};
 use crate::hold::Dir;
 use crate::options::DriverOptions;
 use crate::share::{self, Slot};
+use crate::shm::Built;
 use crate::socket::{self, SendOutcome};
 use crate::sys;
 
@@ -597,10 +598,39 @@ impl<E: Engine> Progress<E> {
     /// `q` and queues those the transmit faults let pass; how many were polled.
     fn collect(&mut self, q: &mut TxBatch, claims: &mut E::Claims, max: usize) -> usize {
         let mut collected = std::mem::take(&mut self.collected);
+        let mut built = 0;
         {
+            // shm: without faults or a capture (the application threads
+            // transmit then), datagrams are built straight into a peer's
+            // ring while nothing is queued before them, as the application
+            // threads' are (ShmPath::build_in_ring): the path's lock first,
+            // then the engine's.
+            let plain = self.shared.caller_tx.is_some() && q.is_empty();
+            let mut path = plain.then(|| self.shared.try_shm()).flatten();
             let engine = self.shared.engine();
+            let c = &self.shared.counters;
             for i in 0..max.min(q.slots()) {
                 let now = self.shared.clock.now();
+                if let Some(p) = path.as_mut().filter(|_| collected.is_empty()) {
+                    let buf = q.slot_mut(i);
+                    let built_in = p.build_in_ring(buf.len(), buf, c, |room| {
+                        engine.poll_transmit_run(now, room, claims)
+                    });
+                    match built_in {
+                        Built::Sent(t) => {
+                            Counters::add(&c.datagrams_sent, 1);
+                            Counters::add(&c.bytes_sent, t.len as u64);
+                            built += 1;
+                            continue;
+                        }
+                        Built::Copied(t) => {
+                            collected.push((i, t, now));
+                            continue;
+                        }
+                        Built::Nothing => break,
+                        Built::NotTried => {}
+                    }
+                }
                 // Runs only for peers named reached intact: none while
                 // this driver has faults or a capture (ShmPath::take_intact).
                 let Some(t) = engine.poll_transmit_run(now, q.slot_mut(i), claims) else {
@@ -609,7 +639,7 @@ impl<E: Engine> Progress<E> {
                 collected.push((i, t, now));
             }
         }
-        let n = collected.len();
+        let n = collected.len() + built;
         for (slot, t, now) in collected.drain(..) {
             let bytes = q.slot_mut(slot);
             if t.len > bytes.len() {
