@@ -9,27 +9,7 @@
 mod net;
 use net::*;
 use proto::intact::IntactPeer;
-use proto::run::{Run, Segments};
-use wire::TransportRepr;
-
-/// The packets of a run datagram, emitted one by one as they would have
-/// gone alone (unsealed: the peer is reached intact).
-fn expand(datagram: &[u8], segs: Segments) -> Vec<Vec<u8>> {
-    let first = TransportRepr::parse(datagram).expect("a run parses");
-    let run = Run::new(&first, first.payload(datagram), segs).expect("a valid run");
-    let mut out = Vec::new();
-    let mut r = first;
-    for i in 0..run.len() {
-        let payload = run.packet(i, &mut r);
-        let at = r.header_len();
-        let mut buf = vec![0u8; at + payload.len() + 3 + 4];
-        buf[at..at + payload.len()].copy_from_slice(payload);
-        let n = r.emit_in_place_unsealed(&mut buf).unwrap();
-        buf.truncate(n);
-        out.push(buf);
-    }
-    out
-}
+use proto::run::Segments;
 
 /// One side's transmit: everything it has now, each datagram handed to the
 /// other side's same-host entry (a run taken apart into `sent`), except

@@ -3,7 +3,8 @@
 //! XRCETH picking the SRQ; RDMA and atomics are checked against the SRQ's PD;
 //! an SRQ of another XRC domain, or one that is gone, is an invalid request,
 //! and so is a MIDDLE or LAST naming another SRQ than its message's FIRST;
-//! XRC domains are shared by file and refuse to close while used.
+//! XRC domains are shared by file and refuse to close while used; an XRC
+//! SEND to a peer reached intact runs (proto::run) like an RC one.
 
 mod net;
 use net::*;
@@ -541,4 +542,72 @@ fn post_srq_len(n: &mut Node, srq: proto::engine::SrqHandle, wr_id: u64, off: u6
         sg_list: &sg,
     };
     n.e.post_srq_recv(srq, &wr).unwrap();
+}
+
+#[test]
+fn an_xrc_send_to_a_peer_reached_intact_runs_and_lands_the_same() {
+    // The same 3 000-byte SEND (3 packets at MTU 1024) to an SRQ, packet by
+    // packet and as a run (proto::run) to B named reached intact: the run's
+    // packets are the plain ones bit for bit (XRCETH in each), and the
+    // message lands the same.
+    let go = |runs: bool| {
+        let mut p = pair();
+        let xrcd = p.xrcd;
+        let (s, n) = srq(&mut p, xrcd);
+        let (la, _) = p.net.a.mr(0, 8192, 1);
+        let (lb, _) = p.net.b.mr(0, 8192, 1);
+        post_srq_len(&mut p.net.b, s, 11, 0, lb);
+        let peer = proto::intact::IntactPeer {
+            ip: p.net.b.ip,
+            qpns: (p.rqpn, p.rqpn),
+        };
+        p.net.a.e.set_intact_peers(&[peer]);
+        xrc_send(&mut p, 1, n, &pattern(3000, 5), la);
+        let (from, to) = (
+            SocketAddr::new(p.net.a.ip, 4791),
+            SocketAddr::new(p.net.b.ip, 4791),
+        );
+        let (mut buf, mut claims) = (vec![0u8; 65536], proto::sched::TxClaims::default());
+        let (mut packets, mut nruns) = (Vec::new(), 0);
+        let (a, b) = (&mut p.net.a, &mut p.net.b);
+        loop {
+            let t = match runs {
+                true => a.e.poll_transmit_run(0, &a.mem, &mut buf, &mut claims),
+                false => a.e.poll_transmit_claimed(0, &a.mem, &mut buf, &mut claims),
+            };
+            let Some(t) = t else { break };
+            let bytes = &buf[..t.len];
+            match t.segments {
+                Some(segs) => {
+                    nruns += 1;
+                    packets.extend(expand(bytes, segs));
+                    b.e.handle_local_run(0, from, to, bytes, segs.to_tag(), &b.mem);
+                }
+                None => {
+                    packets.push(bytes.to_vec());
+                    b.e.handle_local_datagram(0, from, to, bytes, &b.mem);
+                }
+            }
+        }
+        a.e.release_claims(&mut claims);
+        p.net.run();
+        let wcs: Vec<_> = [p.net.a.poll(), p.net.b.poll()]
+            .concat()
+            .iter()
+            .map(|w| (w.wr_id, w.status, w.byte_len, w.qp_num))
+            .collect();
+        (packets, nruns, wcs, p.net.b.mem.snapshot(BASE, 3000))
+    };
+    let (plain, run) = (go(false), go(true));
+    assert_eq!((plain.1, run.1), (0, 1), "one run of the three packets");
+    assert_eq!(run.0.len(), 3);
+    assert_eq!(run.0, plain.0, "the same packets");
+    assert_eq!(run.2, plain.2, "the same completions");
+    assert_eq!(run.2.len(), 2, "{:?}", run.2);
+    assert!(
+        run.2.iter().all(|w| w.1 == WcStatus::Success),
+        "{:?}",
+        run.2
+    );
+    assert_eq!(run.3, pattern(3000, 5), "placed");
 }

@@ -258,3 +258,22 @@ pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
+
+/// The packets of a run datagram, emitted one by one as they would have
+/// gone alone (unsealed: the peer is reached intact).
+pub fn expand(datagram: &[u8], segs: proto::run::Segments) -> Vec<Vec<u8>> {
+    let first = wire::TransportRepr::parse(datagram).expect("a run parses");
+    let run = proto::run::Run::new(&first, first.payload(datagram), segs).expect("a valid run");
+    let mut out = Vec::new();
+    let mut r = first;
+    for i in 0..run.len() {
+        let payload = run.packet(i, &mut r);
+        let at = r.header_len();
+        let mut buf = vec![0u8; at + payload.len() + 3 + 4];
+        buf[at..at + payload.len()].copy_from_slice(payload);
+        let n = r.emit_in_place_unsealed(&mut buf).unwrap();
+        buf.truncate(n);
+        out.push(buf);
+    }
+    out
+}
