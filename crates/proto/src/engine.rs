@@ -188,10 +188,12 @@ pub struct DeviceData {
     pub(crate) local_port: u16,
     /// Gather buffer for the inline data of the safe API's posts (reused).
     pub(crate) inline_buf: Vec<u8>,
-    /// Counters.
-    pub(crate) counters: crate::output::DeviceCounterCells,
-    /// The peers the driver reaches with intact datagrams (crate::intact).
-    pub(crate) intact: crate::intact::IntactPeers,
+    /// Counters (written by every thread that sends or receives: on lines
+    /// of their own, away from what the data path only reads).
+    pub(crate) counters: crate::lock::Padded<crate::output::DeviceCounterCells>,
+    /// The peers the driver reaches with intact datagrams (crate::intact;
+    /// read for every packet, written when the set changes).
+    pub(crate) intact: crate::lock::Padded<crate::intact::IntactPeers>,
     /// Counters of destroyed QPs.
     pub(crate) retired: crate::qp::data::QpCounters,
     /// The longest frame a RAW_PACKET send may build.
@@ -199,8 +201,8 @@ pub struct DeviceData {
     /// The raw path's counters.
     pub(crate) raw_counters: Lock<crate::frame::RawCounters>,
     /// The latest time the driver told ([`Engine::set_now`]): completions
-    /// are stamped with it.
-    pub(crate) now: std::sync::atomic::AtomicU64,
+    /// are stamped with it (written at every driver call).
+    pub(crate) now: crate::lock::Padded<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for DeviceData {
