@@ -11,46 +11,6 @@ use net::*;
 use proto::intact::IntactPeer;
 use proto::run::Segments;
 
-/// One side's transmit: everything it has now, each datagram handed to the
-/// other side's same-host entry (a run taken apart into `sent`), except
-/// the first run while `drop_run` holds (then cleared). Whether it sent.
-fn transmit(
-    from: &mut Node,
-    to: &mut Node,
-    now: u64,
-    runs: bool,
-    buf: &mut [u8],
-    sent: &mut Vec<Vec<u8>>,
-    drop_run: &mut bool,
-) -> u32 {
-    let (a, b) = (SocketAddr::new(from.ip, 4791), SocketAddr::new(to.ip, 4791));
-    let mut claims = proto::sched::TxClaims::default();
-    let mut nruns = 0;
-    loop {
-        let t = match runs {
-            true => from.e.poll_transmit_run(now, &from.mem, buf, &mut claims),
-            false => from.e.poll_transmit(now, &from.mem, buf),
-        };
-        let Some(t) = t else { break };
-        let bytes = &buf[..t.len];
-        match t.segments {
-            Some(segs) => {
-                nruns += 1;
-                sent.extend(expand(bytes, segs));
-                if !std::mem::take(drop_run) {
-                    to.e.handle_local_run(now, a, b, bytes, segs.to_tag(), &to.mem);
-                }
-            }
-            None => {
-                sent.push(bytes.to_vec());
-                to.e.handle_local_datagram(now, a, b, bytes, &to.mem);
-            }
-        }
-    }
-    from.e.release_claims(&mut claims);
-    nruns
-}
-
 /// What each side sent (each packet's bytes, runs taken apart) and how
 /// many runs A and B sent, moving everything until both sides are quiet
 /// (timers fired as virtual time advances). Both transmit with runs into
@@ -69,8 +29,8 @@ fn drive(
         let (now, before) = (net.now, (sent[0].len(), sent[1].len()));
         let (a, b) = (&mut net.a, &mut net.b);
         let [drop_a, drop_b] = &mut drop_first_run;
-        nruns[0] += transmit(a, b, now, runs, &mut buf, &mut sent[0], drop_a);
-        nruns[1] += transmit(b, a, now, runs, &mut buf, &mut sent[1], drop_b);
+        nruns[0] += transmit_local(a, b, now, runs, &mut buf, &mut sent[0], drop_a);
+        nruns[1] += transmit_local(b, a, now, runs, &mut buf, &mut sent[1], drop_b);
         if (sent[0].len(), sent[1].len()) != before {
             continue;
         }

@@ -563,33 +563,10 @@ fn an_xrc_send_to_a_peer_reached_intact_runs_and_lands_the_same() {
         };
         p.net.a.e.set_intact_peers(&[peer]);
         xrc_send(&mut p, 1, n, &pattern(3000, 5), la);
-        let (from, to) = (
-            SocketAddr::new(p.net.a.ip, 4791),
-            SocketAddr::new(p.net.b.ip, 4791),
-        );
-        let (mut buf, mut claims) = (vec![0u8; 65536], proto::sched::TxClaims::default());
-        let (mut packets, mut nruns) = (Vec::new(), 0);
+        let mut buf = vec![0u8; 65536];
+        let mut packets = Vec::new();
         let (a, b) = (&mut p.net.a, &mut p.net.b);
-        loop {
-            let t = match runs {
-                true => a.e.poll_transmit_run(0, &a.mem, &mut buf, &mut claims),
-                false => a.e.poll_transmit_claimed(0, &a.mem, &mut buf, &mut claims),
-            };
-            let Some(t) = t else { break };
-            let bytes = &buf[..t.len];
-            match t.segments {
-                Some(segs) => {
-                    nruns += 1;
-                    packets.extend(expand(bytes, segs));
-                    b.e.handle_local_run(0, from, to, bytes, segs.to_tag(), &b.mem);
-                }
-                None => {
-                    packets.push(bytes.to_vec());
-                    b.e.handle_local_datagram(0, from, to, bytes, &b.mem);
-                }
-            }
-        }
-        a.e.release_claims(&mut claims);
+        let nruns = transmit_local(a, b, 0, runs, &mut buf, &mut packets, &mut false);
         p.net.run();
         let wcs: Vec<_> = [p.net.a.poll(), p.net.b.poll()]
             .concat()

@@ -277,3 +277,43 @@ pub fn expand(datagram: &[u8], segs: proto::run::Segments) -> Vec<Vec<u8>> {
     }
     out
 }
+
+/// One side's transmit: everything it has now, each datagram handed to the
+/// other side's same-host entry (a run taken apart into `sent`), except
+/// the first run while `drop_run` holds (then cleared). How many runs.
+pub fn transmit_local(
+    from: &mut Node,
+    to: &mut Node,
+    now: u64,
+    runs: bool,
+    buf: &mut [u8],
+    sent: &mut Vec<Vec<u8>>,
+    drop_run: &mut bool,
+) -> u32 {
+    let (a, b) = (SocketAddr::new(from.ip, 4791), SocketAddr::new(to.ip, 4791));
+    let mut claims = proto::sched::TxClaims::default();
+    let mut nruns = 0;
+    loop {
+        let t = match runs {
+            true => from.e.poll_transmit_run(now, &from.mem, buf, &mut claims),
+            false => from.e.poll_transmit(now, &from.mem, buf),
+        };
+        let Some(t) = t else { break };
+        let bytes = &buf[..t.len];
+        match t.segments {
+            Some(segs) => {
+                nruns += 1;
+                sent.extend(expand(bytes, segs));
+                if !std::mem::take(drop_run) {
+                    to.e.handle_local_run(now, a, b, bytes, segs.to_tag(), &to.mem);
+                }
+            }
+            None => {
+                sent.push(bytes.to_vec());
+                to.e.handle_local_datagram(now, a, b, bytes, &to.mem);
+            }
+        }
+    }
+    from.e.release_claims(&mut claims);
+    nruns
+}
