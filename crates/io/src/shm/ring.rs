@@ -72,19 +72,19 @@ pub(crate) struct Meta {
 }
 
 impl Meta {
-    /// A record with `flags` and no tag.
-    pub(crate) const fn flags(flags: u8) -> Meta {
-        Meta { flags, tag: [0; 3] }
-    }
-
-    /// An intact record; a run's ([`SEGMENTS`]) with its tag if `segments`.
-    pub(crate) fn intact(segments: Option<[u8; 3]>) -> Meta {
+    /// A record marked [`INTACT`] if `intact`, and a run's ([`SEGMENTS`])
+    /// with its tag if `segments`.
+    pub(crate) fn new(intact: bool, segments: Option<[u8; 3]>) -> Meta {
+        let intact = if intact { INTACT } else { 0 };
         match segments {
             Some(tag) => Meta {
-                flags: INTACT | SEGMENTS,
+                flags: intact | SEGMENTS,
                 tag,
             },
-            None => Meta::flags(INTACT),
+            None => Meta {
+                flags: intact,
+                tag: [0; 3],
+            },
         }
     }
 
@@ -637,7 +637,7 @@ mod tests {
     #[test]
     fn flags_come_along_and_a_short_buffer_leaves_the_datagram() {
         let (mut p, mut c) = pair(4096);
-        assert!(p.push(&[1u8; 300], Meta::intact(Some([1, 2, 3]))));
+        assert!(p.push(&[1u8; 300], Meta::new(true, Some([1, 2, 3]))));
         assert!(p.push(&[2u8; 10], Meta::default()));
         let mut buf = [0u8; 1000];
         assert_eq!(c.pop(&mut buf[..100], 1000).unwrap(), Pop::NoRoom);
@@ -645,7 +645,7 @@ mod tests {
             c.pop(&mut buf, 1000).unwrap(),
             Pop::Datagram {
                 len: 300,
-                meta: Meta::intact(Some([1, 2, 3]))
+                meta: Meta::new(true, Some([1, 2, 3]))
             }
         );
         assert_eq!(&buf[..300], &[1u8; 300][..]);

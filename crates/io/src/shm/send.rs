@@ -138,7 +138,7 @@ impl ShmPath {
             fallback[..t.len].copy_from_slice(bytes);
             return Built::Copied(t);
         }
-        out.ring.commit(t.len, ring::Meta::intact(t.segments));
+        out.ring.commit(t.len, ring::Meta::new(true, t.segments));
         Counters::add(&c.shm_datagrams_sent, 1);
         Counters::add(&c.shm_built_in_ring, 1);
         Counters::add(&c.shm_runs_sent, u64::from(t.segments.is_some()));
@@ -160,14 +160,7 @@ impl ShmPath {
     ) -> Run {
         let mut n = 0;
         for (i, &(to, bytes)) in run.iter().enumerate() {
-            let tag = segments.get(i).copied().flatten();
-            let meta = match intact {
-                true => ring::Meta::intact(tag),
-                false => ring::Meta {
-                    flags: if tag.is_some() { ring::SEGMENTS } else { 0 },
-                    tag: tag.unwrap_or_default(),
-                },
-            };
+            let meta = ring::Meta::new(intact, segments.get(i).copied().flatten());
             match self.send(to, bytes, meta, c) {
                 Push::Sent => n += 1,
                 Push::Full if n == 0 => return Run::Full,

@@ -13,7 +13,7 @@ fn to_slot(slot: u8, fill: u8, len: usize) -> Vec<u8> {
 }
 
 fn sent(p: &mut ShmPath, to: SocketAddr, d: &[u8], c: &Counters) -> bool {
-    p.send(to, d, ring::Meta::intact(None), c) == Push::Sent
+    p.send(to, d, ring::Meta::new(true, None), c) == Push::Sent
 }
 
 /// Receives up to `budget` datagrams, each handed to `f` with its sender
@@ -144,7 +144,7 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     let big = to_slot(sb.index(), 7, 65536);
     let mut pushed = 0;
     let full = loop {
-        match a.send(to_b, &big, ring::Meta::intact(None), &c) {
+        match a.send(to_b, &big, ring::Meta::new(true, None), &c) {
             Push::Sent => pushed += 1,
             other => break other,
         }
@@ -160,7 +160,7 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     });
     assert_eq!(n, 8);
     assert_eq!(
-        a.send(to_b, &big, ring::Meta::intact(None), &c),
+        a.send(to_b, &big, ring::Meta::new(true, None), &c),
         Push::Sent,
         "room again"
     );
