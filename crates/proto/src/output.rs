@@ -91,7 +91,8 @@ pub struct DeviceCounters {
     /// Dropped: ICRC mismatch (corrupted on the way).
     pub drop_icrc: u64,
     /// Same-host path datagrams of RC, UC or XRC accepted without an ICRC
-    /// check ([`crate::Engine::handle_local_datagram`]).
+    /// check ([`crate::Engine::handle_local_datagram`]; a run,
+    /// [`crate::Engine::handle_local_run`], counts once).
     pub icrc_unchecked: u64,
     /// Dropped: no QP with that number.
     pub drop_no_qp: u64,
