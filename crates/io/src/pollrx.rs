@@ -217,6 +217,15 @@ impl RxGate {
         (until > now).then_some(until)
     }
 
+    /// Whether an application thread polled an empty CQ within the last
+    /// millisecond before `now` (its lease, if any, ended less than that
+    /// ago): a thread that works its CQs, even if the lease lapsed while
+    /// it handled completions.
+    pub(crate) fn polled_lately(&self, now: Nanos) -> bool {
+        let until = self.lease_until.load(Relaxed);
+        self.enabled && until != 0 && until.saturating_add(1_000_000) > now
+    }
+
     /// A thread polled an empty CQ at `now`: the lease lasts until `now` +
     /// the lease time.
     fn renew(&self, now: Nanos) {

@@ -68,6 +68,11 @@ pub const MAX_SLEEP: Duration = Duration::from_secs(1);
 const CALLER_TX_MAX_SLEEP: Duration = Duration::from_millis(25);
 /// Longest sleep while a datagram waits for room in the socket (ENOBUFS gives no POLLOUT).
 const RETRY_SLEEP: Duration = Duration::from_millis(1);
+/// shm: how long the thread watches after a pass that took a run before it
+/// sleeps (a 64 KiB run comes every few µs in a stream; a sleep and its
+/// wake-up byte cost more), while no application thread polls: with one,
+/// the watching thread took the core it needs (64 KiB SEND halved).
+const RUN_WATCH: Duration = Duration::from_micros(50);
 /// The receive sources a pass reads: those the last poll(2) reported
 /// readable, and the socket while reads come back full.
 #[derive(Debug, Clone, Copy, Default)]
@@ -103,6 +108,11 @@ pub(crate) struct Progress<E: Engine> {
     notes: Vec<Notification>,
     batch: usize,
     busy_poll: Duration,
+    /// shm: the last pass took a run from a ring (a stream of long
+    /// messages is coming in): before sleeping, watch a little longer
+    /// ([`RUN_WATCH`]) unless an application thread polls its CQs (it
+    /// needs the core; crate::pollrx::RxGate::polled_lately).
+    run_came: bool,
     faults: Faults,
     capture: Option<Capture>,
     /// This process's slot of a shared address, and the buffer its inbox is read into.
@@ -165,6 +175,7 @@ impl<E: Engine> Progress<E> {
             notes: Vec::with_capacity(opts.batch.max(1)),
             batch: opts.batch.max(1),
             busy_poll: opts.busy_poll,
+            run_came: false,
             faults: Faults::new(opts),
             capture,
             share: opts
@@ -187,7 +198,15 @@ impl<E: Engine> Progress<E> {
     pub(crate) fn run(mut self) {
         let mut last_work = Instant::now();
         let mut streak = 0u32;
+        let mut watch_until = None;
         while !self.shared.stop.load(SeqCst) {
+            let watch = match std::mem::take(&mut self.run_came) {
+                true => Some(Instant::now() + RUN_WATCH),
+                false => None,
+            };
+            if let Some(until) = watch {
+                watch_until = Some(until);
+            }
             if self.pass() {
                 last_work = Instant::now();
                 streak += 1;
@@ -196,7 +215,10 @@ impl<E: Engine> Progress<E> {
                     // readable meanwhile, so receive is not starved by it.
                     self.peek();
                 }
-            } else if last_work.elapsed() < self.busy_poll {
+            } else if last_work.elapsed() < self.busy_poll
+                || watch_until.is_some_and(|t| Instant::now() < t)
+                    && !self.shared.rx.polled_lately(self.shared.clock.now())
+            {
                 // Yield rather than spin: on a machine with few cores the
                 // application's poller and the peer's progress thread need the
                 // CPU (two processes on 2 cores: 152 µs → ~18 µs median latency).
@@ -207,6 +229,7 @@ impl<E: Engine> Progress<E> {
                 self.sleep();
                 last_work = Instant::now();
                 streak = 0;
+                watch_until = None;
             }
         }
         self.flush_capture();

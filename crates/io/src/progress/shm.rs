@@ -51,7 +51,10 @@ impl<E: Engine> Progress<E> {
                 shm.receive_in_place(Instant::now(), self.batch, &shared.counters, |batch| {
                     let c = &shared.counters;
                     let now = shared.clock.now();
-                    for (bytes, _) in batch.datagrams() {
+                    for (bytes, meta) in batch.datagrams() {
+                        if meta.segments().is_some() {
+                            self.run_came = true;
+                        }
                         Counters::add(&c.datagrams_received, 1);
                         Counters::add(&c.bytes_received, bytes.len() as u64);
                         if let Some(cap) = self.capture.as_mut() {
