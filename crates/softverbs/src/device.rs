@@ -37,6 +37,29 @@ impl DeviceEngine {
     }
 }
 
+/// One of the engine's transmit calls (with runs or without).
+type PollTransmit = fn(
+    &proto::Engine,
+    u64,
+    &dyn proto::memory::Memory,
+    &mut [u8],
+    &mut proto::datapath::TxClaims,
+) -> Option<proto::output::Transmit>;
+
+impl DeviceEngine {
+    /// The engine's next datagram by `poll`, as the driver sees it.
+    fn next_datagram(
+        &self,
+        now: Nanos,
+        buf: &mut [u8],
+        claims: &mut proto::datapath::TxClaims,
+        poll: PollTransmit,
+    ) -> Option<Transmit> {
+        self.engine.set_now(now);
+        poll(&self.engine, now, &self.mem, buf, claims).map(transmit)
+    }
+}
+
 impl sv_io::Engine for DeviceEngine {
     type Claims = proto::datapath::TxClaims;
     const CLAIMS_ORDER: bool = true;
@@ -94,10 +117,7 @@ impl sv_io::Engine for DeviceEngine {
         buf: &mut [u8],
         claims: &mut Self::Claims,
     ) -> Option<Transmit> {
-        self.engine.set_now(now);
-        self.engine
-            .poll_transmit_claimed(now, &self.mem, buf, claims)
-            .map(transmit)
+        self.next_datagram(now, buf, claims, proto::Engine::poll_transmit_claimed)
     }
 
     fn poll_transmit_run(
@@ -106,10 +126,7 @@ impl sv_io::Engine for DeviceEngine {
         buf: &mut [u8],
         claims: &mut Self::Claims,
     ) -> Option<Transmit> {
-        self.engine.set_now(now);
-        self.engine
-            .poll_transmit_run(now, &self.mem, buf, claims)
-            .map(transmit)
+        self.next_datagram(now, buf, claims, proto::Engine::poll_transmit_run)
     }
 
     fn release_claims(&self, claims: &mut Self::Claims) -> bool {
