@@ -67,11 +67,11 @@ impl Engine {
         c.bytes_received.add(payload.len() as u64);
         let parsed = TransportRepr::parse(payload);
         let segments = crate::run::Segments::from_tag(tag);
-        let run = match (&parsed, segments) {
-            (Ok(repr), Some(segs)) => crate::run::Run::new(repr, repr.payload(payload), segs).ok(),
-            _ => None,
-        };
-        let (Ok(repr), Some(run)) = (&parsed, run) else {
+        let taken = parsed.as_ref().ok().zip(segments).and_then(|(repr, segs)| {
+            let run = crate::run::Run::new(repr, repr.payload(payload), segs).ok()?;
+            Some((repr, run))
+        });
+        let Some((repr, run)) = taken else {
             c.drop_malformed.bump();
             return;
         };
