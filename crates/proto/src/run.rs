@@ -1,27 +1,26 @@
-//! Runs: several request packets of one message as one datagram, to a peer
-//! that takes them (spec/same-host.md §4, lever 1).
+//! Runs: several packets of one message as one datagram, to a peer that
+//! takes them (spec/same-host.md §1 "Runs", §4 lever 1).
 //!
 //! A same-host ring carries a datagram of any length from this engine's
 //! buffer to the peer's engine. When the driver asks for it
-//! (`Engine::poll_transmit_run`), a QP sending a plain RDMA WRITE or SEND to
-//! a peer reached intact (crate::intact) builds the message's next packets
-//! into one datagram, and the peer's engine takes them apart again
-//! (`Engine::handle_local_run`): one engine turn on each side for up to a
-//! ring record's worth of packets instead of one per packet. Every packet
-//! keeps its standard PSN, opcode, headers and payload; the requester and
-//! the responder handle each exactly as if it had come alone, so the
-//! protocol (ACKs, NAKs, retransmission, completions, key checks) is the
-//! same.
+//! (`Engine::poll_transmit_run`), a QP sending a plain RDMA WRITE or SEND,
+//! or a READ response (RC), to a peer reached intact (crate::intact) builds
+//! the message's next packets into one datagram, and the peer's engine
+//! takes them apart again (`Engine::handle_local_run`): one engine turn on
+//! each side for up to a ring record's worth of packets instead of one per
+//! packet. Every packet keeps its standard PSN, opcode, headers and
+//! payload; the requester and the responder handle each exactly as if it
+//! had come alone, so the protocol (ACKs, NAKs, retransmission,
+//! completions, key checks) is the same.
 //!
 //! **The run datagram.** The first packet's headers (BTH, RETH on a
 //! WRITE_FIRST, XRCETH for XRC, AETH on a READ response FIRST); the AckReq
-//! and SE bits of its BTH are the
-//! last packet's (no packet before the last carries either); then every
-//! packet's payload, one after the other; the pad of the total; and a zero
-//! ICRC (the datagram is never sealed: only a peer reached intact gets it).
-//! Beside it, out of band, [`Segments`]: the payload size of every packet but
-//! the last (the path MTU) and the last packet's opcode. Packet `i` of `k`
-//! is the first one's headers with
+//! and SE bits of its BTH are the last packet's (no packet before the last
+//! carries either); then every packet's payload, one after the other; the
+//! pad of the total; and a zero ICRC (the datagram is never sealed: only a
+//! peer reached intact gets it). Beside it, out of band, [`Segments`]: the
+//! payload size of every packet but the last (the path MTU) and the last
+//! packet's opcode. Packet `i` of `k` is the first one's headers with
 //! - the opcode: the first's for `i = 0`, [`Segments::last`] for `i = k − 1`,
 //!   the message kind's MIDDLE between;
 //! - the PSN plus `i`; the RETH on packet 0 only; a READ response's AETH
@@ -38,9 +37,9 @@
 //! ended the message nor asked for an ACK. The responder runs the packets
 //! of one READ response (new or repeated for a duplicate request), from
 //! any packet but the last, while they fit; one that began at a MIDDLE
-//! stops before the LAST (whose AETH it could not name). A receiver checks all of it again
-//! ([`Run::new`]): a run that breaks a rule is dropped whole, as a malformed
-//! datagram.
+//! stops before the LAST (whose AETH it could not name). A receiver checks
+//! all of it again ([`Run::new`]): a run that breaks a rule is dropped
+//! whole, as a malformed datagram.
 //!
 //! Promise: no function here panics on any input.
 
