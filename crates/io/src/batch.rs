@@ -30,6 +30,18 @@ pub(crate) struct Item {
     pub(crate) segments: Option<[u8; 3]>,
 }
 
+impl Item {
+    /// The engine's datagram `t`, written into slot `slot`.
+    pub(crate) fn of(slot: usize, t: &crate::engine::Transmit) -> Item {
+        Item {
+            slot,
+            to: t.to,
+            len: t.len,
+            segments: t.segments,
+        }
+    }
+}
+
 /// Where slot 0 starts in the batch's memory. A large allocation comes from
 /// mmap, 16 bytes past a page start (glibc's chunk header), so slot 0 starts
 /// at the middle of a page, and so does every slot when slots are a multiple

@@ -270,12 +270,7 @@ impl<E: Engine> Shared<E> {
                                 continue;
                             }
                             Built::Copied(t) => {
-                                g.q.push(Item {
-                                    slot,
-                                    to: t.to,
-                                    len: t.len,
-                                    segments: t.segments,
-                                });
+                                g.q.push(Item::of(slot, &t));
                                 slot += 1;
                                 continue;
                             }
@@ -295,12 +290,7 @@ impl<E: Engine> Shared<E> {
                         );
                         continue;
                     }
-                    g.q.push(Item {
-                        slot,
-                        to: t.to,
-                        len: t.len,
-                        segments: t.segments,
-                    });
+                    g.q.push(Item::of(slot, &t));
                     slot += 1;
                 }
                 more = taken == g.q.slots() && engine.has_work();

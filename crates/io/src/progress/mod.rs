@@ -674,12 +674,7 @@ impl<E: Engine> Progress<E> {
                 continue;
             }
             if let Fate::Pass = self.inject(Dir::Tx, now, t.to, &mut bytes[..t.len]) {
-                q.push(Item {
-                    slot,
-                    to: t.to,
-                    len: t.len,
-                    segments: t.segments,
-                });
+                q.push(Item::of(slot, &t));
             }
         }
         self.collected = collected;

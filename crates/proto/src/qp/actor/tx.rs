@@ -11,7 +11,8 @@ use crate::types::{QpState, QpType};
 use crate::wc::{wc_opcode_for, WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::WrOpcode;
 use std::net::{IpAddr, SocketAddr};
-use wire::{Encap, TransportRepr};
+use wire::opcode::{MessageKind, Position, Transport};
+use wire::{Encap, Opcode, TransportRepr};
 
 impl Qp {
     /// The QP's turn to send: writes its next datagram into `buf` (at least
@@ -106,7 +107,13 @@ impl Qp {
                 break;
             }
             // Its payload goes to `end`, after where its headers would be.
-            let at = if ends { 16 } else { 12 };
+            let pos = if ends {
+                Position::Last
+            } else {
+                Position::Middle
+            };
+            let at = Opcode::segment(Transport::Rc, MessageKind::ReadResponse, pos)
+                .map_or(0, Opcode::header_len);
             let r = self.dp.resp.next_response(renv, &mut buf[end - at..])?;
             debug_assert_eq!(r.header_len(), at, "a READ response MIDDLE or LAST");
             let n = r.payload_len;
