@@ -200,12 +200,8 @@ impl<E: Engine> Progress<E> {
         let mut streak = 0u32;
         let mut watch_until = None;
         while !self.shared.stop.load(SeqCst) {
-            let watch = match std::mem::take(&mut self.run_came) {
-                true => Some(Instant::now() + RUN_WATCH),
-                false => None,
-            };
-            if let Some(until) = watch {
-                watch_until = Some(until);
+            if std::mem::take(&mut self.run_came) {
+                watch_until = Some(Instant::now() + RUN_WATCH);
             }
             if self.pass() {
                 last_work = Instant::now();
