@@ -23,7 +23,10 @@
 //! timers, the doorbell, the lease's end and its other sources), so an
 //! arrival does not wake it: the polling thread reads it, hands it to the
 //! engine and, with the posting threads' transmit on, sends what that made
-//! (an ACK, a response) and delivers its notifications itself. When the
+//! (an ACK, a response) and delivers its notifications itself. A poll that
+//! finds work holds the lease through it ([`RxGate::working`]: a batch of
+//! runs to place or to send takes longer than a short lease) and renews it
+//! from the work's end. When the
 //! lease ends (the thread stopped polling: it spins on memory, or works) the
 //! progress thread wakes and watches the socket again, so a datagram that
 //! came after the last poll waits at most the lease plus one wake-up;
@@ -37,18 +40,20 @@
 //!
 //! **The socket beside the rings.** While the same-host rings carry the
 //! traffic, most polls would find the socket empty, and each empty read is a
-//! system call (≈ 1 µs here, as long as the rest of a poll). Then an empty
-//! socket is read again only after [`SOCKET_EVERY_POLLS`] polls or
-//! [`SOCKET_EVERY_NS`], whichever comes first ([`Pace`]); a socket that had
-//! data is read on every poll, and so is a socket with no ring delivering
-//! (the UDP path: nothing changes there). A datagram from the socket waits
-//! for at most that much longer; the order of one peer's datagrams does not
-//! depend on it (a ring's first datagrams wait until the progress thread has
-//! read the socket to its end, [`crate::shm::ShmPath::fresh_data`]).
+//! system call (≈ 1 µs here, as long as the rest of a poll). So a progress
+//! thread that goes to sleep aside while the rings carry the traffic (they
+//! delivered within [`RINGS_RECENT_NS`]) still watches the socket's POLLIN
+//! ([`RxGate::watch_socket`]): the rare datagram that comes by UDP then
+//! wakes it, and the polling threads leave the socket alone during that
+//! sleep and read only the rings. A socket that the sleeping thread does not
+//! watch is read on every poll (the UDP path: nothing changes there). The
+//! order of one peer's datagrams does not depend on it (a ring's first
+//! datagrams wait until the progress thread has read the socket to its end,
+//! [`crate::shm::ShmPath::fresh_data`]).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use crate::clock::Nanos;
@@ -61,14 +66,12 @@ use crate::sys;
 
 /// Datagrams one application-thread read asks for.
 const SLOTS: usize = 4;
-/// While the rings deliver, an empty socket is read again after this many
-/// polls at most ...
-const SOCKET_EVERY_POLLS: u32 = 16;
-/// ... or after this long (engine time), whichever comes first.
-const SOCKET_EVERY_NS: Nanos = 20_000;
 /// The rings count as carrying the traffic this long after they last
 /// delivered.
 const RINGS_RECENT_NS: Nanos = 1_000_000;
+/// How long the lease holds at least while the polling thread works
+/// ([`RxGate::working`]).
+const WORK_LEASE_NS: Nanos = 2_000_000;
 /// The shortest the lease becomes (see [`RxGate::lease_ended`]).
 const MIN_LEASE_NS: u64 = 1_000;
 
@@ -92,46 +95,12 @@ pub(crate) struct RxGate {
     lease_max_ns: u64,
     /// The device's address (what datagrams arrive at).
     pub(crate) local: SocketAddr,
-    reader: Mutex<Reader>,
-    pace: Pace,
-}
-
-/// When the polling threads read the socket while the rings carry the
-/// traffic (see the module doc). Only a pace: every field is a hint, and a
-/// stale one delays a socket read by one poll at most or costs one.
-#[derive(Default)]
-struct Pace {
-    /// When a ring last delivered (engine time; 0: never).
+    /// That sleep aside watches the socket's POLLIN all the same (the rings
+    /// carry the traffic): the polling threads leave the socket alone.
+    socket_watched: AtomicBool,
+    /// When a ring last delivered to a polling thread (engine time; 0: never).
     rings_at: AtomicU64,
-    /// When the socket was last read and found empty; 0: it had data (or
-    /// was never read).
-    empty_at: AtomicU64,
-    /// Polls that skipped the socket since it was last read.
-    skipped: AtomicU32,
-}
-
-impl Pace {
-    /// Whether this poll reads the socket.
-    fn socket_due(&self, now: Nanos) -> bool {
-        let rings = self.rings_at.load(Relaxed);
-        let empty = self.empty_at.load(Relaxed);
-        if rings == 0 || now.saturating_sub(rings) >= RINGS_RECENT_NS || empty == 0 {
-            return true;
-        }
-        if now.saturating_sub(empty) >= SOCKET_EVERY_NS
-            || self.skipped.fetch_add(1, Relaxed) + 1 >= SOCKET_EVERY_POLLS
-        {
-            self.skipped.store(0, Relaxed);
-            return true;
-        }
-        false
-    }
-
-    /// The socket was read at `now`: `got` datagrams.
-    fn socket_read(&self, now: Nanos, got: usize) {
-        self.empty_at
-            .store(if got == 0 { now.max(1) } else { 0 }, Relaxed);
-    }
+    reader: Mutex<Reader>,
 }
 
 /// What an application-thread read needs: the socket (a duplicate of the
@@ -161,7 +130,8 @@ impl RxGate {
             lease_ns: AtomicU64::new(lease_max_ns),
             lease_max_ns,
             local,
-            pace: Pace::default(),
+            socket_watched: AtomicBool::new(false),
+            rings_at: AtomicU64::new(0),
             reader: Mutex::new(Reader {
                 socket,
                 local,
@@ -194,6 +164,7 @@ impl RxGate {
             // watching the socket (crate::callertx::Shared::leave_to_poller).
             self.asleep.store(false, SeqCst);
             self.aside.store(false, SeqCst);
+            self.socket_watched.store(false, SeqCst);
             return false;
         };
         self.until.store(t, SeqCst);
@@ -233,6 +204,18 @@ impl RxGate {
         self.lease_until.store(now.saturating_add(lease), SeqCst);
     }
 
+    /// The polling thread starts on work found at `now` (datagrams to hand
+    /// to the engine, a batch to send): the lease holds for as long as that
+    /// may take, [`WORK_LEASE_NS`] at least, and is renewed from its end. A
+    /// batch of runs takes longer than a short lease (64 runs of 60 KiB: a
+    /// few hundred µs), and a lease that lapsed meanwhile woke the progress
+    /// thread to work the same rings and queue beside this one, on the core
+    /// the peer process needed (spec/performance.md §17.12).
+    fn working(&self, now: Nanos) {
+        let lease = self.lease_ns.load(Relaxed).max(WORK_LEASE_NS);
+        self.lease_until.store(now.saturating_add(lease), SeqCst);
+    }
+
     /// The progress thread woke from a sleep aside that lasted until the
     /// lease's end: `renewed`, the lease had been renewed meanwhile (a
     /// thread polls on: the lease doubles, up to its maximum); `waited`, it
@@ -252,6 +235,17 @@ impl RxGate {
             lease
         };
         self.lease_ns.store(next, Relaxed);
+    }
+
+    /// The progress thread, about to sleep aside (`set_asleep` said so):
+    /// whether that sleep watches the socket's POLLIN all the same, as it
+    /// does while the rings carry the traffic (see the module doc); the
+    /// polling threads then read only the rings.
+    pub(crate) fn watch_socket(&self, now: Nanos) -> bool {
+        let rings = self.rings_at.load(Relaxed);
+        let watch = rings != 0 && now.saturating_sub(rings) < RINGS_RECENT_NS;
+        self.socket_watched.store(watch, SeqCst);
+        watch
     }
 
     /// Whether the progress thread sleeps watching the socket (not aside):
@@ -289,12 +283,12 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
     } else {
         Read::default()
     };
+    let mut worked = read.delivered > 0;
     match &shared.caller_tx {
         Some(tx) if read.work || tx.take_wanted() => {
+            gate.working(now);
             match shared.transmit_here() {
-                // The lease counts from the end of this poll's work: a batch
-                // of sends can outlast a short lease.
-                Some(_) => gate.renew(shared.clock.now()),
+                Some(_) => worked = true,
                 // Busy: the next poll tries again; nobody may poll again
                 // (a thread about to block), so the handshake of any other
                 // post applies.
@@ -303,6 +297,10 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
         }
         None if read.work => shared.doorbell.ring(),
         _ => {}
+    }
+    if worked {
+        // The lease counts from the end of this poll's work.
+        gate.renew(shared.clock.now());
     }
     if read.timer {
         shared.doorbell.ring();
@@ -329,7 +327,7 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
     // The rings only after the socket: while the progress thread reads the
     // socket, a ring datagram must not overtake an older one of the same
     // peer still in it (a path that just opened).
-    let from_socket = if shared.rx.pace.socket_due(now) {
+    let from_socket = if !shared.rx.socket_watched.load(SeqCst) {
         let Some(n) = read_socket(shared, now) else {
             return Read::default();
         };
@@ -372,7 +370,6 @@ fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<usize> {
     let c = &shared.counters;
     // Nothing queued, or an error: the progress thread's to see and count.
     let got = sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta);
-    gate.pace.socket_read(now, *got.as_ref().unwrap_or(&0));
     let Ok(got) = got else {
         return Some(0);
     };
@@ -406,7 +403,10 @@ fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<usize> {
             Counters::add(&c.datagrams_received, 1);
             Counters::add(&c.bytes_received, len as u64);
             let now = shared.clock.now();
-            let e = engine.get_or_insert_with(|| shared.engine());
+            let e = engine.get_or_insert_with(|| {
+                gate.working(now);
+                shared.engine()
+            });
             e.handle_datagram(now, from, r.local, bytes);
             delivered += 1;
         }
@@ -426,6 +426,7 @@ fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
     let local = shared.rx.local;
     let mut delivered = 0;
     shm.receive_in_place(shared.clock.instant(now), SLOTS * 16, c, |batch| {
+        shared.rx.working(now);
         for (bytes, _) in batch.datagrams() {
             Counters::add(&c.datagrams_received, 1);
             Counters::add(&c.bytes_received, bytes.len() as u64);
@@ -437,7 +438,7 @@ fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
         shared.engine().set_intact_peers(&peers);
     }
     if delivered > 0 {
-        shared.rx.pace.rings_at.store(now.max(1), Relaxed);
+        shared.rx.rings_at.store(now.max(1), Relaxed);
     }
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
     delivered
@@ -557,6 +558,71 @@ mod tests {
             assert_eq!(s.doorbell.fd().take().unwrap() > 0, rung, "timer {timer}");
             s.doorbell.clear();
         }
+    }
+
+    #[test]
+    fn while_the_rings_carry_the_traffic_a_sleep_aside_keeps_the_socket() {
+        let on = DriverOptions {
+            poll_receive: true,
+            ..DriverOptions::default()
+        };
+        let (s, socket) = shared("127.0.3.47:0", &on);
+        let client = UdpSocket::bind("127.0.3.42:0").unwrap();
+        client.send_to(b"x", socket.local_addr().unwrap()).unwrap();
+        let now = 5_000_000;
+        // No ring delivered yet, or too long ago: the sleep does not watch
+        // the socket, so the polling thread reads it.
+        for rings_at in [0, now - RINGS_RECENT_NS] {
+            s.rx.rings_at.store(rings_at, Relaxed);
+            s.rx.set_asleep(Some(u64::MAX), true, now);
+            assert!(!s.rx.watch_socket(now), "rings at {rings_at}");
+            s.rx.set_asleep(None, false, now);
+        }
+        // A ring delivered lately: the sleep watches the socket and the
+        // polling thread leaves the datagram to it.
+        s.rx.rings_at.store(now - RINGS_RECENT_NS + 1, Relaxed);
+        s.rx.set_asleep(Some(u64::MAX), true, now);
+        assert!(s.rx.watch_socket(now));
+        for _ in 0..20 {
+            assert_eq!(drive(&s), 0);
+        }
+        let c = s.counters.snapshot();
+        assert_eq!((c.poll_receive_calls, c.poll_socket_skips), (0, 20));
+        assert!(s.engine().0.lock().unwrap().is_empty());
+        // Awake and asleep again without the rings: the polling thread reads it.
+        s.rx.set_asleep(None, false, now);
+        s.rx.rings_at.store(0, Relaxed);
+        s.rx.set_asleep(Some(u64::MAX), true, now);
+        assert!(!s.rx.watch_socket(now));
+        assert_eq!(drive_all(&s, 1), 1);
+        assert_eq!(s.engine().0.lock().unwrap()[0].1, b"x");
+    }
+
+    #[test]
+    fn the_lease_holds_through_a_polls_work_and_counts_from_its_end() {
+        let on = DriverOptions {
+            poll_receive: true,
+            poll_lease: std::time::Duration::from_micros(50),
+            ..DriverOptions::default()
+        };
+        let (s, socket) = shared("127.0.3.48:0", &on);
+        // Work found at t: the lease holds for the work's longest, not 50 µs.
+        s.rx.working(1_000);
+        assert_eq!(s.rx.lease(1_000 + 50_000), Some(1_000 + WORK_LEASE_NS));
+        assert_eq!(s.rx.lease(1_000 + WORK_LEASE_NS), None);
+        // A poll that handed a datagram to the engine renews the lease from
+        // its end: a short lease again, after the clock's now.
+        let client = UdpSocket::bind("127.0.3.42:0").unwrap();
+        client.send_to(b"x", socket.local_addr().unwrap()).unwrap();
+        s.rx.set_asleep(Some(u64::MAX), false, 0);
+        let before = s.clock.now();
+        assert_eq!(drive_all(&s, 1), 1);
+        let after = s.clock.now();
+        let until = s.rx.lease_until.load(SeqCst);
+        assert!(until >= before + 50_000 && until <= after + 50_000, "{until}");
+        // A poll that found nothing renews it as well (from its start).
+        assert_eq!(drive(&s), 0);
+        assert!(s.rx.lease_until.load(SeqCst) <= s.clock.now() + 50_000);
     }
 
     #[test]
