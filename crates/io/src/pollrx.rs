@@ -40,20 +40,18 @@
 //!
 //! **The socket beside the rings.** While the same-host rings carry the
 //! traffic, most polls would find the socket empty, and each empty read is a
-//! system call (≈ 1 µs here, as long as the rest of a poll). So a progress
-//! thread that goes to sleep aside while the rings carry the traffic (they
-//! delivered within [`RINGS_RECENT_NS`]) still watches the socket's POLLIN
-//! ([`RxGate::watch_socket`]): the rare datagram that comes by UDP then
-//! wakes it, and the polling threads leave the socket alone during that
-//! sleep and read only the rings. A socket that the sleeping thread does not
-//! watch is read on every poll (the UDP path: nothing changes there). The
-//! order of one peer's datagrams does not depend on it (a ring's first
-//! datagrams wait until the progress thread has read the socket to its end,
-//! [`crate::shm::ShmPath::fresh_data`]).
+//! system call (≈ 1 µs here, as long as the rest of a poll). Then an empty
+//! socket is read again only after [`SOCKET_EVERY_POLLS`] polls or
+//! [`SOCKET_EVERY_NS`], whichever comes first ([`Pace`]); a socket that had
+//! data is read on every poll, and so is a socket with no ring delivering
+//! (the UDP path: nothing changes there). A datagram from the socket waits
+//! for at most that much longer; the order of one peer's datagrams does not
+//! depend on it (a ring's first datagrams wait until the progress thread has
+//! read the socket to its end, [`crate::shm::ShmPath::fresh_data`]).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use crate::clock::Nanos;
@@ -66,10 +64,15 @@ use crate::sys;
 
 /// Datagrams one application-thread read asks for.
 const SLOTS: usize = 4;
+/// While the rings deliver, an empty socket is read again after this many
+/// polls at most ...
+const SOCKET_EVERY_POLLS: u32 = 16;
+/// ... or after this long (engine time), whichever comes first.
+const SOCKET_EVERY_NS: Nanos = 20_000;
 /// The rings count as carrying the traffic this long after they last
 /// delivered.
 const RINGS_RECENT_NS: Nanos = 1_000_000;
-/// How long the lease holds at least while the polling thread works
+/// How long the lease holds at most while the polling thread works
 /// ([`RxGate::working`]).
 const WORK_LEASE_NS: Nanos = 2_000_000;
 /// The shortest the lease becomes (see [`RxGate::lease_ended`]).
@@ -89,18 +92,55 @@ pub(crate) struct RxGate {
     /// The polling threads' lease on the socket: until when (engine time) a
     /// thread that polled an empty CQ is taken to poll again; 0: none.
     lease_until: AtomicU64,
+    /// Until when (engine time) at the latest a polling thread works on what
+    /// its poll found ([`RxGate::working`]); 0: none.
+    busy_until: AtomicU64,
     /// How long one empty poll extends the lease now (adapted, see
     /// [`RxGate::lease_ended`]), and at most.
     lease_ns: AtomicU64,
     lease_max_ns: u64,
     /// The device's address (what datagrams arrive at).
     pub(crate) local: SocketAddr,
-    /// That sleep aside watches the socket's POLLIN all the same (the rings
-    /// carry the traffic): the polling threads leave the socket alone.
-    socket_watched: AtomicBool,
-    /// When a ring last delivered to a polling thread (engine time; 0: never).
-    rings_at: AtomicU64,
     reader: Mutex<Reader>,
+    pace: Pace,
+}
+
+/// When the polling threads read the socket while the rings carry the
+/// traffic (see the module doc). Only a pace: every field is a hint, and a
+/// stale one delays a socket read by one poll at most or costs one.
+#[derive(Default)]
+struct Pace {
+    /// When a ring last delivered (engine time; 0: never).
+    rings_at: AtomicU64,
+    /// When the socket was last read and found empty; 0: it had data (or
+    /// was never read).
+    empty_at: AtomicU64,
+    /// Polls that skipped the socket since it was last read.
+    skipped: AtomicU32,
+}
+
+impl Pace {
+    /// Whether this poll reads the socket.
+    fn socket_due(&self, now: Nanos) -> bool {
+        let rings = self.rings_at.load(Relaxed);
+        let empty = self.empty_at.load(Relaxed);
+        if rings == 0 || now.saturating_sub(rings) >= RINGS_RECENT_NS || empty == 0 {
+            return true;
+        }
+        if now.saturating_sub(empty) >= SOCKET_EVERY_NS
+            || self.skipped.fetch_add(1, Relaxed) + 1 >= SOCKET_EVERY_POLLS
+        {
+            self.skipped.store(0, Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// The socket was read at `now`: `got` datagrams.
+    fn socket_read(&self, now: Nanos, got: usize) {
+        self.empty_at
+            .store(if got == 0 { now.max(1) } else { 0 }, Relaxed);
+    }
 }
 
 /// What an application-thread read needs: the socket (a duplicate of the
@@ -127,11 +167,11 @@ impl RxGate {
             aside: AtomicBool::new(false),
             until: AtomicU64::new(0),
             lease_until: AtomicU64::new(0),
+            busy_until: AtomicU64::new(0),
             lease_ns: AtomicU64::new(lease_max_ns),
             lease_max_ns,
             local,
-            socket_watched: AtomicBool::new(false),
-            rings_at: AtomicU64::new(0),
+            pace: Pace::default(),
             reader: Mutex::new(Reader {
                 socket,
                 local,
@@ -164,7 +204,6 @@ impl RxGate {
             // watching the socket (crate::callertx::Shared::leave_to_poller).
             self.asleep.store(false, SeqCst);
             self.aside.store(false, SeqCst);
-            self.socket_watched.store(false, SeqCst);
             return false;
         };
         self.until.store(t, SeqCst);
@@ -179,13 +218,25 @@ impl RxGate {
 
     /// When the polling threads' lease on the socket ends, if it holds at
     /// `now`: while it holds, the progress thread sleeps without watching the
-    /// socket, at most until then.
+    /// socket, at most until then. While a polling thread works on what it
+    /// found, the lease holds and is looked at again a lease's time later
+    /// (the work's end renews it from there).
     pub(crate) fn lease(&self, now: Nanos) -> Option<Nanos> {
         if !self.enabled {
             return None;
         }
         let until = self.lease_until.load(SeqCst);
-        (until > now).then_some(until)
+        if until > now {
+            return Some(until);
+        }
+        let busy = self.busy_until.load(SeqCst);
+        (busy > now).then(|| busy.min(now.saturating_add(self.lease_ns.load(Relaxed))))
+    }
+
+    /// Whether a polling thread works on what its poll found at `now`: the
+    /// rings are its own, the progress thread leaves them alone.
+    pub(crate) fn busy(&self, now: Nanos) -> bool {
+        self.enabled && self.busy_until.load(SeqCst) > now
     }
 
     /// Whether an application thread polled an empty CQ within the last
@@ -206,14 +257,21 @@ impl RxGate {
 
     /// The polling thread starts on work found at `now` (datagrams to hand
     /// to the engine, a batch to send): the lease holds for as long as that
-    /// may take, [`WORK_LEASE_NS`] at least, and is renewed from its end. A
-    /// batch of runs takes longer than a short lease (64 runs of 60 KiB: a
-    /// few hundred µs), and a lease that lapsed meanwhile woke the progress
-    /// thread to work the same rings and queue beside this one, on the core
-    /// the peer process needed (spec/performance.md §17.12).
+    /// may take, up to [`WORK_LEASE_NS`], and is renewed from its end
+    /// ([`RxGate::worked`]). A batch of runs takes longer than a short lease
+    /// (64 runs of 60 KiB: a few hundred µs), and a lease that lapsed
+    /// meanwhile woke the progress thread to work the same rings and queue
+    /// beside this one, on the core the peer process needed
+    /// (spec/performance.md §17.12).
     fn working(&self, now: Nanos) {
-        let lease = self.lease_ns.load(Relaxed).max(WORK_LEASE_NS);
-        self.lease_until.store(now.saturating_add(lease), SeqCst);
+        self.busy_until
+            .store(now.saturating_add(WORK_LEASE_NS), SeqCst);
+    }
+
+    /// The polling thread's work ended at `now`: the lease counts from here.
+    fn worked(&self, now: Nanos) {
+        self.renew(now);
+        self.busy_until.store(0, SeqCst);
     }
 
     /// The progress thread woke from a sleep aside that lasted until the
@@ -237,17 +295,6 @@ impl RxGate {
         self.lease_ns.store(next, Relaxed);
     }
 
-    /// The progress thread, about to sleep aside (`set_asleep` said so):
-    /// whether that sleep watches the socket's POLLIN all the same, as it
-    /// does while the rings carry the traffic (see the module doc); the
-    /// polling threads then read only the rings.
-    pub(crate) fn watch_socket(&self, now: Nanos) -> bool {
-        let rings = self.rings_at.load(Relaxed);
-        let watch = rings != 0 && now.saturating_sub(rings) < RINGS_RECENT_NS;
-        self.socket_watched.store(watch, SeqCst);
-        watch
-    }
-
     /// Whether the progress thread sleeps watching the socket (not aside):
     /// only an arrival, the doorbell or its deadline wakes it.
     pub(crate) fn asleep_watching(&self) -> bool {
@@ -261,6 +308,7 @@ impl RxGate {
         if !self.enabled || self.lease_until.load(SeqCst) == 0 {
             return false;
         }
+        self.busy_until.store(0, SeqCst);
         self.lease_until.store(0, SeqCst);
         self.asleep.load(SeqCst) && self.aside.load(SeqCst)
     }
@@ -283,24 +331,29 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
     } else {
         Read::default()
     };
-    let mut worked = read.delivered > 0;
-    match &shared.caller_tx {
+    // Delivering marked the gate working (RxGate::working).
+    let mut busy = read.delivered > 0;
+    let left = match &shared.caller_tx {
         Some(tx) if read.work || tx.take_wanted() => {
             gate.working(now);
-            match shared.transmit_here() {
-                Some(_) => worked = true,
-                // Busy: the next poll tries again; nobody may poll again
-                // (a thread about to block), so the handshake of any other
-                // post applies.
-                None => shared.leave_to_poller(shared.clock.now()),
-            }
+            busy = true;
+            shared.transmit_here().is_none()
         }
-        None if read.work => shared.doorbell.ring(),
-        _ => {}
-    }
-    if worked {
-        // The lease counts from the end of this poll's work.
-        gate.renew(shared.clock.now());
+        None if read.work => {
+            shared.doorbell.ring();
+            false
+        }
+        _ => false,
+    };
+    if busy {
+        let end = shared.clock.now();
+        gate.worked(end);
+        if left {
+            // Busy: the next poll tries again; nobody may poll again (a
+            // thread about to block), so the handshake of any other post
+            // applies.
+            shared.leave_to_poller(end);
+        }
     }
     if read.timer {
         shared.doorbell.ring();
@@ -327,7 +380,7 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
     // The rings only after the socket: while the progress thread reads the
     // socket, a ring datagram must not overtake an older one of the same
     // peer still in it (a path that just opened).
-    let from_socket = if !shared.rx.socket_watched.load(SeqCst) {
+    let from_socket = if shared.rx.pace.socket_due(now) {
         let Some(n) = read_socket(shared, now) else {
             return Read::default();
         };
@@ -370,6 +423,7 @@ fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<usize> {
     let c = &shared.counters;
     // Nothing queued, or an error: the progress thread's to see and count.
     let got = sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta);
+    gate.pace.socket_read(now, *got.as_ref().unwrap_or(&0));
     let Ok(got) = got else {
         return Some(0);
     };
@@ -438,7 +492,7 @@ fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
         shared.engine().set_intact_peers(&peers);
     }
     if delivered > 0 {
-        shared.rx.rings_at.store(now.max(1), Relaxed);
+        shared.rx.pace.rings_at.store(now.max(1), Relaxed);
     }
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
     delivered
@@ -561,44 +615,6 @@ mod tests {
     }
 
     #[test]
-    fn while_the_rings_carry_the_traffic_a_sleep_aside_keeps_the_socket() {
-        let on = DriverOptions {
-            poll_receive: true,
-            ..DriverOptions::default()
-        };
-        let (s, socket) = shared("127.0.3.47:0", &on);
-        let client = UdpSocket::bind("127.0.3.42:0").unwrap();
-        client.send_to(b"x", socket.local_addr().unwrap()).unwrap();
-        let now = 5_000_000;
-        // No ring delivered yet, or too long ago: the sleep does not watch
-        // the socket, so the polling thread reads it.
-        for rings_at in [0, now - RINGS_RECENT_NS] {
-            s.rx.rings_at.store(rings_at, Relaxed);
-            s.rx.set_asleep(Some(u64::MAX), true, now);
-            assert!(!s.rx.watch_socket(now), "rings at {rings_at}");
-            s.rx.set_asleep(None, false, now);
-        }
-        // A ring delivered lately: the sleep watches the socket and the
-        // polling thread leaves the datagram to it.
-        s.rx.rings_at.store(now - RINGS_RECENT_NS + 1, Relaxed);
-        s.rx.set_asleep(Some(u64::MAX), true, now);
-        assert!(s.rx.watch_socket(now));
-        for _ in 0..20 {
-            assert_eq!(drive(&s), 0);
-        }
-        let c = s.counters.snapshot();
-        assert_eq!((c.poll_receive_calls, c.poll_socket_skips), (0, 20));
-        assert!(s.engine().0.lock().unwrap().is_empty());
-        // Awake and asleep again without the rings: the polling thread reads it.
-        s.rx.set_asleep(None, false, now);
-        s.rx.rings_at.store(0, Relaxed);
-        s.rx.set_asleep(Some(u64::MAX), true, now);
-        assert!(!s.rx.watch_socket(now));
-        assert_eq!(drive_all(&s, 1), 1);
-        assert_eq!(s.engine().0.lock().unwrap()[0].1, b"x");
-    }
-
-    #[test]
     fn the_lease_holds_through_a_polls_work_and_counts_from_its_end() {
         let on = DriverOptions {
             poll_receive: true,
@@ -606,10 +622,21 @@ mod tests {
             ..DriverOptions::default()
         };
         let (s, socket) = shared("127.0.3.48:0", &on);
-        // Work found at t: the lease holds for the work's longest, not 50 µs.
+        // Work found at t: the lease holds until the work's longest (not
+        // 50 µs), looked at again every 50 µs; then it is over.
         s.rx.working(1_000);
-        assert_eq!(s.rx.lease(1_000 + 50_000), Some(1_000 + WORK_LEASE_NS));
-        assert_eq!(s.rx.lease(1_000 + WORK_LEASE_NS), None);
+        let end = 1_000 + WORK_LEASE_NS;
+        for t in [1_000 + 50_000, end - 10_000] {
+            assert!(s.rx.busy(t));
+            assert_eq!(s.rx.lease(t), Some((t + 50_000).min(end)));
+        }
+        assert!(!s.rx.busy(end));
+        assert_eq!(s.rx.lease(end), None);
+        // The work's end: the lease counts from there, no longer busy.
+        s.rx.worked(5_000);
+        assert!(!s.rx.busy(5_000));
+        assert_eq!(s.rx.lease(5_000), Some(55_000));
+        assert_eq!(s.rx.lease(55_000), None);
         // A poll that handed a datagram to the engine renews the lease from
         // its end: a short lease again, after the clock's now.
         let client = UdpSocket::bind("127.0.3.42:0").unwrap();
@@ -619,7 +646,11 @@ mod tests {
         assert_eq!(drive_all(&s, 1), 1);
         let after = s.clock.now();
         let until = s.rx.lease_until.load(SeqCst);
-        assert!(until >= before + 50_000 && until <= after + 50_000, "{until}");
+        assert!(
+            until >= before + 50_000 && until <= after + 50_000,
+            "{until}"
+        );
+        assert!(!s.rx.busy(before));
         // A poll that found nothing renews it as well (from its start).
         assert_eq!(drive(&s), 0);
         assert!(s.rx.lease_until.load(SeqCst) <= s.clock.now() + 50_000);

@@ -44,6 +44,12 @@ impl<E: Engine> Progress<E> {
         if let Some(peers) = shm.take_intact() {
             shared.engine().set_intact_peers(&peers);
         }
+        // A polling thread works on what it took from the rings (and will
+        // take the rest): working the same rings beside it would take the
+        // core another process needs (crate::pollrx::RxGate::working).
+        if shared.rx.busy(shared.clock.now()) {
+            return false;
+        }
         if !self.faults.on_receive() {
             // No receive faults: the engine reads each datagram where it
             // lies in the ring (no copy); counted and captured as read.

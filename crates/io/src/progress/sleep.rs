@@ -88,12 +88,9 @@ impl<E: Engine> Progress<E> {
         }
         Counters::add(&self.shared.counters.sleeps, 1);
         if aside {
+            // Not the socket's POLLIN (nor its POLLERR: a negative fd).
             Counters::add(&self.shared.counters.aside_sleeps, 1);
-            // Not the socket's POLLIN (nor its POLLERR: a negative fd),
-            // unless the rings carry the traffic (crate::pollrx).
-            if !self.shared.rx.watch_socket(now) {
-                sock_events &= !libc::POLLIN;
-            }
+            sock_events &= !libc::POLLIN;
         }
         self.wait(sock_events, timeout);
         self.shared.rx.set_asleep(None, false, now);
