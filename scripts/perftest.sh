@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: Debian's unmodified perftest programs through the drop-in
 # libibverbs.so.1, server and client as two processes on this host, with
-# iperf3 TCP loopback measured in the same go as the baseline; ends with the
+# iperf3 TCP loopback and the UDP ceiling (scripts/udp-ceiling.c) measured in
+# the same go as the baselines; ends with the
 # figures of the performance targets (spec/performance.md) beside the targets:
 # the UDP path (SOFTVERBS_SHM=0) and the same-host path (SOFTVERBS_SHM=1).
 # Needs: perftest, iperf3 (apt-get install -y perftest iperf3).
@@ -71,6 +72,16 @@ else
   echo "no C compiler: no floor (apt-get install -y gcc)"
 fi
 
+echo "== the UDP ceiling (scripts/udp-ceiling.c): RoCEv2-sized datagrams through UDP GSO/GRO, no protocol work"
+udp_mib="" # MiB/s received
+if command -v cc >/dev/null && cc -O2 -o target/udp-ceiling scripts/udp-ceiling.c 2>/dev/null; then
+  uout=$(timeout 30 target/udp-ceiling 19496 2) || true
+  echo "${uout:-no result}"
+  udp_mib=$(awk '/received/ { print $1 }' <<<"$uout")
+else
+  echo "no C compiler: no ceiling (apt-get install -y gcc)"
+fi
+
 echo "== the UDP path (SOFTVERBS_SHM=0)"
 # Bandwidth and message rate run for a duration (-D): perftest's default 5 000
 # iterations take about 10 ms at 64 B, which measures the start, not the rate.
@@ -100,6 +111,10 @@ row() { printf '  %-44s %10s %-5s %10s\n' "$@"; }
 row "ib_write_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "ib_write_bw -D $secs" 4)" "$tcp_mib")" x ">= 1.0"
 row "ib_read_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "ib_read_bw -D $secs" 4)" "$tcp_mib")" x ">= 1.0"
 row "ib_send_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "ib_send_bw -D $secs" 4)" "$tcp_mib")" x ">= 1.0"
+row "the UDP ceiling / iperf3 TCP" "$(ratio "$udp_mib" "$tcp_mib")" x ""
+row "ib_write_bw 64 KiB / the UDP ceiling" "$(ratio "$(field "ib_write_bw -D $secs" 4)" "$udp_mib")" x ""
+row "ib_read_bw 64 KiB / the UDP ceiling" "$(ratio "$(field "ib_read_bw -D $secs" 4)" "$udp_mib")" x ""
+row "ib_send_bw 64 KiB / the UDP ceiling" "$(ratio "$(field "ib_send_bw -D $secs" 4)" "$udp_mib")" x ""
 row "ib_write_lat 2 B typical" "$(orx "$(field ib_write_lat 5)")" us "<= 5"
 row "ib_write_lat 2 B p99" "$(orx "$(field ib_write_lat 8)")" us "<= 25"
 row "ib_write_lat typical / the wake-up floor" "$(ratio "$(field ib_write_lat 5)" "$floor")" x ""
