@@ -8,13 +8,17 @@
 # Needs: perftest, iperf3 (apt-get install -y perftest iperf3).
 # Not a test: nothing here gates anything; timings on a shared machine are noisy,
 # so read the ratios (measured in the same run) rather than the absolute values.
+# PERFTEST_ROUNDS=N (default 1) measures everything N times, round after round
+# (the baselines too), and the figures at the end are the medians: on two
+# cores single runs move by 2-3x with where the scheduler puts the busy threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # PERFTEST_LIB: a directory holding an already built libibverbs.so.1 (to
 # compare two builds, alternated); PERFTEST_PORT: the first TCP port less one.
 lib="${PERFTEST_LIB:-$(scripts/build-ibverbs.sh)}"
 port="${PERFTEST_PORT:-19500}"
-declare -A ROW # "name args" -> the client's result row
+rounds="${PERFTEST_ROUNDS:-1}"
+declare -A ROW # "name args" -> the client's result rows, one per round
 
 shm=0 # SOFTVERBS_SHM of both ends: 0 the UDP path, 1 the same-host path
 run_pair() { # name args...: prints and records the client's result row
@@ -31,73 +35,83 @@ run_pair() { # name args...: prints and records the client's result row
   row=$(awk '/#bytes/ { getline; print; exit }' <<<"$out")
   local key="$name${*:+ $*}"
   [[ $shm == 1 ]] && key="shm $key"
-  ROW["$key"]="$row"
+  [[ -n "$row" ]] && ROW["$key"]+="$row"$'\n'
   printf '%-26s %s\n' "$key" "${row:-FAILED}"
 }
 
-field() { # key n: field n of the recorded row, or empty
-  awk -v n="$2" '{ print $n }' <<<"${ROW[$1]:-}"
+median() { # numbers, one per line: their median, or empty
+  sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
 }
 
-echo "== iperf3 TCP loopback (3 s)"
-tcp_mib="" # MiB/s, as perftest's MB/s (2^20 bytes)
-if command -v iperf3 >/dev/null; then
-  iperf3 -s -1 -p 19499 >/dev/null 2>&1 &
-  isrv=$!
-  sleep 0.5
-  bps=$(timeout 20 iperf3 -c 127.0.0.1 -p 19499 -t 3 -J 2>/dev/null |
-    awk '/"sum_received"/ { s = 1 } s && /"bits_per_second"/ { gsub(/[,]/, ""); print $2; exit }') || true
-  wait "$isrv" 2>/dev/null || true
-  if [[ -n "$bps" ]]; then
-    tcp_mib=$(awk -v b="$bps" 'BEGIN { printf "%.1f", b / 8 / 1048576 }')
-    echo "iperf3                 $tcp_mib MiB/s"
-  else
-    echo "iperf3 gave no result"
-  fi
-else
-  echo "iperf3 not installed: no baseline (apt-get install -y iperf3)"
-fi
+field() { # key n: the median over the rounds of field n of the recorded rows, or empty
+  awk -v n="$2" 'NF { print $n }' <<<"${ROW[$1]:-}" | median
+}
 
-echo "== the wake-up floor (scripts/wakeup-floor.c): a datagram waking a thread blocked in recv(2) beside one spinning on memory"
-floor="" # us, one way
-if command -v cc >/dev/null && cc -O2 -pthread -o target/wakeup-floor scripts/wakeup-floor.c 2>/dev/null; then
-  timeout 60 target/wakeup-floor 19497 19498 3000 0 &
-  fsrv=$!
-  sleep 0.1
-  fout=$(timeout 60 target/wakeup-floor 19498 19497 3000 1) || true
-  wait "$fsrv" 2>/dev/null || true
-  echo "${fout:-no result}"
-  floor=$(awk '/typical/ { print $6 }' <<<"$fout")
-else
-  echo "no C compiler: no floor (apt-get install -y gcc)"
-fi
-
-echo "== the UDP ceiling (scripts/udp-ceiling.c): RoCEv2-sized datagrams through UDP GSO/GRO, no protocol work"
-udp_mib="" # MiB/s received
-if command -v cc >/dev/null && cc -O2 -o target/udp-ceiling scripts/udp-ceiling.c 2>/dev/null; then
-  uout=$(timeout 30 target/udp-ceiling 19496 2) || true
-  echo "${uout:-no result}"
-  udp_mib=$(awk '/received/ { print $1 }' <<<"$uout")
-else
-  echo "no C compiler: no ceiling (apt-get install -y gcc)"
-fi
-
-echo "== the UDP path (SOFTVERBS_SHM=0)"
 # Bandwidth and message rate run for a duration (-D): perftest's default 5 000
 # iterations take about 10 ms at 64 B, which measures the start, not the rate.
 secs="${PERFTEST_SECONDS:-2}"
-echo "== bandwidth, $secs s each (#bytes #iterations BW_peak[MB/s] BW_average[MB/s] MsgRate[Mpps])"
-run_pair ib_write_bw -D "$secs"
-run_pair ib_read_bw -D "$secs"
-run_pair ib_send_bw -D "$secs"
-run_pair ib_write_bw -s 64 -D "$secs"
-run_pair ib_atomic_bw -D "$secs"
-echo "== latency (#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9% [usec])"
-for t in ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do run_pair "$t"; done
-echo "== the same-host path (SOFTVERBS_SHM=1, spec/same-host.md)"
-shm=1
-for t in ib_write_bw ib_read_bw ib_send_bw; do run_pair "$t" -D "$secs"; done
-for t in ib_write_lat ib_send_lat; do run_pair "$t"; done
+tcps="" floors="" udps="" # the baselines of every round, one per line
+for round in $(seq "$rounds"); do
+  [[ $rounds -gt 1 ]] && echo "===== round $round of $rounds"
+  shm=0
+  echo "== iperf3 TCP loopback (3 s)"
+  if command -v iperf3 >/dev/null; then
+    iperf3 -s -1 -p 19499 >/dev/null 2>&1 &
+    isrv=$!
+    sleep 0.5
+    bps=$(timeout 20 iperf3 -c 127.0.0.1 -p 19499 -t 3 -J 2>/dev/null |
+      awk '/"sum_received"/ { s = 1 } s && /"bits_per_second"/ { gsub(/[,]/, ""); print $2; exit }') || true
+    wait "$isrv" 2>/dev/null || true
+    if [[ -n "$bps" ]]; then
+      mib=$(awk -v b="$bps" 'BEGIN { printf "%.1f", b / 8 / 1048576 }')
+      tcps+="$mib"$'\n'
+      echo "iperf3                 $mib MiB/s"
+    else
+      echo "iperf3 gave no result"
+    fi
+  else
+    echo "iperf3 not installed: no baseline (apt-get install -y iperf3)"
+  fi
+
+  echo "== the wake-up floor (scripts/wakeup-floor.c): a datagram waking a thread blocked in recv(2) beside one spinning on memory"
+  if command -v cc >/dev/null && cc -O2 -pthread -o target/wakeup-floor scripts/wakeup-floor.c 2>/dev/null; then
+    timeout 60 target/wakeup-floor 19497 19498 3000 0 &
+    fsrv=$!
+    sleep 0.1
+    fout=$(timeout 60 target/wakeup-floor 19498 19497 3000 1) || true
+    wait "$fsrv" 2>/dev/null || true
+    echo "${fout:-no result}"
+    floors+="$(awk '/typical/ { print $6 }' <<<"$fout")"$'\n'
+  else
+    echo "no C compiler: no floor (apt-get install -y gcc)"
+  fi
+
+  echo "== the UDP ceiling (scripts/udp-ceiling.c): RoCEv2-sized datagrams through UDP GSO/GRO, no protocol work"
+  if command -v cc >/dev/null && cc -O2 -o target/udp-ceiling scripts/udp-ceiling.c 2>/dev/null; then
+    uout=$(timeout 30 target/udp-ceiling 19496 2) || true
+    echo "${uout:-no result}"
+    udps+="$(awk '/received/ { print $1 }' <<<"$uout")"$'\n'
+  else
+    echo "no C compiler: no ceiling (apt-get install -y gcc)"
+  fi
+
+  echo "== the UDP path (SOFTVERBS_SHM=0)"
+  echo "== bandwidth, $secs s each (#bytes #iterations BW_peak[MB/s] BW_average[MB/s] MsgRate[Mpps])"
+  run_pair ib_write_bw -D "$secs"
+  run_pair ib_read_bw -D "$secs"
+  run_pair ib_send_bw -D "$secs"
+  run_pair ib_write_bw -s 64 -D "$secs"
+  run_pair ib_atomic_bw -D "$secs"
+  echo "== latency (#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9% [usec])"
+  for t in ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do run_pair "$t"; done
+  echo "== the same-host path (SOFTVERBS_SHM=1, spec/same-host.md)"
+  shm=1
+  for t in ib_write_bw ib_read_bw ib_send_bw; do run_pair "$t" -D "$secs"; done
+  for t in ib_write_lat ib_send_lat; do run_pair "$t"; done
+done
+tcp_mib=$(median <<<"$tcps")     # MiB/s, as perftest's MB/s (2^20 bytes)
+floor=$(median <<<"$floors")     # us, one way
+udp_mib=$(median <<<"$udps")     # MiB/s received
 
 ratio() { # a b: a / b to 3 places, or "-"
   if [[ -n "$1" && -n "$2" ]]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; else echo -; fi
@@ -105,7 +119,9 @@ ratio() { # a b: a / b to 3 places, or "-"
 orx() { [[ -n "$1" ]] && echo "$1" || echo -; }
 
 echo
-echo "== performance targets (spec/performance.md), measured in this run"
+of=""
+[[ $rounds -gt 1 ]] && of=" (each figure the median of $rounds rounds; a ratio is of the medians)"
+echo "== performance targets (spec/performance.md), measured in this run$of"
 printf '  %-44s %10s %-5s %10s\n' figure measured "" target
 row() { printf '  %-44s %10s %-5s %10s\n' "$@"; }
 row "ib_write_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "ib_write_bw -D $secs" 4)" "$tcp_mib")" x ">= 1.0"
