@@ -85,8 +85,11 @@ pub struct DriverOptions {
     /// While this lease holds, the progress thread does not watch the socket
     /// (an arrival does not wake it); it looks again when the lease ends, so
     /// a datagram that came after the last poll waits at most this long plus
-    /// one wake-up. The lease halves each time a datagram waited for its end
-    /// and doubles back while polls renew it (crate::pollrx).
+    /// one wake-up. The lease halves each time a datagram waited for a
+    /// thread that had stopped polling and doubles back while polls renew it
+    /// (crate::pollrx). 2 ms unless set: shorter leases woke the progress
+    /// threads of a stream so often that they took the polling threads'
+    /// cores (spec/performance.md §17.14).
     /// `ibv_req_notify_cq` ends the lease at once.
     pub poll_lease: Duration,
     /// The same-host path (shared-memory rings to processes of this host,
@@ -115,7 +118,7 @@ impl Default for DriverOptions {
             caller_tx: true,
             caller_tx_stream_gap: Duration::from_micros(20),
             poll_receive: true,
-            poll_lease: Duration::from_micros(200),
+            poll_lease: Duration::from_micros(2000),
             shm: true,
         }
     }
@@ -302,7 +305,7 @@ mod tests {
     #[test]
     fn poll_lease_from_the_environment() {
         let mut opts = DriverOptions::default();
-        assert_eq!(opts.poll_lease, Duration::from_micros(200));
+        assert_eq!(opts.poll_lease, Duration::from_micros(2000));
         let vars = [(DriverOptions::POLL_RX_LEASE_ENV, " 50 ")];
         opts.apply_env("d", env(&vars)).unwrap();
         assert_eq!(opts.poll_lease, Duration::from_micros(50));

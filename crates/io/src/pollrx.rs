@@ -16,8 +16,9 @@
 //! spec/performance.md §9.4, §11.3).
 //!
 //! **The lease.** Each poll of an empty CQ renews a lease on the socket
-//! (at most `DriverOptions::poll_lease`, 200 µs unless set; it halves each
-//! time a datagram waited for its end and doubles back while polls renew
+//! (at most `DriverOptions::poll_lease`, 2 ms unless set; it halves each
+//! time a datagram waited for a thread that had stopped polling, at its end
+//! or [`QUIET_NS`] after the last poll, and doubles back while polls renew
 //! it, [`RxGate::lease_ended`]). While it holds, the
 //! progress thread sleeps without watching the socket's POLLIN (only its
 //! timers, the doorbell, the lease's end and its other sources), so an
@@ -75,6 +76,9 @@ const RINGS_RECENT_NS: Nanos = 1_000_000;
 /// How long the lease holds at most while the polling thread works
 /// ([`RxGate::working`]).
 const WORK_LEASE_NS: Nanos = 2_000_000;
+/// How long without a poll makes a waiting datagram count against the
+/// lease even if a poll renewed it ([`RxGate::quiet`]).
+const QUIET_NS: Nanos = 20_000;
 /// The shortest the lease becomes (see [`RxGate::lease_ended`]).
 const MIN_LEASE_NS: u64 = 1_000;
 
@@ -95,6 +99,8 @@ pub(crate) struct RxGate {
     /// Until when (engine time) at the latest a polling thread works on what
     /// its poll found ([`RxGate::working`]); 0: none.
     busy_until: AtomicU64,
+    /// When a thread last polled (engine time).
+    polled_at: AtomicU64,
     /// How long one empty poll extends the lease now (adapted, see
     /// [`RxGate::lease_ended`]), and at most.
     lease_ns: AtomicU64,
@@ -168,6 +174,7 @@ impl RxGate {
             until: AtomicU64::new(0),
             lease_until: AtomicU64::new(0),
             busy_until: AtomicU64::new(0),
+            polled_at: AtomicU64::new(0),
             lease_ns: AtomicU64::new(lease_max_ns),
             lease_max_ns,
             local,
@@ -252,7 +259,16 @@ impl RxGate {
     /// the lease time.
     fn renew(&self, now: Nanos) {
         let lease = self.lease_ns.load(Relaxed);
+        self.polled_at.store(now, Relaxed);
         self.lease_until.store(now.saturating_add(lease), SeqCst);
+    }
+
+    /// Whether no thread polled for [`QUIET_NS`] before `now` and none works
+    /// on what it found: a datagram that waits now waits for a thread that
+    /// stopped polling (it spins on memory, it works elsewhere), even if it
+    /// renewed the lease since the progress thread went to sleep.
+    pub(crate) fn quiet(&self, now: Nanos) -> bool {
+        now.saturating_sub(self.polled_at.load(Relaxed)) > QUIET_NS && !self.busy(now)
     }
 
     /// The polling thread starts on work found at `now` (datagrams to hand
@@ -276,10 +292,12 @@ impl RxGate {
 
     /// The progress thread woke from a sleep aside that lasted until the
     /// lease's end: `renewed`, the lease had been renewed meanwhile (a
-    /// thread polls on: the lease doubles, up to its maximum); `waited`, it
-    /// had ended and a datagram was waiting for it (the thread stopped
-    /// polling before its data came, as a program that spins on memory
-    /// does: the lease halves, down to [`MIN_LEASE_NS`]). So a datagram
+    /// thread polls on: the lease doubles, up to its maximum); `waited`, a
+    /// datagram was waiting for a thread that had stopped polling (the
+    /// lease had ended, or no poll came for [`QUIET_NS`]: a program that
+    /// polls for its completion and then spins on memory for its peer's
+    /// data renews the lease every round, yet leaves that data to the
+    /// lease's end: the lease halves, down to [`MIN_LEASE_NS`]). So a datagram
     /// waits at most the longest lease plus one wake-up, and a program
     /// whose data keeps coming after its last poll soon waits much less.
     pub(crate) fn lease_ended(&self, renewed: bool, waited: bool, c: &Counters) {
@@ -654,6 +672,28 @@ mod tests {
         // A poll that found nothing renews it as well (from its start).
         assert_eq!(drive(&s), 0);
         assert!(s.rx.lease_until.load(SeqCst) <= s.clock.now() + 50_000);
+    }
+
+    #[test]
+    fn quiet_after_a_while_without_a_poll_unless_working() {
+        let on = DriverOptions {
+            poll_receive: true,
+            ..DriverOptions::default()
+        };
+        let (s, _socket) = shared("127.0.3.50:0", &on);
+        s.rx.renew(100_000);
+        assert!(!s.rx.quiet(100_000 + QUIET_NS), "polled just now");
+        // A poll renewed the lease, yet none came since: quiet, though the
+        // lease holds (the program spins on memory for its peer's data).
+        let later = 100_000 + QUIET_NS + 1;
+        assert!(s.rx.lease(later).is_some());
+        assert!(s.rx.quiet(later));
+        // A thread that works on what it found is not quiet.
+        s.rx.working(later);
+        assert!(!s.rx.quiet(later + QUIET_NS));
+        s.rx.worked(later + QUIET_NS);
+        assert!(!s.rx.quiet(later + 2 * QUIET_NS));
+        assert!(s.rx.quiet(later + 2 * QUIET_NS + 1));
     }
 
     #[test]

@@ -109,7 +109,7 @@ impl<E: Engine> Progress<E> {
             return; // woken early (the doorbell): nothing learnt
         }
         let renewed = self.shared.rx.lease(now).is_some();
-        let waited = !renewed && {
+        let waited = (!renewed || self.shared.rx.quiet(now)) && {
             self.peek();
             self.readable.socket || self.shared.shm().is_some_and(|s| s.has_data())
         };
