@@ -560,6 +560,14 @@ mod tests {
         (shared, socket)
     }
 
+    /// The options with a polling thread's receive on.
+    fn polling() -> DriverOptions {
+        DriverOptions {
+            poll_receive: true,
+            ..DriverOptions::default()
+        }
+    }
+
     /// Drives until `n` datagrams were delivered (bounded in calls).
     fn drive_all(s: &Shared<Keep>, n: usize) -> usize {
         let mut total = 0;
@@ -574,10 +582,7 @@ mod tests {
 
     #[test]
     fn a_polling_thread_reads_in_order_only_while_the_progress_thread_sleeps() {
-        let on = DriverOptions {
-            poll_receive: true,
-            ..DriverOptions::default()
-        };
+        let on = polling();
         let (s, _socket) = shared("127.0.3.41:0", &on);
         let to = s.rx.reader.lock().unwrap().local;
         let client = UdpSocket::bind("127.0.3.42:0").unwrap();
@@ -635,9 +640,8 @@ mod tests {
     #[test]
     fn the_lease_holds_through_a_polls_work_and_counts_from_its_end() {
         let on = DriverOptions {
-            poll_receive: true,
             poll_lease: std::time::Duration::from_micros(50),
-            ..DriverOptions::default()
+            ..polling()
         };
         let (s, socket) = shared("127.0.3.48:0", &on);
         // Work found at t: the lease holds until the work's longest (not
@@ -676,10 +680,7 @@ mod tests {
 
     #[test]
     fn quiet_after_a_while_without_a_poll_unless_working() {
-        let on = DriverOptions {
-            poll_receive: true,
-            ..DriverOptions::default()
-        };
+        let on = polling();
         let (s, _socket) = shared("127.0.3.50:0", &on);
         s.rx.renew(100_000);
         assert!(!s.rx.quiet(100_000 + QUIET_NS), "polled just now");
