@@ -122,7 +122,10 @@ pub(crate) struct Shared<E: Engine> {
     pub(crate) counters: Counters,
     pub(crate) clock: Clock,
     pub(crate) channels: Mutex<HashMap<u32, Weak<CompletionChannel>>>,
-    pub(crate) async_events: Arc<AsyncEventQueue>,
+    /// Each open context's async-event queue, by the context's id: an
+    /// event goes to the context that owns its object, as the kernel's
+    /// per-file async queue does.
+    pub(crate) async_queues: Mutex<HashMap<u64, Weak<AsyncEventQueue>>>,
     /// The multicast groups the device joined (crate::mcast), and a count of
     /// their changes (the progress thread re-reads the list when it moves).
     pub(crate) groups: Mutex<Vec<crate::mcast::GroupSocket>>,
@@ -158,7 +161,7 @@ impl<E: Engine> Shared<E> {
             counters: Counters::default(),
             clock,
             channels: Mutex::new(HashMap::new()),
-            async_events: Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?),
+            async_queues: Mutex::new(HashMap::new()),
             groups: Mutex::new(Vec::new()),
             groups_version: std::sync::atomic::AtomicU64::new(0),
             raw: Default::default(),
@@ -200,6 +203,14 @@ impl<E: Engine> Shared<E> {
         }
     }
 
+    fn async_queue(&self, ctx: u64) -> Option<Arc<AsyncEventQueue>> {
+        let queues = self
+            .async_queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        queues.get(&ctx).and_then(Weak::upgrade)
+    }
+
     pub(crate) fn channel(&self, id: u32) -> Option<Arc<CompletionChannel>> {
         let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         channels.get(&id).and_then(Weak::upgrade)
@@ -212,7 +223,7 @@ impl<E: Engine> Shared<E> {
             Notification::Completion { channel, cq } => {
                 self.channel(channel).is_some_and(|ch| ch.notify(cq))
             }
-            Notification::Async(ev) => self.async_events.push(ev),
+            Notification::Async(ev) => self.async_queue(ev.ctx).is_some_and(|q| q.push(ev)),
         };
         let c = &self.counters;
         if delivered {
@@ -409,9 +420,21 @@ impl<E: Engine> Driver<E> {
         Ok(channel)
     }
 
-    /// The device's async-event queue (its fd is `ctx->async_fd`).
-    pub fn async_events(&self) -> &Arc<AsyncEventQueue> {
-        &self.shared.async_events
+    /// A new async-event queue for the context `ctx` (its fd is that
+    /// context's `async_fd`): the engine names `ctx` in
+    /// `Notification::Async` for the events of the context's objects. A
+    /// context has one queue: a second call replaces the first. Dropping
+    /// every `Arc` unregisters it (later events for it count as dropped).
+    pub fn open_async_queue(&self, ctx: u64) -> io::Result<Arc<AsyncEventQueue>> {
+        let queue = Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?);
+        let mut queues = self
+            .shared
+            .async_queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        queues.retain(|_, weak| weak.strong_count() > 0);
+        queues.insert(ctx, Arc::downgrade(&queue));
+        Ok(queue)
     }
 
     /// Stops and joins the progress thread (what drop does).

@@ -61,6 +61,9 @@ pub struct AsyncEvent {
     pub kind: u32,
     /// The object it concerns (an opaque QP/CQ/SRQ id, or the port number).
     pub element: u64,
+    /// The context whose queue gets it (the id given to
+    /// [`crate::Driver::open_async_queue`]): the one that owns the object.
+    pub ctx: u64,
 }
 
 /// Something the driver must deliver outside the engine.

@@ -213,19 +213,40 @@ fn notification_for_a_closed_channel_is_counted_as_dropped() {
     assert!(wait_until(|| d.counters().notifications_dropped == 1));
 }
 
+/// Each context has its own async queue: an event reaches the queue of the
+/// context it names and no other; one for a context without a queue (closed,
+/// or never opened) is counted as dropped.
 #[test]
-fn async_events_reach_the_async_queue_fd() {
+fn async_events_reach_their_contexts_queue_fd_only() {
     let d = start(Fake::default(), "127.0.0.63:0");
-    let ev = AsyncEvent {
+    let (a, b) = (
+        d.open_async_queue(1).unwrap(),
+        d.open_async_queue(2).unwrap(),
+    );
+    let ev = |ctx| AsyncEvent {
         kind: 3,
         element: 0xAB,
+        ctx,
     };
-    d.with(|e| e.s().notes.push_back(Notification::Async(ev)));
+    d.with(|e| {
+        e.s().notes.push_back(Notification::Async(ev(1)));
+        e.s().notes.push_back(Notification::Async(ev(7)));
+    });
     d.doorbell();
-    let q = d.async_events();
-    assert!(fd_readable(q.as_raw_fd(), 20_000));
-    assert_eq!(q.pop_wait(Some(DEADLINE)).unwrap(), Some(ev));
-    assert!(!fd_readable(q.as_raw_fd(), 0));
+    assert!(fd_readable(a.as_raw_fd(), 20_000));
+    assert!(wait_until(|| d.counters().notifications_dropped == 1));
+    assert_eq!(a.pop_wait(Some(DEADLINE)).unwrap(), Some(ev(1)));
+    assert!(!fd_readable(a.as_raw_fd(), 0));
+    assert!(
+        !fd_readable(b.as_raw_fd(), 0),
+        "context 2's queue got context 1's event"
+    );
+    assert_eq!(d.counters().notifications, 1);
+    // A queue dropped by its context unregisters itself.
+    drop(b);
+    d.with(|e| e.s().notes.push_back(Notification::Async(ev(2))));
+    d.doorbell();
+    assert!(wait_until(|| d.counters().notifications_dropped == 2));
 }
 
 #[test]

@@ -114,6 +114,60 @@ fn close_context_destroys_everything_and_only_its_own() {
     assert_eq!(fx.eng.object_counts(), [0; 7]);
 }
 
+/// An async event goes to the context that created its object (each context
+/// has its own async queue): a CQ's, an SRQ's and a QP's through their PD, an
+/// XRC_RECV QP's through the XRC domain open that created it; none once the
+/// object is gone (the kernel drops a destroyed object's unread events).
+#[test]
+fn an_events_owner_is_the_context_that_made_its_object() {
+    use proto::output::EventElement;
+    let mut fx = Fixture::new();
+    let other = fx.eng.open_context();
+    let other_pd = fx.eng.alloc_pd(other).unwrap();
+    let (other_cq, _) = fx.eng.create_cq(other, 4, 0).unwrap();
+    let (other_srq, _) = fx.eng.create_srq(other_pd, &srq_attr(4, 1)).unwrap();
+    let other_qp = fx
+        .eng
+        .create_qp(&QpCreate {
+            pd: other_pd,
+            send_cq: Some(other_cq),
+            recv_cq: Some(other_cq),
+            ..fx.create_args(QpType::Rc)
+        })
+        .unwrap()
+        .handle;
+    let qp = fx.qp_in(QpType::Uc, proto::QpState::Reset);
+    let xrcd = fx
+        .eng
+        .open_xrcd(
+            other,
+            None,
+            proto::xrcd::OpenFlags::from_raw(proto::xrcd::O_CREAT),
+        )
+        .unwrap();
+    let req = proto::qp::create::QpRequest {
+        qp_type: QpType::XrcRecv.raw(),
+        comp_mask: proto::qp::create::comp_mask::XRCD,
+        ..Default::default()
+    };
+    let xrc_qp = fx.eng.create_xrc_recv_qp(xrcd, &req).unwrap().handle;
+    let owner = |fx: &Fixture, el| fx.eng.event_owner(el);
+    assert_eq!(owner(&fx, EventElement::Cq(fx.cq)), Some(fx.ctx));
+    assert_eq!(owner(&fx, EventElement::Qp(qp)), Some(fx.ctx));
+    assert_eq!(owner(&fx, EventElement::Cq(other_cq)), Some(other));
+    assert_eq!(owner(&fx, EventElement::Srq(other_srq)), Some(other));
+    assert_eq!(owner(&fx, EventElement::Qp(other_qp)), Some(other));
+    assert_eq!(owner(&fx, EventElement::Qp(xrc_qp)), Some(other));
+    fx.eng.destroy_qp(other_qp).unwrap();
+    fx.eng.destroy_srq(other_srq).unwrap();
+    fx.eng.destroy_qp(xrc_qp).unwrap();
+    assert_eq!(owner(&fx, EventElement::Qp(other_qp)), None);
+    assert_eq!(owner(&fx, EventElement::Srq(other_srq)), None);
+    assert_eq!(owner(&fx, EventElement::Qp(xrc_qp)), None);
+    fx.eng.close_context(other).unwrap();
+    assert_eq!(owner(&fx, EventElement::Cq(other_cq)), None);
+}
+
 #[test]
 fn srq_create_rules() {
     let mut fx = Fixture::new();

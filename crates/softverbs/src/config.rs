@@ -115,7 +115,7 @@ impl Device {
     /// If the device is already open in this process, the new context shares
     /// it (and its fault and capture settings).
     pub fn open(&self) -> Result<Context, Error> {
-        Ok(Context::new(self.shared()?))
+        Context::new(self.shared()?)
     }
 
     /// Driver options: the environment, except what this device overrides

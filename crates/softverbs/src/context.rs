@@ -8,6 +8,7 @@ use proto::device::{DeviceAttr, PortAttr};
 use proto::engine::CtxHandle;
 use proto::Gid;
 use std::sync::Arc;
+use sv_io::AsyncEventQueue;
 
 /// An open device (`struct ibv_context`). Cheap to clone; the context closes
 /// (destroying whatever it still owns, as the kernel does when a program exits)
@@ -20,6 +21,10 @@ pub struct Context {
 pub(crate) struct CtxInner {
     pub(crate) dev: Arc<Shared>,
     pub(crate) h: CtxHandle,
+    /// Its async events (`ctx->async_fd`): those of the objects it created,
+    /// as each `ibv_open_device` has its own in the kernel. Whether its fd
+    /// blocks is this context's business alone.
+    pub(crate) events: Arc<AsyncEventQueue>,
 }
 
 impl Drop for CtxInner {
@@ -40,11 +45,22 @@ impl Drop for CtxInner {
 }
 
 impl Context {
-    pub(crate) fn new(dev: Arc<Shared>) -> Context {
+    pub(crate) fn new(dev: Arc<Shared>) -> Result<Context, Error> {
         let h = dev.with(proto::Engine::open_context);
-        Context {
-            inner: Arc::new(CtxInner { dev, h }),
-        }
+        let events = match dev.driver.open_async_queue(h.raw()) {
+            Ok(q) => q,
+            Err(e) => {
+                // Nothing was made from it yet.
+                let _ = dev.with(|e| e.close_context(h));
+                return Err(Error::Os {
+                    op: "opening the context's async-event queue",
+                    source: e.into(),
+                });
+            }
+        };
+        Ok(Context {
+            inner: Arc::new(CtxInner { dev, h, events }),
+        })
     }
 
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut proto::Engine) -> R) -> R {

@@ -280,16 +280,10 @@ impl Context {
 
     /// `ibv_get_async_event`: waits up to `timeout` for the next event.
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>, Error> {
-        let e = self
-            .inner
-            .dev
-            .driver
-            .async_events()
-            .pop_wait(timeout)
-            .map_err(|e| Error::Os {
-                op: "waiting for an async event",
-                source: e.into(),
-            })?;
+        let e = self.inner.events.pop_wait(timeout).map_err(|e| Error::Os {
+            op: "waiting for an async event",
+            source: e.into(),
+        })?;
         Ok(e.map(|e| AsyncEvent {
             kind: e.kind,
             element: e.element,

@@ -168,23 +168,30 @@ impl sv_io::Engine for DeviceEngine {
     }
 
     fn poll_notification(&self) -> Option<Notification> {
-        Some(match self.engine.poll_event()? {
-            Event::Completion { cq, channel } => Notification::Completion {
-                channel,
-                cq: cq.raw(),
-            },
-            Event::Async { kind, element } => {
-                let element = match element {
-                    EventElement::Qp(h) => h.raw(),
-                    EventElement::Cq(h) => h.raw(),
-                    EventElement::Srq(h) => h.raw(),
-                };
-                Notification::Async(AsyncEvent {
-                    kind: kind as u32,
-                    element,
-                })
-            }
-        })
+        loop {
+            return Some(match self.engine.poll_event()? {
+                Event::Completion { cq, channel } => Notification::Completion {
+                    channel,
+                    cq: cq.raw(),
+                },
+                Event::Async { kind, element } => {
+                    // Gone since: its events go with it.
+                    let Some(ctx) = self.engine.event_owner(element) else {
+                        continue;
+                    };
+                    let element = match element {
+                        EventElement::Qp(h) => h.raw(),
+                        EventElement::Cq(h) => h.raw(),
+                        EventElement::Srq(h) => h.raw(),
+                    };
+                    Notification::Async(AsyncEvent {
+                        kind: kind as u32,
+                        element,
+                        ctx: ctx.raw(),
+                    })
+                }
+            });
+        }
     }
 }
 

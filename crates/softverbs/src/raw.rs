@@ -214,20 +214,15 @@ pub fn create_cq_ex(
 
 /// The descriptor that is readable while async events wait (`ctx->async_fd`).
 pub fn async_event_fd(ctx: &Context) -> RawFd {
-    ctx.inner.dev.driver.async_events().as_raw_fd()
+    ctx.inner.events.as_raw_fd()
 }
 
 /// The next async event, if one waits (never blocks).
 pub fn try_async_event(ctx: &Context) -> Option<AsyncEvent> {
-    ctx.inner
-        .dev
-        .driver
-        .async_events()
-        .try_pop()
-        .map(|e| AsyncEvent {
-            kind: e.kind,
-            element: e.element,
-        })
+    ctx.inner.events.try_pop().map(|e| AsyncEvent {
+        kind: e.kind,
+        element: e.element,
+    })
 }
 
 /// The next completion event's CQ id, if one waits (never blocks).

@@ -168,6 +168,49 @@ static void bad_input(struct ibv_context *ctx, struct ibv_pd *pd)
 	CHECK(ibv_rate_to_mbps(IBV_RATE_100_GBPS) == 103125 && mbps_to_ibv_rate(103125) == IBV_RATE_100_GBPS, "rates");
 }
 
+/* Each context has its own async fd and queue, as each ibv_open_device has
+ * its own file in the kernel. A library that opens the device again (librdmacm
+ * does) leaves the first context's O_NONBLOCK alone, so its handler gets
+ * EAGAIN instead of blocking (UCX's async thread relies on it); and an event
+ * of one context's QP reaches that context only. */
+static void async_events_per_context(struct ibv_device *dev, union ibv_gid gid)
+{
+	struct ibv_context *c1 = ibv_open_device(dev);
+	MUST(c1);
+	MUST(fcntl(c1->async_fd, F_SETFL, fcntl(c1->async_fd, F_GETFL) | O_NONBLOCK) == 0);
+	struct ibv_context *c2 = ibv_open_device(dev);
+	MUST(c2);
+	CHECK(c1->async_fd != c2->async_fd, "one async fd per context");
+	CHECK(fcntl(c1->async_fd, F_GETFL) & O_NONBLOCK, "another open cleared O_NONBLOCK");
+	CHECK(!(fcntl(c2->async_fd, F_GETFL) & O_NONBLOCK), "a new context's async fd blocks");
+	struct ibv_async_event ev;
+	errno = 0;
+	CHECK(ibv_get_async_event(c1, &ev) == -1 && errno == EAGAIN, "non-blocking and empty: EAGAIN, errno %d", errno);
+
+	struct ibv_pd *pd = ibv_alloc_pd(c2);
+	MUST(pd);
+	struct ibv_cq *cq = ibv_create_cq(c2, 4, NULL, NULL, 0);
+	MUST(cq);
+	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	MUST(qp);
+	connect_rc(qp, qp->qp_num, gid);
+	struct ibv_qp_attr d = {.qp_state = IBV_QPS_SQD, .en_sqd_async_notify = 1};
+	MUST(ibv_modify_qp(qp, &d, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY) == 0);
+	struct pollfd pfd = {.fd = c2->async_fd, .events = POLLIN};
+	MUST(poll(&pfd, 1, 10000) == 1);
+	MUST(ibv_get_async_event(c2, &ev) == 0);
+	CHECK(ev.event_type == IBV_EVENT_SQ_DRAINED && ev.element.qp == qp, "c2 gets its QP's SQ_DRAINED");
+	ibv_ack_async_event(&ev);
+	pfd.fd = c1->async_fd;
+	CHECK(poll(&pfd, 1, 0) == 0, "c1's async fd readable for c2's event");
+	errno = 0;
+	CHECK(ibv_get_async_event(c1, &ev) == -1 && errno == EAGAIN, "c1 got c2's event, errno %d", errno);
+	CHECK(ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0, "c2's objects");
+	CHECK(ibv_close_device(c2) == 0 && ibv_close_device(c1) == 0, "close both");
+}
+
 int main(void)
 {
 	int n = 0;
@@ -189,6 +232,7 @@ int main(void)
 	MUST(pd);
 
 	bad_input(ctx, pd);
+	async_events_per_context(list[0], gid);
 
 	/* Two RC QPs on this device; A's send CQ is an ibv_cq_ex on a channel. */
 	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);

@@ -1,10 +1,10 @@
 //! How the engine takes what a QP's actor hands its [`Sink`]: completions
 //! (and their events), SRQ receives, async events.
 
-use super::{EngineSink, SrqEntry};
+use super::{Engine, EngineSink, SrqEntry};
 use crate::cq::Pushed;
 use crate::handle::kind;
-use crate::handle::{CqHandle, SrqHandle};
+use crate::handle::{CqHandle, CtxHandle, SrqHandle};
 use crate::output::{AsyncEventKind, Event, EventElement};
 use crate::qp::actor::Sink;
 use crate::qp::wqe::RecvQueue;
@@ -22,6 +22,27 @@ impl<'a> EngineSink<'a> {
             self.held = Some((srq, queue));
         }
         self.held.as_mut().map(|(_, q)| &mut **q)
+    }
+}
+
+impl Engine {
+    /// The context whose async-event queue gets an event about `element`:
+    /// the one that created the object (an XRC_RECV QP's: the one whose
+    /// XRC domain open created it). `None` once the object is gone: as the
+    /// kernel drops a destroyed object's unread events, the driver drops it.
+    pub fn event_owner(&self, element: EventElement) -> Option<CtxHandle> {
+        let pd = match element {
+            EventElement::Cq(h) => return self.cqs.get(h).map(|c| c.cq.ctx),
+            EventElement::Srq(h) => self.srqs.get(h)?.srq.lock().pd,
+            EventElement::Qp(h) => {
+                let q = self.qps.get(h)?.lock();
+                if let Some(link) = q.xrc {
+                    return self.xrc.opens.get(link.xrcd).map(|o| o.ctx);
+                }
+                q.pd
+            }
+        };
+        self.pds.get(pd).map(|p| p.ctx)
     }
 }
 
