@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark: Debian's unmodified perftest programs through the drop-in
 # libibverbs.so.1, server and client as two processes on this host, with
-# iperf3 TCP loopback and the UDP ceiling (scripts/udp-ceiling.c) measured in
-# the same go as the baselines; ends with the
+# iperf3 TCP loopback, the UDP ceiling (scripts/udp-ceiling.c) and the
+# same-host ceiling (scripts/shm-ceiling.c) measured in the same go as the
+# baselines; ends with the
 # figures of the performance targets (spec/performance.md) beside the targets:
 # the UDP path (SOFTVERBS_SHM=0) and the same-host path (SOFTVERBS_SHM=1).
 # Needs: perftest, iperf3 (apt-get install -y perftest iperf3).
@@ -50,7 +51,7 @@ field() { # key n: the median over the rounds of field n of the recorded rows, o
 # Bandwidth and message rate run for a duration (-D): perftest's default 5 000
 # iterations take about 10 ms at 64 B, which measures the start, not the rate.
 secs="${PERFTEST_SECONDS:-2}"
-tcps="" floors="" udps="" # the baselines of every round, one per line
+tcps="" floors="" udps="" shms="" # the baselines of every round, one per line
 for round in $(seq "$rounds"); do
   [[ $rounds -gt 1 ]] && echo "===== round $round of $rounds"
   shm=0
@@ -104,6 +105,14 @@ for round in $(seq "$rounds"); do
   run_pair ib_atomic_bw -D "$secs"
   echo "== latency (#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9% [usec])"
   for t in ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do run_pair "$t"; done
+  echo "== the same-host ceiling (scripts/shm-ceiling.c): two copies per byte through a shared ring, no protocol work"
+  if command -v cc >/dev/null && cc -O2 -o target/shm-ceiling scripts/shm-ceiling.c 2>/dev/null; then
+    sout=$(timeout 30 target/shm-ceiling "$secs") || true
+    echo "${sout:-no result}"
+    shms+="$(awk '/received/ { print $1 }' <<<"$sout")"$'\n'
+  else
+    echo "no C compiler: no ceiling (apt-get install -y gcc)"
+  fi
   echo "== the same-host path (SOFTVERBS_SHM=1, spec/same-host.md)"
   shm=1
   for t in ib_write_bw ib_read_bw ib_send_bw; do run_pair "$t" -D "$secs"; done
@@ -112,6 +121,7 @@ done
 tcp_mib=$(median <<<"$tcps")     # MiB/s, as perftest's MB/s (2^20 bytes)
 floor=$(median <<<"$floors")     # us, one way
 udp_mib=$(median <<<"$udps")     # MiB/s received
+shm_mib=$(median <<<"$shms")     # MiB/s received
 
 ratio() { # a b: a / b to 3 places, or "-"
   if [[ -n "$1" && -n "$2" ]]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; else echo -; fi
@@ -141,6 +151,10 @@ row "ib_atomic_bw message rate" "$(orx "$(field "ib_atomic_bw -D $secs" 5)")" Mp
 row "same host: ib_write_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_write_bw -D $secs" 4)" "$tcp_mib")" x ">= 3"
 row "same host: ib_read_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_read_bw -D $secs" 4)" "$tcp_mib")" x ">= 3"
 row "same host: ib_send_bw 64 KiB / iperf3 TCP" "$(ratio "$(field "shm ib_send_bw -D $secs" 4)" "$tcp_mib")" x ">= 3"
+row "the same-host ceiling / iperf3 TCP" "$(ratio "$shm_mib" "$tcp_mib")" x ""
+for t in ib_write_bw ib_read_bw ib_send_bw; do
+  row "same host: $t 64 KiB / the same-host ceiling" "$(ratio "$(field "shm $t -D $secs" 4)" "$shm_mib")" x ""
+done
 row "same host: ib_write_lat 2 B typical" "$(orx "$(field "shm ib_write_lat" 5)")" us "<= 2"
 row "same host: ib_send_lat 2 B typical / p99" "$(orx "$(field "shm ib_send_lat" 5)") / $(orx "$(field "shm ib_send_lat" 8)")" us ""
 echo "  (thread scaling: softverbs perf --threads)"
