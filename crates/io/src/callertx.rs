@@ -65,7 +65,7 @@ use crate::driver::Shared;
 use crate::engine::Engine;
 use crate::options::DriverOptions;
 use crate::share::Slot;
-use crate::shm::Built;
+use crate::shm::{self, Built};
 use crate::socket;
 
 /// What the application's threads need to transmit by themselves.
@@ -256,42 +256,29 @@ impl<E: Engine> Shared<E> {
                 let (mut slot, mut taken) = (0, 0);
                 while taken < g.q.slots() {
                     taken += 1;
-                    if let Some(p) = path.as_mut().filter(|_| g.q.is_empty()) {
-                        let (q, claims) = (&mut g.q, &mut g.claims);
-                        let buf = q.slot_mut(slot);
-                        let max = buf.len();
-                        let built = p.build_in_ring(max, buf, &self.counters, |room| {
-                            engine.poll_transmit_run(now, room, claims)
-                        });
-                        match built {
-                            Built::Sent(t) => {
-                                count_sent(&self.counters, t.len);
-                                sent += 1;
-                                continue;
-                            }
-                            Built::Copied(t) => {
-                                g.q.push(Item::of(slot, &t));
-                                slot += 1;
-                                continue;
-                            }
-                            Built::Nothing => break,
-                            Built::NotTried => {}
+                    let path = path.as_mut().filter(|_| g.q.is_empty()).map(|p| &mut **p);
+                    let (q, claims) = (&mut g.q, &mut g.claims);
+                    let built = shm::next_datagram(path, q.slot_mut(slot), &self.counters, |b| {
+                        engine.poll_transmit_run(now, b, claims)
+                    });
+                    match built {
+                        Built::Sent(t) => {
+                            count_sent(&self.counters, t.len);
+                            sent += 1;
                         }
+                        Built::InSlot(t) if t.len > q.slot_mut(slot).len() => {
+                            Counters::add(&self.counters.send_errors, 1);
+                            tracing::error!(
+                                len = t.len,
+                                "engine reported a datagram longer than its buffer"
+                            );
+                        }
+                        Built::InSlot(t) => {
+                            q.push(Item::of(slot, &t));
+                            slot += 1;
+                        }
+                        Built::Nothing => break,
                     }
-                    let Some(t) = engine.poll_transmit_run(now, g.q.slot_mut(slot), &mut g.claims)
-                    else {
-                        break;
-                    };
-                    if t.len > g.q.slot_mut(slot).len() {
-                        Counters::add(&self.counters.send_errors, 1);
-                        tracing::error!(
-                            len = t.len,
-                            "engine reported a datagram longer than its buffer"
-                        );
-                        continue;
-                    }
-                    g.q.push(Item::of(slot, &t));
-                    slot += 1;
                 }
                 more = taken == g.q.slots() && engine.has_work();
                 while let Some(n) = engine.poll_notification() {

@@ -51,7 +51,7 @@ use crate::engine::{Engine, Notification};
 use crate::hold::Dir;
 use crate::options::DriverOptions;
 use crate::share::{self, Slot};
-use crate::shm::Built;
+use crate::shm::{next_datagram, Built};
 use crate::socket::{self, SendOutcome};
 use crate::sys;
 
@@ -630,32 +630,21 @@ impl<E: Engine> Progress<E> {
             let c = &self.shared.counters;
             for i in 0..max.min(q.slots()) {
                 let now = self.shared.clock.now();
-                if let Some(p) = path.as_mut().filter(|_| collected.is_empty()) {
-                    let buf = q.slot_mut(i);
-                    let built_in = p.build_in_ring(buf.len(), buf, c, |room| {
-                        engine.poll_transmit_run(now, room, claims)
-                    });
-                    match built_in {
-                        Built::Sent(t) => {
-                            Counters::add(&c.datagrams_sent, 1);
-                            Counters::add(&c.bytes_sent, t.len as u64);
-                            built += 1;
-                            continue;
-                        }
-                        Built::Copied(t) => {
-                            collected.push((i, t, now));
-                            continue;
-                        }
-                        Built::Nothing => break,
-                        Built::NotTried => {}
-                    }
-                }
                 // Runs only for peers named reached intact: none while
                 // this driver has faults or a capture (ShmPath::take_intact).
-                let Some(t) = engine.poll_transmit_run(now, q.slot_mut(i), claims) else {
-                    break;
-                };
-                collected.push((i, t, now));
+                let path = path.as_mut().filter(|_| collected.is_empty());
+                let built_in = next_datagram(path.map(|p| &mut **p), q.slot_mut(i), c, |b| {
+                    engine.poll_transmit_run(now, b, claims)
+                });
+                match built_in {
+                    Built::Sent(t) => {
+                        Counters::add(&c.datagrams_sent, 1);
+                        Counters::add(&c.bytes_sent, t.len as u64);
+                        built += 1;
+                    }
+                    Built::InSlot(t) => collected.push((i, t, now)),
+                    Built::Nothing => break,
+                }
             }
         }
         let n = collected.len() + built;

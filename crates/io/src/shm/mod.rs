@@ -49,7 +49,7 @@
 //!   and its sender's engine then computes no ICRC for it
 //!   ([`ShmPath::take_intact`]). An application thread's transmit has the
 //!   engine build a datagram straight into the ring it is for
-//!   ([`ShmPath::build_in_ring`]).
+//!   ([`next_datagram`]).
 //!
 //! Files: this one (the path, receiving), `send.rs` (where a datagram goes,
 //! pushing and building into rings, the connections to receivers),
@@ -118,19 +118,32 @@ pub fn enabled_by(value: &str) -> bool {
     matches!(value.trim(), "1" | "on" | "yes" | "true")
 }
 
-/// What [`ShmPath::build_in_ring`] did.
+/// What [`next_datagram`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Built {
-    /// Built in the ring and published there.
+    /// Built in a peer's ring and published there.
     Sent(Transmit),
-    /// Built in the ring but for another destination: copied to the
-    /// fallback buffer's start, nothing published; send it as usual.
-    Copied(Transmit),
+    /// Built in the slot (or in a ring for another destination and copied
+    /// to the slot's start, nothing published): send it as usual.
+    InSlot(Transmit),
     /// The engine had nothing to send.
     Nothing,
-    /// No ring to build in (no last peer, not ready, or full): build it the
-    /// usual way.
-    NotTried,
+}
+
+/// The next datagram `poll` builds: straight into a peer's ring when
+/// `path` is given (only while nothing of the sender's batch is queued
+/// before it: it must not overtake one) and it can
+/// ([`ShmPath::build_in_ring`]), else into `slot`.
+pub(crate) fn next_datagram(
+    path: Option<&mut ShmPath>,
+    slot: &mut [u8],
+    c: &Counters,
+    mut poll: impl FnMut(&mut [u8]) -> Option<Transmit>,
+) -> Built {
+    if let Some(built) = path.and_then(|p| p.build_in_ring(slot, c, &mut poll)) {
+        return built;
+    }
+    poll(slot).map_or(Built::Nothing, Built::InSlot)
 }
 
 /// What became of a datagram handed to [`ShmPath::send`].

@@ -95,36 +95,30 @@ impl ShmPath {
     }
 
     /// Has `build` write the next datagram straight into the ring of the
-    /// peer the last one went to, `max` bytes of room at most, and
-    /// publishes it there (marked intact) if it is that peer's: one copy
-    /// fewer than building it in a batch and pushing it (spec/same-host.md
-    /// §4, lever 3). For a sender with no faults or capture, and only when
-    /// nothing of its batch is queued before this datagram (it must not
-    /// overtake one). See [`Built`].
-    pub(crate) fn build_in_ring(
+    /// peer the last one went to, `fallback.len()` bytes of room at most,
+    /// and publishes it there (marked intact) if it is that peer's: one
+    /// copy fewer than building it in a batch and pushing it
+    /// (spec/same-host.md §4, lever 3). `None` when there is no ring to
+    /// build in (no last peer, not ready, or full): `build` was not called.
+    pub(super) fn build_in_ring(
         &mut self,
-        max: usize,
         fallback: &mut [u8],
         c: &Counters,
         build: impl FnOnce(&mut [u8]) -> Option<Transmit>,
-    ) -> Built {
+    ) -> Option<Built> {
         let local = self.local;
-        let Some(key) = self.last else {
-            return Built::NotTried;
-        };
+        let key = self.last?;
         let Some(Peer::Open(out)) = self
             .peers
             .get_mut(&key)
             .filter(|p| matches!(p, Peer::Open(o) if o.ready))
         else {
             self.last = None;
-            return Built::NotTried;
+            return None;
         };
-        let Some(room) = out.ring.reserve(max) else {
-            return Built::NotTried;
-        };
+        let room = out.ring.reserve(fallback.len())?;
         let Some(t) = build(room) else {
-            return Built::Nothing;
+            return Some(Built::Nothing);
         };
         let Some(bytes) = out.ring.reserved(t.len) else {
             Counters::add(&c.send_errors, 1);
@@ -132,18 +126,18 @@ impl ShmPath {
                 len = t.len,
                 "engine reported a datagram longer than its buffer"
             );
-            return Built::Nothing;
+            return Some(Built::Nothing);
         };
         if destination(local, t.to, bytes) != Some(key) {
             fallback[..t.len].copy_from_slice(bytes);
-            return Built::Copied(t);
+            return Some(Built::InSlot(t));
         }
         out.ring.commit(t.len, ring::Meta::new(true, t.segments));
         Counters::add(&c.shm_datagrams_sent, 1);
         Counters::add(&c.shm_built_in_ring, 1);
         Counters::add(&c.shm_runs_sent, u64::from(t.segments.is_some()));
         wake(out, c);
-        Built::Sent(t)
+        Some(Built::Sent(t))
     }
 
     /// Sends what it can from the head of `run` through the rings (see
