@@ -75,6 +75,65 @@ fn rnr_on_write_only_with_imm_then_the_retry_succeeds() {
     assert_eq!((ca.rnr_naks_received, ca.retransmitted_packets), (1, 1));
 }
 
+/// After an RNR NAK the responder sends no further NAK until the NAKed PSN
+/// comes again (qib/hfi1 `r_nak_state`: an RNR NAK, like a sequence NAK,
+/// is "a NAK already sent"): the packets behind the refused one are dropped
+/// in silence, not answered with a PSN-sequence NAK that would have the
+/// requester resend at once instead of after the RNR delay. One RNR wait,
+/// one resend round, and all three SENDs land.
+#[test]
+fn no_sequence_nak_follows_an_rnr_nak() {
+    let mut net = Net::new();
+    let (qa, _, qb, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 4096, 1);
+    let (lb, _) = net.b.mr(0, 4096, 1);
+    net.a.mem.write(BASE, &pattern(48, 6));
+    for i in 0..3u64 {
+        let sg = [Sge {
+            addr: BASE + 16 * i,
+            length: 16,
+            lkey: la,
+        }];
+        post(&mut net.a, qa, i, WrOpcode::Send, &sg, WrTarget::None);
+    }
+    // B takes all three with no receive posted: one RNR NAK, two drops.
+    net.pump_once();
+    let cb = net.b.e.qp_counters(qb).unwrap();
+    assert_eq!(
+        (cb.rnr_naks_sent, cb.seq_naks_sent, cb.drop_sequence),
+        (1, 0, 2),
+        "the packets behind the RNR NAK"
+    );
+    for i in 0..3u64 {
+        let rsg = [Sge {
+            addr: BASE + 1024 + 16 * i,
+            length: 16,
+            lkey: lb,
+        }];
+        net.b
+            .e
+            .post_recv(
+                qb,
+                &RecvWr {
+                    wr_id: 10 + i,
+                    sg_list: &rsg,
+                },
+            )
+            .unwrap();
+    }
+    net.run();
+    let done: Vec<_> = net.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(done, [0, 1, 2].map(|i| (i, WcStatus::Success)));
+    assert_eq!(net.b.poll().len(), 3);
+    assert_eq!(net.b.mem.snapshot(BASE + 1024, 48), pattern(48, 6));
+    let ca = net.a.e.qp_counters(qa).unwrap();
+    assert_eq!(
+        (ca.rnr_naks_received, ca.seq_naks_received, ca.retransmit_rounds),
+        (1, 0, 1)
+    );
+    assert_eq!(net.b.e.qp_counters(qb).unwrap().seq_naks_sent, 0);
+}
+
 /// READ W1 (two response packets) then READ W2. W1's LAST response is lost,
 /// W2's ONLY arrives: it implies W1's response was lost (resend from W1's
 /// missing packet); W2's response itself is for a later WQE and must be

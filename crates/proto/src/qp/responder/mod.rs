@@ -208,7 +208,8 @@ pub struct Responder {
     pub epsn: Psn,
     /// Messages completed (24 bits).
     pub msn: u32,
-    /// A PSN-sequence NAK is outstanding (rc-reliability.md §3 step 1).
+    /// A PSN-sequence or RNR NAK is outstanding (rc-reliability.md §3 step
+    /// 1): no other NAK until the expected PSN arrives.
     nak_sent: bool,
     /// PSN of the last executed SEND/WRITE/atomic packet (ACK for duplicates).
     ack_psn: Psn,
@@ -316,6 +317,10 @@ impl Responder {
                     timer_code: env.min_rnr_timer,
                 };
                 self.outbox.push_back(Response::Ack { psn, syndrome });
+                // A NAK is outstanding: the packets behind this one are
+                // dropped in silence until it comes again (qib/hfi1
+                // `r_nak_state`), no sequence NAK cutting the RNR wait short.
+                self.nak_sent = true;
                 return;
             }
             Refusal::InvalidRequest => (NakCode::InvalidRequest, Some(Fatal::InvalidRequest)),
