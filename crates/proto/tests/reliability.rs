@@ -19,6 +19,16 @@ fn post(n: &mut Node, qp: QpHandle, wr_id: u64, op: WrOpcode, sg: &[Sge], t: WrT
     n.e.post_send(qp, &send_wr(wr_id, op, sg, t), None).unwrap();
 }
 
+/// Posts a receive of `length` bytes at `addr` (one SGE).
+fn post_recv(n: &mut Node, qp: QpHandle, wr_id: u64, addr: u64, length: u32, lkey: u32) {
+    let sg_list = [Sge { addr, length, lkey }];
+    let wr = RecvWr {
+        wr_id,
+        sg_list: &sg_list,
+    };
+    n.e.post_recv(qp, &wr).unwrap();
+}
+
 /// An RNR NAK for a WRITE_ONLY_WITH_IMMEDIATE must leave the responder as it
 /// was: the resent packet is the same ONLY packet, not an invalid request.
 #[test]
@@ -42,21 +52,7 @@ fn rnr_on_write_only_with_imm_then_the_retry_succeeds() {
     net.pump_once();
     net.pump_once();
     assert_eq!(net.b.e.qp_counters(qb).unwrap().rnr_naks_sent, 1);
-    let rsg = [Sge {
-        addr: BASE + 2048,
-        length: 16,
-        lkey: lb,
-    }];
-    net.b
-        .e
-        .post_recv(
-            qb,
-            &RecvWr {
-                wr_id: 9,
-                sg_list: &rsg,
-            },
-        )
-        .unwrap();
+    post_recv(&mut net.b, qb, 9, BASE + 2048, 16, lb);
     net.run();
     let wa = net.a.poll();
     assert_eq!(
@@ -105,21 +101,7 @@ fn no_sequence_nak_follows_an_rnr_nak() {
         "the packets behind the RNR NAK"
     );
     for i in 0..3u64 {
-        let rsg = [Sge {
-            addr: BASE + 1024 + 16 * i,
-            length: 16,
-            lkey: lb,
-        }];
-        net.b
-            .e
-            .post_recv(
-                qb,
-                &RecvWr {
-                    wr_id: 10 + i,
-                    sg_list: &rsg,
-                },
-            )
-            .unwrap();
+        post_recv(&mut net.b, qb, 10 + i, BASE + 1024 + 16 * i, 16, lb);
     }
     net.run();
     let done: Vec<_> = net.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
@@ -128,7 +110,11 @@ fn no_sequence_nak_follows_an_rnr_nak() {
     assert_eq!(net.b.mem.snapshot(BASE + 1024, 48), pattern(48, 6));
     let ca = net.a.e.qp_counters(qa).unwrap();
     assert_eq!(
-        (ca.rnr_naks_received, ca.seq_naks_received, ca.retransmit_rounds),
+        (
+            ca.rnr_naks_received,
+            ca.seq_naks_received,
+            ca.retransmit_rounds
+        ),
         (1, 0, 1)
     );
     assert_eq!(net.b.e.qp_counters(qb).unwrap().seq_naks_sent, 0);
@@ -204,20 +190,7 @@ fn implied_naks_spend_the_retry_budget() {
         false
     }));
     for i in 0..4 {
-        net.b
-            .e
-            .post_recv(
-                qb,
-                &RecvWr {
-                    wr_id: 100 + i,
-                    sg_list: &[Sge {
-                        addr: BASE + 4096,
-                        length: 64,
-                        lkey: lb,
-                    }],
-                },
-            )
-            .unwrap();
+        post_recv(&mut net.b, qb, 100 + i, BASE + 4096, 64, lb);
     }
     let sg = [Sge {
         addr: BASE,
@@ -254,20 +227,7 @@ fn counters_stay_zero_without_faults_and_add_up() {
     let (qa, _, qb, _) = connect(&mut net, QpType::Rc);
     let (la, _) = net.a.mr(0, 8192, 1);
     let (lb, rb) = net.b.mr(0, 8192, 1 | 2 | 4);
-    net.b
-        .e
-        .post_recv(
-            qb,
-            &RecvWr {
-                wr_id: 7,
-                sg_list: &[Sge {
-                    addr: BASE,
-                    length: 4096,
-                    lkey: lb,
-                }],
-            },
-        )
-        .unwrap();
+    post_recv(&mut net.b, qb, 7, BASE, 4096, lb);
     let sg = [Sge {
         addr: BASE,
         length: 3000,
@@ -383,20 +343,7 @@ fn an_rnr_rewind_does_not_skip_a_read_waiting_for_its_resend() {
     net.pump_once();
     net.pump_once();
     assert_eq!(net.a.e.qp_counters(qa).unwrap().rnr_naks_received, 1);
-    net.b
-        .e
-        .post_recv(
-            qb,
-            &RecvWr {
-                wr_id: 5,
-                sg_list: &[Sge {
-                    addr: BASE,
-                    length: 64,
-                    lkey: lb,
-                }],
-            },
-        )
-        .unwrap();
+    post_recv(&mut net.b, qb, 5, BASE, 64, lb);
     net.run();
     let wa = net.a.poll();
     assert_eq!(
