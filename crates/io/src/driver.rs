@@ -36,11 +36,10 @@
 //! datagram, counts `send_errors` and logs a warning: the reliable transport
 //! retransmits, an unreliable one (UD) loses a packet as a NIC would.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
@@ -50,7 +49,7 @@ use crate::clock::{Clock, Nanos};
 use crate::counters::{CounterSnapshot, Counters};
 use crate::engine::Engine;
 use crate::eventfd::EventFd;
-use crate::events::{AsyncEventQueue, CompletionChannel, DEFAULT_EVENT_CAPACITY};
+use crate::events::{AsyncEventQueue, CompletionChannel, Registry, DEFAULT_EVENT_CAPACITY};
 use crate::options::DriverOptions;
 use crate::progress::Progress;
 use crate::socket;
@@ -121,11 +120,11 @@ pub(crate) struct Shared<E: Engine> {
     pub(crate) stop: AtomicBool,
     pub(crate) counters: Counters,
     pub(crate) clock: Clock,
-    pub(crate) channels: Mutex<HashMap<u32, Weak<CompletionChannel>>>,
+    pub(crate) channels: Registry<u32, CompletionChannel>,
     /// Each open context's async-event queue, by the context's id: an
     /// event goes to the context that owns its object, as the kernel's
     /// per-file async queue does.
-    pub(crate) async_queues: Mutex<HashMap<u64, Weak<AsyncEventQueue>>>,
+    pub(crate) async_queues: Registry<u64, AsyncEventQueue>,
     /// The multicast groups the device joined (crate::mcast), and a count of
     /// their changes (the progress thread re-reads the list when it moves).
     pub(crate) groups: Mutex<Vec<crate::mcast::GroupSocket>>,
@@ -160,8 +159,8 @@ impl<E: Engine> Shared<E> {
             stop: AtomicBool::new(false),
             counters: Counters::default(),
             clock,
-            channels: Mutex::new(HashMap::new()),
-            async_queues: Mutex::new(HashMap::new()),
+            channels: Registry::default(),
+            async_queues: Registry::default(),
             groups: Mutex::new(Vec::new()),
             groups_version: std::sync::atomic::AtomicU64::new(0),
             raw: Default::default(),
@@ -203,27 +202,14 @@ impl<E: Engine> Shared<E> {
         }
     }
 
-    fn async_queue(&self, ctx: u64) -> Option<Arc<AsyncEventQueue>> {
-        let queues = self
-            .async_queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        queues.get(&ctx).and_then(Weak::upgrade)
-    }
-
-    pub(crate) fn channel(&self, id: u32) -> Option<Arc<CompletionChannel>> {
-        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        channels.get(&id).and_then(Weak::upgrade)
-    }
-
     /// Hands a notification to its channel or the async-event queue, counted.
     pub(crate) fn deliver(&self, n: crate::engine::Notification) {
         use crate::engine::Notification;
         let delivered = match n {
             Notification::Completion { channel, cq } => {
-                self.channel(channel).is_some_and(|ch| ch.notify(cq))
+                self.channels.get(&channel).is_some_and(|ch| ch.notify(cq))
             }
-            Notification::Async(ev) => self.async_queue(ev.ctx).is_some_and(|q| q.push(ev)),
+            Notification::Async(ev) => self.async_queues.get(&ev.ctx).is_some_and(|q| q.push(ev)),
         };
         let c = &self.counters;
         if delivered {
@@ -410,13 +396,7 @@ impl<E: Engine> Driver<E> {
     pub fn create_completion_channel(&self) -> io::Result<Arc<CompletionChannel>> {
         let id = self.next_channel.fetch_add(1, SeqCst);
         let channel = Arc::new(CompletionChannel::new(id)?);
-        let mut channels = self
-            .shared
-            .channels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        channels.retain(|_, weak| weak.strong_count() > 0);
-        channels.insert(id, Arc::downgrade(&channel));
+        self.shared.channels.insert(id, &channel);
         Ok(channel)
     }
 
@@ -427,13 +407,7 @@ impl<E: Engine> Driver<E> {
     /// every `Arc` unregisters it (later events for it count as dropped).
     pub fn open_async_queue(&self, ctx: u64) -> io::Result<Arc<AsyncEventQueue>> {
         let queue = Arc::new(AsyncEventQueue::new(DEFAULT_EVENT_CAPACITY)?);
-        let mut queues = self
-            .shared
-            .async_queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        queues.retain(|_, weak| weak.strong_count() > 0);
-        queues.insert(ctx, Arc::downgrade(&queue));
+        self.shared.async_queues.insert(ctx, &queue);
         Ok(queue)
     }
 

@@ -9,11 +9,12 @@
 //! A full queue drops the new event and counts it; it never blocks the
 //! progress thread.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use crate::engine::AsyncEvent;
@@ -114,8 +115,39 @@ impl<T> AsRawFd for EventQueue<T> {
     }
 }
 
-/// The device's asynchronous events (`ctx->async_fd`).
+/// A context's asynchronous events (`ctx->async_fd`).
 pub type AsyncEventQueue = EventQueue<AsyncEvent>;
+
+/// Where the driver finds the queues it delivers to, by id, held weakly: a
+/// queue its owner dropped is gone from here too (what comes for it
+/// afterwards counts as dropped).
+#[derive(Debug)]
+pub(crate) struct Registry<K, T>(Mutex<HashMap<K, Weak<T>>>);
+
+impl<K, T> Default for Registry<K, T> {
+    fn default() -> Self {
+        Registry(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: Eq + Hash, T> Registry<K, T> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<K, Weak<T>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers `value` under `key` (replacing what was there), and
+    /// forgets the dropped ones.
+    pub(crate) fn insert(&self, key: K, value: &Arc<T>) {
+        let mut map = self.lock();
+        map.retain(|_, weak| weak.strong_count() > 0);
+        map.insert(key, Arc::downgrade(value));
+    }
+
+    /// The queue under `key`, if its owner still holds it.
+    pub(crate) fn get(&self, key: &K) -> Option<Arc<T>> {
+        self.lock().get(key).and_then(Weak::upgrade)
+    }
+}
 
 /// A completion channel (`ibv_comp_channel`): CQ ids whose notification fired.
 /// Created by [`crate::Driver::create_completion_channel`], which gives it an id
