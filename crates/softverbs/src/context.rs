@@ -51,7 +51,7 @@ impl Context {
             Ok(q) => q,
             Err(e) => {
                 // Nothing was made from it yet.
-                let _ = dev.with(|e| e.close_context(h));
+                let _ = dev.with(|engine| engine.close_context(h));
                 return Err(Error::Os {
                     op: "opening the context's async-event queue",
                     source: e.into(),

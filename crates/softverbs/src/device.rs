@@ -169,13 +169,15 @@ impl sv_io::Engine for DeviceEngine {
 
     fn poll_notification(&self) -> Option<Notification> {
         loop {
-            return Some(match self.engine.poll_event()? {
-                Event::Completion { cq, channel } => Notification::Completion {
-                    channel,
-                    cq: cq.raw(),
-                },
+            match self.engine.poll_event()? {
+                Event::Completion { cq, channel } => {
+                    return Some(Notification::Completion {
+                        channel,
+                        cq: cq.raw(),
+                    })
+                }
                 Event::Async { kind, element } => {
-                    // Gone since: its events go with it.
+                    // An object gone since takes its events with it.
                     let Some(ctx) = self.engine.event_owner(element) else {
                         continue;
                     };
@@ -184,13 +186,13 @@ impl sv_io::Engine for DeviceEngine {
                         EventElement::Cq(h) => h.raw(),
                         EventElement::Srq(h) => h.raw(),
                     };
-                    Notification::Async(AsyncEvent {
+                    return Some(Notification::Async(AsyncEvent {
                         kind: kind as u32,
                         element,
                         ctx: ctx.raw(),
-                    })
+                    }));
                 }
-            });
+            }
         }
     }
 }
