@@ -202,7 +202,7 @@ impl<E: Engine> Shared<E> {
         }
     }
 
-    /// Hands a notification to its channel or the async-event queue, counted.
+    /// Hands a notification to its channel or its context's async-event queue, counted.
     pub(crate) fn deliver(&self, n: crate::engine::Notification) {
         use crate::engine::Notification;
         let delivered = match n {
