@@ -8,12 +8,15 @@
 //! - [`crate::cm::CmCounters`] and [`GsiCounters`] (`proto`): CM MADs sent,
 //!   resent and received by kind, MADs dropped by reason, and datagrams to
 //!   QP1 that were not GSI MADs;
+//! - [`RawCounters`] (`proto`): RAW_PACKET frames sent and received, and
+//!   received frames dropped by reason;
 //! - [`QpCounters`] (`proto`, from [`crate::QueuePair::counters`]):
 //!   retransmissions, timeouts, RNR and sequence NAKs, duplicates, drops.
 
 use crate::context::Context;
 
 pub use proto::datapath::DeviceCounters as EngineCounters;
+pub use proto::frame::RawCounters;
 pub use proto::gsi::GsiCounters;
 pub use proto::qp::data::QpCounters;
 pub use sv_io::CounterSnapshot as IoCounters;
@@ -30,6 +33,8 @@ pub struct DeviceCounters {
     pub cm: crate::cm::CmCounters,
     /// QP1: MADs carried, datagrams that were not GSI MADs.
     pub gsi: GsiCounters,
+    /// RAW_PACKET QPs' frames.
+    pub raw: RawCounters,
 }
 
 impl Context {
@@ -40,6 +45,7 @@ impl Context {
             io: self.inner.dev.driver.counters(),
             cm: self.with(|e| e.cm_counters()),
             gsi: self.with(|e| e.gsi_counters()),
+            raw: self.with(|e| e.raw_counters()),
         }
     }
 }

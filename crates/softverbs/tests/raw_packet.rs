@@ -398,7 +398,14 @@ fn rss_spreads_frames_over_the_tables_wqs() {
             got.extend(cq.wait(32, Duration::from_millis(20)));
         }
     }
-    assert_eq!(got.len(), 32, "every frame reached a WQ: {got:?}");
+    let c = ctx.counters();
+    assert_eq!(
+        got.len(),
+        32,
+        "every frame reached a WQ: {got:?}\nraw: {:?}\nio: {:?}",
+        c.raw,
+        c.io
+    );
     let wq_nums: Vec<u32> = wqs.iter().map(WorkQueue::wq_num).collect();
     let mut used = std::collections::BTreeSet::new();
     let mut scratch = Vec::new();
