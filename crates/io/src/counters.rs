@@ -58,6 +58,9 @@ counters! {
     poll_receive_calls,
     /// Datagrams those reads handed to the engine.
     poll_receive_datagrams,
+    /// Polls that left what their datagrams made (an ACK) to the program's
+    /// next post or poll (crate::pollrx::defers).
+    deferred_transmits,
     /// Polls that left an empty socket unread because the same-host rings
     /// carry the traffic (crate::pollrx, "The socket beside the rings").
     poll_socket_skips,

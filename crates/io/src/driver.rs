@@ -54,6 +54,10 @@ use crate::options::DriverOptions;
 use crate::progress::Progress;
 use crate::socket;
 
+/// How often [`Driver::flush_left`] tries to transmit before it leaves the
+/// rest to the progress thread.
+const FLUSH_TRIES: usize = 8;
+
 /// Wakes the progress thread; cheap and callable from any thread. Rings
 /// coalesce: while one is pending the next costs an atomic swap, no syscall.
 #[derive(Clone, Debug)]
@@ -202,6 +206,17 @@ impl<E: Engine> Shared<E> {
         }
     }
 
+    /// Delivers the notifications the engine has made.
+    pub(crate) fn deliver_notifications(&self) {
+        let notes: Vec<_> = {
+            let engine = self.engine();
+            std::iter::from_fn(|| engine.poll_notification()).collect()
+        };
+        for n in notes {
+            self.deliver(n);
+        }
+    }
+
     /// Hands a notification to its channel or its context's async-event queue, counted.
     pub(crate) fn deliver(&self, n: crate::engine::Notification) {
         use crate::engine::Notification;
@@ -286,7 +301,35 @@ impl<E: Engine> Driver<E> {
     /// hand what came to the engine (crate::pollrx); how many datagrams. Never
     /// blocks behind the progress thread.
     pub fn drive_receive(&self) -> usize {
-        crate::pollrx::drive(&self.shared)
+        crate::pollrx::drive(&self.shared, || 0).0
+    }
+
+    /// [`Driver::drive_receive`], then, if datagrams went to the engine,
+    /// `look` (the caller polls its CQ again: how many completions it
+    /// returns to the program): what `look` returned. When that is one or
+    /// more, what the datagrams made (an ACK) may be left to this thread's
+    /// next post or poll, to leave with its reply in one system call
+    /// (crate::pollrx::defers); [`Driver::flush_left`] sends it before a QP
+    /// changes state or goes.
+    pub fn drive_receive_then(&self, look: impl FnOnce() -> usize) -> usize {
+        crate::pollrx::drive(&self.shared, look).1
+    }
+
+    /// Sends now what was left to a polling thread's next post or poll (an
+    /// ACK a poll deferred, crate::pollrx::defers): before a QP changes
+    /// state or goes, which would take it along. Retries a few times while
+    /// another thread transmits; then the progress thread is woken.
+    pub fn flush_left(&self) {
+        let Some(tx) = &self.shared.caller_tx else {
+            return;
+        };
+        for _ in 0..FLUSH_TRIES {
+            if !tx.is_wanted() || self.shared.transmit_here().is_some() {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        self.shared.doorbell.ring();
     }
 
     /// A thread is about to block for a completion (`ibv_req_notify_cq`):

@@ -334,13 +334,16 @@ impl RxGate {
 
 /// An application thread polled an empty CQ: it renews the lease, reads
 /// the socket once without waiting if the progress thread sleeps and nobody
-/// else reads, hands the datagrams to the engine, and transmits what they
-/// made and what posts left to it (crate::callertx). How many datagrams it
-/// handed to the engine.
-pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
+/// else reads, hands the datagrams to the engine, looks at its CQ again
+/// (`look`, only if something was delivered: how many completions it
+/// returns to the program), and transmits what the datagrams made and what
+/// posts left to it (crate::callertx). What it made waits instead when the
+/// look returned a completion (see [`defers`]). How many datagrams it handed
+/// to the engine, and what `look` returned.
+pub(crate) fn drive<E: Engine>(shared: &Shared<E>, look: impl FnOnce() -> usize) -> (usize, usize) {
     let gate = &shared.rx;
     if !gate.enabled {
-        return 0;
+        return (0, 0);
     }
     let now = shared.clock.now();
     gate.renew(now);
@@ -349,9 +352,16 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
     } else {
         Read::default()
     };
+    let looked = if read.delivered > 0 { look() } else { 0 };
     // Delivering marked the gate working (RxGate::working).
     let mut busy = read.delivered > 0;
     let left = match &shared.caller_tx {
+        Some(tx) if defers(&read, looked, tx.is_wanted()) => {
+            // Left to this thread's next post or poll; the notifications go now.
+            shared.deliver_notifications();
+            Counters::add(&shared.counters.deferred_transmits, 1);
+            true
+        }
         Some(tx) if read.work || tx.take_wanted() => {
             gate.working(now);
             busy = true;
@@ -363,20 +373,36 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
         }
         _ => false,
     };
+    let end = shared.clock.now();
     if busy {
-        let end = shared.clock.now();
         gate.worked(end);
-        if left {
-            // Busy: the next poll tries again; nobody may poll again (a
-            // thread about to block), so the handshake of any other post
-            // applies.
-            shared.leave_to_poller(end);
-        }
+    }
+    if left {
+        // Busy, or deferred: the next poll or post sends it; nobody may poll
+        // again (a thread about to block), so the handshake of any other
+        // post applies.
+        shared.leave_to_poller(end);
     }
     if read.timer {
         shared.doorbell.ring();
     }
-    read.delivered
+    (read.delivered, looked)
+}
+
+/// The most datagrams a poll delivers and still leaves what they made to
+/// the next post or poll ([`defers`]).
+const DEFER_MAX_DELIVERED: usize = 2;
+
+/// Whether a poll leaves what its delivery made (an ACK) to the program's
+/// next post or poll, so that it leaves in one system call with the reply
+/// the program posts to what the poll returned (spec/performance.md §18):
+/// only when the poll returns a completion (the program acts on it at once,
+/// or its lease ends and the progress thread sends it), for a delivery of
+/// one or two datagrams (a request and perhaps the ACK of our last; a
+/// stream's ACKs leave at once, as before), and when nothing was left to
+/// this poll already (a post that waits for it leaves now).
+fn defers(read: &Read, looked: usize, wanted: bool) -> bool {
+    looked > 0 && read.work && read.delivered <= DEFER_MAX_DELIVERED && !wanted
 }
 
 /// What one application-thread read did.
@@ -572,7 +598,7 @@ mod tests {
     fn drive_all(s: &Shared<Keep>, n: usize) -> usize {
         let mut total = 0;
         for _ in 0..1000 {
-            total += drive(s);
+            total += drive(s, || 0).0;
             if total >= n {
                 break;
             }
@@ -588,11 +614,11 @@ mod tests {
         let client = UdpSocket::bind("127.0.3.42:0").unwrap();
         client.send_to(b"early", to).unwrap();
         // The progress thread is awake: not this thread's to read.
-        assert_eq!(drive(&s), 0);
+        assert_eq!(drive(&s, || 0).0, 0);
         assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
         s.rx.set_asleep(Some(u64::MAX), false, 0);
         assert_eq!(drive_all(&s, 1), 1);
-        assert_eq!(drive(&s), 0, "nothing queued");
+        assert_eq!(drive(&s, || 0).0, 0, "nothing queued");
         // More than one read's worth (loopback queues before send_to returns).
         for i in 0..10u8 {
             client.send_to(&[i; 20], to).unwrap();
@@ -602,7 +628,7 @@ mod tests {
         client.send_to(b"late", to).unwrap();
         {
             let _gate = s.rx.hold();
-            assert_eq!(drive(&s), 0);
+            assert_eq!(drive(&s, || 0).0, 0);
         }
         assert_eq!(drive_all(&s, 1), 1);
         let from = client.local_addr().unwrap();
@@ -674,7 +700,7 @@ mod tests {
         );
         assert!(!s.rx.busy(before));
         // A poll that found nothing renews it as well (from its start).
-        assert_eq!(drive(&s), 0);
+        assert_eq!(drive(&s, || 0).0, 0);
         assert!(s.rx.lease_until.load(SeqCst) <= s.clock.now() + 50_000);
     }
 
@@ -718,7 +744,7 @@ mod tests {
             let client = UdpSocket::bind("127.0.3.42:0").unwrap();
             client.send_to(b"x", socket.local_addr().unwrap()).unwrap();
             s.rx.set_asleep(Some(u64::MAX), false, 0);
-            assert_eq!(drive(&s), 0, "options {i}");
+            assert_eq!(drive(&s, || 0).0, 0, "options {i}");
             assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
             assert!(s.engine().0.lock().unwrap().is_empty());
         }

@@ -166,13 +166,14 @@ impl CompletionQueue {
     /// returns how many. Reads the CQ's ring without the engine lock and
     /// without a system call (proto::cq::SharedCq). Unless `SOFTVERBS_POLL_RX=0`,
     /// an empty ring while the progress thread sleeps makes this thread read
-    /// the socket once itself (`sv_io::Driver::drive_receive`) and look again.
+    /// the socket once itself and look again (`sv_io::Driver::drive_receive_then`).
     pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         let n = self.inner.ring.poll(max, out);
-        if n > 0 || max == 0 || self.inner.ctx.dev.driver.drive_receive() == 0 {
+        if n > 0 || max == 0 {
             return n;
         }
-        self.inner.ring.poll(max, out)
+        let driver = &self.inner.ctx.dev.driver;
+        driver.drive_receive_then(|| self.inner.ring.poll(max, out))
     }
 
     /// Polls until `n` completions arrived or `timeout` passed, yielding the

@@ -232,6 +232,8 @@ impl QpInner {
         const MAX_WAIT: Duration = Duration::from_millis(100);
         let h = self.h;
         let dev = &self.pd.ctx.dev;
+        // What was left to a polling thread (an ACK its poll deferred) first.
+        dev.driver.flush_left();
         let pending = || self.pd.with(|e| e.qp_tx_pending(h));
         if !pending() {
             // Nothing queued: an idle QP is destroyed at once.
@@ -527,6 +529,8 @@ impl<T: Transport> QueuePair<T> {
     /// changes nothing, not even the state.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), Error> {
         let h = self.inner.h;
+        // An ACK a poll left to this thread leaves before the state changes.
+        self.inner.pd.ctx.dev.driver.flush_left();
         logged(
             "modify_qp",
             self.inner.pd.with(|e| e.modify_qp(h, attr, mask).map(drop)),

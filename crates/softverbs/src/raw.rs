@@ -243,10 +243,11 @@ pub fn poll_cq_into(
     let n = cq.inner.ring.poll_with(max, &mut f);
     // Empty while the progress thread sleeps: read the socket here, look again
     // (CompletionQueue::poll).
-    if n > 0 || max == 0 || cq.inner.ctx.dev.driver.drive_receive() == 0 {
+    if n > 0 || max == 0 {
         return n;
     }
-    cq.inner.ring.poll_with(max, f)
+    let driver = &cq.inner.ctx.dev.driver;
+    driver.drive_receive_then(|| cq.inner.ring.poll_with(max, f))
 }
 
 /// `ibv_resize_cq`: returns the capacity granted; `EINVAL` below the

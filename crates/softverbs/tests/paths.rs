@@ -328,3 +328,51 @@ fn ipv6_device_rc_and_ud_grh_area() {
     );
     assert_eq!(read(&b.mr, 16384 + 40, 100), data[..100]);
 }
+
+/// The ACK of a SEND whose poll returned its completion may wait for the
+/// responder's next post or poll (sv_io's `pollrx::defers`, so that it
+/// leaves with the reply). It still leaves when the responder destroys the
+/// QP, or moves it to ERR, right after that poll, in the polling thread:
+/// the requester's SEND completes with success, not `RETRY_EXC_ERR`. Each
+/// case runs until a round's poll deferred the ACK (at most 20 rounds).
+#[test]
+fn a_deferred_ack_leaves_before_its_qp_goes_or_fails() {
+    let (a, b) = sides(10, 1 << 16);
+    let opts = RcOpts {
+        timeout: 12,
+        ..RcOpts::default()
+    };
+    for end in ["destroy", "error"] {
+        let mut deferred = 0;
+        for _ in 0..20 {
+            let (qa, qb) = rc_pair_with(&a, &a.init(), &b, &b.init(), &opts);
+            qb.post_recv(&recv_wr(1, &[b.mr.sge(0, 64)])).unwrap();
+            let before = b.ctx.counters().io.deferred_transmits;
+            let after = std::thread::scope(|s| {
+                let responder = s.spawn(|| {
+                    let wc = wait(&b.rcq, 1);
+                    let after = b.ctx.counters().io.deferred_transmits;
+                    match end {
+                        "destroy" => qb.destroy().map_err(|e| e.error).unwrap(),
+                        _ => qb.apply(Modify::to(QpState::Err)).unwrap(),
+                    }
+                    assert_eq!(wc[0].status, WcStatus::Success, "{end}");
+                    after
+                });
+                // The responder polls (its lease holds) before the SEND comes.
+                std::thread::sleep(Duration::from_millis(5));
+                post_send8(&qa, &a.mr, 7, SIG);
+                responder.join().unwrap()
+            });
+            let wc = wait(&a.scq, 1);
+            assert_eq!(ids(&wc), [(7, WcStatus::Success)], "{end}");
+            if after > before {
+                deferred += 1;
+                if deferred == 2 {
+                    break;
+                }
+            }
+        }
+        assert!(deferred > 0, "{end}: no poll deferred an ACK in 20 rounds");
+    }
+}

@@ -228,7 +228,20 @@ impl<E: Engine> Progress<E> {
                 watch_until = None;
             }
         }
+        self.transmit_left();
         self.flush_capture();
+    }
+
+    /// At the end: what was left to a polling thread's next post or poll (an
+    /// ACK a poll deferred, crate::pollrx::defers) leaves now.
+    fn transmit_left(&mut self) {
+        let shared = self.shared.clone();
+        let Some(tx) = shared.caller_tx.as_ref().filter(|tx| tx.take_wanted()) else {
+            return;
+        };
+        let mut gate = tx.gate();
+        let g = &mut *gate;
+        self.transmit_with(&mut g.q, &mut g.claims, true);
     }
 
     /// One pass; whether it did anything.

@@ -105,6 +105,8 @@ impl Connection {
     pub fn disconnect(&mut self) -> Result<(), CmError> {
         let qp = self.qp.handle();
         let id = self.id;
+        // An ACK a poll left to this thread leaves before the QP's ERR.
+        self.dev.driver.flush_left();
         self.dev.cm(|e, now| {
             let err = proto::QpAttr {
                 qp_state: proto::QpState::Err,

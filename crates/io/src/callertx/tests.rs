@@ -1,0 +1,479 @@
+//! Tests of the application threads' transmit (see the parent module).
+
+use super::*;
+use crate::engine::{Notification, Transmit};
+use crate::Driver;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// An engine that sends what is queued, in order; with an answer
+/// address, it answers every datagram it is handed with one to it.
+#[derive(Default)]
+struct Queue(Mutex<VecDeque<(SocketAddr, Vec<u8>)>>, Option<SocketAddr>);
+
+impl Queue {
+    fn q(&mut self) -> &mut VecDeque<(SocketAddr, Vec<u8>)> {
+        self.0.get_mut().unwrap()
+    }
+}
+
+impl Engine for Queue {
+    type Claims = ();
+    fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, p: &[u8]) {
+        if let Some(to) = self.1 {
+            self.0.lock().unwrap().push_back((to, [b"re:", p].concat()));
+        }
+    }
+    fn poll_transmit(&self, _: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        let (to, bytes) = self.0.lock().unwrap().pop_front()?;
+        buf[..bytes.len()].copy_from_slice(&bytes);
+        Some(Transmit {
+            to,
+            len: bytes.len(),
+            segments: None,
+        })
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        None
+    }
+    fn handle_timeout(&self, _: Nanos) {}
+    fn poll_notification(&self) -> Option<Notification> {
+        None
+    }
+    fn has_work(&self) -> bool {
+        !self.0.lock().unwrap().is_empty()
+    }
+}
+
+/// [`Queue`] whose claims (a count of datagrams taken) say they keep
+/// each QP's order: several gates. Counts its releases.
+#[derive(Default)]
+struct Ordered(Queue, AtomicU64);
+
+impl Engine for Ordered {
+    type Claims = u32;
+    const CLAIMS_ORDER: bool = true;
+    fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, p: &[u8]) {
+        self.0.handle_datagram(now, from, to, p);
+    }
+    fn poll_transmit(&self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.0.poll_transmit(now, buf)
+    }
+    fn poll_transmit_claimed(&self, now: Nanos, buf: &mut [u8], c: &mut u32) -> Option<Transmit> {
+        let t = self.0.poll_transmit(now, buf)?;
+        *c += 1;
+        Some(t)
+    }
+    fn release_claims(&self, c: &mut u32) -> bool {
+        if std::mem::take(c) > 0 {
+            self.1.fetch_add(1, SeqCst);
+        }
+        false
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        None
+    }
+    fn handle_timeout(&self, _: Nanos) {}
+    fn poll_notification(&self) -> Option<Notification> {
+        None
+    }
+    fn has_work(&self) -> bool {
+        self.0.has_work()
+    }
+}
+
+/// With an engine whose claims keep each QP's order, a post while
+/// another thread holds the first gate leaves from the posting thread
+/// through another gate, and the claims go once its batch left; with
+/// one that does not (Queue) there is one gate.
+#[test]
+fn with_ordered_claims_a_post_goes_through_a_free_gate() {
+    let opts = DriverOptions {
+        caller_tx: true,
+        ..DriverOptions::default()
+    };
+    let d = Driver::start(Ordered::default(), "127.0.61.21:0".parse().unwrap(), opts).unwrap();
+    let peer = UdpSocket::bind("127.0.61.22:0").unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let to = peer.local_addr().unwrap();
+    let tx = d.shared().caller_tx.as_ref().unwrap();
+    assert!(tx.gates.len() > 1, "a gate per core beside the first");
+    let held = tx.gate();
+    d.with(|e| e.0.q().push_back((to, vec![5; 4])));
+    assert_eq!(d.posted(true), 1, "sent by the posting thread");
+    expect(&peer, &[5; 4]);
+    assert_eq!(
+        d.with(|e| *e.1.get_mut()),
+        1,
+        "its claims went after the send"
+    );
+    drop(held);
+    let (q, _) = pair("127.0.61.23", "127.0.61.24", DriverOptions::default());
+    assert_eq!(q.shared().caller_tx.as_ref().unwrap().gates.len(), 1);
+}
+
+/// A driver with the application threads' transmit on at `ip`, and a
+/// peer socket at `peer` that receives what it sends.
+fn pair(ip: &str, peer: &str, opts: DriverOptions) -> (Driver<Queue>, UdpSocket) {
+    let opts = DriverOptions {
+        caller_tx: true,
+        ..opts
+    };
+    let d = Driver::start(Queue::default(), format!("{ip}:0").parse().unwrap(), opts).unwrap();
+    assert!(
+        d.shared().caller_tx.is_some(),
+        "the application threads' transmit is on"
+    );
+    let peer = UdpSocket::bind(format!("{peer}:0")).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    (d, peer)
+}
+
+/// A pair whose posts are all a stream (the gap is an hour) but the
+/// first, which its thread sends; `lease` the polling lease.
+fn streaming(ip: &str, peer: &str, lease: Duration) -> (Driver<Queue>, UdpSocket, SocketAddr) {
+    let opts = DriverOptions {
+        caller_tx_stream_gap: Duration::from_secs(3600),
+        poll_lease: lease,
+        ..DriverOptions::default()
+    };
+    let (d, peer) = pair(ip, peer, opts);
+    let to = peer.local_addr().unwrap();
+    sleeps(&d, 1); // not in its first pass, holding the gate
+    d.with(|e| e.q().push_back((to, vec![1; 4])));
+    assert_eq!(d.posted(true), 1, "the first post is sent by its thread");
+    expect(&peer, &[1; 4]);
+    (d, peer, to)
+}
+
+/// Waits (bounded) until the progress thread has slept `n` times.
+fn sleeps(d: &Driver<Queue>, n: u64) {
+    let start = Instant::now();
+    while d.counters().sleeps < n && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(d.counters().sleeps >= n, "the progress thread never slept");
+}
+
+fn expect(peer: &UdpSocket, want: &[u8]) {
+    let mut buf = [0u8; 16];
+    let n = peer.recv(&mut buf).expect("a datagram");
+    assert_eq!(&buf[..n], want);
+}
+
+/// A thread that took the first datagram of a message from the engine
+/// and has not yet sent it holds the transmit gate: the progress thread,
+/// woken meanwhile, must not send the message's later datagrams before
+/// it (they would overtake it; a UC receiver then drops the message, and
+/// `ibv_uc_pingpong` waited for it forever). When the gate is free, the
+/// progress thread sends the queued one first.
+#[test]
+fn the_progress_thread_never_overtakes_a_queued_datagram() {
+    let (d, peer) = pair("127.0.61.11", "127.0.61.12", DriverOptions::default());
+    let to = peer.local_addr().unwrap();
+    let tx = d.shared().caller_tx.as_ref().unwrap();
+    let mut gate = tx.gate();
+    let (first_to, first) = d.with(|e| {
+        e.q().extend((1..=3u8).map(|i| (to, vec![i; 8])));
+        e.q().pop_front().unwrap()
+    });
+    gate.q.reset();
+    gate.q.slot_mut(0)[..first.len()].copy_from_slice(&first);
+    gate.q.push(Item {
+        slot: 0,
+        to: first_to,
+        len: first.len(),
+        segments: None,
+    });
+    d.doorbell();
+    peer.set_nonblocking(true).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut buf = [0u8; 16];
+    assert!(
+        peer.recv(&mut buf).is_err(),
+        "the progress thread sent while another thread held the gate"
+    );
+    peer.set_nonblocking(false).unwrap();
+    drop(gate);
+    d.doorbell();
+    for want in 1..=3u8 {
+        expect(&peer, &[want; 8]);
+    }
+}
+
+/// What waits in the queue for room keeps the posting threads out: they
+/// ring the doorbell instead of sending, and the progress thread sends
+/// the post's datagram after the waiting one.
+#[test]
+fn a_post_while_datagrams_wait_for_room_goes_to_the_progress_thread() {
+    let (d, peer) = pair("127.0.61.13", "127.0.61.14", DriverOptions::default());
+    let to = peer.local_addr().unwrap();
+    let tx = d.shared().caller_tx.as_ref().unwrap();
+    sleeps(&d, 1);
+    let writes = d.waker().writes();
+    {
+        let mut g = tx.gate();
+        g.q.reset();
+        g.q.slot_mut(0)[..4].copy_from_slice(&[6; 4]);
+        g.q.push(Item {
+            slot: 0,
+            to,
+            len: 4,
+            segments: None,
+        });
+    }
+    d.with(|e| e.q().push_back((to, vec![7; 4])));
+    assert_eq!(d.posted(true), 0, "nothing sent from the posting thread");
+    assert!(d.waker().writes() > writes, "the doorbell rang");
+    expect(&peer, &[6; 4]);
+    expect(&peer, &[7; 4]);
+    assert_eq!(d.counters().caller_datagrams, 0);
+    assert!(
+        tx.gate().q.is_empty(),
+        "the progress thread emptied the queue"
+    );
+}
+
+/// The first post is sent by its own thread; a post that follows it
+/// within the stream gap, with nobody polling, rings the doorbell, and
+/// the progress thread sends it (in its batches).
+#[test]
+fn a_stream_of_posts_is_left_to_the_progress_thread() {
+    let (d, peer, to) = streaming("127.0.61.15", "127.0.61.16", Duration::from_micros(200));
+    let writes = d.waker().writes();
+    d.with(|e| e.q().push_back((to, vec![2; 4])));
+    assert_eq!(d.posted(true), 0, "a post within the gap is not");
+    assert!(d.waker().writes() > writes, "the doorbell rang");
+    expect(&peer, &[2; 4]);
+    assert_eq!(d.counters().caller_datagrams, 1);
+}
+
+/// Puts the progress thread to sleep aside for a polling thread's lease
+/// (a poll renews it, the doorbell makes the thread sleep again seeing it).
+fn sleep_aside(d: &Driver<Queue>) {
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "never slept aside"
+        );
+        let (n, aside) = (d.counters().sleeps, d.counters().aside_sleeps);
+        d.drive_receive();
+        d.doorbell();
+        sleeps(d, n + 1);
+        std::thread::sleep(Duration::from_millis(1));
+        let c = d.counters();
+        if c.sleeps == n + 1 && c.aside_sleeps == aside + 1 && d.shared().polled(d.now()) {
+            return;
+        }
+    }
+}
+
+/// A post while a thread polls but the progress thread sleeps watching
+/// only the socket (it went to sleep before the lease) is left to the
+/// poll and wakes the progress thread too, which then sleeps aside
+/// without sending it; the poll sends it.
+#[test]
+fn a_post_left_to_a_poll_wakes_a_progress_thread_that_would_not_wake_by_itself() {
+    let (d, peer, to) = streaming("127.0.61.21", "127.0.61.22", Duration::from_secs(30));
+    let start = Instant::now();
+    while !d.shared().rx.asleep_watching() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never asleep");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (n, writes) = (d.counters().sleeps, d.waker().writes());
+    assert_eq!(d.drive_receive(), 0);
+    d.with(|e| e.q().push_back((to, vec![2; 4])));
+    assert_eq!(d.posted(false), 0);
+    assert!(d.waker().writes() > writes, "the doorbell rang");
+    sleeps(&d, n + 1);
+    peer.set_nonblocking(true).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut buf = [0u8; 8];
+    assert!(
+        peer.recv(&mut buf).is_err(),
+        "the progress thread left it to the poll"
+    );
+    peer.set_nonblocking(false).unwrap();
+    d.drive_receive();
+    expect(&peer, &[2; 4]);
+    assert_eq!(d.counters().caller_datagrams, 2);
+}
+
+/// A stream of posts while a thread polls is left to that thread: no
+/// doorbell, and its next poll sends every datagram the engine has, in
+/// one batch, in order.
+#[test]
+fn a_stream_of_posts_while_a_thread_polls_is_sent_by_its_next_poll() {
+    let (d, peer, to) = streaming("127.0.61.17", "127.0.61.18", Duration::from_secs(30));
+    sleep_aside(&d);
+    let writes = d.waker().writes();
+    for i in 2..=5u8 {
+        d.with(|e| e.q().push_back((to, vec![i; 4])));
+        assert_eq!(d.posted(i == 2), 0, "left to the poll");
+    }
+    assert_eq!(d.waker().writes(), writes, "no doorbell");
+    assert_eq!(d.drive_receive(), 0, "nothing to read");
+    for i in 2..=5u8 {
+        expect(&peer, &[i; 4]);
+    }
+    let c = d.counters();
+    assert_eq!(c.caller_datagrams, 5);
+    assert!(c.send_calls < 5, "the poll's four went in one call");
+}
+
+/// A post left to a poll that never comes is sent by the progress
+/// thread when the lease ends.
+#[test]
+fn a_post_left_to_a_poll_that_never_comes_goes_at_the_leases_end() {
+    let (d, peer, to) = streaming("127.0.61.19", "127.0.61.20", Duration::from_millis(50));
+    let mut left = false;
+    for _ in 0..100 {
+        sleep_aside(&d);
+        let writes = d.waker().writes();
+        d.with(|e| e.q().push_back((to, vec![2; 4])));
+        assert_eq!(d.posted(false), 0);
+        if d.waker().writes() == writes {
+            left = true; // to a poll that never comes
+            break;
+        }
+        // The lease ended between the check and the post: the doorbell took it.
+        expect(&peer, &[2; 4]);
+    }
+    assert!(left, "a post was never left to a poll");
+    expect(&peer, &[2; 4]);
+    assert_eq!(
+        d.counters().caller_datagrams,
+        1,
+        "the progress thread sent it"
+    );
+}
+
+/// A datagram to our own address goes to the engine inside the flush;
+/// what the engine answers (here a datagram to a peer, as an ACK or a
+/// READ response would be) leaves from the same thread in the next
+/// round, not when the progress thread next wakes.
+#[test]
+fn the_answer_to_a_looped_back_datagram_leaves_from_the_same_thread() {
+    let (d, peer) = pair("127.0.61.23", "127.0.61.24", DriverOptions::default());
+    let (me, to) = (d.local_addr(), peer.local_addr().unwrap());
+    sleeps(&d, 1);
+    d.with(|e| {
+        e.1 = Some(to);
+        e.q().push_back((me, b"ping".to_vec()));
+    });
+    assert_eq!(d.posted(true), 2, "the ping looped back, the answer sent");
+    expect(&peer, b"re:ping");
+    let c = d.counters();
+    assert_eq!((c.loopback_datagrams, c.caller_datagrams), (1, 2));
+}
+
+/// A driver whose engine answers `peer`, its progress thread asleep aside
+/// for a poll's lease of `lease`, and the datagram `ping` from the peer
+/// waiting in its socket.
+fn answering(ip: &str, peer: &str, lease: Duration) -> (Driver<Queue>, UdpSocket, SocketAddr) {
+    let opts = DriverOptions {
+        poll_lease: lease,
+        ..DriverOptions::default()
+    };
+    let (d, peer) = pair(ip, peer, opts);
+    let to = peer.local_addr().unwrap();
+    d.with(|e| e.1 = Some(to));
+    sleep_aside(&d);
+    // The progress thread's last pass left its transmit to the poll: taken.
+    d.drive_receive();
+    peer.send_to(b"ping", d.local_addr()).unwrap();
+    (d, peer, to)
+}
+
+/// Polls until the engine was handed a datagram (bounded); `looked` is
+/// what the poll's second look at its CQ returns.
+fn poll_delivering(d: &Driver<Queue>, looked: usize) {
+    let start = Instant::now();
+    loop {
+        let mut delivered = false;
+        d.drive_receive_then(|| {
+            delivered = true;
+            looked
+        });
+        if delivered {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "nothing came");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Nothing reaches `peer` within 50 ms.
+fn silent(peer: &UdpSocket, why: &str) {
+    peer.set_nonblocking(true).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut buf = [0u8; 16];
+    assert!(peer.recv(&mut buf).is_err(), "{why}");
+    peer.set_nonblocking(false).unwrap();
+}
+
+/// A poll that hands the engine a datagram and then returns a completion
+/// leaves the engine's answer (an ACK) to the program's next post: it
+/// leaves with the reply, both in one system call. A poll that returns no
+/// completion sends the answer at once.
+#[test]
+fn an_answer_waits_for_the_reply_when_the_poll_returned_a_completion() {
+    let (d, peer, to) = answering("127.0.61.25", "127.0.61.26", Duration::from_secs(30));
+    poll_delivering(&d, 1);
+    assert_eq!(d.counters().deferred_transmits, 1);
+    silent(&peer, "the answer was sent before the reply");
+    let calls = d.counters().send_calls;
+    d.with(|e| e.q().push_back((to, b"pong".to_vec())));
+    assert_eq!(d.posted(true), 2, "the answer and the reply");
+    expect(&peer, b"re:ping");
+    expect(&peer, b"pong");
+    assert_eq!(d.counters().send_calls, calls + 1, "in one system call");
+
+    // No completion returned: the answer leaves from the poll.
+    peer.send_to(b"ping", d.local_addr()).unwrap();
+    poll_delivering(&d, 0);
+    expect(&peer, b"re:ping");
+    assert_eq!(d.counters().deferred_transmits, 1);
+}
+
+/// A deferred answer leaves when a QP is about to change state or go
+/// (`flush_left`); one left at a poll that already had a post left to it
+/// is not deferred again: the poll sends both.
+#[test]
+fn a_deferred_answer_leaves_at_flush_left_and_never_behind_a_waiting_post() {
+    let (d, peer, to) = answering("127.0.61.27", "127.0.61.28", Duration::from_secs(30));
+    poll_delivering(&d, 1);
+    silent(&peer, "deferred");
+    d.flush_left();
+    expect(&peer, b"re:ping");
+    assert!(!d.shared().caller_tx.as_ref().unwrap().is_wanted());
+
+    // A post left to the poll (a stream), then a delivery that returns a
+    // completion: sent at once, the post first.
+    d.with(|e| e.q().push_back((to, b"post".to_vec())));
+    assert_eq!(d.posted(false), 0, "left to the poll");
+    peer.send_to(b"ping", d.local_addr()).unwrap();
+    poll_delivering(&d, 1);
+    expect(&peer, b"post");
+    expect(&peer, b"re:ping");
+    assert_eq!(d.counters().deferred_transmits, 1);
+}
+
+/// A deferred answer whose program never posts or polls again leaves
+/// from the progress thread when the lease ends, and counts against the
+/// lease (a transmit waited for a thread that stopped polling).
+#[test]
+fn a_deferred_answer_nobody_takes_goes_at_the_leases_end() {
+    let (d, peer, _) = answering("127.0.61.29", "127.0.61.30", Duration::from_millis(50));
+    let shrinks = d.counters().lease_shrinks;
+    poll_delivering(&d, 1);
+    let sent = d.counters().caller_datagrams;
+    expect(&peer, b"re:ping");
+    let c = d.counters();
+    assert_eq!(c.deferred_transmits, 1);
+    assert_eq!(c.caller_datagrams, sent, "the progress thread sent it");
+    assert!(c.lease_shrinks > shrinks, "the lease shrank");
+}
