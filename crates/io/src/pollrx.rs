@@ -332,18 +332,30 @@ impl RxGate {
     }
 }
 
+/// What a poll's second look at its CQ returned
+/// ([`crate::Driver::drive_receive_then`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Looked {
+    /// Completions returned to the program.
+    pub completions: usize,
+    /// One of them was a receive's: the program may post its reply at once.
+    pub receive: bool,
+}
+
 /// An application thread polled an empty CQ: it renews the lease, reads
 /// the socket once without waiting if the progress thread sleeps and nobody
 /// else reads, hands the datagrams to the engine, looks at its CQ again
-/// (`look`, only if something was delivered: how many completions it
-/// returns to the program), and transmits what the datagrams made and what
-/// posts left to it (crate::callertx). What it made waits instead when the
-/// look returned a completion (see [`defers`]). How many datagrams it handed
-/// to the engine, and what `look` returned.
-pub(crate) fn drive<E: Engine>(shared: &Shared<E>, look: impl FnOnce() -> usize) -> (usize, usize) {
+/// (`look`, only if something was delivered), and transmits what the
+/// datagrams made and what posts left to it (crate::callertx). What they
+/// made waits instead when the look returned a receive (see [`defers`]).
+/// How many datagrams it handed to the engine, and what `look` returned.
+pub(crate) fn drive<E: Engine>(
+    shared: &Shared<E>,
+    look: impl FnOnce() -> Looked,
+) -> (usize, Looked) {
     let gate = &shared.rx;
     if !gate.enabled {
-        return (0, 0);
+        return (0, Looked::default());
     }
     let now = shared.clock.now();
     gate.renew(now);
@@ -352,7 +364,11 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>, look: impl FnOnce() -> usize)
     } else {
         Read::default()
     };
-    let looked = if read.delivered > 0 { look() } else { 0 };
+    let looked = if read.delivered > 0 {
+        look()
+    } else {
+        Looked::default()
+    };
     // Delivering marked the gate working (RxGate::working).
     let mut busy = read.delivered > 0;
     let left = match &shared.caller_tx {
@@ -396,13 +412,23 @@ const DEFER_MAX_DELIVERED: usize = 2;
 /// Whether a poll leaves what its delivery made (an ACK) to the program's
 /// next post or poll, so that it leaves in one system call with the reply
 /// the program posts to what the poll returned (spec/performance.md §18):
-/// only when the poll returns a completion (the program acts on it at once,
-/// or its lease ends and the progress thread sends it), for a delivery of
-/// one or two datagrams (a request and perhaps the ACK of our last; a
-/// stream's ACKs leave at once, as before), and when nothing was left to
-/// this poll already (a post that waits for it leaves now).
-fn defers(read: &Read, looked: usize, wanted: bool) -> bool {
-    looked > 0 && read.work && read.delivered <= DEFER_MAX_DELIVERED && !wanted
+/// - only when the poll returns a receive's completion (the program acts
+///   on it at once, or its lease ends and the progress thread sends it):
+///   after a send's completion a program often waits for its peer instead
+///   (`ib_write_lat` spins on memory), and an ACK left then measured more
+///   stalls of a millisecond (§18);
+/// - for a delivery of one or two datagrams (a request and perhaps the ACK
+///   of our last; a stream's ACKs leave at once, as before);
+/// - from the socket only: an answer into a same-host ring costs no system
+///   call to save (and deferring it measured worse, §18);
+/// - when nothing was left to this poll already (a post that waits for it
+///   leaves now).
+fn defers(read: &Read, looked: Looked, wanted: bool) -> bool {
+    looked.receive
+        && read.work
+        && read.delivered <= DEFER_MAX_DELIVERED
+        && read.from_rings == 0
+        && !wanted
 }
 
 /// What one application-thread read did.
@@ -410,6 +436,8 @@ fn defers(read: &Read, looked: usize, wanted: bool) -> bool {
 struct Read {
     /// Datagrams handed to the engine.
     delivered: usize,
+    /// Of them, those a same-host ring carried.
+    from_rings: usize,
     /// The engine has something to send or deliver since.
     work: bool,
     /// Its next deadline comes before the sleeping progress thread's wake-up.
@@ -433,7 +461,8 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
         Counters::add(&shared.counters.poll_socket_skips, 1);
         0
     };
-    let delivered = from_socket + read_rings(shared, now);
+    let from_rings = read_rings(shared, now);
+    let delivered = from_socket + from_rings;
     if delivered == 0 {
         return Read::default();
     }
@@ -443,6 +472,7 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
     let until = shared.rx.until.load(SeqCst);
     Read {
         delivered,
+        from_rings,
         work: e.has_work(),
         timer: e.poll_timeout().is_some_and(|t| t < until),
     }
@@ -598,7 +628,7 @@ mod tests {
     fn drive_all(s: &Shared<Keep>, n: usize) -> usize {
         let mut total = 0;
         for _ in 0..1000 {
-            total += drive(s, || 0).0;
+            total += drive(s, Looked::default).0;
             if total >= n {
                 break;
             }
@@ -614,11 +644,11 @@ mod tests {
         let client = UdpSocket::bind("127.0.3.42:0").unwrap();
         client.send_to(b"early", to).unwrap();
         // The progress thread is awake: not this thread's to read.
-        assert_eq!(drive(&s, || 0).0, 0);
+        assert_eq!(drive(&s, Looked::default).0, 0);
         assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
         s.rx.set_asleep(Some(u64::MAX), false, 0);
         assert_eq!(drive_all(&s, 1), 1);
-        assert_eq!(drive(&s, || 0).0, 0, "nothing queued");
+        assert_eq!(drive(&s, Looked::default).0, 0, "nothing queued");
         // More than one read's worth (loopback queues before send_to returns).
         for i in 0..10u8 {
             client.send_to(&[i; 20], to).unwrap();
@@ -628,7 +658,7 @@ mod tests {
         client.send_to(b"late", to).unwrap();
         {
             let _gate = s.rx.hold();
-            assert_eq!(drive(&s, || 0).0, 0);
+            assert_eq!(drive(&s, Looked::default).0, 0);
         }
         assert_eq!(drive_all(&s, 1), 1);
         let from = client.local_addr().unwrap();
@@ -700,7 +730,7 @@ mod tests {
         );
         assert!(!s.rx.busy(before));
         // A poll that found nothing renews it as well (from its start).
-        assert_eq!(drive(&s, || 0).0, 0);
+        assert_eq!(drive(&s, Looked::default).0, 0);
         assert!(s.rx.lease_until.load(SeqCst) <= s.clock.now() + 50_000);
     }
 
@@ -744,7 +774,7 @@ mod tests {
             let client = UdpSocket::bind("127.0.3.42:0").unwrap();
             client.send_to(b"x", socket.local_addr().unwrap()).unwrap();
             s.rx.set_asleep(Some(u64::MAX), false, 0);
-            assert_eq!(drive(&s, || 0).0, 0, "options {i}");
+            assert_eq!(drive(&s, Looked::default).0, 0, "options {i}");
             assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
             assert!(s.engine().0.lock().unwrap().is_empty());
         }

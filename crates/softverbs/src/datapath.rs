@@ -173,7 +173,15 @@ impl CompletionQueue {
             return n;
         }
         let driver = &self.inner.ctx.dev.driver;
-        driver.drive_receive_then(|| self.inner.ring.poll(max, out))
+        driver.drive_receive_then(|| {
+            let before = out.len();
+            let completions = self.inner.ring.poll(max, out);
+            let receive = out[before..].iter().any(|wc| wc.opcode.is_recv());
+            sv_io::Looked {
+                completions,
+                receive,
+            }
+        })
     }
 
     /// Polls until `n` completions arrived or `timeout` passed, yielding the

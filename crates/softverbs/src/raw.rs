@@ -247,7 +247,17 @@ pub fn poll_cq_into(
         return n;
     }
     let driver = &cq.inner.ctx.dev.driver;
-    driver.drive_receive_then(|| cq.inner.ring.poll_with(max, f))
+    driver.drive_receive_then(|| {
+        let mut receive = false;
+        let completions = cq.inner.ring.poll_with(max, |wc| {
+            receive |= wc.opcode.is_recv();
+            f(wc);
+        });
+        sv_io::Looked {
+            completions,
+            receive,
+        }
+    })
 }
 
 /// `ibv_resize_cq`: returns the capacity granted; `EINVAL` below the

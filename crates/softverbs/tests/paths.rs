@@ -331,13 +331,23 @@ fn ipv6_device_rc_and_ud_grh_area() {
 
 /// The ACK of a SEND whose poll returned its completion may wait for the
 /// responder's next post or poll (sv_io's `pollrx::defers`, so that it
-/// leaves with the reply). It still leaves when the responder destroys the
-/// QP, or moves it to ERR, right after that poll, in the polling thread:
-/// the requester's SEND completes with success, not `RETRY_EXC_ERR`. Each
-/// case runs until a round's poll deferred the ACK (at most 20 rounds).
+/// leaves with the reply; over UDP only). It still leaves when the
+/// responder destroys the QP, or moves it to ERR, right after that poll,
+/// in the polling thread: the requester's SEND completes with success, not
+/// `RETRY_EXC_ERR`. Each case runs until a round's poll deferred the ACK
+/// (at most 20 rounds).
 #[test]
 fn a_deferred_ack_leaves_before_its_qp_goes_or_fails() {
-    let (a, b) = sides(10, 1 << 16);
+    let side = |end: &str, host: u8| {
+        let cfg = DeviceConfig {
+            name: format!("feat-udp-{end}"),
+            addrs: vec![private_addr(&format!("127.7.2.{host}"))],
+            active_mtu: Mtu::Mtu1024,
+        };
+        let dev = Device::with_config(cfg).with_same_host(false);
+        Side::new(dev.open().unwrap(), 1 << 16)
+    };
+    let (a, b) = (side("a", 20), side("b", 21));
     let opts = RcOpts {
         timeout: 12,
         ..RcOpts::default()

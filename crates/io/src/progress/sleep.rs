@@ -109,14 +109,9 @@ impl<E: Engine> Progress<E> {
             return; // woken early (the doorbell): nothing learnt
         }
         let renewed = self.shared.rx.lease(now).is_some();
-        // A datagram, or a transmit left to the polling thread (a post, an
-        // ACK its poll deferred), waited for it.
         let waited = (!renewed || self.shared.rx.quiet(now)) && {
             self.peek();
-            self.readable.socket
-                || self.shared.shm().is_some_and(|s| s.has_data())
-                || (self.shared.caller_tx.as_ref())
-                    .is_some_and(crate::callertx::CallerTx::is_wanted)
+            self.readable.socket || self.shared.shm().is_some_and(|s| s.has_data())
         };
         let shared = self.shared.clone();
         shared.rx.lease_ended(renewed, waited, &shared.counters);
