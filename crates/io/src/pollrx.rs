@@ -24,7 +24,9 @@
 //! timers, the doorbell, the lease's end and its other sources), so an
 //! arrival does not wake it: the polling thread reads it, hands it to the
 //! engine and, with the posting threads' transmit on, sends what that made
-//! (an ACK, a response) and delivers its notifications itself. A poll that
+//! (an ACK, a response) and delivers its notifications itself; an ACK of a
+//! request whose receive completion the poll returns waits for the
+//! thread's next post or poll instead, to leave with the reply ([`defers`]). A poll that
 //! finds work holds the lease through it ([`RxGate::working`]: a batch of
 //! runs to place or to send takes longer than a short lease) and renews it
 //! from the work's end. When the

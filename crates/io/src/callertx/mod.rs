@@ -13,7 +13,8 @@
 //!   a post made while it polls and the progress thread sleeps aside (a
 //!   stream of posts, or a post to a busy send queue) is left to its next
 //!   poll ([`CallerTx::wanted`]) instead of ringing the doorbell; the poll
-//!   also sends what the datagrams it read made (ACKs, READ responses). If
+//!   also sends what the datagrams it read made (ACKs, READ responses), or
+//!   leaves an ACK to the thread's next post (crate::pollrx::defers). If
 //!   it stops polling, the lease ends and the progress thread, which sleeps
 //!   no longer than the lease then, sends it: a post waits at most the lease.
 //!
