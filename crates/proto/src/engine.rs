@@ -736,11 +736,20 @@ impl Engine {
     /// as rdma-core's hardware providers clean the CQs at destroy
     /// (spec/qp-state-machine.md §8). `EBUSY` while the QP is attached to a
     /// multicast group (ibv_destroy_qp(3); kernel `ib_destroy_qp_user`: `usecnt`).
+    ///
+    /// Of an XRC_RECV QP that several handles hold, the latest handle goes
+    /// ([`Engine::destroy_xrc_qp_handle`] names which).
     pub fn destroy_qp(&mut self, h: QpHandle) -> Result<(), Error> {
-        let qpn = self.qp(h)?.ctl.qpn();
-        if self.xrc_qp_release(h) {
+        self.qp_mut(h)?;
+        if self.xrc_qp_release(h, None) {
             return Ok(());
         }
+        self.destroy_qp_now(h)
+    }
+
+    /// [`Engine::destroy_qp`] once no other handle holds the QP.
+    pub(crate) fn destroy_qp_now(&mut self, h: QpHandle) -> Result<(), Error> {
+        let qpn = self.qp(h)?.ctl.qpn();
         if let Some((groups, first)) = self.groups.of_qp(h) {
             let e = crate::mcast::McastError::Attached { qpn, groups, first };
             return Err(e.into());

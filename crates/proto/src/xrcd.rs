@@ -281,9 +281,11 @@ pub(crate) struct XrcState {
     pub(crate) domains: HashMap<u32, Domain>,
     pub(crate) by_key: HashMap<XrcdKey, u32>,
     pub(crate) next_domain: u32,
-    /// XRC_RECV QPs: handles beyond the first (`ibv_open_qp`); the QP lives
-    /// until the last is destroyed.
-    pub(crate) qp_opens: HashMap<QpHandle, u32>,
+    /// XRC_RECV QPs: the XRCD opens their handles were made through, the
+    /// creator's first, then one per `ibv_open_qp` (kernel: the real QP's
+    /// `open_list`); the QP lives until the last handle is destroyed, and
+    /// its events go to every holder's context.
+    pub(crate) qp_holders: HashMap<QpHandle, Vec<XrcdHandle>>,
 }
 
 impl Default for XrcState {
@@ -293,7 +295,7 @@ impl Default for XrcState {
             domains: HashMap::new(),
             by_key: HashMap::new(),
             next_domain: 1,
-            qp_opens: HashMap::new(),
+            qp_holders: HashMap::new(),
         }
     }
 }

@@ -353,6 +353,48 @@ fn xrc_domains_are_shared_by_file_with_the_kernels_oflags_rules() {
     );
 }
 
+/// Every handle of an XRC_RECV QP holds it, whichever context made it
+/// (kernel: the real QP's `open_list`, `__ib_destroy_shared_qp`): its
+/// events go to each holder's context; the creator's handle may go first
+/// (the QP lives on, its events still reach the openers, and the creator's
+/// XRCD open may close); closing a context releases the handles it opened,
+/// and the QP goes with the last.
+#[test]
+fn an_xrc_recv_qps_handles_each_hold_it_and_each_get_its_events() {
+    use proto::output::EventElement;
+    let mut n = Node::new("127.0.0.3");
+    let ctx = n.e.pd_ctx(n.pd).unwrap();
+    let k = XrcdKey { dev: 8, ino: 4321 };
+    let x1 = n.e.open_xrcd(ctx, Some(k), flags(O_CREAT)).unwrap();
+    let (ctx2, ctx3) = (n.e.open_context(), n.e.open_context());
+    let x2 = n.e.open_xrcd(ctx2, Some(k), flags(0)).unwrap();
+    let x3 = n.e.open_xrcd(ctx3, Some(k), flags(0)).unwrap();
+    let (qp, qpn) = recv_qp(&mut n, x1);
+    let el = EventElement::Qp(qp);
+    assert_eq!(n.e.event_owners(el), [ctx]);
+    for x in [x2, x3] {
+        n.e.open_qp(x, qpn, QpType::XrcRecv.raw()).unwrap();
+    }
+    assert_eq!(n.e.event_owners(el), [ctx, ctx2, ctx3]);
+    // The creator's handle goes first: the openers keep the QP and its events.
+    n.e.destroy_xrc_qp_handle(qp, x1).unwrap();
+    assert!(n.e.qp(qp).is_ok(), "the opened handles keep the QP");
+    assert_eq!(n.e.event_owners(el), [ctx2, ctx3]);
+    n.e.close_xrcd(x1).unwrap();
+    let e = n.e.close_xrcd(x2).unwrap_err();
+    assert_eq!(e.errno(), Errno::EBUSY, "the QP now counts on x2: {e}");
+    // A context closed with an opened handle lets go of it.
+    n.e.close_context(ctx2).unwrap();
+    assert_eq!(n.e.event_owners(el), [ctx3]);
+    assert!(n.e.qp(qp).is_ok(), "ctx3 still holds it");
+    n.e.destroy_xrc_qp_handle(qp, x3).unwrap();
+    assert!(n.e.qp(qp).is_err(), "the last handle destroys it");
+    assert_eq!(n.e.event_owners(el), []);
+    n.e.close_xrcd(x3).unwrap();
+    n.e.close_context(ctx3).unwrap();
+    assert_eq!(n.e.xrc_counts(), (0, 0));
+}
+
 #[test]
 fn closing_a_context_takes_its_xrc_objects_with_it() {
     let mut p = pair();

@@ -7,7 +7,7 @@ use proto::device::DeviceConfig;
 use proto::device::QpnSpace;
 use proto::Engine;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use sv_io::share::{self, Slot};
 use sv_io::{AsyncEvent, Driver, DriverOptions, Nanos, Notification, Transmit};
 
@@ -28,6 +28,9 @@ pub(crate) struct DeviceEngine {
     pub(crate) rss: std::collections::HashMap<u32, RssDispatch>,
     /// Where the CM's events go (cm.rs).
     pub(crate) cm_hub: std::sync::Arc<crate::cm::channel::Hub>,
+    /// Copies of an async event for its further owners (an XRC_RECV QP's
+    /// event goes to every context holding it), handed out first.
+    fanout: std::sync::Mutex<Vec<Notification>>,
 }
 
 impl DeviceEngine {
@@ -168,6 +171,10 @@ impl sv_io::Engine for DeviceEngine {
     }
 
     fn poll_notification(&self) -> Option<Notification> {
+        let mut fanout = self.fanout.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = fanout.pop() {
+            return Some(n);
+        }
         loop {
             match self.engine.poll_event()? {
                 Event::Completion { cq, channel } => {
@@ -178,19 +185,24 @@ impl sv_io::Engine for DeviceEngine {
                 }
                 Event::Async { kind, element } => {
                     // An object gone since takes its events with it.
-                    let Some(ctx) = self.engine.event_owner(element) else {
-                        continue;
-                    };
+                    let owners = self.engine.event_owners(element);
                     let element = match element {
                         EventElement::Qp(h) => h.raw(),
                         EventElement::Cq(h) => h.raw(),
                         EventElement::Srq(h) => h.raw(),
                     };
-                    return Some(Notification::Async(AsyncEvent {
-                        kind: kind as u32,
-                        element,
-                        ctx: ctx.raw(),
-                    }));
+                    let mut events = owners.iter().map(|ctx| {
+                        Notification::Async(AsyncEvent {
+                            kind: kind as u32,
+                            element,
+                            ctx: ctx.raw(),
+                        })
+                    });
+                    let Some(first) = events.next() else {
+                        continue;
+                    };
+                    fanout.extend(events);
+                    return Some(first);
                 }
             }
         }
@@ -257,6 +269,7 @@ impl Shared {
                 mem: RawMemory,
                 rss: Default::default(),
                 cm_hub: Default::default(),
+                fanout: Default::default(),
             };
             match Driver::start(de, bind, opts.clone()) {
                 Ok(driver) => {

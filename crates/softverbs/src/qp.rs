@@ -165,8 +165,12 @@ struct QpInner {
     pd: Arc<PdInner>,
     _cqs: Vec<Arc<CqInner>>,
     _srq: Option<Arc<SrqInner>>,
-    /// An XRC_RECV QP's XRC domain, kept alive while the QP is.
-    _xrcd: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// An XRC_RECV QP's handle's XRC domain open (the engine's handle, and
+    /// the domain object, kept alive while the QP is).
+    xrcd: Option<(
+        proto::handle::XrcdHandle,
+        Arc<dyn std::any::Any + Send + Sync>,
+    )>,
     h: QpHandle,
     qpn: u32,
     qp_type: QpType,
@@ -210,7 +214,11 @@ impl Drop for QpInner {
                 tracing::debug!(qpn = self.qpn, ?counters, "QP destroyed");
             }
             let left = e.forget_mcast(self.h);
-            let _ = e.destroy_qp(self.h);
+            let _ = match &self.xrcd {
+                // This handle of an XRC_RECV QP others may hold too.
+                Some((x, _)) => e.destroy_xrc_qp_handle(self.h, *x),
+                None => e.destroy_qp(self.h),
+            };
             (left, e.mcast_groups())
         });
         if left {
@@ -416,7 +424,7 @@ impl QueuePair<AnyTransport> {
             pd,
             _cqs: vec![init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
             _srq: init.srq.map(|s| s.inner.clone()),
-            _xrcd: None,
+            xrcd: None,
             h: created.handle,
             qpn: created.qpn,
             qp_type: created.qp_type,
@@ -434,13 +442,16 @@ impl QueuePair<AnyTransport> {
     pub(crate) fn xrc_target(
         pd: Arc<PdInner>,
         created: &proto::engine::QpCreated,
-        xrcd: Arc<dyn std::any::Any + Send + Sync>,
+        xrcd: (
+            proto::handle::XrcdHandle,
+            Arc<dyn std::any::Any + Send + Sync>,
+        ),
     ) -> Self {
         let inner = QpInner {
             pd,
             _cqs: Vec::new(),
             _srq: None,
-            _xrcd: Some(xrcd),
+            xrcd: Some(xrcd),
             h: created.handle,
             qpn: created.qpn,
             qp_type: created.qp_type,

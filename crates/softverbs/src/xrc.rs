@@ -103,7 +103,7 @@ impl XrcDomain {
 
     fn target_qp(&self, created: &proto::engine::QpCreated) -> QueuePair<AnyTransport> {
         let pd = PdInner::detached(self.inner.ctx.clone());
-        QueuePair::xrc_target(pd, created, self.inner.clone())
+        QueuePair::xrc_target(pd, created, (self.inner.h, self.inner.clone()))
     }
 
     /// `ibv_close_xrcd`: refused with `EBUSY` while XRC SRQs or XRC_RECV QPs

@@ -158,3 +158,52 @@ fn domains_are_shared_by_file_and_qps_opened_through_them() {
         "another domain's QP cannot be opened"
     );
 }
+
+/// An XRC_RECV QP's events reach every context that holds a handle of it,
+/// the creator's and each opener's (kernel `__ib_shared_qp_event_handler`),
+/// and no other: here the `IBV_EVENT_QP_REQ_ERR` of an XRCETH naming an SRQ
+/// of another domain. The creator's handle may then go first: the opener's
+/// keeps the QP, and the creator's domain closes.
+#[test]
+fn an_xrc_recv_qps_events_reach_every_context_holding_it() {
+    let (a, b) = sides_on("xrc-ev", 13, 2, 4096);
+    // More contexts of b's device (the same name and address).
+    let b2 = device("xrc-ev-2-b", "127.7.13.5", Mtu::Mtu1024);
+    let b3 = device("xrc-ev-2-b", "127.7.13.5", Mtu::Mtu1024);
+    let file = XrcdKey { dev: 1, ino: 78 };
+    let bx = b.ctx.open_xrcd(Some(file), O_CREAT).unwrap();
+    let b2x = b2.open_xrcd(Some(file), 0).unwrap();
+    let mut init = a.init();
+    init.cap.max_recv_wr = 0;
+    init.cap.max_recv_sge = 0;
+    let sqp = a.pd.create_qp(&init, QpType::XrcSend.raw()).unwrap();
+    let rqp = bx.create_recv_qp().unwrap();
+    let opened = b2x.open_qp(rqp.qp_num()).unwrap();
+    xrc_connect(&sqp, b.gid(), rqp.qp_num());
+    xrc_connect(&rqp, a.gid(), sqp.qp_num());
+    let other = b.ctx.open_xrcd(None, O_CREAT).unwrap();
+    let foreign = b.pd.create_xrc_srq(&other, &b.rcq, SRQ).unwrap();
+    let sg = [Sge {
+        addr: a.mr.addr(),
+        length: 4,
+        lkey: a.mr.lkey(),
+    }];
+    let wr = send_wr(1, WrOpcode::Send, &sg, WrTarget::None, SIG);
+    sqp.post_send_xrc(&wr, foreign.srq_num().unwrap()).unwrap();
+    assert_eq!(ids(&wait(&a.scq, 1)), [(1, WcStatus::RemInvReqErr)]);
+    const QP_REQ_ERR: u32 = 2;
+    let got = |ctx: &Context| ctx.get_async_event(Some(T)).unwrap();
+    let creator = got(&b.ctx).expect("the creator's context gets the event");
+    assert_eq!(creator.kind, QP_REQ_ERR);
+    assert_eq!(got(&b2), Some(creator), "so does the opener's");
+    let none = b3.get_async_event(Some(std::time::Duration::from_millis(100)));
+    assert_eq!(none.unwrap(), None, "a context without a handle gets none");
+
+    drop(rqp);
+    assert_eq!(opened.state().unwrap(), QpState::Err, "the opener keeps it");
+    bx.close().unwrap();
+    drop(opened);
+    b2x.close().unwrap();
+    drop(foreign);
+    other.close().unwrap();
+}

@@ -26,23 +26,31 @@ impl<'a> EngineSink<'a> {
 }
 
 impl Engine {
-    /// The context whose async-event queue gets an event about `element`:
-    /// the one that created the object (an XRC_RECV QP's: the one whose
-    /// XRC domain open created it). `None` once the object is gone: as the
-    /// kernel drops a destroyed object's unread events, the driver drops it.
-    pub fn event_owner(&self, element: EventElement) -> Option<CtxHandle> {
+    /// The contexts whose async-event queues get an event about `element`:
+    /// the one that created the object, or for an XRC_RECV QP each context
+    /// that holds a handle of it, created or opened (kernel
+    /// `__ib_shared_qp_event_handler`: every handle on the QP's
+    /// `open_list`). None once the object is gone: as the kernel drops a
+    /// destroyed object's unread events, the driver drops it.
+    pub fn event_owners(&self, element: EventElement) -> Vec<CtxHandle> {
         let pd = match element {
-            EventElement::Cq(h) => return self.cqs.get(h).map(|c| c.cq.ctx),
-            EventElement::Srq(h) => self.srqs.get(h)?.srq.lock().pd,
+            EventElement::Cq(h) => return self.cqs.get(h).map(|c| c.cq.ctx).into_iter().collect(),
+            EventElement::Srq(h) => match self.srqs.get(h) {
+                Some(s) => s.srq.lock().pd,
+                None => return Vec::new(),
+            },
             EventElement::Qp(h) => {
-                let q = self.qps.get(h)?.lock();
-                if let Some(link) = q.xrc {
-                    return self.xrc.opens.get(link.xrcd).map(|o| o.ctx);
+                let Some(q) = self.qps.get(h).map(|q| q.lock()) else {
+                    return Vec::new();
+                };
+                if q.xrc.is_some() {
+                    drop(q);
+                    return self.xrc_qp_contexts(h);
                 }
                 q.pd
             }
         };
-        self.pds.get(pd).map(|p| p.ctx)
+        self.pds.get(pd).map(|p| p.ctx).into_iter().collect()
     }
 }
 

@@ -206,6 +206,7 @@ impl Engine {
         ring.set_handle(handle);
         self.qpns.insert(qpn, handle);
         self.xrcd_users(xrcd, true);
+        self.xrc.qp_holders.insert(handle, vec![xrcd]);
         Ok(QpCreated {
             handle,
             qpn,
@@ -244,7 +245,7 @@ impl Engine {
         };
         let (qp_type, cap) = (q.ctl.qp_type(), q.ctl.cap());
         drop(q);
-        *self.xrc.qp_opens.entry(handle).or_insert(0) += 1;
+        self.xrc.qp_holders.entry(handle).or_default().push(xrcd);
         Ok(QpCreated {
             handle,
             qpn,
@@ -253,19 +254,66 @@ impl Engine {
         })
     }
 
-    /// Destroying one handle of an XRC_RECV QP others still hold: true if
-    /// only the handle went (the QP lives on).
-    pub(super) fn xrc_qp_release(&mut self, h: QpHandle) -> bool {
-        match self.xrc.qp_opens.get_mut(&h) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                if *n == 0 {
-                    self.xrc.qp_opens.remove(&h);
-                }
-                true
-            }
-            _ => false,
+    /// Destroying one handle of XRC_RECV QP `h`, the one made through
+    /// `via` (`None`: the latest): true if other handles hold the QP (it
+    /// lives on). The open the QP counts as a user (its link) passes to
+    /// the first handle left when its own goes.
+    pub(super) fn xrc_qp_release(&mut self, h: QpHandle, via: Option<XrcdHandle>) -> bool {
+        let Some(holders) = self.xrc.qp_holders.get_mut(&h) else {
+            return false;
+        };
+        let at = match via {
+            Some(x) => holders.iter().rposition(|&o| o == x),
+            None => holders.len().checked_sub(1),
+        };
+        if let Some(i) = at {
+            holders.remove(i);
         }
+        let Some(&next) = holders.first() else {
+            self.xrc.qp_holders.remove(&h);
+            return false;
+        };
+        let Some(q) = self.qps.get_mut(h).map(crate::lock::Lock::get_mut) else {
+            return true;
+        };
+        let moved = match q.xrc.as_mut() {
+            Some(link) if !self.xrc.qp_holders[&h].contains(&link.xrcd) => {
+                Some(std::mem::replace(&mut link.xrcd, next))
+            }
+            _ => None,
+        };
+        if let Some(old) = moved {
+            self.xrcd_users(old, false);
+            self.xrcd_users(next, true);
+        }
+        true
+    }
+
+    /// `ibv_destroy_qp` of a handle of an XRC_RECV QP made through `xrcd`
+    /// (by `ibv_create_qp_ex` or `ibv_open_qp`): the handle goes; the QP
+    /// with the last one (kernel `__ib_destroy_shared_qp`).
+    pub fn destroy_xrc_qp_handle(&mut self, h: QpHandle, xrcd: XrcdHandle) -> Result<(), Error> {
+        self.qp_mut(h)?;
+        if self.xrc_qp_release(h, Some(xrcd)) {
+            return Ok(());
+        }
+        self.destroy_qp_now(h)
+    }
+
+    /// The contexts of the handles that hold XRC_RECV QP `h` (each once).
+    pub(super) fn xrc_qp_contexts(&self, h: QpHandle) -> Vec<CtxHandle> {
+        let mut ctxs = Vec::new();
+        let holders = self.xrc.qp_holders.get(&h).map_or(&[][..], Vec::as_slice);
+        for ctx in holders
+            .iter()
+            .filter_map(|&x| self.xrc.opens.get(x))
+            .map(|o| o.ctx)
+        {
+            if !ctxs.contains(&ctx) {
+                ctxs.push(ctx);
+            }
+        }
+        ctxs
     }
 
     /// An XRC_RECV QP was destroyed: the open it was created through loses a user.
@@ -273,8 +321,9 @@ impl Engine {
         self.xrcd_users(link.xrcd, false);
     }
 
-    /// Closing a context: its XRC_RECV QPs (each loses the handle the context
-    /// held), before the SRQs and CQs go.
+    /// Closing a context: the handles it holds of XRC_RECV QPs (created or
+    /// opened) go, and each QP with its last handle, before the SRQs and
+    /// CQs go (kernel: the file's QP uobjects, `__ib_destroy_shared_qp`).
     pub(super) fn xrc_close_context_qps(&mut self, ctx: CtxHandle) -> Result<(), Error> {
         let opens: Vec<XrcdHandle> = self
             .xrc
@@ -283,14 +332,17 @@ impl Engine {
             .filter(|(_, o)| o.ctx == ctx)
             .map(|(h, _)| h)
             .collect();
-        let qps: Vec<QpHandle> = self
-            .qps
+        let held: Vec<(QpHandle, XrcdHandle)> = self
+            .xrc
+            .qp_holders
             .iter()
-            .filter(|(_, q)| q.lock().xrc.is_some_and(|l| opens.contains(&l.xrcd)))
-            .map(|(h, _)| h)
+            .flat_map(|(&h, holders)| holders.iter().map(move |&x| (h, x)))
+            .filter(|(_, x)| opens.contains(x))
             .collect();
-        for h in qps {
-            self.destroy_qp(h)?;
+        for (h, x) in held {
+            if self.qps.get(h).is_some() {
+                self.destroy_xrc_qp_handle(h, x)?;
+            }
         }
         Ok(())
     }
