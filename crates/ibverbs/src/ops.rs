@@ -13,6 +13,7 @@ use std::ffi::c_int;
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    flush_at_exit();
     let opened = device_block_of("ibv_open_device", device).and_then(|b| {
         let ctx = b
             .device
@@ -27,6 +28,36 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             std::ptr::null_mut()
         }
     }
+}
+
+/// Once per process: at `exit(3)`, what a poll left for the program's
+/// next post (an ACK, spec/rc-reliability.md §3) leaves, even if the
+/// program never closes its devices (a killed process still takes it).
+/// With `SOFTVERBS_LOG` at debug or trace, a line on stderr says so (by
+/// write(2): the exiting thread's logger is gone).
+fn flush_at_exit() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    static SAY: AtomicBool = AtomicBool::new(false);
+    extern "C" fn flush() {
+        if softverbs::flush_open_devices() > 0 && SAY.load(Relaxed) {
+            const LINE: &[u8] =
+                b"softverbs: at exit, the progress thread sent what a poll had left\n";
+            // SAFETY: writes a static buffer of its length to fd 2.
+            let _ = unsafe { libc::write(2, LINE.as_ptr().cast(), LINE.len()) };
+        }
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let level = std::env::var("SOFTVERBS_LOG").unwrap_or_default();
+        SAY.store(level.contains("debug") || level.contains("trace"), Relaxed);
+        // SAFETY: registers a function of this library that takes no
+        // arguments and does not unwind (flush_open_devices only tries a
+        // lock, rings doorbells and sleeps); glibc runs it at exit(3), or at
+        // this library's dlclose (atexit binds it to this object).
+        if unsafe { libc::atexit(flush) } != 0 {
+            tracing::debug!("atexit refused the exit-time flush");
+        }
+    });
 }
 
 /// A device that cannot open says why: programs report only "couldn't get

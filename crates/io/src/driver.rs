@@ -317,18 +317,39 @@ impl<E: Engine> Driver<E> {
     /// Sends now what was left to a polling thread's next post or poll (an
     /// ACK a poll deferred, crate::pollrx::defers): before a QP changes
     /// state or goes, which would take it along. Retries a few times while
-    /// another thread transmits; then the progress thread is woken.
-    pub fn flush_left(&self) {
-        let Some(tx) = &self.shared.caller_tx else {
-            return;
+    /// another thread transmits; then the progress thread is woken. Whether
+    /// anything was left.
+    pub fn flush_left(&self) -> bool {
+        let Some(tx) = self.shared.caller_tx.as_ref().filter(|tx| tx.is_wanted()) else {
+            return false;
         };
         for _ in 0..FLUSH_TRIES {
             if !tx.is_wanted() || self.shared.transmit_here().is_some() {
-                return;
+                return true;
             }
             std::thread::yield_now();
         }
         self.shared.doorbell.ring();
+        true
+    }
+
+    /// For a thread that may not transmit itself (one exiting, whose
+    /// thread-local state is gone): if something was left to a polling
+    /// thread's next post or poll, the lease ends and the progress thread
+    /// is woken to send it; whether something was left ([`Driver::has_left`]
+    /// says when it went).
+    pub fn hand_left_to_progress(&self) -> bool {
+        if !self.has_left() {
+            return false;
+        }
+        self.shared.rx.end_lease();
+        self.shared.doorbell.ring();
+        true
+    }
+
+    /// Whether something waits for a polling thread's next post or poll.
+    pub fn has_left(&self) -> bool {
+        (self.shared.caller_tx.as_ref()).is_some_and(crate::callertx::CallerTx::is_wanted)
     }
 
     /// A thread is about to block for a completion (`ibv_req_notify_cq`):

@@ -150,7 +150,6 @@ impl Device {
     }
 
     fn shared(&self) -> Result<Arc<Shared>, Error> {
-        static OPEN: OnceLock<Mutex<HashMap<String, Weak<Shared>>>> = OnceLock::new();
         let config = &self.config;
         let mut open = OPEN
             .get_or_init(Default::default)
@@ -164,6 +163,35 @@ impl Device {
         open.insert(config.name.clone(), Arc::downgrade(&s));
         Ok(s)
     }
+}
+
+/// The devices open in this process, by name (a second open shares one).
+static OPEN: OnceLock<Mutex<HashMap<String, Weak<Shared>>>> = OnceLock::new();
+
+/// Sends what each open device left to a polling thread's next post or
+/// poll (an ACK a poll deferred, spec/rc-reliability.md §3), for a process
+/// about to exit without closing its devices: the drop-in library calls it
+/// from `atexit`. The exiting thread's thread-local state is gone by then,
+/// so it transmits nothing itself: it ends each such device's polling lease
+/// and wakes its progress thread, which sends, and waits for that (5 ms at
+/// most). Does nothing while another thread holds the registry (it never
+/// waits for it). How many devices had something left.
+pub fn flush_open_devices() -> usize {
+    use std::time::{Duration, Instant};
+    let left: Vec<Arc<Shared>> = {
+        let Some(open) = OPEN.get().and_then(|m| m.try_lock().ok()) else {
+            return 0;
+        };
+        open.values()
+            .filter_map(Weak::upgrade)
+            .filter(|s| s.driver.hand_left_to_progress())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_millis(5);
+    while left.iter().any(|s| s.driver.has_left()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    left.len()
 }
 
 fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {

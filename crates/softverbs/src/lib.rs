@@ -118,7 +118,7 @@ mod wq;
 mod xrc;
 
 pub use ah::AddressHandle;
-pub use config::{devices, log_level_from_env, Device};
+pub use config::{devices, flush_open_devices, log_level_from_env, Device};
 pub use context::Context;
 pub use counters::{DeviceCounters, EngineCounters, GsiCounters, IoCounters, QpCounters};
 pub use cq::CompletionQueue;

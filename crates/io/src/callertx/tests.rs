@@ -489,3 +489,22 @@ fn a_deferred_answer_nobody_takes_goes_at_the_leases_end() {
     assert_eq!(c.deferred_transmits, 1);
     assert_eq!(c.caller_datagrams, sent, "the progress thread sent it");
 }
+
+/// A deferred answer handed to the progress thread (an exiting thread,
+/// which may not transmit itself) leaves from it at once, the lease ended.
+#[test]
+fn a_deferred_answer_handed_to_the_progress_thread_leaves_from_it() {
+    let (d, peer, _) = answering("127.0.61.31", "127.0.61.32", Duration::from_secs(30));
+    assert!(!d.hand_left_to_progress(), "nothing left yet");
+    poll_delivering(&d, RECEIVE);
+    let sent = d.counters().caller_datagrams;
+    assert!(d.has_left());
+    assert!(d.hand_left_to_progress());
+    expect(&peer, b"re:ping");
+    assert!(!d.has_left());
+    assert_eq!(
+        d.counters().caller_datagrams,
+        sent,
+        "the progress thread sent it"
+    );
+}
