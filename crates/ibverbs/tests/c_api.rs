@@ -39,72 +39,43 @@ fn c_program_drives_the_abi() {
 /// runs), and the sender succeeds in every run.
 #[test]
 fn a_receiver_that_exits_at_once_still_acks_its_last_message() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
+    use common::Side;
     if !common::have_verbs_h() {
         return;
     }
     let exe = common::compile_c("exit_ack");
     let spawn = |mode: &str, addr: &str| {
-        Command::new("timeout")
-            .arg("60")
-            .arg(&exe)
-            .arg(mode)
-            .env("LD_LIBRARY_PATH", common::lib_dir())
-            .env("SOFTVERBS_ADDR", addr)
-            .env("SOFTVERBS_SHM", "0")
-            .env("SOFTVERBS_LOG", "debug")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let line = |r: &mut BufReader<std::process::ChildStdout>| {
-        let mut s = String::new();
-        r.read_line(&mut s).unwrap();
-        s
+        let envs = [
+            ("SOFTVERBS_ADDR", addr),
+            ("SOFTVERBS_SHM", "0"),
+            ("SOFTVERBS_LOG", "debug"),
+        ];
+        Side::spawn(&exe, &[mode], &envs)
     };
     let mut flushed = 0;
     for _ in 0..8 {
-        let mut rx = spawn("receiver", "127.34.14.1");
-        let mut tx = spawn("sender", "127.34.14.2");
-        let (mut rx_out, mut rx_in) = (
-            BufReader::new(rx.stdout.take().unwrap()),
-            rx.stdin.take().unwrap(),
+        let (mut rx, mut tx) = (
+            spawn("receiver", "127.34.14.1"),
+            spawn("sender", "127.34.14.2"),
         );
-        let (mut tx_out, mut tx_in) = (
-            BufReader::new(tx.stdout.take().unwrap()),
-            tx.stdin.take().unwrap(),
-        );
-        let hello = line(&mut rx_out);
+        let hello = rx.line();
         assert!(hello.starts_with("QPN "), "receiver said {hello:?}");
-        tx_in.write_all(hello.as_bytes()).unwrap();
-        let back = line(&mut tx_out);
+        tx.say(&hello);
+        let back = tx.line();
         assert!(back.starts_with("QPN "), "sender said {back:?}");
-        rx_in.write_all(back.as_bytes()).unwrap();
-        let ready = line(&mut rx_out);
+        rx.say(&back);
+        let ready = rx.line();
         assert_eq!(ready.trim(), "READY");
-        tx_in.write_all(ready.as_bytes()).unwrap();
-        drop((rx_in, tx_in));
-        let (got, ok) = (line(&mut rx_out), line(&mut rx_out));
-        let sent = line(&mut tx_out);
-        let (ro, to) = (
-            rx.wait_with_output().unwrap(),
-            tx.wait_with_output().unwrap(),
-        );
-        let (re, te) = (
-            String::from_utf8_lossy(&ro.stderr),
-            String::from_utf8_lossy(&to.stderr),
-        );
+        tx.say(&ready);
+        rx.hang_up();
+        tx.hang_up();
+        let (got, ok, sent) = (rx.line(), rx.line(), tx.line());
+        let ((rx_ok, re), (tx_ok, te)) = (rx.finish(), tx.finish());
         assert!(
-            ro.status.success() && got.trim() == "GOT" && ok.trim() == "ok",
+            rx_ok && got.trim() == "GOT" && ok.trim() == "ok",
             "receiver: {got}{ok}\n{re}"
         );
-        assert!(
-            to.status.success() && sent.trim() == "ok",
-            "sender: {sent}\n{te}"
-        );
+        assert!(tx_ok && sent.trim() == "ok", "sender: {sent}\n{te}");
         if re.contains("at exit, the progress thread sent what a poll had left") {
             flushed += 1;
             break;

@@ -42,64 +42,35 @@ fn c_program_drives_xrc() {
 /// is an invalid request, never delivered into the first's SRQ.
 #[test]
 fn xrc_domains_are_not_shared_between_processes() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
+    use common::Side;
     if !common::have_verbs_h() {
         return;
     }
     let exe = common::compile_c("xrc_processes");
     let file = std::env::temp_dir().join(format!("softverbs-xrcd-procs-{}", std::process::id()));
     std::fs::write(&file, b"").unwrap();
-    let spawn = |mode: &str| {
-        Command::new("timeout")
-            .arg("60")
-            .arg(&exe)
-            .arg(mode)
-            .arg(&file)
-            .env("LD_LIBRARY_PATH", common::lib_dir())
-            .env("SOFTVERBS_ADDR", "127.34.13.1")
-            .env("SOFTVERBS_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let mut owner = spawn("owner");
-    let mut owner_out = BufReader::new(owner.stdout.take().unwrap());
-    let mut owner_in = owner.stdin.take().unwrap();
-    let line = |r: &mut BufReader<std::process::ChildStdout>| {
-        let mut s = String::new();
-        r.read_line(&mut s).unwrap();
-        s
-    };
-    let first = line(&mut owner_out);
+    let path = file.to_str().unwrap();
+    let envs = [("SOFTVERBS_ADDR", "127.34.13.1"), ("SOFTVERBS_LOG", "warn")];
+    let mut owner = Side::spawn(&exe, &["owner", path], &envs);
+    let first = owner.line();
     assert!(first.starts_with("QPN "), "owner said {first:?}");
-    let mut opener = spawn("opener");
-    let mut opener_out = BufReader::new(opener.stdout.take().unwrap());
-    let mut opener_in = opener.stdin.take().unwrap();
-    opener_in.write_all(first.as_bytes()).unwrap();
-    let send = line(&mut opener_out);
+    let mut opener = Side::spawn(&exe, &["opener", path], &envs);
+    opener.say(&first);
+    let send = opener.line();
     assert!(send.starts_with("SEND "), "opener said {send:?}");
-    owner_in.write_all(send.as_bytes()).unwrap();
-    let ready = line(&mut owner_out);
+    owner.say(&send);
+    let ready = owner.line();
     assert_eq!(ready.trim(), "READY");
-    opener_in.write_all(ready.as_bytes()).unwrap();
-    let done = line(&mut opener_out);
+    opener.say(&ready);
+    let done = opener.line();
     assert_eq!(done.trim(), "DONE");
-    owner_in.write_all(done.as_bytes()).unwrap();
-    drop((owner_in, opener_in));
-    let (a, b) = (line(&mut opener_out), line(&mut owner_out));
-    let (oa, ob) = (
-        opener.wait_with_output().unwrap(),
-        owner.wait_with_output().unwrap(),
-    );
-    let (ea, eb) = (
-        String::from_utf8_lossy(&oa.stderr),
-        String::from_utf8_lossy(&ob.stderr),
-    );
-    assert!(oa.status.success() && a.trim() == "ok", "opener: {a}\n{ea}");
-    assert!(ob.status.success() && b.trim() == "ok", "owner: {b}\n{eb}");
+    owner.say(&done);
+    owner.hang_up();
+    opener.hang_up();
+    let (a, b) = (opener.line(), owner.line());
+    let ((oa, ea), (ob, eb)) = (opener.finish(), owner.finish());
+    assert!(oa && a.trim() == "ok", "opener: {a}\n{ea}");
+    assert!(ob && b.trim() == "ok", "owner: {b}\n{eb}");
     assert!(
         ea.contains("ibv_open_qp") || ea.contains("open_qp"),
         "the refusal is logged:\n{ea}"

@@ -112,3 +112,61 @@ pub fn run_c_program(name: &str) -> std::process::Output {
     let _ = std::fs::remove_file(&exe);
     out
 }
+
+/// A C check program of one side of a two-process exchange
+/// ([`compile_c`]'s `exe` with `args`), talking by lines on its stdin and
+/// stdout, bounded by 60 s, with `envs` beside the library path.
+pub struct Side {
+    pub child: std::process::Child,
+    pub out: std::io::BufReader<std::process::ChildStdout>,
+    pub input: Option<std::process::ChildStdin>,
+}
+
+impl Side {
+    pub fn spawn(exe: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Side {
+        use std::process::Stdio;
+        let mut child = Command::new("timeout")
+            .arg("60")
+            .arg(exe)
+            .args(args)
+            .env("LD_LIBRARY_PATH", lib_dir())
+            .envs(envs.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let input = child.stdin.take();
+        Side { child, out, input }
+    }
+
+    /// The next line it printed (empty at its end).
+    pub fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut s = String::new();
+        self.out.read_line(&mut s).unwrap();
+        s
+    }
+
+    /// Hands it a line.
+    pub fn say(&mut self, line: &str) {
+        use std::io::Write;
+        let input = self.input.as_mut().expect("its stdin is open");
+        input.write_all(line.as_bytes()).unwrap();
+    }
+
+    /// Closes its stdin.
+    pub fn hang_up(&mut self) {
+        self.input = None;
+    }
+
+    /// Waits for it: whether it succeeded, and its stderr.
+    pub fn finish(self) -> (bool, String) {
+        let o = self.child.wait_with_output().unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+}
