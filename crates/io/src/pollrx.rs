@@ -26,10 +26,10 @@
 //! engine and, with the posting threads' transmit on, sends what that made
 //! (an ACK, a response) and delivers its notifications itself; an ACK of a
 //! request whose receive completion the poll returns waits for the
-//! thread's next post or poll instead, to leave with the reply ([`defers`]). A poll that
-//! finds work holds the lease through it ([`RxGate::working`]: a batch of
-//! runs to place or to send takes longer than a short lease) and renews it
-//! from the work's end. When the
+//! thread's next post or poll instead, to leave with the reply
+//! ([`defers`]). A poll that finds work holds the lease through it
+//! ([`RxGate::working`]: a batch of runs to place or to send takes longer
+//! than a short lease) and renews it from the work's end. When the
 //! lease ends (the thread stopped polling: it spins on memory, or works) the
 //! progress thread wakes and watches the socket again, so a datagram that
 //! came after the last poll waits at most the lease plus one wake-up;
