@@ -3,7 +3,8 @@
 //! file with the kernel's errno for each oflags case, XRC SRQs and their
 //! numbers, XRC_SEND / XRC_RECV QPs, messages routed to the SRQ each WR
 //! names (both ways of naming it), `ibv_open_qp`, `ibv_close_xrcd` while
-//! used, and an SRQ of another domain refused (spec/xrc.md).
+//! used, an SRQ of another domain refused, and the target QP's event on the
+//! async fd of each context that holds it, created or opened (spec/xrc.md).
 
 mod common;
 

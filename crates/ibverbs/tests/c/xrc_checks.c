@@ -3,8 +3,10 @@
  * XRC SRQs (ibv_create_srq_ex, ibv_get_srq_num), an XRC_SEND and an XRC_RECV
  * QP (ibv_create_qp_ex), messages to two SRQs through one target QP named by
  * wr.qp_type.xrc.remote_srqn and by ibv_wr_set_xrc_srqn, ibv_open_qp,
- * ibv_close_xrcd while used (EBUSY), and a send to an SRQ of another XRC
- * domain (IBV_WC_REM_INV_REQ_ERR).
+ * ibv_close_xrcd while used (EBUSY), a send to an SRQ of another XRC
+ * domain (IBV_WC_REM_INV_REQ_ERR), whose IBV_EVENT_QP_REQ_ERR reaches the
+ * creating context and a second one that opened the target QP (each naming
+ * its own handle) but not a third, and the creator's handle going first.
  * Prints "ok" and exits 0 when every check passed. */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <poll.h>
 #include <infiniband/verbs.h>
 #include "check.h"
 #include "rc.h"
@@ -141,6 +144,17 @@ static void domains(int fd)
 	CHECK(!x && errno == EAGAIN, "the domain went with its last open: errno %d", errno);
 }
 
+/* The next async event of `c` within `ms` (acknowledged); 0 if none came. */
+static int async_event(struct ibv_context *c, int ms, struct ibv_async_event *ev)
+{
+	struct pollfd p = {.fd = c->async_fd, .events = POLLIN};
+	ev->event_type = -1;
+	if (poll(&p, 1, ms) != 1 || ibv_get_async_event(c, ev) != 0)
+		return 0;
+	ibv_ack_async_event(ev);
+	return 1;
+}
+
 static void post_recv(struct ibv_srq *srq, uint64_t id, char *buf, struct ibv_mr *mr)
 {
 	struct ibv_sge sge = {(uintptr_t)buf, 64, mr->lkey};
@@ -210,6 +224,20 @@ static void traffic(int fd)
 
 	CHECK(ibv_close_xrcd(x) == EBUSY, "SRQs and a target QP use it");
 
+	/* A second context holds the target QP too (ibv_open_qp through its own
+	 * open of the same file); a third holds nothing. */
+	struct ibv_context *ctx2 = ibv_open_device(ctx->device), *ctx3 = ibv_open_device(ctx->device);
+	MUST(ctx2 && ctx3);
+	struct ibv_xrcd_init_attr xa = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+					.fd = fd, .oflags = 0};
+	struct ibv_xrcd *x2 = ibv_open_xrcd(ctx2, &xa);
+	MUST(x2);
+	struct ibv_qp_open_attr oa = {.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+						   IBV_QP_OPEN_ATTR_TYPE,
+				      .qp_num = rcv->qp_num, .xrcd = x2, .qp_type = IBV_QPT_XRC_RECV};
+	struct ibv_qp *held = ibv_open_qp(ctx2, &oa);
+	MUST(held);
+
 	/* An SRQ of another XRC domain: the target refuses, the sender's WR fails. */
 	struct ibv_xrcd *other = open_xrcd(-1, O_CREAT, IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS);
 	MUST(other);
@@ -227,10 +255,28 @@ static void traffic(int fd)
 	struct ibv_wc rest;
 	while (ibv_poll_cq(cq, 1, &rest) == 1)
 		CHECK(rest.wr_id != 3, "SRQ 3 of the other domain got nothing");
+	/* The target QP's QP_REQ_ERR reaches each context holding it, naming
+	 * that context's own handle (the kernel's open_list), and no other. */
+	struct ibv_async_event ev;
+	CHECK(async_event(ctx, 10000, &ev) && ev.event_type == IBV_EVENT_QP_REQ_ERR &&
+		      ev.element.qp == rcv, "the creator's context: event %d", ev.event_type);
+	CHECK(async_event(ctx2, 10000, &ev) && ev.event_type == IBV_EVENT_QP_REQ_ERR &&
+		      ev.element.qp == held, "the opener's context: event %d", ev.event_type);
+	CHECK(!async_event(ctx3, 100, &ev), "a context without a handle: event %d", ev.event_type);
 
+	/* The creator's handle goes first: the opener's keeps the QP, and the
+	 * creator's domain closes once its SRQs are gone. */
 	MUST(ibv_destroy_qp(snd) == 0 && ibv_destroy_qp(rcv) == 0);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	CHECK(ibv_query_qp(held, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_ERR,
+	      "the opened handle keeps the QP");
 	MUST(ibv_destroy_srq(s1) == 0 && ibv_destroy_srq(s2) == 0 && ibv_destroy_srq(s3) == 0);
 	CHECK(ibv_close_xrcd(x) == 0 && ibv_close_xrcd(other) == 0, "unused: closed");
+	CHECK(ibv_close_xrcd(x2) == EBUSY, "the opened handle counts on its own open");
+	MUST(ibv_destroy_qp(held) == 0);
+	CHECK(ibv_close_xrcd(x2) == 0, "the last handle gone: closed");
+	MUST(ibv_close_device(ctx2) == 0 && ibv_close_device(ctx3) == 0);
 	MUST(ibv_dereg_mr(mr) == 0);
 }
 
