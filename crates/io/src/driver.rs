@@ -299,19 +299,12 @@ impl<E: Engine> Driver<E> {
     /// An application thread found its CQ empty: if the progress thread
     /// sleeps and nobody else reads, read the socket once without waiting and
     /// hand what came to the engine (crate::pollrx); how many datagrams. Never
-    /// blocks behind the progress thread.
-    pub fn drive_receive(&self) -> usize {
-        crate::pollrx::drive(&self.shared, crate::pollrx::Looked::default).0
-    }
-
-    /// [`Driver::drive_receive`], then, if datagrams went to the engine,
-    /// `look` (the caller polls its CQ again): how many completions it
-    /// returned. When one of them was a receive's, what the datagrams made
-    /// (an ACK) may be left to this thread's next post or poll, to leave
-    /// with its reply in one system call (crate::pollrx::defers);
+    /// blocks behind the progress thread. When they completed a receive, what
+    /// they made (an ACK) may be left to this thread's next post or poll, to
+    /// leave with its reply in one system call (crate::pollrx::defers);
     /// [`Driver::flush_left`] sends it before a QP changes state or goes.
-    pub fn drive_receive_then(&self, look: impl FnOnce() -> crate::pollrx::Looked) -> usize {
-        crate::pollrx::drive(&self.shared, look).1.completions
+    pub fn drive_receive(&self) -> usize {
+        crate::pollrx::drive(&self.shared)
     }
 
     /// Sends now what was left to a polling thread's next post or poll (an

@@ -179,6 +179,12 @@ pub trait Engine: Send + Sync + 'static {
     fn has_work(&self) -> bool {
         true
     }
+    /// How many receive completions the engine has made so far: a polling
+    /// thread whose delivery made one may leave the ACK it made to the
+    /// program's reply (`crate::pollrx::defers`). 0 (never) by default.
+    fn receives_completed(&self) -> u64 {
+        0
+    }
     /// Writes the next Ethernet frame of a RAW_PACKET QP into `buf`: (the
     /// QP's number, whose packet socket sends it; its length). `crate::raw`.
     fn poll_frame(&self, _now: Nanos, _buf: &mut [u8]) -> Option<(u32, usize)> {

@@ -52,7 +52,6 @@ pub use eventfd::EventFd;
 pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_CAPACITY};
 pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};
 pub use options::{DriverOptions, OptionsError};
-pub use pollrx::Looked;
 pub use progress::MAX_SLEEP;
 pub use shm::cross_memory_copy;
 pub use shm::ENV as SHM_ENV;

@@ -334,30 +334,16 @@ impl RxGate {
     }
 }
 
-/// What a poll's second look at its CQ returned
-/// ([`crate::Driver::drive_receive_then`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Looked {
-    /// Completions returned to the program.
-    pub completions: usize,
-    /// One of them was a receive's: the program may post its reply at once.
-    pub receive: bool,
-}
-
 /// An application thread polled an empty CQ: it renews the lease, reads
 /// the socket once without waiting if the progress thread sleeps and nobody
-/// else reads, hands the datagrams to the engine, looks at its CQ again
-/// (`look`, only if something was delivered), and transmits what the
-/// datagrams made and what posts left to it (crate::callertx). What they
-/// made waits instead when the look returned a receive (see [`defers`]).
-/// How many datagrams it handed to the engine, and what `look` returned.
-pub(crate) fn drive<E: Engine>(
-    shared: &Shared<E>,
-    look: impl FnOnce() -> Looked,
-) -> (usize, Looked) {
+/// else reads, hands the datagrams to the engine, and transmits what they
+/// made and what posts left to it (crate::callertx); what they made waits
+/// instead when they completed a receive (see [`defers`]). How many
+/// datagrams it handed to the engine.
+pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
     let gate = &shared.rx;
     if !gate.enabled {
-        return (0, Looked::default());
+        return 0;
     }
     let now = shared.clock.now();
     gate.renew(now);
@@ -366,15 +352,10 @@ pub(crate) fn drive<E: Engine>(
     } else {
         Read::default()
     };
-    let looked = if read.delivered > 0 {
-        look()
-    } else {
-        Looked::default()
-    };
     // Delivering marked the gate working (RxGate::working).
     let mut busy = read.delivered > 0;
     let left = match &shared.caller_tx {
-        Some(tx) if defers(&read, looked, tx.is_wanted()) => {
+        Some(tx) if defers(&read, tx.is_wanted()) => {
             // Left to this thread's next post or poll; the notifications go now.
             shared.deliver_notifications();
             Counters::add(&shared.counters.deferred_transmits, 1);
@@ -404,7 +385,7 @@ pub(crate) fn drive<E: Engine>(
     if read.timer {
         shared.doorbell.ring();
     }
-    (read.delivered, looked)
+    read.delivered
 }
 
 /// The most datagrams a poll delivers and still leaves what they made to
@@ -413,20 +394,22 @@ const DEFER_MAX_DELIVERED: usize = 2;
 
 /// Whether a poll leaves what its delivery made (an ACK) to the program's
 /// next post or poll, so that it leaves in one system call with the reply
-/// the program posts to what the poll returned (spec/performance.md §18):
-/// - only when the poll returns a receive's completion (the program acts
-///   on it at once, or its lease ends and the progress thread sends it):
-///   after a send's completion a program often waits for its peer instead
-///   (`ib_write_lat` spins on memory), and an ACK left then measured more
-///   stalls of a millisecond (§18);
+/// the program posts to what it received (spec/performance.md §18):
+/// - only when the delivery completed a receive (on any CQ: a program
+///   often reaps its send completion first and its receive after), as a
+///   request answered at once comes after a receive; a WRITE's or an ACK's
+///   delivery has no reply to wait for (`ib_write_lat` spins on memory),
+///   and an ACK left then measured more stalls of a millisecond (§18);
 /// - for a delivery of one or two datagrams (a request and perhaps the ACK
 ///   of our last; a stream's ACKs leave at once, as before);
 /// - from the socket only: an answer into a same-host ring costs no system
 ///   call to save (and deferring it measured worse, §18);
 /// - when nothing was left to this poll already (a post that waits for it
 ///   leaves now).
-fn defers(read: &Read, looked: Looked, wanted: bool) -> bool {
-    looked.receive
+///
+/// It waits at most until the lease ends (the progress thread sends it).
+fn defers(read: &Read, wanted: bool) -> bool {
+    read.received
         && read.work
         && read.delivered <= DEFER_MAX_DELIVERED
         && read.from_rings == 0
@@ -440,6 +423,8 @@ struct Read {
     delivered: usize,
     /// Of them, those a same-host ring carried.
     from_rings: usize,
+    /// Those from the socket completed a receive.
+    received: bool,
     /// The engine has something to send or deliver since.
     work: bool,
     /// Its next deadline comes before the sleeping progress thread's wake-up.
@@ -454,14 +439,14 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
     // The rings only after the socket: while the progress thread reads the
     // socket, a ring datagram must not overtake an older one of the same
     // peer still in it (a path that just opened).
-    let from_socket = if shared.rx.pace.socket_due(now) {
-        let Some(n) = read_socket(shared, now) else {
+    let (from_socket, received) = if shared.rx.pace.socket_due(now) {
+        let Some(got) = read_socket(shared, now) else {
             return Read::default();
         };
-        n
+        got
     } else {
         Counters::add(&shared.counters.poll_socket_skips, 1);
-        0
+        (0, false)
     };
     let from_rings = read_rings(shared, now);
     let delivered = from_socket + from_rings;
@@ -475,14 +460,16 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
     Read {
         delivered,
         from_rings,
+        received,
         work: e.has_work(),
         timer: e.poll_timeout().is_some_and(|t| t < until),
     }
 }
 
 /// One nonblocking read of the socket, its datagrams handed to the engine:
-/// how many; `None` when the progress thread holds the socket.
-fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<usize> {
+/// how many, and whether they completed a receive; `None` when the progress
+/// thread holds the socket.
+fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<(usize, bool)> {
     let gate = &shared.rx;
     let mut reader = match gate.reader.try_lock() {
         Ok(r) => r,
@@ -491,7 +478,7 @@ fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<usize> {
     };
     let r = &mut *reader;
     let Some(socket) = &r.socket else {
-        return Some(0);
+        return Some((0, false));
     };
     if r.mem.is_empty() {
         r.mem = vec![0; SLOTS * r.slot_len];
@@ -501,7 +488,7 @@ fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<usize> {
     let got = sys::recvmmsg(socket.as_fd(), &mut r.mem, r.slot_len, &mut r.meta);
     gate.pace.socket_read(now, *got.as_ref().unwrap_or(&0));
     let Ok(got) = got else {
-        return Some(0);
+        return Some((0, false));
     };
     Counters::add(&c.recv_calls, 1);
     Counters::add(&c.poll_receive_calls, 1);
@@ -533,17 +520,19 @@ fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<usize> {
             Counters::add(&c.datagrams_received, 1);
             Counters::add(&c.bytes_received, len as u64);
             let now = shared.clock.now();
-            let e = engine.get_or_insert_with(|| {
+            let (e, _) = engine.get_or_insert_with(|| {
                 gate.working(now);
-                shared.engine()
+                let e = shared.engine();
+                let before = e.receives_completed();
+                (e, before)
             });
             e.handle_datagram(now, from, r.local, bytes);
             delivered += 1;
         }
     }
-    drop(engine);
+    let received = engine.is_some_and(|(e, before)| e.receives_completed() != before);
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
-    Some(delivered)
+    Some((delivered, received))
 }
 
 /// The same-host path's rings (crate::shm), read where the datagrams lie
@@ -630,7 +619,7 @@ mod tests {
     fn drive_all(s: &Shared<Keep>, n: usize) -> usize {
         let mut total = 0;
         for _ in 0..1000 {
-            total += drive(s, Looked::default).0;
+            total += drive(s);
             if total >= n {
                 break;
             }
@@ -646,11 +635,11 @@ mod tests {
         let client = UdpSocket::bind("127.0.3.42:0").unwrap();
         client.send_to(b"early", to).unwrap();
         // The progress thread is awake: not this thread's to read.
-        assert_eq!(drive(&s, Looked::default).0, 0);
+        assert_eq!(drive(&s), 0);
         assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
         s.rx.set_asleep(Some(u64::MAX), false, 0);
         assert_eq!(drive_all(&s, 1), 1);
-        assert_eq!(drive(&s, Looked::default).0, 0, "nothing queued");
+        assert_eq!(drive(&s), 0, "nothing queued");
         // More than one read's worth (loopback queues before send_to returns).
         for i in 0..10u8 {
             client.send_to(&[i; 20], to).unwrap();
@@ -660,7 +649,7 @@ mod tests {
         client.send_to(b"late", to).unwrap();
         {
             let _gate = s.rx.hold();
-            assert_eq!(drive(&s, Looked::default).0, 0);
+            assert_eq!(drive(&s), 0);
         }
         assert_eq!(drive_all(&s, 1), 1);
         let from = client.local_addr().unwrap();
@@ -732,7 +721,7 @@ mod tests {
         );
         assert!(!s.rx.busy(before));
         // A poll that found nothing renews it as well (from its start).
-        assert_eq!(drive(&s, Looked::default).0, 0);
+        assert_eq!(drive(&s), 0);
         assert!(s.rx.lease_until.load(SeqCst) <= s.clock.now() + 50_000);
     }
 
@@ -776,7 +765,7 @@ mod tests {
             let client = UdpSocket::bind("127.0.3.42:0").unwrap();
             client.send_to(b"x", socket.local_addr().unwrap()).unwrap();
             s.rx.set_asleep(Some(u64::MAX), false, 0);
-            assert_eq!(drive(&s, Looked::default).0, 0, "options {i}");
+            assert_eq!(drive(&s), 0, "options {i}");
             assert_eq!(s.counters.snapshot().poll_receive_calls, 0);
             assert!(s.engine().0.lock().unwrap().is_empty());
         }

@@ -203,6 +203,8 @@ pub struct DeviceData {
     /// The latest time the driver told ([`Engine::set_now`]): completions
     /// are stamped with it (written at every driver call).
     pub(crate) now: crate::lock::Padded<std::sync::atomic::AtomicU64>,
+    /// Receive completions made so far ([`Engine::receives_completed`]).
+    pub(crate) receives: crate::lock::Padded<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for DeviceData {
@@ -219,6 +221,7 @@ impl Default for DeviceData {
             raw_counters: Default::default(),
             now: Default::default(),
             intact: Default::default(),
+            receives: Default::default(),
         }
     }
 }
@@ -231,6 +234,7 @@ pub(crate) struct EngineSink<'a> {
     srqs: &'a Table<SrqEntry, kind::Srq>,
     srq_nums: crate::xrcd::SrqNumbers,
     events: &'a Lock<VecDeque<Event>>,
+    receives: &'a std::sync::atomic::AtomicU64,
     qp: QpHandle,
     now: u64,
     /// The SRQ queue this turn locked.

@@ -173,8 +173,8 @@ static OPEN: OnceLock<Mutex<HashMap<String, Weak<Shared>>>> = OnceLock::new();
 /// about to exit without closing its devices: the drop-in library calls it
 /// from `atexit`. The exiting thread's thread-local state is gone by then,
 /// so it transmits nothing itself: it ends each such device's polling lease
-/// and wakes its progress thread, which sends, and waits for that (5 ms at
-/// most). Does nothing while another thread holds the registry (it never
+/// and wakes its progress thread, which sends, and waits until that
+/// thread's pass has ended (5 ms at most). Does nothing while another thread holds the registry (it never
 /// waits for it). How many devices had something left.
 pub fn flush_open_devices() -> usize {
     use std::time::{Duration, Instant};
@@ -188,9 +188,23 @@ pub fn flush_open_devices() -> usize {
             .collect()
     };
     let deadline = Instant::now() + Duration::from_millis(5);
-    while left.iter().any(|s| s.driver.has_left()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_micros(50));
+    let wait = |done: &dyn Fn() -> bool| {
+        while !done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    };
+    wait(&|| left.iter().all(|s| !s.driver.has_left()));
+    // The pass that took it has sent it once it has ended (a pass ends
+    // after its transmit): one more pass boundary.
+    let passes: Vec<u64> = left.iter().map(|s| s.driver.counters().passes).collect();
+    for s in &left {
+        s.driver.waker().ring();
     }
+    let moved = || {
+        let now = left.iter().map(|s| s.driver.counters().passes);
+        now.zip(&passes).all(|(n, &p)| n > p)
+    };
+    wait(&moved);
     left.len()
 }
 

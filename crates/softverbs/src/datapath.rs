@@ -166,22 +166,13 @@ impl CompletionQueue {
     /// returns how many. Reads the CQ's ring without the engine lock and
     /// without a system call (proto::cq::SharedCq). Unless `SOFTVERBS_POLL_RX=0`,
     /// an empty ring while the progress thread sleeps makes this thread read
-    /// the socket once itself and look again (`sv_io::Driver::drive_receive_then`).
+    /// the socket once itself (`sv_io::Driver::drive_receive`) and look again.
     pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         let n = self.inner.ring.poll(max, out);
-        if n > 0 || max == 0 {
+        if n > 0 || max == 0 || self.inner.ctx.dev.driver.drive_receive() == 0 {
             return n;
         }
-        let driver = &self.inner.ctx.dev.driver;
-        driver.drive_receive_then(|| {
-            let before = out.len();
-            let completions = self.inner.ring.poll(max, out);
-            let receive = out[before..].iter().any(|wc| wc.opcode.is_recv());
-            sv_io::Looked {
-                completions,
-                receive,
-            }
-        })
+        self.inner.ring.poll(max, out)
     }
 
     /// Polls until `n` completions arrived or `timeout` passed, yielding the

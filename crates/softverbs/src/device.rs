@@ -144,6 +144,10 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.has_driver_work()
     }
 
+    fn receives_completed(&self) -> u64 {
+        self.engine.receives_completed()
+    }
+
     fn poll_frame(&self, now: Nanos, buf: &mut [u8]) -> Option<(u32, usize)> {
         self.engine.set_now(now);
         let f = self.engine.poll_frame(&self.mem, buf)?;

@@ -243,21 +243,10 @@ pub fn poll_cq_into(
     let n = cq.inner.ring.poll_with(max, &mut f);
     // Empty while the progress thread sleeps: read the socket here, look again
     // (CompletionQueue::poll).
-    if n > 0 || max == 0 {
+    if n > 0 || max == 0 || cq.inner.ctx.dev.driver.drive_receive() == 0 {
         return n;
     }
-    let driver = &cq.inner.ctx.dev.driver;
-    driver.drive_receive_then(|| {
-        let mut receive = false;
-        let completions = cq.inner.ring.poll_with(max, |wc| {
-            receive |= wc.opcode.is_recv();
-            f(wc);
-        });
-        sv_io::Looked {
-            completions,
-            receive,
-        }
-    })
+    cq.inner.ring.poll_with(max, f)
 }
 
 /// `ibv_resize_cq`: returns the capacity granted; `EINVAL` below the

@@ -329,7 +329,7 @@ fn ipv6_device_rc_and_ud_grh_area() {
     assert_eq!(read(&b.mr, 16384 + 40, 100), data[..100]);
 }
 
-/// The ACK of a SEND whose poll returned its completion may wait for the
+/// The ACK of a SEND that a poll delivered may wait for the
 /// responder's next post or poll (sv_io's `pollrx::defers`, so that it
 /// leaves with the reply; over UDP only). It still leaves when the
 /// responder destroys the QP, or moves it to ERR, right after that poll,

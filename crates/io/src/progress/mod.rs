@@ -566,8 +566,13 @@ impl<E: Engine> Progress<E> {
         let mut gate = tx.gate();
         let g = &mut *gate;
         if shared.polled(shared.clock.now()) {
-            // A thread polls a CQ: it transmits; what waits for room is ours.
-            tx.want();
+            // A thread polls a CQ: it transmits what the engine has (marked
+            // only if there is some: a mark for nothing would keep that
+            // thread's poll from deferring an ACK, crate::pollrx::defers);
+            // what waits for room is ours.
+            if shared.engine().has_work() {
+                tx.want();
+            }
             return work | self.transmit_with(&mut g.q, &mut g.claims, false);
         }
         tx.take_wanted();

@@ -26,6 +26,13 @@ impl<'a> EngineSink<'a> {
 }
 
 impl Engine {
+    /// How many receive completions (`IBV_WC_RECV`, `_RECV_RDMA_WITH_IMM`)
+    /// the engine has made: a driver that handed it datagrams learns whether
+    /// they completed a receive (a program may post its reply at once).
+    pub fn receives_completed(&self) -> u64 {
+        self.dev.receives.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The contexts whose async-event queues get an event about `element`:
     /// the one that created the object, or for an XRC_RECV QP each context
     /// that holds a handle of it, created or opened (kernel
@@ -61,6 +68,10 @@ impl Sink for EngineSink<'_> {
         let Some(c) = self.cqs.get(cq) else {
             return true;
         };
+        if wc.opcode.is_recv() {
+            self.receives
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let wc = WorkCompletion {
             timestamp_ns: self.now,
             ..wc

@@ -18,6 +18,7 @@ macro_rules! engine_sink {
             srqs: &$e.srqs,
             srq_nums: $e.srq_nums,
             events: &$e.dev.events,
+            receives: &$e.dev.receives,
             qp: $h,
             now: $e.dev.now.load(std::sync::atomic::Ordering::Relaxed),
             held: None,
