@@ -566,13 +566,10 @@ impl<E: Engine> Progress<E> {
         let mut gate = tx.gate();
         let g = &mut *gate;
         if shared.polled(shared.clock.now()) {
-            // A thread polls a CQ: it transmits what the engine has (marked
-            // only if there is some: a mark for nothing would keep that
-            // thread's poll from deferring an ACK, crate::pollrx::defers);
-            // what waits for room is ours.
-            if shared.engine().has_work() {
-                tx.want();
-            }
+            // A thread polls a CQ: it transmits; what waits for room is ours.
+            // (Marked even when the engine shows no work: a post may sit in
+            // a send ring the engine has not drained yet.)
+            tx.want();
             return work | self.transmit_with(&mut g.q, &mut g.claims, false);
         }
         tx.take_wanted();
