@@ -302,6 +302,9 @@ fn a_burst_leaves_in_order_in_few_send_calls_and_arrives_whole() {
     }
     let tx = start(engine, "127.0.0.42:0");
     assert!(wait_until(|| rx.counters().datagrams_received == 100));
+    // The sender counts a batch once its system call returned, which may be
+    // after the receiver read it.
+    assert!(wait_until(|| tx.counters().datagrams_sent == 100));
     let c = tx.counters();
     assert_eq!((c.datagrams_sent, c.send_errors), (100, 0));
     assert!(
