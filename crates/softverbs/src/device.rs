@@ -7,6 +7,7 @@ use proto::device::DeviceConfig;
 use proto::device::QpnSpace;
 use proto::Engine;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, PoisonError};
 use sv_io::share::{self, Slot};
 use sv_io::{AsyncEvent, Driver, DriverOptions, Nanos, Notification, Transmit};
@@ -29,8 +30,11 @@ pub(crate) struct DeviceEngine {
     /// Where the CM's events go (cm.rs).
     pub(crate) cm_hub: std::sync::Arc<crate::cm::channel::Hub>,
     /// Copies of an async event for its further owners (an XRC_RECV QP's
-    /// event goes to every context holding it), handed out first.
+    /// event goes to every context holding it), handed out first; locked
+    /// only while `fanout_waiting` says it holds some (rarely: this is on
+    /// every transmit's way).
     fanout: std::sync::Mutex<Vec<Notification>>,
+    fanout_waiting: std::sync::atomic::AtomicBool,
 }
 
 impl DeviceEngine {
@@ -141,7 +145,7 @@ impl sv_io::Engine for DeviceEngine {
     }
 
     fn has_work(&self) -> bool {
-        self.engine.has_driver_work()
+        self.engine.has_driver_work() || self.fanout_waiting.load(SeqCst)
     }
 
     fn receives_completed(&self) -> u64 {
@@ -175,9 +179,13 @@ impl sv_io::Engine for DeviceEngine {
     }
 
     fn poll_notification(&self) -> Option<Notification> {
-        let mut fanout = self.fanout.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = fanout.pop() {
-            return Some(n);
+        if self.fanout_waiting.load(SeqCst) {
+            let mut fanout = self.fanout.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = fanout.pop();
+            self.fanout_waiting.store(!fanout.is_empty(), SeqCst);
+            if n.is_some() {
+                return n;
+            }
         }
         loop {
             match self.engine.poll_event()? {
@@ -205,7 +213,12 @@ impl sv_io::Engine for DeviceEngine {
                     let Some(first) = events.next() else {
                         continue;
                     };
-                    fanout.extend(events);
+                    let rest: Vec<_> = events.collect();
+                    if !rest.is_empty() {
+                        let mut fanout = self.fanout.lock().unwrap_or_else(PoisonError::into_inner);
+                        fanout.extend(rest);
+                        self.fanout_waiting.store(true, SeqCst);
+                    }
                     return Some(first);
                 }
             }
@@ -274,6 +287,7 @@ impl Shared {
                 rss: Default::default(),
                 cm_hub: Default::default(),
                 fanout: Default::default(),
+                fanout_waiting: Default::default(),
             };
             match Driver::start(de, bind, opts.clone()) {
                 Ok(driver) => {
