@@ -61,6 +61,10 @@ counters! {
     /// Polls that left what their datagrams made (an ACK) to the program's
     /// next post or poll (crate::pollrx::defers).
     deferred_transmits,
+    /// Posts that waited for the answer to them (crate::linger).
+    post_waits,
+    /// Of them, those whose wait ended at its bound with no answer.
+    post_waits_missed,
     /// Polls that left an empty socket unread because the same-host rings
     /// carry the traffic (crate::pollrx, "The socket beside the rings").
     poll_socket_skips,

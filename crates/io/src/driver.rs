@@ -38,7 +38,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
@@ -143,6 +143,8 @@ pub(crate) struct Shared<E: Engine> {
     pub(crate) wake_at: AtomicU64,
     /// The gate to the socket's receive side for polling threads (crate::pollrx).
     pub(crate) rx: crate::pollrx::RxGate,
+    /// Whether a post waits for its answer (crate::linger).
+    pub(crate) linger: crate::linger::Linger,
     /// The same-host path (crate::shm), when on: the progress thread's, and
     /// the application threads' when they transmit or poll. Lock order:
     /// the transmit gate, then this, then the engine.
@@ -157,6 +159,9 @@ impl<E: Engine> Shared<E> {
         local: SocketAddr,
         opts: &DriverOptions,
     ) -> io::Result<Self> {
+        let rx = crate::pollrx::RxGate::new(socket, local, opts);
+        let wait = opts.post_wait.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
+        let linger = crate::linger::Linger::new(if rx.enabled() { wait } else { 0 });
         Ok(Shared {
             engine: RwLock::new(engine),
             doorbell: Doorbell::new()?,
@@ -168,7 +173,8 @@ impl<E: Engine> Shared<E> {
             groups: Mutex::new(Vec::new()),
             groups_version: std::sync::atomic::AtomicU64::new(0),
             raw: Default::default(),
-            rx: crate::pollrx::RxGate::new(socket, local, opts),
+            rx,
+            linger,
             caller_tx: None,
             wake_at: AtomicU64::new(0),
             shm: None,
@@ -411,14 +417,60 @@ impl<E: Engine> Driver<E> {
     pub fn posted(&self, idle: bool) -> usize {
         let now = self.shared.clock.now();
         if let Some(tx) = &self.shared.caller_tx {
-            if idle && !tx.streaming(now) {
+            // Never waits for the engine (a writer may hold it): no wait then.
+            let request_at = idle.then(|| self.shared.try_engine()).flatten();
+            let request_at = request_at.map(|e| e.last_request_at());
+            let wait = request_at.and_then(|at| self.shared.linger.at_post(now, at));
+            if wait.is_none() {
+                self.end_wait_lease();
+            }
+            // A ping-pong faster than the stream gap is no stream.
+            if idle && (!tx.streaming(now) || wait.is_some()) {
                 if let Some(n) = self.shared.transmit_here() {
+                    if let Some(until) = wait {
+                        self.wait_for_answer(now, until);
+                    }
                     return n;
                 }
             }
         }
         self.shared.leave_to_poller(now);
         0
+    }
+
+    /// A post that does not wait for its answer: a lease the waits of the
+    /// posts before held ends (the thread goes back to its spin and reads
+    /// nothing; the answer must not wait for the lease's end).
+    fn end_wait_lease(&self) {
+        let by_wait = &self.shared.rx.by_wait;
+        if by_wait.load(Relaxed) && by_wait.swap(false, SeqCst) {
+            self.end_poll_lease();
+        }
+    }
+
+    /// A post at `since` that answered a request waits for the next one
+    /// (crate::linger): this thread reads the socket and the rings as a
+    /// polling thread does, until a QP took a request newer than the post
+    /// or `until` (engine time).
+    fn wait_for_answer(&self, since: Nanos, until: Nanos) {
+        let s = &self.shared;
+        Counters::add(&s.counters.post_waits, 1);
+        loop {
+            crate::pollrx::drive_for(s, Some(since));
+            if s.engine().last_request_at() > since {
+                s.linger.answered();
+                return;
+            }
+            if s.clock.now() >= until {
+                // The thread goes back to its spin and reads nothing: the
+                // progress thread watches the socket and the rings again.
+                Counters::add(&s.counters.post_waits_missed, 1);
+                s.linger.missed();
+                self.end_wait_lease();
+                return;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// A handle that rings this driver's doorbell, for objects that outlive a borrow.

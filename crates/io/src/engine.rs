@@ -185,6 +185,12 @@ pub trait Engine: Send + Sync + 'static {
     fn receives_completed(&self) -> u64 {
         0
     }
+    /// When (engine time) a QP last took a request datagram (not an ACK or
+    /// a response); 0: never, the default. A posting thread that answered
+    /// one waits for the next (`crate::linger`).
+    fn last_request_at(&self) -> Nanos {
+        0
+    }
     /// Writes the next Ethernet frame of a RAW_PACKET QP into `buf`: (the
     /// QP's number, whose packet socket sends it; its length). `crate::raw`.
     fn poll_frame(&self, _now: Nanos, _buf: &mut [u8]) -> Option<(u32, usize)> {

@@ -34,6 +34,7 @@ mod events;
 pub mod faults;
 mod hold;
 pub mod host;
+mod linger;
 mod mcast;
 mod options;
 mod pollrx;

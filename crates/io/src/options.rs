@@ -13,6 +13,9 @@
 //!   polling an empty CQ off ([`DriverOptions::poll_receive`]; on by default), `1`/`on`/`yes`/`true` on;
 //! - `SOFTVERBS_POLL_RX_LEASE_US`: how long the socket stays a polling
 //!   thread's after its last empty poll ([`DriverOptions::poll_lease`]; lenient);
+//! - `SOFTVERBS_POST_WAIT_US`: how long a post that answered a request
+//!   waits for the next at most ([`DriverOptions::post_wait`]; `0` never;
+//!   lenient);
 //! - `SOFTVERBS_SHM`: the same-host path (`crate::shm`) is on by default;
 //!   `1`/`on`/`yes`/`true` keeps it on, anything else turns it off.
 
@@ -92,6 +95,15 @@ pub struct DriverOptions {
     /// cores (spec/performance.md §17.14).
     /// `ibv_req_notify_cq` ends the lease at once.
     pub poll_lease: Duration,
+    /// With `caller_tx` and `poll_receive`: how long a post waits at most
+    /// for the answer to it, once the last posts each answered a request
+    /// that had just come and were answered within this time (a program
+    /// that answers and then spins on its memory for the next request,
+    /// `crate::linger`); `SOFTVERBS_POST_WAIT_US`, 0 never. 1 ms unless
+    /// set: a wait that ends unanswered costs this much, but the progress
+    /// thread's wake-up it replaces takes as long beside spinning threads
+    /// on two cores (spec/performance.md §19).
+    pub post_wait: Duration,
     /// The same-host path (shared-memory rings to processes of this host,
     /// `crate::shm`; on by default, `SOFTVERBS_SHM=0` turns it off; the
     /// application threads work its rings as they work the socket,
@@ -119,6 +131,7 @@ impl Default for DriverOptions {
             caller_tx_stream_gap: Duration::from_micros(20),
             poll_receive: true,
             poll_lease: Duration::from_micros(2000),
+            post_wait: Duration::from_micros(1000),
             shm: true,
         }
     }
@@ -158,6 +171,8 @@ impl DriverOptions {
     pub const POLL_RX_ENV: &'static str = "SOFTVERBS_POLL_RX";
     /// Environment variable setting [`DriverOptions::poll_lease`], in microseconds.
     pub const POLL_RX_LEASE_ENV: &'static str = "SOFTVERBS_POLL_RX_LEASE_US";
+    /// Environment variable setting [`DriverOptions::post_wait`], in microseconds.
+    pub const POST_WAIT_ENV: &'static str = "SOFTVERBS_POST_WAIT_US";
     /// Environment variable turning [`DriverOptions::shm`] on (`1`, `on`, `yes`, `true`) or off.
     pub const SHM_ENV: &'static str = crate::shm::ENV;
     /// Environment variable setting [`DriverOptions::capture`] (`%p`, `%d`, `%%` expanded).
@@ -207,6 +222,13 @@ impl DriverOptions {
                 Ok(us) => self.poll_lease = Duration::from_micros(us),
                 Err(e) => tracing::warn!(value = %v, error = %e,
                     "{} is not a number of microseconds; ignored", Self::POLL_RX_LEASE_ENV),
+            }
+        }
+        if let Some(v) = get(Self::POST_WAIT_ENV) {
+            match v.trim().parse::<u64>() {
+                Ok(us) => self.post_wait = Duration::from_micros(us),
+                Err(e) => tracing::warn!(value = %v, error = %e,
+                    "{} is not a number of microseconds; ignored", Self::POST_WAIT_ENV),
             }
         }
         if let Some(v) = get(Self::SHM_ENV) {

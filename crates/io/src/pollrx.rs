@@ -103,6 +103,9 @@ pub(crate) struct RxGate {
     busy_until: AtomicU64,
     /// When a thread last polled (engine time).
     polled_at: AtomicU64,
+    /// The last renewal was a post's wait for its answer (crate::linger),
+    /// not a poll of a CQ: it ends when a post no longer waits.
+    pub(crate) by_wait: AtomicBool,
     /// How long one empty poll extends the lease now (adapted, see
     /// [`RxGate::lease_ended`]), and at most.
     lease_ns: AtomicU64,
@@ -177,6 +180,7 @@ impl RxGate {
             lease_until: AtomicU64::new(0),
             busy_until: AtomicU64::new(0),
             polled_at: AtomicU64::new(0),
+            by_wait: AtomicBool::new(false),
             lease_ns: AtomicU64::new(lease_max_ns),
             lease_max_ns,
             local,
@@ -191,6 +195,11 @@ impl RxGate {
                 meta: vec![sys::Received::default(); SLOTS],
             }),
         }
+    }
+
+    /// Whether application threads may read (see [`RxGate::enabled`]).
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// The progress thread, around each read-and-deliver of the socket.
@@ -341,14 +350,27 @@ impl RxGate {
 /// instead when they completed a receive (see [`defers`]). How many
 /// datagrams it handed to the engine.
 pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
+    drive_for(shared, None)
+}
+
+/// [`drive`] for a post that waits for the answer to it (crate::linger):
+/// a request taken after `since` counts as a completed receive (its ACK
+/// may wait for the answer's post, which comes at once in that pattern).
+pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, answer_since: Option<Nanos>) -> usize {
     let gate = &shared.rx;
     if !gate.enabled {
         return 0;
     }
     let now = shared.clock.now();
     gate.renew(now);
-    let read = if gate.asleep.load(SeqCst) {
-        read(shared, now)
+    if gate.by_wait.load(Relaxed) != answer_since.is_some() {
+        gate.by_wait.store(answer_since.is_some(), Relaxed);
+    }
+    // A waiting post reads even while the progress thread is awake: woken
+    // (a timer, the lease's end), it may wait for a core behind spinning
+    // threads for a whole time slice. The reader's lock keeps the order.
+    let read = if gate.asleep.load(SeqCst) || answer_since.is_some() {
+        read(shared, now, answer_since)
     } else {
         Read::default()
     };
@@ -435,12 +457,12 @@ struct Read {
 /// datagrams handed to the engine; nothing from a source another thread
 /// reads, or where nothing is queued.
 /// `now`: when the poll began (one clock reading serves the whole poll).
-fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
+fn read<E: Engine>(shared: &Shared<E>, now: Nanos, answer_since: Option<Nanos>) -> Read {
     // The rings only after the socket: while the progress thread reads the
     // socket, a ring datagram must not overtake an older one of the same
     // peer still in it (a path that just opened).
     let (from_socket, received) = if shared.rx.pace.socket_due(now) {
-        let Some(got) = read_socket(shared, now) else {
+        let Some(got) = read_socket(shared, now, answer_since) else {
             return Read::default();
         };
         got
@@ -469,7 +491,11 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos) -> Read {
 /// One nonblocking read of the socket, its datagrams handed to the engine:
 /// how many, and whether they completed a receive; `None` when the progress
 /// thread holds the socket.
-fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<(usize, bool)> {
+fn read_socket<E: Engine>(
+    shared: &Shared<E>,
+    now: Nanos,
+    answer_since: Option<Nanos>,
+) -> Option<(usize, bool)> {
     let gate = &shared.rx;
     let mut reader = match gate.reader.try_lock() {
         Ok(r) => r,
@@ -530,7 +556,9 @@ fn read_socket<E: Engine>(shared: &Shared<E>, now: Nanos) -> Option<(usize, bool
             delivered += 1;
         }
     }
-    let received = engine.is_some_and(|(e, before)| e.receives_completed() != before);
+    let received = engine.is_some_and(|(e, before)| {
+        e.receives_completed() != before || answer_since.is_some_and(|t| e.last_request_at() > t)
+    });
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
     Some((delivered, received))
 }

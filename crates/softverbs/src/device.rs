@@ -152,6 +152,10 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.receives_completed()
     }
 
+    fn last_request_at(&self) -> u64 {
+        self.engine.last_request_at()
+    }
+
     fn poll_frame(&self, now: Nanos, buf: &mut [u8]) -> Option<(u32, usize)> {
         self.engine.set_now(now);
         let f = self.engine.poll_frame(&self.mem, buf)?;

@@ -48,7 +48,7 @@ impl<E: Engine> Progress<E> {
         // take the rest): working the same rings beside it would take the
         // core another process needs (crate::pollrx::RxGate::working).
         if shared.rx.busy(shared.clock.now()) {
-            return false;
+            return shm.maybe_check(Instant::now(), &shared.counters);
         }
         if !self.faults.on_receive() {
             // No receive faults: the engine reads each datagram where it

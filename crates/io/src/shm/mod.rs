@@ -531,7 +531,10 @@ impl ShmPath {
 
     /// Checks the connections poll(2) found ready, and every connection
     /// each [`CHECK_EVERY`] (a thread that does not sleep polls nothing).
-    fn maybe_check(&mut self, now: Instant, c: &Counters) -> bool {
+    /// The progress thread calls it even when a polling thread works the
+    /// rings: a wake-up byte left unread would end each of its sleeps at
+    /// once (poll(2) reports the connection ready until it is read).
+    pub(crate) fn maybe_check(&mut self, now: Instant, c: &Counters) -> bool {
         let all = now.saturating_duration_since(self.last_check) >= CHECK_EVERY;
         if !(all || self.woke) {
             return false;

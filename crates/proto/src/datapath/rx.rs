@@ -108,6 +108,9 @@ impl Engine {
             dropped
         });
         c.drop_by_qp.add(dropped);
+        if !response && (dropped as usize) < run.len() {
+            self.took_request(now);
+        }
     }
 
     fn receive(
@@ -179,6 +182,8 @@ impl Engine {
             self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
         if dropped {
             self.dev.counters.drop_by_qp.bump();
+        } else if repr.opcode().is_request() {
+            self.took_request(now);
         }
     }
 

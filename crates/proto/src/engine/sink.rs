@@ -33,6 +33,25 @@ impl Engine {
         self.dev.receives.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// When (engine time, [`Engine::set_now`]'s clock) a QP last took a
+    /// request datagram (SEND, WRITE, READ request, atomic; not an ACK or a
+    /// response) from the network or a same-host ring; 0: never. A driver
+    /// learns from it whether the peer answered a post (a program that
+    /// spins on memory for a WRITE sees it only once some thread places
+    /// it).
+    pub fn last_request_at(&self) -> u64 {
+        self.dev
+            .request_at
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Notes that a QP took a request at `now` ([`Engine::last_request_at`]).
+    pub(crate) fn took_request(&self, now: u64) {
+        self.dev
+            .request_at
+            .store(now, std::sync::atomic::Ordering::Release);
+    }
+
     /// The contexts whose async-event queues get an event about `element`:
     /// the one that created the object, or for an XRC_RECV QP each context
     /// that holds a handle of it, created or opened (kernel
