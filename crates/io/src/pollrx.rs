@@ -721,6 +721,36 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_post_reads_while_the_progress_thread_is_awake_and_marks_its_lease() {
+        let on = polling();
+        let (s, _socket) = shared("127.0.3.52:0", &on);
+        let to = s.rx.reader.lock().unwrap().local;
+        let client = UdpSocket::bind("127.0.3.53:0").unwrap();
+        client.send_to(b"answer", to).unwrap();
+        // The progress thread is awake: a poll leaves the socket to it ...
+        assert_eq!(drive(&s), 0);
+        assert!(!s.rx.by_wait.load(SeqCst));
+        // ... a waiting post reads it, unless the progress thread holds it.
+        {
+            let _gate = s.rx.hold();
+            assert_eq!(drive_for(&s, Some(0)), 0);
+        }
+        let mut got = 0;
+        for _ in 0..1000 {
+            got += drive_for(&s, Some(0));
+            if got > 0 {
+                break;
+            }
+        }
+        assert_eq!(got, 1);
+        assert!(s.rx.by_wait.load(SeqCst), "the lease is the wait's");
+        assert!(s.rx.lease(s.clock.now()).is_some());
+        // A poll of a CQ renews it as its own.
+        drive(&s);
+        assert!(!s.rx.by_wait.load(SeqCst));
+    }
+
+    #[test]
     fn the_lease_holds_through_a_polls_work_and_counts_from_its_end() {
         let on = DriverOptions {
             poll_lease: std::time::Duration::from_micros(50),
