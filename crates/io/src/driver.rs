@@ -354,8 +354,16 @@ impl<E: Engine> Driver<E> {
     /// A thread is about to block for a completion (`ibv_req_notify_cq`):
     /// the polling threads' lease on the socket ends now, and a progress
     /// thread that sleeps without watching the socket is woken to watch it
-    /// (crate::pollrx).
+    /// (crate::pollrx); posts stop waiting for their answers for a while
+    /// (crate::linger: the program waits asleep).
     pub fn end_poll_lease(&self) {
+        self.shared.linger.blocking();
+        self.end_lease();
+    }
+
+    /// The polling threads' lease ends now; a progress thread that sleeps
+    /// aside is woken to watch the socket.
+    fn end_lease(&self) {
         if self.shared.rx.end_lease() {
             self.shared.doorbell.ring();
         }
@@ -412,28 +420,35 @@ impl<E: Engine> Driver<E> {
     /// (closer to the previous post than `DriverOptions::caller_tx_stream_gap`)
     /// is sent by this thread now; any other post is left to the next poll of
     /// the thread that polls a CQ while its lease holds (crate::callertx), or
-    /// else the doorbell wakes the progress thread.
+    /// else the doorbell wakes the progress thread. A post that answered an
+    /// RDMA WRITE in a ping-pong is sent now, and then waits for the next
+    /// WRITE (crate::linger).
     /// Returns how many datagrams this thread sent.
     pub fn posted(&self, idle: bool) -> usize {
         let now = self.shared.clock.now();
         if let Some(tx) = &self.shared.caller_tx {
-            // Never waits for the engine (a writer may hold it): no wait then.
-            let request_at = idle.then(|| self.shared.try_engine()).flatten();
-            let request_at = request_at.map(|e| e.last_request_at());
-            let wait = request_at.and_then(|at| self.shared.linger.at_post(now, at));
-            if wait.is_none() {
-                self.end_wait_lease();
-            }
-            // A ping-pong faster than the stream gap is no stream.
-            if idle && (!tx.streaming(now) || wait.is_some()) {
+            // A busy queue's post counts only while the pattern forms (a
+            // stream's posts skip the engine's count). Never waits for the
+            // engine (a writer may hold it): no wait then.
+            let linger = &self.shared.linger;
+            let look = idle || linger.forming();
+            let writes = look.then(|| self.shared.try_engine()).flatten();
+            let writes = writes.map(|e| e.writes_taken());
+            let wait = writes.and_then(|w| Some((w.0, linger.at_post(now, w)?)));
+            // A ping-pong is no stream, even faster than the stream gap, and
+            // its post may find the WRITE before still unacknowledged (the
+            // answer overtakes the ACK, proto's `Qp::next_packet`).
+            if wait.is_some() || (idle && !tx.streaming(now)) {
                 if let Some(n) = self.shared.transmit_here() {
-                    if let Some(until) = wait {
-                        self.wait_for_answer(now, until);
+                    match wait {
+                        Some((seen, until)) => self.wait_for_answer(seen, until),
+                        None => self.end_wait_lease(),
                     }
                     return n;
                 }
             }
         }
+        self.end_wait_lease();
         self.shared.leave_to_poller(now);
         0
     }
@@ -444,20 +459,20 @@ impl<E: Engine> Driver<E> {
     fn end_wait_lease(&self) {
         let by_wait = &self.shared.rx.by_wait;
         if by_wait.load(Relaxed) && by_wait.swap(false, SeqCst) {
-            self.end_poll_lease();
+            self.end_lease();
         }
     }
 
-    /// A post at `since` that answered a request waits for the next one
-    /// (crate::linger): this thread reads the socket and the rings as a
-    /// polling thread does, until a QP took a request newer than the post
-    /// or `until` (engine time).
-    fn wait_for_answer(&self, since: Nanos, until: Nanos) {
+    /// A post that answered an RDMA WRITE waits for the next (crate::linger):
+    /// this thread reads the socket and the rings as a polling thread does,
+    /// until the device's count of whole WRITEs passes `seen`, or `until`
+    /// (engine time).
+    fn wait_for_answer(&self, seen: u64, until: Nanos) {
         let s = &self.shared;
         Counters::add(&s.counters.post_waits, 1);
         loop {
-            crate::pollrx::drive_for(s, Some(since));
-            if s.engine().last_request_at() > since {
+            crate::pollrx::drive_for(s, Some(seen));
+            if s.engine().writes_taken().0 != seen {
                 s.linger.answered();
                 return;
             }

@@ -185,11 +185,13 @@ pub trait Engine: Send + Sync + 'static {
     fn receives_completed(&self) -> u64 {
         0
     }
-    /// When (engine time) a QP last took a request datagram (not an ACK or
-    /// a response); 0: never, the default. A posting thread that answered
-    /// one waits for the next (`crate::linger`).
-    fn last_request_at(&self) -> Nanos {
-        0
+    /// How many RDMA WRITEs without immediate QPs have taken whole, and
+    /// when (engine time) the latest came; (0, 0), the default: none. A
+    /// posting thread that answered one waits for the next
+    /// (`crate::linger`); the count is read with acquire, so the placed
+    /// bytes are visible once it moved.
+    fn writes_taken(&self) -> (u64, Nanos) {
+        (0, 0)
     }
     /// Writes the next Ethernet frame of a RAW_PACKET QP into `buf`: (the
     /// QP's number, whose packet socket sends it; its length). `crate::raw`.

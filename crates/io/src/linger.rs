@@ -1,17 +1,29 @@
-//! A posting thread that answered a request waits in its post for the next.
+//! A posting thread that answered an RDMA WRITE waits in its post for the
+//! next.
 //!
-//! Owns: the device's guess whether its program answers each request it
+//! Owns: the device's guess whether its program answers each RDMA WRITE it
 //! gets at once and then waits, outside the library, for the next one (a
 //! ping-pong over RDMA WRITE: `ib_write_lat`, a program spinning on a flag
 //! in its memory). Promise: a post waits ([`Linger::at_post`]) only while
-//! the last posts each answered a request that had come since the post
-//! before, moments before it ([`ANSWER_NS`]); it waits at most the bound.
-//! A post that breaks the pattern turns the waits off
-//! until [`STREAK`] posts fit it again; a wait that ends unanswered
-//! doubles that number, up to [`MAX_STREAK`], until a wait is answered. So a program whose answers
-//! cannot come while it waits (one thread driving both ends of a
-//! ping-pong between two devices: its own next poll makes the answer)
-//! loses a wait at most once per [`MAX_STREAK`] posts in the long run.
+//! the last posts each answered exactly one WRITE, taken since the post
+//! before and moments before it ([`ANSWER_NS`]); it waits at most the
+//! bound, until the next whole WRITE (without immediate) is placed. A post
+//! that breaks the pattern turns the waits off until [`STREAK`] posts fit
+//! it again; a wait that ends unanswered doubles that number, up to
+//! [`MAX_STREAK`], until a wait is answered, and a thread about to block
+//! for a completion (`ibv_req_notify_cq`, [`Linger::blocking`]) sets it
+//! there. So a program whose answers cannot come while it waits (one
+//! thread driving both ends of a ping-pong between two devices: its own
+//! next poll makes the answer) loses a wait at most once per
+//! [`MAX_STREAK`] posts in the long run, and one that blocks for its
+//! completions does not spin.
+//!
+//! Only plain WRITEs count: they need no receive WQE (a SEND that came
+//! while its receiver still sat in this post would be refused with an RNR
+//! NAK), make no completion (a program that waits for a SEND polls its CQ,
+//! and a polling thread reads: crate::pollrx), and their ACK is all a
+//! waiting post leaves to the answer's post (a READ response or an
+//! atomic's would wait with it).
 //!
 //! Why: such a program calls the library only to post. Whatever arrives
 //! between two posts must be placed by some thread; with the poster gone
@@ -29,13 +41,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::clock::Nanos;
 
-/// A post answers a request when it comes this soon after the request was
+/// A post answers a WRITE when it comes this soon after the WRITE was
 /// placed (a program that waited for it and reacts at once; some slack for
 /// a thread preempted in between: on two cores 30–50 µs happen).
 pub(crate) const ANSWER_NS: Nanos = 100_000;
 /// Posts in a row that must fit the pattern before one waits.
 pub(crate) const STREAK: u32 = 2;
-/// The most posts in a row a pattern whose answers came late must show.
+/// The most posts in a row the pattern must show after unanswered waits.
 pub(crate) const MAX_STREAK: u32 = 256;
 
 /// The pattern's state for one device (see the module doc). Every field is
@@ -44,13 +56,13 @@ pub(crate) const MAX_STREAK: u32 = 256;
 pub(crate) struct Linger {
     /// The longest a post waits; 0: never.
     bound_ns: Nanos,
-    /// When (engine time) the device's last post to an idle queue came; 0:
-    /// none yet.
-    last_post: AtomicU64,
+    /// The device's count of whole WRITEs (`Engine::writes_taken`) at its
+    /// last post to an idle queue; `u64::MAX`: no post yet.
+    seen: AtomicU64,
     /// Posts in a row that fit the pattern.
     streak: AtomicU32,
-    /// The streak a post needs to wait: [`STREAK`], doubled by each post
-    /// answered late.
+    /// The streak a post needs to wait: [`STREAK`], doubled by each
+    /// unanswered wait.
     need: AtomicU32,
 }
 
@@ -58,28 +70,32 @@ impl Linger {
     pub(crate) fn new(bound_ns: Nanos) -> Self {
         Linger {
             bound_ns,
-            last_post: AtomicU64::new(0),
+            seen: AtomicU64::new(u64::MAX),
             streak: AtomicU32::new(0),
             need: AtomicU32::new(STREAK),
         }
     }
 
-    /// A post to an idle send queue at `now`, with the last request taken
-    /// at `request_at` (0: never): until when (engine time) the posting
-    /// thread waits for a request newer than `now`, if it does.
-    pub(crate) fn at_post(&self, now: Nanos, request_at: Nanos) -> Option<Nanos> {
+    /// A post to an idle send queue at `now`, with `writes` the device's
+    /// whole WRITEs so far and when the latest came (`Engine::writes_taken`):
+    /// whether the posting thread waits, until `now` + the bound at most,
+    /// for the count to pass `writes.0`.
+    pub(crate) fn at_post(&self, now: Nanos, writes: (u64, Nanos)) -> Option<Nanos> {
         if self.bound_ns == 0 {
             return None;
         }
-        let prev = self.last_post.swap(now, Relaxed);
-        // This post answers a request that came since the post before, a
-        // moment ago.
-        let answers = prev != 0 && request_at > prev;
-        if !answers || now.saturating_sub(request_at) > ANSWER_NS {
+        let (count, at) = writes;
+        let before = self.seen.swap(count, Relaxed);
+        // This post answers the one WRITE taken since the post before (two
+        // or more: the program is behind, and has more to answer than to
+        // wait for), a moment ago.
+        let answers = before != u64::MAX && count.wrapping_sub(before) == 1;
+        if !answers || now.saturating_sub(at) > ANSWER_NS {
             self.streak.store(0, Relaxed);
             return None;
         }
-        let streak = self.streak.fetch_add(1, Relaxed).saturating_add(1);
+        let streak = (self.streak.load(Relaxed) + 1).min(MAX_STREAK);
+        self.streak.store(streak, Relaxed);
         (streak >= self.need.load(Relaxed)).then_some(now + self.bound_ns)
     }
 
@@ -97,6 +113,23 @@ impl Linger {
         self.need.store((need * 2).min(MAX_STREAK), Relaxed);
     }
 
+    /// A thread is about to block for a completion (`ibv_req_notify_cq`):
+    /// the program waits for its answers asleep; a post spinning for them
+    /// would take a core it gave up. The pattern must hold [`MAX_STREAK`]
+    /// posts (or a wait be answered) before the next wait.
+    pub(crate) fn blocking(&self) {
+        self.streak.store(0, Relaxed);
+        self.need.store(MAX_STREAK, Relaxed);
+    }
+
+    /// Whether the last post fit the pattern: a post to a busy queue is
+    /// looked at too (in a ping-pong the answer overtakes the ACK of the
+    /// WRITE it answers, so the next post may find that WRITE still
+    /// unacknowledged); otherwise only posts to idle queues are.
+    pub(crate) fn forming(&self) -> bool {
+        self.streak.load(Relaxed) > 0
+    }
+
     /// Whether the pattern holds now (the last posts fit it).
     #[cfg(test)]
     fn holds(&self) -> bool {
@@ -110,13 +143,14 @@ mod tests {
 
     const B: Nanos = 100_000;
 
-    /// A ping-pong: each post answers a request 1 µs old and is answered
-    /// 30 µs later. Returns the waits of `n` posts from `t`.
-    fn ping_pong(l: &Linger, mut t: Nanos, n: usize) -> Vec<Option<Nanos>> {
+    /// A ping-pong from `t` with the device's WRITE count at `count`: each
+    /// post answers the one WRITE taken 1 µs before, and is answered 30 µs
+    /// later. Returns the waits of `n` posts.
+    fn ping_pong(l: &Linger, mut t: Nanos, count: &mut u64, n: usize) -> Vec<Option<Nanos>> {
         (0..n)
             .map(|_| {
-                let req = t - 1_000;
-                let w = l.at_post(t, req);
+                *count += 1;
+                let w = l.at_post(t, (*count, t - 1_000));
                 if w.is_some() {
                     l.answered();
                 }
@@ -129,7 +163,8 @@ mod tests {
     #[test]
     fn waits_after_the_streak_and_not_before() {
         let l = Linger::new(B);
-        let waits = ping_pong(&l, 1_000_000, 5);
+        let mut c = 0;
+        let waits = ping_pong(&l, 1_000_000, &mut c, 5);
         // The first post has no post before it; the second and third build
         // the streak; from then on each waits until its bound.
         assert_eq!(waits[0], None);
@@ -140,43 +175,61 @@ mod tests {
     }
 
     #[test]
-    fn a_post_long_after_the_request_does_not_wait() {
+    fn a_post_long_after_the_write_does_not_wait() {
         let l = Linger::new(B);
-        ping_pong(&l, 1_000_000, 4);
+        let mut c = 0;
+        ping_pong(&l, 1_000_000, &mut c, 4);
         // The program computed longer than ANSWER_NS before posting.
         let t = 1_000_000 + 4 * 31_000 + ANSWER_NS;
-        assert_eq!(l.at_post(t, t - ANSWER_NS - 1), None);
+        assert_eq!(l.at_post(t, (c + 1, t - ANSWER_NS - 1)), None);
         assert!(!l.holds());
     }
 
     #[test]
-    fn a_post_with_no_request_since_the_one_before_does_not_wait() {
+    fn a_post_with_no_write_or_several_since_the_one_before_does_not_wait() {
         let l = Linger::new(B);
-        ping_pong(&l, 1_000_000, 4);
-        // The last request came before the post before (a stream of sends).
+        let mut c = 0;
+        ping_pong(&l, 1_000_000, &mut c, 4);
+        // No WRITE since the post before (a stream of posts).
         let t = 1_000_000 + 4 * 31_000;
-        assert_eq!(l.at_post(t, t - 40_000), None);
+        assert_eq!(l.at_post(t, (c, t - 40_000)), None);
+        assert!(!l.holds());
+        // Two since the post before: a server behind its clients.
+        ping_pong(&l, t + 31_000, &mut c, 4);
+        let t = t + 5 * 31_000;
+        assert_eq!(l.at_post(t, (c + 2, t - 1_000)), None);
         assert!(!l.holds());
     }
 
     #[test]
     fn a_missed_wait_doubles_the_streak_needed_until_a_wait_is_answered() {
         let l = Linger::new(B);
-        ping_pong(&l, 1_000_000, 4);
+        let mut c = 0;
+        ping_pong(&l, 1_000_000, &mut c, 4);
         l.missed();
         assert!(!l.holds());
         // Four posts now build the streak (not two) ...
         let t = 1_000_000 + 4 * 31_000 + B;
-        let waits = ping_pong(&l, t, 6);
+        let waits = ping_pong(&l, t, &mut c, 6);
         assert_eq!(waits.iter().position(Option::is_some), Some(3));
         // ... and the answered wait set it back to two.
         let t = t + 6 * 31_000;
-        assert_eq!(l.at_post(t, 1), None, "no request since the last post");
+        assert_eq!(l.at_post(t, (c, 1)), None, "no WRITE since the last post");
+        let waits = ping_pong(&l, t + 31_000, &mut c, 3);
+        assert_eq!(waits.iter().position(Option::is_some), Some(1));
+    }
+
+    #[test]
+    fn a_thread_about_to_block_makes_waits_rare() {
+        let l = Linger::new(B);
+        let mut c = 0;
+        ping_pong(&l, 1_000_000, &mut c, 4);
+        l.blocking();
+        assert!(!l.holds());
+        let waits = ping_pong(&l, 2_000_000, &mut c, 300);
         assert_eq!(
-            ping_pong(&l, t + 31_000, 3)
-                .iter()
-                .position(Option::is_some),
-            Some(1)
+            waits.iter().position(Option::is_some),
+            Some(MAX_STREAK as usize - 1)
         );
     }
 
@@ -187,10 +240,12 @@ mod tests {
     fn waits_that_cannot_be_answered_become_rare() {
         let l = Linger::new(B);
         let mut t = 1_000_000;
+        let mut count = 0;
         let mut waits = 0;
         let posts = 4_000;
         for _ in 0..posts {
-            if let Some(until) = l.at_post(t, t - 1_000) {
+            count += 1;
+            if let Some(until) = l.at_post(t, (count, t - 1_000)) {
                 waits += 1;
                 t = until; // unanswered
                 l.missed();
@@ -210,7 +265,10 @@ mod tests {
     #[test]
     fn off_never_waits() {
         let l = Linger::new(0);
-        assert!(ping_pong(&l, 1_000_000, 6).iter().all(Option::is_none));
+        let mut c = 0;
+        assert!(ping_pong(&l, 1_000_000, &mut c, 6)
+            .iter()
+            .all(Option::is_none));
         assert!(!l.holds());
     }
 }

@@ -362,23 +362,24 @@ pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
 }
 
 /// [`drive`] for a post that waits for the answer to it (crate::linger):
-/// a request taken after `since` counts as a completed receive (its ACK
-/// may wait for the answer's post, which comes at once in that pattern).
-pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, answer_since: Option<Nanos>) -> usize {
+/// a whole RDMA WRITE taken after the engine's count was `seen` counts as
+/// a completed receive (its ACK may wait for the answer's post, which
+/// comes at once in that pattern).
+pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, seen: Option<u64>) -> usize {
     let gate = &shared.rx;
     if !gate.enabled {
         return 0;
     }
     let now = shared.clock.now();
     gate.renew(now);
-    if gate.by_wait.load(Relaxed) != answer_since.is_some() {
-        gate.by_wait.store(answer_since.is_some(), Relaxed);
+    if gate.by_wait.load(Relaxed) != seen.is_some() {
+        gate.by_wait.store(seen.is_some(), Relaxed);
     }
     // A waiting post reads even while the progress thread is awake: woken
     // (a timer, the lease's end), it may wait for a core behind spinning
     // threads for a whole time slice. The reader's lock keeps the order.
-    let read = if gate.asleep.load(SeqCst) || answer_since.is_some() {
-        read(shared, now, answer_since)
+    let read = if gate.asleep.load(SeqCst) || seen.is_some() {
+        read(shared, now, seen)
     } else {
         Read::default()
     };
@@ -465,12 +466,12 @@ struct Read {
 /// datagrams handed to the engine; nothing from a source another thread
 /// reads, or where nothing is queued.
 /// `now`: when the poll began (one clock reading serves the whole poll).
-fn read<E: Engine>(shared: &Shared<E>, now: Nanos, answer_since: Option<Nanos>) -> Read {
+fn read<E: Engine>(shared: &Shared<E>, now: Nanos, seen: Option<u64>) -> Read {
     // The rings only after the socket: while the progress thread reads the
     // socket, a ring datagram must not overtake an older one of the same
     // peer still in it (a path that just opened).
     let (from_socket, received) = if shared.rx.pace.socket_due(now) {
-        let Some(got) = read_socket(shared, now, answer_since) else {
+        let Some(got) = read_socket(shared, now, seen) else {
             return Read::default();
         };
         got
@@ -502,7 +503,7 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos, answer_since: Option<Nanos>) 
 fn read_socket<E: Engine>(
     shared: &Shared<E>,
     now: Nanos,
-    answer_since: Option<Nanos>,
+    seen: Option<u64>,
 ) -> Option<(usize, bool)> {
     let gate = &shared.rx;
     let mut reader = match gate.reader.try_lock() {
@@ -565,7 +566,7 @@ fn read_socket<E: Engine>(
         }
     }
     let received = engine.is_some_and(|(e, before)| {
-        e.receives_completed() != before || answer_since.is_some_and(|t| e.last_request_at() > t)
+        e.receives_completed() != before || seen.is_some_and(|n| e.writes_taken().0 != n)
     });
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
     Some((delivered, received))

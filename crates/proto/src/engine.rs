@@ -205,8 +205,9 @@ pub struct DeviceData {
     pub(crate) now: crate::lock::Padded<std::sync::atomic::AtomicU64>,
     /// Receive completions made so far ([`Engine::receives_completed`]).
     pub(crate) receives: crate::lock::Padded<std::sync::atomic::AtomicU64>,
-    /// When (engine time) a QP last took a request ([`Engine::last_request_at`]).
-    pub(crate) request_at: crate::lock::Padded<std::sync::atomic::AtomicU64>,
+    /// The RDMA WRITEs (without immediate) QPs took whole, and when the
+    /// latest came ([`Engine::writes_taken`]).
+    pub(crate) writes: crate::lock::Padded<[std::sync::atomic::AtomicU64; 2]>,
 }
 
 impl Default for DeviceData {
@@ -224,7 +225,7 @@ impl Default for DeviceData {
             now: Default::default(),
             intact: Default::default(),
             receives: Default::default(),
-            request_at: Default::default(),
+            writes: Default::default(),
         }
     }
 }

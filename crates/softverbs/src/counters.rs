@@ -38,11 +38,18 @@ pub struct DeviceCounters {
 }
 
 impl Context {
+    /// The I/O driver's counters alone: a snapshot of atomics, without the
+    /// engine's lock that [`Context::counters`] takes for the other parts
+    /// (cheap enough to read on a program's data path).
+    pub fn io_counters(&self) -> IoCounters {
+        self.inner.dev.driver.counters()
+    }
+
     /// The device's counters (all contexts of this process share them).
     pub fn counters(&self) -> DeviceCounters {
         DeviceCounters {
             engine: self.with(|e| e.counters()),
-            io: self.inner.dev.driver.counters(),
+            io: self.io_counters(),
             cm: self.with(|e| e.cm_counters()),
             gsi: self.with(|e| e.gsi_counters()),
             raw: self.with(|e| e.raw_counters()),

@@ -152,8 +152,8 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.receives_completed()
     }
 
-    fn last_request_at(&self) -> u64 {
-        self.engine.last_request_at()
+    fn writes_taken(&self) -> (u64, u64) {
+        self.engine.writes_taken()
     }
 
     fn poll_frame(&self, now: Nanos, buf: &mut [u8]) -> Option<(u32, usize)> {

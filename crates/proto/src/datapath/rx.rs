@@ -82,9 +82,10 @@ impl Engine {
         let grh = [0; 40];
         let mut each = *repr;
         let response = repr.opcode().is_response();
-        let dropped = self.drive_locked(h, q, mem, |q, env, sink| {
+        let (dropped, whole) = self.drive_locked(h, q, mem, |q, env, sink| {
             q.dp.counters.runs_received += 1;
             let mut dropped = 0;
+            let mut whole = false;
             for i in 0..run.len() {
                 // The acceptance check again for each packet: one before
                 // may have moved the QP to a state that takes no more.
@@ -103,13 +104,15 @@ impl Engine {
                     payload,
                     grh: &grh,
                 };
-                dropped += u64::from(q.on_packet(now, env, &pkt, sink));
+                let dropped_one = q.on_packet(now, env, &pkt, sink);
+                dropped += u64::from(dropped_one);
+                whole |= !dropped_one && ends_write(&each);
             }
-            dropped
+            (dropped, whole)
         });
         c.drop_by_qp.add(dropped);
-        if !response && (dropped as usize) < run.len() {
-            self.took_request(now);
+        if whole {
+            self.took_write(now);
         }
     }
 
@@ -182,8 +185,8 @@ impl Engine {
             self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
         if dropped {
             self.dev.counters.drop_by_qp.bump();
-        } else if repr.opcode().is_request() {
-            self.took_request(now);
+        } else if ends_write(repr) {
+            self.took_write(now);
         }
     }
 
@@ -239,6 +242,13 @@ impl Engine {
 /// The 40-byte GRH area of a UD receive (rc-reliability.md §7): IPv6: the
 /// header as received; IPv4: 20 zero bytes, then the IPv4 header (with the ID
 /// recovered from the ICRC and a valid checksum).
+/// The last (or only) packet of an RDMA WRITE without immediate
+/// ([`Engine::writes_taken`]).
+fn ends_write(repr: &TransportRepr) -> bool {
+    let op = repr.opcode();
+    op.operation() == wire::opcode::Operation::Write && (op.is_last() || op.is_only())
+}
+
 fn grh_area(ep: &Endpoints, ip_id: Option<u16>, udp_payload_len: usize) -> [u8; 40] {
     let mut out = [0u8; 40];
     let encap = match ip_id {

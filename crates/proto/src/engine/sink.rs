@@ -33,23 +33,28 @@ impl Engine {
         self.dev.receives.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// When (engine time, [`Engine::set_now`]'s clock) a QP last took a
-    /// request datagram (SEND, WRITE, READ request, atomic; not an ACK or a
-    /// response) from the network or a same-host ring; 0: never. A driver
-    /// learns from it whether the peer answered a post (a program that
-    /// spins on memory for a WRITE sees it only once some thread places
-    /// it).
-    pub fn last_request_at(&self) -> u64 {
-        self.dev
-            .request_at
-            .load(std::sync::atomic::Ordering::Acquire)
+    /// How many RDMA WRITEs without immediate QPs have taken whole (the
+    /// message's last packet placed: data a program may be spinning on,
+    /// with no completion and no receive WQE), and when (engine time,
+    /// [`Engine::set_now`]'s clock) the latest came; (0, 0): none. A
+    /// driver learns from it whether the peer answered a post with a WRITE
+    /// (a program spinning on memory sees it only once some thread placed
+    /// it). The count is read with acquire: the placed bytes are visible.
+    pub fn writes_taken(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        let [count, at] = &*self.dev.writes;
+        (count.load(Acquire), at.load(Relaxed))
     }
 
-    /// Notes that a QP took a request at `now` ([`Engine::last_request_at`]).
-    pub(crate) fn took_request(&self, now: u64) {
-        self.dev
-            .request_at
-            .store(now, std::sync::atomic::Ordering::Release);
+    /// A QP took a whole RDMA WRITE at `now` ([`Engine::writes_taken`]),
+    /// after its turn placed it.
+    pub(crate) fn took_write(&self, now: u64) {
+        use std::sync::atomic::Ordering::{Relaxed, Release};
+        let [count, at] = &*self.dev.writes;
+        // Readers deliver at once (the progress thread, polling and waiting
+        // threads): a later one may come with an older `now`.
+        at.fetch_max(now, Relaxed);
+        count.fetch_add(1, Release);
     }
 
     /// The contexts whose async-event queues get an event about `element`:

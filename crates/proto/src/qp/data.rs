@@ -135,6 +135,9 @@ pub struct QpData {
     pub ack_deadline: Option<u64>,
     /// RNR wait (RC): no request goes out before this.
     pub rnr_until: Option<u64>,
+    /// The last packet sent was a request that went ahead of waiting
+    /// responses: the next goes to a response ([`super::actor::Qp::next_packet`]).
+    pub request_ahead: bool,
     /// In the engine's ready queue (the engine's flag, kept beside the QP).
     pub scheduled: bool,
     /// Its packets may sit in a transmitting thread's batch, not yet on the

@@ -30,6 +30,22 @@ impl Qp {
         sink: &mut impl Sink,
         runs: bool,
     ) -> Option<Transmit> {
+        // A request goes ahead of the responses waiting, one at a time: a
+        // program's answer leaves before the ACK of what it answers (a
+        // peer spinning on a socket finds the answer first, and the ACK's
+        // turn is off its path: spec/performance.md §19), and a stream of
+        // requests still lets a response go after each of its packets.
+        // Each direction's own order is unchanged; the two are independent.
+        let responses_wait = self.dp.resp.has_output();
+        if !(responses_wait && self.dp.request_ahead) {
+            if let Some(t) = self.next_request(now, env, buf, sink, runs) {
+                self.dp.request_ahead = responses_wait;
+                return Some(t);
+            }
+            self.dp.request_ahead = false;
+            return self.next_response(env, buf, runs);
+        }
+        self.dp.request_ahead = false;
         if let Some(t) = self.next_response(env, buf, runs) {
             return Some(t);
         }
