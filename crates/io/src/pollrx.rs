@@ -40,9 +40,9 @@
 //! **A post that waits for its answer** (crate::linger, [`drive_for`])
 //! reads as a polling thread does, and more: also while the progress
 //! thread is awake (woken, it may wait for a core behind spinning threads
-//! for a time slice; the reader's lock keeps the order), and a request it
-//! delivers counts as a completed receive for [`defers`] (the answer's post
-//! comes at once). The lease its waits renew is marked ([`RxGate::by_wait`])
+//! for a time slice; the reader's lock keeps the order), and a whole RDMA
+//! WRITE it delivers counts as a completed receive for [`defers`] (the
+//! answer's post comes at once). The lease its waits renew is marked ([`RxGate::by_wait`])
 //! and ends as soon as a post no longer waits.
 //!
 //! Why: on a machine with few cores the progress thread must be woken and
