@@ -458,7 +458,7 @@ impl<E: Engine> Driver<E> {
     /// nothing; the answer must not wait for the lease's end).
     fn end_wait_lease(&self) {
         let by_wait = &self.shared.rx.by_wait;
-        if by_wait.load(Relaxed) && by_wait.swap(false, SeqCst) {
+        if by_wait.load(Relaxed) && !self.shared.linger.waiting() && by_wait.swap(false, SeqCst) {
             self.end_lease();
         }
     }
@@ -470,21 +470,27 @@ impl<E: Engine> Driver<E> {
     fn wait_for_answer(&self, seen: u64, until: Nanos) {
         let s = &self.shared;
         Counters::add(&s.counters.post_waits, 1);
-        loop {
+        s.linger.wait_begins();
+        let answered = loop {
             crate::pollrx::drive_for(s, Some(seen));
             if s.engine().writes_taken().0 != seen {
-                s.linger.answered();
-                return;
+                break true;
             }
             if s.clock.now() >= until {
-                // The thread goes back to its spin and reads nothing: the
-                // progress thread watches the socket and the rings again.
-                Counters::add(&s.counters.post_waits_missed, 1);
-                s.linger.missed();
-                self.end_wait_lease();
-                return;
+                break false;
             }
             std::hint::spin_loop();
+        };
+        s.linger.wait_ends();
+        if answered {
+            s.linger.answered();
+        } else {
+            // The thread goes back to its spin and reads nothing: the
+            // progress thread watches the socket and the rings again
+            // (unless another thread waits).
+            Counters::add(&s.counters.post_waits_missed, 1);
+            s.linger.missed();
+            self.end_wait_lease();
         }
     }
 

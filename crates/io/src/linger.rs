@@ -64,6 +64,8 @@ pub(crate) struct Linger {
     /// The streak a post needs to wait: [`STREAK`], doubled by each
     /// unanswered wait.
     need: AtomicU32,
+    /// Threads waiting in their posts now.
+    waiters: AtomicU32,
 }
 
 impl Linger {
@@ -73,6 +75,7 @@ impl Linger {
             seen: AtomicU64::new(u64::MAX),
             streak: AtomicU32::new(0),
             need: AtomicU32::new(STREAK),
+            waiters: AtomicU32::new(0),
         }
     }
 
@@ -120,6 +123,22 @@ impl Linger {
     pub(crate) fn blocking(&self) {
         self.streak.store(0, Relaxed);
         self.need.store(MAX_STREAK, Relaxed);
+    }
+
+    /// A thread starts waiting in its post ([`Linger::waiting`]) ...
+    pub(crate) fn wait_begins(&self) {
+        self.waiters.fetch_add(1, Relaxed);
+    }
+
+    /// ... and stops.
+    pub(crate) fn wait_ends(&self) {
+        self.waiters.fetch_sub(1, Relaxed);
+    }
+
+    /// Whether a thread waits in its post now: the lease the waits hold is
+    /// its, and another thread's post that does not wait leaves it alone.
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiters.load(Relaxed) > 0
     }
 
     /// Whether the last post fit the pattern: a post to a busy queue is
