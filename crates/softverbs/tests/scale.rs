@@ -1,8 +1,8 @@
 //! Scale without leaks: 256 RC QPs per device with traffic on all of them at
 //! once (SEND, RDMA WRITE and RDMA READ on every connection, data checked),
 //! then everything destroyed — repeated for several rounds. After the first
-//! round has warmed the allocator up, the process's resident memory must stay
-//! within a small bound, and the device's object counts must come back to
+//! rounds have warmed the allocator up, the process's resident memory must
+//! stay within a small bound, and the device's object counts must come back to
 //! where they started after every round.
 
 mod pair;
@@ -10,7 +10,9 @@ use pair::*;
 use softverbs::*;
 
 const QPS: usize = 256;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
+/// Rounds before the baseline is taken (see the test).
+const WARM_ROUNDS: usize = 3;
 /// Bytes each connection moves per operation.
 const MSG: usize = 4096;
 
@@ -112,12 +114,16 @@ fn many_rc_qps_with_traffic_repeatedly_without_leaking_memory() {
     }
     // Each round allocates well over 6 MiB (two 2 MiB regions, 512 QPs with their
     // queues, 1 280 completions); a leak of even a tenth of that per round would
-    // pass the bound within the four measured rounds.
-    let warm = rss[0];
-    let worst = *rss.iter().max().unwrap();
+    // pass the bound within the four measured rounds. The baseline is taken
+    // after a few rounds: which threads run the data path (the progress
+    // threads, polling and posting threads) varies from run to run, and
+    // each thread's allocator arena settles at its own high-water mark (one
+    // run grew 2.4 and 2.0 MiB in rounds 2 and 3, then not at all).
+    let warm = rss[WARM_ROUNDS - 1];
+    let worst = *rss[WARM_ROUNDS - 1..].iter().max().unwrap();
     eprintln!("VmRSS - RssShmem after each round (KiB): {rss:?}");
     assert!(
         worst <= warm + 2048,
-        "RSS grew from {warm} KiB after round 1 to {worst} KiB: {rss:?}"
+        "RSS grew from {warm} KiB after round {WARM_ROUNDS} to {worst} KiB: {rss:?}"
     );
 }
