@@ -205,7 +205,8 @@ impl RxGate {
         }
     }
 
-    /// Whether application threads may read (see [`RxGate::enabled`]).
+    /// Whether application threads may read: the option is on, and no
+    /// faults or capture are configured.
     pub(crate) fn enabled(&self) -> bool {
         self.enabled
     }
@@ -654,9 +655,14 @@ mod tests {
 
     /// Drives until `n` datagrams were delivered (bounded in calls).
     fn drive_all(s: &Shared<Keep>, n: usize) -> usize {
+        drive_all_for(s, n, None)
+    }
+
+    /// [`drive_all`] as a post waiting for its answer (`seen`) does.
+    fn drive_all_for(s: &Shared<Keep>, n: usize, seen: Option<u64>) -> usize {
         let mut total = 0;
         for _ in 0..1000 {
-            total += drive(s);
+            total += drive_for(s, seen);
             if total >= n {
                 break;
             }
@@ -736,14 +742,7 @@ mod tests {
             let _gate = s.rx.hold();
             assert_eq!(drive_for(&s, Some(0)), 0);
         }
-        let mut got = 0;
-        for _ in 0..1000 {
-            got += drive_for(&s, Some(0));
-            if got > 0 {
-                break;
-            }
-        }
-        assert_eq!(got, 1);
+        assert_eq!(drive_all_for(&s, 1, Some(0)), 1);
         assert!(s.rx.by_wait.load(SeqCst), "the lease is the wait's");
         assert!(s.rx.lease(s.clock.now()).is_some());
         // A poll of a CQ renews it as its own.

@@ -339,13 +339,12 @@ fn ipv6_device_rc_and_ud_grh_area() {
 #[test]
 fn a_deferred_ack_leaves_before_its_qp_goes_or_fails() {
     let side = |end: &str, host: u8| {
-        let cfg = DeviceConfig {
-            name: format!("feat-udp-{end}"),
-            addrs: vec![private_addr(&format!("127.7.2.{host}"))],
-            active_mtu: Mtu::Mtu1024,
-        };
-        let dev = Device::with_config(cfg).with_same_host(false);
-        Side::new(dev.open().unwrap(), 1 << 16)
+        side_on_path(
+            &format!("feat-udp-{end}"),
+            &format!("127.7.2.{host}"),
+            false,
+            1 << 16,
+        )
     };
     let (a, b) = (side("a", 20), side("b", 21));
     let opts = RcOpts {

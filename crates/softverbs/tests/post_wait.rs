@@ -112,13 +112,8 @@ fn a_write_ping_pong_that_spins_on_memory_finds_each_answer_placed_by_the_post()
     let _one = serial();
     for same_host in [false, true] {
         let side = |end: &str, host: u8| {
-            let cfg = DeviceConfig {
-                name: format!("wait-{same_host}-{end}"),
-                addrs: vec![private_addr(&format!("127.7.3.{host}"))],
-                active_mtu: Mtu::Mtu1024,
-            };
-            let dev = Device::with_config(cfg).with_same_host(same_host);
-            Side::new(dev.open().unwrap(), 4096)
+            let name = format!("wait-{same_host}-{end}");
+            side_on_path(&name, &format!("127.7.3.{host}"), same_host, 4096)
         };
         let host = if same_host { 12 } else { 10 };
         let (a, b) = (side("a", host), side("b", host + 1));

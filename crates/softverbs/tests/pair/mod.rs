@@ -10,6 +10,18 @@ pub const T: Duration = Duration::from_secs(10);
 pub const ALL: AccessFlags = AccessFlags(0xf);
 pub const QKEY: u32 = 0x11;
 
+/// A side on a device of its own (see [`device`] for `ip`) whose same-host
+/// path is on or off as `same_host` says, with an MR of `mr_len` bytes.
+pub fn side_on_path(name: &str, ip: &str, same_host: bool, mr_len: usize) -> Side {
+    let cfg = DeviceConfig {
+        name: name.into(),
+        addrs: vec![private_addr(ip)],
+        active_mtu: Mtu::Mtu1024,
+    };
+    let dev = Device::with_config(cfg).with_same_host(same_host);
+    Side::new(dev.open().unwrap(), mr_len)
+}
+
 /// A device on a loopback address of its own. `ip` (127.7.X.Y) names the
 /// device within the test binary; the address really used mixes in the
 /// process ID, so copies of the suite running at once on one host (other
