@@ -52,7 +52,7 @@ field() { # key n: the median over the rounds of field n of the recorded rows, o
 # iterations take about 10 ms at 64 B, which measures the start, not the rate.
 secs="${PERFTEST_SECONDS:-2}"
 latn="-n 10000"
-tcps="" floors="" udps="" shms="" # the baselines of every round, one per line
+tcps="" floors="" spins_udp="" spins_mem="" udps="" shms="" # the baselines of every round, one per line
 for round in $(seq "$rounds"); do
   [[ $rounds -gt 1 ]] && echo "===== round $round of $rounds"
   shm=0
@@ -84,6 +84,18 @@ for round in $(seq "$rounds"); do
     wait "$fsrv" 2>/dev/null || true
     echo "${fout:-no result}"
     floors+="$(awk '/typical/ { print $6 }' <<<"$fout")"$'\n'
+  else
+    echo "no C compiler: no floor (apt-get install -y gcc)"
+  fi
+
+  echo "== the spinning floors (scripts/pingpong-floor.c): a token between two processes that spin for it, by UDP and by shared memory"
+  if command -v cc >/dev/null && cc -O2 -o target/pingpong-floor scripts/pingpong-floor.c 2>/dev/null; then
+    pout=$(timeout 60 target/pingpong-floor udp 10000 19494) || true
+    echo "${pout:-no result}"
+    spins_udp+="$(awk '/typical/ { print $6 }' <<<"$pout")"$'\n'
+    pout=$(timeout 60 target/pingpong-floor memory 100000) || true
+    echo "${pout:-no result}"
+    spins_mem+="$(awk '/typical/ { print $6 }' <<<"$pout")"$'\n'
   else
     echo "no C compiler: no floor (apt-get install -y gcc)"
   fi
@@ -123,6 +135,8 @@ for round in $(seq "$rounds"); do
 done
 tcp_mib=$(median <<<"$tcps")     # MiB/s, as perftest's MB/s (2^20 bytes)
 floor=$(median <<<"$floors")     # us, one way
+spin_udp=$(median <<<"$spins_udp") # us, one way
+spin_mem=$(median <<<"$spins_mem") # us, one way
 udp_mib=$(median <<<"$udps")     # MiB/s received
 shm_mib=$(median <<<"$shms")     # MiB/s received
 
@@ -147,6 +161,8 @@ row "ib_send_bw 64 KiB / the UDP ceiling" "$(ratio "$(field "ib_send_bw -D $secs
 row "ib_write_lat 2 B typical" "$(orx "$(field "ib_write_lat $latn" 5)")" us "<= 5"
 row "ib_write_lat 2 B p99" "$(orx "$(field "ib_write_lat $latn" 8)")" us "<= 25"
 row "ib_write_lat typical / the wake-up floor" "$(ratio "$(field "ib_write_lat $latn" 5)" "$floor")" x ""
+row "the spinning UDP floor (one way)" "$(orx "$spin_udp")" us ""
+row "ib_write_lat typical / the spinning UDP floor" "$(ratio "$(field "ib_write_lat $latn" 5)" "$spin_udp")" x ""
 row "ib_send_lat 2 B typical" "$(orx "$(field "ib_send_lat $latn" 5)")" us "<= 5"
 row "ib_send_lat 2 B p99" "$(orx "$(field "ib_send_lat $latn" 8)")" us "<= 25"
 row "ib_write_bw -s 64 message rate" "$(orx "$(field "ib_write_bw -s 64 -D $secs" 5)")" Mpps ">= 2"
@@ -159,5 +175,6 @@ for t in ib_write_bw ib_read_bw ib_send_bw; do
   row "same host: $t 64 KiB / the same-host ceiling" "$(ratio "$(field "shm $t -D $secs" 4)" "$shm_mib")" x ""
 done
 row "same host: ib_write_lat 2 B typical" "$(orx "$(field "shm ib_write_lat $latn" 5)")" us "<= 2"
+row "the memory floor (one way)" "$(orx "$spin_mem")" us ""
 row "same host: ib_send_lat 2 B typical / p99" "$(orx "$(field "shm ib_send_lat $latn" 5)") / $(orx "$(field "shm ib_send_lat $latn" 8)")" us ""
 echo "  (thread scaling: softverbs perf --threads)"

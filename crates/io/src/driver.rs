@@ -323,7 +323,7 @@ impl<E: Engine> Driver<E> {
             return false;
         };
         for _ in 0..FLUSH_TRIES {
-            if !tx.is_wanted() || self.shared.transmit_here().is_some() {
+            if !tx.is_wanted() || self.shared.transmit_here(self.shared.clock.now()).is_some() {
                 return true;
             }
             std::thread::yield_now();
@@ -439,7 +439,7 @@ impl<E: Engine> Driver<E> {
             // its post may find the WRITE before still unacknowledged (the
             // answer overtakes the ACK, proto's `Qp::next_packet`).
             if wait.is_some() || (idle && !tx.streaming(now)) {
-                if let Some(n) = self.shared.transmit_here() {
+                if let Some(n) = self.shared.transmit_here(now) {
                     match wait {
                         Some((seen, until)) => self.wait_for_answer(seen, until),
                         None => self.end_wait_lease(),
@@ -472,11 +472,13 @@ impl<E: Engine> Driver<E> {
         Counters::add(&s.counters.post_waits, 1);
         s.linger.wait_begins();
         let answered = loop {
-            crate::pollrx::drive_for(s, Some(seen));
+            // One clock reading a turn: the poll's time and the bound's.
+            let now = s.clock.now();
+            crate::pollrx::drive_for(s, now, Some(seen));
             if s.engine().writes_taken().0 != seen {
                 break true;
             }
-            if s.clock.now() >= until {
+            if now >= until {
                 break false;
             }
             std::hint::spin_loop();

@@ -359,19 +359,18 @@ impl RxGate {
 /// instead when they completed a receive (see [`defers`]). How many
 /// datagrams it handed to the engine.
 pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
-    drive_for(shared, None)
+    drive_for(shared, shared.clock.now(), None)
 }
 
 /// [`drive`] for a post that waits for the answer to it (crate::linger):
 /// a whole RDMA WRITE taken after the engine's count was `seen` counts as
 /// a completed receive (its ACK may wait for the answer's post, which
-/// comes at once in that pattern).
-pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, seen: Option<u64>) -> usize {
+/// comes at once in that pattern). `now`: the time of this poll.
+pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, now: Nanos, seen: Option<u64>) -> usize {
     let gate = &shared.rx;
     if !gate.enabled {
         return 0;
     }
-    let now = shared.clock.now();
     gate.renew(now);
     if gate.by_wait.load(Relaxed) != seen.is_some() {
         gate.by_wait.store(seen.is_some(), Relaxed);
@@ -394,9 +393,16 @@ pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, seen: Option<u64>) -> usi
             true
         }
         Some(tx) if read.work || tx.take_wanted() => {
+            // A delivery may have taken a while: what it made is sent at
+            // the time it is sent (the retransmission timers start then).
+            let now = if read.delivered > 0 {
+                shared.clock.now()
+            } else {
+                now
+            };
             gate.working(now);
             busy = true;
-            shared.transmit_here().is_none()
+            shared.transmit_here(now).is_none()
         }
         None if read.work => {
             shared.doorbell.ring();
@@ -404,15 +410,17 @@ pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, seen: Option<u64>) -> usi
         }
         _ => false,
     };
-    let end = shared.clock.now();
-    if busy {
-        gate.worked(end);
-    }
-    if left {
-        // Busy, or deferred: the next poll or post sends it; nobody may poll
-        // again (a thread about to block), so the handshake of any other
-        // post applies.
-        shared.leave_to_poller(end);
+    if busy || left {
+        let end = shared.clock.now();
+        if busy {
+            gate.worked(end);
+        }
+        if left {
+            // Busy, or deferred: the next poll or post sends it; nobody may
+            // poll again (a thread about to block), so the handshake of any
+            // other post applies.
+            shared.leave_to_poller(end);
+        }
     }
     if read.timer {
         shared.doorbell.ring();
@@ -662,7 +670,7 @@ mod tests {
     fn drive_all_for(s: &Shared<Keep>, n: usize, seen: Option<u64>) -> usize {
         let mut total = 0;
         for _ in 0..1000 {
-            total += drive_for(s, seen);
+            total += drive_for(s, s.clock.now(), seen);
             if total >= n {
                 break;
             }
@@ -740,7 +748,7 @@ mod tests {
         // ... a waiting post reads it, unless the progress thread holds it.
         {
             let _gate = s.rx.hold();
-            assert_eq!(drive_for(&s, Some(0)), 0);
+            assert_eq!(drive_for(&s, s.clock.now(), Some(0)), 0);
         }
         assert_eq!(drive_all_for(&s, 1, Some(0)), 1);
         assert!(s.rx.by_wait.load(SeqCst), "the lease is the wait's");

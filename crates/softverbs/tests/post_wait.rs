@@ -62,8 +62,25 @@ fn spin_for(s: &Side, round: u32) {
 /// Returns how many posts found the peer's next WRITE already in memory
 /// when they returned, and how many of those had an answered wait.
 fn ping_pong(qp: &QueuePair<Rc>, me: &Side, peer: &Side, first: bool) -> (u32, u32) {
-    let (mut ready, mut answered) = (0, 0);
+    ping_pong_notifying(qp, me, peer, first, None).0
+}
+
+/// [`ping_pong`], and before its post of round `notify_at` this end calls
+/// `ibv_req_notify_cq` on its send CQ (as a program does before it blocks
+/// for a completion); also returns how many of the answered waits came
+/// after that call.
+fn ping_pong_notifying(
+    qp: &QueuePair<Rc>,
+    me: &Side,
+    peer: &Side,
+    first: bool,
+    notify_at: Option<u32>,
+) -> ((u32, u32), u32) {
+    let (mut ready, mut answered, mut after) = (0, 0, 0);
     let mut post = |round: u32, expect: u32| {
+        if notify_at == Some(round) {
+            me.scq.req_notify(false).unwrap();
+        }
         me.mr.write(0, &u64::from(round).to_le_bytes());
         let before = waits(me).0;
         write8(qp, me, peer, round);
@@ -75,6 +92,7 @@ fn ping_pong(qp: &QueuePair<Rc>, me: &Side, peer: &Side, first: bool) -> (u32, u
                 "round {round}: the wait was answered, the answer is not in memory"
             );
             answered += 1;
+            after += u32::from(notify_at.is_some_and(|n| round >= n));
         }
         ready += u32::from(here);
     };
@@ -92,7 +110,7 @@ fn ping_pong(qp: &QueuePair<Rc>, me: &Side, peer: &Side, first: bool) -> (u32, u
             }
         }
     }
-    (ready, answered)
+    ((ready, answered), after)
 }
 
 fn run(a: &Side, b: &Side) -> ((u32, u32), (u32, u32)) {
@@ -120,9 +138,12 @@ fn a_write_ping_pong_that_spins_on_memory_finds_each_answer_placed_by_the_post()
         let (client, server) = run(&a, &b);
         for (end, s, (ready, answered)) in [("client", &a, client), ("server", &b, server)] {
             let (ok, missed) = waits(s);
+            let io = s.ctx.io_counters();
             eprintln!(
                 "same host {same_host}, {end}: {answered} answered waits of \
-                 {ROUNDS} posts ({ok} counted, {missed} missed), {ready} found the answer"
+                 {ROUNDS} posts ({ok} counted, {missed} missed), {ready} found the answer; \
+                 progress thread: {} passes, {} sleeps, {} ring wake-ups",
+                io.passes, io.sleeps, io.shm_wakeups
             );
             // The pattern holds after a few rounds; a loaded machine may
             // preempt either end, which breaks it for a few posts (an
@@ -162,4 +183,39 @@ fn waits_that_cannot_be_answered_stay_rare() {
     assert!(missed > 0, "the pattern was seen: some posts waited");
     // Per device: waits after 2, 4, 8 ... 256 posts in the pattern.
     assert!(missed <= 2 * 9, "{missed} missed waits");
+}
+
+/// `ibv_req_notify_cq` says the thread is about to block for its
+/// completions: its posts stop waiting (a wait would spin on a core the
+/// program gave up) until the pattern has held for 256 posts again. The
+/// server calls it before its post of round 150 of 400: it waited before,
+/// and none of its 250 posts after waits.
+#[test]
+fn req_notify_cq_stops_the_waits_of_the_posts_after_it() {
+    let _one = serial();
+    let side = |end: &str, host: u8| {
+        side_on_path(
+            &format!("wait-notify-{end}"),
+            &format!("127.7.3.{host}"),
+            false,
+            4096,
+        )
+    };
+    let (a, b) = (side("a", 14), side("b", 15));
+    let (qa, qb) = rc_pair(&a, &b);
+    let notify_at = 150;
+    let ((_, before_and_after), after) = std::thread::scope(|s| {
+        let server = s.spawn(|| ping_pong_notifying(&qb, &b, &a, false, Some(notify_at)));
+        ping_pong(&qa, &a, &b, true);
+        server.join().unwrap()
+    });
+    eprintln!(
+        "server: {} answered waits before req_notify_cq, {after} after",
+        before_and_after - after
+    );
+    assert!(
+        before_and_after > after,
+        "the server's posts never waited before req_notify_cq: nothing to stop"
+    );
+    assert_eq!(after, 0, "posts after req_notify_cq waited");
 }

@@ -231,7 +231,8 @@ impl<E: Engine> Shared<E> {
     /// when this is off, another thread holds the gate or the engine, or the
     /// queue waits for room: the caller then leaves the work to a poller or
     /// rings the doorbell.
-    pub(crate) fn transmit_here(&self) -> Option<usize> {
+    /// `now`: the caller's clock reading, for the first round.
+    pub(crate) fn transmit_here(&self, now: Nanos) -> Option<usize> {
         let tx = self.caller_tx.as_ref()?;
         // None free, or all wait for room: the progress thread's.
         let mut gate = tx.free_gate()?;
@@ -258,7 +259,7 @@ impl<E: Engine> Shared<E> {
                     // engine is asked: a post left meanwhile stays wanted).
                     tx.take_wanted();
                 }
-                let now = self.clock.now();
+                let now = if round == 0 { now } else { self.clock.now() };
                 let (mut slot, mut taken) = (0, 0);
                 while taken < g.q.slots() {
                     taken += 1;
