@@ -44,6 +44,10 @@ median() { # numbers, one per line: their median, or empty
   sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
 }
 
+typical() { # a floor's line: the figure after "typical"
+  awk '{ for (i = 1; i < NF; i++) if ($i == "typical") print $(i + 1) }'
+}
+
 field() { # key n: the median over the rounds of field n of the recorded rows, or empty
   awk -v n="$2" 'NF { print $n }' <<<"${ROW[$1]:-}" | median
 }
@@ -83,7 +87,7 @@ for round in $(seq "$rounds"); do
     fout=$(timeout 60 target/wakeup-floor 19498 19497 3000 1) || true
     wait "$fsrv" 2>/dev/null || true
     echo "${fout:-no result}"
-    floors+="$(awk '/typical/ { print $6 }' <<<"$fout")"$'\n'
+    floors+="$(typical <<<"$fout")"$'\n'
   else
     echo "no C compiler: no floor (apt-get install -y gcc)"
   fi
@@ -92,10 +96,10 @@ for round in $(seq "$rounds"); do
   if command -v cc >/dev/null && cc -O2 -o target/pingpong-floor scripts/pingpong-floor.c 2>/dev/null; then
     pout=$(timeout 60 target/pingpong-floor udp 10000 19494) || true
     echo "${pout:-no result}"
-    spins_udp+="$(awk '/typical/ { print $6 }' <<<"$pout")"$'\n'
+    spins_udp+="$(typical <<<"$pout")"$'\n'
     pout=$(timeout 60 target/pingpong-floor memory 100000) || true
     echo "${pout:-no result}"
-    spins_mem+="$(awk '/typical/ { print $6 }' <<<"$pout")"$'\n'
+    spins_mem+="$(typical <<<"$pout")"$'\n'
   else
     echo "no C compiler: no floor (apt-get install -y gcc)"
   fi
