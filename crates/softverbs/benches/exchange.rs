@@ -20,6 +20,10 @@
 //! at all), so instruction counts from there describe another path.
 //! `SOFTVERBS_LOG=debug` prints the library's log.
 
+#[path = "../tests/pair/mod.rs"]
+mod pair;
+
+use pair::*;
 use softverbs::*;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -28,82 +32,21 @@ use std::time::{Duration, Instant};
 /// How long any one exchange may take before the program gives up.
 const BOUND: Duration = Duration::from_secs(10);
 
-struct End {
-    ctx: Context,
-    pd: ProtectionDomain,
-    cq: CompletionQueue,
-    mr: MemoryRegion,
-}
-
-fn end(name: &str, ip: [u8; 4], same_host: bool) -> End {
-    // The process ID in the address, so that two copies do not collide.
-    let pid = std::process::id();
-    let ip = std::net::Ipv4Addr::new(ip[0], ip[1], (pid >> 8) as u8, pid as u8 & !1 | ip[3]);
-    let cfg = DeviceConfig {
-        name: format!("{name}-{pid}"),
-        addrs: vec![ip.into()],
-        active_mtu: Mtu::Mtu1024,
-    };
-    let ctx = Device::with_config(cfg)
-        .with_same_host(same_host)
-        .open()
-        .expect("open a device");
-    let pd = ctx.alloc_pd().expect("PD");
-    let cq = ctx.create_cq(256).expect("CQ");
-    let mr = pd.reg_mr(4096, AccessFlags(0xf)).expect("MR");
-    End { ctx, pd, cq, mr }
-}
-
-fn connect(a: &End, b: &End, qa: &QueuePair<Rc>, qb: &QueuePair<Rc>) {
-    for (qp, peer, qpn) in [(qa, b, qb.qp_num()), (qb, a, qa.qp_num())] {
-        let gid = peer.ctx.query_gid(1, 0).expect("GID");
-        qp.to_init(ConnectedInit {
-            pkey_index: 0,
-            port_num: 1,
-            access: AccessFlags(0xf),
-        })
-        .expect("INIT");
-        qp.to_rtr(RcRtr {
-            ah: AhAttr::roce(gid, 0),
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: qpn,
-            rq_psn: 0,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 1,
-        })
-        .expect("RTR");
-        qp.to_rts(RcRts {
-            sq_psn: 0,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 1,
-        })
-        .expect("RTS");
-    }
-}
-
 static SPINS: AtomicU64 = AtomicU64::new(0);
 
 /// `me` writes `round` into `peer`'s memory; then this thread polls both
-/// CQs until `peer` holds it.
-fn write(qp: &QueuePair<Rc>, me: &End, peer: &End, round: u64, polled: &End) {
+/// ends' send CQs until `peer` holds it.
+fn write(qp: &QueuePair<Rc>, me: &Side, peer: &Side, round: u64) {
     me.mr.write(0, &round.to_le_bytes());
     let flags = if round.is_multiple_of(32) {
-        SendFlags::SIGNALED
+        SIG
     } else {
         SendFlags::default()
     };
     let sg = [me.mr.sge(0, 8)];
-    let wr = SendWr {
-        wr_id: round,
-        opcode: WrOpcode::RdmaWrite,
-        sg_list: &sg,
-        target: WrTarget::Rdma(peer.mr.remote(8)),
-        flags,
-        imm_data: ImmData::from_value(0),
-    };
-    qp.post_send(&wr).expect("post");
+    let target = WrTarget::Rdma(peer.mr.remote(8));
+    qp.post_send(&send_wr(round, WrOpcode::RdmaWrite, &sg, target, flags))
+        .expect("post");
     let (deadline, mut word, mut wc) = (Instant::now() + BOUND, [0u8; 8], Vec::new());
     loop {
         peer.mr.read(8, &mut word);
@@ -112,8 +55,8 @@ fn write(qp: &QueuePair<Rc>, me: &End, peer: &End, round: u64, polled: &End) {
         }
         SPINS.fetch_add(1, Relaxed);
         wc.clear();
-        me.cq.poll(4, &mut wc);
-        polled.cq.poll(4, &mut wc);
+        me.scq.poll(4, &mut wc);
+        peer.scq.poll(4, &mut wc);
         assert!(
             wc.iter().all(|w| w.status == WcStatus::Success),
             "a WRITE failed: {wc:?}"
@@ -130,31 +73,18 @@ fn write(qp: &QueuePair<Rc>, me: &End, peer: &End, round: u64, polled: &End) {
 
 /// `n` exchanges from `first` on.
 #[inline(never)]
-fn exchange(qa: &QueuePair<Rc>, qb: &QueuePair<Rc>, a: &End, b: &End, first: u64, n: u64) {
+fn exchange(qa: &QueuePair<Rc>, qb: &QueuePair<Rc>, a: &Side, b: &Side, first: u64, n: u64) {
     for round in first..first + n {
-        write(qa, a, b, round, b);
-        write(qb, b, a, round, a);
+        write(qa, a, b, round);
+        write(qb, b, a, round);
     }
 }
 
 fn run(path: &str, n: u64) {
     let same_host = path == "rings";
-    let a = end("exchange-a", [127, 61, 0, 0], same_host);
-    let b = end("exchange-b", [127, 61, 0, 1], same_host);
-    fn init(e: &End) -> QpInit<'_> {
-        let mut i = QpInit::new(&e.cq, &e.cq);
-        i.cap = QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 1,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        };
-        i
-    }
-    let qa = a.pd.create_rc_qp(&init(&a)).expect("QP");
-    let qb = b.pd.create_rc_qp(&init(&b)).expect("QP");
-    connect(&a, &b, &qa, &qb);
+    let a = side_on_path("exchange-a", "127.7.31.1", same_host, 4096);
+    let b = side_on_path("exchange-b", "127.7.31.2", same_host, 4096);
+    let (qa, qb) = rc_pair(&a, &b);
     // Warm-up: the same-host path opens, the caches fill.
     exchange(&qa, &qb, &a, &b, 1, 1000);
     SPINS.store(0, Relaxed);
