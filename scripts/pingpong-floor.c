@@ -25,16 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "floor.h"
 
 static int udp_socket(int port) {
     int s = socket(AF_INET, SOCK_DGRAM, 0);
@@ -107,8 +98,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "the answering end failed (a token lost or late)\n");
         return 4;
     }
-    qsort(rtt, iters, sizeof *rtt, cmp);
-    printf("%s one-way (half round trip) typical %.2f us, p99 %.2f us, min %.2f us\n",
-           argv[1], rtt[iters / 2] / 2, rtt[iters * 99 / 100] / 2, rtt[0] / 2);
+    report(argv[1], rtt, iters);
     return 0;
 }

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "floor.h"
+
 static int sock;
 static struct sockaddr_in peer;
 static atomic_int flag;
@@ -29,17 +31,6 @@ static void *receiver(void *arg) {
         if (recv(sock, b, sizeof b, 0) < 0) return NULL;
         atomic_fetch_add_explicit(&flag, 1, memory_order_release);
     }
-}
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -67,9 +58,7 @@ int main(int argc, char **argv) {
         rtt[i] = now_us() - t0;
     }
     if (start) {
-        qsort(rtt, iters, sizeof *rtt, cmp);
-        printf("one-way (half round trip) typical %.2f us, p99 %.2f us, min %.2f us\n",
-               rtt[iters / 2] / 2, rtt[iters * 99 / 100] / 2, rtt[0] / 2);
+        report("", rtt, iters);
     }
     return 0;
 }

@@ -359,6 +359,10 @@ impl RxGate {
 /// instead when they completed a receive (see [`defers`]). How many
 /// datagrams it handed to the engine.
 pub(crate) fn drive<E: Engine>(shared: &Shared<E>) -> usize {
+    // Off (faults, capture): no clock reading either.
+    if !shared.rx.enabled {
+        return 0;
+    }
     drive_for(shared, shared.clock.now(), None)
 }
 
