@@ -310,6 +310,8 @@ impl<E: Engine> Progress<E> {
                 got.max(1)
             };
             work |= got > 0;
+            // One reading for the call: its datagrams arrived together.
+            let now = self.shared.clock.now();
             let mut passed = std::mem::take(&mut self.rx_passed);
             for (i, (r, chunk)) in meta[..got]
                 .iter()
@@ -331,7 +333,7 @@ impl<E: Engine> Progress<E> {
                     if self.forward(&one, bytes) {
                         continue;
                     }
-                    if let Some((now, from)) = self.received(&one, self.local, bytes) {
+                    if let Some((now, from)) = self.received(now, &one, self.local, bytes) {
                         passed.push((i * slot + off, len, now, from));
                     }
                 }
@@ -360,6 +362,7 @@ impl<E: Engine> Progress<E> {
     /// delivers it, as [`Self::arrive`] would).
     fn received(
         &mut self,
+        now: Nanos,
         r: &sys::Received,
         to: SocketAddr,
         bytes: &mut [u8],
@@ -373,7 +376,6 @@ impl<E: Engine> Progress<E> {
         };
         Counters::add(&c.datagrams_received, 1);
         Counters::add(&c.bytes_received, bytes.len() as u64);
-        let now = self.shared.clock.now();
         if let Some(cap) = self.capture.as_mut() {
             cap.record(now, from, to, bytes, c);
         }
@@ -442,7 +444,8 @@ impl<E: Engine> Progress<E> {
                 truncated: false,
                 segment: None,
             };
-            if let Some((now, from)) = self.received(&r, self.local, &mut buf[..len]) {
+            let now = self.shared.clock.now();
+            if let Some((now, from)) = self.received(now, &r, self.local, &mut buf[..len]) {
                 self.shared
                     .engine()
                     .handle_datagram(now, from, self.local, &buf[..len]);
@@ -489,7 +492,8 @@ impl<E: Engine> Progress<E> {
                     truncated: len > max,
                     segment: None,
                 };
-                if let Some((now, from)) = self.received(&r, *group, &mut buf[..r.len]) {
+                let now = self.shared.clock.now();
+                if let Some((now, from)) = self.received(now, &r, *group, &mut buf[..r.len]) {
                     let bytes = &buf[..r.len];
                     self.shared
                         .engine()

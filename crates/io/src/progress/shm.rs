@@ -76,6 +76,8 @@ impl<E: Engine> Progress<E> {
         let rx_corrupts = self.faults.corrupts.1;
         let mut passed = std::mem::take(&mut self.shm_passed);
         let work = shm.receive(self.batch, &shared.counters, |stage, arrived| {
+            // One reading for the batch: its datagrams were taken together.
+            let now = shared.clock.now();
             for a in arrived {
                 let r = sys::Received {
                     len: a.len,
@@ -84,7 +86,7 @@ impl<E: Engine> Progress<E> {
                     segment: None,
                 };
                 let bytes = &mut stage[a.at..a.at + a.len];
-                if let Some((now, from)) = self.received(&r, self.local, bytes) {
+                if let Some((now, from)) = self.received(now, &r, self.local, bytes) {
                     // Our corruption faults may have changed it: not intact
                     // (and a run that is not is dropped).
                     let mut meta = a.meta;
