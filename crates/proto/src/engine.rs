@@ -25,6 +25,7 @@ use crate::srq::Srq;
 use crate::table::{QpnMap, Table};
 use crate::types::{QpAttr, QpCap, QpState, QpType};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Release};
 
 mod memory;
 mod queues;
@@ -172,6 +173,22 @@ pub(crate) struct Sched {
     pub(crate) timers: TimerHeap,
 }
 
+impl Sched {
+    /// Sets QP `h`'s deadline, and the earliest of all where
+    /// [`Engine::poll_timeout`] reads it without this lock.
+    pub(crate) fn set_timer(&mut self, h: QpHandle, deadline: Option<u64>, first: &AtomicU64) {
+        self.timers.set(h, deadline);
+        first.store(self.timers.first(), Release);
+    }
+
+    /// Takes the QPs due at `now` off the heap (into `out`), as
+    /// [`Sched::set_timer`] mirrors.
+    pub(crate) fn pop_due(&mut self, now: u64, out: &mut Vec<QpHandle>, first: &AtomicU64) {
+        self.timers.pop_due(now, out);
+        first.store(self.timers.first(), Release);
+    }
+}
+
 /// Device-wide data-path state: the scheduler, the driver's event queue,
 /// the gather buffer and the device counters. Each part the data path
 /// changes has its own lock (spec/concurrency.md §2), none held across a
@@ -180,6 +197,10 @@ pub(crate) struct Sched {
 pub struct DeviceData {
     /// The scheduler (taken after a QP's lock, never before).
     pub(crate) sched: Lock<Sched>,
+    /// The earliest deadline of the scheduler's heap (`u64::MAX`: none),
+    /// written under its lock, read without it ([`Engine::poll_timeout`]:
+    /// every transmit and poll asks).
+    pub(crate) timer_first: AtomicU64,
     /// Events for the driver.
     pub(crate) events: Lock<VecDeque<Event>>,
     /// QPs whose deadline passed, in the order their timers run (reused).
@@ -214,6 +235,7 @@ impl Default for DeviceData {
     fn default() -> Self {
         DeviceData {
             sched: Lock::default(),
+            timer_first: AtomicU64::new(u64::MAX),
             events: Lock::default(),
             due: Lock::default(),
             local_port: crate::output::ROCE_PORT,
@@ -280,6 +302,10 @@ pub struct Engine {
     pub(crate) gsi_claimed: std::sync::atomic::AtomicBool,
     /// The CM was reached since [`Engine::after_cm`] last looked.
     pub(crate) cm_touched: std::sync::atomic::AtomicBool,
+    /// The CM's earliest deadline as last read (`u64::MAX`: none), and
+    /// whether the CM was reached since (then it is read again: gsi.rs).
+    pub(crate) cm_first: AtomicU64,
+    pub(crate) cm_stale: std::sync::atomic::AtomicBool,
     /// Multicast attachments (mcast.rs, datapath/mcast.rs).
     pub(crate) groups: crate::mcast::Groups,
     /// XRC domains and their opens (engine/xrc.rs).
@@ -315,6 +341,8 @@ impl Engine {
             gsi: Lock::new(gsi),
             gsi_dirty: Default::default(),
             cm_touched: Default::default(),
+            cm_first: AtomicU64::new(u64::MAX),
+            cm_stale: std::sync::atomic::AtomicBool::new(true),
             gsi_claimed: Default::default(),
             groups: crate::mcast::Groups::default(),
             xrc: crate::xrcd::XrcState::default(),
@@ -772,7 +800,8 @@ impl Engine {
         }
         let q = self.qps.remove(h).expect("checked above").into_inner();
         self.qpns.remove(&q.ctl.qpn());
-        self.dev.sched.get_mut().timers.set(h, None);
+        let first = &self.dev.timer_first;
+        self.dev.sched.get_mut().set_timer(h, None, first);
         self.dev.retired.add(q.counters());
         if let Some(link) = q.xrc {
             self.xrc_qp_gone(link);

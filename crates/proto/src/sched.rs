@@ -61,6 +61,11 @@ impl TimerHeap {
         self.heap.first().copied()
     }
 
+    /// The earliest deadline; `u64::MAX` when no QP has one.
+    pub fn first(&self) -> u64 {
+        self.heap.first().map_or(u64::MAX, |&(d, _)| d)
+    }
+
     /// Number of QPs with a deadline.
     pub fn len(&self) -> usize {
         self.heap.len()
@@ -222,6 +227,7 @@ mod tests {
             }
             let min = model.iter().map(|(&s, &t)| (t, s)).min();
             assert_eq!(heap.peek().map(|(t, q)| (t, q.index())), min, "step {step}");
+            assert_eq!(heap.first(), min.map_or(u64::MAX, |(t, _)| t), "step {step}");
             assert_eq!(heap.len(), model.len());
         }
     }

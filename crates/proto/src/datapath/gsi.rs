@@ -7,7 +7,7 @@ use crate::output::{Transmit, ROCE_PORT};
 use crate::types::Gid;
 use crate::Engine;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use wire::{mad, Encap, Psn, TransportRepr};
 
 impl Engine {
@@ -21,6 +21,7 @@ impl Engine {
     pub fn cm_mut(&mut self) -> &mut Cm {
         *self.gsi_dirty.get_mut() = true;
         *self.cm_touched.get_mut() = true;
+        *self.cm_stale.get_mut() = true;
         &mut self.gsi.get_mut().cm
     }
 
@@ -30,6 +31,7 @@ impl Engine {
         let r = f(&mut self.gsi.lock().cm);
         self.gsi_dirty.store(true, Relaxed);
         self.cm_touched.store(true, Relaxed);
+        self.cm_stale.store(true, Release);
         r
     }
 
@@ -41,6 +43,7 @@ impl Engine {
             f(&mut self.gsi.lock().cm);
             // `f` may have queued a MAD (a REJ for a listener that is gone).
             self.gsi_dirty.store(true, Relaxed);
+            self.cm_stale.store(true, Release);
         }
     }
 
@@ -50,11 +53,13 @@ impl Engine {
     pub fn reseed_cm(&mut self, seed: u64) {
         let gid = self.info.gids.first().copied().unwrap_or(Gid::ZERO);
         *self.gsi.get_mut() = Gsi::new(gid, self.info.attr.node_guid, seed);
+        *self.cm_stale.get_mut() = true;
     }
 
     /// Puts this process's slot of a shared address into the CM's comm IDs
     /// (`Cm::set_slot`, spec/cm.md §8). Call after `reseed_cm`.
     pub fn set_cm_slot(&mut self, slot: u8) -> Result<(), crate::cm::CmError> {
+        *self.cm_stale.get_mut() = true;
         self.gsi.get_mut().cm.set_slot(slot)
     }
 
@@ -79,6 +84,7 @@ impl Engine {
         gsi.cm.handle_mad(now, Gid::from(from), repr.payload(pkt));
         self.gsi_dirty.store(true, Relaxed);
         self.cm_touched.store(true, Relaxed);
+        self.cm_stale.store(true, Release);
     }
 
     /// Transmit hook: the next MAD as a whole RoCEv2 datagram in `buf`.
@@ -104,6 +110,8 @@ impl Engine {
                 continue;
             };
             gsi.counters.mads_sent += 1;
+            // Sending may have started the MAD's retry timer.
+            self.cm_stale.store(true, Release);
             self.dev.counters.packets_sent.bump();
             self.dev.counters.bytes_sent.add(len as u64);
             // More may wait: the next turn looks again.
@@ -115,6 +123,19 @@ impl Engine {
             });
         }
         None
+    }
+
+    /// The CM's earliest deadline (`u64::MAX`: none): read under its lock
+    /// only when the CM was reached since the last reading. Whoever
+    /// reaches the CM marks it so after it let go of the lock, so a
+    /// reading that missed a change is followed by one that sees it.
+    pub(crate) fn cm_timeout(&self) -> u64 {
+        if !self.cm_stale.load(Acquire) || !self.cm_stale.swap(false, AcqRel) {
+            return self.cm_first.load(Acquire);
+        }
+        let first = self.gsi.lock().cm.poll_timeout().unwrap_or(u64::MAX);
+        self.cm_first.store(first, Release);
+        first
     }
 
     /// Whether the CM has MADs to send (its lock taken only when it may).

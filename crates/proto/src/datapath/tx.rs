@@ -190,19 +190,13 @@ impl Engine {
     }
 
     /// When [`Engine::handle_timeout`] is next due, if ever.
+    /// Takes no lock unless the CM was reached since the last call: both
+    /// earliest deadlines are kept where every thread reads them.
     pub fn poll_timeout(&self) -> Option<u64> {
-        let qps = self
-            .dev
-            .sched
-            .lock()
-            .timers
-            .peek()
-            .map(|(deadline, _)| deadline);
+        let qps = self.dev.timer_first.load(Acquire);
         // CM hook (gsi.rs): the CM's MAD timers join the device's.
-        [qps, self.gsi.lock().cm.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        let first = qps.min(self.cm_timeout());
+        (first != u64::MAX).then_some(first)
     }
 
     /// Runs the timers that are due: RNR waits end; ACK timeouts resend from
@@ -215,7 +209,10 @@ impl Engine {
                                                    // The driver's one timer thread calls this: the list is reused.
         let mut due = std::mem::take(&mut *self.dev.due.lock());
         due.clear();
-        self.dev.sched.lock().timers.pop_due(now, &mut due);
+        self.dev
+            .sched
+            .lock()
+            .pop_due(now, &mut due, &self.dev.timer_first);
         // In QP-slot order, so that the ready queue fills in the same order
         // whatever the deadlines were.
         due.sort_unstable_by_key(|h| h.index());

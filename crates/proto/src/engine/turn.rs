@@ -134,7 +134,7 @@ impl Engine {
         }
         if moved {
             q.dp.in_heap = deadline;
-            sched.timers.set(h, deadline);
+            sched.set_timer(h, deadline, &self.dev.timer_first);
         }
     }
 
