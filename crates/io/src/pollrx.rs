@@ -567,7 +567,7 @@ fn read_socket<E: Engine>(
             };
             Counters::add(&c.datagrams_received, 1);
             Counters::add(&c.bytes_received, len as u64);
-            let now = shared.clock.now();
+            // The poll's reading: the call just returned with these.
             let (e, _) = engine.get_or_insert_with(|| {
                 gate.working(now);
                 let e = shared.engine();
