@@ -227,7 +227,11 @@ mod tests {
             }
             let min = model.iter().map(|(&s, &t)| (t, s)).min();
             assert_eq!(heap.peek().map(|(t, q)| (t, q.index())), min, "step {step}");
-            assert_eq!(heap.first(), min.map_or(u64::MAX, |(t, _)| t), "step {step}");
+            assert_eq!(
+                heap.first(),
+                min.map_or(u64::MAX, |(t, _)| t),
+                "step {step}"
+            );
             assert_eq!(heap.len(), model.len());
         }
     }
