@@ -302,9 +302,10 @@ pub struct Engine {
     pub(crate) gsi_claimed: std::sync::atomic::AtomicBool,
     /// The CM was reached since [`Engine::after_cm`] last looked.
     pub(crate) cm_touched: std::sync::atomic::AtomicBool,
-    /// The CM's earliest deadline as last read (`u64::MAX`: none), and
-    /// whether the CM was reached since (then it is read again: gsi.rs).
+    /// The CM's earliest deadline as last read (`u64::MAX`: none).
     pub(crate) cm_first: AtomicU64,
+    /// The CM was reached since `cm_first` was read: the next
+    /// [`Engine::poll_timeout`] reads it again (gsi.rs).
     pub(crate) cm_stale: std::sync::atomic::AtomicBool,
     /// Multicast attachments (mcast.rs, datapath/mcast.rs).
     pub(crate) groups: crate::mcast::Groups,

@@ -127,8 +127,9 @@ impl Engine {
 
     /// The CM's earliest deadline (`u64::MAX`: none): read under its lock
     /// only when the CM was reached since the last reading. Whoever
-    /// reaches the CM marks it so after it let go of the lock, so a
-    /// reading that missed a change is followed by one that sees it.
+    /// reaches the CM marks it after its change (still under the lock or
+    /// after it), so a reading that missed a change, one that looked just
+    /// before it, is followed by one that sees it.
     pub(crate) fn cm_timeout(&self) -> u64 {
         if !self.cm_stale.load(Acquire) || !self.cm_stale.swap(false, AcqRel) {
             return self.cm_first.load(Acquire);

@@ -190,6 +190,7 @@ impl Engine {
     }
 
     /// When [`Engine::handle_timeout`] is next due, if ever.
+    ///
     /// Takes no lock unless the CM was reached since the last call: both
     /// earliest deadlines are kept where every thread reads them.
     pub fn poll_timeout(&self) -> Option<u64> {
