@@ -31,17 +31,23 @@ run_pair() { # name args...: prints and records the client's result row
   local out
   out=$(SOFTVERBS_SHM=$shm LD_LIBRARY_PATH="$lib" timeout 120 "$name" -p "$port" "$@" 127.0.0.1 2>&1) || true
   wait "$srv" 2>/dev/null || true
-  # The row after the header line that starts with " #bytes".
+  # The first result row after the header line (" #bytes ..."): a line
+  # that starts with a number; a run that printed none failed.
   local row
-  row=$(awk '/#bytes/ { getline; print; exit }' <<<"$out")
+  row=$(awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out")
   local key="$name${*:+ $*}"
   [[ $shm == 1 ]] && key="shm $key"
   [[ -n "$row" ]] && ROW["$key"]+="$row"$'\n'
   printf '%-26s %s\n' "$key" "${row:-FAILED}"
+  # What a failed client said last.
+  [[ -n "$row" ]] || tail -n 3 <<<"$out" | sed 's/^/    | /'
 }
 
 median() { # numbers, one per line: their median, or empty
-  sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+  # Blank lines are no numbers: the baselines end in a newline, and a
+  # here-string adds one more (counted, they made a baseline of one round
+  # half its value, of two rounds the smaller).
+  sort -g | awk 'NF { v[++n] = $1 } END { if (n) print (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) }'
 }
 
 typical() { # a floor's line: the figure after "typical"

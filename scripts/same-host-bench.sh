@@ -41,7 +41,7 @@ run_pair() { # mode name args...: prints the client's result row
   local out
   out=$(SOFTVERBS_SHM=$s LD_LIBRARY_PATH="$l" timeout 120 "$name" -p "$port" "$@" 127.0.0.1 2>&1) || true
   wait "$srv" 2>/dev/null || true
-  awk '/#bytes/ { getline; print; exit }' <<<"$out"
+  awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out"
 }
 
 tcp_now() {

@@ -41,7 +41,7 @@ run_pair() { # lib prog args...: the client's result row
   local out
   out=$(SOFTVERBS_ADDR=$cli_ip LD_LIBRARY_PATH="$l" timeout 120 "$prog" -x 0 -p "$port" "$@" 127.0.0.1 2>&1) || true
   wait "$srv" 2>/dev/null || true
-  awk '/#bytes/ { getline; print; exit }' <<<"$out"
+  awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out"
 }
 
 measure() { # label lib
@@ -79,7 +79,7 @@ forwarded() { # prog args...
   out=$(SOFTVERBS_ADDR=$cli_ip LD_LIBRARY_PATH="$lib" timeout 120 "$prog" -x 0 -p "$sp" "$@" 127.0.0.1 2>&1) || true
   wait "$srv" 2>/dev/null || true
   release
-  awk '/#bytes/ { getline; print; exit }' <<<"$out"
+  awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' <<<"$out"
 }
 printf '%-22s ib_send_lat  %s\n' "forwarded" "$(forwarded ib_send_lat -n "$iters")"
 printf '%-22s ib_write_bw  %s\n' "forwarded" "$(forwarded ib_write_bw -n "$iters")"
