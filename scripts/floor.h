@@ -1,23 +1,24 @@
 /* What the floor programs (wakeup-floor.c, pingpong-floor.c) share: the
- * clock they stamp round trips with, and the line they report them in. */
+ * clock they stamp round trips with, and the line they report them in
+ * (send-cost.c and cma-cost.c use the clock and the comparison). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-static double now_us(void) {
+static inline double now_us(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
-static int cmp_double(const void *a, const void *b) {
+static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
 /* Prints one way (half of each of the `n` round trips in `rtt`, µs):
  * typical (the median), p99 and min, after `label` if it is not empty. */
-static void report(const char *label, double *rtt, int n) {
+static inline void report(const char *label, double *rtt, int n) {
     qsort(rtt, n, sizeof *rtt, cmp_double);
     printf("%s%sone-way (half round trip) typical %.2f us, p99 %.2f us, min %.2f us\n",
            label, *label ? " " : "", rtt[n / 2] / 2, rtt[n * 99 / 100] / 2, rtt[0] / 2);
