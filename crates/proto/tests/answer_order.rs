@@ -7,8 +7,25 @@
 mod net;
 use net::*;
 
-fn opcode(datagram: &[u8]) -> u8 {
-    datagram[0]
+/// BTH opcodes (IBA 9.2: RC RDMA WRITE Only, RC Acknowledge).
+const WRITE_ONLY: u8 = 0x0a;
+const ACKNOWLEDGE: u8 = 0x11;
+
+/// 8 bytes at `BASE` of the region `lkey` names.
+fn eight_bytes(lkey: u32) -> [Sge; 1] {
+    [Sge {
+        addr: BASE,
+        length: 8,
+        lkey,
+    }]
+}
+
+/// 64 bytes into the peer's region `rkey` names.
+fn peer_at(rkey: u32) -> WrTarget {
+    WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE + 64,
+        rkey,
+    })
 }
 
 #[test]
@@ -24,16 +41,8 @@ fn an_answer_goes_ahead_of_the_ack_of_the_write_it_answers() {
     let mut buf = vec![0u8; 9000];
     for round in 0..4u64 {
         // A writes 8 bytes into B's memory; B takes it and sends nothing yet.
-        let sa = [Sge {
-            addr: BASE,
-            length: 8,
-            lkey: la,
-        }];
-        let to_b = WrTarget::Rdma(RdmaTarget {
-            remote_addr: BASE + 64,
-            rkey: rb,
-        });
-        let wr = send_wr(round, WrOpcode::RdmaWrite, &sa, to_b);
+        let sa = eight_bytes(la);
+        let wr = send_wr(round, WrOpcode::RdmaWrite, &sa, peer_at(rb));
         net.a.e.post_send(qa, &wr, None).unwrap();
         let t = net
             .a
@@ -50,16 +59,8 @@ fn an_answer_goes_ahead_of_the_ack_of_the_write_it_answers() {
             .e
             .handle_datagram(net.now, from_a, from_b, &write, &net.b.mem);
         // B answers with a WRITE of its own: the answer first, then the ACK.
-        let sb = [Sge {
-            addr: BASE,
-            length: 8,
-            lkey: lb,
-        }];
-        let to_a = WrTarget::Rdma(RdmaTarget {
-            remote_addr: BASE + 64,
-            rkey: ra,
-        });
-        let wr = send_wr(round, WrOpcode::RdmaWrite, &sb, to_a);
+        let sb = eight_bytes(lb);
+        let wr = send_wr(round, WrOpcode::RdmaWrite, &sb, peer_at(ra));
         let ring = net.b.e.qp(qb).unwrap().send_ring().clone();
         assert!(matches!(
             ring.post(&wr, None, 0),
@@ -69,10 +70,10 @@ fn an_answer_goes_ahead_of_the_ack_of_the_write_it_answers() {
         while let Some(t) = net.b.e.poll_transmit(net.now, &net.b.mem, &mut buf) {
             out.push(buf[..t.len].to_vec());
         }
-        let ops: Vec<u8> = out.iter().map(|d| opcode(d)).collect();
+        let ops: Vec<u8> = out.iter().map(|d| d[0]).collect();
         assert_eq!(
             ops,
-            [0x0a, 0x11],
+            [WRITE_ONLY, ACKNOWLEDGE],
             "round {round}: B's WRITE_ONLY, then its ACK"
         );
         for d in &out {
