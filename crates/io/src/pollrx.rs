@@ -567,7 +567,8 @@ fn read_socket<E: Engine>(
             };
             Counters::add(&c.datagrams_received, 1);
             Counters::add(&c.bytes_received, len as u64);
-            // The poll's reading: the call just returned with these.
+            // The poll's reading, taken just before the call that returned
+            // these: no reading per datagram.
             let (e, _) = engine.get_or_insert_with(|| {
                 gate.working(now);
                 let e = shared.engine();
