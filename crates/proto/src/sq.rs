@@ -4,9 +4,7 @@
 //! `max_send_sge` SGEs and `max_inline_data` inline bytes each, allocated
 //! once, at the first post, for `max_send_wr` WRs: no allocation per post,
 //! and none for a QP that never sends) and publishes them with a Release store of
-//! `tail`; posting threads are serialised by a per-QP mutex, which also
-//! guards the slots: the engine copies what it drains out under it, once per
-//! drain (no lock per slot). The engine, the
+//! `tail`; posting threads are serialised by a per-QP mutex. The engine, the
 //! only consumer, moves posted WQEs into the QP's send queue
 //! ([`crate::qp::wqe::SendQueue`]) at the start of every call it makes on the
 //! QP (`Engine::drive`), and the QPs that were posted to are listed on the
@@ -241,7 +239,7 @@ pub enum SendPost {
 }
 
 /// One posted WR's fixed part, as the engine reads it back (its SGEs and
-/// inline bytes are in the store's arrays, at the slot's place).
+/// inline bytes are in the ring's word arrays, at the slot's place).
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     wr_id: u64,
@@ -256,12 +254,10 @@ struct Slot {
     ninline: Option<u32>,
 }
 
-/// The engine's copy of the slots it drains, their SGEs and inline bytes
-/// back to back (grown to the largest drain; the engine is the only
-/// consumer).
+/// The engine's copy of a slot's SGEs and inline bytes while it drains
+/// (sized with the slots; the engine is the only consumer).
 #[derive(Debug, Default)]
 struct Scratch {
-    slots: Vec<Slot>,
     sges: Vec<Sge>,
     inline: Vec<u8>,
 }
@@ -310,18 +306,15 @@ pub struct SendRing {
     cfg: SendRingConfig,
     /// The QP's handle (set once the engine inserted the QP).
     handle: AtomicU64,
+    /// The slots, made at the first post (a QP that never sends costs none).
+    store: std::sync::OnceLock<Store>,
     /// Words of inline room per slot.
     inline_stride: usize,
     head: AtomicU64,
     tail: AtomicU64,
     queued: AtomicU32,
     mirror: AtomicU64,
-    /// The posting lock, and the slots behind it: made at the first post (a
-    /// QP that never sends costs none), written by posters under it, copied
-    /// out by the engine's drain under it (one lock per drain, none per slot).
-    post: Mutex<Option<Store>>,
-    /// What the drain copied out (the engine's alone).
-    scratch: Mutex<Scratch>,
+    post: Mutex<()>,
     /// On the device's posted list (cleared by the engine before it drains).
     listed: AtomicBool,
     dev: Arc<Device>,
@@ -329,8 +322,7 @@ pub struct SendRing {
 
 impl Drop for SendRing {
     fn drop(&mut self) {
-        let store = self.post.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if let Some(st) = store.take() {
+        if let Some(st) = self.store.take() {
             self.dev.pool.put(self.shape(), st);
         }
     }
@@ -341,20 +333,22 @@ impl Drop for SendRing {
 /// sized at the ring's first post for `max_send_wr` WRs of `max_send_sge`
 /// SGEs and `max_inline_data` bytes (no allocation after that).
 struct Store {
-    slots: Box<[Slot]>,
-    /// `max_send_sge` SGEs per slot.
-    sges: Box<[Sge]>,
-    /// The inline bytes, `8 * inline_stride` per slot.
-    inline: Box<[u8]>,
+    slots: Box<[Mutex<Slot>]>,
+    /// Two words per SGE, `max_send_sge` SGEs per slot.
+    sge_words: Box<[AtomicU64]>,
+    /// The inline bytes, `inline_stride` words per slot.
+    inline_words: Box<[AtomicU64]>,
+    scratch: Mutex<Scratch>,
 }
 
 impl Store {
     fn bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.slots) + std::mem::size_of_val(&*self.sges) + self.inline.len()
+        std::mem::size_of_val(&*self.slots) + 8 * (self.sge_words.len() + self.inline_words.len())
     }
 
     fn new(cfg: &SendRingConfig, inline_stride: usize) -> Store {
         let n = cfg.max_send_wr as usize;
+        let words = |k: usize| (0..k).map(|_| AtomicU64::new(0)).collect();
         let blank = Slot {
             wr_id: 0,
             opcode: WrOpcode::Send,
@@ -367,16 +361,20 @@ impl Store {
             ninline: None,
         };
         Store {
-            slots: vec![blank; n].into(),
-            sges: vec![Sge::default(); n * cfg.max_send_sge as usize].into(),
-            inline: vec![0; n * 8 * inline_stride].into(),
+            slots: (0..n).map(|_| Mutex::new(blank)).collect(),
+            sge_words: words(n * 2 * cfg.max_send_sge as usize),
+            inline_words: words(n * inline_stride),
+            scratch: Mutex::new(Scratch {
+                sges: Vec::with_capacity(cfg.max_send_sge as usize),
+                inline: Vec::with_capacity(8 * inline_stride),
+            }),
         }
     }
 }
 
 /// A written, not yet published slot (the posting lock still held).
 struct Written<'a> {
-    _serial: MutexGuard<'a, Option<Store>>,
+    _serial: MutexGuard<'a, ()>,
     tail: u64,
     idle: bool,
 }
@@ -397,13 +395,13 @@ impl SendRing {
         SendRing {
             cfg,
             handle: AtomicU64::new(0),
+            store: std::sync::OnceLock::new(),
             inline_stride,
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
             queued: AtomicU32::new(0),
             mirror: AtomicU64::new(mirror_word(QpState::Reset, 0, 0)),
-            post: Mutex::new(None),
-            scratch: Mutex::default(),
+            post: Mutex::new(()),
             listed: AtomicBool::new(false),
             dev,
         }
@@ -466,7 +464,7 @@ impl SendRing {
         inline: Option<&[u8]>,
         xrc_srqn: u32,
     ) -> Result<Write<'_>, PostError> {
-        let mut serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
+        let serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
         let word = self.mirror.load(SeqCst);
         // Only the engine changes the count meanwhile, and only downwards.
         let outstanding = self.queued.load(Acquire);
@@ -505,23 +503,29 @@ impl SendRing {
         // The slot is free: queued < max_send_wr (checked), and every WQE
         // between head and tail is counted.
         self.queued.fetch_add(1, SeqCst);
-        let shape = self.shape();
-        let st = serial.get_or_insert_with(|| {
-            let pooled = self.dev.pool.take(shape);
+        let st = self.store.get_or_init(|| {
+            let pooled = self.dev.pool.take(self.shape());
             pooled.unwrap_or_else(|| Store::new(&self.cfg, self.inline_stride))
         });
         let i = self.index(tail);
-        // check_post_send held the SGE count to max_send_sge.
-        let at = self.cfg.max_send_sge as usize * i;
-        st.sges[at..at + wr.sg_list.len()].copy_from_slice(wr.sg_list);
+        let sw = 2 * self.cfg.max_send_sge as usize * i;
+        for (k, sge) in wr.sg_list.iter().enumerate() {
+            st.sge_words[sw + 2 * k].store(sge.addr, Relaxed);
+            let len_key = u64::from(sge.length) | u64::from(sge.lkey) << 32;
+            st.sge_words[sw + 2 * k + 1].store(len_key, Relaxed);
+        }
         let ninline = inline.map(|bytes| {
             // check_inline / check_atomic held the length to the room.
             let n = bytes.len().min(8 * self.inline_stride);
-            let at = 8 * self.inline_stride * i;
-            st.inline[at..at + n].copy_from_slice(&bytes[..n]);
+            let iw = self.inline_stride * i;
+            for (k, chunk) in bytes[..n].chunks(8).enumerate() {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                st.inline_words[iw + k].store(u64::from_le_bytes(word), Relaxed);
+            }
             n as u32
         });
-        st.slots[i] = Slot {
+        *st.slots[i].lock().unwrap_or_else(PoisonError::into_inner) = Slot {
             wr_id: wr.wr_id,
             opcode: wr.opcode,
             flags: wr.flags,
@@ -609,51 +613,42 @@ impl SendRing {
         if head == tail {
             return;
         }
-        let mut scratch = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
-        let Scratch {
-            slots,
-            sges,
-            inline,
-        } = &mut *scratch;
-        slots.clear();
-        sges.clear();
-        inline.clear();
-        {
-            // The slots up to `tail` were written under this lock before
-            // `tail` was stored; a post meanwhile writes a slot past it.
-            let store = self.post.lock().unwrap_or_else(PoisonError::into_inner);
-            // Posted to: the slots exist (made before the first tail store).
-            let Some(st) = store.as_ref() else { return };
-            for pos in head..tail {
-                let i = self.index(pos);
-                let slot = st.slots[i];
-                let at = self.cfg.max_send_sge as usize * i;
-                sges.extend_from_slice(&st.sges[at..at + slot.nsge as usize]);
-                if let Some(n) = slot.ninline {
-                    let at = 8 * self.inline_stride * i;
-                    inline.extend_from_slice(&st.inline[at..at + n as usize]);
+        // Posted to: the slots exist (made before the first tail store).
+        let Some(st) = self.store.get() else { return };
+        let mut scratch = st.scratch.lock().unwrap_or_else(PoisonError::into_inner);
+        let Scratch { sges, inline } = &mut *scratch;
+        for pos in head..tail {
+            let i = self.index(pos);
+            let slot = *st.slots[i].lock().unwrap_or_else(PoisonError::into_inner);
+            let sw = 2 * self.cfg.max_send_sge as usize * i;
+            sges.clear();
+            sges.extend((0..slot.nsge as usize).map(|k| {
+                let len_key = st.sge_words[sw + 2 * k + 1].load(Relaxed);
+                Sge {
+                    addr: st.sge_words[sw + 2 * k].load(Relaxed),
+                    length: len_key as u32,
+                    lkey: (len_key >> 32) as u32,
                 }
-                slots.push(slot);
+            }));
+            inline.clear();
+            if let Some(n) = slot.ninline {
+                let iw = self.inline_stride * i;
+                let words = &st.inline_words[iw..iw + (n as usize).div_ceil(8)];
+                for w in words {
+                    inline.extend_from_slice(&w.load(Relaxed).to_le_bytes());
+                }
+                inline.truncate(n as usize);
             }
-        }
-        let (mut s, mut b) = (0, 0);
-        for slot in slots.iter() {
-            let sg_list = &sges[s..s + slot.nsge as usize];
-            s += slot.nsge as usize;
-            let inline = slot.ninline.map(|n| {
-                b += n as usize;
-                &inline[b - n as usize..b]
-            });
             f(Drained {
                 wr: SendWr {
                     wr_id: slot.wr_id,
                     opcode: slot.opcode,
                     flags: slot.flags,
-                    sg_list,
+                    sg_list: sges,
                     imm_data: slot.imm,
                     target: slot.target,
                 },
-                inline,
+                inline: slot.ninline.map(|_| &inline[..]),
                 ud: slot.ud,
                 xrc_srqn: slot.xrc_srqn,
             });
