@@ -6,7 +6,9 @@
 //! turns until the batch left ([`crate::sched::TxClaims`]), so several
 //! threads transmit at once without reordering a QP's packets. Timers are
 //! one deadline per QP in a heap ([`crate::sched::TimerHeap`]); expiry runs
-//! only the QPs that are due.
+//! only the QPs that are due. The heap may hold a QP earlier than its
+//! deadline (a deadline that moved later stays put a while, `Engine::sync`):
+//! its expiry then finds nothing due and puts the real deadline in.
 
 use crate::handle::QpHandle;
 use crate::memory::Memory;
@@ -189,7 +191,10 @@ impl Engine {
         self.dev.sched.lock().ready.pop_front()
     }
 
-    /// When [`Engine::handle_timeout`] is next due, if ever.
+    /// When [`Engine::handle_timeout`] is next due, if ever; possibly
+    /// earlier, never later: a QP's timer that moved later or stopped stays
+    /// in the heap while it is at least a millisecond off (`Engine::sync`),
+    /// so a QP that went quiet comes due once more and finds nothing to do.
     ///
     /// Takes no lock unless the CM was reached since the last call: both
     /// earliest deadlines are kept where every thread reads them.

@@ -26,6 +26,11 @@ macro_rules! engine_sink {
     };
 }
 
+/// How far off a QP's entry in the timer heap must be for a later deadline
+/// (or none) to leave it there ([`Engine::sync`]): a QP that goes quiet
+/// comes due once, at most this long before its timer would have stopped.
+pub(crate) const LAZY_NS: u64 = 1_000_000;
+
 impl Engine {
     /// Runs one call of QP `h`'s actor with its environment and sink, then
     /// brings the scheduler up to date with it. `None` if there is no such QP.
@@ -116,9 +121,24 @@ impl Engine {
         // A claimed QP keeps its wish: its thread gives it turns, and lets
         // it go to the ready queue when its batch left (datapath/tx.rs).
         let ready = !q.dp.claimed && q.take_wants_tx() && !q.dp.scheduled;
-        // Most calls leave the deadline as the heap has it.
+        // The heap holds each QP at its deadline or earlier. A first or
+        // earlier deadline goes in at once. One that moves later, or goes,
+        // leaves the entry while it is at least `LAZY_NS` off: a stream's
+        // ACKs restart the ACK timer and a ping-pong's stop it, so most
+        // calls take no lock for it. An entry left that way comes due
+        // only when the QP went quiet for that long: its timers find
+        // nothing due (they check their own deadlines) and the sync after
+        // puts the real deadline in.
         let deadline = q.deadline();
-        let moved = deadline != q.dp.in_heap;
+        let moved = match (deadline, q.dp.in_heap) {
+            (Some(d), Some(held)) if d < held => true,
+            (Some(_), None) => true,
+            (_, None) => false,
+            (_, Some(held)) => {
+                let now = self.dev.now.load(std::sync::atomic::Ordering::Relaxed);
+                deadline != Some(held) && held < now.saturating_add(LAZY_NS)
+            }
+        };
         if !ready && !moved {
             return;
         }

@@ -144,7 +144,8 @@ pub struct QpData {
     /// wire: only that thread gives it turns until it lets go
     /// ([`crate::sched::TxClaims`]); the engine's flag.
     pub claimed: bool,
-    /// The deadline the engine's timer heap holds for this QP (the engine's).
+    /// The deadline the engine's timer heap holds for this QP (the engine's):
+    /// its own deadline or earlier, never later.
     pub in_heap: Option<u64>,
     /// Something happened that may let the QP send (set by the QP, taken by
     /// the engine's scheduler).
