@@ -44,7 +44,8 @@ fn main() -> ExitCode {
         Some("control") => control_demo().map_err(CliError::from),
         Some("demo") | None => perf::run(&perf::Plan::demo(), port),
         Some("perf") if args.iter().any(|a| a == "--threads") => {
-            scale::run(flag(&args, "--iters").map_or(20_000, usize::from))
+            let iters = flag(&args, "--iters").map_or(20_000, usize::from);
+            scale::run(iters, flag(&args, "--rounds").map_or(3, usize::from))
         }
         Some("perf") => perf::run(&perf::Plan::full(), port),
         Some("serve") => perf::serve(port),
@@ -98,8 +99,9 @@ const USAGE: &str = "usage: softverbs [demo | perf | control | devinfo | serve] 
            message rate at several sizes; FETCH_ADD and CMP_SWAP rates; each bandwidth also
            as a ratio of memcpy and iperf3 TCP loopback measured in the same run; then the
            figures of the performance targets (spec/performance.md) beside their targets
-  perf --threads [--iters N]  one device, 1/2/4/8 threads with 8 RC QPs each streaming
-           64-byte WRITEs (N per QP, default 20000): aggregate message rate per thread count
+  perf --threads [--iters N] [--rounds R]  one device, 1/2/4/8 threads with 8 RC QPs
+           each streaming 64-byte WRITEs (N per QP, default 20000), R rounds (default 3):
+           aggregate message rate per thread count, median of the rounds
   control  the control path: two RC QPs brought RESET→INIT→RTR→RTS and queried
   devinfo  show the device, its limits, port and GID table
   serve    the server side of demo/perf (started by them; --port, default 18515)

@@ -5,7 +5,9 @@
 //! 64-byte RDMA WRITEs round-robin over its 8 QPs. The aggregate rate is all
 //! threads' messages over the wall time from a common start to the last
 //! thread's end. With no engine-wide lock in the per-packet path the rate
-//! should grow with the threads up to the cores.
+//! should grow with the threads up to the cores. Single runs on a shared
+//! 2-core machine move by 2–4× (spec/performance.md §22), so the phases
+//! run in rounds and each row gives the median.
 
 use crate::error::CliError;
 use softverbs::*;
@@ -150,8 +152,14 @@ fn drive(lane: &Lane, mr: &MemoryRegion, slot: usize, iters: usize) -> Result<us
     Ok(done)
 }
 
-/// Runs the scaling benchmark and prints one row per thread count.
-pub fn run(iters_per_qp: usize) -> Result<(), CliError> {
+/// Thread counts measured, in this order, in every round.
+const THREADS: [usize; 4] = [1, 2, 4, 8];
+
+/// Runs the scaling benchmark `rounds` times and prints one row per thread
+/// count: the median rate over the rounds, its range, and the median over
+/// the rounds of its ratio to the same round's one-thread rate (a round's
+/// phases run back to back, so the machine's drift cancels in the ratio).
+pub fn run(iters_per_qp: usize, rounds: usize) -> Result<(), CliError> {
     let ctx = Arc::new(devices()?.remove(0).open()?);
     let pd = ctx.alloc_pd()?;
     let mr = Arc::new(pd.reg_mr(8 * 4096 * 2, ALL)?);
@@ -160,47 +168,89 @@ pub fn run(iters_per_qp: usize) -> Result<(), CliError> {
         lanes.push(Arc::new(lane(&ctx, &pd)?));
     }
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let rounds = rounds.max(1);
     println!(
         "one device, {QPS_PER_THREAD} RC QPs per thread (each to a partner QP on the same device), \
-         {SIZE}-byte RDMA WRITEs, {DEPTH} outstanding per QP, {iters_per_qp} per QP; {cores} cores\n"
+         {SIZE}-byte RDMA WRITEs, {DEPTH} outstanding per QP, {iters_per_qp} per QP; {cores} cores; \
+         {rounds} rounds\n"
     );
+    // rates[round][i]: THREADS[i]'s rate in that round; messages[i]: all
+    // rounds' messages of THREADS[i].
+    let (mut rates, mut messages) = (Vec::new(), [0usize; THREADS.len()]);
+    for _ in 0..rounds {
+        let mut round = Vec::new();
+        for (i, threads) in THREADS.into_iter().enumerate() {
+            let (n, rate) = phase(&lanes, &mr, threads, iters_per_qp)?;
+            messages[i] += n;
+            round.push(rate);
+        }
+        rates.push(round);
+    }
     println!(
-        "{:>8} {:>6} {:>12} {:>10} {:>14} {:>12}",
-        "threads", "QPs", "messages", "time[s]", "rate[Mpps]", "vs 1 thread"
+        "{:>8} {:>6} {:>12} {:>7} {:>11} {:>9} {:>9} {:>12}",
+        "threads", "QPs", "messages", "rounds", "rate[Mpps]", "min", "max", "vs 1 thread"
     );
-    let mut one = None;
-    for threads in [1usize, 2, 4, 8] {
-        let start = Arc::new(Barrier::new(threads + 1));
-        let mut handles = Vec::new();
-        for (t, lane) in lanes.iter().take(threads).enumerate() {
-            let (lane, mr, start) = (Arc::clone(lane), Arc::clone(&mr), Arc::clone(&start));
-            handles.push(std::thread::spawn(move || {
-                start.wait();
-                drive(&lane, &mr, t, iters_per_qp)
-            }));
-        }
-        start.wait();
-        let t0 = Instant::now();
-        let mut total = 0;
-        let mut first_err = None;
-        for h in handles {
-            match h.join() {
-                Ok(Ok(n)) => total += n,
-                Ok(Err(e)) => first_err = first_err.or(Some(e)),
-                Err(_) => first_err = first_err.or(Some(CliError::ThreadPanicked)),
-            }
-        }
-        let secs = t0.elapsed().as_secs_f64();
-        if let Some(e) = first_err {
-            return Err(e);
-        }
-        let mpps = total as f64 / secs / 1e6;
-        let base = *one.get_or_insert(mpps);
+    // messages: every round's; rate: the rounds' median, min and max.
+    for (i, threads) in THREADS.into_iter().enumerate() {
+        let mine: Vec<f64> = rates.iter().map(|r| r[i]).collect();
+        let ratios: Vec<f64> = rates.iter().map(|r| r[i] / r[0]).collect();
+        let (lo, hi) = mine
+            .iter()
+            .fold((f64::MAX, 0f64), |(l, h), &x| (l.min(x), h.max(x)));
         println!(
-            "{threads:>8} {:>6} {total:>12} {secs:>10.3} {mpps:>14.4} {:>11.2}x",
+            "{threads:>8} {:>6} {:>12} {rounds:>7} {:>11.4} {lo:>9.4} {hi:>9.4} {:>11.2}x",
             threads * QPS_PER_THREAD,
-            mpps / base
+            messages[i],
+            median(mine),
+            median(ratios),
         );
     }
     Ok(())
+}
+
+/// One phase: `threads` lanes stream at once; the messages they completed
+/// and their aggregate rate (Mpps) over the wall time from a common start
+/// to the last one's end.
+fn phase(
+    lanes: &[Arc<Lane>],
+    mr: &Arc<MemoryRegion>,
+    threads: usize,
+    iters_per_qp: usize,
+) -> Result<(usize, f64), CliError> {
+    let start = Arc::new(Barrier::new(threads + 1));
+    let mut handles = Vec::new();
+    for (t, lane) in lanes.iter().take(threads).enumerate() {
+        let (lane, mr, start) = (Arc::clone(lane), Arc::clone(mr), Arc::clone(&start));
+        handles.push(std::thread::spawn(move || {
+            start.wait();
+            drive(&lane, &mr, t, iters_per_qp)
+        }));
+    }
+    start.wait();
+    let t0 = Instant::now();
+    let mut total = 0;
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(n)) => total += n,
+            Ok(Err(e)) => first_err = first_err.or(Some(e)),
+            Err(_) => first_err = first_err.or(Some(CliError::ThreadPanicked)),
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    Ok((total, total as f64 / secs / 1e6))
+}
+
+/// The median (the mean of the middle two of an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }

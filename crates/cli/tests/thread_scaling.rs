@@ -1,5 +1,6 @@
-//! `softverbs perf --threads`: every thread count runs, every WRITE of every
-//! QP completes successfully and is counted once (the rates themselves are a
+//! `softverbs perf --threads`: every thread count runs in every round, every
+//! WRITE of every QP completes successfully and is counted once, and each
+//! row's median lies within its range (the rates themselves are a
 //! benchmark's output and gate nothing).
 
 use std::process::{Command, Stdio};
@@ -7,9 +8,10 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn thread_scaling_counts_every_message_of_every_thread_count() {
-    let iters = 100u64;
+    let (iters, rounds) = (100u64, 2u64);
     let mut child = Command::new(env!("CARGO_BIN_EXE_softverbs"))
         .args(["perf", "--threads", "--iters", &iters.to_string()])
+        .args(["--rounds", &rounds.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -37,7 +39,7 @@ fn thread_scaling_counts_every_message_of_every_thread_count() {
                 .split_whitespace()
                 .map(|w| w.trim_end_matches('x').parse().ok())
                 .collect::<Option<_>>()?;
-            (f.len() == 6).then_some(f)
+            (f.len() == 8).then_some(f)
         })
         .collect();
     let threads: Vec<u64> = rows.iter().map(|r| r[0] as u64).collect();
@@ -45,7 +47,9 @@ fn thread_scaling_counts_every_message_of_every_thread_count() {
     for r in &rows {
         let t = r[0] as u64;
         assert_eq!(r[1] as u64, t * 8, "QPs: {text}");
-        assert_eq!(r[2] as u64, t * 8 * iters, "messages: {text}");
-        assert!(r[4] > 0.0, "rate: {text}");
+        assert_eq!(r[2] as u64, t * 8 * iters * rounds, "messages: {text}");
+        assert_eq!(r[3] as u64, rounds, "rounds: {text}");
+        let (rate, lo, hi) = (r[4], r[5], r[6]);
+        assert!(lo > 0.0 && lo <= rate && rate <= hi, "rate: {text}");
     }
 }
