@@ -107,6 +107,18 @@ pub trait Engine: Send + Sync + 'static {
     fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.handle_datagram(now, from, to, payload);
     }
+    /// A datagram this engine sent to the driver's own address `local`,
+    /// handed straight back (the loopback shortcut): as
+    /// [`Engine::handle_local_datagram`], or with `checked` (receive faults
+    /// or a capture were on its way) as [`Engine::handle_datagram`], which
+    /// the default calls. The engine may tell it apart from a peer's: a
+    /// WRITE the device took from itself answers no post (crate::linger).
+    fn handle_own_datagram(&self, now: Nanos, local: SocketAddr, payload: &[u8], checked: bool) {
+        match checked {
+            true => self.handle_datagram(now, local, local, payload),
+            false => self.handle_local_datagram(now, local, local, payload),
+        }
+    }
     /// A run of packets from the same-host path: a datagram the sending
     /// engine built with [`Engine::poll_transmit_run`], handed over with
     /// its [`Transmit::segments`]; otherwise as

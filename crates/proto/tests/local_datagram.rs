@@ -209,3 +209,51 @@ fn a_peer_named_intact_gets_rc_datagrams_unsealed() {
     assert_eq!(net.b.mem.snapshot(BASE + 4096, 100), pattern(100, 4));
     assert_eq!(net.a.e.counters().qps.packets_unsealed, 1);
 }
+
+/// The driver's loopback shortcut hands a device's own datagram back with
+/// `handle_own_datagram`: placed as a local one (or, `checked`, as a
+/// socket's), but a whole WRITE it brings is not counted in
+/// `writes_taken` (no post of the program answers a WRITE it made itself;
+/// sv_io's linger waits for counted WRITEs). A peer's WRITE, local or from
+/// a socket, is counted.
+#[test]
+fn a_devices_own_write_is_placed_but_not_counted_as_taken() {
+    let mut net = Net::new();
+    let (qa, _, _qb, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 4096, 1);
+    let (_, rb) = net.b.mr(0, 8192, 1 | 2);
+    let (from, to) = ends(&net);
+    let taken = |net: &Net| net.b.e.writes_taken().0;
+    // Own, unchecked and checked: placed, not counted.
+    for (id, checked) in [(1u64, false), (2, true)] {
+        let seed = id as u8;
+        let write = write_caught(&mut net, qa, la, rb, id, seed);
+        let before = taken(&net);
+        net.b
+            .e
+            .handle_own_datagram(net.now, (from, to), &write, &net.b.mem, checked);
+        let mem = net.b.mem.snapshot(BASE + 4096, 100);
+        assert_eq!(mem, pattern(100, seed), "placed (checked {checked})");
+        assert_eq!(taken(&net), before, "not counted (checked {checked})");
+        net.run();
+    }
+    // A peer's, through the same-host path and through a socket: counted.
+    for (id, local) in [(3u64, true), (4, false)] {
+        let write = write_caught(&mut net, qa, la, rb, id, id as u8);
+        let before = taken(&net);
+        match local {
+            true => net
+                .b
+                .e
+                .handle_local_datagram(net.now, from, to, &write, &net.b.mem),
+            false => net
+                .b
+                .e
+                .handle_datagram(net.now, from, to, &write, &net.b.mem),
+        }
+        assert_eq!(taken(&net), before + 1, "counted (local {local})");
+        net.run();
+    }
+    let wc: Vec<_> = net.a.poll().iter().map(|w| w.status).collect();
+    assert_eq!(wc, [WcStatus::Success; 4], "all four completed");
+}

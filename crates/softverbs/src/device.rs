@@ -85,6 +85,13 @@ impl sv_io::Engine for DeviceEngine {
         self.cm_events(now);
     }
 
+    fn handle_own_datagram(&self, now: Nanos, local: SocketAddr, payload: &[u8], checked: bool) {
+        self.engine.set_now(now);
+        self.engine
+            .handle_own_datagram(now, (local, local), payload, &self.mem, checked);
+        self.cm_events(now);
+    }
+
     fn handle_local_run(
         &self,
         now: Nanos,

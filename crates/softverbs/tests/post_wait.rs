@@ -214,3 +214,31 @@ fn req_notify_cq_stops_the_waits_of_the_posts_after_it() {
     );
     assert_eq!(after, 0, "posts after req_notify_cq waited");
 }
+
+/// Two QPs of one device write to each other (a loopback pair, as many a
+/// test suite sets up), driven by one thread: each post follows exactly one
+/// WRITE its device took, moments before, the pattern of a ping-pong. But
+/// the device took it from itself, through its own loopback, so no post
+/// waits. (While those WRITEs counted, posts waited for the WRITEs their
+/// own transmit made: `softverbs perf --threads`, which streams between
+/// such pairs, ran at a third of its rate in some runs, spec/performance.md
+/// §22.)
+#[test]
+fn writes_a_device_takes_from_itself_never_make_a_post_wait() {
+    let _one = serial();
+    let a = side_on_path("wait-self", "127.7.3.30", false, 4096);
+    let (q1, q2) = rc_pair(&a, &a);
+    for round in 1..=300u32 {
+        for qp in [&q1, &q2] {
+            a.mr.write(0, &u64::from(round).to_le_bytes());
+            write8(qp, &a, &a, round);
+            spin_for(&a, round);
+        }
+    }
+    let io = a.ctx.io_counters();
+    assert!(
+        io.loopback_datagrams >= 600,
+        "the pair wrote through its loopback: {io:?}"
+    );
+    assert_eq!(io.post_waits, 0, "{io:?}");
+}

@@ -393,7 +393,7 @@ impl<E: Engine> TxSink for CallerWire<'_, E> {
         // may skip its ICRC check, as for the same-host path.
         self.shared
             .engine()
-            .handle_local_datagram(now, local, local, bytes);
+            .handle_own_datagram(now, local, bytes, false);
         Counters::add(&c.loopback_datagrams, 1);
         Counters::add(&c.loopback_bytes, bytes.len() as u64);
         Counters::add(&c.caller_datagrams, 1);

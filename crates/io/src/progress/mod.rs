@@ -513,10 +513,18 @@ impl<E: Engine> Progress<E> {
         share::stays_here(slot, self.local, to, bytes)
     }
 
-    /// A datagram reached the device (socket or loopback): receive faults, then the engine.
-    fn arrive(&mut self, now: Nanos, from: SocketAddr, bytes: &mut [u8]) {
-        if let Fate::Pass = self.inject(Dir::Rx, now, from, bytes) {
-            self.deliver_datagram(now, from, bytes);
+    /// A datagram this device sent itself reached it (the loopback
+    /// shortcut): receive faults, then the engine, told it is its own. (One
+    /// the faults hold reaches the engine later as a peer's; a post waits
+    /// for an answer, crate::linger, only where the application threads
+    /// transmit, and they do not with faults on.)
+    fn arrive_own(&mut self, now: Nanos, bytes: &mut [u8]) {
+        let local = self.local;
+        if let Fate::Pass = self.inject(Dir::Rx, now, local, bytes) {
+            self.shared
+                .engine()
+                .handle_own_datagram(now, local, bytes, true);
+            self.faults.hold.passed(Dir::Rx);
         }
     }
 
@@ -705,7 +713,7 @@ impl<E: Engine> Progress<E> {
             cap.record(now, self.local, self.local, bytes, c);
         }
         self.faults.hold.passed(Dir::Tx);
-        self.arrive(now, self.local, bytes);
+        self.arrive_own(now, bytes);
     }
 
     fn send_failed(&self, to: SocketAddr, len: usize, e: &io::Error) {

@@ -13,6 +13,20 @@ use wire::icrc::{self, Endpoints};
 use wire::opcode::Transport;
 use wire::{Encap, TransportRepr};
 
+/// Where a received datagram comes from.
+#[derive(Clone, Copy)]
+enum Origin {
+    /// A socket: its ICRC is checked.
+    Wire,
+    /// The same-host path: sealed by the sending engine, carried through
+    /// shared memory only.
+    Local,
+    /// This device itself, through the driver's loopback shortcut.
+    Own,
+    /// This device itself, past faults or a capture: checked as from a wire.
+    OwnChecked,
+}
+
 impl Engine {
     /// A datagram arrived on the device's socket: `from` is the sender, `to`
     /// the local address it was sent to. Every rejection is a silent drop,
@@ -25,7 +39,7 @@ impl Engine {
         payload: &[u8],
         mem: &dyn Memory,
     ) {
-        self.receive(now, from, to, payload, mem, false);
+        self.receive(now, from, to, payload, mem, Origin::Wire);
     }
 
     /// A datagram of the same-host path (spec/same-host.md §1 "The ICRC on
@@ -43,7 +57,31 @@ impl Engine {
         payload: &[u8],
         mem: &dyn Memory,
     ) {
-        self.receive(now, from, to, payload, mem, true);
+        self.receive(now, from, to, payload, mem, Origin::Local);
+    }
+
+    /// A datagram this device sent to its own address, handed straight back
+    /// by the driver (its loopback shortcut; `from` and `to` are then both
+    /// the driver's address): as [`Engine::handle_local_datagram`], or with
+    /// `checked` (faults or a capture on its way) as
+    /// [`Engine::handle_datagram`]. A whole RDMA WRITE it brings is not
+    /// counted in [`Engine::writes_taken`]: the program wrote to itself, so
+    /// no post of its answers it (a posting thread that took it for a
+    /// peer's answer would wait in its posts for WRITEs its own posts make).
+    pub fn handle_own_datagram(
+        &self,
+        now: u64,
+        (from, to): (SocketAddr, SocketAddr),
+        payload: &[u8],
+        mem: &dyn Memory,
+        checked: bool,
+    ) {
+        let origin = if checked {
+            Origin::OwnChecked
+        } else {
+            Origin::Own
+        };
+        self.receive(now, from, to, payload, mem, origin);
     }
 
     /// A run of packets from the same-host path (crate::run): taken apart
@@ -123,8 +161,9 @@ impl Engine {
         to: SocketAddr,
         payload: &[u8],
         mem: &dyn Memory,
-        local: bool,
+        origin: Origin,
     ) {
+        let local = matches!(origin, Origin::Local | Origin::Own);
         self.dev.counters.packets_received.bump();
         self.dev.counters.bytes_received.add(payload.len() as u64);
         // Borrowed where parse left it (the representation is ≈ 170 bytes).
@@ -185,7 +224,7 @@ impl Engine {
             self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
         if dropped {
             self.dev.counters.drop_by_qp.bump();
-        } else if ends_write(repr) {
+        } else if ends_write(repr) && !matches!(origin, Origin::Own | Origin::OwnChecked) {
             self.took_write(now);
         }
     }
