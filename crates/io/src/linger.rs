@@ -18,6 +18,11 @@
 //! [`MAX_STREAK`] posts in the long run, and one that blocks for its
 //! completions does not spin.
 //!
+//! WRITEs the device takes from itself (its own QPs writing to each other
+//! through the loopback shortcut, `Engine::handle_own_datagram`) do not
+//! count: no post answers them, and a post would wait for the WRITE its own
+//! transmit makes.
+//!
 //! Only plain WRITEs count: they need no receive WQE (a SEND that came
 //! while its receiver still sat in this post would be refused with an RNR
 //! NAK), make no completion (a program that waits for a SEND polls its CQ,
