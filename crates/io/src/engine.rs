@@ -98,9 +98,7 @@ pub trait Engine: Send + Sync + 'static {
     fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
     /// A datagram from the same-host path (`crate::shm`) that went from the
     /// sending engine, which sealed it, to this one through shared memory
-    /// only, or one this engine sent to its own address that an application
-    /// thread hands straight back (crate::callertx): no wire, and no fault
-    /// injection that could alter it. The engine
+    /// only: no wire, and no fault injection that could alter it. The engine
     /// may skip the ICRC check where nothing else needs it (spec/same-host.md
     /// §1 "The ICRC on the path"); everything else is as for
     /// [`Engine::handle_datagram`], which the default calls.
@@ -114,9 +112,10 @@ pub trait Engine: Send + Sync + 'static {
     /// the default calls. The engine may tell it apart from a peer's: a
     /// WRITE the device took from itself answers no post (crate::linger).
     fn handle_own_datagram(&self, now: Nanos, local: SocketAddr, payload: &[u8], checked: bool) {
-        match checked {
-            true => self.handle_datagram(now, local, local, payload),
-            false => self.handle_local_datagram(now, local, local, payload),
+        if checked {
+            self.handle_datagram(now, local, local, payload);
+        } else {
+            self.handle_local_datagram(now, local, local, payload);
         }
     }
     /// A run of packets from the same-host path: a datagram the sending
