@@ -13,20 +13,6 @@ use wire::icrc::{self, Endpoints};
 use wire::opcode::Transport;
 use wire::{Encap, TransportRepr};
 
-/// Where a received datagram comes from.
-#[derive(Clone, Copy)]
-enum Origin {
-    /// A socket: its ICRC is checked.
-    Wire,
-    /// The same-host path: sealed by the sending engine, carried through
-    /// shared memory only.
-    Local,
-    /// This device itself, through the driver's loopback shortcut.
-    Own,
-    /// This device itself, past faults or a capture: checked as from a wire.
-    OwnChecked,
-}
-
 impl Engine {
     /// A datagram arrived on the device's socket: `from` is the sender, `to`
     /// the local address it was sent to. Every rejection is a silent drop,
@@ -39,7 +25,7 @@ impl Engine {
         payload: &[u8],
         mem: &dyn Memory,
     ) {
-        self.receive(now, from, to, payload, mem, Origin::Wire);
+        self.receive(now, (from, to), payload, mem, false, false);
     }
 
     /// A datagram of the same-host path (spec/same-host.md §1 "The ICRC on
@@ -57,7 +43,7 @@ impl Engine {
         payload: &[u8],
         mem: &dyn Memory,
     ) {
-        self.receive(now, from, to, payload, mem, Origin::Local);
+        self.receive(now, (from, to), payload, mem, true, false);
     }
 
     /// A datagram this device sent to its own address, handed straight back
@@ -76,12 +62,7 @@ impl Engine {
         mem: &dyn Memory,
         checked: bool,
     ) {
-        let origin = if checked {
-            Origin::OwnChecked
-        } else {
-            Origin::Own
-        };
-        self.receive(now, from, to, payload, mem, origin);
+        self.receive(now, (from, to), payload, mem, !checked, true);
     }
 
     /// A run of packets from the same-host path (crate::run): taken apart
@@ -154,16 +135,17 @@ impl Engine {
         }
     }
 
+    /// `local`: the ICRC need not be checked; `own`: the device's own
+    /// datagram (its WRITEs are not counted as taken).
     fn receive(
         &self,
         now: u64,
-        from: SocketAddr,
-        to: SocketAddr,
+        (from, to): (SocketAddr, SocketAddr),
         payload: &[u8],
         mem: &dyn Memory,
-        origin: Origin,
+        local: bool,
+        own: bool,
     ) {
-        let local = matches!(origin, Origin::Local | Origin::Own);
         self.dev.counters.packets_received.bump();
         self.dev.counters.bytes_received.add(payload.len() as u64);
         // Borrowed where parse left it (the representation is ≈ 170 bytes).
@@ -224,7 +206,7 @@ impl Engine {
             self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
         if dropped {
             self.dev.counters.drop_by_qp.bump();
-        } else if ends_write(repr) && !matches!(origin, Origin::Own | Origin::OwnChecked) {
+        } else if ends_write(repr) && !own {
             self.took_write(now);
         }
     }

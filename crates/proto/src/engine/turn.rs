@@ -28,7 +28,7 @@ macro_rules! engine_sink {
 
 /// How far off a QP's entry in the timer heap must be for a later deadline
 /// (or none) to leave it there ([`Engine::sync`]): a QP that goes quiet
-/// comes due once, at most this long before its timer would have stopped.
+/// comes due once more, at the entry's deadline, and finds nothing due.
 pub(crate) const LAZY_NS: u64 = 1_000_000;
 
 impl Engine {
