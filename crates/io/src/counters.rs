@@ -1,25 +1,32 @@
 //! Per-driver traffic counters.
 //!
-//! The progress thread increments [`Counters`] (relaxed atomics: each counter is
-//! exact, a snapshot is not a consistent cut across counters); the API reads a
-//! plain [`CounterSnapshot`].
+//! Every thread that sends or receives (the progress thread, posting and
+//! polling threads) increments [`Counters`]: relaxed atomics, one set per
+//! lane (crate `lanes`), so that two threads counting at once write lines
+//! of their own. Each counter is exact; a snapshot sums the lanes and is
+//! not a consistent cut across counters. The API reads a plain
+//! [`CounterSnapshot`].
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
-        /// Live counters of one driver (atomics, written by its progress thread).
+        /// One lane's counters (atomics).
         #[derive(Debug, Default)]
-        pub struct Counters { $($(#[$doc])* pub $name: AtomicU64,)* }
+        pub struct CounterCells { $($(#[$doc])* pub $name: AtomicU64,)* }
 
         /// A copy of [`Counters`] at one moment.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         pub struct CounterSnapshot { $($(#[$doc])* pub $name: u64,)* }
 
         impl Counters {
-            /// Reads every counter.
+            /// Reads every counter (the sum of the lanes).
             pub fn snapshot(&self) -> CounterSnapshot {
-                CounterSnapshot { $($name: self.$name.load(Relaxed),)* }
+                let mut s = CounterSnapshot::default();
+                for c in self.0.all() {
+                    $(s.$name += c.$name.load(Relaxed);)*
+                }
+                s
             }
         }
     };
@@ -137,6 +144,22 @@ counters! {
     shm_runs_sent,
 }
 
+/// Live counters of one driver: one [`CounterCells`] per lane. A counter
+/// named through it (`counters.datagrams_sent`) is the calling thread's
+/// lane's, which is where it adds; read the whole with
+/// [`Counters::snapshot`].
+#[derive(Debug, Default)]
+pub struct Counters(lanes::Striped<CounterCells>);
+
+impl std::ops::Deref for Counters {
+    type Target = CounterCells;
+    /// The calling thread's lane.
+    #[inline]
+    fn deref(&self) -> &CounterCells {
+        self.0.mine()
+    }
+}
+
 impl Counters {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
@@ -156,5 +179,21 @@ mod tests {
         let s = c.snapshot();
         assert_eq!((s.datagrams_sent, s.bytes_sent, s.sleeps), (2, 100, 1));
         assert_eq!(s.recv_errors, 0);
+    }
+
+    #[test]
+    fn a_snapshot_sums_what_every_thread_counted() {
+        let c = Counters::default();
+        std::thread::scope(|sc| {
+            for _ in 0..3 {
+                sc.spawn(|| {
+                    for _ in 0..100 {
+                        Counters::add(&c.datagrams_sent, 1);
+                    }
+                });
+            }
+        });
+        Counters::add(&c.datagrams_sent, 1);
+        assert_eq!(c.snapshot().datagrams_sent, 301);
     }
 }

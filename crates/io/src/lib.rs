@@ -46,7 +46,7 @@ mod socket;
 mod sys;
 
 pub use clock::{Clock, Nanos};
-pub use counters::{CounterSnapshot, Counters};
+pub use counters::{CounterCells, CounterSnapshot, Counters};
 pub use driver::{Doorbell, Driver};
 pub use engine::{AsyncEvent, Engine, Notification, Transmit};
 pub use eventfd::EventFd;

@@ -91,6 +91,8 @@ const WORK_LEASE_NS: Nanos = 2_000_000;
 const QUIET_NS: Nanos = 20_000;
 /// The shortest the lease becomes (see [`RxGate::lease_ended`]).
 const MIN_LEASE_NS: u64 = 1_000;
+/// How far a poll must move the lease before it writes it ([`RxGate::renew`]).
+const RENEW_NS: Nanos = 500;
 
 /// The gate to the socket's receive side (see the module doc).
 pub(crate) struct RxGate {
@@ -276,11 +278,21 @@ impl RxGate {
     }
 
     /// A thread polled an empty CQ at `now`: the lease lasts until `now` +
-    /// the lease time.
+    /// the lease time. A renewal that would move the lease and the time of
+    /// the last poll by less than [`RENEW_NS`] writes nothing: threads
+    /// polling at once would otherwise write these words in turn at every
+    /// poll (and a lease is at least [`MIN_LEASE_NS`], the quiet time
+    /// [`QUIET_NS`]).
     fn renew(&self, now: Nanos) {
         let lease = self.lease_ns.load(Relaxed);
+        let until = now.saturating_add(lease);
+        if self.polled_at.load(Relaxed).saturating_add(RENEW_NS) > now
+            && self.lease_until.load(SeqCst).saturating_add(RENEW_NS) > until
+        {
+            return;
+        }
         self.polled_at.store(now, Relaxed);
-        self.lease_until.store(now.saturating_add(lease), SeqCst);
+        self.lease_until.store(until, SeqCst);
     }
 
     /// Whether no thread polled for [`QUIET_NS`] before `now` and none works

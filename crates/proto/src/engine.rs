@@ -209,9 +209,10 @@ pub struct DeviceData {
     pub(crate) local_port: u16,
     /// Gather buffer for the inline data of the safe API's posts (reused).
     pub(crate) inline_buf: Vec<u8>,
-    /// Counters (written by every thread that sends or receives: on lines
-    /// of their own, away from what the data path only reads).
-    pub(crate) counters: crate::lock::Padded<crate::output::DeviceCounterCells>,
+    /// Counters (written by every thread that sends or receives: each
+    /// thread in its lane, away from the others and from what the data
+    /// path only reads).
+    pub(crate) counters: lanes::Striped<crate::output::DeviceCounterCells>,
     /// The peers the driver reaches with intact datagrams (crate::intact;
     /// read for every packet, written when the set changes).
     pub(crate) intact: crate::lock::Padded<crate::intact::IntactPeers>,
@@ -221,14 +222,16 @@ pub struct DeviceData {
     pub(crate) raw_frame_max: u32,
     /// The raw path's counters.
     pub(crate) raw_counters: Lock<crate::frame::RawCounters>,
-    /// The latest time the driver told ([`Engine::set_now`]): completions
-    /// are stamped with it (written at every driver call).
-    pub(crate) now: crate::lock::Padded<std::sync::atomic::AtomicU64>,
-    /// Receive completions made so far ([`Engine::receives_completed`]).
-    pub(crate) receives: crate::lock::Padded<std::sync::atomic::AtomicU64>,
+    /// The latest time the driver told ([`Engine::set_now`]) each lane's
+    /// threads: the completions they make are stamped with it (written at
+    /// every driver call, so in the caller's lane).
+    pub(crate) now: lanes::Striped<std::sync::atomic::AtomicU64>,
+    /// Receive completions made so far ([`Engine::receives_completed`]:
+    /// the lanes' sum).
+    pub(crate) receives: lanes::Striped<std::sync::atomic::AtomicU64>,
     /// The RDMA WRITEs (without immediate) QPs took whole, and when the
-    /// latest came ([`Engine::writes_taken`]).
-    pub(crate) writes: crate::lock::Padded<[std::sync::atomic::AtomicU64; 2]>,
+    /// latest came ([`Engine::writes_taken`]: the lanes' sum and latest).
+    pub(crate) writes: lanes::Striped<[std::sync::atomic::AtomicU64; 2]>,
 }
 
 impl Default for DeviceData {

@@ -101,27 +101,7 @@ impl<T: std::fmt::Debug> std::fmt::Debug for ReadMostly<T> {
     }
 }
 
-/// A value on cache lines of its own (128 bytes: the adjacent-line
-/// prefetcher pairs lines), so that threads writing it do not slow down
-/// threads reading its neighbours, and the other way round.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub struct Padded<T>(pub T);
-
-impl<T> std::ops::Deref for Padded<T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T> std::ops::DerefMut for Padded<T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.0
-    }
-}
+pub use lanes::Padded;
 
 /// A counter several threads add to (relaxed: a count, never a signal).
 #[derive(Default)]

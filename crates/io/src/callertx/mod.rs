@@ -81,8 +81,10 @@ pub(crate) struct CallerTx<C> {
     gates: Box<[Mutex<TxGate<C>>]>,
     /// `DriverOptions::caller_tx_stream_gap`, ns.
     stream_gap: Nanos,
-    /// When the device's last post came (engine clock, ns).
-    last_post: AtomicU64,
+    /// When each lane's threads last posted (engine clock, ns): a thread's
+    /// stream is its own posts, and two threads posting at once write
+    /// lines of their own.
+    last_post: lanes::Striped<AtomicU64>,
     /// A post was left to the polling thread's next empty poll.
     wanted: AtomicBool,
 }
@@ -131,7 +133,7 @@ impl<C: Default> CallerTx<C> {
             share: opts.share.clone(),
             gates: (0..gate_count(claims_order)).map(|_| gate()).collect(),
             stream_gap: u64::try_from(opts.caller_tx_stream_gap.as_nanos()).unwrap_or(u64::MAX),
-            last_post: AtomicU64::new(NEVER),
+            last_post: lanes::Striped::from_fn(|| AtomicU64::new(NEVER)),
             wanted: AtomicBool::new(false),
         }
     }
@@ -154,21 +156,25 @@ impl<C> CallerTx<C> {
     }
 
     /// A gate no one holds whose queue is empty, if any (an application
-    /// thread's way in; the progress thread's own last, as the progress
-    /// thread waits for it).
+    /// thread's way in, starting from its lane's, so that threads that
+    /// transmit at once do not all try the same lock first; the progress
+    /// thread's own last, as the progress thread waits for it).
     fn free_gate(&self) -> Option<MutexGuard<'_, TxGate<C>>> {
         let (first, others) = self.gates.split_at(1);
-        others
-            .iter()
+        let start = lanes::lane() % others.len().max(1);
+        let (before, from) = others.split_at(start.min(others.len()));
+        from.iter()
+            .chain(before)
             .chain(first)
             .filter_map(try_gate)
             .find(|g| g.q.is_empty())
     }
 
-    /// A post at `now`: true if it follows the previous one by less than the
-    /// stream gap (a stream: sent in batches, by a poller or the progress thread).
+    /// A post at `now`: true if it follows the calling thread's previous
+    /// one by less than the stream gap (a stream: sent in batches, by a
+    /// poller or the progress thread).
     pub(crate) fn streaming(&self, now: Nanos) -> bool {
-        let prev = self.last_post.swap(now, SeqCst);
+        let prev = self.last_post.mine().swap(now, SeqCst);
         prev != NEVER && now.saturating_sub(prev) < self.stream_gap
     }
 

@@ -39,7 +39,9 @@ impl Engine {
     /// reached it since the last time (its events are then taken there);
     /// otherwise takes no lock. What a driver calls after each data-path step.
     pub fn after_cm(&self, f: impl FnOnce(&mut Cm)) {
-        if self.cm_touched.swap(false, Relaxed) {
+        // Looked at first: a swap would write this device-wide word at
+        // every step, from every thread.
+        if self.cm_touched.load(Relaxed) && self.cm_touched.swap(false, Relaxed) {
             f(&mut self.gsi.lock().cm);
             // `f` may have queued a MAD (a REJ for a listener that is gone).
             self.gsi_dirty.store(true, Relaxed);
@@ -112,8 +114,8 @@ impl Engine {
             gsi.counters.mads_sent += 1;
             // Sending may have started the MAD's retry timer.
             self.cm_stale.store(true, Release);
-            self.dev.counters.packets_sent.bump();
-            self.dev.counters.bytes_sent.add(len as u64);
+            self.dev.counters.mine().packets_sent.bump();
+            self.dev.counters.mine().bytes_sent.add(len as u64);
             // More may wait: the next turn looks again.
             self.gsi_dirty.store(true, Relaxed);
             return Some(Transmit {

@@ -82,7 +82,7 @@ impl Engine {
         let mut members = Vec::new();
         self.groups.members_into(group, &mut members);
         if members.is_empty() {
-            self.dev.counters.drop_no_qp.bump();
+            self.dev.counters.mine().drop_no_qp.bump();
         }
         // One member at a time: a QP never holds another's lock.
         for &h in &members {
@@ -100,7 +100,7 @@ impl Engine {
             let dropped =
                 self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
             if dropped {
-                self.dev.counters.drop_by_qp.bump();
+                self.dev.counters.mine().drop_by_qp.bump();
             }
         }
     }
@@ -108,7 +108,7 @@ impl Engine {
     /// rxe `check_type_state` and `check_keys` (P_Key) for one member; the
     /// responder checks the Q_Key.
     fn mcast_accepts(&self, q: &crate::qp::actor::Qp, repr: &TransportRepr) -> bool {
-        let c = &self.dev.counters;
+        let c = self.dev.counters.mine();
         let reason = if repr.opcode().transport() != Transport::Ud {
             &c.drop_wrong_transport
         } else if !q.ctl.accepts_requests() {

@@ -32,11 +32,17 @@ pub use crate::output::{
 impl crate::Engine {
     /// The driver's clock, now (nanoseconds): the completions the engine makes
     /// from here on carry it (`WorkCompletion::timestamp_ns`, what
-    /// `ibv_wc_read_completion_ts` reads). Never goes back.
+    /// `ibv_wc_read_completion_ts` reads). Kept per lane (the calling
+    /// thread's, crate `lanes`): each lane's never goes back, and a thread
+    /// writes no line another thread writes. Every driver call tells it
+    /// first, so a completion carries its own call's time.
     pub fn set_now(&self, now: u64) {
-        self.dev
-            .now
-            .fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::Relaxed;
+        let mine = self.dev.now.mine();
+        // Threads beyond the lanes share one: the latest wins.
+        if now > mine.load(Relaxed) {
+            mine.fetch_max(now, Relaxed);
+        }
     }
 
     /// The UDP port the driver sends from (covered by the ICRC).
@@ -46,7 +52,10 @@ impl crate::Engine {
 
     /// Device counters, with the sum of every QP's counters.
     pub fn counters(&self) -> DeviceCounters {
-        let mut c = self.dev.counters.snapshot();
+        let mut c = DeviceCounters::default();
+        for lane in self.dev.counters.all() {
+            c.add(&lane.snapshot());
+        }
         c.qps = self.dev.retired;
         for (_, q) in self.qps.iter() {
             c.qps.add(q.lock().counters());

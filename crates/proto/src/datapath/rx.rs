@@ -81,7 +81,7 @@ impl Engine {
         tag: [u8; 3],
         mem: &dyn Memory,
     ) {
-        let c = &self.dev.counters;
+        let c = self.dev.counters.mine();
         c.packets_received.bump();
         c.bytes_received.add(payload.len() as u64);
         let parsed = TransportRepr::parse(payload);
@@ -146,12 +146,12 @@ impl Engine {
         local: bool,
         own: bool,
     ) {
-        self.dev.counters.packets_received.bump();
-        self.dev.counters.bytes_received.add(payload.len() as u64);
+        self.dev.counters.mine().packets_received.bump();
+        self.dev.counters.mine().bytes_received.add(payload.len() as u64);
         // Borrowed where parse left it (the representation is ≈ 170 bytes).
         let parsed = TransportRepr::parse(payload);
         let Ok(repr) = &parsed else {
-            self.dev.counters.drop_malformed.bump();
+            self.dev.counters.mine().drop_malformed.bump();
             return;
         };
         let ep = Endpoints {
@@ -166,11 +166,11 @@ impl Engine {
             && dqp != crate::mcast::MULTICAST_QPN
             && repr.opcode().transport() != Transport::Ud;
         let ip_id = if unchecked {
-            self.dev.counters.icrc_unchecked.bump();
+            self.dev.counters.mine().icrc_unchecked.bump();
             None
         } else {
             let Ok(ip_id) = icrc::verify_received(&ep, payload) else {
-                self.dev.counters.drop_icrc.bump();
+                self.dev.counters.mine().drop_icrc.bump();
                 return;
             };
             ip_id
@@ -205,7 +205,7 @@ impl Engine {
         let dropped =
             self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
         if dropped {
-            self.dev.counters.drop_by_qp.bump();
+            self.dev.counters.mine().drop_by_qp.bump();
         } else if ends_write(repr) && !own {
             self.took_write(now);
         }
@@ -222,7 +222,7 @@ impl Engine {
     ) -> Option<(QpHandle, QpGuard<'_>)> {
         let qpn = repr.bth.dest_qp.get();
         let Some(h) = self.qp_by_qpn(qpn) else {
-            self.dev.counters.drop_no_qp.bump();
+            self.dev.counters.mine().drop_no_qp.bump();
             return None;
         };
         let q = self.qps.get(h)?.lock();
@@ -242,7 +242,7 @@ impl Engine {
             || (a.ah_attr.grh.dgid.ip() == src
                 && gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
         let pkey_ok = repr.bth.pkey.matches(wire::PKey::DEFAULT);
-        let c = &self.dev.counters;
+        let c = self.dev.counters.mine();
         let reason = if repr.opcode().transport() != want {
             &c.drop_wrong_transport
         } else if !ready {

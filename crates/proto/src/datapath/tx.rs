@@ -160,8 +160,8 @@ impl Engine {
         });
         claims.qps[i].1 = t.is_some();
         let t = t?;
-        self.dev.counters.packets_sent.bump();
-        self.dev.counters.bytes_sent.add(t.len as u64);
+        self.dev.counters.mine().packets_sent.bump();
+        self.dev.counters.mine().bytes_sent.add(t.len as u64);
         Some(t)
     }
 

@@ -30,7 +30,8 @@ impl Engine {
     /// the engine has made: a driver that handed it datagrams learns whether
     /// they completed a receive (a program may post its reply at once).
     pub fn receives_completed(&self) -> u64 {
-        self.dev.receives.load(std::sync::atomic::Ordering::Relaxed)
+        let lanes = self.dev.receives.all();
+        lanes.map(|r| r.load(std::sync::atomic::Ordering::Relaxed)).sum()
     }
 
     /// How many RDMA WRITEs without immediate QPs have taken whole (the
@@ -42,15 +43,17 @@ impl Engine {
     /// it). The count is read with acquire: the placed bytes are visible.
     pub fn writes_taken(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
-        let [count, at] = &*self.dev.writes;
-        (count.load(Acquire), at.load(Relaxed))
+        // Each lane's count only grows: so does the sum read lane by lane.
+        self.dev.writes.all().fold((0, 0), |(n, latest), [count, at]| {
+            (n + count.load(Acquire), latest.max(at.load(Relaxed)))
+        })
     }
 
     /// A QP took a whole RDMA WRITE at `now` ([`Engine::writes_taken`]),
     /// after its turn placed it.
     pub(crate) fn took_write(&self, now: u64) {
         use std::sync::atomic::Ordering::{Relaxed, Release};
-        let [count, at] = &*self.dev.writes;
+        let [count, at] = self.dev.writes.mine();
         // Readers deliver at once (the progress thread, polling and waiting
         // threads): a later one may come with an older `now`.
         at.fetch_max(now, Relaxed);

@@ -18,9 +18,9 @@ macro_rules! engine_sink {
             srqs: &$e.srqs,
             srq_nums: $e.srq_nums,
             events: &$e.dev.events,
-            receives: &$e.dev.receives,
+            receives: $e.dev.receives.mine(),
             qp: $h,
-            now: $e.dev.now.load(std::sync::atomic::Ordering::Relaxed),
+            now: $e.dev.now.mine().load(std::sync::atomic::Ordering::Relaxed),
             held: None,
         }
     };
@@ -135,7 +135,7 @@ impl Engine {
             (Some(_), None) => true,
             (_, None) => false,
             (_, Some(held)) => {
-                let now = self.dev.now.load(std::sync::atomic::Ordering::Relaxed);
+                let now = self.dev.now.mine().load(std::sync::atomic::Ordering::Relaxed);
                 deadline != Some(held) && held < now.saturating_add(LAZY_NS)
             }
         };
