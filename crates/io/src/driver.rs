@@ -53,6 +53,7 @@ use crate::events::{AsyncEventQueue, CompletionChannel, Registry, DEFAULT_EVENT_
 use crate::options::DriverOptions;
 use crate::progress::Progress;
 use crate::socket;
+use lanes::LaneSet;
 
 /// How often [`Driver::flush_left`] tries to transmit before it leaves the
 /// rest to the progress thread.
@@ -323,7 +324,8 @@ impl<E: Engine> Driver<E> {
             return false;
         };
         for _ in 0..FLUSH_TRIES {
-            if !tx.is_wanted() || self.shared.transmit_here(self.shared.clock.now()).is_some() {
+            let now = self.shared.clock.now();
+            if !tx.is_wanted() || self.shared.transmit_here(now, LaneSet::mine()).is_some() {
                 return true;
             }
             std::thread::yield_now();
@@ -439,7 +441,7 @@ impl<E: Engine> Driver<E> {
             // its post may find the WRITE before still unacknowledged (the
             // answer overtakes the ACK, proto's `Qp::next_packet`).
             if wait.is_some() || (idle && !tx.streaming(now)) {
-                if let Some(n) = self.shared.transmit_here(now) {
+                if let Some(n) = self.shared.transmit_here(now, LaneSet::mine()) {
                     match wait {
                         Some((seen, until)) => self.wait_for_answer(seen, until),
                         None => self.end_wait_lease(),
@@ -449,7 +451,7 @@ impl<E: Engine> Driver<E> {
             }
         }
         self.end_wait_lease();
-        self.shared.leave_to_poller(now);
+        self.shared.leave_to_poller(now, LaneSet::mine());
         0
     }
 

@@ -39,6 +39,7 @@
 use std::net::SocketAddr;
 
 use crate::clock::Nanos;
+use lanes::LaneSet;
 
 /// A datagram the engine wrote into the driver's buffer: `len` bytes to `to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,6 +178,22 @@ pub trait Engine: Send + Sync + 'static {
     fn release_claims(&self, _claims: &mut Self::Claims) -> bool {
         false
     }
+    /// The lanes (crate `lanes`) whose QPs the next batch taken with
+    /// `claims` comes from. A QP waits in the lane of the thread that last
+    /// posted to it (else of the thread whose call made it ready): an
+    /// application thread transmits its own lane's, so that two threads
+    /// transmitting at once work QPs of their own and do not pull each
+    /// other's rings and QP state between their cores; the progress thread
+    /// reaches every lane. The default ignores it (an engine without lanes
+    /// gives every thread everything).
+    fn set_reach(&self, claims: &mut Self::Claims, lanes: LaneSet) {
+        let _ = (claims, lanes);
+    }
+    /// The lanes whose QPs wait to send (ready, or posted to and not yet
+    /// taken). The default: every lane.
+    fn busy_lanes(&self) -> LaneSet {
+        LaneSet::ALL
+    }
     /// When the engine next needs [`Engine::handle_timeout`] (absolute), if ever.
     fn poll_timeout(&self) -> Option<Nanos>;
     /// Timers due at or before `now` fire.
@@ -189,6 +206,12 @@ pub trait Engine: Send + Sync + 'static {
     /// wakes the progress thread only then (or for an earlier timer).
     fn has_work(&self) -> bool {
         true
+    }
+    /// [`Engine::has_work`] for a transmit that reaches `lanes` only. The
+    /// default: [`Engine::has_work`].
+    fn has_work_in(&self, lanes: LaneSet) -> bool {
+        let _ = lanes;
+        self.has_work()
     }
     /// How many receive completions the engine has made so far: a polling
     /// thread whose delivery made one may leave the ACK it made to the

@@ -52,6 +52,7 @@ pub use engine::{AsyncEvent, Engine, Notification, Transmit};
 pub use eventfd::EventFd;
 pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_CAPACITY};
 pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};
+pub use lanes::LaneSet;
 pub use options::{DriverOptions, OptionsError};
 pub use progress::MAX_SLEEP;
 pub use shm::cross_memory_copy;

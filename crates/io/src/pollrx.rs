@@ -72,6 +72,7 @@ use crate::engine::Engine;
 use crate::options::DriverOptions;
 use crate::share::Slot;
 use crate::sys;
+use lanes::LaneSet;
 
 /// Datagrams one application-thread read asks for.
 const SLOTS: usize = 4;
@@ -401,41 +402,47 @@ pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, now: Nanos, seen: Option<
     };
     // Delivering marked the gate working (RxGate::working).
     let mut busy = read.delivered > 0;
+    // What is left unsent, and whose it is (crate::callertx::STEAL_NS).
     let left = match &shared.caller_tx {
         Some(tx) if defers(&read, tx.is_wanted()) => {
             // Left to this thread's next post or poll; the notifications go now.
             shared.deliver_notifications();
             Counters::add(&shared.counters.deferred_transmits, 1);
-            true
+            Some(LaneSet::mine())
         }
-        Some(tx) if read.work || tx.take_wanted() => {
-            // A delivery may have taken a while: what it made is sent at
-            // the time it is sent (the retransmission timers start then).
-            let now = if read.delivered > 0 {
-                shared.clock.now()
-            } else {
-                now
-            };
-            gate.working(now);
-            busy = true;
-            shared.transmit_here(now).is_none()
-        }
+        Some(tx) => match (tx.take_wanted(now), read.work) {
+            (wanted, false) if wanted.is_empty() => None,
+            // What the delivery made is this lane's.
+            (wanted, _) => {
+                let reach = wanted.with(LaneSet::mine());
+                // A delivery may have taken a while: what it made is sent at
+                // the time it is sent (the retransmission timers start then).
+                let now = if read.delivered > 0 {
+                    shared.clock.now()
+                } else {
+                    now
+                };
+                gate.working(now);
+                busy = true;
+                shared.transmit_here(now, reach).is_none().then_some(reach)
+            }
+        },
         None if read.work => {
             shared.doorbell.ring();
-            false
+            None
         }
-        _ => false,
+        None => None,
     };
-    if busy || left {
+    if busy || left.is_some() {
         let end = shared.clock.now();
         if busy {
             gate.worked(end);
         }
-        if left {
+        if let Some(reach) = left {
             // Busy, or deferred: the next poll or post sends it; nobody may
             // poll again (a thread about to block), so the handshake of any
             // other post applies.
-            shared.leave_to_poller(end);
+            shared.leave_to_poller(end, reach);
         }
     }
     if read.timer {
@@ -517,7 +524,8 @@ fn read<E: Engine>(shared: &Shared<E>, now: Nanos, seen: Option<u64>) -> Read {
         delivered,
         from_rings,
         received,
-        work: e.has_work(),
+        // What the delivery made is in this thread's lane.
+        work: e.has_work_in(LaneSet::mine()),
         timer: e.poll_timeout().is_some_and(|t| t < until),
     }
 }

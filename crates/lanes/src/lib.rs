@@ -1,7 +1,7 @@
 //! Lanes: a small index per thread, and values striped by it.
 //!
-//! Owns: which lane a thread is in ([`lane`]) and [`Striped`], one value
-//! per lane on cache lines of its own. Promise: a thread always gets the
+//! Owns: which lane a thread is in ([`lane`]), [`Striped`], one value per
+//! lane on cache lines of its own, and [`LaneSet`], a set of lanes. Promise: a thread always gets the
 //! same lane; threads get lanes round robin as they first ask, so the
 //! first [`LANES`] threads each have one of their own (more share).
 //!
@@ -73,6 +73,76 @@ impl<T> std::ops::DerefMut for Padded<T> {
     }
 }
 
+/// A set of lanes (a bit per lane).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneSet(u8);
+
+const _: () = assert!(LANES <= 8, "a LaneSet holds 8 lanes");
+
+impl LaneSet {
+    /// No lane.
+    pub const NONE: LaneSet = LaneSet(0);
+    /// Every lane.
+    pub const ALL: LaneSet = LaneSet(u8::MAX);
+
+    /// Lane `i` alone.
+    pub fn of(i: usize) -> LaneSet {
+        debug_assert!(i < LANES);
+        LaneSet(1 << i)
+    }
+
+    /// The calling thread's lane alone.
+    pub fn mine() -> LaneSet {
+        LaneSet::of(lane())
+    }
+
+    /// Whether lane `i` is in the set.
+    pub fn contains(self, i: usize) -> bool {
+        i < LANES && self.0 & (1 << i) != 0
+    }
+
+    /// Whether no lane is.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Both sets' lanes.
+    #[must_use]
+    pub fn with(self, other: LaneSet) -> LaneSet {
+        LaneSet(self.0 | other.0)
+    }
+
+    /// The lanes in both sets.
+    #[must_use]
+    pub fn and(self, other: LaneSet) -> LaneSet {
+        LaneSet(self.0 & other.0)
+    }
+
+    /// The lanes in the set, from lane `first` on, round (so a thread
+    /// visits its own lane first).
+    pub fn from(self, first: usize) -> impl Iterator<Item = usize> {
+        (0..LANES)
+            .map(move |k| (first + k) % LANES)
+            .filter(move |&i| self.contains(i))
+    }
+}
+
+impl FromIterator<usize> for LaneSet {
+    /// The set of the lanes given.
+    fn from_iter<I: IntoIterator<Item = usize>>(lanes: I) -> Self {
+        lanes
+            .into_iter()
+            .fold(LaneSet::NONE, |s, i| s.with(LaneSet::of(i)))
+    }
+}
+
+impl Default for LaneSet {
+    /// Every lane (what reaches the whole device).
+    fn default() -> Self {
+        LaneSet::ALL
+    }
+}
+
 /// One `T` per lane, each on lines of its own.
 #[derive(Debug, Default)]
 pub struct Striped<T>([Padded<T>; LANES]);
@@ -87,6 +157,11 @@ impl<T> Striped<T> {
     #[inline]
     pub fn mine(&self) -> &T {
         &self.0[lane()]
+    }
+
+    /// Lane `i`'s stripe.
+    pub fn get(&self, i: usize) -> &T {
+        &self.0[i % LANES]
     }
 
     /// Every stripe (what a reader of the whole goes through).
@@ -114,7 +189,24 @@ mod tests {
         let next = AtomicUsize::new(0);
         let got: Vec<usize> = (0..=LANES).map(|_| next_lane(&next)).collect();
         let want: Vec<usize> = (0..LANES).chain([0]).collect();
-        assert_eq!(got, want, "the first LANES askers each get one; then they share");
+        assert_eq!(
+            got, want,
+            "the first LANES askers each get one; then they share"
+        );
+    }
+
+    #[test]
+    fn a_lane_set_visits_its_lanes_from_the_first_named() {
+        let s = LaneSet::of(1).with(LaneSet::of(5)).with(LaneSet::of(6));
+        assert!(s.contains(5) && !s.contains(2) && !s.contains(LANES));
+        assert_eq!(s.from(5).collect::<Vec<_>>(), vec![5, 6, 1]);
+        assert_eq!(s.from(0).collect::<Vec<_>>(), vec![1, 5, 6]);
+        assert_eq!(LaneSet::ALL.from(7).count(), LANES);
+        assert!(LaneSet::NONE.is_empty() && LaneSet::NONE.from(0).next().is_none());
+        assert_eq!(LaneSet::default(), LaneSet::ALL);
+        assert!(LaneSet::mine().contains(lane()));
+        assert_eq!(s.and(LaneSet::of(5).with(LaneSet::of(2))), LaneSet::of(5));
+        assert_eq!([6, 1, 5].into_iter().collect::<LaneSet>(), s);
     }
 
     #[test]

@@ -20,11 +20,10 @@ use crate::output::Event;
 use crate::qp::create::{self, QpRequest};
 use crate::qp::modify::{ModifyEnv, Transition};
 use crate::qp::QpControl;
-use crate::sched::{ReadyQueue, TimerHeap};
+use crate::sched::TimerHeap;
 use crate::srq::Srq;
 use crate::table::{QpnMap, Table};
 use crate::types::{QpAttr, QpCap, QpState, QpType};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Release};
 
 mod memory;
@@ -165,10 +164,6 @@ pub struct QpInitInfo {
 /// The device's scheduler: which QP sends next, whose timer runs next.
 #[derive(Debug, Default)]
 pub(crate) struct Sched {
-    /// QPs that may have something to send, round robin.
-    pub(crate) ready: ReadyQueue,
-    /// RAW_PACKET QPs that may have a frame to send (datapath/raw.rs).
-    pub(crate) raw_ready: ReadyQueue,
     /// Each QP's next deadline.
     pub(crate) timers: TimerHeap,
 }
@@ -195,14 +190,21 @@ impl Sched {
 /// QP's turn.
 #[derive(Debug)]
 pub struct DeviceData {
-    /// The scheduler (taken after a QP's lock, never before).
+    /// The scheduler's timers (taken after a QP's lock, never before).
     pub(crate) sched: Lock<Sched>,
+    /// QPs that may have something to send, round robin, one queue per
+    /// lane (crate `lanes`): a QP goes into the queue of the thread whose
+    /// call made it ready, and a transmitting thread takes its own lane's
+    /// first (crate::sched::Reach), so a thread's QPs stay on its core.
+    pub(crate) ready: lanes::Striped<crate::lock::Queue<QpHandle>>,
+    /// RAW_PACKET QPs that may have a frame to send (datapath/raw.rs).
+    pub(crate) raw_ready: crate::lock::Queue<QpHandle>,
     /// The earliest deadline of the scheduler's heap (`u64::MAX`: none),
     /// written under its lock, read without it ([`Engine::poll_timeout`]:
     /// every transmit and poll asks).
     pub(crate) timer_first: AtomicU64,
     /// Events for the driver.
-    pub(crate) events: Lock<VecDeque<Event>>,
+    pub(crate) events: crate::lock::Queue<Event>,
     /// QPs whose deadline passed, in the order their timers run (reused).
     pub(crate) due: Lock<Vec<QpHandle>>,
     /// The UDP source port packets leave from (the driver's socket).
@@ -238,8 +240,10 @@ impl Default for DeviceData {
     fn default() -> Self {
         DeviceData {
             sched: Lock::default(),
+            ready: Default::default(),
+            raw_ready: Default::default(),
             timer_first: AtomicU64::new(u64::MAX),
-            events: Lock::default(),
+            events: Default::default(),
             due: Lock::default(),
             local_port: crate::output::ROCE_PORT,
             inline_buf: Vec::new(),
@@ -262,7 +266,7 @@ pub(crate) struct EngineSink<'a> {
     cqs: &'a Table<CqEntry, kind::Cq>,
     srqs: &'a Table<SrqEntry, kind::Srq>,
     srq_nums: crate::xrcd::SrqNumbers,
-    events: &'a Lock<VecDeque<Event>>,
+    events: &'a crate::lock::Queue<Event>,
     receives: &'a std::sync::atomic::AtomicU64,
     qp: QpHandle,
     now: u64,
@@ -319,7 +323,7 @@ pub struct Engine {
     /// stores kept for reuse.
     pub(crate) rings: std::sync::Arc<crate::sq::Device>,
     /// The posted QPs being drained (reused).
-    posted_scratch: Lock<Vec<QpHandle>>,
+    posted_scratch: lanes::Striped<Lock<Vec<(usize, QpHandle)>>>,
 }
 
 fn missing<T>(kind: ObjectKind, h: Handle<T>) -> Error {
@@ -351,7 +355,7 @@ impl Engine {
             groups: crate::mcast::Groups::default(),
             xrc: crate::xrcd::XrcState::default(),
             rings: Default::default(),
-            posted_scratch: Lock::default(),
+            posted_scratch: Default::default(),
             ctxs: Table::new(usize::MAX),
             pds: Table::new(a.max_pd as usize),
             mrs: Table::new(a.max_mr as usize),

@@ -64,20 +64,23 @@
 //!   → queued += 1 → slot (SGEs, inline bytes copied now) → tail (Release)
 //!   → SeqCst fence → mirror again: ERR/SQE/RESET → Settle (Engine::settle_send)
 //!   → first post since the engine looked: the QP goes on the device's PostedList
+//!     (the posting thread's lane's, crate `lanes`)
 //!   → Queued { idle }: idle = nothing else was outstanding (the poster may transmit)
 //! Engine::drive / drive_ctl(h), before every call on the QP        engine.rs
 //!   Qp::take_posted: tail (Acquire) → each slot → Qp::post_send (recycled WQE, no
 //!   allocation in steady state) or, in ERR/SQE, a flush completion (RESET: dropped)
 //!   → head (Release); a WQE leaving the send queue → queued −= 1 before its completion
-//!   Engine::sync(h): wants_tx → ready queue (once; a claimed QP's stays with its
-//!   thread, sched::TxClaims); the ring's mirror (a change to
+//!   Engine::sync(h): wants_tx → its home lane's ready queue (once; a claimed QP's
+//!   stays with its thread, sched::TxClaims); the ring's mirror (a change to
 //!   ERR/SQE/RESET: SeqCst fence, then take what the ring holds)
 //! Engine::poll_transmit(now, mem, buf)  (or _claimed, with a thread's claims)   datapath/tx.rs
-//!   Engine::take_posted: the PostedList's QPs (only those) → drive_ctl → ready queue
-//!   ready.pop_front() (claimed) → Qp::next_packet: response first, else Requester::next_packet
+//!   take_posted_in(claims.reach): the QPs listed in the lanes the thread reaches
+//!   (only those; each gets its lane as home) → drive_ctl → ready queue
+//!   the reached lanes' ready queues, own lane first (claimed) → Qp::next_packet:
+//!   response first, else Requester::next_packet
 //!   → gather (MR check) → emit headers + ICRC into buf → after_request (ACK timer / UC·UD completion)
 //!   (_run: to a peer reached intact, the message's next packets into the same buf, crate::run)
-//!   sync(h): deadline → timer heap; release_claims: more to send → back of the ready queue
+//!   sync(h): deadline → timer heap; release_claims: more to send → back of its ready queue
 //! ```
 //!
 //! Who calls `poll_transmit` after a post is the driver's choice: sv_io's

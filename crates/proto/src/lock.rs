@@ -8,11 +8,15 @@
 //!   reached without locking through `&mut` (the control verbs, which hold
 //!   the whole engine);
 //! - [`ReadMostly`]: the same for a reader-writer lock;
-//! - [`Counter`]: a device counter several threads add to.
+//! - [`Counter`]: a device counter several threads add to;
+//! - [`Queue`]: a FIFO behind a lock whose emptiness is read without it.
 //!
 //! Ground floor: imports nothing of the crate.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::collections::VecDeque;
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A mutex the data path takes and the control path reaches through `&mut`.
@@ -161,5 +165,54 @@ mod tests {
             .collect();
         hs.into_iter().for_each(|h| h.join().unwrap());
         assert_eq!(c.get(), 4000);
+    }
+}
+
+/// A FIFO behind a lock, with a flag beside it that says whether it holds
+/// anything: the many callers that only ask ("any work?", every transmit
+/// and poll) read the flag and take no lock, and an empty queue's line is
+/// not written by them.
+#[derive(Debug)]
+pub struct Queue<T> {
+    q: Lock<VecDeque<T>>,
+    any: AtomicBool,
+}
+
+impl<T> Default for Queue<T> {
+    fn default() -> Self {
+        Queue {
+            q: Lock::new(VecDeque::new()),
+            any: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<T> Queue<T> {
+    /// Appends `v`.
+    pub fn push(&self, v: T) {
+        let mut q = self.q.lock();
+        q.push_back(v);
+        // Under the lock: a pop that empties the queue clears it under the
+        // lock too, so the flag never says empty while something is in.
+        self.any.store(true, Release);
+    }
+
+    /// Takes the oldest; no lock when the flag says empty.
+    pub fn pop(&self) -> Option<T> {
+        if !self.any.load(Acquire) {
+            return None;
+        }
+        let mut q = self.q.lock();
+        let v = q.pop_front();
+        if q.is_empty() {
+            self.any.store(false, Release);
+        }
+        v
+    }
+
+    /// Whether it holds nothing (as of a moment ago: a push or pop of
+    /// another thread may come at any time).
+    pub fn is_empty(&self) -> bool {
+        !self.any.load(Acquire)
     }
 }

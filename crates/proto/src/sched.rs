@@ -1,8 +1,10 @@
 //! The engine's scheduler: which QP sends next and which QP's timer is due
 //! next, without looking at the QPs that have nothing to do.
 //!
-//! - [`ReadyQueue`]: QPs that may have a packet to send, round robin. A QP is
-//!   in it at most once (the engine keeps an "in the queue" flag beside it).
+//! - the ready queues: `crate::lock::Queue`s of QPs that may have a packet
+//!   to send, one per lane (crate `lanes`); a QP is in one at most once
+//!   (the engine keeps an "in a queue" flag beside it), the queue of its
+//!   home lane ([`TxClaims::reach`] says why).
 //! - [`TxClaims`]: the QPs one transmitting thread keeps until its batch
 //!   left (their packets must not be overtaken by another thread's).
 //! - [`TimerHeap`]: one deadline per QP (the earlier of its local ACK timer
@@ -14,35 +16,6 @@
 //! [`crate::handle`] only.
 
 use crate::handle::QpHandle;
-use std::collections::VecDeque;
-
-/// QPs that may have something to send, oldest first.
-#[derive(Debug, Default)]
-pub struct ReadyQueue {
-    q: VecDeque<QpHandle>,
-}
-
-impl ReadyQueue {
-    /// Appends a QP (the caller keeps it from being queued twice).
-    pub fn push_back(&mut self, h: QpHandle) {
-        self.q.push_back(h);
-    }
-
-    /// The next QP to give a turn.
-    pub fn pop_front(&mut self) -> Option<QpHandle> {
-        self.q.pop_front()
-    }
-
-    /// QPs waiting.
-    pub fn len(&self) -> usize {
-        self.q.len()
-    }
-
-    /// True when no QP waits.
-    pub fn is_empty(&self) -> bool {
-        self.q.is_empty()
-    }
-}
 
 const NOT_IN_HEAP: usize = usize::MAX;
 
@@ -252,6 +225,14 @@ pub struct TxClaims {
     pub(crate) gsi: bool,
     /// Where the round robin among them goes on.
     pub(crate) next: usize,
+    /// Which lanes' QPs the thread takes (set before each batch; every
+    /// lane unless told). A QP's home is the lane of the thread that last
+    /// posted to it (else of the thread whose call last made it ready):
+    /// it waits in that lane's ready queue and posted list, so a thread
+    /// that transmits its own lane's works the QPs it posted to, on its
+    /// own core; the progress thread reaches every lane, and a driver lets
+    /// an application thread reach a lane whose threads went quiet.
+    pub reach: lanes::LaneSet,
 }
 
 impl TxClaims {

@@ -49,6 +49,7 @@ use crate::wr::{
     check_post_send, Disposition, ImmData, PostError, SendFlags, SendQueueCtx, SendWr, Sge,
     WrOpcode, WrTarget,
 };
+use lanes::LaneSet;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64};
@@ -141,37 +142,57 @@ impl AhView {
 }
 
 /// The QPs whose send rings were posted to since the engine last looked: the
-/// progress thread drains exactly those (no scan of every QP).
+/// engine drains exactly those (no scan of every QP). One list per lane
+/// (crate `lanes`): a post lists its QP in the poster's lane, and the
+/// engine drains the lanes a transmitting thread reaches.
 #[derive(Debug, Default)]
 pub struct PostedList {
+    lanes: lanes::Striped<PostedLane>,
+}
+
+/// One lane's posted QPs, and whether it has any (read without the lock).
+#[derive(Debug, Default)]
+struct PostedLane {
     any: AtomicBool,
     qps: Mutex<Vec<QpHandle>>,
 }
 
 impl PostedList {
     fn push(&self, h: QpHandle) {
-        self.qps
+        let lane = self.lanes.mine();
+        lane.qps
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(h);
-        self.any.store(true, Release);
+        lane.any.store(true, Release);
     }
 
-    /// True when some QP may be listed (a [`PostedList::take`] would find
-    /// it); false means `take` would append nothing.
+    /// True when some QP may be listed in `lanes` (a [`PostedList::take`]
+    /// would find it); false means `take` would append nothing.
     #[inline]
-    pub fn any(&self) -> bool {
-        self.any.load(Acquire)
+    pub fn any(&self, lanes: LaneSet) -> bool {
+        lanes.from(0).any(|i| self.any_in(i))
     }
 
-    /// Engine: moves the listed QPs to `out` (appended); cheap when none is.
-    pub fn take(&self, out: &mut Vec<QpHandle>) {
-        if !self.any.load(Acquire) {
-            return;
+    /// [`PostedList::any`] for lane `i`.
+    #[inline]
+    pub fn any_in(&self, i: usize) -> bool {
+        self.lanes.get(i).any.load(Acquire)
+    }
+
+    /// Engine: moves the QPs listed in `lanes` to `out` (appended, each
+    /// with the lane it was listed in), the calling thread's lane first;
+    /// cheap when none is.
+    pub fn take(&self, lanes: LaneSet, out: &mut Vec<(usize, QpHandle)>) {
+        for i in lanes.from(lanes::lane()) {
+            let lane = self.lanes.get(i);
+            if !lane.any.load(Acquire) {
+                continue;
+            }
+            let mut qps = lane.qps.lock().unwrap_or_else(PoisonError::into_inner);
+            lane.any.store(false, Relaxed);
+            out.extend(qps.drain(..).map(|h| (i, h)));
         }
-        let mut qps = self.qps.lock().unwrap_or_else(PoisonError::into_inner);
-        self.any.store(false, Relaxed);
-        out.append(&mut qps);
     }
 }
 

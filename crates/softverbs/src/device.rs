@@ -147,12 +147,24 @@ impl sv_io::Engine for DeviceEngine {
         self.engine.release_claims(claims)
     }
 
+    fn set_reach(&self, claims: &mut Self::Claims, lanes: sv_io::LaneSet) {
+        claims.reach = lanes;
+    }
+
+    fn busy_lanes(&self) -> sv_io::LaneSet {
+        self.engine.busy_lanes()
+    }
+
     fn poll_timeout(&self) -> Option<Nanos> {
         self.engine.poll_timeout()
     }
 
     fn has_work(&self) -> bool {
         self.engine.has_driver_work() || self.fanout_waiting.load(SeqCst)
+    }
+
+    fn has_work_in(&self, lanes: sv_io::LaneSet) -> bool {
+        self.engine.has_driver_work_in(lanes) || self.fanout_waiting.load(SeqCst)
     }
 
     fn receives_completed(&self) -> u64 {

@@ -12,11 +12,21 @@
 //!   holds the polling lease (crate::pollrx) and so will poll again soon, so
 //!   a post made while it polls and the progress thread sleeps aside (a
 //!   stream of posts, or a post to a busy send queue) is left to its next
-//!   poll ([`CallerTx::wanted`]) instead of ringing the doorbell; the poll
+//!   poll ([`CallerTx::want`]) instead of ringing the doorbell; the poll
 //!   also sends what the datagrams it read made (ACKs, READ responses), or
 //!   leaves an ACK to the thread's next post (crate::pollrx::defers). If
 //!   it stops polling, the lease ends and the progress thread, which sleeps
 //!   no longer than the lease then, sends it: a post waits at most the lease.
+//!
+//! **Lanes.** Each takes its own lane's QPs only (crate `lanes`: the QPs
+//! its thread posted to, and what the datagrams it handed in made ready;
+//! `Engine::set_reach`), so that threads transmitting at once work QPs of
+//! their own on their own cores. What a post leaves to a poll is marked in
+//! the poster's lane ([`CallerTx::want`]): the lane's threads take it at
+//! their next poll; another polling thread takes it once it has waited
+//! [`STEAL_NS`] (the lane's threads went quiet). What the progress thread
+//! leaves, any poll takes at once; the progress thread itself reaches every
+//! lane.
 //!
 //! Each takes up to a batch of datagrams from the engine under one lock
 //! (`try_lock`: never waiting behind the progress thread, which it then
@@ -56,7 +66,7 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use crate::batch::{self, Item, TxBatch, TxSink};
@@ -68,6 +78,7 @@ use crate::options::DriverOptions;
 use crate::share::Slot;
 use crate::shm::{self, Built};
 use crate::socket;
+use lanes::LaneSet;
 
 /// What the application's threads need to transmit by themselves.
 pub(crate) struct CallerTx<C> {
@@ -85,8 +96,10 @@ pub(crate) struct CallerTx<C> {
     /// stream is its own posts, and two threads posting at once write
     /// lines of their own.
     last_post: lanes::Striped<AtomicU64>,
-    /// A post was left to the polling thread's next empty poll.
-    wanted: AtomicBool,
+    /// What is left to a poll in each lane (a post, a batch that did not
+    /// fit): since when (engine time, at least 1; [`AT_ONCE`]: for any
+    /// polling thread now); 0: nothing. See [`CallerTx::take_wanted`].
+    wanted: lanes::Striped<AtomicU64>,
 }
 
 /// What a transmit gate guards (see the module doc).
@@ -134,7 +147,7 @@ impl<C: Default> CallerTx<C> {
             gates: (0..gate_count(claims_order)).map(|_| gate()).collect(),
             stream_gap: u64::try_from(opts.caller_tx_stream_gap.as_nanos()).unwrap_or(u64::MAX),
             last_post: lanes::Striped::from_fn(|| AtomicU64::new(NEVER)),
-            wanted: AtomicBool::new(false),
+            wanted: lanes::Striped::default(),
         }
     }
 }
@@ -178,21 +191,93 @@ impl<C> CallerTx<C> {
         prev != NEVER && now.saturating_sub(prev) < self.stream_gap
     }
 
-    /// Leaves the engine's datagrams to the polling thread's next poll.
-    pub(crate) fn want(&self) {
-        self.wanted.store(true, SeqCst);
+    /// Leaves what the engine has in `lanes` to the next polls (at `now`):
+    /// the calling thread's lane's to its own threads, which poll again
+    /// soon (a lane's earliest mark stays); another lane's to any thread
+    /// at once (the caller reached it and could not finish: the lane's
+    /// own threads did not take it, or it is the progress thread's).
+    pub(crate) fn want(&self, lanes: LaneSet, now: Nanos) {
+        let own = lanes::lane();
+        for i in lanes.from(own) {
+            self.mark(i, if i == own { now } else { AT_ONCE });
+        }
     }
 
-    /// Whether something was left to the polling thread (and clears it).
-    pub(crate) fn take_wanted(&self) -> bool {
-        self.wanted.load(SeqCst) && self.wanted.swap(false, SeqCst)
+    /// The progress thread leaves what the engine has to the polling
+    /// threads: each application lane's work (`busy`) to its own threads
+    /// first, its own lane's to any of them at once.
+    pub(crate) fn want_from_progress(&self, busy: LaneSet, now: Nanos) {
+        let own = lanes::lane();
+        for i in busy.with(LaneSet::of(own)).from(own) {
+            self.mark(i, if i == own { AT_ONCE } else { now });
+        }
     }
 
-    /// Whether something was left to the polling thread.
+    /// Marks lane `i` as left work since `at` (an earlier mark stays).
+    fn mark(&self, i: usize, at: Nanos) {
+        let (mark, at) = (self.wanted.get(i), at.max(AT_ONCE));
+        let was = mark.load(SeqCst);
+        if was == 0 || was > at {
+            mark.store(at, SeqCst);
+        }
+    }
+
+    /// A polling thread at `now`: the lanes whose work it takes (their
+    /// marks cleared): its own lane's, if marked, and any lane's left for
+    /// [`STEAL_NS`] or more (that lane's threads went quiet: they spin on
+    /// memory, they block; or it is the progress thread's). Empty: nothing.
+    pub(crate) fn take_wanted(&self, now: Nanos) -> LaneSet {
+        let own = lanes::lane();
+        let mut lanes = LaneSet::NONE;
+        for i in LaneSet::ALL.from(own) {
+            let mark = self.wanted.get(i);
+            let since = mark.load(SeqCst);
+            let due = i == own || now.saturating_sub(since) >= STEAL_NS;
+            if since != 0 && due && take(mark) {
+                lanes = lanes.with(LaneSet::of(i));
+            }
+        }
+        lanes
+    }
+
+    /// Takes what was left in `lanes` (a transmit that reaches them).
+    fn take_lanes(&self, lanes: LaneSet) {
+        for i in lanes.from(0) {
+            take(self.wanted.get(i));
+        }
+    }
+
+    /// Takes everything left, every lane's (the progress thread): whether
+    /// anything was.
+    pub(crate) fn take_all_wanted(&self) -> bool {
+        self.wanted.all().fold(false, |any, mark| take(mark) | any)
+    }
+
+    /// Whether something was left to the calling thread's lane.
     pub(crate) fn is_wanted(&self) -> bool {
-        self.wanted.load(SeqCst)
+        self.wanted.mine().load(SeqCst) != 0
+    }
+
+    /// Whether something was left in any lane (the progress thread).
+    pub(crate) fn is_any_wanted(&self) -> bool {
+        self.wanted.all().any(|w| w.load(SeqCst) != 0)
     }
 }
+
+/// Clears a lane's mark; whether it was set.
+fn take(lane: &AtomicU64) -> bool {
+    lane.load(SeqCst) != 0 && lane.swap(0, SeqCst) != 0
+}
+
+/// How long what a lane's threads left to their next poll waits for them
+/// before any polling thread takes it ([`CallerTx::take_wanted`]). As long
+/// as the stream gap: a thread that posts a stream polls again well within
+/// it.
+pub(crate) const STEAL_NS: Nanos = 20_000;
+
+/// The mark of work left for any polling thread at once (older than any
+/// `now` by more than [`STEAL_NS`]).
+const AT_ONCE: Nanos = 1;
 
 fn try_gate<C>(m: &Mutex<TxGate<C>>) -> Option<MutexGuard<'_, TxGate<C>>> {
     match m.try_lock() {
@@ -216,9 +301,10 @@ impl<E: Engine> Shared<E> {
     /// [`CallerTx::wanted`], and this looks at its sleep after setting it,
     /// so a sleep that watches only the socket (not the lease's end) is
     /// either skipped or woken here.
-    pub(crate) fn leave_to_poller(&self, now: Nanos) {
+    /// `lanes`: whose work it is (see [`CallerTx::want`]).
+    pub(crate) fn leave_to_poller(&self, now: Nanos, lanes: LaneSet) {
         if let Some(tx) = self.caller_tx.as_ref().filter(|_| self.polled(now)) {
-            tx.want();
+            tx.want(lanes, now);
             if !self.rx.asleep_watching() {
                 return;
             }
@@ -237,8 +323,9 @@ impl<E: Engine> Shared<E> {
     /// when this is off, another thread holds the gate or the engine, or the
     /// queue waits for room: the caller then leaves the work to a poller or
     /// rings the doorbell.
-    /// `now`: the caller's clock reading, for the first round.
-    pub(crate) fn transmit_here(&self, now: Nanos) -> Option<usize> {
+    /// `now`: the caller's clock reading, for the first round. `lanes`:
+    /// whose QPs it takes (its own lane's, and those it took over).
+    pub(crate) fn transmit_here(&self, now: Nanos, lanes: LaneSet) -> Option<usize> {
         let tx = self.caller_tx.as_ref()?;
         // None free, or all wait for room: the progress thread's.
         let mut gate = tx.free_gate()?;
@@ -263,7 +350,8 @@ impl<E: Engine> Shared<E> {
                 if round == 0 {
                     // What was left to a poller is taken now (before the
                     // engine is asked: a post left meanwhile stays wanted).
-                    tx.take_wanted();
+                    tx.take_lanes(lanes);
+                    engine.set_reach(&mut g.claims, lanes);
                 }
                 let now = if round == 0 { now } else { self.clock.now() };
                 let (mut slot, mut taken) = (0, 0);
@@ -293,7 +381,7 @@ impl<E: Engine> Shared<E> {
                         Built::Nothing => break,
                     }
                 }
-                more = taken == g.q.slots() && engine.has_work();
+                more = taken == g.q.slots() && engine.has_work_in(lanes);
                 while let Some(n) = engine.poll_notification() {
                     notes.push(n);
                 }
@@ -334,7 +422,9 @@ impl<E: Engine> Shared<E> {
         if ring {
             self.doorbell.ring();
         } else if more {
-            self.leave_to_poller(self.clock.now());
+            // Its own lane, and those taken over that still have work.
+            let busy = self.engine().busy_lanes().with(LaneSet::mine());
+            self.leave_to_poller(self.clock.now(), lanes.and(busy));
         }
         Some(sent)
     }

@@ -533,3 +533,65 @@ fn a_deferred_answer_handed_to_the_progress_thread_leaves_from_it() {
         "the progress thread sent it"
     );
 }
+
+/// Runs `f` on a thread whose lane is none of `not` (threads get lanes
+/// round robin, and other tests start threads too: a few tries).
+fn on_another_lane<R: Send>(not: &[usize], f: impl Fn() -> R + Sync) -> (usize, R) {
+    for _ in 0..64 {
+        let (lane, r) = std::thread::scope(|s| s.spawn(|| (lanes::lane(), f())).join().unwrap());
+        if !not.contains(&lane) {
+            return (lane, r);
+        }
+    }
+    panic!("no thread on another lane");
+}
+
+/// What is left to a poll waits in its lane (crate `lanes`): the lane's
+/// own threads take it at once, any other polling thread only once it has
+/// waited `STEAL_NS` (its threads went quiet); what the progress thread
+/// leaves in its own lane, or a thread in a lane it took over, any polling
+/// thread takes at once.
+#[test]
+fn left_work_waits_for_its_lane_then_any_poll_takes_it() {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let local = socket.local_addr().unwrap();
+    let tx: CallerTx<()> = CallerTx::new(socket, local, &DriverOptions::default(), true);
+    let me = lanes::lane();
+    let t0 = 1_000_000;
+    // A thread of another lane left a post to its next poll.
+    let (p, ()) = on_another_lane(&[me], || tx.want(LaneSet::mine(), t0));
+    assert!(
+        tx.is_any_wanted() && !tx.is_wanted(),
+        "not this thread's lane"
+    );
+    assert_eq!(
+        tx.take_wanted(t0 + STEAL_NS - 1),
+        LaneSet::NONE,
+        "its own first"
+    );
+    assert_eq!(
+        tx.take_wanted(t0 + STEAL_NS),
+        LaneSet::of(p),
+        "then anyone's"
+    );
+    assert!(!tx.is_any_wanted(), "taken");
+    // A thread of that lane takes what its lane left at once.
+    let (_, took) = on_another_lane(&[me], || {
+        tx.want(LaneSet::mine(), t0);
+        (lanes::lane(), tx.take_wanted(t0 + 1))
+    });
+    assert_eq!(took.1, LaneSet::of(took.0));
+    // The progress thread (on a third lane) leaves its own lane's work to
+    // any poll at once, and `p`'s to `p`'s threads first.
+    let (q, ()) = on_another_lane(&[me, p], || tx.want_from_progress(LaneSet::of(p), t0));
+    assert_eq!(tx.take_wanted(t0 + 1), LaneSet::of(q));
+    assert_eq!(tx.take_wanted(t0 + STEAL_NS), LaneSet::of(p));
+    // A lane this thread took over and could not finish goes to any poll
+    // at once; its own lane's to its own threads.
+    tx.want(LaneSet::of(p).with(LaneSet::mine()), t0);
+    assert!(tx.is_wanted());
+    let (_, other) = on_another_lane(&[me, p], || tx.take_wanted(t0 + 1));
+    assert_eq!(other, LaneSet::of(p));
+    assert_eq!(tx.take_wanted(t0 + 1), LaneSet::of(me));
+    assert!(!tx.take_all_wanted(), "nothing left");
+}

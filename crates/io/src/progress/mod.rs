@@ -54,6 +54,7 @@ use crate::share::{self, Slot};
 use crate::shm::{next_datagram, Built};
 use crate::socket::{self, SendOutcome};
 use crate::sys;
+use lanes::LaneSet;
 
 mod faults;
 mod shm;
@@ -236,7 +237,7 @@ impl<E: Engine> Progress<E> {
     /// ACK a poll deferred, crate::pollrx::defers) leaves now.
     fn transmit_left(&mut self) {
         let shared = self.shared.clone();
-        let Some(tx) = shared.caller_tx.as_ref().filter(|tx| tx.take_wanted()) else {
+        let Some(tx) = shared.caller_tx.as_ref().filter(|tx| tx.take_all_wanted()) else {
             return;
         };
         let mut gate = tx.gate();
@@ -581,10 +582,11 @@ impl<E: Engine> Progress<E> {
             // A thread polls a CQ: it transmits; what waits for room is ours.
             // (Marked even when the engine shows no work: a post may sit in
             // a send ring the engine has not drained yet.)
-            tx.want();
+            let busy = shared.engine().busy_lanes();
+            tx.want_from_progress(busy, shared.clock.now());
             return work | self.transmit_with(&mut g.q, &mut g.claims, false);
         }
-        tx.take_wanted();
+        tx.take_all_wanted();
         work | self.transmit_with(&mut g.q, &mut g.claims, true)
     }
 
@@ -654,6 +656,8 @@ impl<E: Engine> Progress<E> {
             let plain = self.shared.caller_tx.is_some() && q.is_empty();
             let mut path = plain.then(|| self.shared.try_shm()).flatten();
             let engine = self.shared.engine();
+            // The progress thread sends every lane's work.
+            engine.set_reach(claims, LaneSet::ALL);
             let c = &self.shared.counters;
             for i in 0..max.min(q.slots()) {
                 let now = self.shared.clock.now();

@@ -69,7 +69,7 @@ impl<E: Engine> Progress<E> {
         // Left to a polling thread whose lease has ended: ours, not a sleep
         // (crate::callertx::Shared::leave_to_poller, the other half).
         let tx = self.shared.caller_tx.as_ref();
-        let wanted = !aside && tx.is_some_and(crate::callertx::CallerTx::is_wanted);
+        let wanted = !aside && tx.is_some_and(crate::callertx::CallerTx::is_any_wanted);
         // shm: tell same-host senders we sleep, unless the rings are the
         // polling thread's (aside); do not sleep if a datagram came.
         let came = !aside

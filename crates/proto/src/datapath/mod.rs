@@ -24,6 +24,7 @@ use crate::handle::{CqHandle, QpHandle};
 pub use crate::frame::{Frame, RawCounters, DEFAULT_FRAME_MAX, ETH_HEADER_LEN, VLAN_TAG_LEN};
 
 pub use crate::sched::TxClaims;
+pub use lanes::LaneSet;
 
 pub use crate::output::{
     AsyncEventKind, DeviceCounters, Event, EventElement, PostOutcome, Transmit, ROCE_PORT,
@@ -82,16 +83,31 @@ impl crate::Engine {
     /// deliver. No side effects (a poller that handed the engine a datagram
     /// asks it before waking the progress thread).
     pub fn has_driver_work(&self) -> bool {
-        let busy = {
-            let s = self.dev.sched.lock();
-            !s.ready.is_empty() || !s.raw_ready.is_empty()
-        };
-        busy || !self.dev.events.lock().is_empty() || self.gsi_pending()
+        self.has_driver_work_in(LaneSet::ALL)
+    }
+
+    /// [`Engine::has_driver_work`] as a transmit that reaches `lanes` would
+    /// find it: only those lanes' ready QPs count (with the device's
+    /// RAW_PACKET QPs, MADs and events). Takes no lock.
+    pub fn has_driver_work_in(&self, lanes: LaneSet) -> bool {
+        lanes.from(0).any(|i| !self.dev.ready.get(i).is_empty())
+            || !self.dev.raw_ready.is_empty()
+            || !self.dev.events.is_empty()
+            || self.gsi_pending()
+    }
+
+    /// The lanes whose QPs wait: ready to send, or posted to and not yet
+    /// drained (a driver leaves each to its own threads first). Takes no
+    /// lock.
+    pub fn busy_lanes(&self) -> LaneSet {
+        (0..lanes::LANES)
+            .filter(|&i| !self.dev.ready.get(i).is_empty() || self.rings.posted.any_in(i))
+            .collect()
     }
 
     /// Next event for the driver.
     pub fn poll_event(&self) -> Option<Event> {
-        self.dev.events.lock().pop_front()
+        self.dev.events.pop()
     }
 
     /// Attaches a completion channel id to a CQ (`None` detaches).

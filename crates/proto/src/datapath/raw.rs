@@ -215,9 +215,9 @@ impl Engine {
         false
     }
 
-    /// The RAW_PACKET QP at the front of its ready queue (the scheduler's
-    /// lock let go before the QP's is taken).
+    /// The RAW_PACKET QP at the front of its ready queue (its lock let go
+    /// before the QP's is taken).
     fn next_raw_ready(&self) -> Option<QpHandle> {
-        self.dev.sched.lock().raw_ready.pop_front()
+        self.dev.raw_ready.pop()
     }
 }

@@ -147,7 +147,11 @@ impl Engine {
         own: bool,
     ) {
         self.dev.counters.mine().packets_received.bump();
-        self.dev.counters.mine().bytes_received.add(payload.len() as u64);
+        self.dev
+            .counters
+            .mine()
+            .bytes_received
+            .add(payload.len() as u64);
         // Borrowed where parse left it (the representation is ≈ 170 bytes).
         let parsed = TransportRepr::parse(payload);
         let Ok(repr) = &parsed else {

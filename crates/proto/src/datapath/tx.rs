@@ -15,6 +15,7 @@ use crate::memory::Memory;
 use crate::output::Transmit;
 use crate::sched::TxClaims;
 use crate::Engine;
+use lanes::LaneSet;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 impl Engine {
@@ -78,13 +79,13 @@ impl Engine {
         runs: bool,
     ) -> Option<Transmit> {
         // What was posted on send rings since the last turn joins the queues.
-        self.take_posted();
+        self.take_posted_in(claims.reach);
         // CM hook: MADs go first (gsi.rs, spec/cm.md §7), claimed as a QP's
         // packets are: one thread at a time takes them until it lets go.
         if let Some(t) = self.claimed_gsi_transmit(buf, claims) {
             return Some(t);
         }
-        while let Some(h) = self.next_ready() {
+        while let Some(h) = self.next_ready(claims.reach) {
             if let Some(t) = self.claimed_turn(claims, Turn::Ready(h), now, mem, buf, runs) {
                 return Some(t);
             }
@@ -185,10 +186,13 @@ impl Engine {
         queued
     }
 
-    /// The QP at the front of the ready queue (the scheduler's lock is let
+    /// The QP at the front of the ready queue of the first of `lanes` that
+    /// has one, the calling thread's lane first (each queue's lock is let
     /// go before the QP's is taken).
-    fn next_ready(&self) -> Option<QpHandle> {
-        self.dev.sched.lock().ready.pop_front()
+    fn next_ready(&self, lanes: LaneSet) -> Option<QpHandle> {
+        lanes
+            .from(lanes::lane())
+            .find_map(|i| self.dev.ready.get(i).pop())
     }
 
     /// When [`Engine::handle_timeout`] is next due, if ever; possibly

@@ -31,7 +31,9 @@ impl Engine {
     /// they completed a receive (a program may post its reply at once).
     pub fn receives_completed(&self) -> u64 {
         let lanes = self.dev.receives.all();
-        lanes.map(|r| r.load(std::sync::atomic::Ordering::Relaxed)).sum()
+        lanes
+            .map(|r| r.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
     }
 
     /// How many RDMA WRITEs without immediate QPs have taken whole (the
@@ -44,9 +46,12 @@ impl Engine {
     pub fn writes_taken(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
         // Each lane's count only grows: so does the sum read lane by lane.
-        self.dev.writes.all().fold((0, 0), |(n, latest), [count, at]| {
-            (n + count.load(Acquire), latest.max(at.load(Relaxed)))
-        })
+        self.dev
+            .writes
+            .all()
+            .fold((0, 0), |(n, latest), [count, at]| {
+                (n + count.load(Acquire), latest.max(at.load(Relaxed)))
+            })
     }
 
     /// A QP took a whole RDMA WRITE at `now` ([`Engine::writes_taken`]),
@@ -108,12 +113,12 @@ impl Sink for EngineSink<'_> {
             Pushed::Stored { event } => {
                 if let (true, Some(channel)) = (event, c.channel) {
                     let e = Event::Completion { cq, channel };
-                    self.events.lock().push_back(e);
+                    self.events.push(e);
                 }
                 true
             }
             Pushed::Overrun => {
-                self.events.lock().push_back(Event::Async {
+                self.events.push(Event::Async {
                     kind: AsyncEventKind::CqErr,
                     element: EventElement::Cq(cq),
                 });
@@ -124,7 +129,7 @@ impl Sink for EngineSink<'_> {
 
     fn qp_event(&mut self, kind: AsyncEventKind) {
         let element = EventElement::Qp(self.qp);
-        self.events.lock().push_back(Event::Async { kind, element });
+        self.events.push(Event::Async { kind, element });
     }
 
     fn srq_queue(&mut self, srq: SrqHandle) -> Option<&mut RecvQueue> {
@@ -171,7 +176,7 @@ impl Sink for EngineSink<'_> {
         if limit > 0 && len < limit {
             s.attr.srq_limit = 0;
             drop(s);
-            self.events.lock().push_back(Event::Async {
+            self.events.push(Event::Async {
                 kind: AsyncEventKind::SrqLimitReached,
                 element: EventElement::Srq(srq),
             });

@@ -135,25 +135,29 @@ impl Engine {
             (Some(_), None) => true,
             (_, None) => false,
             (_, Some(held)) => {
-                let now = self.dev.now.mine().load(std::sync::atomic::Ordering::Relaxed);
+                let now = self
+                    .dev
+                    .now
+                    .mine()
+                    .load(std::sync::atomic::Ordering::Relaxed);
                 deadline != Some(held) && held < now.saturating_add(LAZY_NS)
             }
         };
-        if !ready && !moved {
-            return;
-        }
-        let mut sched = self.dev.sched.lock();
         if ready {
             q.dp.scheduled = true;
             // RAW_PACKET QPs send frames, not datagrams (datapath/raw.rs).
             if q.ctl.qp_type() == crate::types::QpType::RawPacket {
-                sched.raw_ready.push_back(h);
+                self.dev.raw_ready.push(h);
             } else {
-                sched.ready.push_back(h);
+                // Its home lane: its poster's, else that of the thread
+                // whose call made it ready (crate::sched::TxClaims::reach).
+                let lane = q.dp.home.map_or_else(lanes::lane, usize::from);
+                self.dev.ready.get(lane).push(h);
             }
         }
         if moved {
             q.dp.in_heap = deadline;
+            let mut sched = self.dev.sched.lock();
             sched.set_timer(h, deadline, &self.dev.timer_first);
         }
     }
@@ -161,22 +165,29 @@ impl Engine {
     /// Moves what the send rings of the QPs posted to since the last call
     /// hold into their send queues (each QP once; nothing when none was).
     pub fn take_posted(&self) {
+        self.take_posted_in(lanes::LaneSet::ALL);
+    }
+
+    /// [`Engine::take_posted`] for the QPs listed in `lanes`: each gets the
+    /// lane it was listed in (its poster's) as its home (crate::sched::TxClaims::reach).
+    pub(crate) fn take_posted_in(&self, lanes: lanes::LaneSet) {
         // Called before every transmit: most find no QP listed.
-        if !self.rings.posted.any() {
+        if !self.rings.posted.any(lanes) {
             return;
         }
-        // Another thread draining the list meanwhile takes what it finds;
-        // this one takes the rest into a list of its own.
+        // Another thread of this lane draining meanwhile takes what it
+        // finds; this one takes the rest into a list of its own.
         let mut own = Vec::new();
-        let mut scratch = self.posted_scratch.try_lock();
+        let mut scratch = self.posted_scratch.mine().try_lock();
         let list = match scratch.as_deref_mut() {
             Some(l) => l,
             None => &mut own,
         };
-        self.rings.posted.take(list);
-        for &h in list.iter() {
+        self.rings.posted.take(lanes, list);
+        for &(lane, h) in list.iter() {
             let Some(q) = self.qps.get(h) else { continue };
-            let q = q.lock();
+            let mut q = q.lock();
+            q.dp.home = Some(lane as u8);
             // Unlisted before the drain: a post after it lists the QP again.
             q.send_ring().unlist();
             // A QP whose ring is empty again (`Engine::post_send` drains

@@ -140,6 +140,10 @@ pub struct QpData {
     pub request_ahead: bool,
     /// In the engine's ready queue (the engine's flag, kept beside the QP).
     pub scheduled: bool,
+    /// The lane (crate `lanes`) of the thread that last posted to it,
+    /// whose ready queue it waits in (the engine's; `None`: never posted
+    /// to, it waits in the lane of the thread whose call made it ready).
+    pub home: Option<u8>,
     /// Its packets may sit in a transmitting thread's batch, not yet on the
     /// wire: only that thread gives it turns until it lets go
     /// ([`crate::sched::TxClaims`]); the engine's flag.

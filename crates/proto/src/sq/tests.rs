@@ -1,5 +1,6 @@
 use super::*;
 use crate::wr::{AtomicTarget, RdmaTarget, UdTarget, WrTarget};
+use lanes::LaneSet;
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 
@@ -372,17 +373,49 @@ fn a_post_lists_its_qp_once_until_the_engine_unlists_it() {
     r.set_mirror(QpState::Rts, 0, 0);
     r.post(&send(1, &[]), None, 0).unwrap();
     r.post(&send(2, &[]), None, 0).unwrap();
+    let mine = lanes::lane();
     let mut list = Vec::new();
-    posted.take(&mut list);
-    assert_eq!(list, [QpHandle::from_raw(0x55)]);
-    posted.take(&mut list);
+    posted.take(LaneSet::ALL, &mut list);
+    assert_eq!(
+        list,
+        [(mine, QpHandle::from_raw(0x55))],
+        "in the poster's lane"
+    );
+    posted.take(LaneSet::ALL, &mut list);
     assert_eq!(list.len(), 1, "nothing new");
     r.unlist();
     take_all(&r);
     r.post(&send(3, &[]), None, 0).unwrap();
     list.clear();
-    posted.take(&mut list);
-    assert_eq!(list, [QpHandle::from_raw(0x55)], "listed again");
+    posted.take(LaneSet::ALL, &mut list);
+    assert_eq!(list, [(mine, QpHandle::from_raw(0x55))], "listed again");
+}
+
+/// A post lists its QP in the posting thread's lane: a take of another
+/// lane does not see it, a take of the poster's does (crate `lanes`).
+#[test]
+fn a_post_is_listed_in_its_posters_lane() {
+    let dev = Arc::new(Device::default());
+    let r = Arc::new(SendRing::new(cfg(QpType::Uc, 8), dev.clone()));
+    r.set_handle(QpHandle::from_raw(0x77));
+    r.set_mirror(QpState::Rts, 0, 0);
+    let poster = {
+        let r = r.clone();
+        std::thread::spawn(move || {
+            r.post(&send(1, &[]), None, 0).unwrap();
+            lanes::lane()
+        })
+        .join()
+        .unwrap()
+    };
+    let others: LaneSet = (0..lanes::LANES).filter(|&i| i != poster).collect();
+    let mut list = Vec::new();
+    assert!(!dev.posted.any(others));
+    dev.posted.take(others, &mut list);
+    assert!(list.is_empty(), "not in another lane");
+    assert!(dev.posted.any_in(poster));
+    dev.posted.take(LaneSet::of(poster), &mut list);
+    assert_eq!(list, [(poster, QpHandle::from_raw(0x77))]);
 }
 
 /// Three posting threads and the engine's side taking and retiring WQEs at
