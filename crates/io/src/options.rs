@@ -72,10 +72,18 @@ pub struct DriverOptions {
     /// With `caller_tx`: posts closer together than this are a stream, which
     /// the progress thread sends in batches (sendmmsg, GSO) rather than the
     /// posting thread one `sendto(2)` each: a post that follows the
-    /// device's previous one by less rings the doorbell instead. 20 µs: a
-    /// ping-pong's posts are a round trip apart (≥ 20 µs here), a streaming
-    /// program's a few µs (spec/performance.md §13).
+    /// thread's previous one by less is left to a poll or the progress
+    /// thread instead. 20 µs: a ping-pong's posts are a round trip apart
+    /// (≥ 20 µs here), a streaming program's a few µs (spec/performance.md
+    /// §13).
     pub caller_tx_stream_gap: Duration,
+    /// With `caller_tx`: how long what a thread left to its next poll
+    /// waits for its lane's polling threads (crate `lanes`) before another
+    /// polling thread takes it (the lane's threads went quiet). As long as
+    /// the stream gap: a thread that posts a stream polls again well within
+    /// it. (A lane whose threads do not poll leaves its work to others at
+    /// once.)
+    pub caller_tx_lane_wait: Duration,
     /// An application thread that polls an empty CQ while the progress thread
     /// sleeps reads the socket itself ([`crate::Driver::drive_receive`]).
     /// On by default (`SOFTVERBS_POLL_RX=0` turns it off): with the lease
@@ -129,6 +137,7 @@ impl Default for DriverOptions {
             gro: true,
             caller_tx: true,
             caller_tx_stream_gap: Duration::from_micros(20),
+            caller_tx_lane_wait: Duration::from_micros(20),
             poll_receive: true,
             poll_lease: Duration::from_micros(2000),
             post_wait: Duration::from_micros(1000),

@@ -389,6 +389,9 @@ pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, now: Nanos, seen: Option<
         return 0;
     }
     gate.renew(now);
+    if let Some(tx) = &shared.caller_tx {
+        tx.polls(now);
+    }
     if gate.by_wait.load(Relaxed) != seen.is_some() {
         gate.by_wait.store(seen.is_some(), Relaxed);
     }
@@ -402,7 +405,7 @@ pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, now: Nanos, seen: Option<
     };
     // Delivering marked the gate working (RxGate::working).
     let mut busy = read.delivered > 0;
-    // What is left unsent, and whose it is (crate::callertx::STEAL_NS).
+    // What is left unsent, and whose it is (crate::callertx::CallerTx::want).
     let left = match &shared.caller_tx {
         Some(tx) if defers(&read, tx.is_wanted()) => {
             // Left to this thread's next post or poll; the notifications go now.

@@ -24,7 +24,8 @@
 //! their own on their own cores. What a post leaves to a poll is marked in
 //! the poster's lane ([`CallerTx::want`]): the lane's threads take it at
 //! their next poll; another polling thread takes it once it has waited
-//! [`STEAL_NS`] (the lane's threads went quiet). What the progress thread
+//! `DriverOptions::caller_tx_lane_wait` (the lane's threads went quiet),
+//! or at once if they do not poll. What the progress thread
 //! leaves, any poll takes at once; the progress thread itself reaches every
 //! lane.
 //!
@@ -92,6 +93,8 @@ pub(crate) struct CallerTx<C> {
     gates: Box<[Mutex<TxGate<C>>]>,
     /// `DriverOptions::caller_tx_stream_gap`, ns.
     stream_gap: Nanos,
+    /// `DriverOptions::caller_tx_lane_wait`, ns.
+    lane_wait: Nanos,
     /// When each lane's threads last posted (engine clock, ns): a thread's
     /// stream is its own posts, and two threads posting at once write
     /// lines of their own.
@@ -100,6 +103,10 @@ pub(crate) struct CallerTx<C> {
     /// fit): since when (engine time, at least 1; [`AT_ONCE`]: for any
     /// polling thread now); 0: nothing. See [`CallerTx::take_wanted`].
     wanted: lanes::Striped<AtomicU64>,
+    /// When each lane's threads last polled a CQ (engine time; 0: never):
+    /// a lane whose threads do not poll leaves its work to the polls of
+    /// others at once ([`CallerTx::take_wanted`]).
+    polled: lanes::Striped<AtomicU64>,
 }
 
 /// What a transmit gate guards (see the module doc).
@@ -146,8 +153,10 @@ impl<C: Default> CallerTx<C> {
             share: opts.share.clone(),
             gates: (0..gate_count(claims_order)).map(|_| gate()).collect(),
             stream_gap: u64::try_from(opts.caller_tx_stream_gap.as_nanos()).unwrap_or(u64::MAX),
+            lane_wait: u64::try_from(opts.caller_tx_lane_wait.as_nanos()).unwrap_or(u64::MAX),
             last_post: lanes::Striped::from_fn(|| AtomicU64::new(NEVER)),
             wanted: lanes::Striped::default(),
+            polled: lanes::Striped::default(),
         }
     }
 }
@@ -199,7 +208,7 @@ impl<C> CallerTx<C> {
     pub(crate) fn want(&self, lanes: LaneSet, now: Nanos) {
         let own = lanes::lane();
         for i in lanes.from(own) {
-            self.mark(i, if i == own { now } else { AT_ONCE });
+            self.mark(i, if i == own { time_mark(now) } else { AT_ONCE });
         }
     }
 
@@ -209,30 +218,46 @@ impl<C> CallerTx<C> {
     pub(crate) fn want_from_progress(&self, busy: LaneSet, now: Nanos) {
         let own = lanes::lane();
         for i in busy.with(LaneSet::of(own)).from(own) {
-            self.mark(i, if i == own { AT_ONCE } else { now });
+            self.mark(i, if i == own { AT_ONCE } else { time_mark(now) });
         }
     }
 
-    /// Marks lane `i` as left work since `at` (an earlier mark stays).
+    /// Marks lane `i` as left work since `at` (a time mark, or
+    /// [`AT_ONCE`]; an earlier mark stays).
     fn mark(&self, i: usize, at: Nanos) {
-        let (mark, at) = (self.wanted.get(i), at.max(AT_ONCE));
+        let mark = self.wanted.get(i);
         let was = mark.load(SeqCst);
         if was == 0 || was > at {
             mark.store(at, SeqCst);
         }
     }
 
+    /// A thread of the calling thread's lane polls a CQ at `now`.
+    pub(crate) fn polls(&self, now: Nanos) {
+        let mine = self.polled.mine();
+        if mine.load(SeqCst) < now {
+            mine.store(now, SeqCst);
+        }
+    }
+
     /// A polling thread at `now`: the lanes whose work it takes (their
-    /// marks cleared): its own lane's, if marked, and any lane's left for
-    /// [`STEAL_NS`] or more (that lane's threads went quiet: they spin on
-    /// memory, they block; or it is the progress thread's). Empty: nothing.
+    /// marks cleared): its own lane's, if marked; a lane's whose threads
+    /// have not polled for [`POLLER_NS`] (they post and never poll: a
+    /// producer whose consumer polls), at once; any other lane's once it
+    /// was left for `DriverOptions::caller_tx_lane_wait` (its threads, which poll, went quiet:
+    /// they spin on memory, they block; or it is the progress thread's).
+    /// Empty: nothing.
     pub(crate) fn take_wanted(&self, now: Nanos) -> LaneSet {
         let own = lanes::lane();
         let mut lanes = LaneSet::NONE;
         for i in LaneSet::ALL.from(own) {
             let mark = self.wanted.get(i);
             let since = mark.load(SeqCst);
-            let due = i == own || now.saturating_sub(since) >= STEAL_NS;
+            let polls = now.saturating_sub(self.polled.get(i).load(SeqCst)) < POLLER_NS;
+            let due = i == own
+                || since == AT_ONCE
+                || !polls
+                || now.saturating_sub(since) >= self.lane_wait;
             if since != 0 && due && take(mark) {
                 lanes = lanes.with(LaneSet::of(i));
             }
@@ -269,15 +294,17 @@ fn take(lane: &AtomicU64) -> bool {
     lane.load(SeqCst) != 0 && lane.swap(0, SeqCst) != 0
 }
 
-/// How long what a lane's threads left to their next poll waits for them
-/// before any polling thread takes it ([`CallerTx::take_wanted`]). As long
-/// as the stream gap: a thread that posts a stream polls again well within
-/// it.
-pub(crate) const STEAL_NS: Nanos = 20_000;
+/// A lane whose threads polled a CQ within this long counts as polling:
+/// its work waits `DriverOptions::caller_tx_lane_wait` for them.
+pub(crate) const POLLER_NS: Nanos = 1_000_000;
 
-/// The mark of work left for any polling thread at once (older than any
-/// `now` by more than [`STEAL_NS`]).
+/// The mark of work left for any polling thread at once.
 const AT_ONCE: Nanos = 1;
+
+/// The mark of work left at `now` (never 0, "nothing", nor [`AT_ONCE`]).
+fn time_mark(now: Nanos) -> Nanos {
+    now.max(AT_ONCE + 1)
+}
 
 fn try_gate<C>(m: &Mutex<TxGate<C>>) -> Option<MutexGuard<'_, TxGate<C>>> {
     match m.try_lock() {

@@ -548,32 +548,34 @@ fn on_another_lane<R: Send>(not: &[usize], f: impl Fn() -> R + Sync) -> (usize, 
 
 /// What is left to a poll waits in its lane (crate `lanes`): the lane's
 /// own threads take it at once, any other polling thread only once it has
-/// waited `STEAL_NS` (its threads went quiet); what the progress thread
-/// leaves in its own lane, or a thread in a lane it took over, any polling
-/// thread takes at once.
+/// waited `caller_tx_lane_wait` (its threads went quiet), or at once if the lane's
+/// threads do not poll; what the progress thread leaves in its own lane,
+/// or a thread in a lane it took over, any polling thread takes at once.
 #[test]
 fn left_work_waits_for_its_lane_then_any_poll_takes_it() {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let local = socket.local_addr().unwrap();
-    let tx: CallerTx<()> = CallerTx::new(socket, local, &DriverOptions::default(), true);
+    let opts = DriverOptions::default();
+    let tx: CallerTx<()> = CallerTx::new(socket, local, &opts, true);
+    let wait = u64::try_from(opts.caller_tx_lane_wait.as_nanos()).unwrap();
     let me = lanes::lane();
     let t0 = 1_000_000;
-    // A thread of another lane left a post to its next poll.
-    let (p, ()) = on_another_lane(&[me], || tx.want(LaneSet::mine(), t0));
+    tx.polls(t0); // this thread polls
+                  // A thread of another lane, which polls, left a post to its next poll.
+    let (p, ()) = on_another_lane(&[me], || {
+        tx.polls(t0);
+        tx.want(LaneSet::mine(), t0);
+    });
     assert!(
         tx.is_any_wanted() && !tx.is_wanted(),
         "not this thread's lane"
     );
     assert_eq!(
-        tx.take_wanted(t0 + STEAL_NS - 1),
+        tx.take_wanted(t0 + wait - 1),
         LaneSet::NONE,
         "its own first"
     );
-    assert_eq!(
-        tx.take_wanted(t0 + STEAL_NS),
-        LaneSet::of(p),
-        "then anyone's"
-    );
+    assert_eq!(tx.take_wanted(t0 + wait), LaneSet::of(p), "then anyone's");
     assert!(!tx.is_any_wanted(), "taken");
     // A thread of that lane takes what its lane left at once.
     let (_, took) = on_another_lane(&[me], || {
@@ -585,7 +587,7 @@ fn left_work_waits_for_its_lane_then_any_poll_takes_it() {
     // any poll at once, and `p`'s to `p`'s threads first.
     let (q, ()) = on_another_lane(&[me, p], || tx.want_from_progress(LaneSet::of(p), t0));
     assert_eq!(tx.take_wanted(t0 + 1), LaneSet::of(q));
-    assert_eq!(tx.take_wanted(t0 + STEAL_NS), LaneSet::of(p));
+    assert_eq!(tx.take_wanted(t0 + wait), LaneSet::of(p));
     // A lane this thread took over and could not finish goes to any poll
     // at once; its own lane's to its own threads.
     tx.want(LaneSet::of(p).with(LaneSet::mine()), t0);
@@ -594,4 +596,16 @@ fn left_work_waits_for_its_lane_then_any_poll_takes_it() {
     assert_eq!(other, LaneSet::of(p));
     assert_eq!(tx.take_wanted(t0 + 1), LaneSet::of(me));
     assert!(!tx.take_all_wanted(), "nothing left");
+    // A thread that posts and never polls: its work goes to any poll at once.
+    let (r, ()) = on_another_lane(&[me, p], || tx.want(LaneSet::mine(), t0));
+    assert_eq!(tx.take_wanted(t0 + 1), LaneSet::of(r));
+    // `p`'s threads last polled at t0: work left in `p` waits for them
+    // while that is recent, and no longer once it is POLLER_NS old.
+    let me_and_p = LaneSet::of(me).with(LaneSet::of(p));
+    tx.want_from_progress(LaneSet::of(p), t0 + 1);
+    assert_eq!(tx.take_wanted(t0 + 2), LaneSet::of(me));
+    assert!(tx.take_all_wanted(), "p's, still waiting");
+    let late = t0 + POLLER_NS;
+    tx.want_from_progress(LaneSet::of(p), late);
+    assert_eq!(tx.take_wanted(late + 1), me_and_p);
 }
