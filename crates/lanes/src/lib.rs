@@ -1,17 +1,21 @@
 //! Lanes: a small index per thread, and values striped by it.
 //!
 //! Owns: which lane a thread is in ([`lane`]), [`Striped`], one value per
-//! lane on cache lines of its own, and [`LaneSet`], a set of lanes. Promise: a thread always gets the
-//! same lane; threads get lanes round robin as they first ask, so the
-//! first [`LANES`] threads each have one of their own (more share).
+//! lane on cache lines of its own, and [`LaneSet`], a set of lanes.
+//! Promise: a thread always gets the same lane; threads get lanes round
+//! robin as they first ask, so the first [`LANES`] threads each have one
+//! of their own (more share). Nothing may depend on a lane being one
+//! thread's: it is where a thread's writes and work go, not a lock.
 //!
 //! Why: a device's counters and clock are written by every thread that
-//! sends or receives. One word that two cores write in turn moves between
+//! sends or receives, and its queues of work are taken by every thread
+//! that transmits. One word that two cores write in turn moves between
 //! them at every write (about 45 ns each under load on the 2-core machine,
-//! against 8 ns for a word of its own: spec/performance.md §23), and the
-//! data path wrote a dozen such words per message. A striped value is
-//! written in the writer's lane only; a reader that wants the whole sums
-//! (or takes the largest of) the lanes.
+//! against 8 ns for a word of its own: spec/performance.md §23). A striped
+//! value is written in the writer's lane only; a reader that wants the
+//! whole sums (or takes the largest of) the lanes. The engine keeps a
+//! ready queue and a posted list per lane, so a thread works the QPs it
+//! posted to (spec/concurrency.md §2).
 //!
 //! No unsafe, no dependencies: the stripes are plain values behind their
 //! own padding; what they hold (atomics) is the holder's choice.
