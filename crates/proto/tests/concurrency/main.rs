@@ -13,13 +13,16 @@
 //!   with immediate, READ and fetch-and-add of 8..3500 bytes (up to four
 //!   packets), now streaming, now waiting for its completions so that the
 //!   next post finds the QP idle; and one thread keeping the SRQ stocked;
-//! - transmit, in one of three modes (one test each): serial (one
+//! - transmit, in one of four modes (one test each): serial (one
 //!   transmitting thread per device, its datagrams spread by destination QP
 //!   over two receiving threads of the peer: each QP's packets in order,
 //!   different QPs' handled at once); reorder (two transmitting threads per
 //!   device, each handing its batch over itself: a QP's packets may
 //!   overtake each other and RC recovers); claims (two transmitting threads
-//!   with `poll_transmit_claimed` / `release_claims`: in order again). One
+//!   with `poll_transmit_claimed` / `release_claims`: in order again);
+//!   lanes (as claims, and each poster sends its own lane's datagrams
+//!   after each post, while the two transmitting threads reach every
+//!   lane: `sv_io`'s posting threads and progress thread). One
 //!   receiving path of each device takes `handle_local_datagram` (the
 //!   same-host path), the other `handle_datagram`;
 //! - CQ polling without the engine: A's CQ by two busy pollers, B's CQ only
@@ -422,5 +425,21 @@ pub(crate) fn claiming_transmitters_keep_each_qps_order() {
         per: 150,
     });
     report(&w, "claims");
+    check(&w);
+}
+
+/// Posters that send their own lane's datagrams beside two transmitting
+/// threads that reach every lane (crate `lanes`): each QP's packets stay
+/// in order, every post leaves, completions exactly once.
+#[test]
+pub(crate) fn posters_sending_their_own_lanes_beside_transmitters_of_every_lane() {
+    let w = run(Config {
+        mode: Mode::Lanes,
+        per: 150,
+    });
+    report(&w, "lanes");
+    let own = w.own_lane_sent.load(SeqCst);
+    eprintln!("lanes: {own} datagrams sent by the posters from their own lanes");
+    assert!(own > 0, "the posters sent from their lanes");
     check(&w);
 }

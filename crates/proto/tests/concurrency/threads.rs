@@ -86,6 +86,9 @@ pub(crate) fn poster(w: &World, side: usize, slot: usize) {
         }
         w.posted[side][slot].store(seq + 1, SeqCst);
         w.bump();
+        if w.cfg.mode == Mode::Lanes {
+            send_own_lane(w, side, seq % 2 == 1);
+        }
         // A third of the WRs end a burst: the poster waits until all it
         // posted completed, so the next post finds the QP idle (the post
         // alone must wake it: the posted list, no packet of its own due).
@@ -213,6 +216,22 @@ pub(crate) fn receiver(w: &World, side: usize, rx: &mpsc::Receiver<Vec<u8>>, loc
     }
 }
 
+/// Lanes mode: a poster sends what its lane of `side` has (its posts, and
+/// what its deliveries made ready there), handing it to the peer itself.
+fn send_own_lane(w: &World, side: usize, local: bool) {
+    let mut buf = vec![0u8; 4096];
+    let mut claims = TxClaims::default();
+    claims.reach = lanes::LaneSet::mine();
+    w.busy.fetch_add(1, SeqCst);
+    let batch = take_batch(w, side, &mut buf, Some(&mut claims));
+    w.own_lane_sent.fetch_add(batch.len(), SeqCst);
+    for d in batch {
+        deliver(w, 1 - side, &d, local);
+    }
+    w.sides[side].rd().release_claims(&mut claims);
+    w.busy.fetch_sub(1, SeqCst);
+}
+
 /// Reorder and claims modes: one of two transmitting threads of `side`,
 /// handing its datagrams to the peer itself (the peer's read side, after
 /// its own is let go); with claims, the QPs it took datagrams from are let
@@ -220,7 +239,7 @@ pub(crate) fn receiver(w: &World, side: usize, rx: &mpsc::Receiver<Vec<u8>>, loc
 pub(crate) fn transmit_direct(w: &World, side: usize, local: bool) {
     let mut buf = vec![0u8; 4096];
     let mut claims = TxClaims::default();
-    let claimed = w.cfg.mode == Mode::Claims;
+    let claimed = matches!(w.cfg.mode, Mode::Claims | Mode::Lanes);
     while !w.stopped() {
         w.busy.fetch_add(1, SeqCst);
         let batch = take_batch(w, side, &mut buf, claimed.then_some(&mut claims));

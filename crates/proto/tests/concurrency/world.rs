@@ -383,6 +383,12 @@ pub(crate) enum Mode {
     /// (`poll_transmit_claimed`, `release_claims` once the batch is handed
     /// over): each QP's packets stay in order.
     Claims,
+    /// As `Claims`, and each poster also sends its own lane's datagrams
+    /// after each post (claims reaching its lane only, crate `lanes`), as
+    /// `sv_io`'s posting threads do; the two transmitting threads reach
+    /// every lane, as its progress thread does. A QP sent for by either
+    /// goes back to its home lane; no post is left behind.
+    Lanes,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -406,6 +412,8 @@ pub(crate) struct World {
     pub(crate) in_flight: AtomicUsize,
     /// Transmitting threads inside a pass.
     pub(crate) busy: AtomicUsize,
+    /// Lanes mode: datagrams the posters sent from their own lanes.
+    pub(crate) own_lane_sent: AtomicUsize,
     /// Bumped by every step that moved something.
     pub(crate) activity: AtomicU64,
     pub(crate) qps: Mutex<[[Option<QpInfo>; NQ]; 2]>,
@@ -439,6 +447,7 @@ impl World {
             now: AtomicU64::new(1_000_000),
             stop: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            own_lane_sent: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
             activity: AtomicU64::new(0),
             qps: Mutex::default(),
