@@ -147,6 +147,14 @@ tcp_mib=$(median <<<"$tcps")     # MiB/s, as perftest's MB/s (2^20 bytes)
 floor=$(median <<<"$floors")     # us, one way
 spin_udp=$(median <<<"$spins_udp") # us, one way
 spin_mem=$(median <<<"$spins_mem") # us, one way
+echo "== threads on one device (softverbs perf --threads, 3 rounds; spec/concurrency.md §3)"
+threads_out=$(cargo build -q --release -p softverbs-cli >&2 \
+  && timeout 300 target/release/softverbs perf --threads --rounds 3 --iters 10000 2>&1) || true
+echo "${threads_out:-no result}"
+# The "vs 1 thread" column (the median over the rounds of each round's
+# ratio) of the row of two threads, and of four.
+vs_one() { awk -v t="$1" '$1 == t && $NF ~ /x$/ { sub(/x$/, "", $NF); print $NF }' <<<"$threads_out"; }
+
 udp_mib=$(median <<<"$udps")     # MiB/s received
 shm_mib=$(median <<<"$shms")     # MiB/s received
 
@@ -187,4 +195,5 @@ done
 row "same host: ib_write_lat 2 B typical" "$(orx "$(field "shm ib_write_lat $latn" 5)")" us "<= 2"
 row "the memory floor (one way)" "$(orx "$spin_mem")" us ""
 row "same host: ib_send_lat 2 B typical / p99" "$(orx "$(field "shm ib_send_lat $latn" 5)") / $(orx "$(field "shm ib_send_lat $latn" 8)")" us ""
-echo "  (thread scaling: softverbs perf --threads)"
+row "threads: 2 threads / 1 thread, one device" "$(orx "$(vs_one 2)")" x "> 1 (grows)"
+row "threads: 4 threads / 1 thread (2 cores)" "$(orx "$(vs_one 4)")" x ""
