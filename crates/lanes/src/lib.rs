@@ -172,11 +172,6 @@ impl<T> Striped<T> {
     pub fn all(&self) -> impl Iterator<Item = &T> {
         self.0.iter().map(|p| &p.0)
     }
-
-    /// Every stripe, for a holder with `&mut` (no other thread writes).
-    pub fn all_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.0.iter_mut().map(|p| &mut p.0)
-    }
 }
 
 #[cfg(test)]
