@@ -161,6 +161,27 @@ impl SharedReceiveQueue {
     }
 }
 
+/// A poll of an empty ring drives the receive path (`drive`) and looks again,
+/// whatever the drive reports: a completion another thread made meanwhile
+/// (the progress thread, while this one was descheduled inside the drive)
+/// is there too. An empty answer then says the ring was empty as the poll
+/// returned, as a hardware CQ's does; a program that reads its connection
+/// events after an empty poll (ofi_rxm) would otherwise see a disconnect
+/// before a completion that came first, and close the QP with it unread
+/// (spec/libfabric.md §6).
+pub(crate) fn poll_or_drive(
+    max: usize,
+    mut poll: impl FnMut() -> usize,
+    drive: impl FnOnce() -> usize,
+) -> usize {
+    let n = poll();
+    if n > 0 || max == 0 {
+        return n;
+    }
+    drive();
+    poll()
+}
+
 impl CompletionQueue {
     /// `ibv_poll_cq`: up to `max` completions, oldest first, appended to `out`;
     /// returns how many. Reads the CQ's ring without the engine lock and
@@ -168,11 +189,12 @@ impl CompletionQueue {
     /// an empty ring while the progress thread sleeps makes this thread read
     /// the socket once itself (`sv_io::Driver::drive_receive`) and look again.
     pub fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let n = self.inner.ring.poll(max, out);
-        if n > 0 || max == 0 || self.inner.ctx.dev.driver.drive_receive() == 0 {
-            return n;
-        }
-        self.inner.ring.poll(max, out)
+        let driver = &self.inner.ctx.dev.driver;
+        poll_or_drive(
+            max,
+            || self.inner.ring.poll(max, out),
+            || driver.drive_receive(),
+        )
     }
 
     /// Polls until `n` completions arrived or `timeout` passed, yielding the
@@ -319,5 +341,42 @@ impl AddressHandle {
             remote_qpn,
             remote_qkey,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::poll_or_drive;
+    use std::cell::Cell;
+
+    /// The drive read nothing itself, but a completion came meanwhile (made
+    /// by another thread): the poll hands it out instead of answering empty.
+    #[test]
+    fn an_empty_poll_looks_again_after_a_drive_that_read_nothing() {
+        let queued = Cell::new(0);
+        let polls = Cell::new(0);
+        let poll = || {
+            polls.set(polls.get() + 1);
+            queued.replace(0)
+        };
+        let drive = || {
+            queued.set(1);
+            0
+        };
+        assert_eq!(poll_or_drive(4, poll, drive), 1);
+        assert_eq!(polls.get(), 2);
+    }
+
+    /// A poll that found completions, or asked for none, does not drive.
+    #[test]
+    fn a_poll_that_found_something_does_not_drive() {
+        let drove = Cell::new(false);
+        let drive = || {
+            drove.set(true);
+            0
+        };
+        assert_eq!(poll_or_drive(4, || 2, drive), 2);
+        assert_eq!(poll_or_drive(0, || 0, drive), 0);
+        assert!(!drove.get());
     }
 }

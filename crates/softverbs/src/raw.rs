@@ -240,13 +240,13 @@ pub fn poll_cq_into(
     max: usize,
     mut f: impl FnMut(proto::wc::WorkCompletion),
 ) -> usize {
-    let n = cq.inner.ring.poll_with(max, &mut f);
-    // Empty while the progress thread sleeps: read the socket here, look again
-    // (CompletionQueue::poll).
-    if n > 0 || max == 0 || cq.inner.ctx.dev.driver.drive_receive() == 0 {
-        return n;
-    }
-    cq.inner.ring.poll_with(max, f)
+    // Empty: drive the receive path here, look again (CompletionQueue::poll).
+    let driver = &cq.inner.ctx.dev.driver;
+    crate::datapath::poll_or_drive(
+        max,
+        || cq.inner.ring.poll_with(max, &mut f),
+        || driver.drive_receive(),
+    )
 }
 
 /// `ibv_resize_cq`: returns the capacity granted; `EINVAL` below the
