@@ -163,11 +163,11 @@ impl SharedReceiveQueue {
 
 /// A poll of an empty ring drives the receive path (`drive`) and looks again,
 /// whatever the drive reports: a completion another thread made meanwhile
-/// (the progress thread, while this one was descheduled inside the drive)
+/// (the progress thread, while this one was off its core inside the drive)
 /// is there too. An empty answer then says the ring was empty as the poll
-/// returned, as a hardware CQ's does; a program that reads its connection
-/// events after an empty poll (ofi_rxm) would otherwise see a disconnect
-/// before a completion that came first, and close the QP with it unread
+/// returned, as a hardware CQ's does. Before, such a completion waited for
+/// the next poll, and a program that reads its connection events after an
+/// empty poll (ofi_rxm) could see a disconnect that came after it first
 /// (spec/libfabric.md §6).
 pub(crate) fn poll_or_drive(
     max: usize,
