@@ -104,115 +104,104 @@ fn fi_pingpong(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let rxm = args.iter().any(|a| a.contains("ofi_rxm"));
-    match fi_pingpong_once(ns, client_host, lib, tag, args, iters) {
-        Ok(captures) => captures,
-        Err(race) if rxm => {
-            eprintln!("{tag}: ofi_rxm's teardown race (spec/libfabric.md §6): {race}; once more");
-            fi_pingpong_once(ns, client_host, lib, tag, args, iters)
-                .unwrap_or_else(|race| panic!("{tag}: the teardown race twice: {race}"))
+    for attempt in 1..=2 {
+        let dir =
+            std::env::temp_dir().join(format!("softverbs-fabric-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let hosts = dir.join("hosts");
+        std::fs::write(&hosts, format!("{} localhost\n", HOSTS[0])).unwrap();
+        let run = |side: usize, peer: Option<&str>| {
+            let host = if side == 0 { 0 } else { client_host };
+            let mut c = Command::new("timeout");
+            c.args([
+                "30",
+                "ip",
+                "netns",
+                "exec",
+                &ns.names[host],
+                "unshare",
+                "--mount",
+                "sh",
+                "-c",
+            ])
+            .arg(r#"mount --bind "$0" /etc/hosts && exec "$@""#)
+            .arg(&hosts)
+            .args([BIN, "exec", "--lib-dir"])
+            .arg(lib)
+            .args(["--", "fi_pingpong", "-I", &iters.to_string(), "-c"])
+            .args(args)
+            .args(peer)
+            .env("SOFTVERBS_ADDR", HOSTS[host])
+            .env("SOFTVERBS_PCAP", dir.join(format!("{side}.pcap")))
+            .current_dir("/");
+            c
+        };
+        let server = run(0, None)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The server's control port opens once it has started: until then the
+        // client's connect is refused, and it tries again (bounded).
+        let mut client = run(1, Some(HOSTS[0])).output().unwrap();
+        for _ in 0..40 {
+            if client.status.success()
+                || !String::from_utf8_lossy(&client.stderr).contains("Connection refused")
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            client = run(1, Some(HOSTS[0])).output().unwrap();
         }
-        Err(race) => panic!("{tag}: {race}"),
-    }
-}
-
-/// One [`fi_pingpong`] run. `Err` says which side failed only at teardown,
-/// after its ping-pong completed with every message acknowledged; any other
-/// failure panics.
-fn fi_pingpong_once(
-    ns: &Netns,
-    client_host: usize,
-    lib: &Path,
-    tag: &str,
-    args: &[&str],
-    iters: usize,
-) -> Result<Vec<Vec<RoceRecord>>, String> {
-    let dir = std::env::temp_dir().join(format!("softverbs-fabric-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let hosts = dir.join("hosts");
-    std::fs::write(&hosts, format!("{} localhost\n", HOSTS[0])).unwrap();
-    let run = |side: usize, peer: Option<&str>| {
-        let host = if side == 0 { 0 } else { client_host };
-        let mut c = Command::new("timeout");
-        c.args([
-            "30",
-            "ip",
-            "netns",
-            "exec",
-            &ns.names[host],
-            "unshare",
-            "--mount",
-            "sh",
-            "-c",
-        ])
-        .arg(r#"mount --bind "$0" /etc/hosts && exec "$@""#)
-        .arg(&hosts)
-        .args([BIN, "exec", "--lib-dir"])
-        .arg(lib)
-        .args(["--", "fi_pingpong", "-I", &iters.to_string(), "-c"])
-        .args(args)
-        .args(peer)
-        .env("SOFTVERBS_ADDR", HOSTS[host])
-        .env("SOFTVERBS_PCAP", dir.join(format!("{side}.pcap")))
-        .current_dir("/");
-        c
-    };
-    let server = run(0, None)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The server's control port opens once it has started: until then the
-    // client's connect is refused, and it tries again (bounded).
-    let mut client = run(1, Some(HOSTS[0])).output().unwrap();
-    for _ in 0..40 {
-        if client.status.success()
-            || !String::from_utf8_lossy(&client.stderr).contains("Connection refused")
-        {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(250));
-        client = run(1, Some(HOSTS[0])).output().unwrap();
-    }
-    let server = server.wait_with_output().unwrap();
-    let mut teardown = None;
-    for (side, out) in [("server", &server), ("client", &client)] {
-        let text = String::from_utf8_lossy(&out.stdout);
-        eprintln!(
-            "{side}: {:?}\n{text}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec", then one
-        // line per size: every message sent was acknowledged.
-        let result = text
-            .lines()
-            .find(|l| l.split_whitespace().nth(1) == Some(&iters.to_string()))
-            .unwrap_or_else(|| panic!("{tag}: no result line from the {side} ({:?})", out.status));
-        assert_eq!(
-            result.split_whitespace().nth(2),
-            Some(format!("={iters}").as_str()),
-            "{tag}: {result}"
-        );
-        if !out.status.success() {
-            // The ping-pong completed; the failure came after it, at the
-            // `fin` exchange and the disconnect: 124 is `timeout`'s, 125
-            // fi_pingpong's for a flushed completion.
-            assert!(
-                matches!(out.status.code(), Some(124 | 125)),
-                "{tag}: the {side} failed: {:?}",
-                out.status
+        let server = server.wait_with_output().unwrap();
+        let mut teardown = None;
+        for (side, out) in [("server", &server), ("client", &client)] {
+            let text = String::from_utf8_lossy(&out.stdout);
+            eprintln!(
+                "{side}: {:?}\n{text}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
             );
-            teardown = Some(format!("the {side} failed at teardown ({:?})", out.status));
+            // "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec", then one
+            // line per size: every message sent was acknowledged.
+            let result = text
+                .lines()
+                .find(|l| l.split_whitespace().nth(1) == Some(&iters.to_string()))
+                .unwrap_or_else(|| {
+                    panic!("{tag}: no result line from the {side} ({:?})", out.status)
+                });
+            assert_eq!(
+                result.split_whitespace().nth(2),
+                Some(format!("={iters}").as_str()),
+                "{tag}: {result}"
+            );
+            if !out.status.success() {
+                // The ping-pong completed; the failure came after it, at the
+                // `fin` exchange and the disconnect: 124 is `timeout`'s, 125
+                // fi_pingpong's for a flushed completion.
+                assert!(
+                    matches!(out.status.code(), Some(124 | 125)),
+                    "{tag}: the {side} failed: {:?}",
+                    out.status
+                );
+                teardown = Some(format!("the {side} failed at teardown ({:?})", out.status));
+            }
+        }
+        let captures = (0..2)
+            .map(|side| pcap_roce(&dir.join(format!("{side}.pcap"))))
+            .collect();
+        let _ = std::fs::remove_dir_all(&dir);
+        match teardown {
+            None => return captures,
+            Some(race) if rxm && attempt == 1 => {
+                eprintln!(
+                    "{tag}: ofi_rxm's teardown race (spec/libfabric.md §6): {race}; once more"
+                );
+            }
+            Some(race) => panic!("{tag}: {race} (run {attempt})"),
         }
     }
-    let captures = (0..2)
-        .map(|side| pcap_roce(&dir.join(format!("{side}.pcap"))))
-        .collect();
-    let _ = std::fs::remove_dir_all(&dir);
-    match teardown {
-        Some(race) => Err(race),
-        None => Ok(captures),
-    }
+    unreachable!("the second run returns or panics")
 }
 
 /// `fi_pingpong -p verbs -e msg`: MSG endpoints connected by rdma_cm (our
