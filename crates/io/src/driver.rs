@@ -325,7 +325,12 @@ impl<E: Engine> Driver<E> {
         };
         for _ in 0..FLUSH_TRIES {
             let now = self.shared.clock.now();
-            if !tx.is_wanted() || self.shared.transmit_here(now, LaneSet::mine()).is_some() {
+            if !tx.is_wanted()
+                || self
+                    .shared
+                    .transmit_here(now, LaneSet::mine(), None)
+                    .is_some()
+            {
                 return true;
             }
             std::thread::yield_now();
@@ -427,6 +432,12 @@ impl<E: Engine> Driver<E> {
     /// WRITE (crate::linger).
     /// Returns how many datagrams this thread sent.
     pub fn posted(&self, idle: bool) -> usize {
+        self.posted_to(idle, None)
+    }
+
+    /// [`Driver::posted`] naming the QP posted to (the engine's id for it,
+    /// [`Engine::poll_transmit_posted`]): its datagram is taken first.
+    pub fn posted_to(&self, idle: bool, qp: Option<u64>) -> usize {
         let now = self.shared.clock.now();
         if let Some(tx) = &self.shared.caller_tx {
             // A busy queue's post counts only while the pattern forms (a
@@ -441,7 +452,7 @@ impl<E: Engine> Driver<E> {
             // its post may find the WRITE before still unacknowledged (the
             // answer overtakes the ACK, proto's `Qp::next_packet`).
             if wait.is_some() || (idle && !tx.streaming(now)) {
-                if let Some(n) = self.shared.transmit_here(now, LaneSet::mine()) {
+                if let Some(n) = self.shared.transmit_here(now, LaneSet::mine(), qp) {
                     match wait {
                         Some((seen, until)) => self.wait_for_answer(seen, until),
                         None => self.end_wait_lease(),

@@ -172,6 +172,20 @@ pub trait Engine: Send + Sync + 'static {
     ) -> Option<Transmit> {
         self.poll_transmit_claimed(now, buf, claims)
     }
+    /// [`Engine::poll_transmit_run`] for the thread that just posted to
+    /// `qp` (the id the engine gave [`crate::Driver::posted`]): that QP's
+    /// next datagram, its turn given at once. `None` when it has none now
+    /// or the usual turns take it (the default: always).
+    fn poll_transmit_posted(
+        &self,
+        qp: u64,
+        now: Nanos,
+        buf: &mut [u8],
+        claims: &mut Self::Claims,
+    ) -> Option<Transmit> {
+        let _ = (qp, now, buf, claims);
+        None
+    }
     /// The batch taken with `claims` left: the engine may give what it
     /// claimed to any thread again. Whether it has datagrams ready since
     /// (the caller then transmits again or wakes someone).

@@ -427,7 +427,10 @@ pub(crate) fn drive_for<E: Engine>(shared: &Shared<E>, now: Nanos, seen: Option<
                 };
                 gate.working(now);
                 busy = true;
-                shared.transmit_here(now, reach).is_none().then_some(reach)
+                shared
+                    .transmit_here(now, reach, None)
+                    .is_none()
+                    .then_some(reach)
             }
         },
         None if read.work => {

@@ -98,7 +98,7 @@ fn a_claimed_qp_sends_from_its_thread_only_until_released() {
         .poll_transmit_claimed(now, mem, &mut buf, &mut two)
         .unwrap();
     assert_eq!(who(&buf[..t.len]), (nb1, first + 3));
-    // A QP that sent comes round once more (to find nothing).
+    // Their last packets left: neither QP comes round again.
     e.release_claims(&mut two);
     assert!(e.poll_transmit(now, mem, &mut buf).is_none());
     assert!(!e.qp_tx_pending(qa1) && !e.qp_tx_pending(qa2));
@@ -134,9 +134,9 @@ fn a_qp_reset_while_in_the_ready_queue_is_claimed_by_one_thread_only() {
     let (qa, _, _, nb) = connect(&mut net, QpType::Rc);
     let (la, _) = net.a.mr(0, 1 << 16, 1);
     let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
-    write(&mut net, qa, 1, 1024, la, rb);
+    write(&mut net, qa, 1, 2 * 1024, la, rb);
     let mut buf = vec![0u8; 9000];
-    // Its packet leaves; it stays in the ready queue for one more turn.
+    // Its first packet leaves; it stays in the ready queue for the second.
     assert!(net
         .a
         .e
@@ -203,4 +203,95 @@ fn the_cms_mads_leave_from_one_thread_at_a_time() {
         .poll_transmit_claimed(net.now, &net.a.mem, &mut buf, &mut two)
         .is_none());
     net.a.e.release_claims(&mut two);
+}
+
+/// `n` one-packet WRITEs posted on `qa`'s send ring (as an application
+/// thread posts: listed, not yet in the send queue or a ready queue).
+fn post_on_ring(net: &Net, qa: QpHandle, n: u64, lkey: u32, rkey: u32) {
+    // The connection's moves woke its QPs, with nothing to send: those
+    // turns go first.
+    let mut buf = vec![0u8; 9000];
+    assert!(net
+        .a
+        .e
+        .poll_transmit(net.now, &net.a.mem, &mut buf)
+        .is_none());
+    let ring = net.a.e.send_ring(qa).unwrap();
+    let sg = [Sge {
+        addr: BASE,
+        length: 1024,
+        lkey,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey,
+    });
+    for id in 0..n {
+        ring.post(&send_wr(id, WrOpcode::RdmaWrite, &sg, t), None, 0)
+            .unwrap();
+    }
+}
+
+#[test]
+fn the_posting_thread_gets_its_qps_turn_at_once_and_keeps_the_claim() {
+    let (net, (qa1, nb1), _, (la, rb)) = two_pairs();
+    post_on_ring(&net, qa1, 2, la, rb);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut buf = vec![0u8; 9000];
+    let (mut one, mut two) = (TxClaims::default(), TxClaims::default());
+    let t = e
+        .poll_transmit_posted(qa1, now, mem, &mut buf, &mut one)
+        .expect("the posted QP's first packet");
+    let (to, first) = who(&buf[..t.len]);
+    assert_eq!(to, nb1);
+    assert!(
+        e.poll_transmit_claimed(now, mem, &mut buf, &mut two)
+            .is_none(),
+        "another thread takes nothing of a QP the posting thread claims"
+    );
+    let t = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut one)
+        .expect("the claimer's next turn sends the second WRITE");
+    assert_eq!(who(&buf[..t.len]), (nb1, first + 1));
+    e.release_claims(&mut one);
+    e.release_claims(&mut two);
+    // Its last packet left: no turn comes round for nothing.
+    assert!(!e.qp_tx_pending(qa1));
+    assert!(e.poll_transmit(now, mem, &mut buf).is_none());
+}
+
+#[test]
+fn a_posted_turn_is_none_for_a_qp_claimed_elsewhere_or_queued() {
+    let (mut net, (qa1, nb1), (qa2, nb2), (la, rb)) = two_pairs();
+    // QP 1: claimed by another thread after its first packet.
+    post_on_ring(&net, qa1, 2, la, rb);
+    let (mut one, mut two) = (TxClaims::default(), TxClaims::default());
+    let mut buf = vec![0u8; 9000];
+    {
+        let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+        let t = e
+            .poll_transmit_claimed(now, mem, &mut buf, &mut two)
+            .unwrap();
+        let (_, first) = who(&buf[..t.len]);
+        assert!(e
+            .poll_transmit_posted(qa1, now, mem, &mut buf, &mut one)
+            .is_none());
+        let t = e
+            .poll_transmit_claimed(now, mem, &mut buf, &mut two)
+            .unwrap();
+        assert_eq!(who(&buf[..t.len]), (nb1, first + 1), "the claimer sends on");
+        e.release_claims(&mut one);
+        e.release_claims(&mut two);
+    }
+    // QP 2: posted through the engine, so it waits in the ready queue; the
+    // ready queue's turn takes it.
+    write(&mut net, qa2, 3, 1024, la, rb);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    assert!(e
+        .poll_transmit_posted(qa2, now, mem, &mut buf, &mut one)
+        .is_none());
+    e.release_claims(&mut one);
+    let t = e.poll_transmit(now, mem, &mut buf).unwrap();
+    assert_eq!(who(&buf[..t.len]).0, nb2);
+    assert!(e.poll_transmit(now, mem, &mut buf).is_none());
 }

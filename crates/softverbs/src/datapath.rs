@@ -85,7 +85,7 @@ impl<T: Transport> QueuePair<T> {
         let r = match ring.post(wr, inline, xrc_srqn) {
             Err(e) => Err(post_err("post_send", e)),
             Ok(SendPost::Queued { idle }) => {
-                shared.posted(idle);
+                shared.posted(idle, h);
                 Ok(())
             }
             Ok(SendPost::Flush) => shared

@@ -44,15 +44,6 @@ impl DeviceEngine {
     }
 }
 
-/// One of the engine's transmit calls (with runs or without).
-type PollTransmit = fn(
-    &proto::Engine,
-    u64,
-    &dyn proto::memory::Memory,
-    &mut [u8],
-    &mut proto::datapath::TxClaims,
-) -> Option<proto::output::Transmit>;
-
 impl DeviceEngine {
     /// The engine's next datagram by `poll`, as the driver sees it.
     fn next_datagram(
@@ -60,7 +51,13 @@ impl DeviceEngine {
         now: Nanos,
         buf: &mut [u8],
         claims: &mut proto::datapath::TxClaims,
-        poll: PollTransmit,
+        poll: impl FnOnce(
+            &proto::Engine,
+            u64,
+            &dyn proto::memory::Memory,
+            &mut [u8],
+            &mut proto::datapath::TxClaims,
+        ) -> Option<proto::output::Transmit>,
     ) -> Option<Transmit> {
         self.engine.set_now(now);
         poll(&self.engine, now, &self.mem, buf, claims).map(transmit)
@@ -141,6 +138,19 @@ impl sv_io::Engine for DeviceEngine {
         claims: &mut Self::Claims,
     ) -> Option<Transmit> {
         self.next_datagram(now, buf, claims, proto::Engine::poll_transmit_run)
+    }
+
+    fn poll_transmit_posted(
+        &self,
+        qp: u64,
+        now: Nanos,
+        buf: &mut [u8],
+        claims: &mut Self::Claims,
+    ) -> Option<Transmit> {
+        let h = proto::handle::QpHandle::from_raw(qp);
+        self.next_datagram(now, buf, claims, |e, now, mem, buf, claims| {
+            e.poll_transmit_posted(h, now, mem, buf, claims)
+        })
     }
 
     fn release_claims(&self, claims: &mut Self::Claims) -> bool {
@@ -361,8 +371,8 @@ impl Shared {
     /// A WR was posted on a send ring (`idle`: the QP's send queue held
     /// nothing else): this thread transmits it itself if it can, else the
     /// progress thread takes it from there (sv_io's `Driver::posted`).
-    pub(crate) fn posted(&self, idle: bool) {
-        self.driver.posted(idle);
+    pub(crate) fn posted(&self, idle: bool, qp: proto::handle::QpHandle) {
+        self.driver.posted_to(idle, Some(qp.raw()));
     }
 }
 

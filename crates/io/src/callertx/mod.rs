@@ -352,7 +352,12 @@ impl<E: Engine> Shared<E> {
     /// rings the doorbell.
     /// `now`: the caller's clock reading, for the first round. `lanes`:
     /// whose QPs it takes (its own lane's, and those it took over).
-    pub(crate) fn transmit_here(&self, now: Nanos, lanes: LaneSet) -> Option<usize> {
+    pub(crate) fn transmit_here(
+        &self,
+        now: Nanos,
+        lanes: LaneSet,
+        posted: Option<u64>,
+    ) -> Option<usize> {
         let tx = self.caller_tx.as_ref()?;
         // None free, or all wait for room: the progress thread's.
         let mut gate = tx.free_gate()?;
@@ -382,13 +387,18 @@ impl<E: Engine> Shared<E> {
                 }
                 let now = if round == 0 { now } else { self.clock.now() };
                 let (mut slot, mut taken) = (0, 0);
+                // The QP just posted to has the first turn.
+                let mut first = posted.filter(|_| round == 0);
                 while taken < g.q.slots() {
                     taken += 1;
                     let path = path.as_mut().filter(|_| g.q.is_empty()).map(|p| &mut **p);
                     let (q, claims) = (&mut g.q, &mut g.claims);
-                    let built = shm::next_datagram(path, q.slot_mut(slot), &self.counters, |b| {
-                        engine.poll_transmit_run(now, b, claims)
-                    });
+                    let qp = first.take();
+                    let built =
+                        shm::next_datagram(path, q.slot_mut(slot), &self.counters, |b| match qp {
+                            Some(h) => engine.poll_transmit_posted(h, now, b, claims),
+                            None => engine.poll_transmit_run(now, b, claims),
+                        });
                     match built {
                         Built::Sent(t) => {
                             count_sent(&self.counters, t.len);
@@ -405,6 +415,7 @@ impl<E: Engine> Shared<E> {
                             q.push(Item::of(slot, &t));
                             slot += 1;
                         }
+                        Built::Nothing if qp.is_some() => {}
                         Built::Nothing => break,
                     }
                 }

@@ -70,6 +70,22 @@ impl Engine {
         self.transmit(now, mem, buf, claims, true)
     }
 
+    /// [`Engine::poll_transmit_run`] for the thread that just posted to QP
+    /// `h`: that QP's next packet, its turn given at once (claimed as the
+    /// ready queue's QPs are), without the posted list and the ready queue.
+    /// `None` when it has none, or when the QP is claimed by another thread
+    /// or waits in a ready queue already (then the usual turns take it).
+    pub fn poll_transmit_posted(
+        &self,
+        h: QpHandle,
+        now: u64,
+        mem: &dyn Memory,
+        buf: &mut [u8],
+        claims: &mut TxClaims,
+    ) -> Option<Transmit> {
+        self.claimed_turn(claims, Turn::Posted(h), now, mem, buf, true)
+    }
+
     fn transmit(
         &self,
         now: u64,
@@ -128,7 +144,7 @@ impl Engine {
         runs: bool,
     ) -> Option<Transmit> {
         let h = match turn {
-            Turn::Ready(h) => h,
+            Turn::Ready(h) | Turn::Posted(h) => h,
             Turn::Claimed(i) => claims.qps[i].0,
         };
         let mut q = self.qps.get(h)?.lock();
@@ -136,7 +152,9 @@ impl Engine {
             // A stale second entry of a QP another thread claims: its
             // claimer's release queues it.
             Turn::Ready(_) if q.dp.claimed => return None,
-            Turn::Ready(_) => {
+            // Another thread's, or queued: the usual turns take it.
+            Turn::Posted(_) if q.dp.claimed || q.dp.scheduled => return None,
+            Turn::Ready(_) | Turn::Posted(_) => {
                 claims.qps.push((h, false));
                 claims.qps.len() - 1
             }
@@ -144,22 +162,24 @@ impl Engine {
         };
         q.dp.claimed = true;
         q.dp.scheduled = false;
-        // A QP that sent its last packet comes round once more to find
-        // nothing: decide that without the turn (the same outcome: no turn
-        // until something wakes it; nothing else changes).
+        // A QP with nothing to send (woken by what turned out to need no
+        // packet, or queued before its last packet left): no turn until
+        // something wakes it, decided without the turn.
         if q.tx_idle() {
             q.dp.wants_tx = false;
             claims.qps[i].1 = false;
             return None;
         }
-        let t = self.drive_locked(h, q, mem, |q, env, sink| {
+        let (t, more) = self.drive_locked(h, q, mem, |q, env, sink| {
             let t = q.next_packet(now, env, buf, sink, runs);
-            // A QP that sent has another turn; one that had nothing waits
-            // until something wakes it.
-            q.dp.wants_tx = t.is_some();
-            t
+            // A QP that sent and has more has another turn; one that had
+            // nothing, or sent its last packet, waits until something wakes
+            // it (the test above, while the lock is held: no turn of its own
+            // only to find nothing).
+            q.dp.wants_tx = t.is_some() && !q.tx_idle();
+            (t, q.dp.wants_tx)
         });
-        claims.qps[i].1 = t.is_some();
+        claims.qps[i].1 = more;
         let t = t?;
         self.dev.counters.mine().packets_sent.bump();
         self.dev.counters.mine().bytes_sent.add(t.len as u64);
@@ -246,4 +266,7 @@ enum Turn {
     Ready(QpHandle),
     /// The `i`th QP the thread claims.
     Claimed(usize),
+    /// The QP the thread just posted to, to be claimed unless another
+    /// thread claims it or it waits in a ready queue.
+    Posted(QpHandle),
 }
