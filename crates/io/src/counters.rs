@@ -142,6 +142,11 @@ counters! {
     /// Runs of packets (`Engine::poll_transmit_run`) published in a ring
     /// (counted in `shm_datagrams_sent` too).
     shm_runs_sent,
+    /// Same-host path: responses (ACKs, READ responses, atomic ACKs) the
+    /// engine built into the requester's ring while it took the request
+    /// from a ring (`Engine::handle_local_datagram_responding`; counted in
+    /// `shm_built_in_ring` too).
+    shm_responses,
 }
 
 /// Live counters of one driver: one [`CounterCells`] per lane. A counter

@@ -55,6 +55,18 @@ pub struct Transmit {
     pub segments: Option<[u8; 3]>,
 }
 
+/// Where an engine that takes a datagram from a same-host ring sends what
+/// it answers at once (an ACK, a READ response), built straight into the
+/// ring back to the sender while the engine holds what orders the answer
+/// (spec/performance.md §25): no transmit turn of its own.
+pub trait Reply {
+    /// Room for one datagram (at least the driver's largest) to `to`, QP
+    /// `qpn`, if a same-host ring takes it now.
+    fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]>;
+    /// Publishes `t`, built at the start of the room last given.
+    fn publish(&mut self, t: &Transmit);
+}
+
 /// An asynchronous event for the device's async-event queue (`ibv_get_async_event`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AsyncEvent {
@@ -106,6 +118,18 @@ pub trait Engine: Send + Sync + 'static {
     fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.handle_datagram(now, from, to, payload);
     }
+    /// [`Engine::handle_local_datagram`] with a way out for what the
+    /// engine answers at once ([`Reply`]): the default takes no reply.
+    fn handle_local_datagram_responding(
+        &self,
+        now: Nanos,
+        (from, to): (SocketAddr, SocketAddr),
+        payload: &[u8],
+        reply: &mut dyn Reply,
+    ) {
+        let _ = reply;
+        self.handle_local_datagram(now, from, to, payload);
+    }
     /// A datagram this engine sent to the driver's own address `local`,
     /// handed straight back (the loopback shortcut): as
     /// [`Engine::handle_local_datagram`], or with `checked` (receive faults
@@ -133,6 +157,19 @@ pub trait Engine: Send + Sync + 'static {
         segments: [u8; 3],
     ) {
         let _ = (now, from, to, payload, segments);
+    }
+    /// [`Engine::handle_local_run`] with a way out for what the engine
+    /// answers at once ([`Reply`]): the default takes no reply.
+    fn handle_local_run_responding(
+        &self,
+        now: Nanos,
+        (from, to): (SocketAddr, SocketAddr),
+        payload: &[u8],
+        segments: [u8; 3],
+        reply: &mut dyn Reply,
+    ) {
+        let _ = reply;
+        self.handle_local_run(now, from, to, payload, segments);
     }
     /// The peers this driver reaches through a same-host ring whose receiver
     /// does not check the ICRC of intact RC, UC and XRC datagrams and takes

@@ -621,14 +621,18 @@ fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
     let c = &shared.counters;
     let local = shared.rx.local;
     let mut delivered = 0;
-    shm.receive_in_place(shared.clock.instant(now), SLOTS * 16, c, |batch| {
+    // What the engine answers goes back at once from this thread too,
+    // as its transmits do (crate::callertx).
+    let respond = shared.caller_tx.is_some();
+    let instant = shared.clock.instant(now);
+    shm.receive_in_place(instant, SLOTS * 16, c, respond, |batch, replies| {
         shared.rx.working(now);
         for (bytes, _) in batch.datagrams() {
             Counters::add(&c.datagrams_received, 1);
             Counters::add(&c.bytes_received, bytes.len() as u64);
             delivered += 1;
         }
-        crate::shm::deliver(&*shared.engine(), now, local, batch);
+        crate::shm::deliver(&*shared.engine(), now, local, batch, replies);
     });
     if let Some(peers) = shm.take_intact() {
         shared.engine().set_intact_peers(&peers);

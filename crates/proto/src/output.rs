@@ -71,6 +71,21 @@ pub struct Transmit {
     pub segments: Option<crate::run::Segments>,
 }
 
+/// Where a receive sends the responses it made (an ACK, a READ response,
+/// an atomic ACK) at once, built straight into the carrier's buffer while
+/// the QP's lock is held, so that they need no transmit turn of their own
+/// (spec/performance.md §25). A driver that took the request from a
+/// same-host ring offers the ring back to its sender; the engine offers
+/// only an RC QP's responses, and only while no transmitting thread claims
+/// the QP (none holds a packet of it that has yet to leave).
+pub trait Respond {
+    /// Room for one datagram to `to`, QP `qpn`, of up to a path MTU of
+    /// payload and its headers, if the driver can publish one there now.
+    fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]>;
+    /// Publishes `t`, built at the start of the room last given.
+    fn publish(&mut self, t: &Transmit);
+}
+
 /// Device-wide counters. The `drop_*` fields count datagrams the device
 /// dropped before any QP saw them (roce-wire.md §7, in the order the checks
 /// run); `qps` sums the counters of every QP the device has had, destroyed

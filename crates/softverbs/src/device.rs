@@ -82,6 +82,35 @@ impl sv_io::Engine for DeviceEngine {
         self.cm_events(now);
     }
 
+    fn handle_local_datagram_responding(
+        &self,
+        now: Nanos,
+        from_to: (SocketAddr, SocketAddr),
+        payload: &[u8],
+        reply: &mut dyn sv_io::Reply,
+    ) {
+        self.engine.set_now(now);
+        let mut via = ReplyVia(reply);
+        self.engine
+            .handle_local_datagram_responding(now, from_to, payload, &self.mem, &mut via);
+        self.cm_events(now);
+    }
+
+    fn handle_local_run_responding(
+        &self,
+        now: Nanos,
+        from_to: (SocketAddr, SocketAddr),
+        payload: &[u8],
+        segments: [u8; 3],
+        reply: &mut dyn sv_io::Reply,
+    ) {
+        self.engine.set_now(now);
+        let mut via = ReplyVia(reply);
+        self.engine
+            .handle_local_run_responding(now, from_to, payload, segments, &self.mem, &mut via);
+        self.cm_events(now);
+    }
+
     fn handle_own_datagram(&self, now: Nanos, local: SocketAddr, payload: &[u8], checked: bool) {
         self.engine.set_now(now);
         self.engine
@@ -382,6 +411,20 @@ impl Shared {
 /// retransmitting to them), as the kernel's cyclic allocation avoids for rxe.
 /// The driver's view of an engine's datagram (the run's segments as the
 /// three bytes the ring carries).
+/// The driver's way out for what the engine answers at once, as the
+/// engine asks for it.
+struct ReplyVia<'a>(&'a mut dyn sv_io::Reply);
+
+impl proto::output::Respond for ReplyVia<'_> {
+    fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
+        self.0.room(to, qpn)
+    }
+
+    fn publish(&mut self, t: &proto::output::Transmit) {
+        self.0.publish(&transmit(*t));
+    }
+}
+
 fn transmit(t: proto::output::Transmit) -> Transmit {
     Transmit {
         to: t.to,

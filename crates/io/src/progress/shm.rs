@@ -53,8 +53,9 @@ impl<E: Engine> Progress<E> {
         if !self.faults.on_receive() {
             // No receive faults: the engine reads each datagram where it
             // lies in the ring (no copy); counted and captured as read.
+            let c = &shared.counters;
             let work =
-                shm.receive_in_place(Instant::now(), self.batch, &shared.counters, |batch| {
+                shm.receive_in_place(Instant::now(), self.batch, c, true, |batch, replies| {
                     let c = &shared.counters;
                     let now = shared.clock.now();
                     for (bytes, meta) in batch.datagrams() {
@@ -67,7 +68,7 @@ impl<E: Engine> Progress<E> {
                             cap.record(now, batch.from, self.local, bytes, c);
                         }
                     }
-                    crate::shm::deliver(&*shared.engine(), now, self.local, batch);
+                    crate::shm::deliver(&*shared.engine(), now, self.local, batch, replies);
                     // (No receive faults: nothing received is held, so there
                     // is no reordered datagram to count down.)
                 });
@@ -100,7 +101,7 @@ impl<E: Engine> Progress<E> {
                 let engine = shared.engine();
                 for &(at, len, now, from, meta) in &passed {
                     let bytes = &stage[at..at + len];
-                    crate::shm::hand_over(&*engine, now, from, self.local, bytes, meta);
+                    crate::shm::hand_over(&*engine, now, from, self.local, bytes, meta, None);
                 }
             }
             passed.clear();

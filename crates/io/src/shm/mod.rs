@@ -72,7 +72,7 @@ use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use crate::counters::Counters;
-use crate::engine::Transmit;
+use crate::engine::{Reply, Transmit};
 use crate::share::Slot;
 use crate::sys::{self, shm as sysshm};
 use refusal::{Refusal, Rejection};
@@ -200,16 +200,90 @@ impl<'a> InPlace<'a> {
     }
 }
 
+/// The rings back to the senders, for what an engine answers at once to
+/// a datagram it took from a ring ([`Reply`], spec/performance.md §25):
+/// built straight into the requester's ring, published as
+/// [`ShmPath::build_in_ring`] publishes, while the engine holds the QP
+/// (so nothing of the QP can come between).
+pub(crate) struct Replies<'a> {
+    local: SocketAddr,
+    peers: &'a mut Peers,
+    /// The room asked for each reply (the path's largest datagram).
+    room: usize,
+    c: &'a Counters,
+    /// The peer whose ring holds the room last given.
+    at: Option<Key>,
+}
+
+impl Reply for Replies<'_> {
+    fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
+        self.at = None;
+        let qpn = qpn & 0xff_ffff;
+        let eligible = to.port() == self.local.port()
+            && !to.ip().is_multicast()
+            && qpn != 1
+            && qpn != 0xff_ffff;
+        if !eligible {
+            return None;
+        }
+        let key = (to.ip(), crate::share::slot_of_qpn(qpn));
+        let Some(Peer::Open(out)) = self.peers.get_mut(&key) else {
+            return None;
+        };
+        if !out.ready {
+            return None;
+        }
+        let room = out.ring.reserve(self.room)?;
+        self.at = Some(key);
+        Some(room)
+    }
+
+    fn publish(&mut self, t: &Transmit) {
+        let (c, local, key) = (self.c, self.local, self.at.take());
+        let Some(Peer::Open(out)) = key.and_then(|k| self.peers.get_mut(&k)) else {
+            Counters::add(&c.send_errors, 1);
+            tracing::error!("engine published a reply without room; dropped");
+            return;
+        };
+        let fits = out.ring.reserved(t.len);
+        if fits.is_none_or(|b| send::destination(local, t.to, b) != key) {
+            // Longer than the room, or not where the room was asked for:
+            // dropped (RC answers the request's retransmission again).
+            Counters::add(&c.send_errors, 1);
+            tracing::error!(len = t.len, to = %t.to,
+                "engine built a reply that does not belong in the ring it was given; dropped");
+            return;
+        }
+        out.ring.commit(t.len, ring::Meta::new(true, t.segments));
+        Counters::add(&c.datagrams_sent, 1);
+        Counters::add(&c.bytes_sent, t.len as u64);
+        Counters::add(&c.shm_datagrams_sent, 1);
+        Counters::add(&c.shm_built_in_ring, 1);
+        Counters::add(&c.shm_runs_sent, u64::from(t.segments.is_some()));
+        Counters::add(&c.shm_responses, 1);
+        send::wake(out, c);
+    }
+}
+
 /// Hands one ring's datagrams read in place to `engine`, as arrived at
-/// `local` at `now`: see [`hand_over`].
+/// `local` at `now`: see [`hand_over`]. `replies`: where what the engine
+/// answers the batch's last datagram goes at once ([`Replies`]), if
+/// anywhere; the answers to the others wait for a transmit turn, so that
+/// a stream's ACKs still coalesce into one per batch.
 pub(crate) fn deliver<E: crate::engine::Engine>(
     engine: &E,
     now: crate::clock::Nanos,
     local: SocketAddr,
     batch: &InPlace<'_>,
+    mut replies: Option<&mut Replies<'_>>,
 ) {
-    for (bytes, meta) in batch.datagrams() {
-        hand_over(engine, now, batch.from, local, bytes, meta);
+    let last = batch.records.len().saturating_sub(1);
+    for (i, (bytes, meta)) in batch.datagrams().enumerate() {
+        let reply = replies
+            .as_deref_mut()
+            .filter(|_| i == last)
+            .map(|r| r as &mut dyn Reply);
+        hand_over(engine, now, batch.from, local, bytes, meta, reply);
     }
 }
 
@@ -224,13 +298,20 @@ pub(crate) fn hand_over<E: crate::engine::Engine>(
     local: SocketAddr,
     bytes: &[u8],
     meta: ring::Meta,
+    reply: Option<&mut dyn Reply>,
 ) {
-    match (meta.segments(), meta.is_intact()) {
-        (Some(tag), true) => engine.handle_local_run(now, from, local, bytes, tag),
-        (None, true) => engine.handle_local_datagram(now, from, local, bytes),
+    match (meta.segments(), meta.is_intact(), reply) {
+        (Some(tag), true, Some(r)) => {
+            engine.handle_local_run_responding(now, (from, local), bytes, tag, r);
+        }
+        (None, true, Some(r)) => {
+            engine.handle_local_datagram_responding(now, (from, local), bytes, r);
+        }
+        (Some(tag), true, None) => engine.handle_local_run(now, from, local, bytes, tag),
+        (None, true, None) => engine.handle_local_datagram(now, from, local, bytes),
         // A run that is not intact is not a run the engine may take.
-        (Some(_), false) => {}
-        (None, false) => engine.handle_datagram(now, from, local, bytes),
+        (Some(_), false, _) => {}
+        (None, false, _) => engine.handle_datagram(now, from, local, bytes),
     }
 }
 
@@ -483,11 +564,21 @@ impl ShmPath {
         now: Instant,
         budget: usize,
         c: &Counters,
-        mut deliver: impl FnMut(&InPlace<'_>),
+        respond: bool,
+        mut deliver: impl FnMut(&InPlace<'_>, Option<&mut Replies<'_>>),
     ) -> bool {
         let mut work = self.maybe_check(now, c);
         let mut records = std::mem::take(&mut self.records);
         let max = self.max_datagram;
+        // Answers go straight back only where nothing records or alters
+        // datagrams (a capture, faults: the progress thread's transmit).
+        let mut replies = (respond && self.plain).then_some(Replies {
+            local: self.local,
+            peers: &mut self.peers,
+            room: max,
+            c,
+            at: None,
+        });
         let mut left = budget;
         for inb in self.inbound.iter_mut().filter(|i| !i.fresh) {
             records.clear();
@@ -508,11 +599,12 @@ impl ShmPath {
             if !records.is_empty() {
                 work = true;
                 Counters::add(&c.shm_datagrams_received, records.len() as u64);
-                deliver(&InPlace {
+                let batch = InPlace {
                     from: inb.from,
                     ring: &inb.ring,
                     records: &records,
-                });
+                };
+                deliver(&batch, replies.as_mut());
                 inb.ring.release();
             }
             if let Some(e) = broken {

@@ -298,7 +298,7 @@ fn push(out: &mut Outbound, bytes: &[u8], meta: ring::Meta, c: &Counters) -> Pus
 }
 
 /// After a record was published: wakes the receiver if it sleeps.
-fn wake(out: &Outbound, c: &Counters) {
+pub(super) fn wake(out: &Outbound, c: &Counters) {
     if out.ring.should_wake() {
         // A full socket buffer means wake-ups are already pending: fine.
         let _ = (&out.conn).write(&[0]);
@@ -307,7 +307,7 @@ fn wake(out: &Outbound, c: &Counters) {
 }
 
 /// [`ShmPath::destination`] for a path at `local`.
-fn destination(local: SocketAddr, to: SocketAddr, bytes: &[u8]) -> Option<(IpAddr, u8)> {
+pub(super) fn destination(local: SocketAddr, to: SocketAddr, bytes: &[u8]) -> Option<(IpAddr, u8)> {
     let dqp = bytes.get(5..8)?;
     if to.port() != local.port() || to.ip().is_multicast() || bytes.len() < 12 {
         return None;

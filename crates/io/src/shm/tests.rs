@@ -328,3 +328,85 @@ fn a_plain_receiver_is_named_as_reached_intact() {
     sleep_and_check(&mut a, &c);
     assert_eq!(a.take_intact(), Some(vec![]), "gone: named no more");
 }
+
+/// What one in-place read of `p` offers for replies: for each batch, `f`
+/// with the batch's sender and the way back, if one is offered.
+fn receive_replying(
+    p: &mut ShmPath,
+    c: &Counters,
+    respond: bool,
+    mut f: impl FnMut(SocketAddr, Option<&mut Replies<'_>>),
+) {
+    p.receive_in_place(Instant::now(), 16, c, respond, |batch, replies| {
+        f(batch.from, replies)
+    });
+}
+
+#[test]
+fn a_reply_goes_back_through_the_ring_of_the_requester() {
+    let ip: IpAddr = "127.0.91.7".parse().unwrap();
+    let (sa, mut a) = path(ip);
+    let (sb, mut b) = path(ip);
+    let c = Counters::default();
+    let at = SocketAddr::new(ip, 4791);
+    // Both rings open and accepted, each way.
+    send_accepted(&mut a, &mut b, at, &to_slot(sb.index(), 1, 64), &c);
+    b.settle_fresh();
+    each(&mut b, 16, &c, |_, _, _| {});
+    send_accepted(&mut b, &mut a, at, &to_slot(sa.index(), 2, 64), &c);
+    a.settle_fresh();
+    each(&mut a, 16, &c, |_, _, _| {});
+    let qpn_a = qpn_range(sa.index()).0 + 5;
+    let reply = to_slot(sa.index(), 9, 80);
+    // A request from a; b's engine answers it at once.
+    assert!(sent(&mut a, at, &to_slot(sb.index(), 3, 64), &c));
+    let mut batches = 0;
+    receive_replying(&mut b, &c, true, |from, replies| {
+        batches += 1;
+        assert_eq!(from, at);
+        let r = replies.expect("a way back is offered");
+        // Not for QP1, multicast, or another port.
+        assert!(r.room(at, 1).is_none());
+        assert!(r
+            .room(SocketAddr::new("224.0.0.9".parse().unwrap(), 4791), qpn_a)
+            .is_none());
+        assert!(r.room(SocketAddr::new(ip, 4792), qpn_a).is_none());
+        let room = r.room(at, qpn_a).expect("room in the ring back to a");
+        room[..reply.len()].copy_from_slice(&reply);
+        r.publish(&Transmit {
+            to: at,
+            len: reply.len(),
+            segments: None,
+        });
+    });
+    assert_eq!(batches, 1);
+    let mut got = Vec::new();
+    each(&mut a, 16, &c, |from, bytes, intact| {
+        got.push((from, bytes.to_vec(), intact))
+    });
+    assert_eq!(got, [(at, reply.clone(), true)], "the reply, marked intact");
+    let s = c.snapshot();
+    assert_eq!((s.shm_responses, s.send_errors), (1, 0));
+    // A reply built for another ring than its room's is dropped, counted.
+    assert!(sent(&mut a, at, &to_slot(sb.index(), 4, 64), &c));
+    receive_replying(&mut b, &c, true, |_, replies| {
+        let r = replies.unwrap();
+        let room = r.room(at, qpn_a).unwrap();
+        let stray = to_slot(sb.index(), 5, 80);
+        room[..stray.len()].copy_from_slice(&stray);
+        r.publish(&Transmit {
+            to: at,
+            len: stray.len(),
+            segments: None,
+        });
+    });
+    each(&mut a, 16, &c, |_, _, _| panic!("a stray reply arrived"));
+    let s = c.snapshot();
+    assert_eq!((s.shm_responses, s.send_errors), (1, 1));
+    // Not asked for (or a path that records or alters): none offered.
+    assert!(sent(&mut a, at, &to_slot(sb.index(), 6, 64), &c));
+    receive_replying(&mut b, &c, false, |_, replies| assert!(replies.is_none()));
+    b.plain = false;
+    assert!(sent(&mut a, at, &to_slot(sb.index(), 7, 64), &c));
+    receive_replying(&mut b, &c, true, |_, replies| assert!(replies.is_none()));
+}

@@ -5,6 +5,7 @@
 use crate::engine::QpGuard;
 use crate::handle::QpHandle;
 use crate::memory::Memory;
+use crate::output::Respond;
 use crate::qp::actor::{gid_ip, Packet};
 use crate::types::QpType;
 use crate::Engine;
@@ -25,7 +26,7 @@ impl Engine {
         payload: &[u8],
         mem: &dyn Memory,
     ) {
-        self.receive(now, (from, to), payload, mem, false, false);
+        self.receive(now, (from, to), payload, mem, false, false, None);
     }
 
     /// A datagram of the same-host path (spec/same-host.md §1 "The ICRC on
@@ -43,7 +44,20 @@ impl Engine {
         payload: &[u8],
         mem: &dyn Memory,
     ) {
-        self.receive(now, (from, to), payload, mem, true, false);
+        self.receive(now, (from, to), payload, mem, true, false, None);
+    }
+
+    /// [`Engine::handle_local_datagram`] whose responses may leave at once
+    /// through `respond` ([`Respond`]).
+    pub fn handle_local_datagram_responding(
+        &self,
+        now: u64,
+        (from, to): (SocketAddr, SocketAddr),
+        payload: &[u8],
+        mem: &dyn Memory,
+        respond: &mut dyn Respond,
+    ) {
+        self.receive(now, (from, to), payload, mem, true, false, Some(respond));
     }
 
     /// A datagram this device sent to its own address, handed straight back
@@ -62,7 +76,7 @@ impl Engine {
         mem: &dyn Memory,
         checked: bool,
     ) {
-        self.receive(now, (from, to), payload, mem, !checked, true);
+        self.receive(now, (from, to), payload, mem, !checked, true, None);
     }
 
     /// A run of packets from the same-host path (crate::run): taken apart
@@ -80,6 +94,32 @@ impl Engine {
         payload: &[u8],
         tag: [u8; 3],
         mem: &dyn Memory,
+    ) {
+        self.local_run(now, (from, to), payload, tag, mem, None);
+    }
+
+    /// [`Engine::handle_local_run`] whose responses may leave at once
+    /// through `respond` ([`Respond`]).
+    pub fn handle_local_run_responding(
+        &self,
+        now: u64,
+        (from, to): (SocketAddr, SocketAddr),
+        payload: &[u8],
+        tag: [u8; 3],
+        mem: &dyn Memory,
+        respond: &mut dyn Respond,
+    ) {
+        self.local_run(now, (from, to), payload, tag, mem, Some(respond));
+    }
+
+    fn local_run(
+        &self,
+        now: u64,
+        (from, to): (SocketAddr, SocketAddr),
+        payload: &[u8],
+        tag: [u8; 3],
+        mem: &dyn Memory,
+        respond: Option<&mut dyn Respond>,
     ) {
         let c = self.dev.counters.mine();
         c.packets_received.bump();
@@ -101,7 +141,7 @@ impl Engine {
         let grh = [0; 40];
         let mut each = *repr;
         let response = repr.opcode().is_response();
-        let (dropped, whole) = self.drive_locked(h, q, mem, |q, env, sink| {
+        let (dropped, whole, sent) = self.drive_locked(h, q, mem, |q, env, sink| {
             q.dp.counters.runs_received += 1;
             let mut dropped = 0;
             let mut whole = false;
@@ -127,8 +167,10 @@ impl Engine {
                 dropped += u64::from(dropped_one);
                 whole |= !dropped_one && ends_write(&each);
             }
-            (dropped, whole)
+            let sent = respond.map_or((0, 0), |r| q.respond_now(env, r));
+            (dropped, whole, sent)
         });
+        self.responded(sent);
         c.drop_by_qp.add(dropped);
         if whole {
             self.took_write(now);
@@ -137,6 +179,7 @@ impl Engine {
 
     /// `local`: the ICRC need not be checked; `own`: the device's own
     /// datagram (its WRITEs are not counted as taken).
+    #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
         now: u64,
@@ -145,6 +188,7 @@ impl Engine {
         mem: &dyn Memory,
         local: bool,
         own: bool,
+        respond: Option<&mut dyn Respond>,
     ) {
         self.dev.counters.mine().packets_received.bump();
         self.dev
@@ -206,12 +250,25 @@ impl Engine {
             payload: body,
             grh: &grh,
         };
-        let dropped =
-            self.drive_locked(h, q, mem, |q, env, sink| q.on_packet(now, env, &pkt, sink));
+        let (dropped, sent) = self.drive_locked(h, q, mem, |q, env, sink| {
+            let dropped = q.on_packet(now, env, &pkt, sink);
+            (dropped, respond.map_or((0, 0), |r| q.respond_now(env, r)))
+        });
+        self.responded(sent);
         if dropped {
             self.dev.counters.mine().drop_by_qp.bump();
         } else if ends_write(repr) && !own {
             self.took_write(now);
+        }
+    }
+
+    /// Counts the datagrams and bytes a receive sent at once
+    /// ([`Respond`]) as the device's, as a transmit turn does.
+    fn responded(&self, (n, bytes): (u64, u64)) {
+        if n > 0 {
+            let c = self.dev.counters.mine();
+            c.packets_sent.add(n);
+            c.bytes_sent.add(bytes);
         }
     }
 

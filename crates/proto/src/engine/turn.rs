@@ -120,7 +120,11 @@ impl Engine {
         }
         // A claimed QP keeps its wish: its thread gives it turns, and lets
         // it go to the ready queue when its batch left (datapath/tx.rs).
-        let ready = !q.dp.claimed && q.take_wants_tx() && !q.dp.scheduled;
+        // One woken by what needs no packet (an ACK that completed its last
+        // WQE, a response that already left: `Qp::respond_now`) has
+        // nothing for a turn to send: it waits for the next wake-up.
+        let raw = q.ctl.qp_type() == crate::types::QpType::RawPacket;
+        let ready = !q.dp.claimed && q.take_wants_tx() && !q.dp.scheduled && (raw || !q.tx_idle());
         // The heap holds each QP at its deadline or earlier. A first or
         // earlier deadline goes in at once. One that moves later, or goes,
         // leaves the entry while it is at least `LAZY_NS` off: a stream's
@@ -146,7 +150,7 @@ impl Engine {
         if ready {
             q.dp.scheduled = true;
             // RAW_PACKET QPs send frames, not datagrams (datapath/raw.rs).
-            if q.ctl.qp_type() == crate::types::QpType::RawPacket {
+            if raw {
                 self.dev.raw_ready.push(h);
             } else {
                 // Its home lane: its poster's, else that of the thread

@@ -2,7 +2,11 @@
 //! requests); the local ACK timer and the RNR wait (rc-reliability.md §1.3–1.4).
 
 use super::{gid_ip, path_mtu, Qp, QpEnv, Sink};
-use crate::output::{AsyncEventKind, Transmit, ROCE_PORT};
+use crate::output::{AsyncEventKind, Respond, Transmit, ROCE_PORT};
+
+/// The most datagrams a receive sends at once ([`Qp::respond_now`]): an
+/// ACK is one; a long READ's response leaves the rest to transmit turns.
+const RESPOND_MAX: u64 = 4;
 use crate::qp::completer::success;
 use crate::qp::requester::{AckTimeout, Payload, ReqEnv, ReqPacket};
 use crate::qp::sgl;
@@ -65,6 +69,34 @@ impl Qp {
             && self.dp.sq.all_sent()
             && self.dp.rnr_until.is_none()
             && self.send_ring().pending() == 0
+    }
+
+    /// The responses waiting, through `r` at once ([`Respond`]): an RC
+    /// QP's, while no transmitting thread claims the QP, at most
+    /// [`RESPOND_MAX`] datagrams. The datagrams and bytes sent.
+    pub(crate) fn respond_now(&mut self, env: &QpEnv<'_>, r: &mut dyn Respond) -> (u64, u64) {
+        if self.ctl.qp_type() != QpType::Rc || self.dp.claimed {
+            return (0, 0);
+        }
+        let a = self.ctl.attr();
+        let to = SocketAddr::new(a.ah_attr.grh.dgid.ip(), ROCE_PORT);
+        let qpn = a.dest_qp_num;
+        let (mut n, mut bytes) = (0, 0);
+        while n < RESPOND_MAX && self.dp.resp.has_output() {
+            let Some(buf) = r.room(to, qpn) else { break };
+            let Some(t) = self.next_response(env, buf, true) else {
+                break;
+            };
+            r.publish(&t);
+            n += 1;
+            bytes += t.len as u64;
+        }
+        // Nothing left to send: no turn to find nothing (as after a turn
+        // that sent its last packet).
+        if n > 0 && self.tx_idle() {
+            self.dp.wants_tx = false;
+        }
+        (n, bytes)
     }
 
     fn next_response(&mut self, env: &QpEnv<'_>, buf: &mut [u8], runs: bool) -> Option<Transmit> {

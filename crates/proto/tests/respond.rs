@@ -1,0 +1,192 @@
+//! Responses a receive sends at once (proto::output::Respond,
+//! spec/performance.md §25): an RC QP's ACK is built through the way out
+//! the driver offers, while the QP's lock is held, and needs no transmit
+//! turn; without room, or while a transmitting thread claims the QP, it
+//! waits for the usual turns.
+
+mod cm_common;
+mod net;
+use net::*;
+use proto::datapath::TxClaims;
+use proto::output::{Respond, Transmit};
+use std::net::SocketAddr;
+use wire::opcode::Operation;
+
+/// A way out that keeps what is published (or offers no room).
+struct Keep {
+    room: bool,
+    buf: Vec<u8>,
+    asked: Vec<(SocketAddr, u32)>,
+    out: Vec<(SocketAddr, Vec<u8>)>,
+}
+
+impl Keep {
+    fn new(room: bool) -> Keep {
+        Keep {
+            room,
+            buf: vec![0; 9000],
+            asked: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+}
+
+impl Respond for Keep {
+    fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
+        self.asked.push((to, qpn));
+        self.room.then_some(&mut self.buf[..])
+    }
+
+    fn publish(&mut self, t: &Transmit) {
+        self.out.push((t.to, self.buf[..t.len].to_vec()));
+    }
+}
+
+/// A connected RC pair; A's `len`-byte WRITE (signaled) posted. (A's QP
+/// and QPN, B's QP.)
+fn posted_write(net: &mut Net, len: u32) -> (QpHandle, u32, QpHandle) {
+    let (qa, na, qb, _) = connect(net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 1 << 16, 1);
+    let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    let sg = [Sge {
+        addr: BASE,
+        length: len,
+        lkey: la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey: rb,
+    });
+    net.a
+        .e
+        .post_send(qa, &send_wr(1, WrOpcode::RdmaWrite, &sg, t), None)
+        .unwrap();
+    // What the connection left (turns that find nothing) goes first.
+    let mut buf = vec![0u8; 9000];
+    assert!(net
+        .b
+        .e
+        .poll_transmit(net.now, &net.b.mem, &mut buf)
+        .is_none());
+    (qa, na, qb)
+}
+
+/// A's next datagram, taken by B through its same-host entry with `way`.
+fn to_b(net: &Net, way: &mut Keep) {
+    let mut buf = vec![0u8; 9000];
+    let t = net
+        .a
+        .e
+        .poll_transmit(net.now, &net.a.mem, &mut buf)
+        .expect("A's WRITE");
+    let (a, b) = (
+        SocketAddr::new(net.a.ip, 4791),
+        SocketAddr::new(net.b.ip, 4791),
+    );
+    net.b
+        .e
+        .handle_local_datagram_responding(net.now, (a, b), &buf[..t.len], &net.b.mem, way);
+}
+
+fn is_ack(datagram: &[u8]) -> bool {
+    let r = wire::TransportRepr::parse(datagram).expect("a valid packet");
+    r.opcode().operation() == Operation::Ack
+}
+
+#[test]
+fn a_request_is_acknowledged_at_once_through_the_way_out() {
+    let mut net = Net::new();
+    let (_, na, _) = posted_write(&mut net, 64);
+    let sent = net.b.e.counters().packets_sent;
+    let mut way = Keep::new(true);
+    to_b(&net, &mut way);
+    let a = SocketAddr::new(net.a.ip, 4791);
+    assert_eq!(way.asked, [(a, na)], "room asked for A's QP");
+    assert_eq!(way.out.len(), 1, "one datagram published");
+    let (to, ack) = &way.out[0];
+    assert_eq!(*to, a);
+    assert!(is_ack(ack), "the WRITE's ACK");
+    assert_eq!(net.b.e.counters().packets_sent, sent + 1, "counted as sent");
+    // No turn left for it: the ACK already left.
+    let mut buf = vec![0u8; 9000];
+    assert!(net
+        .b
+        .e
+        .poll_transmit(net.now, &net.b.mem, &mut buf)
+        .is_none());
+    // It completes A's WRITE.
+    let b = SocketAddr::new(net.b.ip, 4791);
+    net.a.e.handle_datagram(net.now, b, a, ack, &net.a.mem);
+    let wc = net.a.poll();
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
+}
+
+#[test]
+fn without_room_the_ack_waits_for_a_transmit_turn() {
+    let mut net = Net::new();
+    posted_write(&mut net, 64);
+    let mut way = Keep::new(false);
+    to_b(&net, &mut way);
+    assert_eq!(way.asked.len(), 1);
+    assert!(way.out.is_empty());
+    let mut buf = vec![0u8; 9000];
+    let t = net
+        .b
+        .e
+        .poll_transmit(net.now, &net.b.mem, &mut buf)
+        .expect("the ACK, in a turn");
+    assert!(is_ack(&buf[..t.len]));
+    net.run();
+    assert_eq!(net.a.poll()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn a_qp_a_transmitting_thread_claims_answers_after_its_packets() {
+    let mut net = Net::new();
+    let (_, _, qb) = posted_write(&mut net, 64);
+    // B's own two-packet WRITE to A; a transmitting thread claims B's QP
+    // with its first packet.
+    let (lb, _) = net.b.mr(0, 1 << 16, 1);
+    let (_, ra) = net.a.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    let sg = [Sge {
+        addr: BASE,
+        length: 2 * 1024,
+        lkey: lb,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey: ra,
+    });
+    net.b
+        .e
+        .post_send(qb, &send_wr(2, WrOpcode::RdmaWrite, &sg, t), None)
+        .unwrap();
+    let mut buf = vec![0u8; 9000];
+    let mut claims = TxClaims::default();
+    let first = net
+        .b
+        .e
+        .poll_transmit_claimed(net.now, &net.b.mem, &mut buf, &mut claims)
+        .expect("B's first packet");
+    assert!(!is_ack(&buf[..first.len]));
+    // A's WRITE arrives meanwhile: no reply at once (the claimer holds a
+    // packet of the QP that has yet to leave).
+    let mut way = Keep::new(true);
+    to_b(&net, &mut way);
+    assert!(way.asked.is_empty() && way.out.is_empty());
+    // The claimer's turns send the rest; the ACK leaves in a turn too.
+    let mut ack = false;
+    while let Some(t) = net
+        .b
+        .e
+        .poll_transmit_claimed(net.now, &net.b.mem, &mut buf, &mut claims)
+    {
+        ack |= is_ack(&buf[..t.len]);
+    }
+    net.b.e.release_claims(&mut claims);
+    while let Some(t) = net.b.e.poll_transmit(net.now, &net.b.mem, &mut buf) {
+        ack |= is_ack(&buf[..t.len]);
+    }
+    assert!(ack, "the ACK left in a transmit turn");
+}
