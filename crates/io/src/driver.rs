@@ -452,7 +452,22 @@ impl<E: Engine> Driver<E> {
             // its post may find the WRITE before still unacknowledged (the
             // answer overtakes the ACK, proto's `Qp::next_packet`).
             if wait.is_some() || (idle && !tx.streaming(now)) {
-                if let Some(n) = self.shared.transmit_here(now, LaneSet::mine(), qp) {
+                // Straight into the peer's ring if it has one; what is left
+                // (and any other way) through a transmit.
+                let mine = LaneSet::mine();
+                let direct = qp.and_then(|q| self.shared.transmit_posted_in_ring(now, q));
+                let sent = match direct {
+                    Some((n, false)) => Some(n),
+                    Some((n, true)) => match self.shared.transmit_here(now, mine, None) {
+                        Some(m) => Some(n + m),
+                        None => {
+                            self.shared.leave_to_poller(now, mine);
+                            Some(n)
+                        }
+                    },
+                    None => self.shared.transmit_here(now, mine, qp),
+                };
+                if let Some(n) = sent {
                     match wait {
                         Some((seen, until)) => self.wait_for_answer(seen, until),
                         None => self.end_wait_lease(),

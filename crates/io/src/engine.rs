@@ -55,11 +55,11 @@ pub struct Transmit {
     pub segments: Option<[u8; 3]>,
 }
 
-/// Where an engine that takes a datagram from a same-host ring sends what
-/// it answers at once (an ACK, a READ response), built straight into the
-/// ring back to the sender while the engine holds what orders the answer
-/// (spec/performance.md §25): no transmit turn of its own.
-pub trait Reply {
+/// Room in a peer's same-host ring for a datagram the engine builds in
+/// place while it holds what orders it (its QP): what a receive answers
+/// at once (an ACK, a READ response) and a post's packets leave with no
+/// transmit turn of their own (spec/performance.md §25).
+pub trait Room {
     /// Room for one datagram (at least the driver's largest) to `to`, QP
     /// `qpn`, if a same-host ring takes it now.
     fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]>;
@@ -119,13 +119,13 @@ pub trait Engine: Send + Sync + 'static {
         self.handle_datagram(now, from, to, payload);
     }
     /// [`Engine::handle_local_datagram`] with a way out for what the
-    /// engine answers at once ([`Reply`]): the default takes no reply.
+    /// engine answers at once ([`Room`]): the default takes no reply.
     fn handle_local_datagram_responding(
         &self,
         now: Nanos,
         (from, to): (SocketAddr, SocketAddr),
         payload: &[u8],
-        reply: &mut dyn Reply,
+        reply: &mut dyn Room,
     ) {
         let _ = reply;
         self.handle_local_datagram(now, from, to, payload);
@@ -159,14 +159,14 @@ pub trait Engine: Send + Sync + 'static {
         let _ = (now, from, to, payload, segments);
     }
     /// [`Engine::handle_local_run`] with a way out for what the engine
-    /// answers at once ([`Reply`]): the default takes no reply.
+    /// answers at once ([`Room`]): the default takes no reply.
     fn handle_local_run_responding(
         &self,
         now: Nanos,
         (from, to): (SocketAddr, SocketAddr),
         payload: &[u8],
         segments: [u8; 3],
-        reply: &mut dyn Reply,
+        reply: &mut dyn Room,
     ) {
         let _ = reply;
         self.handle_local_run(now, from, to, payload, segments);
@@ -221,6 +221,14 @@ pub trait Engine: Send + Sync + 'static {
         claims: &mut Self::Claims,
     ) -> Option<Transmit> {
         let _ = (qp, now, buf, claims);
+        None
+    }
+    /// The packets of the QP the calling thread just posted to (`qp`, as
+    /// for [`Engine::poll_transmit_posted`]), built in place through `room`
+    /// at once: how many left; `None` when the engine does not (the
+    /// default), or not for this QP now: the usual transmit then takes it.
+    fn transmit_posted_through(&self, qp: u64, now: Nanos, room: &mut dyn Room) -> Option<usize> {
+        let _ = (qp, now, room);
         None
     }
     /// The batch taken with `claims` left: the engine may give what it

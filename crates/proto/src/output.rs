@@ -71,14 +71,16 @@ pub struct Transmit {
     pub segments: Option<crate::run::Segments>,
 }
 
-/// Where a receive sends the responses it made (an ACK, a READ response,
-/// an atomic ACK) at once, built straight into the carrier's buffer while
-/// the QP's lock is held, so that they need no transmit turn of their own
-/// (spec/performance.md §25). A driver that took the request from a
-/// same-host ring offers the ring back to its sender; the engine offers
-/// only an RC QP's responses, and only while no transmitting thread claims
-/// the QP (none holds a packet of it that has yet to leave).
-pub trait Respond {
+/// Room in the carrier of a datagram built in place: a driver's offer of
+/// the same-host ring to a peer, where the engine builds a datagram while
+/// it holds the QP's lock, so that it leaves with no transmit turn (and no
+/// claim to keep its order) of its own (spec/performance.md §25). Offered
+/// to a receive, for the responses it makes (an RC QP's ACK, READ
+/// response, atomic ACK; `Engine::handle_local_datagram_responding`), and
+/// to a post, for its packets (`Engine::transmit_posted_through`); used
+/// only while no transmitting thread claims the QP (none holds a packet of
+/// it that has yet to leave).
+pub trait Room {
     /// Room for one datagram to `to`, QP `qpn`, of up to a path MTU of
     /// payload and its headers, if the driver can publish one there now.
     fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]>;

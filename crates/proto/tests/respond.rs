@@ -1,14 +1,15 @@
-//! Responses a receive sends at once (proto::output::Respond,
-//! spec/performance.md §25): an RC QP's ACK is built through the way out
+//! Datagrams built in place (proto::output::Room, spec/performance.md
+//! §25). A receive's responses: an RC QP's ACK is built through the room
 //! the driver offers, while the QP's lock is held, and needs no transmit
 //! turn; without room, or while a transmitting thread claims the QP, it
-//! waits for the usual turns.
+//! waits for the usual turns. A post's packets likewise
+//! (`Engine::transmit_posted_through`), a few at once.
 
 mod cm_common;
 mod net;
 use net::*;
 use proto::datapath::TxClaims;
-use proto::output::{Respond, Transmit};
+use proto::output::{Room, Transmit};
 use std::net::SocketAddr;
 use wire::opcode::Operation;
 
@@ -31,7 +32,7 @@ impl Keep {
     }
 }
 
-impl Respond for Keep {
+impl Room for Keep {
     fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
         self.asked.push((to, qpn));
         self.room.then_some(&mut self.buf[..])
@@ -189,4 +190,108 @@ fn a_qp_a_transmitting_thread_claims_answers_after_its_packets() {
         ack |= is_ack(&buf[..t.len]);
     }
     assert!(ack, "the ACK left in a transmit turn");
+}
+
+/// `n` one-packet WRITEs posted on A's send ring (as an application
+/// thread posts), after the turns the connection left.
+fn posted_on_ring(n: u64) -> (Net, QpHandle, u32) {
+    let mut net = Net::new();
+    let (qa, _, _, nb) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 1 << 16, 1);
+    let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    let mut buf = vec![0u8; 9000];
+    assert!(net
+        .a
+        .e
+        .poll_transmit(net.now, &net.a.mem, &mut buf)
+        .is_none());
+    let ring = net.a.e.send_ring(qa).unwrap();
+    let sg = [Sge {
+        addr: BASE,
+        length: 1024,
+        lkey: la,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey: rb,
+    });
+    for id in 0..n {
+        ring.post(&send_wr(id, WrOpcode::RdmaWrite, &sg, t), None, 0)
+            .unwrap();
+    }
+    (net, qa, nb)
+}
+
+#[test]
+fn a_posts_packets_go_straight_through_the_room_and_the_rest_wait_for_turns() {
+    let (net, qa, nb) = posted_on_ring(6);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut way = Keep::new(true);
+    let sent = e.counters().packets_sent;
+    // At most four at once, to B's QP, in PSN order; published as built.
+    assert_eq!(e.transmit_posted_through(qa, now, mem, &mut way), Some(4));
+    let b = SocketAddr::new(net.b.ip, 4791);
+    assert!(way.asked.iter().all(|&w| w == (b, nb)));
+    let psns: Vec<u32> = way
+        .out
+        .iter()
+        .map(|(to, d)| {
+            assert_eq!(*to, b);
+            wire::TransportRepr::parse(d).unwrap().bth.psn.get()
+        })
+        .collect();
+    assert_eq!(psns.len(), 4);
+    assert!(psns.windows(2).all(|w| w[1] == w[0] + 1), "{psns:?}");
+    assert_eq!(e.counters().packets_sent, sent + 4);
+    // The other two wait in the ready queue, after the four.
+    let mut buf = vec![0u8; 9000];
+    for k in 0..2 {
+        let t = e
+            .poll_transmit(now, mem, &mut buf)
+            .expect("the rest in turns");
+        let psn = wire::TransportRepr::parse(&buf[..t.len])
+            .unwrap()
+            .bth
+            .psn
+            .get();
+        assert_eq!(psn, psns[3] + 1 + k);
+    }
+    assert!(e.poll_transmit(now, mem, &mut buf).is_none());
+}
+
+#[test]
+fn without_room_or_with_a_claimer_a_post_is_left_to_the_turns() {
+    // No room: nothing taken, the turns send it.
+    let (net, qa, _) = posted_on_ring(1);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut none = Keep::new(false);
+    assert_eq!(e.transmit_posted_through(qa, now, mem, &mut none), None);
+    assert!(none.out.is_empty());
+    let mut buf = vec![0u8; 9000];
+    assert!(e.poll_transmit(now, mem, &mut buf).is_some());
+    // A claimer holds a packet of the QP: the post waits for its turns.
+    let (net, qa, _) = posted_on_ring(2);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut claims = TxClaims::default();
+    let first = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut claims)
+        .expect("the claimer's first packet");
+    let psn = wire::TransportRepr::parse(&buf[..first.len])
+        .unwrap()
+        .bth
+        .psn
+        .get();
+    let mut way = Keep::new(true);
+    assert_eq!(e.transmit_posted_through(qa, now, mem, &mut way), None);
+    assert!(way.out.is_empty() && way.asked.is_empty());
+    let t = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut claims)
+        .expect("the claimer sends on");
+    let next = wire::TransportRepr::parse(&buf[..t.len])
+        .unwrap()
+        .bth
+        .psn
+        .get();
+    assert_eq!(next, psn + 1);
+    e.release_claims(&mut claims);
 }

@@ -87,10 +87,10 @@ impl sv_io::Engine for DeviceEngine {
         now: Nanos,
         from_to: (SocketAddr, SocketAddr),
         payload: &[u8],
-        reply: &mut dyn sv_io::Reply,
+        reply: &mut dyn sv_io::Room,
     ) {
         self.engine.set_now(now);
-        let mut via = ReplyVia(reply);
+        let mut via = RoomVia(reply);
         self.engine
             .handle_local_datagram_responding(now, from_to, payload, &self.mem, &mut via);
         self.cm_events(now);
@@ -102,10 +102,10 @@ impl sv_io::Engine for DeviceEngine {
         from_to: (SocketAddr, SocketAddr),
         payload: &[u8],
         segments: [u8; 3],
-        reply: &mut dyn sv_io::Reply,
+        reply: &mut dyn sv_io::Room,
     ) {
         self.engine.set_now(now);
-        let mut via = ReplyVia(reply);
+        let mut via = RoomVia(reply);
         self.engine
             .handle_local_run_responding(now, from_to, payload, segments, &self.mem, &mut via);
         self.cm_events(now);
@@ -180,6 +180,18 @@ impl sv_io::Engine for DeviceEngine {
         self.next_datagram(now, buf, claims, |e, now, mem, buf, claims| {
             e.poll_transmit_posted(h, now, mem, buf, claims)
         })
+    }
+
+    fn transmit_posted_through(
+        &self,
+        qp: u64,
+        now: Nanos,
+        room: &mut dyn sv_io::Room,
+    ) -> Option<usize> {
+        self.engine.set_now(now);
+        let h = proto::handle::QpHandle::from_raw(qp);
+        self.engine
+            .transmit_posted_through(h, now, &self.mem, &mut RoomVia(room))
     }
 
     fn release_claims(&self, claims: &mut Self::Claims) -> bool {
@@ -413,9 +425,9 @@ impl Shared {
 /// three bytes the ring carries).
 /// The driver's way out for what the engine answers at once, as the
 /// engine asks for it.
-struct ReplyVia<'a>(&'a mut dyn sv_io::Reply);
+struct RoomVia<'a>(&'a mut dyn sv_io::Room);
 
-impl proto::output::Respond for ReplyVia<'_> {
+impl proto::output::Room for RoomVia<'_> {
     fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
         self.0.room(to, qpn)
     }

@@ -513,7 +513,7 @@ fn a_large_write_between_two_devices_of_this_host_goes_through_the_shared_ring()
     assert_eq!(e.drop_malformed, 0);
     // B answers as it takes the requests from the ring: its ACKs go back
     // through A's ring with no transmit turn of their own (sv_io's
-    // shm::Replies, spec/performance.md §25).
+    // shm::Rooms, spec/performance.md §25).
     let r = b.ctx.counters().io;
     assert!(r.shm_responses > 0, "{r:?}");
 }

@@ -468,6 +468,39 @@ impl<E: Engine> Shared<E> {
     }
 }
 
+impl<E: Engine> Shared<E> {
+    /// The packets of QP `qp`, just posted to by this thread, straight into
+    /// its peer's same-host ring (`Engine::transmit_posted_through`): no
+    /// gate, no batch, no claim (each is published while the engine holds
+    /// the QP). How many left, and whether the engine has more for this
+    /// lane (the QP's packets past the first few, or others'); `None` when
+    /// it could not (off, a lock busy, no ring there, or not for this QP
+    /// now): [`Shared::transmit_here`] then takes it.
+    pub(crate) fn transmit_posted_in_ring(&self, now: Nanos, qp: u64) -> Option<(usize, bool)> {
+        self.caller_tx.as_ref()?;
+        let mut path = self.try_shm()?;
+        let engine = self.try_engine()?;
+        let mut rooms = path.rooms_for_posts(&self.counters)?;
+        let n = engine.transmit_posted_through(qp, now, &mut rooms)?;
+        let notes: Vec<_> = std::iter::from_fn(|| engine.poll_notification()).collect();
+        // A deadline (the ACK timer) earlier than the progress thread's
+        // wake-up: it must look again.
+        let ring = engine
+            .poll_timeout()
+            .is_some_and(|d| d < self.wake_at.load(SeqCst));
+        let more = engine.has_work_in(LaneSet::mine());
+        drop(engine);
+        drop(path);
+        for n in notes {
+            self.deliver(n);
+        }
+        if ring {
+            self.doorbell.ring();
+        }
+        Some((n, more))
+    }
+}
+
 /// A datagram an application thread sent, in the counters.
 fn count_sent(c: &Counters, len: usize) {
     Counters::add(&c.datagrams_sent, 1);

@@ -72,7 +72,7 @@ use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use crate::counters::Counters;
-use crate::engine::{Reply, Transmit};
+use crate::engine::{Room, Transmit};
 use crate::share::Slot;
 use crate::sys::{self, shm as sysshm};
 use refusal::{Refusal, Rejection};
@@ -201,11 +201,11 @@ impl<'a> InPlace<'a> {
 }
 
 /// The rings back to the senders, for what an engine answers at once to
-/// a datagram it took from a ring ([`Reply`], spec/performance.md §25):
+/// a datagram it took from a ring ([`Room`], spec/performance.md §25):
 /// built straight into the requester's ring, published as
 /// [`ShmPath::build_in_ring`] publishes, while the engine holds the QP
 /// (so nothing of the QP can come between).
-pub(crate) struct Replies<'a> {
+pub(crate) struct Rooms<'a> {
     local: SocketAddr,
     peers: &'a mut Peers,
     /// The room asked for each reply (the path's largest datagram).
@@ -213,9 +213,11 @@ pub(crate) struct Replies<'a> {
     c: &'a Counters,
     /// The peer whose ring holds the room last given.
     at: Option<Key>,
+    /// For a posting thread's packets (counted as its own), not replies.
+    posts: bool,
 }
 
-impl Reply for Replies<'_> {
+impl Room for Rooms<'_> {
     fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
         self.at = None;
         let qpn = qpn & 0xff_ffff;
@@ -260,14 +262,21 @@ impl Reply for Replies<'_> {
         Counters::add(&c.shm_datagrams_sent, 1);
         Counters::add(&c.shm_built_in_ring, 1);
         Counters::add(&c.shm_runs_sent, u64::from(t.segments.is_some()));
-        Counters::add(&c.shm_responses, 1);
+        Counters::add(
+            if self.posts {
+                &c.caller_datagrams
+            } else {
+                &c.shm_responses
+            },
+            1,
+        );
         send::wake(out, c);
     }
 }
 
 /// Hands one ring's datagrams read in place to `engine`, as arrived at
 /// `local` at `now`: see [`hand_over`]. `replies`: where what the engine
-/// answers the batch's last datagram goes at once ([`Replies`]), if
+/// answers the batch's last datagram goes at once ([`Rooms`]), if
 /// anywhere; the answers to the others wait for a transmit turn, so that
 /// a stream's ACKs still coalesce into one per batch.
 pub(crate) fn deliver<E: crate::engine::Engine>(
@@ -275,14 +284,14 @@ pub(crate) fn deliver<E: crate::engine::Engine>(
     now: crate::clock::Nanos,
     local: SocketAddr,
     batch: &InPlace<'_>,
-    mut replies: Option<&mut Replies<'_>>,
+    mut replies: Option<&mut Rooms<'_>>,
 ) {
     let last = batch.records.len().saturating_sub(1);
     for (i, (bytes, meta)) in batch.datagrams().enumerate() {
         let reply = replies
             .as_deref_mut()
             .filter(|_| i == last)
-            .map(|r| r as &mut dyn Reply);
+            .map(|r| r as &mut dyn Room);
         hand_over(engine, now, batch.from, local, bytes, meta, reply);
     }
 }
@@ -298,7 +307,7 @@ pub(crate) fn hand_over<E: crate::engine::Engine>(
     local: SocketAddr,
     bytes: &[u8],
     meta: ring::Meta,
-    reply: Option<&mut dyn Reply>,
+    reply: Option<&mut dyn Room>,
 ) {
     match (meta.segments(), meta.is_intact(), reply) {
         (Some(tag), true, Some(r)) => {
@@ -565,19 +574,20 @@ impl ShmPath {
         budget: usize,
         c: &Counters,
         respond: bool,
-        mut deliver: impl FnMut(&InPlace<'_>, Option<&mut Replies<'_>>),
+        mut deliver: impl FnMut(&InPlace<'_>, Option<&mut Rooms<'_>>),
     ) -> bool {
         let mut work = self.maybe_check(now, c);
         let mut records = std::mem::take(&mut self.records);
         let max = self.max_datagram;
         // Answers go straight back only where nothing records or alters
         // datagrams (a capture, faults: the progress thread's transmit).
-        let mut replies = (respond && self.plain).then_some(Replies {
+        let mut replies = (respond && self.plain).then_some(Rooms {
             local: self.local,
             peers: &mut self.peers,
             room: max,
             c,
             at: None,
+            posts: false,
         });
         let mut left = budget;
         for inb in self.inbound.iter_mut().filter(|i| !i.fresh) {
@@ -619,6 +629,19 @@ impl ShmPath {
         self.inbound
             .retain(|i| !(i.broken || (i.closed && !i.ring.has_data())));
         work
+    }
+
+    /// Room in the peers' rings for a posting thread's packets
+    /// ([`Rooms`]); `None` where something records or alters datagrams.
+    pub(crate) fn rooms_for_posts<'a>(&'a mut self, c: &'a Counters) -> Option<Rooms<'a>> {
+        self.plain.then_some(Rooms {
+            local: self.local,
+            peers: &mut self.peers,
+            room: self.max_datagram,
+            c,
+            at: None,
+            posts: true,
+        })
     }
 
     /// Checks the connections poll(2) found ready, and every connection

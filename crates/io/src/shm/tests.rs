@@ -335,7 +335,7 @@ fn receive_replying(
     p: &mut ShmPath,
     c: &Counters,
     respond: bool,
-    mut f: impl FnMut(SocketAddr, Option<&mut Replies<'_>>),
+    mut f: impl FnMut(SocketAddr, Option<&mut Rooms<'_>>),
 ) {
     p.receive_in_place(Instant::now(), 16, c, respond, |batch, replies| {
         f(batch.from, replies)

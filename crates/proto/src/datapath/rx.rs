@@ -5,7 +5,7 @@
 use crate::engine::QpGuard;
 use crate::handle::QpHandle;
 use crate::memory::Memory;
-use crate::output::Respond;
+use crate::output::Room;
 use crate::qp::actor::{gid_ip, Packet};
 use crate::types::QpType;
 use crate::Engine;
@@ -48,14 +48,14 @@ impl Engine {
     }
 
     /// [`Engine::handle_local_datagram`] whose responses may leave at once
-    /// through `respond` ([`Respond`]).
+    /// through `respond` ([`Room`]).
     pub fn handle_local_datagram_responding(
         &self,
         now: u64,
         (from, to): (SocketAddr, SocketAddr),
         payload: &[u8],
         mem: &dyn Memory,
-        respond: &mut dyn Respond,
+        respond: &mut dyn Room,
     ) {
         self.receive(now, (from, to), payload, mem, true, false, Some(respond));
     }
@@ -99,7 +99,7 @@ impl Engine {
     }
 
     /// [`Engine::handle_local_run`] whose responses may leave at once
-    /// through `respond` ([`Respond`]).
+    /// through `respond` ([`Room`]).
     pub fn handle_local_run_responding(
         &self,
         now: u64,
@@ -107,7 +107,7 @@ impl Engine {
         payload: &[u8],
         tag: [u8; 3],
         mem: &dyn Memory,
-        respond: &mut dyn Respond,
+        respond: &mut dyn Room,
     ) {
         self.local_run(now, (from, to), payload, tag, mem, Some(respond));
     }
@@ -119,7 +119,7 @@ impl Engine {
         payload: &[u8],
         tag: [u8; 3],
         mem: &dyn Memory,
-        respond: Option<&mut dyn Respond>,
+        respond: Option<&mut dyn Room>,
     ) {
         let c = self.dev.counters.mine();
         c.packets_received.bump();
@@ -188,7 +188,7 @@ impl Engine {
         mem: &dyn Memory,
         local: bool,
         own: bool,
-        respond: Option<&mut dyn Respond>,
+        respond: Option<&mut dyn Room>,
     ) {
         self.dev.counters.mine().packets_received.bump();
         self.dev
@@ -263,7 +263,7 @@ impl Engine {
     }
 
     /// Counts the datagrams and bytes a receive sent at once
-    /// ([`Respond`]) as the device's, as a transmit turn does.
+    /// ([`Room`]) as the device's, as a transmit turn does.
     fn responded(&self, (n, bytes): (u64, u64)) {
         if n > 0 {
             let c = self.dev.counters.mine();

@@ -12,11 +12,17 @@
 
 use crate::handle::QpHandle;
 use crate::memory::Memory;
-use crate::output::Transmit;
+use crate::output::{Room, Transmit, ROCE_PORT};
 use crate::sched::TxClaims;
+use crate::types::QpType;
 use crate::Engine;
 use lanes::LaneSet;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+/// The most datagrams [`Engine::transmit_posted_through`] sends: a post's
+/// message in runs, or its first packets; the rest wait for turns.
+const POSTED_MAX: usize = 4;
 
 impl Engine {
     /// The driver names the peers it reaches with intact datagrams (a
@@ -84,6 +90,55 @@ impl Engine {
         claims: &mut TxClaims,
     ) -> Option<Transmit> {
         self.claimed_turn(claims, Turn::Posted(h), now, mem, buf, true)
+    }
+
+    /// The packets of QP `h`, just posted to, straight into `way` (the
+    /// room a driver offers in its peer's same-host ring, [`Room`]):
+    /// the QP's turns given at once, each packet published while the QP's
+    /// lock is held, so that no claim has to keep its order. For an RC or
+    /// UC QP that no thread claims and that waits in no ready queue, while
+    /// `way` has room for its peer; at most [`POSTED_MAX`] datagrams (the
+    /// rest wait in the ready queue). How many left; `None` when it was not
+    /// such a QP or there was no room at all: nothing changed, the usual
+    /// turns take it.
+    pub fn transmit_posted_through(
+        &self,
+        h: QpHandle,
+        now: u64,
+        mem: &dyn Memory,
+        way: &mut dyn Room,
+    ) -> Option<usize> {
+        let q = self.qps.get(h)?.lock();
+        let connected = matches!(q.ctl.qp_type(), QpType::Rc | QpType::Uc);
+        if !connected || q.dp.claimed || q.dp.scheduled {
+            return None;
+        }
+        let a = q.ctl.attr();
+        let (to, qpn) = (
+            SocketAddr::new(a.ah_attr.grh.dgid.ip(), ROCE_PORT),
+            a.dest_qp_num,
+        );
+        // The first room before the turn: without it nothing is taken.
+        way.room(to, qpn)?;
+        let (n, bytes) = self.drive_locked(h, q, mem, |q, env, sink| {
+            let (mut n, mut bytes) = (0, 0);
+            while n < POSTED_MAX {
+                let Some(buf) = way.room(to, qpn) else { break };
+                let Some(t) = q.next_packet(now, env, buf, sink, true) else {
+                    break;
+                };
+                way.publish(&t);
+                n += 1;
+                bytes += t.len as u64;
+            }
+            // What is left goes to the ready queue (the sync after this).
+            q.dp.wants_tx = !q.tx_idle();
+            (n, bytes)
+        });
+        let c = self.dev.counters.mine();
+        c.packets_sent.add(n as u64);
+        c.bytes_sent.add(bytes);
+        Some(n)
     }
 
     fn transmit(

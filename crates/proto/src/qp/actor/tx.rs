@@ -2,7 +2,7 @@
 //! requests); the local ACK timer and the RNR wait (rc-reliability.md §1.3–1.4).
 
 use super::{gid_ip, path_mtu, Qp, QpEnv, Sink};
-use crate::output::{AsyncEventKind, Respond, Transmit, ROCE_PORT};
+use crate::output::{AsyncEventKind, Room, Transmit, ROCE_PORT};
 
 /// The most datagrams a receive sends at once ([`Qp::respond_now`]): an
 /// ACK is one; a long READ's response leaves the rest to transmit turns.
@@ -71,10 +71,10 @@ impl Qp {
             && self.send_ring().pending() == 0
     }
 
-    /// The responses waiting, through `r` at once ([`Respond`]): an RC
+    /// The responses waiting, through `r` at once ([`Room`]): an RC
     /// QP's, while no transmitting thread claims the QP, at most
     /// [`RESPOND_MAX`] datagrams. The datagrams and bytes sent.
-    pub(crate) fn respond_now(&mut self, env: &QpEnv<'_>, r: &mut dyn Respond) -> (u64, u64) {
+    pub(crate) fn respond_now(&mut self, env: &QpEnv<'_>, r: &mut dyn Room) -> (u64, u64) {
         if self.ctl.qp_type() != QpType::Rc || self.dp.claimed {
             return (0, 0);
         }
