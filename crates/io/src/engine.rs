@@ -118,7 +118,7 @@ pub trait Engine: Send + Sync + 'static {
     fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
         self.handle_datagram(now, from, to, payload);
     }
-    /// [`Engine::handle_local_datagram`] with a way out for what the
+    /// [`Engine::handle_local_datagram`] with room for what the
     /// engine answers at once ([`Room`]): the default takes no reply.
     fn handle_local_datagram_responding(
         &self,
@@ -158,7 +158,7 @@ pub trait Engine: Send + Sync + 'static {
     ) {
         let _ = (now, from, to, payload, segments);
     }
-    /// [`Engine::handle_local_run`] with a way out for what the engine
+    /// [`Engine::handle_local_run`] with room for what the engine
     /// answers at once ([`Room`]): the default takes no reply.
     fn handle_local_run_responding(
         &self,

@@ -417,14 +417,7 @@ impl Shared {
     }
 }
 
-/// Where a process starts handing out its slot's QPNs: a point that differs
-/// from one process to the next, so a process that takes over a slot does not
-/// at once reuse the QPNs of the one before it (whose peers may still be
-/// retransmitting to them), as the kernel's cyclic allocation avoids for rxe.
-/// The driver's view of an engine's datagram (the run's segments as the
-/// three bytes the ring carries).
-/// The driver's way out for what the engine answers at once, as the
-/// engine asks for it.
+/// The driver's room, as the engine asks for it.
 struct RoomVia<'a>(&'a mut dyn sv_io::Room);
 
 impl proto::output::Room for RoomVia<'_> {
@@ -437,6 +430,8 @@ impl proto::output::Room for RoomVia<'_> {
     }
 }
 
+/// The driver's view of an engine's datagram (the run's segments as the
+/// three bytes the ring carries).
 fn transmit(t: proto::output::Transmit) -> Transmit {
     Transmit {
         to: t.to,
@@ -445,6 +440,10 @@ fn transmit(t: proto::output::Transmit) -> Transmit {
     }
 }
 
+/// Where a process starts handing out its slot's QPNs: a point that differs
+/// from one process to the next, so a process that takes over a slot does not
+/// at once reuse the QPNs of the one before it (whose peers may still be
+/// retransmitting to them), as the kernel's cyclic allocation avoids for rxe.
 fn qpn_start(first: u32, last: u32) -> u32 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
