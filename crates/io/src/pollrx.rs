@@ -625,14 +625,17 @@ fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
     // as its transmits do (crate::callertx).
     let respond = shared.caller_tx.is_some();
     let instant = shared.clock.instant(now);
-    shm.receive_in_place(instant, SLOTS * 16, c, respond, |batch, replies| {
+    shm.receive_in_place(instant, SLOTS * 16, c, respond, |batch, rooms| {
         shared.rx.working(now);
-        for (bytes, _) in batch.datagrams() {
-            Counters::add(&c.datagrams_received, 1);
-            Counters::add(&c.bytes_received, bytes.len() as u64);
-            delivered += 1;
+        let (mut n, mut bytes) = (0, 0);
+        for (b, _) in batch.datagrams() {
+            n += 1;
+            bytes += b.len() as u64;
         }
-        crate::shm::deliver(&*shared.engine(), now, local, batch, replies);
+        Counters::add(&c.datagrams_received, n as u64);
+        Counters::add(&c.bytes_received, bytes);
+        delivered += n;
+        crate::shm::deliver(&*shared.engine(), now, local, batch, rooms);
     });
     if let Some(peers) = shm.take_intact() {
         shared.engine().set_intact_peers(&peers);
