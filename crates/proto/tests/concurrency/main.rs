@@ -13,7 +13,7 @@
 //!   with immediate, READ and fetch-and-add of 8..3500 bytes (up to four
 //!   packets), now streaming, now waiting for its completions so that the
 //!   next post finds the QP idle; and one thread keeping the SRQ stocked;
-//! - transmit, in one of four modes (one test each): serial (one
+//! - transmit, in one of five modes (one test each): serial (one
 //!   transmitting thread per device, its datagrams spread by destination QP
 //!   over two receiving threads of the peer: each QP's packets in order,
 //!   different QPs' handled at once); reorder (two transmitting threads per
@@ -22,7 +22,11 @@
 //!   with `poll_transmit_claimed` / `release_claims`: in order again);
 //!   lanes (as claims, and each poster sends its own lane's datagrams
 //!   after each post, while the two transmitting threads reach every
-//!   lane: `sv_io`'s posting threads and progress thread). One
+//!   lane: `sv_io`'s posting threads and progress thread); rooms (as
+//!   serial, the transmitting thread claiming, and each poster building
+//!   its QP's packets straight into the peer's FIFO after each post, each
+//!   same-host receiving thread the responses straight back: `sv_io`'s
+//!   same-host rings, proto::output::Room). One
 //!   receiving path of each device takes `handle_local_datagram` (the
 //!   same-host path), the other `handle_datagram`;
 //! - CQ polling without the engine: A's CQ by two busy pollers, B's CQ only
@@ -303,6 +307,16 @@ pub(crate) fn run(cfg: Config) -> Arc<World> {
     let mut t = Threads(Vec::new());
     let (wake_tx, wake_rx) = mpsc::channel();
     *lock(&w.wake_b) = Some(wake_tx.clone());
+    // Serial and rooms modes: the FIFOs into each device's two receiving
+    // threads, made before any thread that sends into them.
+    let mut fifo_rx: [Vec<mpsc::Receiver<Vec<u8>>>; 2] = Default::default();
+    if matches!(cfg.mode, Mode::Serial | Mode::Rooms) {
+        for (to, rxs) in fifo_rx.iter_mut().enumerate() {
+            let (txs, r): (Vec<_>, Vec<_>) = (0..2).map(|_| mpsc::channel()).unzip();
+            *lock(&w.inbox[to]) = txs;
+            *rxs = r;
+        }
+    }
     for side in 0..2 {
         for slot in 0..NQ {
             t.spawn(&w, &format!("post-{side}-{slot}"), move |w| {
@@ -311,17 +325,18 @@ pub(crate) fn run(cfg: Config) -> Arc<World> {
         }
         t.spawn(&w, &format!("srq-{side}"), move |w| srq_poster(w, side));
         t.spawn(&w, &format!("events-{side}"), move |w| event_taker(w, side));
-        if cfg.mode != Mode::Serial {
+        if !matches!(cfg.mode, Mode::Serial | Mode::Rooms) {
             for k in 0..2 {
                 t.spawn(&w, &format!("tx-{side}-{k}"), move |w| {
                     transmit_direct(w, side, k == 1);
                 });
             }
         } else {
-            let mut shards = Vec::new();
-            for k in 0..2 {
-                let (tx, rx) = mpsc::channel();
-                shards.push(tx);
+            let shards = lock(&w.inbox[1 - side]).clone();
+            for (k, rx) in std::mem::take(&mut fifo_rx[1 - side])
+                .into_iter()
+                .enumerate()
+            {
                 t.spawn(&w, &format!("rx-{}-{k}", 1 - side), move |w| {
                     receiver(w, 1 - side, &rx, k == 1);
                 });
@@ -425,6 +440,23 @@ pub(crate) fn claiming_transmitters_keep_each_qps_order() {
         per: 150,
     });
     report(&w, "claims");
+    check(&w);
+}
+
+/// Posters that build their packets straight into the peer's FIFO, and
+/// receivers that build the responses straight back, beside a claiming
+/// transmitting thread per device (proto::output::Room): each QP's packets
+/// stay in order, completions exactly once.
+#[test]
+pub(crate) fn packets_built_in_place_beside_a_claiming_transmitter_keep_each_qps_order() {
+    let w = run(Config {
+        mode: Mode::Rooms,
+        per: 150,
+    });
+    report(&w, "rooms");
+    let built = w.built_in_place.load(SeqCst);
+    eprintln!("rooms: {built} datagrams built in place by posters and receivers");
+    assert!(built > 0, "datagrams were built in place");
     check(&w);
 }
 

@@ -89,6 +89,11 @@ pub(crate) fn poster(w: &World, side: usize, slot: usize) {
         if w.cfg.mode == Mode::Lanes {
             send_own_lane(w, side, seq % 2 == 1);
         }
+        if w.cfg.mode == Mode::Rooms {
+            let mut room = FifoRoom::into(w, 1 - side);
+            let (e, now) = (s.rd(), w.now.load(SeqCst));
+            e.transmit_posted_through(info.h, now, &s.mem, &mut room);
+        }
         // A third of the WRs end a burst: the poster waits until all it
         // posted completed, so the next post finds the QP idle (the post
         // alone must wake it: the posted list, no packet of its own due).
@@ -187,17 +192,24 @@ pub(crate) fn deliver(w: &World, to: usize, d: &[u8], local: bool) {
     w.bump();
 }
 
-/// Serial mode: the only transmitting thread of `side`; the datagrams go to
-/// the peer's receiving thread that owns their destination QP.
+/// Serial and rooms modes: the only transmitting thread of `side`; the
+/// datagrams go to the peer's receiving thread that owns their destination
+/// QP. With rooms, the QPs stay claimed until their datagrams are in the
+/// FIFOs (posters and receivers build into the same FIFOs meanwhile).
 pub(crate) fn transmitter(w: &World, side: usize, shards: &[mpsc::Sender<Vec<u8>>]) {
     let mut buf = vec![0u8; 4096];
+    let mut claims = TxClaims::default();
+    let claimed = w.cfg.mode == Mode::Rooms;
     while !w.stopped() {
         w.busy.fetch_add(1, SeqCst);
-        let batch = take_batch(w, side, &mut buf, None);
+        let batch = take_batch(w, side, &mut buf, claimed.then_some(&mut claims));
         let n = batch.len();
         for d in batch {
             let k = dest_qpn(&d) as usize % shards.len();
             shards[k].send(d).expect("a receiving thread");
+        }
+        if claimed {
+            w.sides[side].rd().release_claims(&mut claims);
         }
         w.busy.fetch_sub(1, SeqCst);
         if n == 0 {
@@ -209,11 +221,65 @@ pub(crate) fn transmitter(w: &World, side: usize, shards: &[mpsc::Sender<Vec<u8>
 pub(crate) fn receiver(w: &World, side: usize, rx: &mpsc::Receiver<Vec<u8>>, local: bool) {
     loop {
         match rx.recv_timeout(Duration::from_millis(5)) {
+            Ok(d) if local && w.cfg.mode == Mode::Rooms => deliver_responding(w, side, &d),
             Ok(d) => deliver(w, side, &d, local),
             Err(mpsc::RecvTimeoutError::Timeout) if !w.stopped() => {}
             Err(_) => return,
         }
     }
+}
+
+/// Rooms mode: room in the FIFOs into device `to` (by destination QPN),
+/// as `sv_io`'s same-host rings give it: a datagram built there while the
+/// engine holds its QP goes in at once, in order.
+pub(crate) struct FifoRoom<'a> {
+    w: &'a World,
+    fifos: Vec<mpsc::Sender<Vec<u8>>>,
+    ip: IpAddr,
+    buf: Vec<u8>,
+    qpn: u32,
+}
+
+impl FifoRoom<'_> {
+    pub(crate) fn into(w: &World, to: usize) -> FifoRoom<'_> {
+        FifoRoom {
+            w,
+            fifos: lock(&w.inbox[to]).clone(),
+            ip: w.sides[to].ip,
+            buf: vec![0; 4096],
+            qpn: 0,
+        }
+    }
+}
+
+impl proto::output::Room for FifoRoom<'_> {
+    fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
+        assert_eq!(to.ip(), self.ip, "room asked for the peer");
+        self.qpn = qpn;
+        Some(&mut self.buf)
+    }
+
+    fn publish(&mut self, t: &proto::output::Transmit) {
+        let d = self.buf[..t.len].to_vec();
+        assert_eq!(dest_qpn(&d), self.qpn, "built for the QP the room was for");
+        self.w.built_in_place.fetch_add(1, SeqCst);
+        // In flight before it is in the FIFO (its receiver counts it out).
+        self.w.in_flight.fetch_add(1, SeqCst);
+        let k = self.qpn as usize % self.fifos.len();
+        let _ = self.fifos[k].send(d);
+    }
+}
+
+/// Rooms mode, a receiving thread of the same-host kind: `d` into `side`,
+/// the responses it makes built into the FIFOs back to the sender.
+fn deliver_responding(w: &World, side: usize, d: &[u8]) {
+    let (s, from) = (&w.sides[side], &w.sides[1 - side]);
+    let mut room = FifoRoom::into(w, 1 - side);
+    let (e, now) = (s.rd(), w.now.load(SeqCst));
+    e.handle_local_datagram_responding(now, (from.addr(), s.addr()), d, &s.mem, &mut room);
+    drop(e);
+    w.in_flight.fetch_sub(1, SeqCst);
+    w.bump();
 }
 
 /// Lanes mode: a poster sends what its lane of `side` has (its posts, and

@@ -389,6 +389,15 @@ pub(crate) enum Mode {
     /// every lane, as its progress thread does. A QP sent for by either
     /// goes back to its home lane; no post is left behind.
     Lanes,
+    /// As `Serial` (each device's datagrams go to the peer's two receiving
+    /// threads, one FIFO per destination QP), its transmitting thread with
+    /// claims; and each poster builds its QP's packets straight into the
+    /// peer's FIFO after each post (`Engine::transmit_posted_through`), and
+    /// a receiving thread of the same-host kind builds the responses a
+    /// datagram makes straight into the sender's FIFO
+    /// (`Engine::handle_local_datagram_responding`), as `sv_io`'s rings
+    /// (proto::output::Room).
+    Rooms,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -414,6 +423,10 @@ pub(crate) struct World {
     pub(crate) busy: AtomicUsize,
     /// Lanes mode: datagrams the posters sent from their own lanes.
     pub(crate) own_lane_sent: AtomicUsize,
+    /// Rooms mode: the FIFOs into each device's receiving threads (by
+    /// destination QPN), and the datagrams built into them in place.
+    pub(crate) inbox: [Mutex<Vec<mpsc::Sender<Vec<u8>>>>; 2],
+    pub(crate) built_in_place: AtomicUsize,
     /// Bumped by every step that moved something.
     pub(crate) activity: AtomicU64,
     pub(crate) qps: Mutex<[[Option<QpInfo>; NQ]; 2]>,
@@ -448,6 +461,8 @@ impl World {
             stop: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             own_lane_sent: AtomicUsize::new(0),
+            inbox: Default::default(),
+            built_in_place: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
             activity: AtomicU64::new(0),
             qps: Mutex::default(),
