@@ -192,33 +192,14 @@ fn a_qp_a_transmitting_thread_claims_answers_after_its_packets() {
     assert!(ack, "the ACK left in a transmit turn");
 }
 
-/// `n` one-packet WRITEs posted on A's send ring (as an application
-/// thread posts), after the turns the connection left.
+/// A connected RC pair with `n` one-packet WRITEs posted on A's send ring
+/// ([`post_on_ring`]). (The net, A's QP, B's QPN.)
 fn posted_on_ring(n: u64) -> (Net, QpHandle, u32) {
     let mut net = Net::new();
     let (qa, _, _, nb) = connect(&mut net, QpType::Rc);
     let (la, _) = net.a.mr(0, 1 << 16, 1);
     let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
-    let mut buf = vec![0u8; 9000];
-    assert!(net
-        .a
-        .e
-        .poll_transmit(net.now, &net.a.mem, &mut buf)
-        .is_none());
-    let ring = net.a.e.send_ring(qa).unwrap();
-    let sg = [Sge {
-        addr: BASE,
-        length: 1024,
-        lkey: la,
-    }];
-    let t = WrTarget::Rdma(RdmaTarget {
-        remote_addr: BASE,
-        rkey: rb,
-    });
-    for id in 0..n {
-        ring.post(&send_wr(id, WrOpcode::RdmaWrite, &sg, t), None, 0)
-            .unwrap();
-    }
+    post_on_ring(&net, qa, n, la, rb);
     (net, qa, nb)
 }
 

@@ -205,33 +205,6 @@ fn the_cms_mads_leave_from_one_thread_at_a_time() {
     net.a.e.release_claims(&mut two);
 }
 
-/// `n` one-packet WRITEs posted on `qa`'s send ring (as an application
-/// thread posts: listed, not yet in the send queue or a ready queue).
-fn post_on_ring(net: &Net, qa: QpHandle, n: u64, lkey: u32, rkey: u32) {
-    // The connection's moves woke its QPs, with nothing to send: those
-    // turns go first.
-    let mut buf = vec![0u8; 9000];
-    assert!(net
-        .a
-        .e
-        .poll_transmit(net.now, &net.a.mem, &mut buf)
-        .is_none());
-    let ring = net.a.e.send_ring(qa).unwrap();
-    let sg = [Sge {
-        addr: BASE,
-        length: 1024,
-        lkey,
-    }];
-    let t = WrTarget::Rdma(RdmaTarget {
-        remote_addr: BASE,
-        rkey,
-    });
-    for id in 0..n {
-        ring.post(&send_wr(id, WrOpcode::RdmaWrite, &sg, t), None, 0)
-            .unwrap();
-    }
-}
-
 #[test]
 fn the_posting_thread_gets_its_qps_turn_at_once_and_keeps_the_claim() {
     let (net, (qa1, nb1), _, (la, rb)) = two_pairs();

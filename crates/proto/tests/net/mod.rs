@@ -317,3 +317,30 @@ pub fn transmit_local(
     from.e.release_claims(&mut claims);
     nruns
 }
+
+/// `n` one-packet (1 KiB) WRITEs from A's `lkey` region into B's `rkey`
+/// region, posted on A's QP `qa`'s send ring as an application thread
+/// posts (listed, not yet in the send queue or a ready queue), after the
+/// turns the connection's moves left (they find nothing to send).
+pub fn post_on_ring(net: &Net, qa: QpHandle, n: u64, lkey: u32, rkey: u32) {
+    let mut buf = vec![0u8; 9000];
+    assert!(net
+        .a
+        .e
+        .poll_transmit(net.now, &net.a.mem, &mut buf)
+        .is_none());
+    let ring = net.a.e.send_ring(qa).unwrap();
+    let sg = [Sge {
+        addr: BASE,
+        length: 1024,
+        lkey,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey,
+    });
+    for id in 0..n {
+        ring.post(&send_wr(id, WrOpcode::RdmaWrite, &sg, t), None, 0)
+            .unwrap();
+    }
+}
