@@ -353,6 +353,35 @@ impl<E: Engine> Driver<E> {
         true
     }
 
+    /// For a thread that exits ([`Driver::hand_left_to_progress`]), about
+    /// everything the engine has yet to send, not only what a poll left
+    /// this thread: what the progress thread left to the polling threads
+    /// (the ACK of a request it received while a thread polled, whose
+    /// completion that poll returned), what it took in a pass it has not
+    /// finished, and what waits for its next pass. `None` when there is
+    /// nothing; else the polling lease ends and the progress thread is
+    /// woken to send it ([`Driver::has_unsent`] says when it went), and
+    /// whether this thread's poll had left something.
+    pub fn hand_work_to_progress(&self) -> Option<bool> {
+        let mine = self.has_left();
+        let in_pass = !self.shared.rx.asleep.load(SeqCst);
+        if !(mine || in_pass || self.has_unsent()) {
+            return None;
+        }
+        self.shared.rx.end_lease();
+        self.shared.doorbell.ring();
+        Some(mine)
+    }
+
+    /// Whether the engine has datagrams to send, or something was left to
+    /// any polling thread's next post or poll (while another thread holds
+    /// the engine: yes).
+    pub fn has_unsent(&self) -> bool {
+        let wanted =
+            (self.shared.caller_tx.as_ref()).is_some_and(crate::callertx::CallerTx::is_any_wanted);
+        wanted || self.shared.try_engine().is_none_or(|e| e.has_work())
+    }
+
     /// Whether something waits for a polling thread's next post or poll.
     pub fn has_left(&self) -> bool {
         (self.shared.caller_tx.as_ref()).is_some_and(crate::callertx::CallerTx::is_wanted)

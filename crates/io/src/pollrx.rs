@@ -100,7 +100,7 @@ pub(crate) struct RxGate {
     /// Application threads may read (the option is on; no faults, no capture).
     enabled: bool,
     /// The progress thread is in (or about to enter) its sleeping poll(2).
-    asleep: AtomicBool,
+    pub(crate) asleep: AtomicBool,
     /// That sleep leaves the socket to the polling threads (it does not
     /// watch the socket's POLLIN: an arrival does not wake it).
     aside: AtomicBool,

@@ -168,44 +168,58 @@ impl Device {
 /// The devices open in this process, by name (a second open shares one).
 static OPEN: OnceLock<Mutex<HashMap<String, Weak<Shared>>>> = OnceLock::new();
 
-/// Sends what each open device left to a polling thread's next post or
-/// poll (an ACK a poll deferred, spec/rc-reliability.md §3), for a process
-/// about to exit without closing its devices: the drop-in library calls it
-/// from `atexit`. The exiting thread's thread-local state is gone by then,
-/// so it transmits nothing itself: it ends each such device's polling lease
-/// and wakes its progress thread, which sends, and waits until that
-/// thread's pass has ended (5 ms at most). Does nothing while another thread holds the registry (it never
-/// waits for it). How many devices had something left.
+/// Sends what each open device has yet to send, for a process about to
+/// exit without closing its devices: what a poll left to the program's
+/// next post or poll (an ACK a poll deferred, spec/rc-reliability.md §3),
+/// and what its progress thread took in a pass it has not finished (the
+/// ACK of a request whose completion the program may have seen already)
+/// or has ready for its next. The drop-in library calls it from `atexit`.
+/// The exiting thread's thread-local state is gone by then, so it
+/// transmits nothing itself: it ends each such device's polling lease and
+/// wakes its progress thread, which sends, and waits until that thread's
+/// pass has ended (50 ms at most: on a busy machine a woken thread may
+/// wait a time slice or more for a core). Does nothing while another
+/// thread holds the registry (it never waits for it). How many devices had
+/// something a poll left.
 pub fn flush_open_devices() -> usize {
     use std::time::{Duration, Instant};
-    let left: Vec<Arc<Shared>> = {
+    let (pending, left): (Vec<Arc<Shared>>, usize) = {
         let Some(open) = OPEN.get().and_then(|m| m.try_lock().ok()) else {
             return 0;
         };
-        open.values()
+        let mut left = 0;
+        let pending = open
+            .values()
             .filter_map(Weak::upgrade)
-            .filter(|s| s.driver.hand_left_to_progress())
-            .collect()
+            .filter(|s| match s.driver.hand_work_to_progress() {
+                Some(poll_left) => {
+                    left += usize::from(poll_left);
+                    true
+                }
+                None => false,
+            })
+            .collect();
+        (pending, left)
     };
-    let deadline = Instant::now() + Duration::from_millis(5);
+    let deadline = Instant::now() + Duration::from_millis(50);
     let wait = |done: &dyn Fn() -> bool| {
         while !done() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(50));
         }
     };
-    wait(&|| left.iter().all(|s| !s.driver.has_left()));
+    wait(&|| pending.iter().all(|s| !s.driver.has_unsent()));
     // The pass that took it has sent it once it has ended (a pass ends
     // after its transmit): one more pass boundary.
-    let passes: Vec<u64> = left.iter().map(|s| s.driver.counters().passes).collect();
-    for s in &left {
+    let passes: Vec<u64> = pending.iter().map(|s| s.driver.counters().passes).collect();
+    for s in &pending {
         s.driver.waker().ring();
     }
     let moved = || {
-        let now = left.iter().map(|s| s.driver.counters().passes);
+        let now = pending.iter().map(|s| s.driver.counters().passes);
         now.zip(&passes).all(|(n, &p)| n > p)
     };
     wait(&moved);
-    left.len()
+    left
 }
 
 fn start_error(config: &DeviceConfig, e: std::io::Error) -> Error {
