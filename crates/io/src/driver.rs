@@ -340,28 +340,15 @@ impl<E: Engine> Driver<E> {
     }
 
     /// For a thread that may not transmit itself (one exiting, whose
-    /// thread-local state is gone): if something was left to a polling
-    /// thread's next post or poll, the lease ends and the progress thread
-    /// is woken to send it; whether something was left ([`Driver::has_left`]
-    /// says when it went).
-    pub fn hand_left_to_progress(&self) -> bool {
-        if !self.has_left() {
-            return false;
-        }
-        self.shared.rx.end_lease();
-        self.shared.doorbell.ring();
-        true
-    }
-
-    /// For a thread that exits ([`Driver::hand_left_to_progress`]), about
-    /// everything the engine has yet to send, not only what a poll left
-    /// this thread: what the progress thread left to the polling threads
-    /// (the ACK of a request it received while a thread polled, whose
-    /// completion that poll returned), what it took in a pass it has not
-    /// finished, and what waits for its next pass. `None` when there is
-    /// nothing; else the polling lease ends and the progress thread is
-    /// woken to send it ([`Driver::has_unsent`] says when it went), and
-    /// whether this thread's poll had left something.
+    /// thread-local state is gone): everything the engine has yet to send
+    /// goes to the progress thread. That is what a poll left this thread,
+    /// what the progress thread left to the polling threads (the ACK of a
+    /// request it received while a thread polled, whose completion that
+    /// poll returned), what it took in a pass it has not finished, and
+    /// what waits for its next pass. `None` when there is nothing; else the
+    /// polling lease ends and the progress thread is woken to send it
+    /// ([`Driver::has_unsent`] says when it went), and whether this thread's
+    /// poll had left something.
     pub fn hand_work_to_progress(&self) -> Option<bool> {
         let mine = self.has_left();
         let in_pass = !self.shared.rx.asleep.load(SeqCst);

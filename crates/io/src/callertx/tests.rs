@@ -520,11 +520,15 @@ fn a_deferred_answer_nobody_takes_goes_at_the_leases_end() {
 #[test]
 fn a_deferred_answer_handed_to_the_progress_thread_leaves_from_it() {
     let (d, peer, _) = answering("127.0.61.31", "127.0.61.32", Duration::from_secs(30));
-    assert!(!d.hand_left_to_progress(), "nothing left yet");
+    assert!(!d.has_left(), "nothing left yet");
     poll_delivering(&d);
     let sent = d.counters().caller_datagrams;
-    assert!(d.has_left());
-    assert!(d.hand_left_to_progress());
+    assert!(d.has_left() && d.has_unsent());
+    assert_eq!(
+        d.hand_work_to_progress(),
+        Some(true),
+        "this thread's poll left it"
+    );
     expect(&peer, b"re:ping");
     assert!(!d.has_left());
     assert_eq!(
@@ -532,6 +536,11 @@ fn a_deferred_answer_handed_to_the_progress_thread_leaves_from_it() {
         sent,
         "the progress thread sent it"
     );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while d.has_unsent() {
+        assert!(std::time::Instant::now() < deadline, "still unsent");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Runs `f` on a thread whose lane is none of `not` (threads get lanes
