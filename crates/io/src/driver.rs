@@ -351,7 +351,7 @@ impl<E: Engine> Driver<E> {
     /// poll had left something.
     pub fn hand_work_to_progress(&self) -> Option<bool> {
         let mine = self.has_left();
-        let in_pass = !self.shared.rx.asleep.load(SeqCst);
+        let in_pass = self.shared.rx.progress_awake();
         if !(mine || in_pass || self.has_unsent()) {
             return None;
         }

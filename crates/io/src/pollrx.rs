@@ -100,7 +100,7 @@ pub(crate) struct RxGate {
     /// Application threads may read (the option is on; no faults, no capture).
     enabled: bool,
     /// The progress thread is in (or about to enter) its sleeping poll(2).
-    pub(crate) asleep: AtomicBool,
+    asleep: AtomicBool,
     /// That sleep leaves the socket to the polling threads (it does not
     /// watch the socket's POLLIN: an arrival does not wake it).
     aside: AtomicBool,
@@ -344,6 +344,11 @@ impl RxGate {
             lease
         };
         self.lease_ns.store(next, Relaxed);
+    }
+
+    /// The progress thread is in a pass (not asleep, nor about to be).
+    pub(crate) fn progress_awake(&self) -> bool {
+        !self.asleep.load(SeqCst)
     }
 
     /// Whether the progress thread sleeps watching the socket (not aside):

@@ -97,7 +97,7 @@ fn is_ack(datagram: &[u8]) -> bool {
 #[test]
 fn a_request_is_acknowledged_at_once_through_the_way_out() {
     let mut net = Net::new();
-    let (_, na, _) = posted_write(&mut net, 64);
+    let (qa, na, _) = posted_write(&mut net, 64);
     let sent = net.b.e.counters().packets_sent;
     let mut way = Keep::new(true);
     to_b(&net, &mut way);
@@ -121,6 +121,9 @@ fn a_request_is_acknowledged_at_once_through_the_way_out() {
     let wc = net.a.poll();
     assert_eq!(wc.len(), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::Success));
+    // The ACK that completed A's last WQE leaves A's QP with nothing to
+    // send: no turn is queued for it (Engine::sync).
+    assert!(!net.a.e.qp_tx_pending(qa));
 }
 
 #[test]

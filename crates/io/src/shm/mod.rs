@@ -217,6 +217,27 @@ pub(crate) struct Rooms<'a> {
     posts: bool,
 }
 
+impl<'a> Rooms<'a> {
+    /// Room in `peers`' rings for datagrams of up to `room` bytes, of a
+    /// path at `local`; `posts`: for a posting thread's packets.
+    fn new(
+        local: SocketAddr,
+        peers: &'a mut Peers,
+        room: usize,
+        c: &'a Counters,
+        posts: bool,
+    ) -> Rooms<'a> {
+        Rooms {
+            local,
+            peers,
+            room,
+            c,
+            at: None,
+            posts,
+        }
+    }
+}
+
 impl Room for Rooms<'_> {
     fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
         self.at = None;
@@ -583,14 +604,8 @@ impl ShmPath {
         let max = self.max_datagram;
         // Answers go straight back only where nothing records or alters
         // datagrams (a capture, faults: the progress thread's transmit).
-        let mut replies = (respond && self.plain).then_some(Rooms {
-            local: self.local,
-            peers: &mut self.peers,
-            room: max,
-            c,
-            at: None,
-            posts: false,
-        });
+        let plain = respond && self.plain;
+        let mut rooms = plain.then(|| Rooms::new(self.local, &mut self.peers, max, c, false));
         let mut left = budget;
         for inb in self.inbound.iter_mut().filter(|i| !i.fresh) {
             records.clear();
@@ -616,7 +631,7 @@ impl ShmPath {
                     ring: &inb.ring,
                     records: &records,
                 };
-                deliver(&batch, replies.as_mut());
+                deliver(&batch, rooms.as_mut());
                 inb.ring.release();
             }
             if let Some(e) = broken {
@@ -636,14 +651,9 @@ impl ShmPath {
     /// Room in the peers' rings for a posting thread's packets
     /// ([`Rooms`]); `None` where something records or alters datagrams.
     pub(crate) fn rooms_for_posts<'a>(&'a mut self, c: &'a Counters) -> Option<Rooms<'a>> {
-        self.plain.then_some(Rooms {
-            local: self.local,
-            peers: &mut self.peers,
-            room: self.max_datagram,
-            c,
-            at: None,
-            posts: true,
-        })
+        let (local, room) = (self.local, self.max_datagram);
+        self.plain
+            .then(|| Rooms::new(local, &mut self.peers, room, c, true))
     }
 
     /// Checks the connections poll(2) found ready, and every connection
