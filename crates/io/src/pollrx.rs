@@ -52,8 +52,10 @@
 //! **The socket beside the rings.** While the same-host rings carry the
 //! traffic, most polls would find the socket empty, and each empty read is a
 //! system call (≈ 1 µs here, as long as the rest of a poll). Then an empty
-//! socket is read again only after [`SOCKET_EVERY_POLLS`] polls or
-//! [`SOCKET_EVERY_NS`], whichever comes first ([`Pace`]); a socket that had
+//! socket is read again only [`SOCKET_EVERY_NS`] after ([`Pace`]), however
+//! many polls come meanwhile (a count of polls made it every few
+//! microseconds, and the system call fell on a ping-pong's path:
+//! spec/performance.md §26); a socket that had
 //! data is read on every poll, and so is a socket with no ring delivering
 //! (the UDP path: nothing changes there). A datagram from the socket waits
 //! for at most that much longer; the order of one peer's datagrams does not
@@ -62,7 +64,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use crate::clock::Nanos;
@@ -76,10 +78,8 @@ use lanes::LaneSet;
 
 /// Datagrams one application-thread read asks for.
 const SLOTS: usize = 4;
-/// While the rings deliver, an empty socket is read again after this many
-/// polls at most ...
-const SOCKET_EVERY_POLLS: u32 = 16;
-/// ... or after this long (engine time), whichever comes first.
+/// While the rings deliver, an empty socket is read again after this long
+/// (engine time).
 const SOCKET_EVERY_NS: Nanos = 20_000;
 /// The rings count as carrying the traffic this long after they last
 /// delivered.
@@ -137,8 +137,6 @@ struct Pace {
     /// When the socket was last read and found empty; 0: it had data (or
     /// was never read).
     empty_at: AtomicU64,
-    /// Polls that skipped the socket since it was last read.
-    skipped: AtomicU32,
 }
 
 impl Pace {
@@ -146,16 +144,10 @@ impl Pace {
     fn socket_due(&self, now: Nanos) -> bool {
         let rings = self.rings_at.load(Relaxed);
         let empty = self.empty_at.load(Relaxed);
-        if rings == 0 || now.saturating_sub(rings) >= RINGS_RECENT_NS || empty == 0 {
-            return true;
-        }
-        if now.saturating_sub(empty) >= SOCKET_EVERY_NS
-            || self.skipped.fetch_add(1, Relaxed) + 1 >= SOCKET_EVERY_POLLS
-        {
-            self.skipped.store(0, Relaxed);
-            return true;
-        }
-        false
+        rings == 0
+            || now.saturating_sub(rings) >= RINGS_RECENT_NS
+            || empty == 0
+            || now.saturating_sub(empty) >= SOCKET_EVERY_NS
     }
 
     /// The socket was read at `now`: `got` datagrams.
@@ -719,6 +711,31 @@ mod tests {
             }
         }
         total
+    }
+
+    #[test]
+    fn beside_delivering_rings_an_empty_socket_is_read_by_time_not_by_polls() {
+        let p = Pace::default();
+        let t0: Nanos = 5_000_000;
+        // No ring has delivered: every poll reads.
+        assert!(p.socket_due(t0));
+        p.rings_at.store(t0, Relaxed);
+        p.socket_read(t0, 0);
+        // However many polls come within the period, none reads it ...
+        for i in 1..=10_000 {
+            assert!(!p.socket_due(t0 + i), "poll {i} read the socket");
+        }
+        assert!(!p.socket_due(t0 + SOCKET_EVERY_NS - 1));
+        // ... and the first after it does.
+        assert!(p.socket_due(t0 + SOCKET_EVERY_NS));
+        // A socket that had data is read on every poll.
+        p.socket_read(t0 + SOCKET_EVERY_NS, 3);
+        assert!(p.socket_due(t0 + SOCKET_EVERY_NS + 1));
+        // Rings quiet for long: every poll reads again.
+        let late = t0 + RINGS_RECENT_NS;
+        p.socket_read(late - 5, 0);
+        assert!(!p.socket_due(late - 1));
+        assert!(p.socket_due(late));
     }
 
     #[test]
