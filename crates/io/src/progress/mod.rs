@@ -69,10 +69,12 @@ pub const MAX_SLEEP: Duration = Duration::from_secs(1);
 const CALLER_TX_MAX_SLEEP: Duration = Duration::from_millis(25);
 /// Longest sleep while a datagram waits for room in the socket (ENOBUFS gives no POLLOUT).
 const RETRY_SLEEP: Duration = Duration::from_millis(1);
-/// shm: how long the thread watches after a pass that took a run before it
-/// sleeps (a 64 KiB run comes every few µs in a stream; a sleep and its
-/// wake-up byte cost more), while no application thread polls: with one,
-/// the watching thread took the core it needs (64 KiB SEND halved).
+/// shm: how long the thread watches after a pass that took a stream's
+/// datagrams from a ring (crate::shm::InPlace::is_stream) before it sleeps (a 64 KiB run
+/// comes every few µs in a stream, a window of short messages every few
+/// tens; a sleep and its wake-up byte cost more), while no application
+/// thread polls: with one, the watching thread took the core it needs
+/// (64 KiB SEND halved).
 const RUN_WATCH: Duration = Duration::from_micros(50);
 /// The receive sources a pass reads: those the last poll(2) reported
 /// readable, and the socket while reads come back full.
@@ -109,11 +111,12 @@ pub(crate) struct Progress<E: Engine> {
     notes: Vec<Notification>,
     batch: usize,
     busy_poll: Duration,
-    /// shm: the last pass took a run from a ring (a stream of long
-    /// messages is coming in): before sleeping, watch a little longer
+    /// shm: the last pass took a stream's batch from a ring (a run, or
+    /// several datagrams: crate::shm::InPlace::is_stream): before sleeping,
+    /// watch a little longer
     /// ([`RUN_WATCH`]) unless an application thread polls its CQs (it
     /// needs the core; crate::pollrx::RxGate::polled_lately).
-    run_came: bool,
+    stream_came: bool,
     faults: Faults,
     capture: Option<Capture>,
     /// This process's slot of a shared address, and the buffer its inbox is read into.
@@ -176,7 +179,7 @@ impl<E: Engine> Progress<E> {
             notes: Vec::with_capacity(opts.batch.max(1)),
             batch: opts.batch.max(1),
             busy_poll: opts.busy_poll,
-            run_came: false,
+            stream_came: false,
             faults: Faults::new(opts),
             capture,
             share: opts
@@ -201,7 +204,7 @@ impl<E: Engine> Progress<E> {
         let mut streak = 0u32;
         let mut watch_until = None;
         while !self.shared.stop.load(SeqCst) {
-            if std::mem::take(&mut self.run_came) {
+            if std::mem::take(&mut self.stream_came) {
                 watch_until = Some(Instant::now() + RUN_WATCH);
             }
             if self.pass() {

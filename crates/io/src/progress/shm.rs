@@ -58,10 +58,8 @@ impl<E: Engine> Progress<E> {
                 shm.receive_in_place(Instant::now(), self.batch, c, true, |batch, replies| {
                     let c = &shared.counters;
                     let now = shared.clock.now();
-                    for (bytes, meta) in batch.datagrams() {
-                        if meta.segments().is_some() {
-                            self.run_came = true;
-                        }
+                    self.stream_came |= batch.is_stream();
+                    for (bytes, _) in batch.datagrams() {
                         Counters::add(&c.datagrams_received, 1);
                         Counters::add(&c.bytes_received, bytes.len() as u64);
                         if let Some(cap) = self.capture.as_mut() {

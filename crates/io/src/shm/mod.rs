@@ -192,7 +192,21 @@ pub(crate) struct InPlace<'a> {
     records: &'a [Record],
 }
 
+/// A ring batch of this many datagrams is a stream's (a window of 64-byte
+/// WRITEs or of atomics; a ping-pong's read brings one or two).
+const STREAM_BATCH: usize = 4;
+
 impl<'a> InPlace<'a> {
+    /// Whether the batch is a stream's, more of which comes within
+    /// microseconds: a run (a long message's packets), or
+    /// [`STREAM_BATCH`] datagrams or more. A progress thread watches a
+    /// little after it before it sleeps (its wake-up byte and the wake-up
+    /// cost more; spec/performance.md §26).
+    pub(crate) fn is_stream(&self) -> bool {
+        self.records.len() >= STREAM_BATCH
+            || self.records.iter().any(|r| r.meta.segments().is_some())
+    }
+
     /// Each datagram, in ring order, and what its record said.
     pub(crate) fn datagrams(&self) -> impl Iterator<Item = (&'a [u8], ring::Meta)> + 'a {
         let ring = self.ring;

@@ -410,3 +410,41 @@ fn a_reply_goes_back_through_the_ring_of_the_requester() {
     assert!(sent(&mut a, at, &to_slot(sb.index(), 7, 64), &c));
     receive_replying(&mut b, &c, true, |_, replies| assert!(replies.is_none()));
 }
+
+/// A read that takes several datagrams, or a run, is a stream's (its
+/// progress thread watches before it sleeps); one or two datagrams, a
+/// ping-pong's, are not.
+#[test]
+fn a_batch_of_several_datagrams_or_a_run_is_a_streams() {
+    let ip: IpAddr = "127.0.91.9".parse().unwrap();
+    let (_sa, mut a) = path(ip);
+    let (sb, mut b) = path(ip);
+    let c = Counters::default();
+    let at = SocketAddr::new(ip, 4791);
+    send_accepted(&mut a, &mut b, at, &to_slot(sb.index(), 1, 64), &c);
+    b.settle_fresh();
+    each(&mut b, 16, &c, |_, _, _| {});
+    let d = to_slot(sb.index(), 2, 64);
+    let read = |b: &mut ShmPath| {
+        let mut seen = Vec::new();
+        b.receive_in_place(Instant::now(), 16, &c, false, |batch, _| {
+            seen.push((batch.datagrams().count(), batch.is_stream()))
+        });
+        seen
+    };
+    for (n, stream) in [
+        (1, false),
+        (STREAM_BATCH - 1, false),
+        (STREAM_BATCH, true),
+        (9, true),
+    ] {
+        for _ in 0..n {
+            assert!(sent(&mut a, at, &d, &c));
+        }
+        assert_eq!(read(&mut b), [(n, stream)], "{n} datagrams");
+    }
+    // One datagram that is a run (a long message's packets) is one too.
+    let run = ring::Meta::new(true, Some([1, 0, 64]));
+    assert_eq!(a.send(at, &d, run, &c), Push::Sent);
+    assert_eq!(read(&mut b), [(1, true)], "a run");
+}
