@@ -141,6 +141,8 @@ for round in $(seq "$rounds"); do
   echo "== the same-host path (SOFTVERBS_SHM=1, spec/same-host.md)"
   shm=1
   for t in ib_write_bw ib_read_bw ib_send_bw; do run_pair "$t" -D "$secs"; done
+  run_pair ib_write_bw -s 64 -D "$secs"
+  run_pair ib_atomic_bw -D "$secs"
   for t in ib_write_lat ib_send_lat; do run_pair "$t" $latn; done
 done
 tcp_mib=$(median <<<"$tcps")     # MiB/s, as perftest's MB/s (2^20 bytes)
@@ -192,6 +194,8 @@ row "the same-host ceiling / iperf3 TCP" "$(ratio "$shm_mib" "$tcp_mib")" x ""
 for t in ib_write_bw ib_read_bw ib_send_bw; do
   row "same host: $t 64 KiB / the same-host ceiling" "$(ratio "$(field "shm $t -D $secs" 4)" "$shm_mib")" x ""
 done
+row "same host: ib_write_bw -s 64 message rate" "$(orx "$(field "shm ib_write_bw -s 64 -D $secs" 5)")" Mpps ">= 2"
+row "same host: ib_atomic_bw message rate" "$(orx "$(field "shm ib_atomic_bw -D $secs" 5)")" Mpps ">= 1"
 row "same host: ib_write_lat 2 B typical" "$(orx "$(field "shm ib_write_lat $latn" 5)")" us "<= 2"
 row "the memory floor (one way)" "$(orx "$spin_mem")" us ""
 row "same host: ib_send_lat 2 B typical / p99" "$(orx "$(field "shm ib_send_lat $latn" 5)") / $(orx "$(field "shm ib_send_lat $latn" 8)")" us ""
