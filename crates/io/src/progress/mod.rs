@@ -69,12 +69,12 @@ pub const MAX_SLEEP: Duration = Duration::from_secs(1);
 const CALLER_TX_MAX_SLEEP: Duration = Duration::from_millis(25);
 /// Longest sleep while a datagram waits for room in the socket (ENOBUFS gives no POLLOUT).
 const RETRY_SLEEP: Duration = Duration::from_millis(1);
-/// shm: how long the thread watches after a pass that took a stream's
-/// datagrams from a ring (crate::shm::InPlace::is_stream) before it sleeps (a 64 KiB run
-/// comes every few µs in a stream, a window of short messages every few
-/// tens; a sleep and its wake-up byte cost more), while no application
-/// thread polls: with one, the watching thread took the core it needs
-/// (64 KiB SEND halved).
+/// shm: how long the thread watches before it sleeps after a pass that
+/// took a stream's batch from a ring (crate::shm::InPlace::is_stream: a
+/// 64 KiB run comes every few µs in a stream, a window of short messages
+/// every few tens; a sleep and its wake-up byte cost more), while no
+/// application thread polls: with one, the watching thread took the core
+/// it needs (64 KiB SEND halved).
 const RUN_WATCH: Duration = Duration::from_micros(50);
 /// The receive sources a pass reads: those the last poll(2) reported
 /// readable, and the socket while reads come back full.
@@ -113,9 +113,8 @@ pub(crate) struct Progress<E: Engine> {
     busy_poll: Duration,
     /// shm: the last pass took a stream's batch from a ring (a run, or
     /// several datagrams: crate::shm::InPlace::is_stream): before sleeping,
-    /// watch a little longer
-    /// ([`RUN_WATCH`]) unless an application thread polls its CQs (it
-    /// needs the core; crate::pollrx::RxGate::polled_lately).
+    /// watch a little longer ([`RUN_WATCH`]) unless an application thread
+    /// polls its CQs (it needs the core; crate::pollrx::RxGate::polled_lately).
     stream_came: bool,
     faults: Faults,
     capture: Option<Capture>,
