@@ -245,13 +245,14 @@ impl Pair {
 }
 
 /// (name, opcode, bytes, messages in flight per iteration)
-const CASES: [(&str, WrOpcode, u32, usize); 7] = [
+const CASES: [(&str, WrOpcode, u32, usize); 8] = [
     ("rc_write_64B", WrOpcode::RdmaWrite, 64, 1),
     ("rc_write_64B_x32", WrOpcode::RdmaWrite, 64, 32),
     ("rc_write_4KiB", WrOpcode::RdmaWrite, 4096, 1),
     ("rc_write_64KiB", WrOpcode::RdmaWrite, 65536, 1),
     ("rc_send_64B", WrOpcode::Send, 64, 1),
     ("rc_read_4KiB", WrOpcode::RdmaRead, 4096, 1),
+    ("rc_read_64KiB", WrOpcode::RdmaRead, 65536, 1),
     ("rc_fetch_add", WrOpcode::AtomicFetchAndAdd, 8, 1),
 ];
 
