@@ -39,6 +39,7 @@ fn flush_at_exit() {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     static SAY: AtomicBool = AtomicBool::new(false);
     extern "C" fn flush() {
+        sv_io::ab::report();
         if softverbs::flush_open_devices() > 0 && SAY.load(Relaxed) {
             const LINE: &[u8] =
                 b"softverbs: at exit, the progress thread sent what a poll had left\n";

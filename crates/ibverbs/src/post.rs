@@ -198,6 +198,7 @@ pub(crate) unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
+    sv_io::ab::at_post();
     let b = match block::<QpBlock>("ibv_post_send", qp) {
         Ok(b) => b,
         Err(e) => return e,

@@ -22,6 +22,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod ab;
 mod batch;
 mod callertx;
 pub mod capture;

@@ -22,6 +22,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ab;
+
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 

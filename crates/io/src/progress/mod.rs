@@ -203,6 +203,7 @@ impl<E: Engine> Progress<E> {
         let mut streak = 0u32;
         let mut watch_until = None;
         while !self.shared.stop.load(SeqCst) {
+            crate::ab::tick();
             if std::mem::take(&mut self.stream_came) {
                 watch_until = Some(Instant::now() + RUN_WATCH);
             }
