@@ -62,6 +62,14 @@ fn send_accepted(a: &mut ShmPath, b: &mut ShmPath, to: SocketAddr, d: &[u8], c: 
     panic!("the receiver never accepted");
 }
 
+/// `a`'s ring to `b` up, accepted, settled and read empty, by a datagram
+/// to `slot` (`b`'s).
+fn ring_up(a: &mut ShmPath, b: &mut ShmPath, at: SocketAddr, slot: u8, c: &Counters) {
+    send_accepted(a, b, at, &to_slot(slot, 1, 64), c);
+    b.settle_fresh();
+    each(b, 16, c, |_, _, _| {});
+}
+
 #[test]
 fn datagrams_cross_both_ways_and_end_with_the_peer() {
     let ip: IpAddr = "127.0.91.1".parse().unwrap();
@@ -350,12 +358,8 @@ fn a_reply_goes_back_through_the_ring_of_the_requester() {
     let c = Counters::default();
     let at = SocketAddr::new(ip, 4791);
     // Both rings open and accepted, each way.
-    send_accepted(&mut a, &mut b, at, &to_slot(sb.index(), 1, 64), &c);
-    b.settle_fresh();
-    each(&mut b, 16, &c, |_, _, _| {});
-    send_accepted(&mut b, &mut a, at, &to_slot(sa.index(), 2, 64), &c);
-    a.settle_fresh();
-    each(&mut a, 16, &c, |_, _, _| {});
+    ring_up(&mut a, &mut b, at, sb.index(), &c);
+    ring_up(&mut b, &mut a, at, sa.index(), &c);
     let qpn_a = qpn_range(sa.index()).0 + 5;
     let reply = to_slot(sa.index(), 9, 80);
     // A request from a; b's engine answers it at once.
@@ -421,9 +425,7 @@ fn a_batch_of_several_datagrams_or_a_run_is_a_streams() {
     let (sb, mut b) = path(ip);
     let c = Counters::default();
     let at = SocketAddr::new(ip, 4791);
-    send_accepted(&mut a, &mut b, at, &to_slot(sb.index(), 1, 64), &c);
-    b.settle_fresh();
-    each(&mut b, 16, &c, |_, _, _| {});
+    ring_up(&mut a, &mut b, at, sb.index(), &c);
     let d = to_slot(sb.index(), 2, 64);
     let read = |b: &mut ShmPath| {
         let mut seen = Vec::new();
