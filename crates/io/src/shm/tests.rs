@@ -3,7 +3,9 @@
 //! the end of a peer, and the refusals that send datagrams by UDP.
 
 use super::*;
+use crate::engine::Room;
 use crate::share::qpn_range;
+use inplace::STREAM_BATCH;
 
 /// A datagram with a BTH whose destination QP is in `slot`.
 fn to_slot(slot: u8, fill: u8, len: usize) -> Vec<u8> {
