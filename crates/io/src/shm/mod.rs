@@ -53,6 +53,8 @@
 //!
 //! Files: this one (the path, receiving), `send.rs` (where a datagram goes,
 //! pushing and building into rings, the connections to receivers),
+//! `inplace.rs` (a batch read where it lies, its hand-over to the engine,
+//! and the rooms for what the engine builds straight into the rings back),
 //! `ring.rs`, `refusal.rs`, `tests.rs`.
 //!
 //! Not built: the single copy (`process_vm_readv` from the sender's
