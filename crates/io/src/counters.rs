@@ -144,7 +144,7 @@ counters! {
     shm_runs_sent,
     /// Same-host path: responses (ACKs, READ responses, atomic ACKs) the
     /// engine built into the requester's ring while it took the request
-    /// from a ring (`Engine::handle_local_datagram_responding`; counted in
+    /// from a ring (`Engine::handle_local_datagram` with room; counted in
     /// `shm_built_in_ring` too).
     shm_responses,
 }

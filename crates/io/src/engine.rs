@@ -114,21 +114,19 @@ pub trait Engine: Send + Sync + 'static {
     /// only: no wire, and no fault injection that could alter it. The engine
     /// may skip the ICRC check where nothing else needs it (spec/same-host.md
     /// §1 "The ICRC on the path"); everything else is as for
-    /// [`Engine::handle_datagram`], which the default calls.
-    fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
-        self.handle_datagram(now, from, to, payload);
-    }
-    /// [`Engine::handle_local_datagram`] with room for what the
-    /// engine answers at once ([`Room`]): the default takes no reply.
-    fn handle_local_datagram_responding(
+    /// [`Engine::handle_datagram`], which the default calls. `reply`: room
+    /// for what the engine answers at once ([`Room`]), if the driver has
+    /// some; the default takes none.
+    fn handle_local_datagram(
         &self,
         now: Nanos,
-        (from, to): (SocketAddr, SocketAddr),
+        from: SocketAddr,
+        to: SocketAddr,
         payload: &[u8],
-        reply: &mut dyn Room,
+        reply: Option<&mut dyn Room>,
     ) {
         let _ = reply;
-        self.handle_local_datagram(now, from, to, payload);
+        self.handle_datagram(now, from, to, payload);
     }
     /// A datagram this engine sent to the driver's own address `local`,
     /// handed straight back (the loopback shortcut): as
@@ -140,14 +138,15 @@ pub trait Engine: Send + Sync + 'static {
         if checked {
             self.handle_datagram(now, local, local, payload);
         } else {
-            self.handle_local_datagram(now, local, local, payload);
+            self.handle_local_datagram(now, local, local, payload, None);
         }
     }
     /// A run of packets from the same-host path: a datagram the sending
     /// engine built with [`Engine::poll_transmit_run`], handed over with
     /// its [`Transmit::segments`]; otherwise as
     /// [`Engine::handle_local_datagram`]. The default drops it (an engine
-    /// that makes no runs is never sent one).
+    /// that makes no runs is never sent one). `reply` as for
+    /// [`Engine::handle_local_datagram`].
     fn handle_local_run(
         &self,
         now: Nanos,
@@ -155,21 +154,9 @@ pub trait Engine: Send + Sync + 'static {
         to: SocketAddr,
         payload: &[u8],
         segments: [u8; 3],
+        reply: Option<&mut dyn Room>,
     ) {
-        let _ = (now, from, to, payload, segments);
-    }
-    /// [`Engine::handle_local_run`] with room for what the engine
-    /// answers at once ([`Room`]): the default takes no reply.
-    fn handle_local_run_responding(
-        &self,
-        now: Nanos,
-        (from, to): (SocketAddr, SocketAddr),
-        payload: &[u8],
-        segments: [u8; 3],
-        reply: &mut dyn Room,
-    ) {
-        let _ = reply;
-        self.handle_local_run(now, from, to, payload, segments);
+        let _ = (now, from, to, payload, segments, reply);
     }
     /// The peers this driver reaches through a same-host ring whose receiver
     /// does not check the ICRC of intact RC, UC and XRC datagrams and takes

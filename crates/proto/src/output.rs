@@ -76,7 +76,7 @@ pub struct Transmit {
 /// it holds the QP's lock, so that it leaves with no transmit turn (and no
 /// claim to keep its order) of its own (spec/performance.md §25). Offered
 /// to a receive, for the responses it makes (an RC QP's ACK, READ
-/// response, atomic ACK; `Engine::handle_local_datagram_responding`), and
+/// response, atomic ACK; `Engine::handle_local_datagram` with room), and
 /// to a post, for its packets (`Engine::transmit_posted_through`); used
 /// only while no transmitting thread claims the QP (none holds a packet of
 /// it that has yet to leave).

@@ -74,7 +74,7 @@ fn a_local_rc_datagram_is_taken_without_the_icrc_check_a_socket_one_is_not() {
     assert_eq!(net.b.mem.snapshot(BASE + 4096, 100), vec![0; 100]);
     net.b
         .e
-        .handle_local_datagram(net.now, from, to, &bad, &net.b.mem);
+        .handle_local_datagram(net.now, from, to, &bad, &net.b.mem, None);
     let local = net.b.e.counters();
     assert_eq!(local.drop_icrc, socket.drop_icrc);
     assert_eq!(local.icrc_unchecked, socket.icrc_unchecked + 1);
@@ -140,7 +140,7 @@ fn a_local_ud_datagram_is_still_checked() {
     let before = net.b.e.counters();
     net.b
         .e
-        .handle_local_datagram(net.now, from, to, &bad, &net.b.mem);
+        .handle_local_datagram(net.now, from, to, &bad, &net.b.mem, None);
     let after = net.b.e.counters();
     assert_eq!(after.drop_icrc, before.drop_icrc + 1, "UD: checked");
     assert_eq!(after.icrc_unchecked, before.icrc_unchecked);
@@ -148,7 +148,7 @@ fn a_local_ud_datagram_is_still_checked() {
     // The intact datagram arrives, its GRH area as from a socket.
     net.b
         .e
-        .handle_local_datagram(net.now, from, to, &good, &net.b.mem);
+        .handle_local_datagram(net.now, from, to, &good, &net.b.mem, None);
     let wc = net.b.poll();
     assert_eq!(
         wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
@@ -187,7 +187,7 @@ fn a_peer_named_intact_gets_rc_datagrams_unsealed() {
     );
     net.b
         .e
-        .handle_local_datagram(net.now, from, to, &unsealed, &net.b.mem);
+        .handle_local_datagram(net.now, from, to, &unsealed, &net.b.mem, None);
     assert_eq!(
         net.b.mem.snapshot(BASE + 4096, 100),
         pattern(100, 3),
@@ -245,7 +245,7 @@ fn a_devices_own_write_is_placed_but_not_counted_as_taken() {
             true => net
                 .b
                 .e
-                .handle_local_datagram(net.now, from, to, &write, &net.b.mem),
+                .handle_local_datagram(net.now, from, to, &write, &net.b.mem, None),
             false => net
                 .b
                 .e

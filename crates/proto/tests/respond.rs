@@ -86,7 +86,7 @@ fn to_b(net: &Net, way: &mut Keep) {
     );
     net.b
         .e
-        .handle_local_datagram_responding(net.now, (a, b), &buf[..t.len], &net.b.mem, way);
+        .handle_local_datagram(net.now, a, b, &buf[..t.len], &net.b.mem, Some(way));
 }
 
 fn is_ack(datagram: &[u8]) -> bool {

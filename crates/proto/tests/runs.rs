@@ -253,7 +253,7 @@ fn a_run_that_breaks_a_rule_is_dropped_whole() {
         let before = net.b.e.counters();
         net.b
             .e
-            .handle_local_run(net.now, a, b, bytes, s.to_tag(), &net.b.mem);
+            .handle_local_run(net.now, (a, b), bytes, s.to_tag(), &net.b.mem, None);
         let after = net.b.e.counters();
         assert_eq!(after.drop_malformed, before.drop_malformed + 1, "{s:?}");
         assert_eq!(
@@ -268,6 +268,6 @@ fn a_run_that_breaks_a_rule_is_dropped_whole() {
     // With its own segments it is taken.
     net.b
         .e
-        .handle_local_run(net.now, a, b, bytes, segs.to_tag(), &net.b.mem);
+        .handle_local_run(net.now, (a, b), bytes, segs.to_tag(), &net.b.mem, None);
     assert!(net.b.mem.snapshot(BASE + 0x8_0000, 3000) == pattern(0x8_0000, 7)[..3000]);
 }

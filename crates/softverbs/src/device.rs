@@ -75,39 +75,19 @@ impl sv_io::Engine for DeviceEngine {
         self.cm_events(now);
     }
 
-    fn handle_local_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]) {
-        self.engine.set_now(now);
-        self.engine
-            .handle_local_datagram(now, from, to, payload, &self.mem);
-        self.cm_events(now);
-    }
-
-    fn handle_local_datagram_responding(
+    fn handle_local_datagram(
         &self,
         now: Nanos,
-        from_to: (SocketAddr, SocketAddr),
+        from: SocketAddr,
+        to: SocketAddr,
         payload: &[u8],
-        reply: &mut dyn sv_io::Room,
+        reply: Option<&mut dyn sv_io::Room>,
     ) {
         self.engine.set_now(now);
-        let mut via = RoomVia(reply);
+        let mut via = reply.map(RoomVia);
+        let respond = via.as_mut().map(|v| v as &mut dyn proto::output::Room);
         self.engine
-            .handle_local_datagram_responding(now, from_to, payload, &self.mem, &mut via);
-        self.cm_events(now);
-    }
-
-    fn handle_local_run_responding(
-        &self,
-        now: Nanos,
-        from_to: (SocketAddr, SocketAddr),
-        payload: &[u8],
-        segments: [u8; 3],
-        reply: &mut dyn sv_io::Room,
-    ) {
-        self.engine.set_now(now);
-        let mut via = RoomVia(reply);
-        self.engine
-            .handle_local_run_responding(now, from_to, payload, segments, &self.mem, &mut via);
+            .handle_local_datagram(now, from, to, payload, &self.mem, respond);
         self.cm_events(now);
     }
 
@@ -125,10 +105,13 @@ impl sv_io::Engine for DeviceEngine {
         to: SocketAddr,
         payload: &[u8],
         segments: [u8; 3],
+        reply: Option<&mut dyn sv_io::Room>,
     ) {
         self.engine.set_now(now);
+        let mut via = reply.map(RoomVia);
+        let respond = via.as_mut().map(|v| v as &mut dyn proto::output::Room);
         self.engine
-            .handle_local_run(now, from, to, payload, segments, &self.mem);
+            .handle_local_run(now, (from, to), payload, segments, &self.mem, respond);
         self.cm_events(now);
     }
 

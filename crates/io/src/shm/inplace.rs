@@ -176,17 +176,11 @@ pub(crate) fn hand_over<E: crate::engine::Engine>(
     meta: ring::Meta,
     reply: Option<&mut dyn Room>,
 ) {
-    match (meta.segments(), meta.is_intact(), reply) {
-        (Some(tag), true, Some(r)) => {
-            engine.handle_local_run_responding(now, (from, local), bytes, tag, r);
-        }
-        (None, true, Some(r)) => {
-            engine.handle_local_datagram_responding(now, (from, local), bytes, r);
-        }
-        (Some(tag), true, None) => engine.handle_local_run(now, from, local, bytes, tag),
-        (None, true, None) => engine.handle_local_datagram(now, from, local, bytes),
+    match (meta.segments(), meta.is_intact()) {
+        (Some(tag), true) => engine.handle_local_run(now, from, local, bytes, tag, reply),
+        (None, true) => engine.handle_local_datagram(now, from, local, bytes, reply),
         // A run that is not intact is not a run the engine may take.
-        (Some(_), false, _) => {}
-        (None, false, _) => engine.handle_datagram(now, from, local, bytes),
+        (Some(_), false) => {}
+        (None, false) => engine.handle_datagram(now, from, local, bytes),
     }
 }

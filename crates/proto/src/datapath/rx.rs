@@ -35,7 +35,8 @@ impl Engine {
     /// verified (their receive needs nothing the check yields); UD, CM MADs
     /// and multicast are checked as from a socket (a UD receive's GRH holds
     /// the IPv4 ID the check recovers). Everything else is
-    /// [`Engine::handle_datagram`].
+    /// [`Engine::handle_datagram`]. With `respond`, the QP's responses may
+    /// leave at once through it ([`Room`]).
     pub fn handle_local_datagram(
         &self,
         now: u64,
@@ -43,21 +44,9 @@ impl Engine {
         to: SocketAddr,
         payload: &[u8],
         mem: &dyn Memory,
+        respond: Option<&mut dyn Room>,
     ) {
-        self.receive(now, (from, to), payload, mem, true, false, None);
-    }
-
-    /// [`Engine::handle_local_datagram`] whose responses may leave at once
-    /// through `respond` ([`Room`]).
-    pub fn handle_local_datagram_responding(
-        &self,
-        now: u64,
-        (from, to): (SocketAddr, SocketAddr),
-        payload: &[u8],
-        mem: &dyn Memory,
-        respond: &mut dyn Room,
-    ) {
-        self.receive(now, (from, to), payload, mem, true, false, Some(respond));
+        self.receive(now, (from, to), payload, mem, true, false, respond);
     }
 
     /// A datagram this device sent to its own address, handed straight back
@@ -86,33 +75,8 @@ impl Engine {
     /// dropped whole (counted as malformed, or by the acceptance check that
     /// refused it). `tag`: the run's [`Segments`](crate::run::Segments) as
     /// the sender's driver carried them ([`Segments::to_tag`](crate::run::Segments::to_tag)).
+    /// With `respond`, as [`Engine::handle_local_datagram`].
     pub fn handle_local_run(
-        &self,
-        now: u64,
-        from: SocketAddr,
-        to: SocketAddr,
-        payload: &[u8],
-        tag: [u8; 3],
-        mem: &dyn Memory,
-    ) {
-        self.local_run(now, (from, to), payload, tag, mem, None);
-    }
-
-    /// [`Engine::handle_local_run`] whose responses may leave at once
-    /// through `respond` ([`Room`]).
-    pub fn handle_local_run_responding(
-        &self,
-        now: u64,
-        (from, to): (SocketAddr, SocketAddr),
-        payload: &[u8],
-        tag: [u8; 3],
-        mem: &dyn Memory,
-        respond: &mut dyn Room,
-    ) {
-        self.local_run(now, (from, to), payload, tag, mem, Some(respond));
-    }
-
-    fn local_run(
         &self,
         now: u64,
         (from, to): (SocketAddr, SocketAddr),

@@ -183,7 +183,7 @@ pub(crate) fn deliver(w: &World, to: usize, d: &[u8], local: bool) {
     let (s, from) = (&w.sides[to], &w.sides[1 - to]);
     let (e, now) = (s.rd(), w.now.load(SeqCst));
     if local {
-        e.handle_local_datagram(now, from.addr(), s.addr(), d, &s.mem);
+        e.handle_local_datagram(now, from.addr(), s.addr(), d, &s.mem, None);
     } else {
         e.handle_datagram(now, from.addr(), s.addr(), d, &s.mem);
     }
@@ -276,7 +276,7 @@ fn deliver_responding(w: &World, side: usize, d: &[u8]) {
     let (s, from) = (&w.sides[side], &w.sides[1 - side]);
     let mut room = FifoRoom::into(w, 1 - side);
     let (e, now) = (s.rd(), w.now.load(SeqCst));
-    e.handle_local_datagram_responding(now, (from.addr(), s.addr()), d, &s.mem, &mut room);
+    e.handle_local_datagram(now, from.addr(), s.addr(), d, &s.mem, Some(&mut room));
     drop(e);
     w.in_flight.fetch_sub(1, SeqCst);
     w.bump();

@@ -395,7 +395,7 @@ pub(crate) enum Mode {
     /// peer's FIFO after each post (`Engine::transmit_posted_through`), and
     /// a receiving thread of the same-host kind builds the responses a
     /// datagram makes straight into the sender's FIFO
-    /// (`Engine::handle_local_datagram_responding`), as `sv_io`'s rings
+    /// (`Engine::handle_local_datagram` with room), as `sv_io`'s rings
     /// (proto::output::Room).
     Rooms,
 }

@@ -305,12 +305,12 @@ pub fn transmit_local(
                 nruns += 1;
                 sent.extend(expand(bytes, segs));
                 if !std::mem::take(drop_run) {
-                    to.e.handle_local_run(now, a, b, bytes, segs.to_tag(), &to.mem);
+                    to.e.handle_local_run(now, (a, b), bytes, segs.to_tag(), &to.mem, None);
                 }
             }
             None => {
                 sent.push(bytes.to_vec());
-                to.e.handle_local_datagram(now, a, b, bytes, &to.mem);
+                to.e.handle_local_datagram(now, a, b, bytes, &to.mem, None);
             }
         }
     }
