@@ -1,30 +1,38 @@
 //! Per-driver traffic counters.
 //!
 //! Every thread that sends or receives (the progress thread, posting and
-//! polling threads) increments [`Counters`]: relaxed atomics, one set per
-//! lane (crate `lanes`), so that two threads counting at once write lines
-//! of their own. Each counter is exact; a snapshot sums the lanes and is
-//! not a consistent cut across counters. The API reads a plain
+//! polling threads) increments [`Counters`]: one set of cells per counting
+//! slot (crate `lanes`: `Tally`, `Count`), so that two threads counting at
+//! once write lines of their own, and a thread that holds a slot alone adds
+//! without a locked instruction. Each counter is exact; a snapshot sums the
+//! slots and is not a consistent cut across counters. The API reads a plain
 //! [`CounterSnapshot`].
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use lanes::Count;
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
-        /// One lane's counters (atomics).
-        #[derive(Debug, Default)]
-        pub struct CounterCells { $($(#[$doc])* pub $name: AtomicU64,)* }
+        /// One counting slot's counters.
+        #[derive(Debug)]
+        pub struct CounterCells { $($(#[$doc])* pub $name: Count,)* }
+
+        impl CounterCells {
+            /// Zero counts; `shared`: the shared slot's ([`Count::new`]).
+            fn new(shared: bool) -> Self {
+                CounterCells { $($name: Count::new(shared),)* }
+            }
+        }
 
         /// A copy of [`Counters`] at one moment.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         pub struct CounterSnapshot { $($(#[$doc])* pub $name: u64,)* }
 
         impl Counters {
-            /// Reads every counter (the sum of the lanes).
+            /// Reads every counter (the sum of the slots).
             pub fn snapshot(&self) -> CounterSnapshot {
                 let mut s = CounterSnapshot::default();
                 for c in self.0.all() {
-                    $(s.$name += c.$name.load(Relaxed);)*
+                    $(s.$name += c.$name.get();)*
                 }
                 s
             }
@@ -149,16 +157,22 @@ counters! {
     shm_responses,
 }
 
-/// Live counters of one driver: one [`CounterCells`] per lane. A counter
-/// named through it (`counters.datagrams_sent`) is the calling thread's
-/// lane's, which is where it adds; read the whole with
+/// Live counters of one driver: one [`CounterCells`] per counting slot. A
+/// counter named through it (`counters.datagrams_sent`) is the calling
+/// thread's slot's, which is where it adds; read the whole with
 /// [`Counters::snapshot`].
-#[derive(Debug, Default)]
-pub struct Counters(lanes::Striped<CounterCells>);
+#[derive(Debug)]
+pub struct Counters(lanes::Tally<CounterCells>);
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters(lanes::Tally::from_fn(CounterCells::new))
+    }
+}
 
 impl std::ops::Deref for Counters {
     type Target = CounterCells;
-    /// The calling thread's lane.
+    /// The calling thread's slot.
     #[inline]
     fn deref(&self) -> &CounterCells {
         self.0.mine()
@@ -166,8 +180,8 @@ impl std::ops::Deref for Counters {
 }
 
 impl Counters {
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Relaxed);
+    pub(crate) fn add(counter: &Count, n: u64) {
+        counter.add(n);
     }
 }
 

@@ -1,11 +1,16 @@
 //! Lanes: a small index per thread, and values striped by it.
 //!
 //! Owns: which lane a thread is in ([`lane`]), [`Striped`], one value per
-//! lane on cache lines of its own, and [`LaneSet`], a set of lanes.
+//! lane on cache lines of its own, and [`LaneSet`], a set of lanes; and
+//! apart from lanes, which counting slot a thread holds ([`slot`]),
+//! [`Tally`], one value per slot, and [`Count`], a count in a slot.
 //! Promise: a thread always gets the same lane; threads get lanes round
 //! robin as they first ask, so the first [`LANES`] threads each have one
 //! of their own (more share). Nothing may depend on a lane being one
-//! thread's: it is where a thread's writes and work go, not a lock.
+//! thread's: it is where a thread's writes and work go, not a lock. A
+//! counting slot below [`SLOTS`] is one running thread's alone (the
+//! threads beyond share one more), so its counts are added to without a
+//! locked instruction (spec/performance.md §27).
 //!
 //! Why: a device's counters and clock are written by every thread that
 //! sends or receives, and its queues of work are taken by every thread
@@ -25,7 +30,9 @@
 pub mod ab;
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 /// How many lanes there are.
 pub const LANES: usize = 8;
@@ -176,10 +183,140 @@ impl<T> Striped<T> {
     }
 }
 
+/// How many threads at a time count in cells of their own ([`slot`]); the
+/// threads beyond share one more set of cells.
+pub const SLOTS: usize = 16;
+
+/// Which of the [`SLOTS`] a thread holds (`true` while held).
+static HELD: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
+
+/// Not yet asked.
+const UNSET: usize = usize::MAX;
+
+thread_local! {
+    /// This thread's counting slot, once it asked: one of its own
+    /// (`< SLOTS`) or the shared one (`SLOTS`).
+    static SLOT: Cell<usize> = const { Cell::new(UNSET) };
+    /// Gives a slot of its own back when the thread ends.
+    static HOLD: Hold = const { Hold(Cell::new(UNSET)) };
+}
+
+/// A thread's hold on its slot; dropped when the thread ends.
+struct Hold(Cell<usize>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let held = self.0.get();
+        if held < SLOTS {
+            // Whatever this thread counts from here on (in another thread-
+            // local's destructor) goes to the shared cells; the Release
+            // store hands the slot's counts to its next holder.
+            SLOT.with(|s| s.set(SLOTS));
+            HELD[held].store(false, Release);
+        }
+    }
+}
+
+/// The calling thread's counting slot (`0..=SLOTS`): a slot below [`SLOTS`]
+/// is this thread's alone for as long as it runs (the first free one when it
+/// first asked); when none was free, [`SLOTS`], which it shares.
+#[inline]
+pub fn slot() -> usize {
+    SLOT.with(|s| {
+        let mine = s.get();
+        if mine != UNSET {
+            return mine;
+        }
+        let mine = claim_slot();
+        s.set(mine);
+        mine
+    })
+}
+
+#[cold]
+fn claim_slot() -> usize {
+    let Some(i) = (0..SLOTS).find(|&i| {
+        HELD[i]
+            .compare_exchange(false, true, Acquire, Relaxed)
+            .is_ok()
+    }) else {
+        return SLOTS;
+    };
+    // Without a destructor to give it back (the thread is ending), the slot
+    // stays held: its counts stay right, only the slot is lost.
+    let _ = HOLD.try_with(|h| h.0.set(i));
+    i
+}
+
+/// A count, in the cells of one slot ([`Tally`]): added to by the slot's
+/// thread alone with a plain load and store, and in the shared slot with a
+/// locked add. Which of the two a cell is it carries in its top bit (set
+/// for the shared slot's cells), so an add needs nothing but the cell; no
+/// count comes near 2⁶³. Reading is relaxed: a count, never a signal.
+#[derive(Debug, Default)]
+pub struct Count(AtomicU64);
+
+/// The top bit of a [`Count`]: the shared slot's cell.
+const SHARED: u64 = 1 << 63;
+
+impl Count {
+    /// A count of zero; `shared`: in the shared slot's cells.
+    pub const fn new(shared: bool) -> Count {
+        Count(AtomicU64::new(if shared { SHARED } else { 0 }))
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        let v = self.0.load(Relaxed);
+        if v & SHARED == 0 {
+            // Only this slot's thread writes the cell (`slot`).
+            self.0.store(v.wrapping_add(n) & !SHARED, Relaxed);
+        } else {
+            self.0.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Adds one.
+    #[inline]
+    pub fn bump(&self) {
+        self.add(1);
+    }
+
+    /// The count now.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed) & !SHARED
+    }
+}
+
+/// One `T` per counting slot ([`slot`]), each on lines of its own: the
+/// calling thread's is [`Tally::mine`]; `T`'s [`Count`]s are made knowing
+/// whether they are the shared slot's.
+#[derive(Debug)]
+pub struct Tally<T>([Padded<T>; SLOTS + 1]);
+
+impl<T> Tally<T> {
+    /// A stripe per slot, each made by `f(shared)`.
+    pub fn from_fn(mut f: impl FnMut(bool) -> T) -> Self {
+        Tally(std::array::from_fn(|i| Padded(f(i == SLOTS))))
+    }
+
+    /// The calling thread's stripe (what it adds to).
+    #[inline]
+    pub fn mine(&self) -> &T {
+        &self.0[slot()]
+    }
+
+    /// Every stripe (what a reader of the whole sums).
+    pub fn all(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().map(|p| &p.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn a_thread_keeps_its_lane_and_threads_get_lanes_round_robin() {
@@ -194,6 +331,64 @@ mod tests {
             got, want,
             "the first LANES askers each get one; then they share"
         );
+    }
+
+    #[test]
+    fn a_thread_counts_alone_while_a_slot_is_free_and_gives_it_back() {
+        let mine = slot();
+        assert_eq!(slot(), mine, "the same slot at every call");
+        // Threads that hold slots at once never hold the same one.
+        let barrier = std::sync::Barrier::new(SLOTS + 4);
+        let held: Vec<usize> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..SLOTS + 4)
+                .map(|_| {
+                    sc.spawn(|| {
+                        let s = slot();
+                        barrier.wait();
+                        s
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut own: Vec<usize> = held.iter().copied().filter(|&s| s < SLOTS).collect();
+        let n = own.len();
+        own.sort_unstable();
+        own.dedup();
+        assert_eq!(own.len(), n, "a slot below SLOTS is one thread's");
+        assert!(!own.contains(&mine) || mine == SLOTS);
+        assert!(
+            held.contains(&SLOTS),
+            "more threads than slots share the last"
+        );
+        // Ended threads gave theirs back: a new thread gets one of its own
+        // (unless other tests' threads hold every slot now).
+        let again = std::thread::spawn(slot).join().unwrap();
+        assert!(again <= SLOTS);
+    }
+
+    #[test]
+    fn counts_are_exact_alone_and_shared() {
+        let t: Tally<Count> = Tally::from_fn(Count::new);
+        std::thread::scope(|sc| {
+            for _ in 0..SLOTS + 6 {
+                sc.spawn(|| {
+                    for _ in 0..10_000 {
+                        t.mine().bump();
+                    }
+                    t.mine().add(5);
+                });
+            }
+        });
+        let total: u64 = t.all().map(Count::get).sum();
+        assert_eq!(total, (SLOTS as u64 + 6) * 10_005);
+        let shared = Count::new(true);
+        shared.add(3);
+        shared.bump();
+        assert_eq!(shared.get(), 4, "the shared mark is not counted");
+        let alone = Count::new(false);
+        alone.add(u64::from(u32::MAX));
+        assert_eq!(alone.get(), u64::from(u32::MAX));
     }
 
     #[test]

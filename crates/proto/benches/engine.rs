@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use proto::handle::{CqHandle, PdHandle, QpHandle};
+use proto::intact::IntactPeer;
 use proto::memory::VecMemory;
+use proto::output::{Room, Transmit};
 use proto::wc::{WcStatus, WorkCompletion};
 use proto::wr::{
     AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
@@ -80,6 +82,8 @@ struct Pair {
     b: Node,
     qa: QpHandle,
     qb: QpHandle,
+    /// The QPNs of `qa` and `qb`.
+    qpns: (u32, u32),
     lkey_a: u32,
     lkey_b: u32,
     rkey_b: u32,
@@ -130,6 +134,7 @@ impl Pair {
             b,
             qa,
             qb,
+            qpns: (na, nb),
             lkey_a,
             lkey_b,
             rkey_b,
@@ -244,6 +249,106 @@ impl Pair {
     }
 }
 
+/// A same-host ring to one peer, in memory: room for up to four datagrams
+/// (what `Engine::transmit_posted_through` and a receive's responses take
+/// at most), handed over by `Pair::hop`.
+struct Way {
+    to: SocketAddr,
+    bufs: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+}
+
+impl Way {
+    fn new(to: IpAddr) -> Way {
+        Way {
+            to: SocketAddr::new(to, 4791),
+            bufs: vec![vec![0; 9216]; 4],
+            lens: Vec::with_capacity(4),
+        }
+    }
+}
+
+impl Room for Way {
+    fn room(&mut self, to: SocketAddr, _qpn: u32) -> Option<&mut [u8]> {
+        let n = self.lens.len();
+        (to == self.to && n < self.bufs.len()).then(|| &mut self.bufs[n][..])
+    }
+
+    fn publish(&mut self, t: &Transmit) {
+        self.lens.push(t.len);
+    }
+}
+
+impl Pair {
+    /// One hop of a same-host `ib_write_lat` (spec/performance.md §25): A
+    /// posts a signalled 2-byte WRITE and builds it straight into B's ring
+    /// (`transmit_posted_through`), B takes it and builds its ACK straight
+    /// back (`handle_local_datagram` with room), A takes the ACK, and A's
+    /// completion is polled. Both peers are reached intact, as on the rings.
+    fn hop(&mut self, h: &mut Hop) {
+        let sg = [Sge {
+            addr: BASE,
+            length: 2,
+            lkey: self.lkey_a,
+        }];
+        let wr = SendWr {
+            wr_id: 7,
+            opcode: WrOpcode::RdmaWrite,
+            flags: SendFlags::SIGNALED,
+            sg_list: &sg,
+            imm_data: ImmData::from_value(0),
+            target: WrTarget::Rdma(RdmaTarget {
+                remote_addr: BASE + 0x4_0000,
+                rkey: self.rkey_b,
+            }),
+        };
+        let (a, b, now) = (&mut self.a, &mut self.b, self.now);
+        let (at_a, at_b) = (SocketAddr::new(a.ip, 4791), SocketAddr::new(b.ip, 4791));
+        let Hop { ring, to_b, to_a } = h;
+        // As the drop-in library posts: on the QP's send ring, no engine call.
+        ring.post(black_box(&wr), None, 0).expect("post");
+        let sent = a.e.transmit_posted_through(self.qa, now, &a.mem, to_b);
+        assert_eq!(sent, Some(1), "the WRITE goes straight into the ring");
+        for (buf, &len) in to_b.bufs.iter().zip(&to_b.lens) {
+            b.e.handle_local_datagram(now, at_a, at_b, &buf[..len], &b.mem, Some(to_a));
+        }
+        for (buf, &len) in to_a.bufs.iter().zip(&to_a.lens) {
+            a.e.handle_local_datagram(now, at_b, at_a, &buf[..len], &a.mem, None);
+        }
+        self.packets += (to_b.lens.len() + to_a.lens.len()) as u64;
+        assert_eq!(to_a.lens.len(), 1, "the ACK comes straight back");
+        to_b.lens.clear();
+        to_a.lens.clear();
+        assert_eq!(a.reap(), 1, "the WRITE completes");
+    }
+
+    /// What [`Pair::hop`] needs, with each device reaching the other intact.
+    fn hop_setup(&self) -> Hop {
+        let (na, nb) = self.qpns;
+        for (n, peer, qpn) in [(&self.a, self.b.ip, nb), (&self.b, self.a.ip, na)] {
+            n.e.set_intact_peers(&[IntactPeer {
+                ip: peer,
+                qpns: (qpn, qpn),
+            }]);
+        }
+        Hop {
+            ring: self.a.e.send_ring(self.qa).expect("the QP's send ring"),
+            to_b: Way::new(self.b.ip),
+            to_a: Way::new(self.a.ip),
+        }
+    }
+}
+
+/// A's send ring and the rings between A and B, for [`Pair::hop`].
+struct Hop {
+    ring: std::sync::Arc<proto::sq::SendRing>,
+    to_b: Way,
+    to_a: Way,
+}
+
+/// The name of the same-host hop case, which `Pair::hop` runs.
+const HOP: &str = "rc_write_2B_hop";
+
 /// (name, opcode, bytes, messages in flight per iteration)
 const CASES: [(&str, WrOpcode, u32, usize); 8] = [
     ("rc_write_64B", WrOpcode::RdmaWrite, 64, 1),
@@ -280,6 +385,13 @@ fn bench(c: &mut Criterion) {
             bch.iter(|| p.message(op, size, depth));
         });
     }
+    let mut p = Pair::new(Mtu::Mtu4096);
+    let mut h = p.hop_setup();
+    println!("engine/{HOP}: 2 datagrams per iteration (the WRITE and its ACK)");
+    g.throughput(Throughput::Elements(2));
+    g.bench_function(BenchmarkId::from_parameter(HOP), |bch| {
+        bch.iter(|| p.hop(&mut h));
+    });
     g.finish();
 }
 
@@ -304,6 +416,18 @@ fn fixed(iters: u64) {
             p.packets,
             iters * depth as u64
         );
+    }
+    if only.as_deref().is_none_or(|o| o == HOP) {
+        let mut p = Pair::new(Mtu::Mtu4096);
+        let mut h = p.hop_setup();
+        for _ in 0..4 {
+            p.hop(&mut h);
+        }
+        p.packets = 0;
+        for _ in 0..iters {
+            p.hop(&mut h);
+        }
+        println!("{HOP}: {iters} iterations, {} datagrams", p.packets);
     }
 }
 

@@ -214,7 +214,7 @@ pub struct DeviceData {
     /// Counters (written by every thread that sends or receives: each
     /// thread in its lane, away from the others and from what the data
     /// path only reads).
-    pub(crate) counters: lanes::Striped<crate::output::DeviceCounterCells>,
+    pub(crate) counters: lanes::Tally<crate::output::DeviceCounterCells>,
     /// The peers the driver reaches with intact datagrams (crate::intact;
     /// read for every packet, written when the set changes).
     pub(crate) intact: crate::lock::Padded<crate::intact::IntactPeers>,
@@ -247,7 +247,7 @@ impl Default for DeviceData {
             due: Lock::default(),
             local_port: crate::output::ROCE_PORT,
             inline_buf: Vec::new(),
-            counters: Default::default(),
+            counters: lanes::Tally::from_fn(crate::output::DeviceCounterCells::new),
             retired: Default::default(),
             raw_frame_max: crate::frame::DEFAULT_FRAME_MAX,
             raw_counters: Default::default(),

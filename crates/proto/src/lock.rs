@@ -8,15 +8,12 @@
 //!   reached without locking through `&mut` (the control verbs, which hold
 //!   the whole engine);
 //! - [`ReadMostly`]: the same for a reader-writer lock;
-//! - [`Counter`]: a device counter several threads add to;
 //! - [`Queue`]: a FIFO behind a lock whose emptiness is read without it.
 //!
 //! Ground floor: imports nothing of the crate.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{
-    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
-};
+use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Release};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A mutex the data path takes and the control path reaches through `&mut`.
@@ -107,36 +104,6 @@ impl<T: std::fmt::Debug> std::fmt::Debug for ReadMostly<T> {
 
 pub use lanes::Padded;
 
-/// A counter several threads add to (relaxed: a count, never a signal).
-#[derive(Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds `n`.
-    #[inline]
-    pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Relaxed);
-    }
-
-    /// Adds one.
-    #[inline]
-    pub fn bump(&self) {
-        self.add(1);
-    }
-
-    /// The count now.
-    #[inline]
-    pub fn get(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
-}
-
-impl std::fmt::Debug for Counter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.get().fmt(f)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,19 +119,6 @@ mod tests {
         .join();
         assert!(r.is_err());
         assert_eq!(*l.lock(), 5);
-    }
-
-    #[test]
-    fn counters_add_from_threads() {
-        let c = std::sync::Arc::new(Counter::default());
-        let hs: Vec<_> = (0..4)
-            .map(|_| {
-                let c = c.clone();
-                std::thread::spawn(move || (0..1000).for_each(|_| c.bump()))
-            })
-            .collect();
-        hs.into_iter().for_each(|h| h.join().unwrap());
-        assert_eq!(c.get(), 4000);
     }
 }
 

@@ -166,19 +166,25 @@ impl DeviceCounters {
 }
 
 /// The device-wide fields of [`DeviceCounters`] as the data path counts
-/// them: several threads add at once (crate::lock::Counter).
+/// them: each thread adds to its own slot's cells (`lanes::Tally`, `lanes::Count`).
 macro_rules! cells {
     ($($f:ident),+) => {
-        /// [`DeviceCounters`] (without `qps`) as counters threads add to.
-        #[derive(Debug, Default)]
+        /// [`DeviceCounters`] (without `qps`) as counters threads add to:
+        /// one set per counting slot (`lanes::Tally`).
+        #[derive(Debug)]
         pub struct DeviceCounterCells {
             $(
                 #[doc = concat!("[`DeviceCounters::", stringify!($f), "`]")]
-                pub $f: crate::lock::Counter,
+                pub $f: lanes::Count,
             )+
         }
 
         impl DeviceCounterCells {
+            /// Zero counts; `shared`: the shared slot's ([`lanes::Count::new`]).
+            pub fn new(shared: bool) -> Self {
+                DeviceCounterCells { $($f: lanes::Count::new(shared),)+ }
+            }
+
             /// The counts now (`qps` zero).
             pub fn snapshot(&self) -> DeviceCounters {
                 DeviceCounters {
