@@ -454,15 +454,20 @@ impl<E: Engine> Driver<E> {
     /// [`Driver::posted`] naming the QP posted to (the engine's id for it,
     /// [`Engine::poll_transmit_posted`]): its datagram is taken first.
     pub fn posted_to(&self, idle: bool, qp: Option<u64>) -> usize {
-        let now = self.shared.clock.now();
+        self.posted_at(self.shared.clock.now(), idle, qp, false)
+    }
+
+    /// [`Driver::posted_to`] at `now`; `tried`: the post's packets were
+    /// offered the peer's same-host ring already and could not go (do not
+    /// ask again).
+    fn posted_at(&self, now: Nanos, idle: bool, qp: Option<u64>, tried: bool) -> usize {
         if let Some(tx) = &self.shared.caller_tx {
             // A busy queue's post counts only while the pattern forms (a
             // stream's posts skip the engine's count). Never waits for the
             // engine (a writer may hold it): no wait then.
             let linger = &self.shared.linger;
             let look = idle || linger.forming();
-            let writes = look.then(|| self.shared.try_engine()).flatten();
-            let writes = writes.map(|e| e.writes_taken());
+            let writes = look.then(|| self.writes_taken()).flatten();
             let wait = writes.and_then(|w| Some((w.0, linger.at_post(now, w)?)));
             // A ping-pong is no stream, even faster than the stream gap, and
             // its post may find the WRITE before still unacknowledged (the
@@ -470,24 +475,12 @@ impl<E: Engine> Driver<E> {
             if wait.is_some() || (idle && !tx.streaming(now)) {
                 // Straight into the peer's ring if it has one; what is left
                 // (and any other way) through a transmit.
-                let mine = LaneSet::mine();
-                let direct = qp.and_then(|q| self.shared.transmit_posted_in_ring(now, q));
-                let sent = match direct {
-                    Some((n, false)) => Some(n),
-                    Some((n, true)) => match self.shared.transmit_here(now, mine, None) {
-                        Some(m) => Some(n + m),
-                        None => {
-                            self.shared.leave_to_poller(now, mine);
-                            Some(n)
-                        }
-                    },
-                    None => self.shared.transmit_here(now, mine, qp),
-                };
-                if let Some(n) = sent {
-                    match wait {
-                        Some((seen, until)) => self.wait_for_answer(seen, until),
-                        None => self.end_wait_lease(),
-                    }
+                let direct = qp.filter(|_| !tried).and_then(|q| {
+                    self.shared
+                        .through_ring(|e, room| e.transmit_posted_through(q, now, room))
+                });
+                if let Some(n) = self.sent(now, direct, qp) {
+                    self.after_sent(wait);
                     return n;
                 }
             }
@@ -495,6 +488,93 @@ impl<E: Engine> Driver<E> {
         self.end_wait_lease();
         self.shared.leave_to_poller(now, LaneSet::mine());
         0
+    }
+
+    /// `ibv_post_send` of one WR to QP `qp`, by one of two ways.
+    /// - To an `idle` send queue (nothing outstanding), with the same-host
+    ///   path on: `direct` gets the engine, the time and the room of the
+    ///   peers' rings, and posts straight into the QP's send queue and its
+    ///   packets into its peer's ring (proto's `Engine::post_send_through`):
+    ///   `None` when it did not (nothing posted), else the post's checks'
+    ///   refusal or how many datagrams left. The rest then goes as after
+    ///   [`Driver::posted_to`]'s transmit (a transmit turn for what is
+    ///   left, the wait for a ping-pong's answer). Such a post goes at once
+    ///   whatever the stream gap: on the rings there is no system call to
+    ///   share with the posts after it.
+    /// - Otherwise `ring` posts on the QP's send ring: `Some(idle)` when the
+    ///   WR waits there (then as [`Driver::posted_to`]), `None` when it
+    ///   needed nothing more (it took the engine itself).
+    pub fn post<X>(
+        &self,
+        idle: bool,
+        qp: u64,
+        direct: impl FnOnce(&E, Nanos, &mut dyn crate::Room) -> Option<Result<usize, X>>,
+        ring: impl FnOnce() -> Result<Option<bool>, X>,
+    ) -> Result<(), X> {
+        let now = self.shared.clock.now();
+        let tx = self.shared.caller_tx.as_ref();
+        let tried = idle && tx.is_some() && self.shared.shm.is_some();
+        if tried {
+            if let Some((r, more)) = self.shared.through_ring(|e, room| direct(e, now, room)) {
+                let n = r?;
+                let linger = &self.shared.linger;
+                let writes = self.writes_taken();
+                let wait = writes.and_then(|w| Some((w.0, linger.at_post(now, w)?)));
+                if let (None, Some(tx)) = (wait, tx) {
+                    // The post's time, for the posts after it.
+                    tx.streaming(now);
+                }
+                // None sent through the ring (the QP's turns send it): the
+                // rest as after a post on the ring.
+                match self.sent(now, (n > 0).then_some((n, more)), Some(qp)) {
+                    Some(_) => self.after_sent(wait),
+                    None => {
+                        self.end_wait_lease();
+                        self.shared.leave_to_poller(now, LaneSet::mine());
+                    }
+                }
+                return Ok(());
+            }
+        }
+        if let Some(idle) = ring()? {
+            self.posted_at(now, idle, Some(qp), tried);
+        }
+        Ok(())
+    }
+
+    /// The device's whole WRITEs so far and when the latest came
+    /// (`Engine::writes_taken`), unless a writer holds the engine.
+    fn writes_taken(&self) -> Option<(u64, Nanos)> {
+        self.shared.try_engine().map(|e| e.writes_taken())
+    }
+
+    /// After a post went straight into a ring (`direct`: how many left,
+    /// and whether the engine has more for this lane), or not: the rest
+    /// through a transmit. How many left; `None` if no transmit could
+    /// run.
+    fn sent(&self, now: Nanos, direct: Option<(usize, bool)>, qp: Option<u64>) -> Option<usize> {
+        let mine = LaneSet::mine();
+        match direct {
+            Some((n, false)) => Some(n),
+            Some((n, true)) => match self.shared.transmit_here(now, mine, None) {
+                Some(m) => Some(n + m),
+                None => {
+                    self.shared.leave_to_poller(now, mine);
+                    Some(n)
+                }
+            },
+            None => self.shared.transmit_here(now, mine, qp),
+        }
+    }
+
+    /// A post's packets left: it waits for its answer (`wait`: the WRITE
+    /// count it saw, and until when), or ends the lease the waits before
+    /// held.
+    fn after_sent(&self, wait: Option<(u64, Nanos)>) {
+        match wait {
+            Some((seen, until)) => self.wait_for_answer(seen, until),
+            None => self.end_wait_lease(),
+        }
     }
 
     /// A post that does not wait for its answer: a lease the waits of the

@@ -280,9 +280,9 @@ impl Room for Way {
 }
 
 impl Pair {
-    /// One hop of a same-host `ib_write_lat` (spec/performance.md §25): A
-    /// posts a signalled 2-byte WRITE and builds it straight into B's ring
-    /// (`transmit_posted_through`), B takes it and builds its ACK straight
+    /// One hop of a same-host `ib_write_lat` (spec/performance.md §25, §27):
+    /// A posts a signalled 2-byte WRITE straight into its send queue and
+    /// builds it into B's ring (`post_send_through`), B takes it and builds its ACK straight
     /// back (`handle_local_datagram` with room), A takes the ACK, and A's
     /// completion is polled. Both peers are reached intact, as on the rings.
     fn hop(&mut self, h: &mut Hop) {
@@ -304,10 +304,12 @@ impl Pair {
         };
         let (a, b, now) = (&mut self.a, &mut self.b, self.now);
         let (at_a, at_b) = (SocketAddr::new(a.ip, 4791), SocketAddr::new(b.ip, 4791));
-        let Hop { ring, to_b, to_a } = h;
-        // As the drop-in library posts: on the QP's send ring, no engine call.
-        ring.post(black_box(&wr), None, 0).expect("post");
-        let sent = a.e.transmit_posted_through(self.qa, now, &a.mem, to_b);
+        let Hop { to_b, to_a } = h;
+        // As the drop-in library posts to an idle queue with a ring to its
+        // peer: straight into the send queue and the ring.
+        let sent =
+            a.e.post_send_through(self.qa, black_box(&wr), None, now, &a.mem, to_b);
+        let sent = sent.map(|r| r.expect("post"));
         assert_eq!(sent, Some(1), "the WRITE goes straight into the ring");
         for (buf, &len) in to_b.bufs.iter().zip(&to_b.lens) {
             b.e.handle_local_datagram(now, at_a, at_b, &buf[..len], &b.mem, Some(to_a));
@@ -332,16 +334,14 @@ impl Pair {
             }]);
         }
         Hop {
-            ring: self.a.e.send_ring(self.qa).expect("the QP's send ring"),
             to_b: Way::new(self.b.ip),
             to_a: Way::new(self.a.ip),
         }
     }
 }
 
-/// A's send ring and the rings between A and B, for [`Pair::hop`].
+/// The rings between A and B, for [`Pair::hop`].
 struct Hop {
-    ring: std::sync::Arc<proto::sq::SendRing>,
     to_b: Way,
     to_a: Way,
 }

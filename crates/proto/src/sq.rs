@@ -478,6 +478,47 @@ impl SendRing {
         }
     }
 
+    /// A post the engine takes straight into the QP's send queue, with no
+    /// slot ([`crate::Engine::post_send_through`]): checked as
+    /// [`SendRing::post`] checks, against the QP's `state` and
+    /// `max_rd_atomic` as the engine holds them (under the QP's lock, so
+    /// they cannot change meanwhile), and counted in `queued` as a post is.
+    /// Only while no other thread posts and nothing waits in the ring, so
+    /// that the WQE comes after every WR posted before it: `Ok(None)`
+    /// otherwise, and for a WR to be flushed (the ring's post takes those).
+    /// The guard keeps other posters waiting until the WQE is in the queue:
+    /// theirs come after it.
+    pub fn direct(
+        &self,
+        wr: &SendWr<'_>,
+        state: QpState,
+        max_rd_atomic: u8,
+    ) -> Result<Option<MutexGuard<'_, ()>>, PostError> {
+        let Ok(serial) = self.post.try_lock() else {
+            return Ok(None);
+        };
+        if self.pending() != 0 {
+            return Ok(None);
+        }
+        let ctx = SendQueueCtx {
+            qp_type: self.cfg.qp_type,
+            state,
+            pd: self.cfg.pd,
+            max_send_wr: self.cfg.max_send_wr,
+            max_send_sge: self.cfg.max_send_sge,
+            max_inline_data: self.cfg.max_inline_data,
+            max_rd_atomic,
+            ud_mtu: self.cfg.ud_mtu,
+            outstanding: self.queued.load(Acquire),
+        };
+        // A connected QP's WR names no address handle.
+        if check_post_send(&ctx, wr, |_| None)? == Disposition::Flushed {
+            return Ok(None);
+        }
+        self.queued.fetch_add(1, SeqCst);
+        Ok(Some(serial))
+    }
+
     /// The first half of a post: checks, counts and writes the slot.
     fn write(
         &self,

@@ -3,7 +3,9 @@
 //! the driver offers, while the QP's lock is held, and needs no transmit
 //! turn; without room, or while a transmitting thread claims the QP, it
 //! waits for the usual turns. A post's packets likewise
-//! (`Engine::transmit_posted_through`), a few at once.
+//! (`Engine::transmit_posted_through`), a few at once; and a post to an
+//! idle queue made straight into the send queue with them
+//! (`Engine::post_send_through`, spec/performance.md §27).
 
 mod cm_common;
 mod net;
@@ -278,4 +280,176 @@ fn without_room_or_with_a_claimer_a_post_is_left_to_the_turns() {
         .get();
     assert_eq!(next, psn + 1);
     e.release_claims(&mut claims);
+}
+
+/// A connected RC pair, nothing posted yet: (the net, A's QP, B's QPN, A's
+/// lkey, B's rkey), B's leftover turns taken.
+fn idle_pair() -> (Net, QpHandle, u32, u32, u32) {
+    let mut net = Net::new();
+    let (qa, _, _, nb) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 1 << 16, 1);
+    let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    post_on_ring(&net, qa, 0, la, rb);
+    (net, qa, nb, la, rb)
+}
+
+/// A one-packet WRITE from A's memory to B's.
+fn write_wr(id: u64, sg: &[Sge], rkey: u32) -> SendWr<'_> {
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey,
+    });
+    send_wr(id, WrOpcode::RdmaWrite, sg, t)
+}
+
+/// The PSN of a datagram.
+fn psn_of(d: &[u8]) -> u32 {
+    wire::TransportRepr::parse(d).unwrap().bth.psn.get()
+}
+
+#[test]
+fn a_post_to_an_idle_queue_goes_straight_into_the_queue_and_the_room() {
+    let (mut net, qa, nb, la, rb) = idle_pair();
+    let sg = [Sge {
+        addr: BASE,
+        length: 64,
+        lkey: la,
+    }];
+    let ring = net.a.e.send_ring(qa).unwrap();
+    let mut way = Keep::new(true);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let sent = e.post_send_through(qa, &write_wr(7, &sg, rb), None, now, mem, &mut way);
+    assert_eq!(sent, Some(Ok(1)), "the WRITE left through the room");
+    assert_eq!(way.asked[0], (SocketAddr::new(net.b.ip, 4791), nb));
+    assert_eq!(ring.pending(), 0, "no slot of the ring was used");
+    assert_eq!(ring.queued(), 1, "counted as a post is");
+    // B takes it and answers; A's WRITE completes, and the count goes down.
+    let (a, b) = (
+        SocketAddr::new(net.a.ip, 4791),
+        SocketAddr::new(net.b.ip, 4791),
+    );
+    let mut back = Keep::new(true);
+    let (_, d) = &way.out[0];
+    net.b
+        .e
+        .handle_local_datagram(now, a, b, d, &net.b.mem, Some(&mut back));
+    let (_, ack) = &back.out[0];
+    assert!(is_ack(ack));
+    net.a
+        .e
+        .handle_local_datagram(now, b, a, ack, &net.a.mem, None);
+    let wcs = net.a.poll();
+    assert_eq!(wcs.len(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (7, WcStatus::Success));
+    assert_eq!(ring.queued(), 0);
+}
+
+#[test]
+fn a_post_through_is_checked_as_a_ring_post_and_refused_alike() {
+    let (net, qa, _, la, rb) = idle_pair();
+    let ring = net.a.e.send_ring(qa).unwrap();
+    let mut way = Keep::new(true);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    // More SGEs than the QP takes: refused, nothing posted or sent.
+    let sg = vec![
+        Sge {
+            addr: BASE,
+            length: 8,
+            lkey: la,
+        };
+        64
+    ];
+    let wr = write_wr(1, &sg, rb);
+    let got = e.post_send_through(qa, &wr, None, now, mem, &mut way);
+    let want = ring.post(&wr, None, 0).map(|_| ()).unwrap_err();
+    assert_eq!(got, Some(Err(want)));
+    assert!(way.out.is_empty());
+    assert_eq!((ring.queued(), ring.pending()), (0, 0));
+}
+
+#[test]
+fn a_post_through_comes_after_what_waits_in_the_ring_or_is_not_made() {
+    let (net, qa, _, la, rb) = idle_pair();
+    let sg = [Sge {
+        addr: BASE,
+        length: 64,
+        lkey: la,
+    }];
+    let ring = net.a.e.send_ring(qa).unwrap();
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    // A WR waits in the ring: the post is not made here (it must come
+    // after that one: the ring's post takes it).
+    ring.post(&write_wr(1, &sg, rb), None, 0).unwrap();
+    let mut way = Keep::new(true);
+    let wr = write_wr(2, &sg, rb);
+    assert_eq!(e.post_send_through(qa, &wr, None, now, mem, &mut way), None);
+    assert!(way.out.is_empty());
+    assert_eq!((ring.queued(), ring.pending()), (1, 1));
+    // No room for the peer, or a flush (ERR): not made here either.
+    let (net, qa, _, la, rb) = idle_pair();
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let sg = [Sge {
+        addr: BASE,
+        length: 64,
+        lkey: la,
+    }];
+    let mut none = Keep::new(false);
+    let wr = write_wr(3, &sg, rb);
+    assert_eq!(
+        e.post_send_through(qa, &wr, None, now, mem, &mut none),
+        None
+    );
+    assert_eq!(net.a.e.send_ring(qa).unwrap().queued(), 0);
+    let mut net = net;
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    modify(&mut net.a, qa, err, AttrMask::STATE);
+    let mut way = Keep::new(true);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    assert_eq!(e.post_send_through(qa, &wr, None, now, mem, &mut way), None);
+    assert!(way.out.is_empty());
+    assert_eq!(net.a.e.send_ring(qa).unwrap().queued(), 0);
+}
+
+#[test]
+fn a_post_through_to_a_claimed_qp_joins_its_queue_and_its_turns_send_it() {
+    // A claimer holds the first of two WRITEs posted on the ring.
+    let (net, qa, _, la, rb) = idle_pair();
+    post_on_ring(&net, qa, 2, la, rb);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut buf = vec![0u8; 9000];
+    let mut claims = TxClaims::default();
+    let first = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut claims)
+        .expect("the claimer's first packet");
+    let psn = psn_of(&buf[..first.len]);
+    // The ring is drained (into the queue): a post may go straight in, but
+    // sends nothing beside the claimer.
+    let ring = e.send_ring(qa).unwrap();
+    assert_eq!(ring.pending(), 0);
+    let sg = [Sge {
+        addr: BASE,
+        length: 64,
+        lkey: la,
+    }];
+    let mut way = Keep::new(true);
+    let wr = write_wr(9, &sg, rb);
+    assert_eq!(
+        e.post_send_through(qa, &wr, None, now, mem, &mut way),
+        Some(Ok(0))
+    );
+    assert!(way.out.is_empty());
+    assert_eq!(ring.queued(), 3);
+    // The claimer's turns send the rest in order: the second, then it.
+    let mut psns = Vec::new();
+    while let Some(t) = e.poll_transmit_claimed(now, mem, &mut buf, &mut claims) {
+        psns.push(psn_of(&buf[..t.len]));
+    }
+    e.release_claims(&mut claims);
+    while let Some(t) = e.poll_transmit(now, mem, &mut buf) {
+        psns.push(psn_of(&buf[..t.len]));
+    }
+    assert_eq!(psns, [psn + 1, psn + 2]);
 }

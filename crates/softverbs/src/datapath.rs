@@ -10,7 +10,6 @@ use crate::qp::{QueuePair, Transport};
 use crate::srq::SharedReceiveQueue;
 use crate::AddressHandle;
 use proto::rq::RingPost;
-use proto::sq::SendPost;
 use proto::wc::WorkCompletion;
 use proto::wr::{RecvWr, SendWr, Sge, UdTarget, WrTarget};
 use std::cell::RefCell;
@@ -71,8 +70,9 @@ impl<T: Transport> QueuePair<T> {
     }
 
     /// A send WR (with its inline bytes, gathered by the caller) posted on
-    /// the QP's send ring; `None` if the QP has none (RAW_PACKET, XRC_RECV:
-    /// the engine's way).
+    /// the QP's send ring, or straight into its send queue
+    /// (`Shared::post_send`); `None` if the QP has no send ring
+    /// (RAW_PACKET, XRC_RECV: the engine's way).
     pub(crate) fn post_send_ring(
         &self,
         wr: &SendWr<'_>,
@@ -80,25 +80,9 @@ impl<T: Transport> QueuePair<T> {
         xrc_srqn: u32,
     ) -> Option<Result<(), Error>> {
         let ring = self.send_ring()?;
-        let shared = &self.pd().ctx.dev;
         let h = self.handle();
-        let r = match ring.post(wr, inline, xrc_srqn) {
-            Err(e) => Err(post_err("post_send", e)),
-            Ok(SendPost::Queued { idle }) => {
-                shared.posted(idle, h);
-                Ok(())
-            }
-            Ok(SendPost::Flush) => shared
-                .with(|e| e.post_send_xrc(h, wr, inline, xrc_srqn))
-                .map(drop)
-                .map_err(|e| post_err("post_send", e))
-                .map(|()| shared.doorbell()),
-            Ok(SendPost::Settle) => shared
-                .with(|e| e.settle_send(h))
-                .map_err(|e| post_err("post_send", e))
-                .map(|()| shared.doorbell()),
-        };
-        Some(r)
+        let r = self.pd().ctx.dev.post_send(h, ring, wr, inline, xrc_srqn);
+        Some(r.map_err(|e| post_err("post_send", e)))
     }
 
     /// `ibv_post_recv` for one WR: written into the QP's receive ring without

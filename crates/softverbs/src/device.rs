@@ -392,11 +392,43 @@ impl Shared {
         self.driver.doorbell();
     }
 
-    /// A WR was posted on a send ring (`idle`: the QP's send queue held
-    /// nothing else): this thread transmits it itself if it can, else the
-    /// progress thread takes it from there (sv_io's `Driver::posted`).
-    pub(crate) fn posted(&self, idle: bool, qp: proto::handle::QpHandle) {
-        self.driver.posted_to(idle, Some(qp.raw()));
+    /// `ibv_post_send` of one WR on QP `qp` (sv_io's `Driver::post`): to an
+    /// idle queue straight into its send queue and its peer's same-host
+    /// ring if it can (proto's `Engine::post_send_through`), else on its
+    /// send ring `ring` without the engine lock (proto::sq), after which
+    /// this thread transmits it itself if it can, or the progress thread
+    /// takes it from there. Only a post in ERR or SQE (an immediate flush
+    /// completion) or one that raced a move to ERR/SQE/RESET takes the
+    /// engine lock.
+    pub(crate) fn post_send(
+        &self,
+        qp: proto::handle::QpHandle,
+        ring: &proto::sq::SendRing,
+        wr: &proto::wr::SendWr<'_>,
+        inline: Option<&[u8]>,
+        xrc_srqn: u32,
+    ) -> Result<(), proto::wr::PostError> {
+        use proto::sq::SendPost;
+        let direct = |d: &DeviceEngine, now: Nanos, room: &mut dyn sv_io::Room| {
+            d.engine.set_now(now);
+            let way = &mut RoomVia(room);
+            d.engine.post_send_through(qp, wr, inline, now, &d.mem, way)
+        };
+        let on_ring = || match ring.post(wr, inline, xrc_srqn)? {
+            SendPost::Queued { idle } => Ok(Some(idle)),
+            SendPost::Flush => {
+                self.with(|e| e.post_send_xrc(qp, wr, inline, xrc_srqn))?;
+                self.doorbell();
+                Ok(None)
+            }
+            SendPost::Settle => {
+                self.with(|e| e.settle_send(qp))?;
+                self.doorbell();
+                Ok(None)
+            }
+        };
+        let idle = ring.queued() == 0;
+        self.driver.post(idle, qp.raw(), direct, on_ring)
     }
 }
 

@@ -469,19 +469,23 @@ impl<E: Engine> Shared<E> {
 }
 
 impl<E: Engine> Shared<E> {
-    /// The packets of QP `qp`, just posted to by this thread, straight into
-    /// its peer's same-host ring (`Engine::transmit_posted_through`): no
-    /// gate, no batch, no claim (each is published while the engine holds
-    /// the QP). How many left, and whether the engine has more for this
-    /// lane (the QP's packets past the first few, or others'); `None` when
-    /// it could not (off, a lock busy, no ring there, or not for this QP
-    /// now): [`Shared::transmit_here`] then takes it.
-    pub(crate) fn transmit_posted_in_ring(&self, now: Nanos, qp: u64) -> Option<(usize, bool)> {
+    /// A post's packets, just made by this thread, straight into its peer's
+    /// same-host ring: `f` gets the engine and the rooms of the rings
+    /// (`Engine::transmit_posted_through`, or a post made through them):
+    /// no gate, no batch, no claim (each is published while the engine
+    /// holds the QP). What `f` said, and whether the engine has more for
+    /// this lane (the QP's packets past the first few, or others'); `None`
+    /// when it could not (off, a lock busy, no rings) or `f` did not:
+    /// [`Shared::transmit_here`] then takes the packets.
+    pub(crate) fn through_ring<T>(
+        &self,
+        f: impl FnOnce(&E, &mut dyn crate::Room) -> Option<T>,
+    ) -> Option<(T, bool)> {
         self.caller_tx.as_ref()?;
         let mut path = self.try_shm()?;
         let engine = self.try_engine()?;
         let mut rooms = path.rooms_for_posts(&self.counters)?;
-        let n = engine.transmit_posted_through(qp, now, &mut rooms)?;
+        let n = f(&engine, &mut rooms)?;
         let notes: Vec<_> = std::iter::from_fn(|| engine.poll_notification()).collect();
         // A deadline (the ACK timer) earlier than the progress thread's
         // wake-up: it must look again.

@@ -109,36 +109,75 @@ impl Engine {
         way: &mut dyn Room,
     ) -> Option<usize> {
         let q = self.qps.get(h)?.lock();
-        let connected = matches!(q.ctl.qp_type(), QpType::Rc | QpType::Uc);
-        if !connected || q.dp.claimed || q.dp.scheduled {
+        if !free(&q) {
             return None;
         }
-        let a = q.ctl.attr();
-        let (to, qpn) = (
-            SocketAddr::new(a.ah_attr.grh.dgid.ip(), ROCE_PORT),
-            a.dest_qp_num,
-        );
-        // The first room before the turn: without it nothing is taken.
-        way.room(to, qpn)?;
-        let (n, bytes) = self.drive_locked(h, q, mem, |q, env, sink| {
-            let (mut n, mut bytes) = (0, 0);
-            while n < POSTED_MAX {
-                let Some(buf) = way.room(to, qpn) else { break };
-                let Some(t) = q.next_packet(now, env, buf, sink, true) else {
-                    break;
-                };
-                way.publish(&t);
-                n += 1;
-                bytes += t.len as u64;
-            }
-            // What is left goes to the ready queue (the sync after this).
-            q.dp.wants_tx = !q.tx_idle();
-            (n, bytes)
+        let (to, qpn) = through(&q, way)?;
+        let sent = self.drive_locked(h, q, mem, |q, env, sink| {
+            send_through(q, now, env, sink, way, (to, qpn))
         });
+        Some(self.sent_through(sent))
+    }
+
+    /// `ibv_post_send` of one WR of QP `h` straight into its send queue,
+    /// and its packets into `way` as [`Engine::transmit_posted_through`]
+    /// sends them: no slot of the send ring written and read back, no
+    /// posted list. For a post to an RC or UC QP whose peer `way` has room
+    /// for, whose send ring holds nothing and that no other thread posts to
+    /// ([`SendRing::direct`]); the WR is checked as a ring post is. A QP
+    /// that a thread claims or that waits in a ready queue takes the WQE
+    /// but sends nothing here: its turns send it. `None` when it is not
+    /// such a post now (nothing posted: the ring's post takes it); else the
+    /// check's refusal, or how many datagrams left.
+    ///
+    /// [`SendRing::direct`]: crate::sq::SendRing::direct
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_send_through(
+        &self,
+        h: QpHandle,
+        wr: &crate::wr::SendWr<'_>,
+        inline: Option<&[u8]>,
+        now: u64,
+        mem: &dyn Memory,
+        way: &mut dyn Room,
+    ) -> Option<Result<usize, crate::wr::PostError>> {
+        let q = self.qps.get(h)?.lock();
+        let (to, qpn) = through(&q, way)?;
+        let ring = q.send_ring().clone();
+        let serial = match ring.direct(wr, q.ctl.state(), q.ctl.attr().max_rd_atomic) {
+            Ok(Some(serial)) => serial,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let inline = wr
+            .flags
+            .contains(crate::wr::SendFlags::INLINE)
+            .then(|| inline.unwrap_or(&[]));
+        let sent = self.drive_locked(h, q, mem, |q, env, sink| {
+            let posted = crate::qp::actor::PostedSend {
+                flushed: false,
+                inline,
+                ud: None,
+                xrc_srqn: 0,
+            };
+            q.post_send(wr, posted, sink);
+            // In the queue: the next poster comes after it.
+            drop(serial);
+            if free(q) {
+                send_through(q, now, env, sink, way, (to, qpn))
+            } else {
+                (0, 0)
+            }
+        });
+        Some(Ok(self.sent_through(sent)))
+    }
+
+    /// Counts what a turn through a room sent; how many datagrams.
+    fn sent_through(&self, (n, bytes): (usize, u64)) -> usize {
         let c = self.dev.counters.mine();
         c.packets_sent.add(n as u64);
         c.bytes_sent.add(bytes);
-        Some(n)
+        n
     }
 
     fn transmit(
@@ -324,4 +363,52 @@ enum Turn {
     /// The QP the thread just posted to, to be claimed unless another
     /// thread claims it or it waits in a ready queue.
     Posted(QpHandle),
+}
+
+/// Whether QP `q` may send through a room now: no thread claims it (none
+/// holds a packet of it that has yet to leave) and it waits in no ready
+/// queue (its turns keep their order).
+fn free(q: &crate::qp::actor::Qp) -> bool {
+    !q.dp.claimed && !q.dp.scheduled
+}
+
+/// Where the packets of QP `q`, an RC or UC QP, go through `way` (its
+/// peer's address and QPN), while `way` has room for its peer.
+fn through(q: &crate::qp::actor::Qp, way: &mut dyn Room) -> Option<(SocketAddr, u32)> {
+    if !matches!(q.ctl.qp_type(), QpType::Rc | QpType::Uc) {
+        return None;
+    }
+    let a = q.ctl.attr();
+    let (to, qpn) = (
+        SocketAddr::new(a.ah_attr.grh.dgid.ip(), ROCE_PORT),
+        a.dest_qp_num,
+    );
+    // The first room before the turn: without it nothing is taken.
+    way.room(to, qpn)?;
+    Some((to, qpn))
+}
+
+/// The QP's turns at once, each packet published into `way` while the QP's
+/// lock is held ([`POSTED_MAX`] at most); the datagrams and bytes sent.
+fn send_through(
+    q: &mut crate::qp::actor::Qp,
+    now: u64,
+    env: &crate::qp::actor::QpEnv<'_>,
+    sink: &mut crate::engine::EngineSink<'_>,
+    way: &mut dyn Room,
+    (to, qpn): (SocketAddr, u32),
+) -> (usize, u64) {
+    let (mut n, mut bytes) = (0, 0);
+    while n < POSTED_MAX {
+        let Some(buf) = way.room(to, qpn) else { break };
+        let Some(t) = q.next_packet(now, env, buf, sink, true) else {
+            break;
+        };
+        way.publish(&t);
+        n += 1;
+        bytes += t.len as u64;
+    }
+    // What is left goes to the ready queue (the sync after this).
+    q.dp.wants_tx = !q.tx_idle();
+    (n, bytes)
 }

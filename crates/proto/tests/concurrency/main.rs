@@ -443,8 +443,9 @@ pub(crate) fn claiming_transmitters_keep_each_qps_order() {
     check(&w);
 }
 
-/// Posters that build their packets straight into the peer's FIFO, and
-/// receivers that build the responses straight back, beside a claiming
+/// Posters that build their packets straight into the peer's FIFO (every
+/// other post made straight into the send queue), and receivers that
+/// build the responses straight back, beside a claiming
 /// transmitting thread per device (proto::output::Room): each QP's packets
 /// stay in order, completions exactly once.
 #[test]
@@ -455,8 +456,10 @@ pub(crate) fn packets_built_in_place_beside_a_claiming_transmitter_keep_each_qps
     });
     report(&w, "rooms");
     let built = w.built_in_place.load(SeqCst);
-    eprintln!("rooms: {built} datagrams built in place by posters and receivers");
+    let through = w.posted_through.load(SeqCst);
+    eprintln!("rooms: {built} datagrams built in place by posters and receivers, {through} posts made straight into the send queue");
     assert!(built > 0, "datagrams were built in place");
+    assert!(through > 0, "posts were made straight into the send queue");
     check(&w);
 }
 

@@ -65,6 +65,27 @@ pub(crate) fn poster(w: &World, side: usize, slot: usize) {
             target,
         };
         loop {
+            // Rooms mode: every other post straight into the send queue
+            // and the peer's FIFO, when it can be made so.
+            if w.cfg.mode == Mode::Rooms && seq % 2 == 0 {
+                let mut room = FifoRoom::into(w, 1 - side);
+                let (e, now) = (s.rd(), w.now.load(SeqCst));
+                match e.post_send_through(info.h, &wr, None, now, &s.mem, &mut room) {
+                    Some(Ok(_)) => {
+                        w.posted_through.fetch_add(1, SeqCst);
+                        break;
+                    }
+                    Some(Err(PostError::QueueFull { .. })) => {
+                        if w.stop_posting[side][slot].load(SeqCst) || w.stopped() {
+                            break 'wrs;
+                        }
+                        sleep(Duration::from_micros(30));
+                        continue;
+                    }
+                    Some(Err(e)) => panic!("post of {id:#x} refused: {e}"),
+                    None => {}
+                }
+            }
             match info.ring.post(&wr, None, 0) {
                 Ok(SendPost::Queued { .. }) => break,
                 Ok(SendPost::Flush) => {

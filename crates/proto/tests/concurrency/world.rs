@@ -392,7 +392,9 @@ pub(crate) enum Mode {
     /// As `Serial` (each device's datagrams go to the peer's two receiving
     /// threads, one FIFO per destination QP), its transmitting thread with
     /// claims; and each poster builds its QP's packets straight into the
-    /// peer's FIFO after each post (`Engine::transmit_posted_through`), and
+    /// peer's FIFO after each post (`Engine::transmit_posted_through`;
+    /// every other post, made straight into the send queue with them when
+    /// it can be, `Engine::post_send_through`), and
     /// a receiving thread of the same-host kind builds the responses a
     /// datagram makes straight into the sender's FIFO
     /// (`Engine::handle_local_datagram` with room), as `sv_io`'s rings
@@ -427,6 +429,8 @@ pub(crate) struct World {
     /// destination QPN), and the datagrams built into them in place.
     pub(crate) inbox: [Mutex<Vec<mpsc::Sender<Vec<u8>>>>; 2],
     pub(crate) built_in_place: AtomicUsize,
+    /// Rooms mode: posts made straight into the send queue.
+    pub(crate) posted_through: AtomicUsize,
     /// Bumped by every step that moved something.
     pub(crate) activity: AtomicU64,
     pub(crate) qps: Mutex<[[Option<QpInfo>; NQ]; 2]>,
@@ -463,6 +467,7 @@ impl World {
             own_lane_sent: AtomicUsize::new(0),
             inbox: Default::default(),
             built_in_place: AtomicUsize::new(0),
+            posted_through: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
             activity: AtomicU64::new(0),
             qps: Mutex::default(),
