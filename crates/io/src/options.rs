@@ -74,8 +74,10 @@ pub struct DriverOptions {
     /// posting thread one `sendto(2)` each: a post that follows the
     /// thread's previous one by less is left to a poll or the progress
     /// thread instead. 20 µs: a ping-pong's posts are a round trip apart
-    /// (≥ 20 µs here), a streaming program's a few µs (spec/performance.md
-    /// §13).
+    /// (≥ 20 µs here over UDP), a streaming program's a few µs
+    /// (spec/performance.md §13). A post to an idle queue whose peer is
+    /// reached through a same-host ring goes at once whatever the gap
+    /// (`Driver::post`: no system call there to share; §27).
     pub caller_tx_stream_gap: Duration,
     /// With `caller_tx`: how long what a thread left to its next poll
     /// waits for its lane's polling threads (crate `lanes`) before another
