@@ -461,33 +461,27 @@ impl<E: Engine> Driver<E> {
     /// offered the peer's same-host ring already and could not go (do not
     /// ask again).
     fn posted_at(&self, now: Nanos, idle: bool, qp: Option<u64>, tried: bool) -> usize {
-        if let Some(tx) = &self.shared.caller_tx {
-            // A busy queue's post counts only while the pattern forms (a
-            // stream's posts skip the engine's count). Never waits for the
-            // engine (a writer may hold it): no wait then.
-            let linger = &self.shared.linger;
-            let look = idle || linger.forming();
-            let writes = look.then(|| self.writes_taken()).flatten();
-            let wait = writes.and_then(|w| Some((w.0, linger.at_post(now, w)?)));
-            // A ping-pong is no stream, even faster than the stream gap, and
-            // its post may find the WRITE before still unacknowledged (the
-            // answer overtakes the ACK, proto's `Qp::next_packet`).
-            if wait.is_some() || (idle && !tx.streaming(now)) {
-                // Straight into the peer's ring if it has one; what is left
-                // (and any other way) through a transmit.
-                let direct = qp.filter(|_| !tried).and_then(|q| {
-                    self.shared
-                        .through_ring(|e, room| e.transmit_posted_through(q, now, room))
-                });
-                if let Some(n) = self.sent(now, direct, qp) {
-                    self.after_sent(wait);
-                    return n;
-                }
-            }
+        let Some(tx) = &self.shared.caller_tx else {
+            return self.left(now);
+        };
+        // A busy queue's post counts only while the pattern forms (a
+        // stream's posts skip the engine's count).
+        let wait = (idle || self.shared.linger.forming())
+            .then(|| self.post_wait(now))
+            .flatten();
+        // A ping-pong is no stream, even faster than the stream gap, and its
+        // post may find the WRITE before still unacknowledged (the answer
+        // overtakes the ACK, proto's `Qp::next_packet`).
+        if wait.is_none() && (!idle || tx.streaming(now)) {
+            return self.left(now);
         }
-        self.end_wait_lease();
-        self.shared.leave_to_poller(now, LaneSet::mine());
-        0
+        // Straight into the peer's ring if it has one; what is left (and
+        // any other way) through a transmit.
+        let direct = qp.filter(|_| !tried).and_then(|q| {
+            self.shared
+                .through_ring(|e, room| e.transmit_posted_through(q, now, room))
+        });
+        self.finish(now, wait, direct, qp)
     }
 
     /// `ibv_post_send` of one WR to QP `qp`, by one of two ways.
@@ -517,22 +511,14 @@ impl<E: Engine> Driver<E> {
         if tried {
             if let Some((r, more)) = self.shared.through_ring(|e, room| direct(e, now, room)) {
                 let n = r?;
-                let linger = &self.shared.linger;
-                let writes = self.writes_taken();
-                let wait = writes.and_then(|w| Some((w.0, linger.at_post(now, w)?)));
+                let wait = self.post_wait(now);
                 if let (None, Some(tx)) = (wait, tx) {
                     // The post's time, for the posts after it.
                     tx.streaming(now);
                 }
                 // None sent through the ring (the QP's turns send it): the
                 // rest as after a post on the ring.
-                match self.sent(now, (n > 0).then_some((n, more)), Some(qp)) {
-                    Some(_) => self.after_sent(wait),
-                    None => {
-                        self.end_wait_lease();
-                        self.shared.leave_to_poller(now, LaneSet::mine());
-                    }
-                }
+                self.finish(now, wait, (n > 0).then_some((n, more)), Some(qp));
                 return Ok(());
             }
         }
@@ -542,19 +528,28 @@ impl<E: Engine> Driver<E> {
         Ok(())
     }
 
-    /// The device's whole WRITEs so far and when the latest came
-    /// (`Engine::writes_taken`), unless a writer holds the engine.
-    fn writes_taken(&self) -> Option<(u64, Nanos)> {
-        self.shared.try_engine().map(|e| e.writes_taken())
+    /// Whether a post at `now` waits for its answer, and until when, with
+    /// the device's count of whole WRITEs it saw (crate::linger). Never
+    /// waits for the engine (a writer may hold it): no wait then.
+    fn post_wait(&self, now: Nanos) -> Option<(u64, Nanos)> {
+        let writes = self.shared.try_engine()?.writes_taken();
+        Some((writes.0, self.shared.linger.at_post(now, writes)?))
     }
 
-    /// After a post went straight into a ring (`direct`: how many left,
-    /// and whether the engine has more for this lane), or not: the rest
-    /// through a transmit. How many left; `None` if no transmit could
-    /// run.
-    fn sent(&self, now: Nanos, direct: Option<(usize, bool)>, qp: Option<u64>) -> Option<usize> {
+    /// A post's packets: those that went straight into a ring (`direct`:
+    /// how many, and whether the engine has more for this lane), the rest
+    /// through a transmit; then the wait for its answer (`wait`), or the
+    /// end of the lease the waits before held. How many left; none when no
+    /// transmit could run (left to the next poll).
+    fn finish(
+        &self,
+        now: Nanos,
+        wait: Option<(u64, Nanos)>,
+        direct: Option<(usize, bool)>,
+        qp: Option<u64>,
+    ) -> usize {
         let mine = LaneSet::mine();
-        match direct {
+        let sent = match direct {
             Some((n, false)) => Some(n),
             Some((n, true)) => match self.shared.transmit_here(now, mine, None) {
                 Some(m) => Some(n + m),
@@ -564,17 +559,24 @@ impl<E: Engine> Driver<E> {
                 }
             },
             None => self.shared.transmit_here(now, mine, qp),
-        }
-    }
-
-    /// A post's packets left: it waits for its answer (`wait`: the WRITE
-    /// count it saw, and until when), or ends the lease the waits before
-    /// held.
-    fn after_sent(&self, wait: Option<(u64, Nanos)>) {
+        };
+        let Some(n) = sent else {
+            return self.left(now);
+        };
         match wait {
             Some((seen, until)) => self.wait_for_answer(seen, until),
             None => self.end_wait_lease(),
         }
+        n
+    }
+
+    /// Nothing of a post sent now: left to the next poll of this thread's
+    /// lane (or the progress thread), and the lease of the waits before
+    /// ends.
+    fn left(&self, now: Nanos) -> usize {
+        self.end_wait_lease();
+        self.shared.leave_to_poller(now, LaneSet::mine());
+        0
     }
 
     /// A post that does not wait for its answer: a lease the waits of the
