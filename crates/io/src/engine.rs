@@ -128,6 +128,26 @@ pub trait Engine: Send + Sync + 'static {
         let _ = reply;
         self.handle_datagram(now, from, to, payload);
     }
+    /// Datagrams of one same-host ring read together, in ring order, each
+    /// marked intact and none a run: as [`Engine::handle_local_datagram`]
+    /// takes each (which the default calls), `reply` for the last one's
+    /// answers. The engine may take consecutive ones for the same QP in one
+    /// turn of it.
+    fn handle_local_batch(
+        &self,
+        now: Nanos,
+        from: SocketAddr,
+        to: SocketAddr,
+        datagrams: &mut dyn Iterator<Item = &[u8]>,
+        mut reply: Option<&mut dyn Room>,
+    ) {
+        let mut next = datagrams.next();
+        while let Some(payload) = next.take() {
+            next = datagrams.next();
+            let last = next.is_none().then(|| reply.take()).flatten();
+            self.handle_local_datagram(now, from, to, payload, last);
+        }
+    }
     /// A datagram this engine sent to the driver's own address `local`,
     /// handed straight back (the loopback shortcut): as
     /// [`Engine::handle_local_datagram`], or with `checked` (receive faults

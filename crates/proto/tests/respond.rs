@@ -5,7 +5,9 @@
 //! waits for the usual turns. A post's packets likewise
 //! (`Engine::transmit_posted_through`), a few at once; and a post to an
 //! idle queue made straight into the send queue with them
-//! (`Engine::post_send_through`, spec/performance.md §27).
+//! (`Engine::post_send_through`, spec/performance.md §27). A ring's batch
+//! taken in one call (`Engine::handle_local_batch`) ends as its datagrams
+//! taken one by one.
 
 mod cm_common;
 mod net;
@@ -452,4 +454,128 @@ fn a_post_through_to_a_claimed_qp_joins_its_queue_and_its_turns_send_it() {
         psns.push(psn_of(&buf[..t.len]));
     }
     assert_eq!(psns, [psn + 1, psn + 2]);
+}
+
+/// Two RC pairs between A and B, and A's datagrams of `n` one-packet
+/// WRITEs (64 B, signaled) posted on each pair in turn, in transmit order:
+/// (the net, A's QPs, the datagrams).
+fn two_streams(n: u64) -> (Net, [QpHandle; 2], Vec<Vec<u8>>) {
+    let mut net = Net::new();
+    let (q1, _, _, _) = connect(&mut net, QpType::Rc);
+    let (q2, _, _, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 1 << 16, 1);
+    let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    for id in 0..2 * n {
+        let q = if id % 2 == 0 { q1 } else { q2 };
+        let off = 64 * id;
+        net.a.mem.write(BASE + off, &pattern(64, id as u8));
+        let sg = [Sge {
+            addr: BASE + off,
+            length: 64,
+            lkey: la,
+        }];
+        let t = WrTarget::Rdma(RdmaTarget {
+            remote_addr: BASE + 0x8000 + off,
+            rkey: rb,
+        });
+        net.a
+            .e
+            .post_send(q, &send_wr(id, WrOpcode::RdmaWrite, &sg, t), None)
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 9000];
+    while let Some(t) = net.a.e.poll_transmit(net.now, &net.a.mem, &mut buf) {
+        out.push(buf[..t.len].to_vec());
+    }
+    (net, [q1, q2], out)
+}
+
+/// What a receiver made of a stream and what its sender then completed.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    /// B's device counters.
+    counters: proto::output::DeviceCounters,
+    /// The 64 KiB B's WRITEs land in.
+    landed: Vec<u8>,
+    /// B's responses: through the room, then its transmit turns.
+    responses: Vec<Vec<u8>>,
+    /// A's completions once it took them back.
+    done: Vec<(u64, WcStatus)>,
+}
+
+/// What B makes of `datagrams` (one by one, or as one ring's batch: the
+/// last one's responses through a room either way), and what A completes
+/// once B's responses are taken back.
+fn outcome(mut net: Net, datagrams: &[Vec<u8>], batch: bool) -> Outcome {
+    let (a, b) = (
+        SocketAddr::new(net.a.ip, 4791),
+        SocketAddr::new(net.b.ip, 4791),
+    );
+    let mut room = Keep::new(true);
+    if batch {
+        let mut it = datagrams.iter().map(Vec::as_slice);
+        net.b
+            .e
+            .handle_local_batch(net.now, (a, b), &mut it, &net.b.mem, Some(&mut room));
+    } else {
+        let last = datagrams.len() - 1;
+        for (i, d) in datagrams.iter().enumerate() {
+            let reply = (i == last).then_some(&mut room as &mut dyn Room);
+            net.b
+                .e
+                .handle_local_datagram(net.now, a, b, d, &net.b.mem, reply);
+        }
+    }
+    let mut responses: Vec<Vec<u8>> = room.out.into_iter().map(|(_, d)| d).collect();
+    let mut buf = vec![0u8; 9000];
+    while let Some(t) = net.b.e.poll_transmit(net.now, &net.b.mem, &mut buf) {
+        responses.push(buf[..t.len].to_vec());
+    }
+    for r in &responses {
+        net.a
+            .e
+            .handle_local_datagram(net.now, b, a, r, &net.a.mem, None);
+    }
+    let mut landed = vec![0u8; 1 << 16];
+    net.b.mem.read(BASE, &mut landed);
+    let done = net.a.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    Outcome {
+        counters: net.b.e.counters(),
+        landed,
+        responses,
+        done,
+    }
+}
+
+#[test]
+fn a_rings_batch_taken_at_once_ends_as_its_datagrams_one_by_one() {
+    let (net, _, datagrams) = two_streams(4);
+    assert_eq!(datagrams.len(), 8);
+    // In transmit order (the QPs take turns); the same QP's datagrams
+    // together; and so with, among a QP's, a copy under a wrong P_Key, a
+    // truncated one, and one for a QP that does not exist (each refused
+    // inside the QP's turn or at its start).
+    let mut grouped: Vec<Vec<u8>> = datagrams.iter().step_by(2).cloned().collect();
+    grouped.extend(datagrams.iter().skip(1).step_by(2).cloned());
+    let mut bad = grouped.clone();
+    let mut pkey = grouped[1].clone();
+    pkey[2] = 0x12; // P_Key 0x12ff: not the default partition
+    bad.insert(1, pkey);
+    bad.insert(2, grouped[1][..10].to_vec());
+    let mut nobody = grouped[5].clone();
+    nobody[7] ^= 0x40; // another destination QPN
+    bad.insert(6, nobody.clone());
+    bad.insert(3, nobody);
+    drop(net);
+    for order in [datagrams, grouped, bad] {
+        let one = outcome(two_streams(4).0, &order, false);
+        let all = outcome(two_streams(4).0, &order, true);
+        assert_eq!(one.counters, all.counters, "B's counters");
+        assert!(one.landed == all.landed, "the bytes landed alike");
+        assert_eq!(one.responses, all.responses, "B's responses");
+        assert_eq!(one.done, all.done, "A's completions");
+        assert_eq!(all.done.len(), 8);
+        assert!(all.done.iter().all(|&(_, s)| s == WcStatus::Success));
+    }
 }

@@ -91,6 +91,22 @@ impl sv_io::Engine for DeviceEngine {
         self.cm_events(now);
     }
 
+    fn handle_local_batch(
+        &self,
+        now: Nanos,
+        from: SocketAddr,
+        to: SocketAddr,
+        datagrams: &mut dyn Iterator<Item = &[u8]>,
+        reply: Option<&mut dyn sv_io::Room>,
+    ) {
+        self.engine.set_now(now);
+        let mut via = reply.map(RoomVia);
+        let respond = via.as_mut().map(|v| v as &mut dyn proto::output::Room);
+        self.engine
+            .handle_local_batch(now, (from, to), datagrams, &self.mem, respond);
+        self.cm_events(now);
+    }
+
     fn handle_own_datagram(&self, now: Nanos, local: SocketAddr, payload: &[u8], checked: bool) {
         self.engine.set_now(now);
         self.engine

@@ -136,9 +136,87 @@ impl Engine {
         });
         self.responded(sent);
         c.drop_by_qp.add(dropped);
-        if whole {
-            self.took_write(now);
+        self.took_writes(now, u64::from(whole));
+    }
+
+    /// Datagrams of one same-host ring read together (a stream's batch,
+    /// in ring order): each as [`Engine::handle_local_datagram`] takes it,
+    /// but consecutive ones for the same QP under one lock and one turn of
+    /// the QP, the acceptance checks of roce-wire.md §7 made again for each
+    /// (one before may have moved the QP to a state that takes no more; the
+    /// sender and addresses are the batch's). GSI, multicast and UD
+    /// datagrams go alone. With `respond`, the responses of the last
+    /// datagram's QP may leave at once through it, as for a single one.
+    pub fn handle_local_batch(
+        &self,
+        now: u64,
+        (from, to): (SocketAddr, SocketAddr),
+        datagrams: &mut dyn Iterator<Item = &[u8]>,
+        mem: &dyn Memory,
+        mut respond: Option<&mut dyn Room>,
+    ) {
+        let mut next = datagrams.next();
+        while let Some(payload) = next.take() {
+            next = datagrams.next();
+            let parsed = TransportRepr::parse(payload);
+            let Some(repr) = parsed.as_ref().ok().filter(|r| groups(r)) else {
+                // Alone, as the single entry takes it (and counts it).
+                let reply = next.is_none().then(|| respond.take()).flatten();
+                self.receive(now, (from, to), payload, mem, true, false, reply);
+                continue;
+            };
+            self.count_received(payload);
+            self.dev.counters.mine().icrc_unchecked.bump();
+            let Some((h, q)) = self.accept(repr, from.ip(), to.ip()) else {
+                continue;
+            };
+            let qpn = repr.bth.dest_qp.get();
+            let grh = [0; 40];
+            let (dropped, writes, sent) = self.drive_locked(h, q, mem, |q, env, sink| {
+                let (mut dropped, mut writes) = (0, 0);
+                let mut take = |q: &mut crate::qp::actor::Qp, repr: &TransportRepr, bytes| {
+                    let pkt = Packet {
+                        repr,
+                        payload: repr.payload(bytes),
+                        grh: &grh,
+                    };
+                    if q.on_packet(now, env, &pkt, sink) {
+                        dropped += 1;
+                    } else if ends_write(repr) {
+                        writes += 1;
+                    }
+                };
+                take(q, repr, payload);
+                // The datagrams after it for the same QP, while they come.
+                while let Some(bytes) = next.filter(|b| dest_qpn(b) == Some(qpn)) {
+                    next = datagrams.next();
+                    self.count_received(bytes);
+                    let c = self.dev.counters.mine();
+                    match TransportRepr::parse(bytes) {
+                        Ok(r) => {
+                            c.icrc_unchecked.bump();
+                            if self.takes(q, &r) {
+                                take(q, &r, bytes);
+                            }
+                        }
+                        Err(_) => c.drop_malformed.bump(),
+                    }
+                }
+                let reply = next.is_none().then(|| respond.take()).flatten();
+                let sent = reply.map_or((0, 0), |r| q.respond_now(env, r));
+                (dropped, writes, sent)
+            });
+            self.responded(sent);
+            self.dev.counters.mine().drop_by_qp.add(dropped);
+            self.took_writes(now, writes);
         }
+    }
+
+    /// A datagram received, counted.
+    fn count_received(&self, payload: &[u8]) {
+        let c = self.dev.counters.mine();
+        c.packets_received.bump();
+        c.bytes_received.add(payload.len() as u64);
     }
 
     /// `local`: the ICRC need not be checked; `own`: the device's own
@@ -154,12 +232,7 @@ impl Engine {
         own: bool,
         respond: Option<&mut dyn Room>,
     ) {
-        self.dev.counters.mine().packets_received.bump();
-        self.dev
-            .counters
-            .mine()
-            .bytes_received
-            .add(payload.len() as u64);
+        self.count_received(payload);
         // Borrowed where parse left it (the representation is ≈ 170 bytes).
         let parsed = TransportRepr::parse(payload);
         let Ok(repr) = &parsed else {
@@ -222,7 +295,7 @@ impl Engine {
         if dropped {
             self.dev.counters.mine().drop_by_qp.bump();
         } else if ends_write(repr) && !own {
-            self.took_write(now);
+            self.took_writes(now, 1);
         }
     }
 
@@ -251,21 +324,33 @@ impl Engine {
             return None;
         };
         let q = self.qps.get(h)?.lock();
+        let a = q.ctl.attr();
+        let peer_ok = !q.ctl.qp_type().is_connected()
+            || (a.ah_attr.grh.dgid.ip() == src
+                && gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
+        self.admits(&q, repr, peer_ok).then_some((h, q))
+    }
+
+    /// roce-wire.md §7 steps 4–6 again for a datagram of the same sender,
+    /// to the same QP and address, as one [`Engine::accept`] took.
+    fn takes(&self, q: &crate::qp::actor::Qp, repr: &TransportRepr) -> bool {
+        self.admits(q, repr, true)
+    }
+
+    /// Whether QP `q` takes `repr` (its type and state, the sender's
+    /// address as `peer_ok` says, the P_Key); a refusal is counted.
+    fn admits(&self, q: &crate::qp::actor::Qp, repr: &TransportRepr, peer_ok: bool) -> bool {
         let want = match q.ctl.qp_type() {
             QpType::Rc => Transport::Rc,
             QpType::Uc => Transport::Uc,
             QpType::XrcSend | QpType::XrcRecv => Transport::Xrc,
             _ => Transport::Ud,
         };
-        let a = q.ctl.attr();
         let ready = if repr.opcode().is_response() {
             q.ctl.accepts_responses()
         } else {
             q.ctl.accepts_requests()
         };
-        let peer_ok = !q.ctl.qp_type().is_connected()
-            || (a.ah_attr.grh.dgid.ip() == src
-                && gid_ip(&self.info.gids, a.ah_attr.grh.sgid_index) == dst);
         let pkey_ok = repr.bth.pkey.matches(wire::PKey::DEFAULT);
         let c = self.dev.counters.mine();
         let reason = if repr.opcode().transport() != want {
@@ -277,12 +362,29 @@ impl Engine {
         } else if !pkey_ok {
             &c.drop_pkey
         } else {
-            return Some((h, q));
+            return true;
         };
         reason.bump();
         c.drop_not_accepted.bump();
-        None
+        false
     }
+}
+
+/// Whether a same-host datagram may join a batch's turn of its QP
+/// ([`Engine::handle_local_batch`]): not for the CM's QP1, a multicast
+/// group, or UD (those take their own ways, with the ICRC check).
+fn groups(repr: &TransportRepr) -> bool {
+    let dqp = repr.bth.dest_qp.get();
+    dqp != wire::mad::GSI_QPN
+        && dqp != crate::mcast::MULTICAST_QPN
+        && repr.opcode().transport() != Transport::Ud
+}
+
+/// The destination QP of a datagram, from its BTH (bytes 5–7), without
+/// parsing it.
+fn dest_qpn(datagram: &[u8]) -> Option<u32> {
+    let b = datagram.get(5..8)?;
+    Some(u32::from_be_bytes([0, b[0], b[1], b[2]]))
 }
 
 /// The 40-byte GRH area of a UD receive (rc-reliability.md §7): IPv6: the

@@ -54,15 +54,18 @@ impl Engine {
             })
     }
 
-    /// A QP took a whole RDMA WRITE at `now` ([`Engine::writes_taken`]),
-    /// after its turn placed it.
-    pub(crate) fn took_write(&self, now: u64) {
+    /// QPs took `n` whole RDMA WRITEs at `now` ([`Engine::writes_taken`]),
+    /// after their turns placed them.
+    pub(crate) fn took_writes(&self, now: u64, n: u64) {
         use std::sync::atomic::Ordering::{Relaxed, Release};
+        if n == 0 {
+            return;
+        }
         let [count, at] = self.dev.writes.mine();
         // Readers deliver at once (the progress thread, polling and waiting
         // threads): a later one may come with an older `now`.
         at.fetch_max(now, Relaxed);
-        count.fetch_add(1, Release);
+        count.fetch_add(n, Release);
     }
 
     /// The contexts whose async-event queues get an event about `element`:
