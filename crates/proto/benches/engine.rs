@@ -280,11 +280,12 @@ impl Room for Way {
 }
 
 impl Pair {
-    /// One hop of a same-host `ib_write_lat` (spec/performance.md §25, §27):
-    /// A posts a signalled 2-byte WRITE straight into its send queue and
-    /// builds it into B's ring (`post_send_through`), B takes it and builds its ACK straight
-    /// back (`handle_local_datagram` with room), A takes the ACK, and A's
-    /// completion is polled. Both peers are reached intact, as on the rings.
+    /// One hop of a same-host `ib_write_lat` (spec/performance.md §25,
+    /// §27): A posts a signalled 2-byte WRITE straight into its send queue
+    /// and builds it into B's ring (`post_send_through`), B takes it and
+    /// builds its ACK straight back (`handle_local_datagram` with room), A
+    /// takes the ACK, and A's completion is polled. Both peers are reached
+    /// intact, as on the rings.
     fn hop(&mut self, h: &mut Hop) {
         let sg = [Sge {
             addr: BASE,
