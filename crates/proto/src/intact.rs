@@ -25,6 +25,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::lock::ReadMostly;
+use crate::types::Gid;
 
 /// A peer the driver reaches with intact datagrams: the QPs `qpns` at `ip`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +47,7 @@ pub struct IntactPeers {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IntactCache {
     generation: u64,
-    to: Option<(IpAddr, u32)>,
+    to: Option<(Gid, u32)>,
     intact: bool,
 }
 
@@ -59,15 +60,19 @@ impl IntactPeers {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Whether QP `qpn` at `ip` is reached with intact datagrams.
-    pub fn contains(&self, cache: &mut IntactCache, ip: IpAddr, qpn: u32) -> bool {
+    /// Whether QP `qpn` at the peer of GID `gid` is reached with intact
+    /// datagrams. The QP's cache is compared by the GID (two words, no
+    /// address made: this is asked for every packet a QP sends); the
+    /// address is made from it only when the answer is looked up.
+    pub fn contains(&self, cache: &mut IntactCache, gid: Gid, qpn: u32) -> bool {
         let generation = self.generation.load(Ordering::Acquire);
         if generation == 0 {
             return false;
         }
-        if cache.generation == generation && cache.to == Some((ip, qpn)) {
+        if cache.generation == generation && cache.to == Some((gid, qpn)) {
             return cache.intact;
         }
+        let ip = gid.ip();
         let intact = self
             .peers
             .read()
@@ -75,7 +80,7 @@ impl IntactPeers {
             .any(|p| p.ip == ip && (p.qpns.0..=p.qpns.1).contains(&qpn));
         *cache = IntactCache {
             generation,
-            to: Some((ip, qpn)),
+            to: Some((gid, qpn)),
             intact,
         };
         intact
@@ -91,16 +96,19 @@ mod tests {
         let set = IntactPeers::default();
         let mut c = IntactCache::default();
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        assert!(!set.contains(&mut c, ip, 0x10005), "nothing named yet");
+        let gid = Gid::from(ip);
+        assert!(!set.contains(&mut c, gid, 0x10005), "nothing named yet");
         set.set(&[IntactPeer {
             ip,
             qpns: (0x10000, 0x1ffff),
         }]);
-        assert!(set.contains(&mut c, ip, 0x10005));
-        assert!(set.contains(&mut c, ip, 0x10005), "from the cache");
-        assert!(!set.contains(&mut c, ip, 0x20005), "another process's QP");
-        assert!(!set.contains(&mut c, "127.0.0.2".parse().unwrap(), 0x10005));
+        assert!(set.contains(&mut c, gid, 0x10005));
+        assert!(set.contains(&mut c, gid, 0x10005), "from the cache");
+        assert!(!set.contains(&mut c, gid, 0x20005), "another process's QP");
+        let other = Gid::from("127.0.0.2".parse::<IpAddr>().unwrap());
+        assert!(!set.contains(&mut c, other, 0x10005), "another address");
+        assert!(set.contains(&mut c, gid, 0x10005), "the first again");
         set.set(&[]);
-        assert!(!set.contains(&mut c, ip, 0x10005), "named no more");
+        assert!(!set.contains(&mut c, gid, 0x10005), "named no more");
     }
 }

@@ -112,11 +112,12 @@ impl Qp {
         self.dp.counters.bytes_sent += n as u64;
         let a = self.ctl.attr();
         let src = gid_ip(env.gids, a.ah_attr.grh.sgid_index);
-        let dst = a.ah_attr.grh.dgid.ip();
+        let dgid = a.ah_attr.grh.dgid;
+        let dst = dgid.ip();
         // Responses are RC's and XRC's: their peer may take them unsealed.
         let seal = !env
             .intact
-            .contains(&mut self.dp.intact, dst, repr.bth.dest_qp.get());
+            .contains(&mut self.dp.intact, dgid, repr.bth.dest_qp.get());
         self.dp.counters.packets_unsealed += u64::from(!seal);
         let mut segments = None;
         // A run of the READ response's next packets (crate::run): RC only
@@ -245,8 +246,8 @@ impl Qp {
         // UD receivers check every ICRC; RC, UC and XRC ones not from a
         // peer reached intact (crate::intact).
         let dest_qp = self.dp.pkt.repr.bth.dest_qp.get();
-        let seal = renv.qp_type == QpType::Ud
-            || !env.intact.contains(&mut self.dp.intact, dgid.ip(), dest_qp);
+        let seal =
+            renv.qp_type == QpType::Ud || !env.intact.contains(&mut self.dp.intact, dgid, dest_qp);
         self.dp.counters.packets_unsealed += u64::from(!seal);
         let ack_req = self.dp.pkt.repr.bth.ack_req;
         let runnable = runs
