@@ -29,7 +29,9 @@ fn post_err(verb: &'static str, e: proto::wr::PostError) -> Error {
 
 impl<T: Transport> QueuePair<T> {
     /// `ibv_post_send` for one WR: written into the QP's send ring without
-    /// the engine lock (proto::sq); only a post in ERR or SQE (an immediate
+    /// the engine lock (proto::sq), or, to an idle queue whose peer has a
+    /// same-host ring, straight into the send queue under the QP's own lock
+    /// (spec/performance.md §27); only a post in ERR or SQE (an immediate
     /// flush completion) or one that raced a move to ERR/SQE/RESET takes the
     /// lock. With `IBV_SEND_INLINE` the bytes are copied now, through the MR
     /// check (against the device's read-only copy of its regions, not under
