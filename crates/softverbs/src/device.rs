@@ -42,6 +42,21 @@ impl DeviceEngine {
     fn cm_events(&self, now: Nanos) {
         self.engine.after_cm(|cm| self.cm_hub.drain(now, cm));
     }
+
+    /// A same-host receive at `now` (`f` the engine's entry), its answers
+    /// offered the driver's room `reply` as the engine asks for one; then
+    /// the CM's events.
+    fn taken(
+        &self,
+        now: Nanos,
+        reply: Option<&mut dyn sv_io::Room>,
+        f: impl FnOnce(&Engine, &RawMemory, Option<&mut dyn proto::output::Room>),
+    ) {
+        self.engine.set_now(now);
+        let mut via = reply.map(RoomVia);
+        f(&self.engine, &self.mem, via.as_mut().map(|v| v as _));
+        self.cm_events(now);
+    }
 }
 
 impl DeviceEngine {
@@ -83,12 +98,9 @@ impl sv_io::Engine for DeviceEngine {
         payload: &[u8],
         reply: Option<&mut dyn sv_io::Room>,
     ) {
-        self.engine.set_now(now);
-        let mut via = reply.map(RoomVia);
-        let respond = via.as_mut().map(|v| v as &mut dyn proto::output::Room);
-        self.engine
-            .handle_local_datagram(now, from, to, payload, &self.mem, respond);
-        self.cm_events(now);
+        self.taken(now, reply, |e, mem, respond| {
+            e.handle_local_datagram(now, from, to, payload, mem, respond);
+        });
     }
 
     fn handle_local_batch(
@@ -99,12 +111,9 @@ impl sv_io::Engine for DeviceEngine {
         datagrams: &mut dyn Iterator<Item = &[u8]>,
         reply: Option<&mut dyn sv_io::Room>,
     ) {
-        self.engine.set_now(now);
-        let mut via = reply.map(RoomVia);
-        let respond = via.as_mut().map(|v| v as &mut dyn proto::output::Room);
-        self.engine
-            .handle_local_batch(now, (from, to), datagrams, &self.mem, respond);
-        self.cm_events(now);
+        self.taken(now, reply, |e, mem, respond| {
+            e.handle_local_batch(now, (from, to), datagrams, mem, respond);
+        });
     }
 
     fn handle_own_datagram(&self, now: Nanos, local: SocketAddr, payload: &[u8], checked: bool) {
@@ -123,12 +132,9 @@ impl sv_io::Engine for DeviceEngine {
         segments: [u8; 3],
         reply: Option<&mut dyn sv_io::Room>,
     ) {
-        self.engine.set_now(now);
-        let mut via = reply.map(RoomVia);
-        let respond = via.as_mut().map(|v| v as &mut dyn proto::output::Room);
-        self.engine
-            .handle_local_run(now, (from, to), payload, segments, &self.mem, respond);
-        self.cm_events(now);
+        self.taken(now, reply, |e, mem, respond| {
+            e.handle_local_run(now, (from, to), payload, segments, mem, respond);
+        });
     }
 
     fn set_intact_peers(&self, peers: &[(std::net::IpAddr, u32, u32)]) {
