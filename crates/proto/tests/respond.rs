@@ -554,8 +554,8 @@ fn a_rings_batch_taken_at_once_ends_as_its_datagrams_one_by_one() {
     assert_eq!(datagrams.len(), 8);
     // In transmit order (the QPs take turns); the same QP's datagrams
     // together; and so with, among a QP's, a copy under a wrong P_Key, a
-    // truncated one, and one for a QP that does not exist (each refused
-    // inside the QP's turn or at its start).
+    // truncated one, one with a UD opcode, and one for a QP that does not
+    // exist (each refused inside the QP's turn, at its start, or alone).
     let mut grouped: Vec<Vec<u8>> = datagrams.iter().step_by(2).cloned().collect();
     grouped.extend(datagrams.iter().skip(1).step_by(2).cloned());
     let mut bad = grouped.clone();
@@ -567,6 +567,9 @@ fn a_rings_batch_taken_at_once_ends_as_its_datagrams_one_by_one() {
     nobody[7] ^= 0x40; // another destination QPN
     bad.insert(6, nobody.clone());
     bad.insert(3, nobody);
+    let mut ud = grouped[2].clone();
+    ud[0] = 0x64; // UD SEND_ONLY to an RC QP: alone, its ICRC checked
+    bad.insert(5, ud); // right after grouped[1], in its QP's turn
     drop(net);
     for order in [datagrams, grouped, bad] {
         let one = outcome(two_streams(4).0, &order, false);

@@ -189,10 +189,15 @@ impl Engine {
                 take(q, repr, payload);
                 // The datagrams after it for the same QP, while they come.
                 while let Some(bytes) = next.filter(|b| dest_qpn(b) == Some(qpn)) {
+                    let parsed = TransportRepr::parse(bytes);
+                    if parsed.as_ref().is_ok_and(|r| !groups(r)) {
+                        // A UD opcode: alone, as the entry for one takes it.
+                        break;
+                    }
                     next = datagrams.next();
                     self.count_received(bytes);
                     let c = self.dev.counters.mine();
-                    match TransportRepr::parse(bytes) {
+                    match parsed {
                         Ok(r) => {
                             c.icrc_unchecked.bump();
                             if self.takes(q, &r) {
