@@ -28,7 +28,7 @@
 //! output                      events, transmit descriptors, device counters, PostOutcome
 //! qp::completer  qp::data  qp::responder::remote
 //! qp::requester  qp::responder
-//! qp::wqe                     WQEs and the queues that recycle them
+//! qp::wqe  sq::slot           WQEs and the queues that recycle them; a send ring slot's words
 //! cq  sq                      completion queues; the send ring
 //! cqe  mr::view  timers       CQE slots; the MRs as posts see them; ACK/RNR timers
 //! qp::modify  qp::sgl  rq  wc the modify table; gather/scatter; the receive ring; completions

@@ -15,10 +15,13 @@
 //! - the QP's state, `max_rd_atomic` and Q_Key, from a mirror the engine
 //!   writes after every call that may change them (`Engine::sync`);
 //! - the capacities and the port MTU, fixed at create;
-//! - the depth: `queued` counts the WQEs in the ring *and* in the engine's
-//!   send queue; the poster adds one before it publishes, the engine takes
-//!   one off when a WQE leaves its queue (before the completion is pushed, so
-//!   a poller that sees the completion can post again at once);
+//! - the depth: the WQEs in the ring *and* in the engine's send queue, as
+//!   two counts that each have one writer, so neither side needs a locked
+//!   instruction for them: `posted`, which the poster adds one to before it
+//!   publishes (under the posting lock), and `left`, which the engine adds
+//!   one to when a WQE leaves its queue (under the QP's lock; before the
+//!   completion is pushed, so a poller that sees the completion can post
+//!   again at once);
 //! - a UD WR's address handle, through the device's [`AhView`]: a read-only
 //!   copy of what a post needs of each AH (its PD and address vector), which
 //!   the engine updates when an AH is created or destroyed. The destination is
@@ -261,7 +264,7 @@ pub enum SendPost {
 
 /// One posted WR's fixed part, as the engine reads it back (its SGEs and
 /// inline bytes are in the ring's word arrays, at the slot's place).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Slot {
     wr_id: u64,
     opcode: WrOpcode,
@@ -333,7 +336,11 @@ pub struct SendRing {
     inline_stride: usize,
     head: AtomicU64,
     tail: AtomicU64,
-    queued: AtomicU32,
+    /// WQEs posted (written under the posting lock only).
+    posted: AtomicU32,
+    /// WQEs that left the engine's send queue (written by the engine only,
+    /// under the QP's lock). `posted - left` is the depth in use.
+    left: AtomicU32,
     mirror: AtomicU64,
     post: Mutex<()>,
     /// On the device's posted list (cleared by the engine before it drains).
@@ -354,7 +361,8 @@ impl Drop for SendRing {
 /// sized at the ring's first post for `max_send_wr` WRs of `max_send_sge`
 /// SGEs and `max_inline_data` bytes (no allocation after that).
 struct Store {
-    slots: Box<[Mutex<Slot>]>,
+    /// Each slot's fixed part, [`Slot::WORDS`] words a slot (`sq/slot.rs`).
+    slots: Box<[AtomicU64]>,
     /// Two words per SGE, `max_send_sge` SGEs per slot.
     sge_words: Box<[AtomicU64]>,
     /// The inline bytes, `inline_stride` words per slot.
@@ -364,25 +372,14 @@ struct Store {
 
 impl Store {
     fn bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.slots) + 8 * (self.sge_words.len() + self.inline_words.len())
+        8 * (self.slots.len() + self.sge_words.len() + self.inline_words.len())
     }
 
     fn new(cfg: &SendRingConfig, inline_stride: usize) -> Store {
         let n = cfg.max_send_wr as usize;
         let words = |k: usize| (0..k).map(|_| AtomicU64::new(0)).collect();
-        let blank = Slot {
-            wr_id: 0,
-            opcode: WrOpcode::Send,
-            flags: SendFlags::default(),
-            imm: ImmData::default(),
-            target: WrTarget::None,
-            ud: None,
-            xrc_srqn: 0,
-            nsge: 0,
-            ninline: None,
-        };
         Store {
-            slots: (0..n).map(|_| Mutex::new(blank)).collect(),
+            slots: words(n * Slot::WORDS),
             sge_words: words(n * 2 * cfg.max_send_sge as usize),
             inline_words: words(n * inline_stride),
             scratch: Mutex::new(Scratch {
@@ -420,7 +417,8 @@ impl SendRing {
             inline_stride,
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
-            queued: AtomicU32::new(0),
+            posted: AtomicU32::new(0),
+            left: AtomicU32::new(0),
             mirror: AtomicU64::new(mirror_word(QpState::Reset, 0, 0)),
             post: Mutex::new(()),
             listed: AtomicBool::new(false),
@@ -509,13 +507,13 @@ impl SendRing {
             max_inline_data: self.cfg.max_inline_data,
             max_rd_atomic,
             ud_mtu: self.cfg.ud_mtu,
-            outstanding: self.queued.load(Acquire),
+            outstanding: self.queued(),
         };
         // A connected QP's WR names no address handle.
         if check_post_send(&ctx, wr, |_| None)? == Disposition::Flushed {
             return Ok(None);
         }
-        self.queued.fetch_add(1, SeqCst);
+        self.count_post();
         Ok(Some(serial))
     }
 
@@ -529,7 +527,7 @@ impl SendRing {
         let serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
         let word = self.mirror.load(SeqCst);
         // Only the engine changes the count meanwhile, and only downwards.
-        let outstanding = self.queued.load(Acquire);
+        let outstanding = self.queued();
         let ctx = SendQueueCtx {
             qp_type: self.cfg.qp_type,
             state: mirror_state(word),
@@ -564,7 +562,7 @@ impl SendRing {
         // queued ≥ WQEs in the ring at all times: count first, then publish.
         // The slot is free: queued < max_send_wr (checked), and every WQE
         // between head and tail is counted.
-        self.queued.fetch_add(1, SeqCst);
+        self.count_post();
         let st = self.store.get_or_init(|| {
             let pooled = self.dev.pool.take(self.shape());
             pooled.unwrap_or_else(|| Store::new(&self.cfg, self.inline_stride))
@@ -587,7 +585,7 @@ impl SendRing {
             }
             n as u32
         });
-        *st.slots[i].lock().unwrap_or_else(PoisonError::into_inner) = Slot {
+        let slot = Slot {
             wr_id: wr.wr_id,
             opcode: wr.opcode,
             flags: wr.flags,
@@ -598,6 +596,8 @@ impl SendRing {
             nsge: wr.sg_list.len() as u32,
             ninline,
         };
+        let words = &st.slots[Slot::WORDS * i..Slot::WORDS * (i + 1)];
+        slot.encode(|k, w| words[k].store(w, Relaxed));
         Ok(Write::Written(Written {
             _serial: serial,
             tail: tail + 1,
@@ -622,10 +622,13 @@ impl SendRing {
     /// state again.
     fn publish(&self, w: Written<'_>) -> SendPost {
         self.tail.store(w.tail, Release);
-        // Pairs with the fence in `set_mirror` (no WQE left behind).
+        // Pairs with the fences in `set_mirror` and `unlist` (no WQE left
+        // behind): the engine unlists, then looks at the tail; this stores
+        // the tail, then looks at the mark. One sees the other's store, so
+        // a mark still set means the drain after it takes this WQE.
         fence(SeqCst);
         let state = self.mirrored_state();
-        if !self.listed.swap(true, AcqRel) {
+        if !self.listed.load(Relaxed) && !self.listed.swap(true, AcqRel) {
             self.dev.posted.push(self.handle());
         }
         match state {
@@ -660,13 +663,24 @@ impl SendRing {
 
     /// WQEs posted and not yet retired (the depth check).
     pub fn queued(&self) -> u32 {
-        self.queued.load(Acquire)
+        // `left` first: it never passes the `posted` of an earlier moment.
+        let left = self.left.load(Acquire);
+        self.posted.load(Acquire).wrapping_sub(left)
+    }
+
+    /// One more WQE posted; the caller holds the posting lock (the count's
+    /// only writers).
+    fn count_post(&self) {
+        let n = self.posted.load(Relaxed);
+        self.posted.store(n.wrapping_add(1), Release);
     }
 
     /// Engine: the QP was listed as posted to; clears the mark before the
-    /// engine drains, so a later post lists it again.
+    /// engine drains, so a later post lists it again (the fence pairs with
+    /// the poster's in `publish`).
     pub fn unlist(&self) {
-        self.listed.swap(false, AcqRel);
+        self.listed.store(false, Relaxed);
+        fence(SeqCst);
     }
 
     /// Engine: takes each posted WR in order.
@@ -681,7 +695,8 @@ impl SendRing {
         let Scratch { sges, inline } = &mut *scratch;
         for pos in head..tail {
             let i = self.index(pos);
-            let slot = *st.slots[i].lock().unwrap_or_else(PoisonError::into_inner);
+            let words = &st.slots[Slot::WORDS * i..Slot::WORDS * (i + 1)];
+            let slot = Slot::decode(|k| words[k].load(Relaxed));
             let sw = 2 * self.cfg.max_send_sge as usize * i;
             sges.clear();
             sges.extend((0..slot.nsge as usize).map(|k| {
@@ -719,15 +734,18 @@ impl SendRing {
     }
 
     /// Engine: a WR queued without the ring (RAW_PACKET QPs post under the
-    /// engine): counted as a ring post is.
+    /// engine): counted as a ring post is, under the posting lock.
     pub fn count_direct(&self) {
-        self.queued.fetch_add(1, SeqCst);
+        let _serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
+        self.count_post();
     }
 
-    /// Engine: `n` WQEs left the send queue (retired, flushed, discarded).
+    /// Engine (under the QP's lock, the count's only writer): `n` WQEs left
+    /// the send queue (retired, flushed, discarded).
     pub fn taken(&self, n: u32) {
-        let before = self.queued.fetch_sub(n, SeqCst);
-        debug_assert!(before >= n, "send WQE count below zero");
+        debug_assert!(self.queued() >= n, "send WQE count below zero");
+        let left = self.left.load(Relaxed);
+        self.left.store(left.wrapping_add(n), Release);
     }
 }
 
@@ -741,5 +759,6 @@ impl std::fmt::Debug for SendRing {
     }
 }
 
+mod slot;
 #[cfg(test)]
 mod tests;
