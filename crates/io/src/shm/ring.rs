@@ -48,6 +48,8 @@ const SLEEPING: usize = 192;
 /// The length that means "continue at offset 0".
 const WRAP: u32 = u32::MAX;
 const RECORD_HEADER: usize = 8;
+/// Bytes past the tail a producer fetches for writing after a record.
+const PREFETCH: usize = 256;
 /// Record flag: the sending engine sealed this datagram (its ICRC) and nothing
 /// changed its bytes since (the sender's fault injection cannot corrupt).
 /// The receiver may then skip the ICRC check where the engine allows it
@@ -215,6 +217,15 @@ impl Producer {
         self.tail = tail + padded(len) as u64;
         // SeqCst: ordered before the load of `sleeping` in `should_wake`.
         self.map.atomic_u64(TAIL).store(self.tail, SeqCst);
+        // The lines the next records go to, fetched for writing now, while
+        // they are free (the consumer gave them back) and before the ring's
+        // end; from the first line the record just published does not reach
+        // into (the consumer is about to read that one).
+        let next = (self.tail + 63) & !63;
+        let off = (next as usize) & (self.cap - 1);
+        let free = (self.cap as u64).saturating_sub(next - self.head) as usize;
+        let ahead = PREFETCH.min(free).min(self.cap - off);
+        self.map.prefetch_write(DATA + off, ahead);
     }
 
     /// Room for one record of up to `max` bytes, to build a datagram in

@@ -128,6 +128,23 @@ impl Mapping {
         unsafe { &*self.ptr.add(off).cast::<AtomicU32>() }
     }
 
+    /// Asks the CPU to fetch the cache lines of `off..off + len` for
+    /// writing (x86-64's `prefetchw`, where the CPU has it; nothing
+    /// elsewhere): a producer's next record then finds its lines already
+    /// its own instead of waiting for the consumer's core to give them up.
+    /// A hint only: what the memory holds does not change.
+    pub(crate) fn prefetch_write(&self, off: usize, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if self.check(off, len, 1) && has_prefetchw() {
+            for line in (off..off + len).step_by(64) {
+                // SAFETY: inside the mapping (checked above).
+                prefetchw(unsafe { self.ptr.add(line) });
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (off, len);
+    }
+
     /// Copies `bytes` to `off`; `false` (nothing written) if it does not fit.
     pub(crate) fn write(&self, off: usize, bytes: &[u8]) -> bool {
         if !self.check(off, bytes.len(), 1) {
@@ -356,6 +373,29 @@ pub(crate) fn cross_memory_read_self(dst: &mut [u8], src: &[u8]) -> io::Result<u
     }
 }
 
+/// Whether the CPU has `prefetchw` (CPUID 8000_0001h, ECX bit 8), asked
+/// once.
+#[cfg(target_arch = "x86_64")]
+fn has_prefetchw() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        use std::arch::x86_64::__cpuid;
+        // Leaf 8000_0001h only when the highest extended leaf has it.
+        let max = __cpuid(0x8000_0000).eax;
+        max >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0
+    })
+}
+
+/// `prefetchw` of the line at `p`.
+#[cfg(target_arch = "x86_64")]
+fn prefetchw(p: *const u8) {
+    // SAFETY: a prefetch is a hint that never faults and changes no
+    // memory or flags; the caller checked the CPU has the instruction.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,6 +432,20 @@ mod tests {
         // SAFETY (test): ftruncate on our own fd, no pointers.
         let r = unsafe { libc::ftruncate(fd.as_raw_fd(), 0) };
         assert_eq!(r, -1);
+    }
+
+    #[test]
+    fn a_prefetch_changes_no_byte_and_ignores_what_is_out_of_bounds() {
+        let fd = sealed_memfd("sv-test", 8192).unwrap();
+        let a = Mapping::new(fd.as_fd(), 8192).unwrap();
+        let bytes: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+        assert!(a.write(0, &bytes));
+        a.prefetch_write(0, 8192);
+        a.prefetch_write(8000, 1000);
+        a.prefetch_write(usize::MAX, 64);
+        let mut out = vec![0u8; 8192];
+        assert!(a.read(0, &mut out));
+        assert_eq!(out, bytes);
     }
 
     #[test]
