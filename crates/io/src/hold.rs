@@ -87,6 +87,11 @@ impl<K> HoldQueue<K> {
         self.items.len()
     }
 
+    /// True when nothing is held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
     /// Holds a copy of `bytes`; `false` (nothing held) when full.
     pub(crate) fn push(&mut self, dir: Dir, peer: K, bytes: &[u8], hold: Hold) -> bool {
         if self.items.len() >= self.capacity {

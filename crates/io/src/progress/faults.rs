@@ -144,6 +144,9 @@ impl<E: Engine> Progress<E> {
     pub(super) fn release(&mut self) -> bool {
         let mut work = false;
         self.faults.blocked = false;
+        if self.faults.hold.is_empty() {
+            return false;
+        }
         for _ in 0..self.batch {
             let now = self.shared.clock.now();
             let Some(mut held) = self.faults.hold.pop_due(now) else {

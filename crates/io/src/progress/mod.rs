@@ -581,12 +581,13 @@ impl<E: Engine> Progress<E> {
         // The queue is the first gate's (crate::callertx), held for the whole step.
         let mut gate = tx.gate();
         let g = &mut *gate;
-        if shared.polled(shared.clock.now()) {
+        let now = shared.clock.now();
+        if shared.polled(now) {
             // A thread polls a CQ: it transmits; what waits for room is ours.
             // (Marked even when the engine shows no work: a post may sit in
             // a send ring the engine has not drained yet.)
             let busy = shared.engine().busy_lanes();
-            tx.want_from_progress(busy, shared.clock.now());
+            tx.want_from_progress(busy, now);
             return work | self.transmit_with(&mut g.q, &mut g.claims, false);
         }
         tx.take_all_wanted();
@@ -662,8 +663,9 @@ impl<E: Engine> Progress<E> {
             // The progress thread sends every lane's work.
             engine.set_reach(claims, LaneSet::ALL);
             let c = &self.shared.counters;
+            // One reading for the round: its datagrams are built together.
+            let now = self.shared.clock.now();
             for i in 0..max.min(q.slots()) {
-                let now = self.shared.clock.now();
                 // Runs only for peers named reached intact: none while
                 // this driver has faults or a capture (ShmPath::take_intact).
                 let path = path.as_mut().filter(|_| collected.is_empty());

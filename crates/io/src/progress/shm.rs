@@ -4,7 +4,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::Instant;
 
 use super::Progress;
 use crate::clock::Nanos;
@@ -47,29 +46,31 @@ impl<E: Engine> Progress<E> {
         // A polling thread works on what it took from the rings (and will
         // take the rest): working the same rings beside it would take the
         // core another process needs (crate::pollrx::RxGate::working).
-        if shared.rx.busy(shared.clock.now()) {
-            return shm.maybe_check(Instant::now(), &shared.counters);
+        // One reading for both clocks.
+        let now = shared.clock.now();
+        let at = shared.clock.instant(now);
+        if shared.rx.busy(now) {
+            return shm.maybe_check(at, &shared.counters);
         }
         if !self.faults.on_receive() {
             // No receive faults: the engine reads each datagram where it
             // lies in the ring (no copy); counted and captured as read.
             let c = &shared.counters;
-            let work =
-                shm.receive_in_place(Instant::now(), self.batch, c, true, |batch, replies| {
-                    let c = &shared.counters;
-                    let now = shared.clock.now();
-                    self.stream_came |= batch.is_stream();
-                    for (bytes, _) in batch.datagrams() {
-                        Counters::add(&c.datagrams_received, 1);
-                        Counters::add(&c.bytes_received, bytes.len() as u64);
-                        if let Some(cap) = self.capture.as_mut() {
-                            cap.record(now, batch.from, self.local, bytes, c);
-                        }
+            let work = shm.receive_in_place(at, self.batch, c, true, |batch, replies| {
+                let c = &shared.counters;
+                let now = shared.clock.now();
+                self.stream_came |= batch.is_stream();
+                for (bytes, _) in batch.datagrams() {
+                    Counters::add(&c.datagrams_received, 1);
+                    Counters::add(&c.bytes_received, bytes.len() as u64);
+                    if let Some(cap) = self.capture.as_mut() {
+                        cap.record(now, batch.from, self.local, bytes, c);
                     }
-                    crate::shm::deliver(&*shared.engine(), now, self.local, batch, replies);
-                    // (No receive faults: nothing received is held, so there
-                    // is no reordered datagram to count down.)
-                });
+                }
+                crate::shm::deliver(&*shared.engine(), now, self.local, batch, replies);
+                // (No receive faults: nothing received is held, so there
+                // is no reordered datagram to count down.)
+            });
             return work;
         }
         let rx_corrupts = self.faults.corrupts.1;

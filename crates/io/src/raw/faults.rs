@@ -117,6 +117,11 @@ impl RawFaults {
         self.hold.passed(dir);
     }
 
+    /// True when no frame is held.
+    pub(crate) fn holds_none(&self) -> bool {
+        self.hold.is_empty()
+    }
+
     /// The oldest held frame that may go at `now`.
     pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<Held<u32>> {
         self.hold.pop_due(now)

@@ -312,9 +312,12 @@ impl RawPath {
         budget: usize,
         capture: &mut Option<Capture>,
     ) -> bool {
+        if self.faults.holds_none() {
+            return false;
+        }
         let mut work = false;
+        let now = shared.clock.now();
         for _ in 0..budget {
-            let now = shared.clock.now();
             let Some(held) = self.faults.pop_due(now) else {
                 break;
             };
