@@ -238,6 +238,21 @@ pub trait Engine: Send + Sync + 'static {
         let _ = (qp, now, room);
         None
     }
+    /// The QPs ready to send whose peers `room` has room for, their
+    /// packets built in place through it, `budget` datagrams at most (a
+    /// stream's posts, left to a poll): how many left. What cannot go that
+    /// way stays for [`Engine::poll_transmit_run`] with the same `claims`.
+    /// None by default.
+    fn transmit_ready_through(
+        &self,
+        now: Nanos,
+        claims: &mut Self::Claims,
+        room: &mut dyn Room,
+        budget: usize,
+    ) -> usize {
+        let _ = (now, claims, room, budget);
+        0
+    }
     /// The batch taken with `claims` left: the engine may give what it
     /// claimed to any thread again. Whether it has datagrams ready since
     /// (the caller then transmits again or wakes someone).

@@ -11,10 +11,13 @@
 //! - the QP's state, from a mirror the engine writes after every change
 //!   (`Engine::sync`);
 //! - the SGE count against `max_recv_sge`;
-//! - the depth: `queued` counts the WQEs in the ring *and* in the engine's
-//!   queue; the poster adds one before it publishes, the engine takes one off
-//!   when a WQE leaves its queue (before the completion is pushed, so a poller
-//!   that sees the completion can post again at once).
+//! - the depth: the WQEs in the ring *and* in the engine's queue, as two
+//!   counts with one writer each (no locked instruction on either side, as
+//!   in [`crate::sq`]): `posted`, which a poster adds one to before it
+//!   publishes (under the posting lock), and `left`, which the engine adds
+//!   to when a WQE leaves its queue (under the queue's lock; before the
+//!   completion is pushed, so a poller that sees the completion can post
+//!   again at once).
 //!
 //! A post in ERR completes at once with a flush (the engine's work): the ring
 //! says [`RingPost::Flush`] and the caller goes to the engine. A post that
@@ -93,7 +96,11 @@ pub struct RecvRing {
     words: Box<[AtomicU64]>,
     head: AtomicU64,
     tail: AtomicU64,
-    queued: AtomicU32,
+    /// WQEs posted (written under the posting lock only).
+    posted: AtomicU32,
+    /// WQEs that left the engine's queue, less those that came back
+    /// (written by the engine only, under the queue's lock).
+    left: AtomicU32,
     state: AtomicU8,
     post: Mutex<()>,
 }
@@ -125,7 +132,8 @@ impl RecvRing {
             words: (0..n).map(|_| AtomicU64::new(0)).collect(),
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
-            queued: AtomicU32::new(0),
+            posted: AtomicU32::new(0),
+            left: AtomicU32::new(0),
             state: AtomicU8::new(QpState::Reset as u8),
             post: Mutex::new(()),
         }
@@ -148,7 +156,7 @@ impl RecvRing {
     /// against the current count; the posting lock must be held.
     fn check(&self, wr: &RecvWr<'_>) -> Result<Disposition, PostError> {
         // Only the engine changes the count meanwhile, and only downwards.
-        let outstanding = self.queued.load(Acquire);
+        let outstanding = self.queued();
         let depth = self.depth.load(Relaxed);
         match self.owner {
             Owner::Qp { has_srq } => {
@@ -180,7 +188,7 @@ impl RecvRing {
             return Ok(Write::Full);
         }
         // queued ≥ WQEs in the ring at all times: count first, then publish.
-        self.queued.fetch_add(1, SeqCst);
+        self.count_post();
         // The slot is free: tail − head < slots (checked above).
         let base = (tail % u64::from(self.slots)) as usize * stride(self.max_sge);
         let slot = &self.words[base..base + stride(self.max_sge)];
@@ -232,7 +240,16 @@ impl RecvRing {
 
     /// WQEs posted and not yet taken off the engine's queue (the depth check).
     pub fn queued(&self) -> u32 {
-        self.queued.load(Acquire)
+        // `left` first: it never passes the `posted` of an earlier moment.
+        let left = self.left.load(Acquire);
+        self.posted.load(Acquire).wrapping_sub(left)
+    }
+
+    /// One more WQE posted; the caller holds the posting lock (the count's
+    /// only writers).
+    fn count_post(&self) {
+        let n = self.posted.load(Relaxed);
+        self.posted.store(n.wrapping_add(1), Release);
     }
 
     /// Engine: a post that the ring could not take ([`RingPost::Full`]):
@@ -241,7 +258,7 @@ impl RecvRing {
     pub fn post_direct(&self, wr: &RecvWr<'_>, push: impl FnOnce()) -> Result<(), PostError> {
         let _serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
         self.check(wr)?;
-        self.queued.fetch_add(1, SeqCst);
+        self.count_post();
         push();
         Ok(())
     }
@@ -251,7 +268,7 @@ impl RecvRing {
     /// (`f`'s answer, if any).
     pub fn resize<E>(&self, f: impl FnOnce(u32) -> Result<Option<u32>, E>) -> Result<(), E> {
         let _serial = self.post.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(depth) = f(self.queued.load(Acquire))? {
+        if let Some(depth) = f(self.queued())? {
             self.depth.store(depth, Relaxed);
         }
         Ok(())
@@ -282,14 +299,17 @@ impl RecvRing {
     }
 
     /// Engine: `n` WQEs left its queue (consumed, flushed, discarded).
+    /// (Under the queue's lock: the count's only writer.)
     pub fn taken(&self, n: u32) {
-        let before = self.queued.fetch_sub(n, SeqCst);
-        debug_assert!(before >= n, "receive WQE count below zero");
+        debug_assert!(self.queued() >= n, "receive WQE count below zero");
+        let left = self.left.load(Relaxed);
+        self.left.store(left.wrapping_add(n), Release);
     }
 
     /// Engine: a WQE went back to the head of its queue (an abandoned UC message).
     pub fn returned(&self) {
-        self.queued.fetch_add(1, SeqCst);
+        let left = self.left.load(Relaxed);
+        self.left.store(left.wrapping_sub(1), Release);
     }
 }
 

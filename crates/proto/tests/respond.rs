@@ -5,7 +5,8 @@
 //! waits for the usual turns. A post's packets likewise
 //! (`Engine::transmit_posted_through`), a few at once; and a post to an
 //! idle queue made straight into the send queue with them
-//! (`Engine::post_send_through`, spec/performance.md §27). A ring's batch
+//! (`Engine::post_send_through`, spec/performance.md §27); and the ready
+//! QPs a stream's posts left (`Engine::transmit_ready_through`). A ring's batch
 //! taken in one call (`Engine::handle_local_batch`) ends as its datagrams
 //! taken one by one.
 
@@ -282,6 +283,88 @@ fn without_room_or_with_a_claimer_a_post_is_left_to_the_turns() {
         .get();
     assert_eq!(next, psn + 1);
     e.release_claims(&mut claims);
+}
+
+/// The PSNs of what the turns of `claims` send until none is left.
+fn turns(net: &Net, claims: &mut TxClaims) -> Vec<u32> {
+    let mut buf = vec![0u8; 9000];
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut psns = Vec::new();
+    while let Some(t) = e.poll_transmit_claimed(now, mem, &mut buf, claims) {
+        psns.push(psn_of(&buf[..t.len]));
+    }
+    e.release_claims(claims);
+    psns
+}
+
+#[test]
+fn a_streams_ready_qps_go_straight_through_the_room_within_the_budget() {
+    // All six at once, in PSN order, to B's QP, counted as sent.
+    let (net, _, nb) = posted_on_ring(6);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut way = Keep::new(true);
+    let mut claims = TxClaims::default();
+    let sent = e.counters().packets_sent;
+    assert_eq!(
+        e.transmit_ready_through(now, mem, &mut claims, &mut way, 64),
+        6
+    );
+    let b = SocketAddr::new(net.b.ip, 4791);
+    assert!(way.asked.iter().all(|&w| w == (b, nb)));
+    let psns: Vec<u32> = way.out.iter().map(|(_, d)| psn_of(d)).collect();
+    assert_eq!(psns.len(), 6);
+    assert!(psns.windows(2).all(|w| w[1] == w[0] + 1), "{psns:?}");
+    assert_eq!(e.counters().packets_sent, sent + 6);
+    assert!(claims.is_empty(), "nothing claimed");
+    assert!(turns(&net, &mut claims).is_empty(), "nothing left");
+    // A budget of four: the other two wait in the ready queue, after them.
+    let (net, _, _) = posted_on_ring(6);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut way = Keep::new(true);
+    assert_eq!(
+        e.transmit_ready_through(now, mem, &mut claims, &mut way, 4),
+        4
+    );
+    let first: Vec<u32> = way.out.iter().map(|(_, d)| psn_of(d)).collect();
+    let rest = turns(&net, &mut claims);
+    assert_eq!(rest, [first[3] + 1, first[3] + 2]);
+}
+
+#[test]
+fn a_ready_qp_without_room_or_claimed_elsewhere_is_left_to_the_turns() {
+    // No room for its peer: claimed for the same claims' turns, which send
+    // all of it in order.
+    let (net, _, _) = posted_on_ring(3);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut none = Keep::new(false);
+    let mut claims = TxClaims::default();
+    assert_eq!(
+        e.transmit_ready_through(now, mem, &mut claims, &mut none, 64),
+        0
+    );
+    assert!(none.out.is_empty());
+    assert!(!claims.is_empty(), "claimed for its turns");
+    let psns = turns(&net, &mut claims);
+    assert_eq!(psns.len(), 3);
+    assert!(psns.windows(2).all(|w| w[1] == w[0] + 1), "{psns:?}");
+    // Another thread claims the QP (it holds a packet of it): nothing goes
+    // through; that thread's turns send on in order.
+    let (net, _, _) = posted_on_ring(3);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    let mut buf = vec![0u8; 9000];
+    let mut theirs = TxClaims::default();
+    let t = e
+        .poll_transmit_claimed(now, mem, &mut buf, &mut theirs)
+        .expect("the claimer's first packet");
+    let first = psn_of(&buf[..t.len]);
+    let mut way = Keep::new(true);
+    let mut mine = TxClaims::default();
+    assert_eq!(
+        e.transmit_ready_through(now, mem, &mut mine, &mut way, 64),
+        0
+    );
+    assert!(way.out.is_empty() && mine.is_empty());
+    assert_eq!(turns(&net, &mut theirs), [first + 1, first + 2]);
 }
 
 /// A connected RC pair, nothing posted yet: (the net, A's QP, B's QPN, A's

@@ -199,6 +199,18 @@ impl sv_io::Engine for DeviceEngine {
             .transmit_posted_through(h, now, &self.mem, &mut RoomVia(room))
     }
 
+    fn transmit_ready_through(
+        &self,
+        now: Nanos,
+        claims: &mut Self::Claims,
+        room: &mut dyn sv_io::Room,
+        budget: usize,
+    ) -> usize {
+        self.engine.set_now(now);
+        self.engine
+            .transmit_ready_through(now, &self.mem, claims, &mut RoomVia(room), budget)
+    }
+
     fn release_claims(&self, claims: &mut Self::Claims) -> bool {
         self.engine.release_claims(claims)
     }

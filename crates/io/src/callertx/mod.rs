@@ -387,6 +387,21 @@ impl<E: Engine> Shared<E> {
                 }
                 let now = if round == 0 { now } else { self.clock.now() };
                 let (mut slot, mut taken) = (0, 0);
+                if g.q.is_empty() {
+                    // The ready QPs whose peers have same-host rings: their
+                    // packets straight in, each QP's under its lock, no
+                    // claim (`Engine::transmit_ready_through`); the rest
+                    // below, through the batch.
+                    let rooms = path
+                        .as_mut()
+                        .and_then(|p| p.rooms_for(&self.counters, crate::shm::Whose::Posts));
+                    if let Some(mut rooms) = rooms {
+                        let n = g.q.slots();
+                        let done = engine.transmit_ready_through(now, &mut g.claims, &mut rooms, n);
+                        sent += done;
+                        taken += done;
+                    }
+                }
                 // The QP just posted to has the first turn.
                 let mut first = posted.filter(|_| round == 0);
                 while taken < g.q.slots() {
@@ -484,7 +499,7 @@ impl<E: Engine> Shared<E> {
         self.caller_tx.as_ref()?;
         let mut path = self.try_shm()?;
         let engine = self.try_engine()?;
-        let mut rooms = path.rooms_for_posts(&self.counters)?;
+        let mut rooms = path.rooms_for(&self.counters, crate::shm::Whose::Posts)?;
         let n = f(&engine, &mut rooms)?;
         let notes: Vec<_> = std::iter::from_fn(|| engine.poll_notification()).collect();
         // A deadline (the ACK timer) earlier than the progress thread's

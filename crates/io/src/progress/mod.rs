@@ -665,7 +665,16 @@ impl<E: Engine> Progress<E> {
             let c = &self.shared.counters;
             // One reading for the round: its datagrams are built together.
             let now = self.shared.clock.now();
-            for i in 0..max.min(q.slots()) {
+            // The ready QPs whose peers have same-host rings: their
+            // packets straight in, each QP's under its lock
+            // (`Engine::transmit_ready_through`); the rest below.
+            let rooms = path
+                .as_mut()
+                .and_then(|p| p.rooms_for(c, crate::shm::Whose::Progress));
+            if let Some(mut rooms) = rooms {
+                built += engine.transmit_ready_through(now, claims, &mut rooms, max);
+            }
+            for i in 0..(max - built).min(q.slots()) {
                 // Runs only for peers named reached intact: none while
                 // this driver has faults or a capture (ShmPath::take_intact).
                 let path = path.as_mut().filter(|_| collected.is_empty());

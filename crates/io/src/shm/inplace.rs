@@ -57,19 +57,30 @@ pub(crate) struct Rooms<'a> {
     c: &'a Counters,
     /// The peer whose ring holds the room last given.
     at: Option<Key>,
-    /// For a posting thread's packets (counted as its own), not replies.
-    posts: bool,
+    /// Whose datagrams these are (what they count as).
+    whose: Whose,
+}
+
+/// Whose datagrams a [`Rooms`] publishes, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whose {
+    /// An application thread's packets (`caller_datagrams`).
+    Posts,
+    /// Answers to what a ring brought (`shm_responses`).
+    Replies,
+    /// The progress thread's turns (counted as sent only).
+    Progress,
 }
 
 impl<'a> Rooms<'a> {
     /// Room in `peers`' rings for datagrams of up to `room` bytes, of a
-    /// path at `local`; `posts`: for a posting thread's packets.
+    /// path at `local`, for `whose` datagrams.
     pub(super) fn new(
         local: SocketAddr,
         peers: &'a mut Peers,
         room: usize,
         c: &'a Counters,
-        posts: bool,
+        whose: Whose,
     ) -> Rooms<'a> {
         Rooms {
             local,
@@ -77,7 +88,7 @@ impl<'a> Rooms<'a> {
             room,
             c,
             at: None,
-            posts,
+            whose,
         }
     }
 }
@@ -129,14 +140,11 @@ impl Room for Rooms<'_> {
         Counters::add(&c.shm_datagrams_sent, 1);
         Counters::add(&c.shm_built_in_ring, 1);
         Counters::add(&c.shm_runs_sent, u64::from(t.segments.is_some()));
-        Counters::add(
-            if self.posts {
-                &c.caller_datagrams
-            } else {
-                &c.shm_responses
-            },
-            1,
-        );
+        match self.whose {
+            Whose::Posts => Counters::add(&c.caller_datagrams, 1),
+            Whose::Replies => Counters::add(&c.shm_responses, 1),
+            Whose::Progress => {}
+        }
         send::wake(out, self.c);
     }
 }

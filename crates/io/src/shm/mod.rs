@@ -64,7 +64,7 @@
 mod inplace;
 mod refusal;
 mod send;
-pub(crate) use inplace::{deliver, hand_over, InPlace, Rooms};
+pub(crate) use inplace::{deliver, hand_over, InPlace, Rooms, Whose};
 use send::accepted;
 pub(crate) mod ring;
 
@@ -445,7 +445,8 @@ impl ShmPath {
         // Answers go straight back only where nothing records or alters
         // datagrams (a capture, faults: the progress thread's transmit).
         let plain = respond && self.plain;
-        let mut rooms = plain.then(|| Rooms::new(self.local, &mut self.peers, max, c, false));
+        let mut rooms =
+            plain.then(|| Rooms::new(self.local, &mut self.peers, max, c, Whose::Replies));
         let mut left = budget;
         for inb in self.inbound.iter_mut().filter(|i| !i.fresh) {
             records.clear();
@@ -488,12 +489,13 @@ impl ShmPath {
         work
     }
 
-    /// Room in the peers' rings for a posting thread's packets
-    /// ([`Rooms`]); `None` where something records or alters datagrams.
-    pub(crate) fn rooms_for_posts<'a>(&'a mut self, c: &'a Counters) -> Option<Rooms<'a>> {
+    /// Room in the peers' rings for a thread's packets, an application
+    /// thread's or the progress thread's (`whose`, [`Rooms`]); `None` where
+    /// something records or alters datagrams.
+    pub(crate) fn rooms_for<'a>(&'a mut self, c: &'a Counters, whose: Whose) -> Option<Rooms<'a>> {
         let (local, room) = (self.local, self.max_datagram);
         self.plain
-            .then(|| Rooms::new(local, &mut self.peers, room, c, true))
+            .then(|| Rooms::new(local, &mut self.peers, room, c, whose))
     }
 
     /// Checks the connections poll(2) found ready, and every connection

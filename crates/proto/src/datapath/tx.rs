@@ -114,9 +114,58 @@ impl Engine {
         }
         let (to, qpn) = through(&q, way)?;
         let sent = self.drive_locked(h, q, mem, |q, env, sink| {
-            send_through(q, now, env, sink, way, (to, qpn))
+            send_through(q, now, env, sink, way, (to, qpn), POSTED_MAX)
         });
         Some(self.sent_through(sent))
+    }
+
+    /// The QPs ready to send whose peers `way` has room for (a stream's
+    /// posts leave them ready), their packets straight into `way` as
+    /// [`Engine::transmit_posted_through`] sends a post's: each QP's turns
+    /// given at once under its lock, no claim (nothing of it is held
+    /// outside the lock), `budget` datagrams at most in all. A ready QP
+    /// whose packets cannot go that way (not RC or UC, no room for its
+    /// peer) is claimed for the usual turns ([`Engine::poll_transmit_run`]
+    /// with the same `claims`). Stops after a QP left with more to send
+    /// (its share or its room ran out; it is back in the ready queue). How
+    /// many datagrams left.
+    pub fn transmit_ready_through(
+        &self,
+        now: u64,
+        mem: &dyn Memory,
+        claims: &mut TxClaims,
+        way: &mut dyn Room,
+        budget: usize,
+    ) -> usize {
+        self.take_posted_in(claims.reach);
+        let mut sent = 0;
+        while sent < budget {
+            let Some(h) = self.next_ready(claims.reach) else {
+                break;
+            };
+            let Some(q) = self.qps.get(h) else { continue };
+            let mut q = q.lock();
+            // A stale second entry of a QP another thread claims: its
+            // claimer's release queues it.
+            if q.dp.claimed {
+                continue;
+            }
+            q.dp.scheduled = false;
+            let Some(dest) = through(&q, way) else {
+                q.dp.claimed = true;
+                claims.qps.push((h, true));
+                continue;
+            };
+            let (done, more) = self.drive_locked(h, q, mem, |q, env, sink| {
+                let done = send_through(q, now, env, sink, way, dest, budget - sent);
+                (done, q.dp.wants_tx)
+            });
+            sent += self.sent_through(done);
+            if more {
+                break;
+            }
+        }
+        sent
     }
 
     /// `ibv_post_send` of one WR of QP `h` straight into its send queue,
@@ -164,7 +213,7 @@ impl Engine {
             // In the queue: the next poster comes after it.
             drop(serial);
             if free(q) {
-                send_through(q, now, env, sink, way, (to, qpn))
+                send_through(q, now, env, sink, way, (to, qpn), POSTED_MAX)
             } else {
                 (0, 0)
             }
@@ -389,7 +438,7 @@ fn through(q: &crate::qp::actor::Qp, way: &mut dyn Room) -> Option<(SocketAddr, 
 }
 
 /// The QP's turns at once, each packet published into `way` while the QP's
-/// lock is held ([`POSTED_MAX`] at most); the datagrams and bytes sent.
+/// lock is held (`max` at most); the datagrams and bytes sent.
 fn send_through(
     q: &mut crate::qp::actor::Qp,
     now: u64,
@@ -397,9 +446,10 @@ fn send_through(
     sink: &mut crate::engine::EngineSink<'_>,
     way: &mut dyn Room,
     (to, qpn): (SocketAddr, u32),
+    max: usize,
 ) -> (usize, u64) {
     let (mut n, mut bytes) = (0, 0);
-    while n < POSTED_MAX {
+    while n < max {
         let Some(buf) = way.room(to, qpn) else { break };
         let Some(t) = q.next_packet(now, env, buf, sink, true) else {
             break;
