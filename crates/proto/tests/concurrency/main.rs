@@ -24,9 +24,11 @@
 //!   after each post, while the two transmitting threads reach every
 //!   lane: `sv_io`'s posting threads and progress thread); rooms (as
 //!   serial, the transmitting thread claiming, and each poster building
-//!   its QP's packets straight into the peer's FIFO after each post, each
-//!   same-host receiving thread the responses straight back: `sv_io`'s
-//!   same-host rings, proto::output::Room). One
+//!   its QP's packets straight into the peer's FIFO after each post, the
+//!   transmitting thread every other round the ready QPs' likewise
+//!   (`Engine::transmit_ready_through`), each same-host receiving thread
+//!   the responses straight back: `sv_io`'s same-host rings,
+//!   proto::output::Room). One
 //!   receiving path of each device takes `handle_local_datagram` (the
 //!   same-host path), the other `handle_datagram`;
 //! - CQ polling without the engine: A's CQ by two busy pollers, B's CQ only
