@@ -347,6 +347,13 @@ fn a_ready_qp_without_room_or_claimed_elsewhere_is_left_to_the_turns() {
     let psns = turns(&net, &mut claims);
     assert_eq!(psns.len(), 3);
     assert!(psns.windows(2).all(|w| w[1] == w[0] + 1), "{psns:?}");
+    // Claims let go before the QP had a turn (a batch that ended first):
+    // it goes back to the ready queue with all it has.
+    let (net, _, _) = posted_on_ring(3);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    assert_eq!(e.transmit_ready_through(now, mem, &mut claims, &mut none, 64), 0);
+    e.release_claims(&mut claims);
+    assert_eq!(turns(&net, &mut claims).len(), 3, "back in the ready queue");
     // Another thread claims the QP (it holds a packet of it): nothing goes
     // through; that thread's turns send on in order.
     let (net, _, _) = posted_on_ring(3);

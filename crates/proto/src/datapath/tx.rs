@@ -152,7 +152,10 @@ impl Engine {
             }
             q.dp.scheduled = false;
             let Some(dest) = through(&q, way) else {
+                // Claimed with its wish to send kept: a batch that ends
+                // before its turn lets it go back to the ready queue.
                 q.dp.claimed = true;
+                q.dp.wants_tx = true;
                 claims.qps.push((h, true));
                 continue;
             };
