@@ -123,12 +123,13 @@ impl Engine {
     /// posts leave them ready), their packets straight into `way` as
     /// [`Engine::transmit_posted_through`] sends a post's: each QP's turns
     /// given at once under its lock, no claim (nothing of it is held
-    /// outside the lock), `budget` datagrams at most in all. A ready QP
-    /// whose packets cannot go that way (not RC or UC, no room for its
-    /// peer) is claimed for the usual turns ([`Engine::poll_transmit_run`]
-    /// with the same `claims`). Stops after a QP left with more to send
-    /// (its share or its room ran out; it is back in the ready queue). How
-    /// many datagrams left.
+    /// outside the lock), `budget` datagrams at most in all. The first
+    /// ready QP whose packets cannot go that way (not RC or UC, no room for
+    /// its peer) is claimed for the usual turns ([`Engine::poll_transmit_run`]
+    /// with the same `claims`), and the rest of the ready queue is left to
+    /// them; so is what follows a QP left with more to send (its share or
+    /// its room ran out; it is back in the ready queue). How many
+    /// datagrams left.
     pub fn transmit_ready_through(
         &self,
         now: u64,
@@ -152,12 +153,15 @@ impl Engine {
             }
             q.dp.scheduled = false;
             let Some(dest) = through(&q, way) else {
-                // Claimed with its wish to send kept: a batch that ends
-                // before its turn lets it go back to the ready queue.
+                // Claimed for the usual turns, which take the rest of the
+                // ready queue as before (one QP claimed here, as their own
+                // first turn would have); its wish to send kept, so that a
+                // batch that ends before its turn lets it go back to the
+                // ready queue.
                 q.dp.claimed = true;
                 q.dp.wants_tx = true;
                 claims.qps.push((h, true));
-                continue;
+                break;
             };
             let (done, more) = self.drive_locked(h, q, mem, |q, env, sink| {
                 let done = send_through(q, now, env, sink, way, dest, budget - sent);
