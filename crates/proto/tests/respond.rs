@@ -347,11 +347,33 @@ fn a_ready_qp_without_room_or_claimed_elsewhere_is_left_to_the_turns() {
     let psns = turns(&net, &mut claims);
     assert_eq!(psns.len(), 3);
     assert!(psns.windows(2).all(|w| w[1] == w[0] + 1), "{psns:?}");
+    // Two such QPs ready: only the first is claimed here; the other stays
+    // in the ready queue for the usual turns, which send both.
+    let mut net = Net::new();
+    let (qa, _, _, _) = connect(&mut net, QpType::Rc);
+    let (qc, _, _, _) = connect(&mut net, QpType::Rc);
+    let (la, _) = net.a.mr(0, 1 << 16, 1);
+    let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    post_on_ring(&net, qa, 2, la, rb);
+    post_writes(&net, qc, 2, la, rb);
+    let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
+    assert_eq!(
+        e.transmit_ready_through(now, mem, &mut claims, &mut none, 64),
+        0
+    );
+    // Another thread's turns find the second in the ready queue (and only
+    // it: the first is claimed), ours send the first.
+    let mut theirs = TxClaims::default();
+    assert_eq!(turns(&net, &mut theirs).len(), 2, "the other left ready");
+    assert_eq!(turns(&net, &mut claims).len(), 2, "the claimed one");
     // Claims let go before the QP had a turn (a batch that ended first):
     // it goes back to the ready queue with all it has.
     let (net, _, _) = posted_on_ring(3);
     let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
-    assert_eq!(e.transmit_ready_through(now, mem, &mut claims, &mut none, 64), 0);
+    assert_eq!(
+        e.transmit_ready_through(now, mem, &mut claims, &mut none, 64),
+        0
+    );
     e.release_claims(&mut claims);
     assert_eq!(turns(&net, &mut claims).len(), 3, "back in the ready queue");
     // Another thread claims the QP (it holds a packet of it): nothing goes

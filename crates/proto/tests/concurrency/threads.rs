@@ -225,7 +225,7 @@ pub(crate) fn transmitter(w: &World, side: usize, shards: &[mpsc::Sender<Vec<u8>
     while !w.stopped() {
         w.busy.fetch_add(1, SeqCst);
         round += 1;
-        if claimed && round % 2 == 0 {
+        if claimed && round.is_multiple_of(2) {
             // Every other round, the ready QPs' packets straight into the
             // peer's FIFOs first (as `sv_io`'s polls and progress thread
             // send a stream's), the rest below with the same claims.

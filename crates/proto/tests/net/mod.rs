@@ -329,6 +329,12 @@ pub fn post_on_ring(net: &Net, qa: QpHandle, n: u64, lkey: u32, rkey: u32) {
         .e
         .poll_transmit(net.now, &net.a.mem, &mut buf)
         .is_none());
+    post_writes(net, qa, n, lkey, rkey);
+}
+
+/// `n` one-packet (1 KiB) RDMA WRITEs of A's QP `qa` posted on its send
+/// ring, whatever A has to send already.
+pub fn post_writes(net: &Net, qa: QpHandle, n: u64, lkey: u32, rkey: u32) {
     let ring = net.a.e.send_ring(qa).unwrap();
     let sg = [Sge {
         addr: BASE,
