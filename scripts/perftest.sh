@@ -6,7 +6,7 @@
 # baselines; ends with the
 # figures of the performance targets (spec/performance.md) beside the targets:
 # the UDP path (SOFTVERBS_SHM=0) and the same-host path (SOFTVERBS_SHM=1).
-# Needs: perftest, iperf3 (apt-get install -y perftest iperf3).
+# Installs what it runs (perftest, iperf3, gcc) when they are missing.
 # Not a test: nothing here gates anything; timings on a shared machine are noisy,
 # so read the ratios (measured in the same run) rather than the absolute values.
 # PERFTEST_ROUNDS=N (default 1) measures everything N times, round after round
@@ -14,6 +14,16 @@
 # cores single runs move by 2-3x with where the scheduler puts the busy threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+need_pkgs=()
+for p in perftest iperf3 gcc; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "== installing ${need_pkgs[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
 # PERFTEST_LIB: a directory holding an already built libibverbs.so.1 (to
 # compare two builds, alternated); PERFTEST_PORT: the first TCP port less one.
 lib="${PERFTEST_LIB:-$(scripts/build-ibverbs.sh)}"
