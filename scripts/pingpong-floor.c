@@ -5,13 +5,21 @@
  *   udp     the token is a 40-byte datagram on 127.0.0.1 (a RoCEv2 WRITE of
  *           2 bytes is about that long), read by a nonblocking recv(2) in a
  *           loop: what the UDP path's ping-pong costs at the least here;
- *   memory  the token is a word in shared memory: what one cache line
+ *   udp-rc  as udp, but each turn is two datagrams in one sendmmsg(2): a
+ *           20-byte ACK of the token that came, then the 40-byte token,
+ *           and a turn ends only when both came (recvmmsg(2) in a loop).
+ *           An RC WRITE ping-pong over RoCEv2 has this shape: the
+ *           responder acknowledges every WRITE, ib_write_lat waits for
+ *           the ACK (its completion) and the answer before its next post,
+ *           and softverbs sends the ACK in the answer's call
+ *           (spec/performance.md §18). The floor of the UDP latency row;
+ * *   memory  the token is a word in shared memory: what one cache line
  *           costs between two processes on two cores, the least any
  *           same-host exchange costs.
  * Prints the one-way time (half the round trip): typical (median), p99, min.
  * A baseline of scripts/perftest.sh, measured in the same run; it is not
  * softverbs code. 127.0.0.1 only; every wait bounded (1 s), the run too.
- * Usage: pingpong-floor udp|memory ITERS [PORT] */
+ * Usage: pingpong-floor udp|udp-rc|memory ITERS [PORT] */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -48,12 +56,42 @@ static int udp_turn(int s, int to_port, int send_first) {
     return 0;
 }
 
+/* One turn of udp-rc: (the ACK of the token that came and) the token in
+ * one call, then spin until both of the peer's came. The first turn of
+ * the first end has no ACK to send. */
+static int rc_turn(int s, int to_port, int send_first, int first) {
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(to_port)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    char ack[20] = {0}, tok[40] = {0}, in[2][64];
+    struct iovec iv[2] = {{ack, sizeof ack}, {tok, sizeof tok}};
+    struct mmsghdr out[2], got[2];
+    for (int i = 0; i < 2; i++) {
+        out[i] = (struct mmsghdr){.msg_hdr = {.msg_name = &to, .msg_namelen = sizeof to,
+                                              .msg_iov = &iv[i], .msg_iovlen = 1}};
+    }
+    struct iovec ii[2] = {{in[0], 64}, {in[1], 64}};
+    int skip = send_first && first; /* nothing to acknowledge yet */
+    if (send_first && sendmmsg(s, out + skip, 2 - skip, 0) != 2 - skip) return -1;
+    int want = (!send_first && first) ? 1 : 2, have = 0;
+    double t0 = now_us();
+    while (have < want) {
+        for (int i = 0; i < 2; i++)
+            got[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &ii[i], .msg_iovlen = 1}};
+        int n = recvmmsg(s, got, want - have, MSG_DONTWAIT, NULL);
+        if (n > 0) have += n;
+        else if (now_us() - t0 > 1e6) return -1;
+    }
+    if (!send_first && sendmmsg(s, out, 2, 0) != 2) return -1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s udp|memory ITERS [PORT]\n", argv[0]);
+        fprintf(stderr, "usage: %s udp|udp-rc|memory ITERS [PORT]\n", argv[0]);
         return 2;
     }
-    int udp = strcmp(argv[1], "udp") == 0, iters = atoi(argv[2]);
+    int rc = strcmp(argv[1], "udp-rc") == 0;
+    int udp = rc || strcmp(argv[1], "udp") == 0, iters = atoi(argv[2]);
     int port = argc > 3 ? atoi(argv[3]) : 19490;
     if (iters < 100) return 2;
     int a = -1, b = -1;
@@ -70,7 +108,9 @@ int main(int argc, char **argv) {
     if (child == 0) {
         /* the answering end: each token back as soon as it came */
         for (long i = 1; i <= iters; i++) {
-            if (udp) {
+            if (rc) {
+                if (rc_turn(b, port, 0, i == 1) < 0) _exit(4);
+            } else if (udp) {
                 if (udp_turn(b, port, 0) < 0) _exit(4);
             } else {
                 double t0 = now_us();
@@ -83,7 +123,9 @@ int main(int argc, char **argv) {
     }
     for (long i = 1; i <= iters; i++) {
         double t0 = now_us();
-        if (udp) {
+        if (rc) {
+            if (rc_turn(a, port + 1, 1, i == 1) < 0) break;
+        } else if (udp) {
             if (udp_turn(a, port + 1, 1) < 0) break;
         } else {
             atomic_store_explicit(ping, i, memory_order_release);
