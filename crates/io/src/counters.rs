@@ -100,6 +100,10 @@ counters! {
     forward_drops,
     /// Times the progress thread went to sleep in poll(2).
     sleeps,
+    /// Times the progress thread, after a pass that took a stream's batch
+    /// (a ring's run or batch of several, or a socket read of several
+    /// datagrams), watched for more before it slept (crate::progress).
+    stream_watches,
     /// Of `sleeps`, those that left the socket to a thread polling a CQ
     /// (crate::pollrx's lease): an arrival did not wake the progress thread.
     aside_sleeps,

@@ -325,3 +325,36 @@ fn a_burst_leaves_in_order_in_few_send_calls_and_arrives_whole() {
     let r = rx.counters();
     assert!(r.recv_calls >= 1 && r.recv_calls <= r.datagrams_received);
 }
+
+/// A read of several datagrams from the socket is a stream's: the progress
+/// thread then watches for more before it sleeps (the next burst of a
+/// window comes a round trip later and finds it awake), as after a ring's
+/// stream batch. Datagrams that come one at a time, each taken before the
+/// next is sent (a ping-pong's), never make it watch.
+#[test]
+fn a_burst_read_from_the_socket_makes_the_progress_thread_watch() {
+    let d = start(Fake::default(), "127.0.0.51:0");
+    let to = d.local_addr();
+    let client = UdpSocket::bind("127.0.0.52:0").unwrap();
+    let taken = |d: &Driver<Fake>| d.with(|e| e.s().inbox.len());
+    for i in 1..=20 {
+        client.send_to(&[1; 40], to).unwrap();
+        assert!(wait_until(|| taken(&d) == i), "datagram {i} taken");
+    }
+    assert_eq!(d.counters().stream_watches, 0, "{:?}", d.counters());
+    // Bursts of 16, sent while the engine is held: the progress thread
+    // reads what it can, waits for the engine, then reads the rest (its
+    // reads grow 1, 2, 4, … while they come back full).
+    let mut sent = 20;
+    let start = std::time::Instant::now();
+    while d.counters().stream_watches == 0 {
+        assert!(start.elapsed() < DEADLINE, "no burst read as a stream");
+        d.with(|_| {
+            for _ in 0..16 {
+                client.send_to(&[2; 40], to).unwrap();
+            }
+        });
+        sent += 16;
+        assert!(wait_until(|| taken(&d) == sent), "the burst taken");
+    }
+}

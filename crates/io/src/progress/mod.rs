@@ -69,13 +69,20 @@ pub const MAX_SLEEP: Duration = Duration::from_secs(1);
 const CALLER_TX_MAX_SLEEP: Duration = Duration::from_millis(25);
 /// Longest sleep while a datagram waits for room in the socket (ENOBUFS gives no POLLOUT).
 const RETRY_SLEEP: Duration = Duration::from_millis(1);
-/// shm: how long the thread watches before it sleeps after a pass that
-/// took a stream's batch from a ring (crate::shm::InPlace::is_stream: a
-/// 64 KiB run comes every few µs in a stream, a window of short messages
-/// every few tens; a sleep and its wake-up byte cost more), while no
+/// How long the thread watches before it sleeps after a pass that took a
+/// stream's batch: from a ring (crate::shm::InPlace::is_stream), or a read
+/// of [`STREAM_BATCH`] datagrams or more from the socket. A 64 KiB run
+/// comes every few µs in a stream; a window of short messages comes in
+/// bursts a window's round trip apart, 100–150 µs over UDP at perftest's
+/// defaults, and a sleep and its wake-up cost more than the watch
+/// (spec/performance.md §29: 50 → 300 µs, same-host atomics 0.955×, UDP
+/// `-s 64` 0.909×, UDP atomics 0.905× the time per WR). Only while no
 /// application thread polls: with one, the watching thread took the core
 /// it needs (64 KiB SEND halved).
-const RUN_WATCH: Duration = Duration::from_micros(50);
+const STREAM_WATCH: Duration = Duration::from_micros(300);
+/// A read of this many datagrams or more is a stream's (a window of short
+/// messages; a ping-pong's read brings one or two), as a ring batch is.
+const STREAM_BATCH: usize = crate::shm::STREAM_BATCH;
 /// The receive sources a pass reads: those the last poll(2) reported
 /// readable, and the socket while reads come back full.
 #[derive(Debug, Clone, Copy, Default)]
@@ -111,10 +118,11 @@ pub(crate) struct Progress<E: Engine> {
     notes: Vec<Notification>,
     batch: usize,
     busy_poll: Duration,
-    /// shm: the last pass took a stream's batch from a ring (a run, or
-    /// several datagrams: crate::shm::InPlace::is_stream): before sleeping,
-    /// watch a little longer ([`RUN_WATCH`]) unless an application thread
-    /// polls its CQs (it needs the core; crate::pollrx::RxGate::polled_lately).
+    /// The last pass took a stream's batch, from a ring (a run, or several
+    /// datagrams: crate::shm::InPlace::is_stream) or from the socket
+    /// ([`STREAM_BATCH`] datagrams in a read): before sleeping, watch a
+    /// little longer ([`STREAM_WATCH`]) unless an application thread polls
+    /// its CQs (it needs the core; crate::pollrx::RxGate::polled_lately).
     stream_came: bool,
     faults: Faults,
     capture: Option<Capture>,
@@ -205,7 +213,8 @@ impl<E: Engine> Progress<E> {
         while !self.shared.stop.load(SeqCst) {
             crate::ab::tick();
             if std::mem::take(&mut self.stream_came) {
-                watch_until = Some(Instant::now() + RUN_WATCH);
+                watch_until = Some(Instant::now() + STREAM_WATCH);
+                Counters::add(&self.shared.counters.stream_watches, 1);
             }
             if self.pass() {
                 last_work = Instant::now();
@@ -342,6 +351,7 @@ impl<E: Engine> Progress<E> {
                     }
                 }
             }
+            self.stream_came |= passed.len() >= STREAM_BATCH;
             if !passed.is_empty() {
                 // One lock for the batch, in arrival order.
                 let engine = self.shared.engine();

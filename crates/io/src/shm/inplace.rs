@@ -24,7 +24,7 @@ pub(crate) struct InPlace<'a> {
 
 /// A ring batch of this many datagrams is a stream's (a window of 64-byte
 /// WRITEs or of atomics; a ping-pong's read brings one or two).
-pub(super) const STREAM_BATCH: usize = 4;
+pub(crate) const STREAM_BATCH: usize = 4;
 
 impl<'a> InPlace<'a> {
     /// Whether the batch is a stream's, more of which comes within

@@ -64,7 +64,7 @@
 mod inplace;
 mod refusal;
 mod send;
-pub(crate) use inplace::{deliver, hand_over, InPlace, Rooms, Whose};
+pub(crate) use inplace::{deliver, hand_over, InPlace, Rooms, Whose, STREAM_BATCH};
 use send::accepted;
 pub(crate) mod ring;
 
