@@ -6,7 +6,6 @@ use std::io;
 use std::net::SocketAddr;
 
 use super::Progress;
-use crate::clock::Nanos;
 use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::sys;
@@ -112,7 +111,7 @@ impl<E: Engine> Progress<E> {
     /// shm: sends one (held) datagram through the same-host path if it takes
     /// it (counted and captured as sent, like the socket's). Never marked
     /// intact: a held datagram may be a corrupted one's duplicate.
-    pub(super) fn shm_out(&mut self, now: Nanos, to: SocketAddr, bytes: &[u8]) -> bool {
+    pub(super) fn shm_out(&mut self, to: SocketAddr, bytes: &[u8]) -> bool {
         let shared = self.shared.clone();
         let Some(mut shm) = shared.shm() else {
             return false;
@@ -127,7 +126,7 @@ impl<E: Engine> Progress<E> {
             return false;
         }
         drop(shm);
-        self.sent(now, to, bytes);
+        self.sent(to, bytes);
         true
     }
 
