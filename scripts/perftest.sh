@@ -14,16 +14,7 @@
 # cores single runs move by 2-3x with where the scheduler puts the busy threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-need_pkgs=()
-for p in perftest iperf3 gcc; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
-done
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  echo "== installing ${need_pkgs[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-fi
+scripts/install-packages.sh perftest iperf3 gcc
 # PERFTEST_LIB: a directory holding an already built libibverbs.so.1 (to
 # compare two builds, alternated); PERFTEST_PORT: the first TCP port less one.
 lib="${PERFTEST_LIB:-$(scripts/build-ibverbs.sh)}"

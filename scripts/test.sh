@@ -15,16 +15,9 @@ cd "$(dirname "$0")/.."
 # as an unprivileged user); libfabric-bin: fi_info and fi_pingpong (libfabric's
 # verbs provider over the drop-in libraries); qperf: its RC tests over the
 # drop-in librdmacm (-cm1).
-need_pkgs=()
-for p in tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs librdmacm-dev rdmacm-utils iproute2 binutils ucx-utils openmpi-bin libopenmpi-dev util-linux libfabric-bin qperf; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
-done
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  echo "== installing ${need_pkgs[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-fi
+scripts/install-packages.sh tshark libibverbs-dev ibverbs-utils perftest python3-pyverbs \
+  librdmacm-dev rdmacm-utils iproute2 binutils ucx-utils openmpi-bin libopenmpi-dev util-linux \
+  libfabric-bin qperf
 
 # Tests that compare against external tools fail (instead of skipping) here.
 export SOFTVERBS_REQUIRE_TOOLS=1
