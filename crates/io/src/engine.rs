@@ -109,6 +109,21 @@ pub trait Engine: Send + Sync + 'static {
     /// as IP_PKTINFO is not read yet; for a datagram read from a multicast
     /// group's socket, the group's address and port — see `Driver::set_groups`.)
     fn handle_datagram(&self, now: Nanos, from: SocketAddr, to: SocketAddr, payload: &[u8]);
+    /// Datagrams one socket read brought from `from`, in arrival order: as
+    /// [`Engine::handle_datagram`] takes each (which the default calls).
+    /// The engine may take consecutive ones for the same QP in one turn of
+    /// it.
+    fn handle_batch(
+        &self,
+        now: Nanos,
+        from: SocketAddr,
+        to: SocketAddr,
+        datagrams: &mut dyn Iterator<Item = &[u8]>,
+    ) {
+        for payload in datagrams {
+            self.handle_datagram(now, from, to, payload);
+        }
+    }
     /// A datagram from the same-host path (`crate::shm`) that went from the
     /// sending engine, which sealed it, to this one through shared memory
     /// only: no wire, and no fault injection that could alter it. The engine

@@ -166,6 +166,8 @@ struct Reader {
     slot_len: usize,
     mem: Vec<u8>,
     meta: Vec<sys::Received>,
+    /// A read's datagrams for the engine: offset in `mem`, length, sender.
+    passed: Vec<(usize, usize, SocketAddr)>,
 }
 
 impl RxGate {
@@ -196,6 +198,7 @@ impl RxGate {
                 // Untouched pages of a zeroed allocation cost nothing.
                 mem: Vec::new(),
                 meta: vec![sys::Received::default(); SLOTS],
+                passed: Vec::new(),
             }),
         }
     }
@@ -570,9 +573,10 @@ fn read_socket<E: Engine>(
     };
     Counters::add(&c.recv_calls, 1);
     Counters::add(&c.poll_receive_calls, 1);
-    let mut delivered = 0;
-    let mut engine = None;
-    for (m, chunk) in r.meta[..got].iter().zip(r.mem.chunks_exact(r.slot_len)) {
+    let mut passed = std::mem::take(&mut r.passed);
+    passed.clear();
+    for (i, m) in r.meta[..got].iter().enumerate() {
+        let chunk = &r.mem[i * r.slot_len..(i + 1) * r.slot_len];
         let coalesced = m.segment.is_some_and(|s| s < m.len);
         for (off, len) in sys::split(m.len, m.segment) {
             if coalesced {
@@ -597,21 +601,23 @@ fn read_socket<E: Engine>(
             };
             Counters::add(&c.datagrams_received, 1);
             Counters::add(&c.bytes_received, len as u64);
-            // The poll's reading, taken just before the call that returned
-            // these: no reading per datagram.
-            let (e, _) = engine.get_or_insert_with(|| {
-                gate.working(now);
-                let e = shared.engine();
-                let before = e.receives_completed();
-                (e, before)
-            });
-            e.handle_datagram(now, from, r.local, bytes);
-            delivered += 1;
+            passed.push((i * r.slot_len + off, len, from));
         }
     }
-    let received = engine.is_some_and(|(e, before)| {
+    let delivered = passed.len();
+    let received = delivered > 0 && {
+        gate.working(now);
+        let e = shared.engine();
+        let before = e.receives_completed();
+        // One call per sender's run, in arrival order; the poll's reading,
+        // taken just before the call that returned these (none per datagram).
+        for run in passed.chunk_by(|a, b| a.2 == b.2) {
+            let mut each = run.iter().map(|&(at, len, _)| &r.mem[at..at + len]);
+            e.handle_batch(now, run[0].2, r.local, &mut each);
+        }
         e.receives_completed() != before || seen.is_some_and(|n| e.writes_taken().0 != n)
-    });
+    };
+    r.passed = passed;
     Counters::add(&c.poll_receive_datagrams, delivered as u64);
     Some((delivered, received))
 }

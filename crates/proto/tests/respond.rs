@@ -8,7 +8,8 @@
 //! (`Engine::post_send_through`, spec/performance.md §27); and the ready
 //! QPs a stream's posts left (`Engine::transmit_ready_through`). A ring's batch
 //! taken in one call (`Engine::handle_local_batch`) ends as its datagrams
-//! taken one by one.
+//! taken one by one, and so does a socket read's (`Engine::handle_batch`,
+//! each datagram's ICRC checked).
 
 mod cm_common;
 mod net;
@@ -616,28 +617,40 @@ struct Outcome {
     done: Vec<(u64, WcStatus)>,
 }
 
-/// What B makes of `datagrams` (one by one, or as one ring's batch: the
-/// last one's responses through a room either way), and what A completes
+/// How B takes the datagrams.
+#[derive(Clone, Copy)]
+enum Entry {
+    /// Same-host, one by one (the last one's responses through a room).
+    RingOne,
+    /// Same-host, as one ring's batch (the last one's through a room).
+    RingBatch,
+    /// A socket's, one by one.
+    SocketOne,
+    /// A socket's, as one read's batch.
+    SocketBatch,
+}
+
+/// What B makes of `datagrams` taken as `entry` says, and what A completes
 /// once B's responses are taken back.
-fn outcome(mut net: Net, datagrams: &[Vec<u8>], batch: bool) -> Outcome {
+fn outcome(mut net: Net, datagrams: &[Vec<u8>], entry: Entry) -> Outcome {
     let (a, b) = (
         SocketAddr::new(net.a.ip, 4791),
         SocketAddr::new(net.b.ip, 4791),
     );
     let mut room = Keep::new(true);
-    if batch {
-        let mut it = datagrams.iter().map(Vec::as_slice);
-        net.b
-            .e
-            .handle_local_batch(net.now, (a, b), &mut it, &net.b.mem, Some(&mut room));
-    } else {
-        let last = datagrams.len() - 1;
-        for (i, d) in datagrams.iter().enumerate() {
-            let reply = (i == last).then_some(&mut room as &mut dyn Room);
-            net.b
-                .e
-                .handle_local_datagram(net.now, a, b, d, &net.b.mem, reply);
+    let mut it = datagrams.iter().map(Vec::as_slice);
+    let (e, mem) = (&net.b.e, &net.b.mem);
+    let last = datagrams.len() - 1;
+    match entry {
+        Entry::RingBatch => e.handle_local_batch(net.now, (a, b), &mut it, mem, Some(&mut room)),
+        Entry::SocketBatch => e.handle_batch(net.now, (a, b), &mut it, mem),
+        Entry::RingOne => {
+            for (i, d) in it.enumerate() {
+                let reply = (i == last).then_some(&mut room as &mut dyn Room);
+                e.handle_local_datagram(net.now, a, b, d, mem, reply);
+            }
         }
+        Entry::SocketOne => it.for_each(|d| e.handle_datagram(net.now, a, b, d, mem)),
     }
     let mut responses: Vec<Vec<u8>> = room.out.into_iter().map(|(_, d)| d).collect();
     let mut buf = vec![0u8; 9000];
@@ -684,13 +697,70 @@ fn a_rings_batch_taken_at_once_ends_as_its_datagrams_one_by_one() {
     bad.insert(5, ud); // right after grouped[1], in its QP's turn
     drop(net);
     for order in [datagrams, grouped, bad] {
-        let one = outcome(two_streams(4).0, &order, false);
-        let all = outcome(two_streams(4).0, &order, true);
-        assert_eq!(one.counters, all.counters, "B's counters");
-        assert!(one.landed == all.landed, "the bytes landed alike");
-        assert_eq!(one.responses, all.responses, "B's responses");
-        assert_eq!(one.done, all.done, "A's completions");
-        assert_eq!(all.done.len(), 8);
-        assert!(all.done.iter().all(|&(_, s)| s == WcStatus::Success));
+        same_outcome(&order, Entry::RingOne, Entry::RingBatch);
     }
+}
+
+/// B takes `order` as `one` and as `all` alike; every WRITE completes.
+fn same_outcome(order: &[Vec<u8>], one: Entry, all: Entry) -> Outcome {
+    let one = outcome(two_streams(4).0, order, one);
+    let all = outcome(two_streams(4).0, order, all);
+    assert_eq!(one.counters, all.counters, "B's counters");
+    assert!(one.landed == all.landed, "the bytes landed alike");
+    assert_eq!(one.responses, all.responses, "B's responses");
+    assert_eq!(one.done, all.done, "A's completions");
+    assert_eq!(all.done.len(), 8);
+    assert!(all.done.iter().all(|&(_, s)| s == WcStatus::Success));
+    all
+}
+
+/// `datagram` (sent from A's port 4791 to B's) with its ICRC made again
+/// after a change to its bytes.
+fn resealed(net: &Net, mut datagram: Vec<u8>) -> Vec<u8> {
+    let mut encap = wire::Encap::from_addrs(net.a.ip, net.b.ip, 4791).unwrap();
+    encap.dst_port = 4791;
+    wire::icrc::seal(&encap, &mut datagram).unwrap();
+    datagram
+}
+
+#[test]
+fn a_socket_reads_batch_taken_at_once_ends_as_its_datagrams_one_by_one() {
+    let (net, _, datagrams) = two_streams(4);
+    assert_eq!(
+        resealed(&net, datagrams[0].clone()),
+        datagrams[0],
+        "sealed as sent"
+    );
+    let mut grouped: Vec<Vec<u8>> = datagrams.iter().step_by(2).cloned().collect();
+    grouped.extend(datagrams.iter().skip(1).step_by(2).cloned());
+    // Among a QP's datagrams: a copy whose ICRC does not match its bytes
+    // (dropped for it inside the QP's turn, and at a turn's start), a
+    // sealed copy under a wrong P_Key (refused by the QP's check), a
+    // truncated one, and a sealed one for a QP that does not exist.
+    let mut bad = grouped.clone();
+    let mut corrupt = grouped[1].clone();
+    corrupt[30] ^= 0x01; // a payload bit; the ICRC left as it was
+    let mut pkey = grouped[2].clone();
+    pkey[2] = 0x12; // P_Key 0x12ff: not the default partition
+    let mut nobody = grouped[5].clone();
+    nobody[7] ^= 0x40; // another destination QPN
+    bad.insert(1, corrupt.clone());
+    bad.insert(3, resealed(&net, pkey));
+    bad.insert(4, grouped[1][..10].to_vec());
+    bad.insert(7, resealed(&net, nobody));
+    bad.insert(0, corrupt.clone());
+    bad.insert(6, corrupt);
+    drop(net);
+    for order in [&datagrams, &grouped] {
+        let all = same_outcome(order, Entry::SocketOne, Entry::SocketBatch);
+        assert_eq!(all.counters.drop_icrc, 0);
+    }
+    let all = same_outcome(&bad, Entry::SocketOne, Entry::SocketBatch);
+    let c = &all.counters;
+    assert_eq!(
+        (c.drop_icrc, c.drop_malformed, c.drop_no_qp),
+        (3, 1, 1),
+        "each bad datagram dropped for what is wrong with it"
+    );
+    assert!(c.drop_pkey >= 1, "the wrong P_Key refused: {c:?}");
 }

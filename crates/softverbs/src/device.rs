@@ -90,6 +90,19 @@ impl sv_io::Engine for DeviceEngine {
         self.cm_events(now);
     }
 
+    fn handle_batch(
+        &self,
+        now: Nanos,
+        from: SocketAddr,
+        to: SocketAddr,
+        datagrams: &mut dyn Iterator<Item = &[u8]>,
+    ) {
+        self.engine.set_now(now);
+        self.engine
+            .handle_batch(now, (from, to), datagrams, &self.mem);
+        self.cm_events(now);
+    }
+
     fn handle_local_datagram(
         &self,
         now: Nanos,

@@ -353,10 +353,12 @@ impl<E: Engine> Progress<E> {
             }
             self.stream_came |= passed.len() >= STREAM_BATCH;
             if !passed.is_empty() {
-                // One lock for the batch, in arrival order.
+                // One call per sender's run, in arrival order.
                 let engine = self.shared.engine();
-                for &(at, len, now, from) in &passed {
-                    engine.handle_datagram(now, from, self.local, &mem[at..at + len]);
+                for run in passed.chunk_by(|a, b| (a.2, a.3) == (b.2, b.3)) {
+                    let (now, from) = (run[0].2, run[0].3);
+                    let mut each = run.iter().map(|&(at, len, ..)| &mem[at..at + len]);
+                    engine.handle_batch(now, from, self.local, &mut each);
                 }
             }
             passed.clear();

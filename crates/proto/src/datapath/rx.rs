@@ -150,11 +150,60 @@ impl Engine {
     pub fn handle_local_batch(
         &self,
         now: u64,
+        ends: (SocketAddr, SocketAddr),
+        datagrams: &mut dyn Iterator<Item = &[u8]>,
+        mem: &dyn Memory,
+        respond: Option<&mut dyn Room>,
+    ) {
+        self.take_batch(now, ends, datagrams, mem, true, respond);
+    }
+
+    /// Datagrams one socket read brought from the same sender (`from`), in
+    /// arrival order: each as [`Engine::handle_datagram`] takes it, its
+    /// ICRC verified, but consecutive ones for the same QP under one lock
+    /// and one turn, as [`Engine::handle_local_batch`] takes a ring's.
+    pub fn handle_batch(
+        &self,
+        now: u64,
+        ends: (SocketAddr, SocketAddr),
+        datagrams: &mut dyn Iterator<Item = &[u8]>,
+        mem: &dyn Memory,
+    ) {
+        self.take_batch(now, ends, datagrams, mem, false, None);
+    }
+
+    /// The two batch entries: `local`, the ICRC of RC, UC and XRC
+    /// datagrams is not checked (as [`Engine::handle_local_datagram`]);
+    /// else each datagram's is, before the QP sees it.
+    fn take_batch(
+        &self,
+        now: u64,
         (from, to): (SocketAddr, SocketAddr),
         datagrams: &mut dyn Iterator<Item = &[u8]>,
         mem: &dyn Memory,
+        local: bool,
         mut respond: Option<&mut dyn Room>,
     ) {
+        let ep = Endpoints {
+            src: from.ip(),
+            dst: to.ip(),
+            src_port: from.port(),
+            dst_port: to.port(),
+        };
+        // Counted, then the ICRC as the entry for one checks it.
+        let intact = |payload: &[u8]| {
+            self.count_received(payload);
+            let c = self.dev.counters.mine();
+            if local {
+                c.icrc_unchecked.bump();
+                return true;
+            }
+            let ok = icrc::verify_received(&ep, payload).is_ok();
+            if !ok {
+                c.drop_icrc.bump();
+            }
+            ok
+        };
         let mut next = datagrams.next();
         while let Some(payload) = next.take() {
             next = datagrams.next();
@@ -162,11 +211,12 @@ impl Engine {
             let Some(repr) = parsed.as_ref().ok().filter(|r| groups(r)) else {
                 // Alone, as the single entry takes it (and counts it).
                 let reply = next.is_none().then(|| respond.take()).flatten();
-                self.receive(now, (from, to), payload, mem, true, false, reply);
+                self.receive(now, (from, to), payload, mem, local, false, reply);
                 continue;
             };
-            self.count_received(payload);
-            self.dev.counters.mine().icrc_unchecked.bump();
+            if !intact(payload) {
+                continue;
+            }
             let Some((h, q)) = self.accept(repr, from.ip(), to.ip()) else {
                 continue;
             };
@@ -195,16 +245,16 @@ impl Engine {
                         break;
                     }
                     next = datagrams.next();
-                    self.count_received(bytes);
-                    let c = self.dev.counters.mine();
                     match parsed {
                         Ok(r) => {
-                            c.icrc_unchecked.bump();
-                            if self.takes(q, &r) {
+                            if intact(bytes) && self.takes(q, &r) {
                                 take(q, &r, bytes);
                             }
                         }
-                        Err(_) => c.drop_malformed.bump(),
+                        Err(_) => {
+                            self.count_received(bytes);
+                            self.dev.counters.mine().drop_malformed.bump();
+                        }
                     }
                 }
                 let reply = next.is_none().then(|| respond.take()).flatten();
