@@ -42,6 +42,32 @@ impl Item {
     }
 }
 
+/// The most packets of one QP a transmit turn takes into a batch
+/// ([`crate::Engine::poll_transmit_burst`]): a GSO send's worth, so that
+/// the QPs of a busy batch still take turns.
+pub(crate) const BURST: usize = 16;
+
+/// A batch's free slots from `next` up to `end`, filled by the engine in
+/// order ([`crate::Burst`]); each datagram built goes to `built` with its
+/// slot (which queues it, or keeps it for the transmit faults first).
+pub(crate) struct Fill<'a, F: FnMut(&mut TxBatch, usize, &crate::engine::Transmit)> {
+    pub(crate) q: &'a mut TxBatch,
+    pub(crate) next: usize,
+    pub(crate) end: usize,
+    pub(crate) built: F,
+}
+
+impl<F: FnMut(&mut TxBatch, usize, &crate::engine::Transmit)> crate::Burst for Fill<'_, F> {
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        (self.next < self.end).then(|| self.q.slot_mut(self.next))
+    }
+
+    fn built(&mut self, t: &crate::engine::Transmit) {
+        (self.built)(self.q, self.next, t);
+        self.next += 1;
+    }
+}
+
 /// Where slot 0 starts in the batch's memory. A large allocation comes from
 /// mmap, 16 bytes past a page start (glibc's chunk header), so slot 0 starts
 /// at the middle of a page, and so does every slot when slots are a multiple

@@ -67,6 +67,16 @@ pub trait Room {
     fn publish(&mut self, t: &Transmit);
 }
 
+/// Buffers of a driver's transmit batch, which one turn of the engine fills
+/// in order ([`Engine::poll_transmit_burst`]).
+pub trait Burst {
+    /// The next free buffer (at least the driver's largest datagram), if
+    /// the batch has one.
+    fn buffer(&mut self) -> Option<&mut [u8]>;
+    /// `t` was built at the start of the buffer last given.
+    fn built(&mut self, t: &Transmit);
+}
+
 /// An asynchronous event for the device's async-event queue (`ibv_get_async_event`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AsyncEvent {
@@ -230,6 +240,28 @@ pub trait Engine: Send + Sync + 'static {
         claims: &mut Self::Claims,
     ) -> Option<Transmit> {
         self.poll_transmit_claimed(now, buf, claims)
+    }
+    /// [`Engine::poll_transmit_claimed`] of several datagrams at once,
+    /// into the buffers `burst` gives, in order: the engine may take up to
+    /// `max` packets of one QP in one turn of it. How many were built; the
+    /// driver calls again while it has buffers, until it gets 0. The
+    /// default builds one.
+    fn poll_transmit_burst(
+        &self,
+        now: Nanos,
+        claims: &mut Self::Claims,
+        burst: &mut dyn Burst,
+        max: usize,
+    ) -> usize {
+        let _ = max;
+        let Some(buf) = burst.buffer() else { return 0 };
+        match self.poll_transmit_claimed(now, buf, claims) {
+            Some(t) => {
+                burst.built(&t);
+                1
+            }
+            None => 0,
+        }
     }
     /// [`Engine::poll_transmit_run`] for the thread that just posted to
     /// `qp` (the id the engine gave [`crate::Driver::posted`]): that QP's

@@ -49,7 +49,7 @@ mod sys;
 pub use clock::{Clock, Nanos};
 pub use counters::{CounterCells, CounterSnapshot, Counters};
 pub use driver::{Doorbell, Driver};
-pub use engine::{AsyncEvent, Engine, Notification, Room, Transmit};
+pub use engine::{AsyncEvent, Burst, Engine, Notification, Room, Transmit};
 pub use eventfd::EventFd;
 pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_CAPACITY};
 pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};

@@ -71,6 +71,16 @@ pub struct Transmit {
     pub segments: Option<crate::run::Segments>,
 }
 
+/// Buffers of a driver's transmit batch, which one turn of a QP fills in
+/// order ([`crate::Engine::poll_transmit_burst`]).
+pub trait Burst {
+    /// The next free buffer (a path MTU of payload and its headers at
+    /// least), if the batch has one.
+    fn buffer(&mut self) -> Option<&mut [u8]>;
+    /// `t` was built at the start of the buffer last given.
+    fn built(&mut self, t: &Transmit);
+}
+
 /// Room in the carrier of a datagram built in place: a driver's offer of
 /// the same-host ring to a peer, where the engine builds a datagram while
 /// it holds the QP's lock, so that it leaves with no transmit turn (and no

@@ -187,6 +187,19 @@ impl sv_io::Engine for DeviceEngine {
         self.next_datagram(now, buf, claims, proto::Engine::poll_transmit_run)
     }
 
+    fn poll_transmit_burst(
+        &self,
+        now: Nanos,
+        claims: &mut Self::Claims,
+        burst: &mut dyn sv_io::Burst,
+        max: usize,
+    ) -> usize {
+        self.engine.set_now(now);
+        let mut via = BurstVia(burst);
+        self.engine
+            .poll_transmit_burst(now, &self.mem, claims, &mut via, max)
+    }
+
     fn poll_transmit_posted(
         &self,
         qp: u64,
@@ -489,6 +502,19 @@ impl proto::output::Room for RoomVia<'_> {
 
     fn publish(&mut self, t: &proto::output::Transmit) {
         self.0.publish(&transmit(*t));
+    }
+}
+
+/// The driver's transmit batch as the engine's [`proto::output::Burst`].
+struct BurstVia<'a>(&'a mut dyn sv_io::Burst);
+
+impl proto::output::Burst for BurstVia<'_> {
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        self.0.buffer()
+    }
+
+    fn built(&mut self, t: &proto::output::Transmit) {
+        self.0.built(&transmit(*t));
     }
 }
 

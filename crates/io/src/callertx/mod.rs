@@ -70,11 +70,11 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
-use crate::batch::{self, Item, TxBatch, TxSink};
+use crate::batch::{self, Fill, Item, TxBatch, TxSink, BURST};
 use crate::clock::Nanos;
 use crate::counters::Counters;
 use crate::driver::Shared;
-use crate::engine::Engine;
+use crate::engine::{Engine, Transmit};
 use crate::options::DriverOptions;
 use crate::share::Slot;
 use crate::shm::{self, Built};
@@ -405,6 +405,25 @@ impl<E: Engine> Shared<E> {
                 // The QP just posted to has the first turn.
                 let mut first = posted.filter(|_| round == 0);
                 while taken < g.q.slots() {
+                    if first.is_none() && (path.is_none() || !g.q.is_empty()) {
+                        // No ring to build in: a QP's packets in one turn.
+                        let counters = &self.counters;
+                        let mut fill = Fill {
+                            next: slot,
+                            end: slot + (g.q.slots() - taken),
+                            q: &mut g.q,
+                            built: |q: &mut TxBatch, i, t: &Transmit| {
+                                queue_built(q, i, t, counters);
+                            },
+                        };
+                        let n = engine.poll_transmit_burst(now, &mut g.claims, &mut fill, BURST);
+                        slot = fill.next;
+                        taken += n;
+                        if n == 0 {
+                            break;
+                        }
+                        continue;
+                    }
                     taken += 1;
                     let path = path.as_mut().filter(|_| g.q.is_empty()).map(|p| &mut **p);
                     let (q, claims) = (&mut g.q, &mut g.claims);
@@ -419,16 +438,10 @@ impl<E: Engine> Shared<E> {
                             count_sent(&self.counters, t.len);
                             sent += 1;
                         }
-                        Built::InSlot(t) if t.len > q.slot_mut(slot).len() => {
-                            Counters::add(&self.counters.send_errors, 1);
-                            tracing::error!(
-                                len = t.len,
-                                "engine reported a datagram longer than its buffer"
-                            );
-                        }
                         Built::InSlot(t) => {
-                            q.push(Item::of(slot, &t));
-                            slot += 1;
+                            if queue_built(q, slot, &t, &self.counters) {
+                                slot += 1;
+                            }
                         }
                         Built::Nothing if qp.is_some() => {}
                         Built::Nothing => break,
@@ -518,6 +531,21 @@ impl<E: Engine> Shared<E> {
         }
         Some((n, more))
     }
+}
+
+/// Queues the datagram the engine built in slot `slot`; false (counted,
+/// logged) if it says it is longer than the slot.
+fn queue_built(q: &mut TxBatch, slot: usize, t: &Transmit, c: &Counters) -> bool {
+    if t.len > q.slot_mut(slot).len() {
+        Counters::add(&c.send_errors, 1);
+        tracing::error!(
+            len = t.len,
+            "engine reported a datagram longer than its buffer"
+        );
+        return false;
+    }
+    q.push(Item::of(slot, t));
+    true
 }
 
 /// A datagram an application thread sent, in the counters.

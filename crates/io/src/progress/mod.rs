@@ -42,12 +42,12 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::batch::{self, Item, TxBatch, TxSink};
+use crate::batch::{self, Fill, Item, TxBatch, TxSink, BURST};
 use crate::capture::Capture;
 use crate::clock::Nanos;
 use crate::counters::Counters;
 use crate::driver::Shared;
-use crate::engine::{Engine, Notification};
+use crate::engine::{Engine, Notification, Transmit};
 use crate::hold::Dir;
 use crate::options::DriverOptions;
 use crate::share::{self, Slot};
@@ -686,7 +686,26 @@ impl<E: Engine> Progress<E> {
             if let Some(mut rooms) = rooms {
                 built += engine.transmit_ready_through(now, claims, &mut rooms, max);
             }
-            for i in 0..(max - built).min(q.slots()) {
+            let slots = (max - built).min(q.slots());
+            let mut i = 0;
+            while i < slots {
+                if path.is_none() || !collected.is_empty() {
+                    // No ring to build in: a QP's packets in one turn.
+                    let mut fill = Fill {
+                        next: i,
+                        end: slots,
+                        q: &mut *q,
+                        built: |_: &mut TxBatch, slot, t: &Transmit| {
+                            collected.push((slot, *t, now))
+                        },
+                    };
+                    let n = engine.poll_transmit_burst(now, claims, &mut fill, BURST);
+                    i = fill.next;
+                    if n == 0 {
+                        break;
+                    }
+                    continue;
+                }
                 // Runs only for peers named reached intact: none while
                 // this driver has faults or a capture (ShmPath::take_intact).
                 let path = path.as_mut().filter(|_| collected.is_empty());
@@ -702,6 +721,7 @@ impl<E: Engine> Progress<E> {
                     Built::InSlot(t) => collected.push((i, t, now)),
                     Built::Nothing => break,
                 }
+                i += 1;
             }
         }
         let n = collected.len() + built;

@@ -10,9 +10,11 @@
 //! deadline (a deadline that moved later stays put a while, `Engine::sync`):
 //! its expiry then finds nothing due and puts the real deadline in.
 
+use crate::engine::EngineSink;
 use crate::handle::QpHandle;
 use crate::memory::Memory;
-use crate::output::{Room, Transmit, ROCE_PORT};
+use crate::output::{Burst, Room, Transmit, ROCE_PORT};
+use crate::qp::actor::{Qp, QpEnv};
 use crate::sched::TxClaims;
 use crate::types::QpType;
 use crate::Engine;
@@ -89,7 +91,50 @@ impl Engine {
         buf: &mut [u8],
         claims: &mut TxClaims,
     ) -> Option<Transmit> {
-        self.claimed_turn(claims, Turn::Posted(h), now, mem, buf, true)
+        self.claimed_turn(claims, Turn::Posted(h), mem, one(now, buf, true))
+    }
+
+    /// [`Engine::poll_transmit_claimed`] of several datagrams at once: the
+    /// turn it gives (of the QP at the front of the ready queue, else of a
+    /// claimed one) takes that QP's next packets, up to `max`, into the
+    /// buffers `burst` gives, in order; how many were built. One lock and
+    /// one turn for them, where a call per datagram takes both for each.
+    /// The driver calls it again while it has buffers, until it gives 0.
+    pub fn poll_transmit_burst(
+        &self,
+        now: u64,
+        mem: &dyn Memory,
+        claims: &mut TxClaims,
+        burst: &mut dyn Burst,
+        max: usize,
+    ) -> usize {
+        // No buffer, no turn: a turn that built nothing would leave its QP
+        // waiting for a wake-up with its packets still to send.
+        if max == 0 || burst.buffer().is_none() {
+            return 0;
+        }
+        let burst = std::cell::RefCell::new(burst);
+        let turn = |q: &mut Qp, env: &QpEnv<'_>, sink: &mut EngineSink<'_>| {
+            let mut burst = burst.borrow_mut();
+            let (mut n, mut bytes) = (0, 0);
+            while n < max {
+                let Some(buf) = burst.buffer() else { break };
+                let Some(t) = q.next_packet(now, env, buf, sink, false) else {
+                    break;
+                };
+                burst.built(&t);
+                n += 1;
+                bytes += t.len as u64;
+            }
+            (n > 0).then_some((n, n, bytes))
+        };
+        let gsi = |e: &Self| {
+            let mut burst = burst.borrow_mut();
+            let t = e.gsi_transmit(burst.buffer()?)?;
+            burst.built(&t);
+            Some(1)
+        };
+        self.transmit_with(claims, mem, turn, gsi).unwrap_or(0)
     }
 
     /// The packets of QP `h`, just posted to, straight into `way` (the
@@ -244,16 +289,40 @@ impl Engine {
         claims: &mut TxClaims,
         runs: bool,
     ) -> Option<Transmit> {
+        // One buffer: the turn below or the MAD takes it.
+        let buf = std::cell::RefCell::new(buf);
+        self.transmit_with(
+            claims,
+            mem,
+            |q: &mut Qp, env: &QpEnv<'_>, sink: &mut EngineSink<'_>| {
+                one(now, &mut buf.borrow_mut(), runs)(q, env, sink)
+            },
+            |e| e.gsi_transmit(&mut buf.borrow_mut()),
+        )
+    }
+
+    /// A transmit: what was posted joins the queues; the CM's MADs first
+    /// (`gsi`), then a turn (`turn`) of the QP at the front of the ready
+    /// queue, else of each claimed QP in turn, until one gives something.
+    fn transmit_with<R>(
+        &self,
+        claims: &mut TxClaims,
+        mem: &dyn Memory,
+        mut turn: impl FnMut(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>) -> Option<(R, usize, u64)>,
+        gsi: impl FnOnce(&Self) -> Option<R>,
+    ) -> Option<R> {
         // What was posted on send rings since the last turn joins the queues.
         self.take_posted_in(claims.reach);
         // CM hook: MADs go first (gsi.rs, spec/cm.md §7), claimed as a QP's
         // packets are: one thread at a time takes them until it lets go.
-        if let Some(t) = self.claimed_gsi_transmit(buf, claims) {
-            return Some(t);
+        if self.claim_gsi(claims) {
+            if let Some(r) = gsi(self) {
+                return Some(r);
+            }
         }
         while let Some(h) = self.next_ready(claims.reach) {
-            if let Some(t) = self.claimed_turn(claims, Turn::Ready(h), now, mem, buf, runs) {
-                return Some(t);
+            if let Some(r) = self.claimed_turn(claims, Turn::Ready(h), mem, &mut turn) {
+                return Some(r);
             }
         }
         let n = claims.qps.len();
@@ -263,36 +332,36 @@ impl Engine {
             if !claims.qps[i].1 {
                 continue;
             }
-            if let Some(t) = self.claimed_turn(claims, Turn::Claimed(i), now, mem, buf, runs) {
-                return Some(t);
+            if let Some(r) = self.claimed_turn(claims, Turn::Claimed(i), mem, &mut turn) {
+                return Some(r);
             }
         }
         None
     }
 
-    /// The CM's next MAD, if no other thread holds the MADs' claim (taken
-    /// here with the first MAD, let go in [`Engine::release_claims`]).
-    fn claimed_gsi_transmit(&self, buf: &mut [u8], claims: &mut TxClaims) -> Option<Transmit> {
+    /// Whether this thread holds the MADs' claim (taken here if the CM
+    /// has MADs to send and no other thread holds it; let go in
+    /// [`Engine::release_claims`]).
+    fn claim_gsi(&self, claims: &mut TxClaims) -> bool {
         if !claims.gsi {
             if !self.gsi_dirty.load(Relaxed) || self.gsi_claimed.swap(true, Acquire) {
-                return None;
+                return false;
             }
             claims.gsi = true;
         }
-        self.gsi_transmit(buf)
+        true
     }
 
     /// A turn of a QP this thread claims (from the ready queue: claimed
-    /// now): its next packet, if it has one.
-    fn claimed_turn(
+    /// now): what `f` gives, `None` if it gave nothing. `f` says what it
+    /// made of the turn, with the datagrams and bytes it sent.
+    fn claimed_turn<R>(
         &self,
         claims: &mut TxClaims,
         turn: Turn,
-        now: u64,
         mem: &dyn Memory,
-        buf: &mut [u8],
-        runs: bool,
-    ) -> Option<Transmit> {
+        f: impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>) -> Option<(R, usize, u64)>,
+    ) -> Option<R> {
         let h = match turn {
             Turn::Ready(h) | Turn::Posted(h) => h,
             Turn::Claimed(i) => claims.qps[i].0,
@@ -320,20 +389,21 @@ impl Engine {
             claims.qps[i].1 = false;
             return None;
         }
-        let (t, more) = self.drive_locked(h, q, mem, |q, env, sink| {
-            let t = q.next_packet(now, env, buf, sink, runs);
+        let (r, more) = self.drive_locked(h, q, mem, |q, env, sink| {
+            let r = f(q, env, sink);
             // A QP that sent and has more has another turn; one that had
             // nothing, or sent its last packet, waits until something wakes
             // it (the test above, while the lock is held: no turn of its own
             // only to find nothing).
-            q.dp.wants_tx = t.is_some() && !q.tx_idle();
-            (t, q.dp.wants_tx)
+            q.dp.wants_tx = r.is_some() && !q.tx_idle();
+            (r, q.dp.wants_tx)
         });
         claims.qps[i].1 = more;
-        let t = t?;
-        self.dev.counters.mine().packets_sent.bump();
-        self.dev.counters.mine().bytes_sent.add(t.len as u64);
-        Some(t)
+        let (r, n, bytes) = r?;
+        let c = self.dev.counters.mine();
+        c.packets_sent.add(n as u64);
+        c.bytes_sent.add(bytes);
+        Some(r)
     }
 
     /// Lets the claimed QPs go (their packets left): each that has more, or
@@ -442,6 +512,18 @@ fn through(q: &crate::qp::actor::Qp, way: &mut dyn Room) -> Option<(SocketAddr, 
     // The first room before the turn: without it nothing is taken.
     way.room(to, qpn)?;
     Some((to, qpn))
+}
+
+/// A turn's one packet into `buf` (`runs`: as [`Engine::poll_transmit_run`]).
+fn one<'b>(
+    now: u64,
+    buf: &'b mut [u8],
+    runs: bool,
+) -> impl FnOnce(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>) -> Option<(Transmit, usize, u64)> + 'b {
+    move |q, env, sink| {
+        let t = q.next_packet(now, env, buf, sink, runs)?;
+        Some((t, 1, t.len as u64))
+    }
 }
 
 /// The QP's turns at once, each packet published into `way` while the QP's
