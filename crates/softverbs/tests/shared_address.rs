@@ -27,7 +27,8 @@ const CHILD_VAR: &str = "SV_SHARED_CHILD";
 const DEADLINE: Duration = Duration::from_secs(60);
 const MSG: usize = 64;
 
-/// The member process: `SV_SHARED_CHILD=<shared ip>,<hub ip>,<id>,<rounds>`.
+/// The member process: `SV_SHARED_CHILD=<shared ip>,<hub ip>,<id>,<rounds>,<pause>`:
+/// before round `pause` it waits for the hub's `GO`.
 #[test]
 fn member() {
     let Ok(spec) = std::env::var(CHILD_VAR) else {
@@ -36,6 +37,7 @@ fn member() {
     let f: Vec<&str> = spec.split(',').collect();
     let (ip, hub_ip): (IpAddr, IpAddr) = (f[0].parse().unwrap(), f[1].parse().unwrap());
     let (id, rounds): (u8, u32) = (f[2].parse().unwrap(), f[3].parse().unwrap());
+    let pause: u32 = f[4].parse().unwrap();
     let cfg = DeviceConfig {
         name: "shared".into(),
         addrs: vec![ip],
@@ -61,6 +63,10 @@ fn member() {
         }]
     };
     for seq in 0..rounds {
+        if seq == pause {
+            let go = lines.next().and_then(Result::ok);
+            assert_eq!(go.as_deref(), Some("GO"), "member {id}: the hub's go");
+        }
         let mut msg = vec![id; MSG];
         msg[1..5].copy_from_slice(&seq.to_le_bytes());
         assert!(mr.write(MSG, &msg));
@@ -102,10 +108,10 @@ struct Member {
 }
 
 impl Member {
-    fn spawn(ip: IpAddr, hub: IpAddr, id: u8, rounds: u32) -> Member {
+    fn spawn(ip: IpAddr, hub: IpAddr, id: u8, rounds: u32, pause: u32) -> Member {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "member", "--nocapture", "--test-threads=1"])
-            .env(CHILD_VAR, format!("{ip},{hub},{id},{rounds}"))
+            .env(CHILD_VAR, format!("{ip},{hub},{id},{rounds},{pause}"))
             // The members' traffic must reach them by UDP through the
             // address's socket owner (what this file tests): the same-host
             // path, which would carry it straight to each member's ring, is
@@ -308,7 +314,7 @@ fn run_members(n: u8, net: u8) {
     let mut hub = Hub::new(hub_ip, net);
     const ROUNDS: u32 = 200;
     let mut members: Vec<Member> = (0..n)
-        .map(|id| Member::spawn(ip, hub_ip, id, ROUNDS))
+        .map(|id| Member::spawn(ip, hub_ip, id, ROUNDS, ROUNDS))
         .collect();
     let mut qpns: Vec<u32> = members.iter().map(|m| m.qpn).collect();
     qpns.sort_unstable();
@@ -355,8 +361,9 @@ fn a_crash_and_a_newcomer_do_not_misroute() {
     let (hub_ip, ip) = addrs(22);
     let mut hub = Hub::new(hub_ip, 22);
     const ROUNDS: u32 = 150;
+    const PAUSE: u32 = 60;
     let mut members: Vec<Member> = (0..3)
-        .map(|id| Member::spawn(ip, hub_ip, id, ROUNDS))
+        .map(|id| Member::spawn(ip, hub_ip, id, ROUNDS, PAUSE))
         .collect();
     for m in &mut members {
         hub.connect(m, ip);
@@ -365,8 +372,10 @@ fn a_crash_and_a_newcomer_do_not_misroute() {
         .iter()
         .position(|m| slot(m.qpn) == 0)
         .expect("a member in slot 0");
-    // Crash it in the middle of its stream.
-    hub.serve(|e| e[victim] >= 30);
+    // Crash it in the middle of its stream, once the others wait at the
+    // pause: they go on only once the newcomer is in, so that traffic for
+    // slot 2 comes while the kernel's order no longer matches the slots.
+    hub.serve(|e| e[victim] >= 30 && (0..e.len()).all(|i| i == victim || e[i] == PAUSE));
     let mut dead = members.remove(victim);
     dead.child.kill().unwrap();
     dead.child.wait().unwrap();
@@ -377,9 +386,12 @@ fn a_crash_and_a_newcomer_do_not_misroute() {
     };
     hub.qps[victim].0.modify(&err, AttrMask::STATE).unwrap();
     // A newcomer takes the freed slot; everyone runs to the end.
-    let mut late = Member::spawn(ip, hub_ip, 3, ROUNDS);
+    let mut late = Member::spawn(ip, hub_ip, 3, ROUNDS, ROUNDS);
     assert_eq!(slot(late.qpn), 0, "the newcomer claims the freed slot");
     hub.connect(&mut late, ip);
+    for m in &mut members {
+        m.tell("GO");
+    }
     let live: Vec<usize> = (0..hub.qps.len()).filter(|&i| i != victim).collect();
     hub.serve(|e| live.iter().all(|&i| e[i] == ROUNDS));
     let mut forwarded = 0;
