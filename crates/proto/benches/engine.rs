@@ -2,7 +2,10 @@
 //! engines (two devices, as two hosts would have) with RC QPs connected to
 //! RTS through `proto::testing`, every datagram one side emits handed in
 //! memory to the other side's `handle_datagram`, until the initiator's
-//! completion (and the responder's, for SEND) is polled.
+//! completion (and the responder's, for SEND) is polled. The `_batched`
+//! cases move them as a driver's batches do: each side's packets taken by
+//! bursts (`Engine::poll_transmit_burst`, 16 a turn, 64 a batch) and
+//! handed over as one socket read (`Engine::handle_batch`).
 //!
 //! Each benchmark counts the datagrams one message takes (both directions,
 //! ACKs and READ responses included) before it is timed, and tells criterion
@@ -26,10 +29,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+use proto::datapath::TxClaims;
 use proto::handle::{CqHandle, PdHandle, QpHandle};
 use proto::intact::IntactPeer;
 use proto::memory::VecMemory;
-use proto::output::{Room, Transmit};
+use proto::output::{Burst, Room, Transmit};
 use proto::wc::{WcStatus, WorkCompletion};
 use proto::wr::{
     AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
@@ -91,6 +95,41 @@ struct Pair {
     buf: Vec<u8>,
     /// Datagrams moved since the last reset.
     packets: u64,
+    /// Moved as a driver's batches: a QP's packets in bursts
+    /// (`Engine::poll_transmit_burst`), taken as a socket read's batch
+    /// (`Engine::handle_batch`).
+    batched: Option<Batch>,
+}
+
+/// A transmit batch of [`Batch::SLOTS`] buffers, filled in order.
+struct Batch {
+    bufs: Vec<Vec<u8>>,
+    built: Vec<Transmit>,
+}
+
+impl Batch {
+    /// A driver's batch (sv_io's `DriverOptions::batch` default).
+    const SLOTS: usize = 64;
+    /// A turn's packets at most (sv_io's `batch::BURST`).
+    const BURST: usize = 16;
+
+    fn new() -> Batch {
+        Batch {
+            bufs: vec![vec![0; 9216]; Self::SLOTS],
+            built: Vec::with_capacity(Self::SLOTS),
+        }
+    }
+}
+
+impl Burst for Batch {
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        let i = self.built.len();
+        self.bufs.get_mut(i).map(Vec::as_mut_slice)
+    }
+
+    fn built(&mut self, t: &Transmit) {
+        self.built.push(*t);
+    }
 }
 
 impl Pair {
@@ -141,11 +180,25 @@ impl Pair {
             now: 0,
             buf: vec![0; 9216],
             packets: 0,
+            batched: None,
+        }
+    }
+
+    /// [`Pair::new`] moving datagrams as a driver's batches.
+    fn batched(mtu: Mtu) -> Pair {
+        Pair {
+            batched: Some(Batch::new()),
+            ..Pair::new(mtu)
         }
     }
 
     /// Moves every ready datagram A→B then B→A; true if any moved.
     fn pump_once(&mut self) -> bool {
+        if let Some(mut batch) = self.batched.take() {
+            let moved = self.pump_batches(&mut batch);
+            self.batched = Some(batch);
+            return moved;
+        }
         let mut moved = false;
         for from_a in [true, false] {
             let (src, dst) = if from_a {
@@ -159,6 +212,43 @@ impl Pair {
                 self.packets += 1;
                 dst.e
                     .handle_datagram(self.now, from, to, &self.buf[..t.len], &dst.mem);
+            }
+        }
+        moved
+    }
+
+    /// [`Pair::pump_once`] by batches: each side fills a batch by bursts,
+    /// lets its claims go, and the other takes it in one call.
+    fn pump_batches(&mut self, batch: &mut Batch) -> bool {
+        let mut moved = false;
+        for from_a in [true, false] {
+            let (src, dst) = if from_a {
+                (&mut self.a, &mut self.b)
+            } else {
+                (&mut self.b, &mut self.a)
+            };
+            let (from, to) = (SocketAddr::new(src.ip, 4791), SocketAddr::new(dst.ip, 4791));
+            loop {
+                batch.built.clear();
+                let mut claims = TxClaims::default();
+                while src.e.poll_transmit_burst(
+                    self.now,
+                    &src.mem,
+                    &mut claims,
+                    batch,
+                    Batch::BURST,
+                ) > 0
+                {}
+                src.e.release_claims(&mut claims);
+                if batch.built.is_empty() {
+                    break;
+                }
+                moved = true;
+                self.packets += batch.built.len() as u64;
+                let each = batch.built.iter().zip(&batch.bufs);
+                let mut each = each.map(|(t, b)| &b[..t.len]);
+                dst.e
+                    .handle_batch(self.now, (from, to), &mut each, &dst.mem);
             }
         }
         moved
@@ -350,24 +440,61 @@ struct Hop {
 /// The name of the same-host hop case, which `Pair::hop` runs.
 const HOP: &str = "rc_write_2B_hop";
 
-/// (name, opcode, bytes, messages in flight per iteration)
-const CASES: [(&str, WrOpcode, u32, usize); 8] = [
-    ("rc_write_64B", WrOpcode::RdmaWrite, 64, 1),
-    ("rc_write_64B_x32", WrOpcode::RdmaWrite, 64, 32),
-    ("rc_write_4KiB", WrOpcode::RdmaWrite, 4096, 1),
-    ("rc_write_64KiB", WrOpcode::RdmaWrite, 65536, 1),
-    ("rc_send_64B", WrOpcode::Send, 64, 1),
-    ("rc_read_4KiB", WrOpcode::RdmaRead, 4096, 1),
-    ("rc_read_64KiB", WrOpcode::RdmaRead, 65536, 1),
-    ("rc_fetch_add", WrOpcode::AtomicFetchAndAdd, 8, 1),
+/// (name, opcode, bytes, messages in flight per iteration, moved as a
+/// driver's batches: [`Pair::batched`])
+const CASES: [(&str, WrOpcode, u32, usize, bool); 12] = [
+    ("rc_write_64B", WrOpcode::RdmaWrite, 64, 1, false),
+    ("rc_write_64B_x32", WrOpcode::RdmaWrite, 64, 32, false),
+    (
+        "rc_write_64B_x32_batched",
+        WrOpcode::RdmaWrite,
+        64,
+        32,
+        true,
+    ),
+    ("rc_write_4KiB", WrOpcode::RdmaWrite, 4096, 1, false),
+    ("rc_write_64KiB", WrOpcode::RdmaWrite, 65536, 1, false),
+    (
+        "rc_write_64KiB_batched",
+        WrOpcode::RdmaWrite,
+        65536,
+        1,
+        true,
+    ),
+    ("rc_send_64B", WrOpcode::Send, 64, 1, false),
+    ("rc_read_4KiB", WrOpcode::RdmaRead, 4096, 1, false),
+    ("rc_read_64KiB", WrOpcode::RdmaRead, 65536, 1, false),
+    ("rc_fetch_add", WrOpcode::AtomicFetchAndAdd, 8, 1, false),
+    (
+        "rc_fetch_add_x16",
+        WrOpcode::AtomicFetchAndAdd,
+        8,
+        16,
+        false,
+    ),
+    (
+        "rc_fetch_add_x16_batched",
+        WrOpcode::AtomicFetchAndAdd,
+        8,
+        16,
+        true,
+    ),
 ];
+
+/// The pair a case runs on.
+fn pair(batched: bool) -> Pair {
+    match batched {
+        true => Pair::batched(Mtu::Mtu4096),
+        false => Pair::new(Mtu::Mtu4096),
+    }
+}
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
     g.measurement_time(Duration::from_secs(3));
     g.warm_up_time(Duration::from_secs(1));
-    for (name, op, size, depth) in CASES {
-        let mut p = Pair::new(Mtu::Mtu4096);
+    for (name, op, size, depth, batched) in CASES {
+        let mut p = pair(batched);
         // Count the datagrams of one iteration (after a warm-up, so PSN
         // windows and timers are in their steady state).
         for _ in 0..4 {
@@ -400,11 +527,11 @@ fn bench(c: &mut Criterion) {
 /// untimed, for an instruction counter; prints the datagrams moved per case.
 fn fixed(iters: u64) {
     let only = std::env::var("ENGINE_BENCH_CASE").ok();
-    for (name, op, size, depth) in CASES {
+    for (name, op, size, depth, batched) in CASES {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
-        let mut p = Pair::new(Mtu::Mtu4096);
+        let mut p = pair(batched);
         for _ in 0..4 {
             p.message(op, size, depth);
         }
