@@ -21,6 +21,12 @@
 //!   timeout fires earlier than 4.096 µs × 2^timeout after progress;
 //! - corrupted datagrams are dropped by the ICRC check.
 //!
+//! The engines are driven as the drivers drive them, drawn per round from a
+//! stream of the seed of its own: a datagram per call, or a driver's
+//! batches (a QP's packets by bursts, `Engine::poll_transmit_burst`, and a
+//! run of datagrams between two devices taken as one socket read,
+//! `Engine::handle_batch`).
+//!
 //! No threads, no real clock, no I/O: a seed replays exactly.
 //!
 //! # Running

@@ -98,6 +98,12 @@ pub struct World {
     watch: Vec<Watch>,
     steps: u64,
     buf: Vec<u8>,
+    /// How the engines are driven, as a driver's batches or a datagram at
+    /// a time (a stream of its own: the workload's and the network's
+    /// draws are those of the same seed either way).
+    drive: Rng,
+    /// A transmit batch's buffers and what was built into them.
+    batch: Batch,
     /// Every datagram sent: (time, device, opcode, PSN).
     pub tx_log: Vec<(u64, usize, u8, u32)>,
     /// Print every delivered datagram and timer (`SIM_TRACE=1`).
@@ -137,6 +143,40 @@ macro_rules! fail {
             $w.cfg.name, $w.seed, $w.now, format!($($arg)*), $w.seed, $w.cfg.name
         )
     };
+}
+
+/// Mixed into the seed for the [`World::drive`] stream.
+const DRIVE_SEED: u64 = 0x6261_7463_6865_7321;
+
+/// A transmit batch (`proto::output::Burst`): `bufs[..slots]`, filled in
+/// order.
+#[derive(Default)]
+struct Batch {
+    bufs: Vec<Vec<u8>>,
+    slots: usize,
+    built: Vec<proto::output::Transmit>,
+}
+
+impl Batch {
+    /// Empty, with `slots` buffers.
+    fn start(&mut self, slots: usize) {
+        if self.bufs.len() < slots {
+            self.bufs.resize_with(slots, || vec![0; 9000]);
+        }
+        self.slots = slots;
+        self.built.clear();
+    }
+}
+
+impl proto::output::Burst for Batch {
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        let i = self.built.len();
+        (i < self.slots).then(|| self.bufs[i].as_mut_slice())
+    }
+
+    fn built(&mut self, t: &proto::output::Transmit) {
+        self.built.push(*t);
+    }
 }
 
 // After `fail!`: the completion side uses it.
@@ -216,6 +256,8 @@ impl World {
             watch,
             steps: 0,
             buf: vec![0; 9000],
+            drive: Rng::new(seed ^ DRIVE_SEED),
+            batch: Batch::default(),
             tx_log: Vec::new(),
             trace: std::env::var_os("SIM_TRACE").is_some(),
         };
@@ -283,41 +325,91 @@ impl World {
         SocketAddr::new(self.devs[d].ip, PORT)
     }
 
+    /// Everything each device has to send, onto the network: a datagram
+    /// a call, or (drawn per round) as a driver's batches: a QP's packets
+    /// by bursts of a drawn size into a batch of drawn slots, the claims
+    /// let go once the batch left.
     fn transmit_all(&mut self) {
         for d in 0..self.devs.len() {
             loop {
-                let dev = &mut self.devs[d];
-                let Some(t) = dev.engine.poll_transmit(self.now, &dev.mem, &mut self.buf) else {
-                    break;
-                };
-                let Some(to) = self.devs.iter().position(|x| x.ip == t.to.ip()) else {
-                    fail!(self, "device {d} sent to unknown address {}", t.to);
-                };
-                if t.to.port() != PORT {
-                    fail!(self, "sent to port {}", t.to.port());
+                let mut sent = Vec::new();
+                if self.drive.chance(0.5) {
+                    let dev = &mut self.devs[d];
+                    let Some(t) = dev.engine.poll_transmit(self.now, &dev.mem, &mut self.buf)
+                    else {
+                        break;
+                    };
+                    sent.push((t.to, self.buf[..t.len].to_vec()));
+                } else {
+                    let slots = 1 + self.drive.below(64) as usize;
+                    let max = 1 + self.drive.below(16) as usize;
+                    let dev = &mut self.devs[d];
+                    let batch = &mut self.batch;
+                    batch.start(slots);
+                    let mut claims = proto::datapath::TxClaims::default();
+                    while dev.engine.poll_transmit_burst(
+                        self.now,
+                        &dev.mem,
+                        &mut claims,
+                        batch,
+                        max,
+                    ) > 0
+                    {}
+                    dev.engine.release_claims(&mut claims);
+                    if batch.built.is_empty() {
+                        break;
+                    }
+                    let each = batch.built.iter().zip(&batch.bufs);
+                    sent.extend(each.map(|(t, b)| (t.to, b[..t.len].to_vec())));
                 }
-                let bytes = self.buf[..t.len].to_vec();
-                let bth = wire::bth::Packet::new_checked(&bytes[..])
-                    .and_then(|p| wire::bth::Repr::parse(&p));
-                if let Ok(b) = bth {
-                    self.tx_log.push((self.now, d, b.opcode.get(), b.psn.get()));
+                for (to, bytes) in sent {
+                    self.send(d, to, &bytes);
                 }
-                self.net.send(self.now, d, to, &bytes);
             }
         }
     }
 
+    /// A datagram device `d` built, onto the network (and into the log).
+    fn send(&mut self, d: usize, to: SocketAddr, bytes: &[u8]) {
+        let Some(dst) = self.devs.iter().position(|x| x.ip == to.ip()) else {
+            fail!(self, "device {d} sent to unknown address {to}");
+        };
+        if to.port() != PORT {
+            fail!(self, "sent to port {}", to.port());
+        }
+        let bth = wire::bth::Packet::new_checked(bytes).and_then(|p| wire::bth::Repr::parse(&p));
+        if let Ok(b) = bth {
+            self.tx_log.push((self.now, d, b.opcode.get(), b.psn.get()));
+        }
+        self.net.send(self.now, d, dst, bytes);
+    }
+
+    /// What is due, to its devices: each datagram alone, or (drawn per
+    /// run) consecutive ones between the same two devices as one socket
+    /// read's batch.
     fn deliver_due(&mut self) {
+        let mut due = Vec::new();
         while let Some(a) = self.net.pop_due(self.now) {
-            let (from, to) = (self.addr(a.from), self.addr(a.to));
             if self.trace {
                 let line = wire::TransportRepr::parse(&a.bytes)
                     .map_or_else(|e| format!("unparsable: {e}"), |r| r.to_string());
                 println!("{:>10} {} -> {}: {line}", self.now, a.from, a.to);
             }
-            let dev = &mut self.devs[a.to];
-            dev.engine
-                .handle_datagram(self.now, from, to, &a.bytes, &dev.mem);
+            due.push(a);
+        }
+        for run in due.chunk_by(|x, y| (x.from, x.to) == (y.from, y.to)) {
+            let (from, to) = (self.addr(run[0].from), self.addr(run[0].to));
+            let dev = &mut self.devs[run[0].to];
+            if self.drive.chance(0.5) {
+                let mut each = run.iter().map(|a| &a.bytes[..]);
+                dev.engine
+                    .handle_batch(self.now, (from, to), &mut each, &dev.mem);
+            } else {
+                for a in run {
+                    dev.engine
+                        .handle_datagram(self.now, from, to, &a.bytes, &dev.mem);
+                }
+            }
         }
     }
 
