@@ -33,7 +33,8 @@ use proto::datapath::TxClaims;
 use proto::handle::{CqHandle, PdHandle, QpHandle};
 use proto::intact::IntactPeer;
 use proto::memory::VecMemory;
-use proto::output::{Burst, Room, Transmit};
+use proto::output::{Room, Transmit};
+use proto::testing::Batch;
 use proto::wc::{WcStatus, WorkCompletion};
 use proto::wr::{
     AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
@@ -101,36 +102,10 @@ struct Pair {
     batched: Option<Batch>,
 }
 
-/// A transmit batch of [`Batch::SLOTS`] buffers, filled in order.
-struct Batch {
-    bufs: Vec<Vec<u8>>,
-    built: Vec<Transmit>,
-}
-
-impl Batch {
-    /// A driver's batch (sv_io's `DriverOptions::batch` default).
-    const SLOTS: usize = 64;
-    /// A turn's packets at most (sv_io's `batch::BURST`).
-    const BURST: usize = 16;
-
-    fn new() -> Batch {
-        Batch {
-            bufs: vec![vec![0; 9216]; Self::SLOTS],
-            built: Vec::with_capacity(Self::SLOTS),
-        }
-    }
-}
-
-impl Burst for Batch {
-    fn buffer(&mut self) -> Option<&mut [u8]> {
-        let i = self.built.len();
-        self.bufs.get_mut(i).map(Vec::as_mut_slice)
-    }
-
-    fn built(&mut self, t: &Transmit) {
-        self.built.push(*t);
-    }
-}
+/// A driver's batch (sv_io's `DriverOptions::batch` default).
+const SLOTS: usize = 64;
+/// A turn's packets at most (sv_io's `batch::BURST`).
+const BURST: usize = 16;
 
 impl Pair {
     fn new(mtu: Mtu) -> Pair {
@@ -187,71 +162,78 @@ impl Pair {
     /// [`Pair::new`] moving datagrams as a driver's batches.
     fn batched(mtu: Mtu) -> Pair {
         Pair {
-            batched: Some(Batch::new()),
+            batched: Some(Batch::new(SLOTS)),
             ..Pair::new(mtu)
         }
     }
 
     /// Moves every ready datagram A→B then B→A; true if any moved.
     fn pump_once(&mut self) -> bool {
-        if let Some(mut batch) = self.batched.take() {
-            let moved = self.pump_batches(&mut batch);
-            self.batched = Some(batch);
-            return moved;
-        }
         let mut moved = false;
         for from_a in [true, false] {
-            let (src, dst) = if from_a {
-                (&mut self.a, &mut self.b)
-            } else {
-                (&mut self.b, &mut self.a)
+            moved |= match self.batched.take() {
+                Some(mut batch) => {
+                    let moved = self.pump_batches(from_a, &mut batch);
+                    self.batched = Some(batch);
+                    moved
+                }
+                None => self.pump_datagrams(from_a),
             };
-            let (from, to) = (SocketAddr::new(src.ip, 4791), SocketAddr::new(dst.ip, 4791));
-            while let Some(t) = src.e.poll_transmit(self.now, &src.mem, &mut self.buf) {
-                moved = true;
-                self.packets += 1;
-                dst.e
-                    .handle_datagram(self.now, from, to, &self.buf[..t.len], &dst.mem);
-            }
         }
         moved
     }
 
-    /// [`Pair::pump_once`] by batches: each side fills a batch by bursts,
-    /// lets its claims go, and the other takes it in one call.
-    fn pump_batches(&mut self, batch: &mut Batch) -> bool {
-        let mut moved = false;
-        for from_a in [true, false] {
-            let (src, dst) = if from_a {
-                (&mut self.a, &mut self.b)
-            } else {
-                (&mut self.b, &mut self.a)
-            };
-            let (from, to) = (SocketAddr::new(src.ip, 4791), SocketAddr::new(dst.ip, 4791));
-            loop {
-                batch.built.clear();
-                let mut claims = TxClaims::default();
-                while src.e.poll_transmit_burst(
-                    self.now,
-                    &src.mem,
-                    &mut claims,
-                    batch,
-                    Batch::BURST,
-                ) > 0
-                {}
-                src.e.release_claims(&mut claims);
-                if batch.built.is_empty() {
-                    break;
-                }
-                moved = true;
-                self.packets += batch.built.len() as u64;
-                let each = batch.built.iter().zip(&batch.bufs);
-                let mut each = each.map(|(t, b)| &b[..t.len]);
-                dst.e
-                    .handle_batch(self.now, (from, to), &mut each, &dst.mem);
-            }
+    /// The sending and the receiving node, and their addresses.
+    fn sides(&mut self, from_a: bool) -> (&mut Node, &mut Node, (SocketAddr, SocketAddr)) {
+        let (src, dst) = if from_a {
+            (&mut self.a, &mut self.b)
+        } else {
+            (&mut self.b, &mut self.a)
+        };
+        let ends = (SocketAddr::new(src.ip, 4791), SocketAddr::new(dst.ip, 4791));
+        (src, dst, ends)
+    }
+
+    /// One side's datagrams to the other, one a call; true if any moved.
+    fn pump_datagrams(&mut self, from_a: bool) -> bool {
+        let (now, mut moved) = (self.now, false);
+        let mut buf = std::mem::take(&mut self.buf);
+        let (src, dst, (from, to)) = self.sides(from_a);
+        let mut n = 0;
+        while let Some(t) = src.e.poll_transmit(now, &src.mem, &mut buf) {
+            moved = true;
+            n += 1;
+            dst.e
+                .handle_datagram(now, from, to, &buf[..t.len], &dst.mem);
         }
+        self.packets += n;
+        self.buf = buf;
         moved
+    }
+
+    /// One side's datagrams to the other as a driver's batches: filled by
+    /// bursts, the claims let go, taken in one call; true if any moved.
+    fn pump_batches(&mut self, from_a: bool, batch: &mut Batch) -> bool {
+        let (now, mut n) = (self.now, 0);
+        let (src, dst, ends) = self.sides(from_a);
+        loop {
+            batch.start(SLOTS);
+            let mut claims = TxClaims::default();
+            while src
+                .e
+                .poll_transmit_burst(now, &src.mem, &mut claims, batch, BURST)
+                > 0
+            {}
+            src.e.release_claims(&mut claims);
+            if batch.built.is_empty() {
+                break;
+            }
+            n += batch.built.len() as u64;
+            dst.e
+                .handle_batch(now, ends, &mut batch.datagrams(), &dst.mem);
+        }
+        self.packets += n;
+        n > 0
     }
 
     /// Pumps (firing timers in virtual time when the wire is quiet) until

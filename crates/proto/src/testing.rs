@@ -227,3 +227,48 @@ pub fn mr_handle(e: &Engine, lkey: u32) -> Option<crate::handle::MrHandle> {
     let (h, m) = e.mrs.get_by_index(crate::mr::key_index(lkey)?)?;
     (m.lkey == lkey).then_some(h)
 }
+
+/// A driver's transmit batch as the harnesses play it: `slots` buffers of
+/// 9 216 bytes (a 4096-byte path MTU and its headers, and more), filled in
+/// order through [`crate::output::Burst`] ([`crate::Engine::poll_transmit_burst`]).
+#[derive(Debug, Default)]
+pub struct Batch {
+    bufs: Vec<Vec<u8>>,
+    slots: usize,
+    /// What was built into the buffers, in order.
+    pub built: Vec<crate::output::Transmit>,
+}
+
+impl Batch {
+    /// An empty batch of `slots` buffers.
+    pub fn new(slots: usize) -> Batch {
+        let mut b = Batch::default();
+        b.start(slots);
+        b
+    }
+
+    /// Empty again, with `slots` buffers.
+    pub fn start(&mut self, slots: usize) {
+        if self.bufs.len() < slots {
+            self.bufs.resize_with(slots, || vec![0; 9216]);
+        }
+        self.slots = slots;
+        self.built.clear();
+    }
+
+    /// The datagrams built, in order.
+    pub fn datagrams(&self) -> impl Iterator<Item = &[u8]> {
+        self.built.iter().zip(&self.bufs).map(|(t, b)| &b[..t.len])
+    }
+}
+
+impl crate::output::Burst for Batch {
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        let i = self.built.len();
+        (i < self.slots).then(|| self.bufs[i].as_mut_slice())
+    }
+
+    fn built(&mut self, t: &crate::output::Transmit) {
+        self.built.push(*t);
+    }
+}

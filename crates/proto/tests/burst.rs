@@ -7,39 +7,7 @@
 mod net;
 use net::*;
 use proto::datapath::TxClaims;
-use proto::output::{Burst, Transmit};
-
-/// A batch of `slots` buffers of 9000 bytes, filled in order.
-struct Batch {
-    bufs: Vec<Vec<u8>>,
-    built: Vec<Transmit>,
-}
-
-impl Batch {
-    fn new(slots: usize) -> Batch {
-        Batch {
-            bufs: vec![vec![0; 9000]; slots],
-            built: Vec::new(),
-        }
-    }
-
-    /// The datagrams built, in order.
-    fn datagrams(&self) -> Vec<Vec<u8>> {
-        let each = self.built.iter().zip(&self.bufs);
-        each.map(|(t, b)| b[..t.len].to_vec()).collect()
-    }
-}
-
-impl Burst for Batch {
-    fn buffer(&mut self) -> Option<&mut [u8]> {
-        let i = self.built.len();
-        self.bufs.get_mut(i).map(Vec::as_mut_slice)
-    }
-
-    fn built(&mut self, t: &Transmit) {
-        self.built.push(*t);
-    }
-}
+use proto::testing::Batch;
 
 /// Three RC pairs between A and B, and on each of A's QPs `n` WRITEs of
 /// 3 KiB (three packets each at the harness's 1 KiB path MTU), posted:
@@ -102,7 +70,7 @@ fn by_bursts(net: &Net, slots: usize, max: usize) -> Vec<Vec<Vec<u8>>> {
             if n == 0 {
                 break;
             }
-            calls.push(batch.datagrams()[before..].to_vec());
+            calls.push(batch.datagrams().skip(before).map(<[u8]>::to_vec).collect());
             taken += n;
         }
         net.a.e.release_claims(&mut claims);

@@ -103,7 +103,7 @@ pub struct World {
     /// draws are those of the same seed either way).
     drive: Rng,
     /// A transmit batch's buffers and what was built into them.
-    batch: Batch,
+    batch: proto::testing::Batch,
     /// Every datagram sent: (time, device, opcode, PSN).
     pub tx_log: Vec<(u64, usize, u8, u32)>,
     /// Print every delivered datagram and timer (`SIM_TRACE=1`).
@@ -147,37 +147,6 @@ macro_rules! fail {
 
 /// Mixed into the seed for the [`World::drive`] stream.
 const DRIVE_SEED: u64 = 0x6261_7463_6865_7321;
-
-/// A transmit batch (`proto::output::Burst`): `bufs[..slots]`, filled in
-/// order.
-#[derive(Default)]
-struct Batch {
-    bufs: Vec<Vec<u8>>,
-    slots: usize,
-    built: Vec<proto::output::Transmit>,
-}
-
-impl Batch {
-    /// Empty, with `slots` buffers.
-    fn start(&mut self, slots: usize) {
-        if self.bufs.len() < slots {
-            self.bufs.resize_with(slots, || vec![0; 9000]);
-        }
-        self.slots = slots;
-        self.built.clear();
-    }
-}
-
-impl proto::output::Burst for Batch {
-    fn buffer(&mut self) -> Option<&mut [u8]> {
-        let i = self.built.len();
-        (i < self.slots).then(|| self.bufs[i].as_mut_slice())
-    }
-
-    fn built(&mut self, t: &proto::output::Transmit) {
-        self.built.push(*t);
-    }
-}
 
 // After `fail!`: the completion side uses it.
 mod checks;
@@ -257,7 +226,7 @@ impl World {
             steps: 0,
             buf: vec![0; 9000],
             drive: Rng::new(seed ^ DRIVE_SEED),
-            batch: Batch::default(),
+            batch: proto::testing::Batch::default(),
             tx_log: Vec::new(),
             trace: std::env::var_os("SIM_TRACE").is_some(),
         };
@@ -359,8 +328,8 @@ impl World {
                     if batch.built.is_empty() {
                         break;
                     }
-                    let each = batch.built.iter().zip(&batch.bufs);
-                    sent.extend(each.map(|(t, b)| (t.to, b[..t.len].to_vec())));
+                    let each = batch.built.iter().zip(batch.datagrams());
+                    sent.extend(each.map(|(t, d)| (t.to, d.to_vec())));
                 }
                 for (to, bytes) in sent {
                     self.send(d, to, &bytes);
