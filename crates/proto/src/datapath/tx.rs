@@ -100,12 +100,12 @@ impl Engine {
     /// buffers `burst` gives, in order; how many were built. One lock and
     /// one turn for them, where a call per datagram takes both for each.
     /// The driver calls it again while it has buffers, until it gives 0.
-    pub fn poll_transmit_burst(
+    pub fn poll_transmit_burst<'b>(
         &self,
         now: u64,
         mem: &dyn Memory,
         claims: &mut TxClaims,
-        burst: &mut dyn Burst,
+        burst: &mut (dyn Burst + 'b),
         max: usize,
     ) -> usize {
         // No buffer, no turn: a turn that built nothing would leave its QP
@@ -113,9 +113,10 @@ impl Engine {
         if max == 0 || burst.buffer().is_none() {
             return 0;
         }
-        let burst = std::cell::RefCell::new(burst);
-        let turn = |q: &mut Qp, env: &QpEnv<'_>, sink: &mut EngineSink<'_>| {
-            let mut burst = burst.borrow_mut();
+        let turn = |burst: &mut (dyn Burst + 'b),
+                    q: &mut Qp,
+                    env: &QpEnv<'_>,
+                    sink: &mut EngineSink<'_>| {
             let (mut n, mut bytes) = (0, 0);
             while n < max {
                 let Some(buf) = burst.buffer() else { break };
@@ -128,13 +129,13 @@ impl Engine {
             }
             (n > 0).then_some((n, n, bytes))
         };
-        let gsi = |e: &Self| {
-            let mut burst = burst.borrow_mut();
+        let gsi = |burst: &mut (dyn Burst + 'b), e: &Self| {
             let t = e.gsi_transmit(burst.buffer()?)?;
             burst.built(&t);
             Some(1)
         };
-        self.transmit_with(claims, mem, turn, gsi).unwrap_or(0)
+        self.transmit_with(claims, mem, burst, turn, gsi)
+            .unwrap_or(0)
     }
 
     /// The packets of QP `h`, just posted to, straight into `way` (the
@@ -290,36 +291,45 @@ impl Engine {
         runs: bool,
     ) -> Option<Transmit> {
         // One buffer: the turn below or the MAD takes it.
-        let buf = std::cell::RefCell::new(buf);
         self.transmit_with(
             claims,
             mem,
-            |q: &mut Qp, env: &QpEnv<'_>, sink: &mut EngineSink<'_>| {
-                one(now, &mut buf.borrow_mut(), runs)(q, env, sink)
+            buf,
+            |buf: &mut [u8], q: &mut Qp, env: &QpEnv<'_>, sink: &mut EngineSink<'_>| {
+                one(now, buf, runs)(q, env, sink)
             },
-            |e| e.gsi_transmit(&mut buf.borrow_mut()),
+            |buf, e| e.gsi_transmit(buf),
         )
     }
 
     /// A transmit: what was posted joins the queues; the CM's MADs first
     /// (`gsi`), then a turn (`turn`) of the QP at the front of the ready
     /// queue, else of each claimed QP in turn, until one gives something.
-    fn transmit_with<R>(
+    /// Both build into `out`.
+    fn transmit_with<O: ?Sized, R>(
         &self,
         claims: &mut TxClaims,
         mem: &dyn Memory,
-        mut turn: impl FnMut(&mut Qp, &QpEnv<'_>, &mut EngineSink<'_>) -> Option<(R, usize, u64)>,
-        gsi: impl FnOnce(&Self) -> Option<R>,
+        out: &mut O,
+        mut turn: impl FnMut(
+            &mut O,
+            &mut Qp,
+            &QpEnv<'_>,
+            &mut EngineSink<'_>,
+        ) -> Option<(R, usize, u64)>,
+        gsi: impl FnOnce(&mut O, &Self) -> Option<R>,
     ) -> Option<R> {
         // What was posted on send rings since the last turn joins the queues.
         self.take_posted_in(claims.reach);
         // CM hook: MADs go first (gsi.rs, spec/cm.md §7), claimed as a QP's
         // packets are: one thread at a time takes them until it lets go.
         if self.claim_gsi(claims) {
-            if let Some(r) = gsi(self) {
+            if let Some(r) = gsi(out, self) {
                 return Some(r);
             }
         }
+        let mut turn =
+            |q: &mut Qp, env: &QpEnv<'_>, sink: &mut EngineSink<'_>| turn(out, q, env, sink);
         while let Some(h) = self.next_ready(claims.reach) {
             if let Some(r) = self.claimed_turn(claims, Turn::Ready(h), mem, &mut turn) {
                 return Some(r);
