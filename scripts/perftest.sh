@@ -63,7 +63,7 @@ field() { # key n: the median over the rounds of field n of the recorded rows, o
 # iterations take about 10 ms at 64 B, which measures the start, not the rate.
 secs="${PERFTEST_SECONDS:-2}"
 latn="-n 10000"
-tcps="" floors="" spins_udp="" spins_rc="" spins_mem="" udps="" shms="" # the baselines of every round, one per line
+tcps="" floors="" spins_udp="" spins_rc="" spins_gso="" spins_mem="" udps="" shms="" # the baselines of every round, one per line
 for round in $(seq "$rounds"); do
   [[ $rounds -gt 1 ]] && echo "===== round $round of $rounds"
   shm=0
@@ -99,7 +99,7 @@ for round in $(seq "$rounds"); do
     echo "no C compiler: no floor (apt-get install -y gcc)"
   fi
 
-  echo "== the spinning floors (scripts/pingpong-floor.c): a token between two processes that spin for it, by UDP (alone, and with an ACK of the token before it in one call: RC's shape) and by shared memory"
+  echo "== the spinning floors (scripts/pingpong-floor.c): a token between two processes that spin for it, by UDP (alone; with an ACK of the token in one sendmmsg: RC's shape; and as softverbs sends that pair, one GSO message read as one GRO buffer) and by shared memory"
   if command -v cc >/dev/null && cc -O2 -o target/pingpong-floor scripts/pingpong-floor.c 2>/dev/null; then
     pout=$(timeout 60 target/pingpong-floor udp 10000 19494) || true
     echo "${pout:-no result}"
@@ -107,6 +107,9 @@ for round in $(seq "$rounds"); do
     pout=$(timeout 60 target/pingpong-floor udp-rc 10000 19494) || true
     echo "${pout:-no result}"
     spins_rc+="$(typical <<<"$pout")"$'\n'
+    pout=$(timeout 60 target/pingpong-floor udp-gso 10000 19494) || true
+    echo "${pout:-no result}"
+    spins_gso+="$(typical <<<"$pout")"$'\n'
     pout=$(timeout 60 target/pingpong-floor memory 100000) || true
     echo "${pout:-no result}"
     spins_mem+="$(typical <<<"$pout")"$'\n'
@@ -153,6 +156,7 @@ tcp_mib=$(median <<<"$tcps")     # MiB/s, as perftest's MB/s (2^20 bytes)
 floor=$(median <<<"$floors")     # us, one way
 spin_udp=$(median <<<"$spins_udp") # us, one way
 spin_rc=$(median <<<"$spins_rc") # us, one way
+spin_gso=$(median <<<"$spins_gso") # us, one way
 spin_mem=$(median <<<"$spins_mem") # us, one way
 echo "== threads on one device (softverbs perf --threads, 3 rounds; spec/concurrency.md §3)"
 threads_out=$(cargo build -q --release -p softverbs-cli >&2 \
@@ -190,6 +194,8 @@ row "the spinning UDP floor (one way)" "$(orx "$spin_udp")" us ""
 row "ib_write_lat typical / the spinning UDP floor" "$(ratio "$(field "ib_write_lat $latn" 5)" "$spin_udp")" x ""
 row "the UDP floor with an ACK per token (one way)" "$(orx "$spin_rc")" us ""
 row "ib_write_lat typical / the floor with ACKs" "$(ratio "$(field "ib_write_lat $latn" 5)" "$spin_rc")" x ""
+row "the floor of softverbs' own turn (one way)" "$(orx "$spin_gso")" us ""
+row "ib_write_lat typical / the floor of its turn" "$(ratio "$(field "ib_write_lat $latn" 5)" "$spin_gso")" x ""
 row "ib_send_lat 2 B typical" "$(orx "$(field "ib_send_lat $latn" 5)")" us "<= 5"
 row "ib_send_lat 2 B p99" "$(orx "$(field "ib_send_lat $latn" 8)")" us "<= 25"
 row "ib_write_bw -s 64 message rate" "$(orx "$(field "ib_write_bw -s 64 -D $secs" 5)")" Mpps ">= 2"

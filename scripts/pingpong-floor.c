@@ -12,17 +12,23 @@
  *           responder acknowledges every WRITE, ib_write_lat waits for
  *           the ACK (its completion) and the answer before its next post,
  *           and softverbs sends the ACK in the answer's call
- *           (spec/performance.md §18). The floor of the UDP latency row;
+ *           (spec/performance.md §18);
+ *   udp-gso as udp-rc, but the two leave as softverbs sends them: one
+ *           message of UDP GSO (UDP_SEGMENT 40: the token, then the
+ *           shorter ACK as the last segment) to a receiver with UDP_GRO,
+ *           so on loopback they cross the stack as one buffer and are read
+ *           in one recvmmsg(2). The floor of the UDP latency row;
  * *   memory  the token is a word in shared memory: what one cache line
  *           costs between two processes on two cores, the least any
  *           same-host exchange costs.
  * Prints the one-way time (half the round trip): typical (median), p99, min.
  * A baseline of scripts/perftest.sh, measured in the same run; it is not
  * softverbs code. 127.0.0.1 only; every wait bounded (1 s), the run too.
- * Usage: pingpong-floor udp|udp-rc|memory ITERS [PORT] */
+ * Usage: pingpong-floor udp|udp-rc|udp-gso|memory ITERS [PORT] */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,18 +91,71 @@ static int rc_turn(int s, int to_port, int send_first, int first) {
     return 0;
 }
 
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+/* One turn of udp-gso: the token and (after the first turn) the ACK of the
+ * one that came, as one GSO message, then spin until the peer's bytes came
+ * (60 a turn: both segments, whether they arrive coalesced or not). */
+static int gso_turn(int s, int to_port, int send_first, int first) {
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(to_port)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    char out[60] = {0}, in[4][128];
+    char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+    struct iovec iv = {out, 60};
+    struct msghdr m = {.msg_name = &to, .msg_namelen = sizeof to, .msg_iov = &iv,
+                       .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    *(uint16_t *)CMSG_DATA(c) = 40;
+    int skip = send_first && first; /* nothing to acknowledge yet: the token alone */
+    iv.iov_len = skip ? 40 : 60;
+    if (send_first && sendmsg(s, &m, 0) != (ssize_t)iv.iov_len) return -1;
+    int want = (!send_first && first) ? 40 : 60, have = 0;
+    struct iovec ii[4];
+    struct mmsghdr got[4];
+    char gctl[4][64];
+    double t0 = now_us();
+    while (have < want) {
+        for (int i = 0; i < 4; i++) {
+            ii[i] = (struct iovec){in[i], sizeof in[i]};
+            got[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &ii[i], .msg_iovlen = 1,
+                                                  .msg_control = gctl[i], .msg_controllen = 64}};
+        }
+        int n = recvmmsg(s, got, 4, MSG_DONTWAIT, NULL);
+        if (n > 0)
+            for (int i = 0; i < n; i++) have += got[i].msg_len;
+        else if (now_us() - t0 > 1e6) return -1;
+    }
+    iv.iov_len = 60;
+    if (!send_first && sendmsg(s, &m, 0) != 60) return -1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s udp|udp-rc|memory ITERS [PORT]\n", argv[0]);
+        fprintf(stderr, "usage: %s udp|udp-rc|udp-gso|memory ITERS [PORT]\n", argv[0]);
         return 2;
     }
-    int rc = strcmp(argv[1], "udp-rc") == 0;
-    int udp = rc || strcmp(argv[1], "udp") == 0, iters = atoi(argv[2]);
+    int rc = strcmp(argv[1], "udp-rc") == 0, gso = strcmp(argv[1], "udp-gso") == 0;
+    int udp = rc || gso || strcmp(argv[1], "udp") == 0, iters = atoi(argv[2]);
     int port = argc > 3 ? atoi(argv[3]) : 19490;
     if (iters < 100) return 2;
     int a = -1, b = -1;
     if (udp && ((a = udp_socket(port)) < 0 || (b = udp_socket(port + 1)) < 0)) {
         fprintf(stderr, "no UDP ports %d-%d\n", port, port + 1);
+        return 3;
+    }
+    int on = 1;
+    if (gso && (setsockopt(a, SOL_UDP, UDP_GRO, &on, sizeof on) < 0 ||
+                setsockopt(b, SOL_UDP, UDP_GRO, &on, sizeof on) < 0)) {
+        fprintf(stderr, "no UDP_GRO here\n");
         return 3;
     }
     /* the memory token: one word per direction, each on its own line */
@@ -108,7 +167,9 @@ int main(int argc, char **argv) {
     if (child == 0) {
         /* the answering end: each token back as soon as it came */
         for (long i = 1; i <= iters; i++) {
-            if (rc) {
+            if (gso) {
+                if (gso_turn(b, port, 0, i == 1) < 0) _exit(4);
+            } else if (rc) {
                 if (rc_turn(b, port, 0, i == 1) < 0) _exit(4);
             } else if (udp) {
                 if (udp_turn(b, port, 0) < 0) _exit(4);
@@ -123,7 +184,9 @@ int main(int argc, char **argv) {
     }
     for (long i = 1; i <= iters; i++) {
         double t0 = now_us();
-        if (rc) {
+        if (gso) {
+            if (gso_turn(a, port + 1, 1, i == 1) < 0) break;
+        } else if (rc) {
             if (rc_turn(a, port + 1, 1, i == 1) < 0) break;
         } else if (udp) {
             if (udp_turn(a, port + 1, 1) < 0) break;
