@@ -505,10 +505,10 @@ impl<E: Engine> Driver<E> {
         direct: impl FnOnce(&E, Nanos, &mut dyn crate::Room) -> Option<Result<usize, X>>,
         ring: impl FnOnce() -> Result<Option<bool>, X>,
     ) -> Result<(), X> {
-        let now = self.shared.clock.now();
         let tx = self.shared.caller_tx.as_ref();
         let tried = idle && tx.is_some() && self.shared.shm.is_some();
         if tried {
+            let now = self.shared.clock.now();
             if let Some((r, more)) = self.shared.through_ring(|e, room| direct(e, now, room)) {
                 let n = r?;
                 let wait = self.post_wait(now);
@@ -522,10 +522,33 @@ impl<E: Engine> Driver<E> {
                 return Ok(());
             }
         }
-        if let Some(idle) = ring()? {
-            self.posted_at(now, idle, Some(qp), tried);
+        match ring()? {
+            // A busy queue outside a forming ping-pong: what `posted_at`
+            // does then, at the time of the lane's last poll.
+            Some(false) if !self.shared.linger.forming() => {
+                self.left(self.last_poll_or_now());
+            }
+            Some(idle) => {
+                self.posted_at(self.shared.clock.now(), idle, Some(qp), tried);
+            }
+            None => {}
         }
         Ok(())
+    }
+
+    /// The time of a post left to the pollers (`left`) that reads no clock:
+    /// the lane's last poll, or the clock's if it never polled. The time
+    /// serves only to ask whether a poll lease holds and to mark the work
+    /// left (crate::callertx; spec/performance.md §32). A lease that ended
+    /// since is still caught: the progress thread, if it sleeps watching
+    /// the socket, is rung (`Shared::leave_to_poller`); if it sleeps aside,
+    /// it wakes at the lease's end it slept for; awake, it sees the mark
+    /// before it sleeps. An earlier mark only lets other polling threads
+    /// take the work sooner.
+    fn last_poll_or_now(&self) -> Nanos {
+        let tx = self.shared.caller_tx.as_ref();
+        tx.and_then(crate::callertx::CallerTx::last_poll)
+            .unwrap_or_else(|| self.shared.clock.now())
     }
 
     /// Whether a post at `now` waits for its answer, and until when, with

@@ -137,6 +137,46 @@ fn ending_the_lease_gives_the_socket_back_at_once() {
     assert_eq!(d.waker().writes(), writes);
 }
 
+/// A post to a busy queue reads no clock: it asks whether the lease holds
+/// at the time of the lane's last poll (`Driver::post`). Long after that
+/// poll, with the lease over and the progress thread asleep on the socket,
+/// the stale time still sees the lease, yet the work is not stranded: the
+/// doorbell wakes the progress thread, which sends it.
+#[test]
+fn a_busy_post_long_after_the_last_poll_still_wakes_the_sender() {
+    let d = start(
+        Fake::default(),
+        "127.0.65.9:0",
+        Duration::from_millis(2),
+        true,
+    );
+    let p = peer("127.0.65.10:0");
+    lease(&d);
+    // The lease ends; the progress thread sleeps watching the socket again.
+    let watching = |d: &Driver<Fake>| {
+        let c = d.counters();
+        c.sleeps - c.aside_sleeps
+    };
+    let before = watching(&d);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(wait_until(|| watching(&d) > before));
+    let to = p.local_addr().unwrap();
+    d.with(|e| e.s().outbox.push_back((to, b"busy".to_vec())));
+    let writes = d.waker().writes();
+    let no_direct = |_: &Fake, _: u64, _: &mut dyn sv_io::Room| None::<Result<usize, ()>>;
+    // The WR waits on a send ring that was not idle.
+    d.post(false, 7, no_direct, || Ok(Some(false))).unwrap();
+    assert_eq!(d.waker().writes(), writes + 1, "the doorbell rang");
+    let mut buf = [0u8; 8];
+    let (n, from) = p.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..n], from), (&b"busy"[..], d.local_addr()));
+    assert_eq!(
+        d.counters().caller_datagrams,
+        0,
+        "the progress thread sent it"
+    );
+}
+
 #[test]
 fn the_polling_thread_sends_the_reply_itself() {
     let d = start(Fake::echo(), "127.0.65.7:0", Duration::from_secs(10), true);

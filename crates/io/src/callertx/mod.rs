@@ -67,7 +67,7 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use crate::batch::{self, Fill, Item, TxBatch, TxSink, BURST};
@@ -230,6 +230,13 @@ impl<C> CallerTx<C> {
         if was == 0 || was > at {
             mark.store(at, SeqCst);
         }
+    }
+
+    /// When a thread of the calling thread's lane last polled a CQ, if one
+    /// ever did.
+    pub(crate) fn last_poll(&self) -> Option<Nanos> {
+        let at = self.polled.mine().load(Relaxed);
+        (at != 0).then_some(at)
     }
 
     /// A thread of the calling thread's lane polls a CQ at `now`.
