@@ -23,20 +23,27 @@ pub fn two_hosts() -> Option<testkit::Netns> {
     testkit::Netns::pair("svx", HOSTS)
 }
 
-/// The drop-in library's directory, or None (skip; fail under SOFTVERBS_REQUIRE_TOOLS).
+/// The drop-in libraries' directory, or None (skip; fail under
+/// SOFTVERBS_REQUIRE_TOOLS): `SOFTVERBS_LIBIBVERBS_DIR`, else one made of
+/// the `libibverbs.so` (and `librdmacm.so`, which programs of the
+/// connection manager such as libfabric's verbs provider load) a cargo
+/// build left in `target/debug` or `target/release`.
 pub fn lib_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("SOFTVERBS_LIBIBVERBS_DIR") {
         return Some(PathBuf::from(d));
     }
     let target = Path::new(BIN).parent()?.parent()?.to_path_buf();
     for profile in ["debug", "release"] {
-        let so = target.join(profile).join("libibverbs.so");
-        if so.exists() {
+        let built = target.join(profile);
+        if built.join("libibverbs.so").exists() {
             let dir = target.join("libibverbs-exec-test");
             std::fs::create_dir_all(&dir).ok()?;
-            let link = dir.join("libibverbs.so.1");
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&so, &link).ok()?;
+            for lib in ["libibverbs", "librdmacm"] {
+                let so = built.join(format!("{lib}.so"));
+                if so.exists() {
+                    link_into(&dir, &format!("{lib}.so.1"), &so)?;
+                }
+            }
             return Some(dir);
         }
     }
@@ -46,6 +53,20 @@ pub fn lib_dir() -> Option<PathBuf> {
     );
     eprintln!("skipping: no libibverbs.so.1 built (set SOFTVERBS_LIBIBVERBS_DIR)");
     None
+}
+
+/// `dir/name` → `target`, made under a name of this thread's own and
+/// renamed into place: tests of one binary run in parallel, and a rename
+/// replaces atomically where remove-then-link races.
+fn link_into(dir: &Path, name: &str, target: &Path) -> Option<()> {
+    let tmp = dir.join(format!(
+        ".{name}.{}.{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp).ok()?;
+    std::fs::rename(&tmp, dir.join(name)).ok()
 }
 
 pub fn have(tool: &str) -> bool {
