@@ -30,6 +30,7 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,10 +106,13 @@ static int gso_turn(int s, int to_port, int send_first, int first) {
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(to_port)};
     inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
     char out[60] = {0}, in[4][128];
-    char ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+    union { /* a control buffer aligned for its header */
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl = {{0}};
     struct iovec iv = {out, 60};
     struct msghdr m = {.msg_name = &to, .msg_namelen = sizeof to, .msg_iov = &iv,
-                       .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+                       .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_UDP;
     c->cmsg_type = UDP_SEGMENT;
@@ -120,13 +124,17 @@ static int gso_turn(int s, int to_port, int send_first, int first) {
     int want = (!send_first && first) ? 40 : 60, have = 0;
     struct iovec ii[4];
     struct mmsghdr got[4];
-    char gctl[4][64];
+    union {
+        char buf[64];
+        struct cmsghdr align;
+    } gctl[4];
     double t0 = now_us();
     while (have < want) {
         for (int i = 0; i < 4; i++) {
             ii[i] = (struct iovec){in[i], sizeof in[i]};
             got[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &ii[i], .msg_iovlen = 1,
-                                                  .msg_control = gctl[i], .msg_controllen = 64}};
+                                                  .msg_control = gctl[i].buf,
+                                                  .msg_controllen = sizeof gctl[i].buf}};
         }
         int n = recvmmsg(s, got, 4, MSG_DONTWAIT, NULL);
         if (n > 0)
