@@ -1,9 +1,20 @@
 /* What the floor programs (wakeup-floor.c, pingpong-floor.c) share: the
  * clock they stamp round trips with, and the line they report them in
- * (send-cost.c and cma-cost.c use the clock and the comparison). */
+ * (send-cost.c and cma-cost.c use the clock and the comparison; they and
+ * udp-ceiling.c the UDP GSO/GRO option numbers). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <netinet/udp.h>
 #include <time.h>
+
+/* The UDP socket options of GSO and GRO (linux/udp.h), for C libraries
+ * whose netinet/udp.h lacks them. */
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 static inline double now_us(void) {
     struct timespec t;

@@ -92,13 +92,6 @@ static int rc_turn(int s, int to_port, int send_first, int first) {
     return 0;
 }
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
-
 /* One turn of udp-gso: the token and (after the first turn) the ACK of the
  * one that came, as one GSO message, then spin until the peer's bytes came
  * (60 a turn: both segments, whether they arrive coalesced or not). */

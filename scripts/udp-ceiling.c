@@ -24,12 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "floor.h"
 
 enum { SEGMENT = 4112, PER_SEND = 15, SENDS = 16, READS = 16, READ_LEN = 65536 };
 
