@@ -132,6 +132,65 @@ fn a_request_is_acknowledged_at_once_through_the_way_out() {
     assert!(!net.a.e.qp_tx_pending(qa));
 }
 
+/// A way out that notes, at each publish, how many whole WRITEs its
+/// engine has counted (`Engine::writes_taken`).
+struct Noting<'a> {
+    keep: Keep,
+    e: &'a Engine,
+    counted: Vec<u64>,
+}
+
+impl Room for Noting<'_> {
+    fn room(&mut self, to: SocketAddr, qpn: u32) -> Option<&mut [u8]> {
+        self.keep.room(to, qpn)
+    }
+
+    fn publish(&mut self, t: &Transmit) {
+        self.counted.push(self.e.writes_taken().0);
+        self.keep.publish(t);
+    }
+}
+
+/// A program spinning on its memory sees a WRITE's bytes as soon as they
+/// are placed and posts its answer at once; the driver's linger reads the
+/// count then to know that the post answers a WRITE. So the count must
+/// not wait for the ACK: the WRITE is counted before its ACK is built,
+/// whether taken alone or in a ring's batch (spec/performance.md §33).
+#[test]
+fn a_write_is_counted_before_its_ack_is_built() {
+    for batch in [false, true] {
+        let mut net = Net::new();
+        posted_write(&mut net, 64);
+        let mut buf = vec![0u8; 9000];
+        let t = net
+            .a
+            .e
+            .poll_transmit(net.now, &net.a.mem, &mut buf)
+            .expect("A's WRITE");
+        let (a, b) = (
+            SocketAddr::new(net.a.ip, 4791),
+            SocketAddr::new(net.b.ip, 4791),
+        );
+        let (e, mem) = (&net.b.e, &net.b.mem);
+        assert_eq!(e.writes_taken().0, 0);
+        let mut way = Noting {
+            keep: Keep::new(true),
+            e,
+            counted: Vec::new(),
+        };
+        let datagram = &buf[..t.len];
+        if batch {
+            let mut it = std::iter::once(datagram);
+            e.handle_local_batch(net.now, (a, b), &mut it, mem, Some(&mut way));
+        } else {
+            e.handle_local_datagram(net.now, a, b, datagram, mem, Some(&mut way));
+        }
+        assert!(is_ack(&way.keep.out[0].1), "batch {batch}: the ACK left");
+        assert_eq!(way.counted, [1], "batch {batch}: counted when the ACK left");
+        assert_eq!(e.writes_taken().0, 1, "batch {batch}: counted once");
+    }
+}
+
 #[test]
 fn without_room_the_ack_waits_for_a_transmit_turn() {
     let mut net = Net::new();

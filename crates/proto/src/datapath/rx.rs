@@ -105,7 +105,7 @@ impl Engine {
         let grh = [0; 40];
         let mut each = *repr;
         let response = repr.opcode().is_response();
-        let (dropped, whole, sent) = self.drive_locked(h, q, mem, |q, env, sink| {
+        let (dropped, sent) = self.drive_locked(h, q, mem, |q, env, sink| {
             q.dp.counters.runs_received += 1;
             let mut dropped = 0;
             let mut whole = false;
@@ -131,12 +131,13 @@ impl Engine {
                 dropped += u64::from(dropped_one);
                 whole |= !dropped_one && ends_write(&each);
             }
+            // Counted as placed, before the responses (`took_writes`).
+            self.took_writes(now, u64::from(whole));
             let sent = respond.map_or((0, 0), |r| q.respond_now(env, r));
-            (dropped, whole, sent)
+            (dropped, sent)
         });
         self.responded(sent);
         c.drop_by_qp.add(dropped);
-        self.took_writes(now, u64::from(whole));
     }
 
     /// Datagrams of one same-host ring read together (a stream's batch,
@@ -222,7 +223,7 @@ impl Engine {
             };
             let qpn = repr.bth.dest_qp.get();
             let grh = [0; 40];
-            let (dropped, writes, sent) = self.drive_locked(h, q, mem, |q, env, sink| {
+            let (dropped, sent) = self.drive_locked(h, q, mem, |q, env, sink| {
                 let (mut dropped, mut writes) = (0, 0);
                 let mut take = |q: &mut crate::qp::actor::Qp, repr: &TransportRepr, bytes| {
                     let pkt = Packet {
@@ -257,13 +258,14 @@ impl Engine {
                         }
                     }
                 }
+                // Counted as placed, before the responses (`took_writes`).
+                self.took_writes(now, writes);
                 let reply = next.is_none().then(|| respond.take()).flatten();
                 let sent = reply.map_or((0, 0), |r| q.respond_now(env, r));
-                (dropped, writes, sent)
+                (dropped, sent)
             });
             self.responded(sent);
             self.dev.counters.mine().drop_by_qp.add(dropped);
-            self.took_writes(now, writes);
         }
     }
 
@@ -344,13 +346,15 @@ impl Engine {
         };
         let (dropped, sent) = self.drive_locked(h, q, mem, |q, env, sink| {
             let dropped = q.on_packet(now, env, &pkt, sink);
+            if !dropped && ends_write(repr) && !own {
+                // Counted as placed, before the responses (`took_writes`).
+                self.took_writes(now, 1);
+            }
             (dropped, respond.map_or((0, 0), |r| q.respond_now(env, r)))
         });
         self.responded(sent);
         if dropped {
             self.dev.counters.mine().drop_by_qp.bump();
-        } else if ends_write(repr) && !own {
-            self.took_writes(now, 1);
         }
     }
 
