@@ -8,6 +8,7 @@ use softverbs::raw;
 use softverbs::WorkCompletion;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use sv_io::stamp::Point;
 
 #[repr(C)]
 pub(crate) struct CqBlock {
@@ -304,6 +305,7 @@ pub(crate) unsafe extern "C" fn poll_cq(
     num_entries: c_int,
     wc: *mut ibv_wc,
 ) -> c_int {
+    sv_io::stamp::at(Point::PollEntry);
     let b = match block::<CqBlock>("ibv_poll_cq", cq) {
         Ok(b) => b,
         Err(e) => return -e,
@@ -319,6 +321,11 @@ pub(crate) unsafe extern "C" fn poll_cq(
         // hands over at most that many.
         unsafe { wc.add(i).write(to_c(&w)) };
         i += 1;
+    });
+    sv_io::stamp::at(if n > 0 {
+        Point::PollFound
+    } else {
+        Point::PollEmpty
     });
     n as c_int
 }

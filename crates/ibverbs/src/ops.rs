@@ -40,6 +40,7 @@ fn flush_at_exit() {
     static SAY: AtomicBool = AtomicBool::new(false);
     extern "C" fn flush() {
         sv_io::ab::report();
+        sv_io::stamp::report();
         if softverbs::flush_open_devices() > 0 && SAY.load(Relaxed) {
             const LINE: &[u8] =
                 b"softverbs: at exit, the progress thread sent what a poll had left\n";

@@ -14,6 +14,7 @@ use softverbs::{
     AtomicTarget, ImmData, RdmaTarget, RecvWr, SendFlags, SendWr, Sge, WrOpcode, WrTarget,
 };
 use std::ffi::{c_int, c_void};
+use sv_io::stamp::Point;
 
 /// More SGEs than any device offers: refused before anything is copied.
 const SGE_LIMIT: usize = 1024;
@@ -199,6 +200,7 @@ pub(crate) unsafe extern "C" fn post_send(
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     sv_io::ab::at_post();
+    sv_io::stamp::at(Point::PostEntry);
     let b = match block::<QpBlock>("ibv_post_send", qp) {
         Ok(b) => b,
         Err(e) => return e,
@@ -226,14 +228,16 @@ pub(crate) unsafe extern "C" fn post_send(
         }
         0
     };
-    SCRATCH.with(|s| match s.try_borrow_mut() {
+    let r = SCRATCH.with(|s| match s.try_borrow_mut() {
         Ok(mut s) => {
             let (sg, inline) = &mut *s;
             post_list(sg, inline)
         }
         // Not reentered in practice; fresh buffers if it ever is.
         Err(_) => post_list(&mut Vec::new(), &mut Vec::new()),
-    })
+    });
+    sv_io::stamp::at(Point::PostExit);
+    r
 }
 
 /// `ibv_bind_mw` (the ops slot; libibverbs' inline wrapper has checked the

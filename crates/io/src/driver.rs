@@ -53,6 +53,7 @@ use crate::events::{AsyncEventQueue, CompletionChannel, Registry, DEFAULT_EVENT_
 use crate::options::DriverOptions;
 use crate::progress::Progress;
 use crate::socket;
+use lanes::stamp::Point;
 use lanes::LaneSet;
 
 /// How often [`Driver::flush_left`] tries to transmit before it leaves the
@@ -505,6 +506,7 @@ impl<E: Engine> Driver<E> {
         direct: impl FnOnce(&E, Nanos, &mut dyn crate::Room) -> Option<Result<usize, X>>,
         ring: impl FnOnce() -> Result<Option<bool>, X>,
     ) -> Result<(), X> {
+        lanes::stamp::at(Point::DriverPost);
         let tx = self.shared.caller_tx.as_ref();
         let tried = idle && tx.is_some() && self.shared.shm.is_some();
         if tried {
@@ -619,12 +621,14 @@ impl<E: Engine> Driver<E> {
     fn wait_for_answer(&self, seen: u64, until: Nanos) {
         let s = &self.shared;
         Counters::add(&s.counters.post_waits, 1);
+        lanes::stamp::at(Point::WaitBegins);
         s.linger.wait_begins();
         let answered = loop {
             // One clock reading a turn: the poll's time and the bound's.
             let now = s.clock.now();
             crate::pollrx::drive_for(s, now, Some(seen));
             if s.engine().writes_taken().0 != seen {
+                lanes::stamp::at(Point::WaitAnswered);
                 break true;
             }
             if now >= until {

@@ -53,6 +53,8 @@ pub use engine::{AsyncEvent, Burst, Engine, Notification, Room, Transmit};
 pub use eventfd::EventFd;
 pub use events::{AsyncEventQueue, CompletionChannel, EventQueue, DEFAULT_EVENT_CAPACITY};
 pub use faults::{FaultConfig, FaultConfigError, FaultDirection, FaultValueError};
+/// Time stamps at named points (`lanes::stamp`; the `stamps` feature).
+pub use lanes::stamp;
 pub use lanes::LaneSet;
 pub use options::{DriverOptions, OptionsError};
 pub use progress::MAX_SLEEP;

@@ -74,6 +74,7 @@ use crate::engine::Engine;
 use crate::options::DriverOptions;
 use crate::share::Slot;
 use crate::sys;
+use lanes::stamp::Point;
 use lanes::LaneSet;
 
 /// Datagrams one application-thread read asks for.
@@ -636,6 +637,7 @@ fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
     let respond = shared.caller_tx.is_some();
     let instant = shared.clock.instant(now);
     shm.receive_in_place(instant, SLOTS * 16, c, respond, |batch, rooms| {
+        lanes::stamp::at(Point::RingTaken);
         shared.rx.working(now);
         let (mut n, mut bytes) = (0, 0);
         for (b, _) in batch.datagrams() {
@@ -646,6 +648,7 @@ fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
         Counters::add(&c.bytes_received, bytes);
         delivered += n;
         crate::shm::deliver(&*shared.engine(), now, local, batch, rooms);
+        lanes::stamp::at(Point::RingDelivered);
     });
     if let Some(peers) = shm.take_intact() {
         shared.engine().set_intact_peers(&peers);

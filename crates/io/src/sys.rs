@@ -10,6 +10,8 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use lanes::stamp::Point;
+
 pub(crate) mod packet;
 pub(crate) mod shm;
 
@@ -49,7 +51,15 @@ unsafe fn mmsg(
         )
     };
     // At most `n` on success.
-    usize::try_from(ret).map_err(|_| io::Error::last_os_error())
+    let got = usize::try_from(ret).map_err(|_| io::Error::last_os_error())?;
+    if got > 0 {
+        lanes::stamp::at(if nr == libc::SYS_recvmmsg {
+            Point::SocketTaken
+        } else {
+            Point::SocketSent
+        });
+    }
+    Ok(got)
 }
 
 /// Blocks every asynchronous signal in the calling thread (pthread_sigmask).

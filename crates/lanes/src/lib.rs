@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ab;
+pub mod stamp;
 
 use std::cell::Cell;
 use std::sync::atomic::{

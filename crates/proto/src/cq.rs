@@ -276,6 +276,7 @@ impl CqRing {
         self.slots[(self.tail & mask) as usize].store(&cqe::encode(&wc));
         self.tail += 1;
         self.shared.tail.store(self.tail, Release);
+        lanes::stamp::at(lanes::stamp::Point::CqPush);
         debug_assert!(self.len() <= self.capacity, "CQ beyond its capacity");
         // Pairs with the fence in `SharedCq::req_notify` (no lost event).
         fence(SeqCst);

@@ -201,6 +201,7 @@ impl Producer {
     /// Publishes the record of `len` bytes with `meta` whose datagram is
     /// already at `off` (after the wrap marker, if `wrap`).
     fn publish(&mut self, wrap: bool, off: usize, len: usize, meta: Meta) {
+        lanes::stamp::at(lanes::stamp::Point::RingPublish);
         let mut tail = self.tail;
         if wrap {
             // The rest of the ring to its end, >= 8: records and the

@@ -243,6 +243,7 @@ impl Engine {
         mem: &dyn Memory,
         way: &mut dyn Room,
     ) -> Option<Result<usize, crate::wr::PostError>> {
+        lanes::stamp::at(lanes::stamp::Point::EnginePost);
         let q = self.qps.get(h)?.lock();
         let (to, qpn) = through(&q, way)?;
         let ring = q.send_ring().clone();
