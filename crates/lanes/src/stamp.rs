@@ -15,7 +15,7 @@
 //! spinning program is mostly the spin, and a rare stall of 200 µs weighs
 //! as much as a thousand turns). Each pair's median is a step's typical
 //! cost, stamps included (about 40–60 ns each here: a clock reading, a
-//! thread-local, two atomic adds).
+//! thread-local, an atomic add).
 //!
 //! Why in this crate: the protocol core, the driver and the C ABI all
 //! depend on it.
