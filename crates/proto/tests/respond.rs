@@ -78,21 +78,25 @@ fn posted_write(net: &mut Net, len: u32) -> (QpHandle, u32, QpHandle) {
     (qa, na, qb)
 }
 
-/// A's next datagram, taken by B through its same-host entry with `way`.
-fn to_b(net: &Net, way: &mut Keep) {
+/// A's next datagram, and A's and B's addresses.
+fn from_a(net: &Net) -> (Vec<u8>, SocketAddr, SocketAddr) {
     let mut buf = vec![0u8; 9000];
     let t = net
         .a
         .e
         .poll_transmit(net.now, &net.a.mem, &mut buf)
         .expect("A's WRITE");
-    let (a, b) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
+    buf.truncate(t.len);
+    let a = SocketAddr::new(net.a.ip, 4791);
+    (buf, a, SocketAddr::new(net.b.ip, 4791))
+}
+
+/// A's next datagram, taken by B through its same-host entry with `way`.
+fn to_b(net: &Net, way: &mut Keep) {
+    let (datagram, a, b) = from_a(net);
     net.b
         .e
-        .handle_local_datagram(net.now, a, b, &buf[..t.len], &net.b.mem, Some(way));
+        .handle_local_datagram(net.now, a, b, &datagram, &net.b.mem, Some(way));
 }
 
 fn is_ack(datagram: &[u8]) -> bool {
@@ -161,16 +165,7 @@ fn a_write_is_counted_before_its_ack_is_built() {
     for batch in [false, true] {
         let mut net = Net::new();
         posted_write(&mut net, 64);
-        let mut buf = vec![0u8; 9000];
-        let t = net
-            .a
-            .e
-            .poll_transmit(net.now, &net.a.mem, &mut buf)
-            .expect("A's WRITE");
-        let (a, b) = (
-            SocketAddr::new(net.a.ip, 4791),
-            SocketAddr::new(net.b.ip, 4791),
-        );
+        let (datagram, a, b) = from_a(&net);
         let (e, mem) = (&net.b.e, &net.b.mem);
         assert_eq!(e.writes_taken().0, 0);
         let mut way = Noting {
@@ -178,12 +173,11 @@ fn a_write_is_counted_before_its_ack_is_built() {
             e,
             counted: Vec::new(),
         };
-        let datagram = &buf[..t.len];
         if batch {
-            let mut it = std::iter::once(datagram);
+            let mut it = std::iter::once(&datagram[..]);
             e.handle_local_batch(net.now, (a, b), &mut it, mem, Some(&mut way));
         } else {
-            e.handle_local_datagram(net.now, a, b, datagram, mem, Some(&mut way));
+            e.handle_local_datagram(net.now, a, b, &datagram, mem, Some(&mut way));
         }
         assert!(is_ack(&way.keep.out[0].1), "batch {batch}: the ACK left");
         assert_eq!(way.counted, [1], "batch {batch}: counted when the ACK left");
