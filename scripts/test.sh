@@ -31,5 +31,8 @@ echo "== the benchmarks compile (cargo bench runs them; never part of the tests)
 cargo check -q --benches -p softverbs-wire -p softverbs-proto
 echo "== cargo test --workspace"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
+echo "== the instruments' builds (scripts/ab.sh, scripts/stamps.sh): they compile, their own tests pass"
+cargo check -q -p softverbs-ibverbs --features ab,stamps
+cargo test -q -p softverbs-lanes --features ab,stamps 2>&1 | tee -a target/test-output.txt
 echo "== summary"
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d passed, %d failed, %d skipped\n", p, f, i }' target/test-output.txt
