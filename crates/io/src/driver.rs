@@ -1,7 +1,9 @@
 //! [`Driver`]: one UDP socket and one progress thread around an [`Engine`].
 //!
-//! The driver owns the engine (behind a reader-writer lock shared with the
-//! API layer), the socket (owned by the progress thread alone), the doorbell,
+//! The driver owns the engine (behind a sharded reader-writer lock shared
+//! with the API layer: each thread reads through its own shard, so the data
+//! path of several threads writes no common lock word; the write side takes
+//! every shard), the socket (owned by the progress thread alone), the doorbell,
 //! the completion channels and the async-event queue of one device. The
 //! engine's data path (receive, transmit, timers, notifications) runs under
 //! the read side, from the progress thread and the application threads at
@@ -39,7 +41,9 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 
@@ -121,7 +125,10 @@ impl Doorbell {
 
 /// State shared by the driver handle, the progress thread and the API layer.
 pub(crate) struct Shared<E: Engine> {
-    pub(crate) engine: RwLock<E>,
+    /// The engine: the data path reads it through the calling thread's
+    /// shard (no lock word shared between threads), the control verbs write
+    /// it through all shards (spec/concurrency.md §2).
+    pub(crate) engine: ShardedLock<E>,
     pub(crate) doorbell: Doorbell,
     pub(crate) stop: AtomicBool,
     pub(crate) counters: Counters,
@@ -165,7 +172,7 @@ impl<E: Engine> Shared<E> {
         let wait = opts.post_wait.as_nanos().min(u128::from(u64::MAX / 4)) as u64;
         let linger = crate::linger::Linger::new(if rx.enabled() { wait } else { 0 });
         Ok(Shared {
-            engine: RwLock::new(engine),
+            engine: ShardedLock::new(engine),
             doorbell: Doorbell::new()?,
             stop: AtomicBool::new(false),
             counters: Counters::default(),
@@ -185,13 +192,13 @@ impl<E: Engine> Shared<E> {
 
     /// The engine for a data-path call (the read side: other threads' data
     /// path runs at the same time, `Driver::with` waits).
-    pub(crate) fn engine(&self) -> RwLockReadGuard<'_, E> {
+    pub(crate) fn engine(&self) -> ShardedLockReadGuard<'_, E> {
         // A panic inside an engine call must not wedge the device forever.
         self.engine.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The engine if no `Driver::with` holds or waits for it.
-    pub(crate) fn try_engine(&self) -> Option<RwLockReadGuard<'_, E>> {
+    /// The engine if no `Driver::with` holds or waits for this thread's shard.
+    pub(crate) fn try_engine(&self) -> Option<ShardedLockReadGuard<'_, E>> {
         match self.engine.try_read() {
             Ok(e) => Some(e),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -725,5 +732,91 @@ impl<E: Engine> std::fmt::Debug for Driver<E> {
             .field("local", &self.local)
             .field("running", &self.thread.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Nanos;
+    use crate::engine::{Notification, Transmit};
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Barrier;
+
+    /// An engine with nothing to do: these tests are about its lock.
+    struct Idle;
+
+    impl Engine for Idle {
+        type Claims = ();
+        fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
+        fn poll_transmit(&self, _: Nanos, _: &mut [u8]) -> Option<Transmit> {
+            None
+        }
+        fn poll_timeout(&self) -> Option<Nanos> {
+            None
+        }
+        fn has_work(&self) -> bool {
+            false
+        }
+        fn handle_timeout(&self, _: Nanos) {}
+        fn poll_notification(&self) -> Option<Notification> {
+            None
+        }
+    }
+
+    fn shared() -> Arc<Shared<Idle>> {
+        let socket = crate::socket::bind("127.0.0.1:0".parse().unwrap(), 1 << 16, 1 << 16).unwrap();
+        let local = socket.local_addr().unwrap();
+        let opts = DriverOptions::default();
+        Arc::new(Shared::new(Idle, Clock::new(), &socket, local, &opts).unwrap())
+    }
+
+    /// Every thread reads through a shard of its own, so the write side must
+    /// wait for the readers of every shard: an MR's deregistration waits for
+    /// every packet that may still place into it (`softverbs::mem`).
+    #[test]
+    fn a_control_step_waits_for_the_data_path_of_every_thread() {
+        const READERS: usize = 9; // more threads than shards
+        let s = shared();
+        let holding = Arc::new(Barrier::new(READERS + 1));
+        let release = Arc::new(Barrier::new(READERS + 1));
+        let readers: Vec<_> = (0..READERS)
+            .map(|_| {
+                let (s, holding, release) = (s.clone(), holding.clone(), release.clone());
+                std::thread::spawn(move || {
+                    let guard = s.engine();
+                    holding.wait();
+                    release.wait();
+                    drop(guard);
+                })
+            })
+            .collect();
+        holding.wait();
+        let written = Arc::new(AtomicUsize::new(0));
+        let writer = {
+            let (s, written) = (s.clone(), written.clone());
+            std::thread::spawn(move || {
+                let _all = s.engine.write().unwrap_or_else(PoisonError::into_inner);
+                written.store(1, SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(written.load(SeqCst), 0, "the write side went past a reader");
+        release.wait();
+        readers.into_iter().for_each(|r| r.join().unwrap());
+        writer.join().unwrap();
+        assert_eq!(written.load(SeqCst), 1);
+    }
+
+    /// Readers never wait for each other.
+    #[test]
+    fn the_data_path_of_one_thread_does_not_wait_for_another() {
+        let s = shared();
+        let _mine = s.engine();
+        let other = s.clone();
+        let got = std::thread::spawn(move || other.try_engine().is_some())
+            .join()
+            .unwrap();
+        assert!(got);
     }
 }

@@ -30,7 +30,7 @@ impl Engine for Keep {
 }
 
 /// The engine, to change what it says (no other thread uses it).
-fn keep(s: &Shared<Keep>) -> std::sync::RwLockWriteGuard<'_, Keep> {
+fn keep(s: &Shared<Keep>) -> crossbeam_utils::sync::ShardedLockWriteGuard<'_, Keep> {
     s.engine.write().unwrap()
 }
 
