@@ -63,7 +63,7 @@ field() { # key n: the median over the rounds of field n of the recorded rows, o
 # iterations take about 10 ms at 64 B, which measures the start, not the rate.
 secs="${PERFTEST_SECONDS:-2}"
 latn="-n 10000"
-tcps="" floors="" spins_udp="" spins_rc="" spins_gso="" spins_mem="" udps="" shms="" # the baselines of every round, one per line
+tcps="" floors="" spins_udp="" spins_rc="" spins_gso="" spins_mem="" udps="" roces="" shms="" # the baselines of every round, one per line
 for round in $(seq "$rounds"); do
   [[ $rounds -gt 1 ]] && echo "===== round $round of $rounds"
   shm=0
@@ -122,6 +122,10 @@ for round in $(seq "$rounds"); do
     uout=$(timeout 30 target/udp-ceiling 19496 2) || true
     echo "${uout:-no result}"
     udps+="$(awk '/received/ { print $1 }' <<<"$uout")"$'\n'
+    echo "== the RoCEv2 floor on UDP (udp-ceiling.c roce): the same, with the ICRC computed by the sender and checked by the receiver, and the payload placed"
+    uout=$(timeout 30 target/udp-ceiling 19496 2 roce) || true
+    echo "${uout:-no result}"
+    roces+="$(awk '/received/ { print $1 }' <<<"$uout")"$'\n'
   else
     echo "no C compiler: no ceiling (apt-get install -y gcc)"
   fi
@@ -167,6 +171,7 @@ echo "${threads_out:-no result}"
 vs_one() { awk -v t="$1" '$1 == t && $NF ~ /x$/ { sub(/x$/, "", $NF); print $NF }' <<<"$threads_out"; }
 
 udp_mib=$(median <<<"$udps")     # MiB/s received
+roce_mib=$(median <<<"$roces")   # MiB/s received
 shm_mib=$(median <<<"$shms")     # MiB/s received
 
 ratio() { # a b: a / b to 3 places, or "-"
@@ -187,6 +192,10 @@ row "the UDP ceiling / iperf3 TCP" "$(ratio "$udp_mib" "$tcp_mib")" x ""
 row "ib_write_bw 64 KiB / the UDP ceiling" "$(ratio "$(field "ib_write_bw -D $secs" 4)" "$udp_mib")" x ""
 row "ib_read_bw 64 KiB / the UDP ceiling" "$(ratio "$(field "ib_read_bw -D $secs" 4)" "$udp_mib")" x ""
 row "ib_send_bw 64 KiB / the UDP ceiling" "$(ratio "$(field "ib_send_bw -D $secs" 4)" "$udp_mib")" x ""
+row "the RoCEv2 floor on UDP / iperf3 TCP" "$(ratio "$roce_mib" "$tcp_mib")" x ""
+row "ib_write_bw 64 KiB / the RoCEv2 floor" "$(ratio "$(field "ib_write_bw -D $secs" 4)" "$roce_mib")" x ""
+row "ib_read_bw 64 KiB / the RoCEv2 floor" "$(ratio "$(field "ib_read_bw -D $secs" 4)" "$roce_mib")" x ""
+row "ib_send_bw 64 KiB / the RoCEv2 floor" "$(ratio "$(field "ib_send_bw -D $secs" 4)" "$roce_mib")" x ""
 row "ib_write_lat 2 B typical" "$(orx "$(field "ib_write_lat $latn" 5)")" us "<= 5"
 row "ib_write_lat 2 B p99" "$(orx "$(field "ib_write_lat $latn" 8)")" us "<= 25"
 row "ib_write_lat typical / the wake-up floor" "$(ratio "$(field "ib_write_lat $latn" 5)" "$floor")" x ""

@@ -34,5 +34,8 @@ cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
 echo "== the instruments' builds (scripts/ab.sh, scripts/stamps.sh): they compile, their own tests pass"
 cargo check -q -p softverbs-ibverbs --features ab,stamps
 cargo test -q -p softverbs-lanes --features ab,stamps 2>&1 | tee -a target/test-output.txt
+echo "== the C baselines of scripts/perftest.sh compile; udp-ceiling's folded CRC-32 is CRC-32"
+for c in scripts/*.c; do cc -O2 -Wall -Werror -o "target/$(basename "$c" .c)" "$c"; done
+target/udp-ceiling check
 echo "== summary"
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "%d passed, %d failed, %d skipped\n", p, f, i }' target/test-output.txt
