@@ -34,10 +34,7 @@ fn an_answer_goes_ahead_of_the_ack_of_the_write_it_answers() {
     let (qa, _, qb, _) = connect(&mut net, QpType::Rc);
     let (la, ra) = net.a.mr(0, 4096, 0xf);
     let (lb, rb) = net.b.mr(0, 4096, 0xf);
-    let (from_a, from_b) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
+    let (from_a, from_b) = (net.a.addr(), net.b.addr());
     let mut buf = vec![0u8; 9000];
     for round in 0..4u64 {
         // A writes 8 bytes into B's memory; B takes it and sends nothing yet.

@@ -124,10 +124,7 @@ fn a_burst_takes_a_qps_packets_as_its_turns_one_by_one_do() {
 fn what_a_burst_built_completes_at_the_sender() {
     let (mut net, _) = three_streams(5);
     let calls = by_bursts(&net, 7, 4);
-    let (from, to) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
+    let (from, to) = (net.a.addr(), net.b.addr());
     for d in calls.concat() {
         net.b.e.handle_datagram(net.now, from, to, &d, &net.b.mem);
     }

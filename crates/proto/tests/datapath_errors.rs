@@ -395,10 +395,7 @@ fn misaligned_atomic_from_a_peer_is_an_invalid_request() {
     let encap = wire::Encap::from_addrs(net.a.ip, net.b.ip, 4791).unwrap();
     let mut out = vec![0u8; 256];
     let n = r.emit(&mut out, &[], &encap).unwrap();
-    let (from, to) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
+    let (from, to) = (net.a.addr(), net.b.addr());
     net.b
         .e
         .handle_datagram(net.now, from, to, &out[..n], &net.b.mem);

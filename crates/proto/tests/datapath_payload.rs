@@ -97,7 +97,7 @@ fn run_junk(net: &mut Net, mut lose: impl FnMut(bool, u32) -> bool) {
                 if lose(from_a, *c) {
                     continue;
                 }
-                let (from, to) = (SocketAddr::new(src.ip, 4791), SocketAddr::new(dst.ip, 4791));
+                let (from, to) = (src.addr(), dst.addr());
                 dst.e
                     .handle_datagram(net.now, from, to, &buf[..t.len], &dst.mem);
             }

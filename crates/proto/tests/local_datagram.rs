@@ -46,10 +46,7 @@ fn write_caught(net: &mut Net, qa: QpHandle, la: u32, rb: u32, id: u64, seed: u8
 }
 
 fn ends(net: &Net) -> (SocketAddr, SocketAddr) {
-    (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    )
+    (net.a.addr(), net.b.addr())
 }
 
 #[test]

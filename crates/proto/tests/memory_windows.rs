@@ -797,10 +797,7 @@ fn an_invalidation_waits_for_a_placement_through_the_window() {
         .poll_transmit(now, &p.net.a.mem, &mut buf)
         .unwrap();
     let write = buf[..t.len].to_vec();
-    let (from, to) = (
-        SocketAddr::new(p.net.a.ip, 4791),
-        SocketAddr::new(p.net.b.ip, 4791),
-    );
+    let (from, to) = (p.net.a.addr(), p.net.b.addr());
     let mem = HeldWrite {
         base: BASE,
         bytes: std::sync::Mutex::new(vec![0; 4096]),

@@ -77,10 +77,7 @@ fn writes_sent(net: &mut Net, n: u64) -> (QpHandle, Vec<Vec<u8>>) {
 /// B takes `datagram` at `at`; its answers reach A at `at` (the engine's
 /// clock told first, as the driver does). How many.
 fn answered(net: &mut Net, datagram: &[u8], at: u64) -> usize {
-    let (from_a, from_b) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
+    let (from_a, from_b) = (net.a.addr(), net.b.addr());
     net.b.e.set_now(at);
     net.b
         .e

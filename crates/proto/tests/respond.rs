@@ -49,25 +49,29 @@ impl Room for Keep {
     }
 }
 
+/// `from`'s signaled `len`-byte RDMA WRITE `wr_id` on its QP `qp` into
+/// `to`'s memory, each side through a new MR.
+fn post_write(from: &mut Node, to: &mut Node, qp: QpHandle, wr_id: u64, len: u32) {
+    let (lkey, _) = from.mr(0, 1 << 16, 1);
+    let (_, rkey) = to.mr(0, 1 << 16, 1 | 2 | 4 | 8);
+    let sg = [Sge {
+        addr: BASE,
+        length: len,
+        lkey,
+    }];
+    let t = WrTarget::Rdma(RdmaTarget {
+        remote_addr: BASE,
+        rkey,
+    });
+    let wr = send_wr(wr_id, WrOpcode::RdmaWrite, &sg, t);
+    from.e.post_send(qp, &wr, None).unwrap();
+}
+
 /// A connected RC pair; A's `len`-byte WRITE (signaled) posted. (A's QP
 /// and QPN, B's QP.)
 fn posted_write(net: &mut Net, len: u32) -> (QpHandle, u32, QpHandle) {
     let (qa, na, qb, _) = connect(net, QpType::Rc);
-    let (la, _) = net.a.mr(0, 1 << 16, 1);
-    let (_, rb) = net.b.mr(0, 1 << 16, 1 | 2 | 4 | 8);
-    let sg = [Sge {
-        addr: BASE,
-        length: len,
-        lkey: la,
-    }];
-    let t = WrTarget::Rdma(RdmaTarget {
-        remote_addr: BASE,
-        rkey: rb,
-    });
-    net.a
-        .e
-        .post_send(qa, &send_wr(1, WrOpcode::RdmaWrite, &sg, t), None)
-        .unwrap();
+    post_write(&mut net.a, &mut net.b, qa, 1, len);
     // What the connection left (turns that find nothing) goes first.
     let mut buf = vec![0u8; 9000];
     assert!(net
@@ -87,8 +91,8 @@ fn from_a(net: &Net) -> (Vec<u8>, SocketAddr, SocketAddr) {
         .poll_transmit(net.now, &net.a.mem, &mut buf)
         .expect("A's WRITE");
     buf.truncate(t.len);
-    let a = SocketAddr::new(net.a.ip, 4791);
-    (buf, a, SocketAddr::new(net.b.ip, 4791))
+    let a = net.a.addr();
+    (buf, a, net.b.addr())
 }
 
 /// A's next datagram, taken by B through its same-host entry with `way`.
@@ -111,7 +115,7 @@ fn a_request_is_acknowledged_at_once_through_the_way_out() {
     let sent = net.b.e.counters().packets_sent;
     let mut way = Keep::new(true);
     to_b(&net, &mut way);
-    let a = SocketAddr::new(net.a.ip, 4791);
+    let a = net.a.addr();
     assert_eq!(way.asked, [(a, na)], "room asked for A's QP");
     assert_eq!(way.out.len(), 1, "one datagram published");
     let (to, ack) = &way.out[0];
@@ -126,7 +130,7 @@ fn a_request_is_acknowledged_at_once_through_the_way_out() {
         .poll_transmit(net.now, &net.b.mem, &mut buf)
         .is_none());
     // It completes A's WRITE.
-    let b = SocketAddr::new(net.b.ip, 4791);
+    let b = net.b.addr();
     net.a.e.handle_datagram(net.now, b, a, ack, &net.a.mem);
     let wc = net.a.poll();
     assert_eq!(wc.len(), 1);
@@ -210,21 +214,7 @@ fn a_qp_a_transmitting_thread_claims_answers_after_its_packets() {
     let (_, _, qb) = posted_write(&mut net, 64);
     // B's own two-packet WRITE to A; a transmitting thread claims B's QP
     // with its first packet.
-    let (lb, _) = net.b.mr(0, 1 << 16, 1);
-    let (_, ra) = net.a.mr(0, 1 << 16, 1 | 2 | 4 | 8);
-    let sg = [Sge {
-        addr: BASE,
-        length: 2 * 1024,
-        lkey: lb,
-    }];
-    let t = WrTarget::Rdma(RdmaTarget {
-        remote_addr: BASE,
-        rkey: ra,
-    });
-    net.b
-        .e
-        .post_send(qb, &send_wr(2, WrOpcode::RdmaWrite, &sg, t), None)
-        .unwrap();
+    post_write(&mut net.b, &mut net.a, qb, 2, 2 * 1024);
     let mut buf = vec![0u8; 9000];
     let mut claims = TxClaims::default();
     let first = net
@@ -273,7 +263,7 @@ fn a_posts_packets_go_straight_through_the_room_and_the_rest_wait_for_turns() {
     let sent = e.counters().packets_sent;
     // At most four at once, to B's QP, in PSN order; published as built.
     assert_eq!(e.transmit_posted_through(qa, now, mem, &mut way), Some(4));
-    let b = SocketAddr::new(net.b.ip, 4791);
+    let b = net.b.addr();
     assert!(way.asked.iter().all(|&w| w == (b, nb)));
     let psns: Vec<u32> = way
         .out
@@ -363,7 +353,7 @@ fn a_streams_ready_qps_go_straight_through_the_room_within_the_budget() {
         e.transmit_ready_through(now, mem, &mut claims, &mut way, 64),
         6
     );
-    let b = SocketAddr::new(net.b.ip, 4791);
+    let b = net.b.addr();
     assert!(way.asked.iter().all(|&w| w == (b, nb)));
     let psns: Vec<u32> = way.out.iter().map(|(_, d)| psn_of(d)).collect();
     assert_eq!(psns.len(), 6);
@@ -488,14 +478,11 @@ fn a_post_to_an_idle_queue_goes_straight_into_the_queue_and_the_room() {
     let (e, mem, now) = (&net.a.e, &net.a.mem, net.now);
     let sent = e.post_send_through(qa, &write_wr(7, &sg, rb), None, now, mem, &mut way);
     assert_eq!(sent, Some(Ok(1)), "the WRITE left through the room");
-    assert_eq!(way.asked[0], (SocketAddr::new(net.b.ip, 4791), nb));
+    assert_eq!(way.asked[0], (net.b.addr(), nb));
     assert_eq!(ring.pending(), 0, "no slot of the ring was used");
     assert_eq!(ring.queued(), 1, "counted as a post is");
     // B takes it and answers; A's WRITE completes, and the count goes down.
-    let (a, b) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
+    let (a, b) = (net.a.addr(), net.b.addr());
     let mut back = Keep::new(true);
     let (_, d) = &way.out[0];
     net.b
@@ -686,10 +673,7 @@ enum Entry {
 /// What B makes of `datagrams` taken as `entry` says, and what A completes
 /// once B's responses are taken back.
 fn outcome(mut net: Net, datagrams: &[Vec<u8>], entry: Entry) -> Outcome {
-    let (a, b) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
+    let (a, b) = (net.a.addr(), net.b.addr());
     let mut room = Keep::new(true);
     let mut it = datagrams.iter().map(Vec::as_slice);
     let (e, mem) = (&net.b.e, &net.b.mem);

@@ -236,10 +236,7 @@ fn a_run_that_breaks_a_rule_is_dropped_whole() {
         .poll_transmit_run(net.now, &net.a.mem, &mut buf, &mut claims)
         .unwrap();
     let segs = t.segments.expect("a 3-packet WRITE goes as a run");
-    let (a, b) = (
-        SocketAddr::new(net.a.ip, 4791),
-        SocketAddr::new(net.b.ip, 4791),
-    );
+    let (a, b) = (net.a.addr(), net.b.addr());
     let bytes = &buf[..t.len];
     let bad = [
         Segments { mss: 1000, ..segs },

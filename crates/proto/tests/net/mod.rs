@@ -60,6 +60,11 @@ impl Node {
         Gid::from(self.ip)
     }
 
+    /// Where its RoCEv2 datagrams come from and go to (UDP port 4791).
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, 4791)
+    }
+
     pub fn poll(&mut self) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         self.e.poll_cq(self.cq, 1024, &mut out).unwrap();
@@ -117,7 +122,7 @@ impl Net {
                 if dropped {
                     continue;
                 }
-                let (from, to) = (SocketAddr::new(src.ip, 4791), SocketAddr::new(dst.ip, 4791));
+                let (from, to) = (src.addr(), dst.addr());
                 dst.e
                     .handle_datagram(self.now, from, to, &buf[..t.len], &dst.mem);
             }
@@ -129,10 +134,7 @@ impl Net {
     /// (the simulator's kind of interleaving), B's `drop_nth` packet (1-based)
     /// lost; no timers. Bounded by `rounds`. Returns (A's packets, B's packets).
     pub fn lockstep(&mut self, rounds: u32, drop_nth: u32) -> (u32, u32) {
-        let (from_a, from_b) = (
-            SocketAddr::new(self.a.ip, 4791),
-            SocketAddr::new(self.b.ip, 4791),
-        );
+        let (from_a, from_b) = (self.a.addr(), self.b.addr());
         let mut buf = vec![0u8; 9000];
         let (mut sent_a, mut sent_b) = (0u32, 0u32);
         for _ in 0..rounds {
@@ -290,7 +292,7 @@ pub fn transmit_local(
     sent: &mut Vec<Vec<u8>>,
     drop_run: &mut bool,
 ) -> u32 {
-    let (a, b) = (SocketAddr::new(from.ip, 4791), SocketAddr::new(to.ip, 4791));
+    let (a, b) = (from.addr(), to.addr());
     let mut claims = proto::sched::TxClaims::default();
     let mut nruns = 0;
     loop {
