@@ -40,7 +40,10 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+    Ordering::SeqCst,
+};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard};
@@ -158,6 +161,51 @@ pub(crate) struct Shared<E: Engine> {
     /// the application threads' when they transmit or poll. Lock order:
     /// the transmit gate, then this, then the engine.
     pub(crate) shm: Option<Mutex<crate::shm::ShmPath>>,
+    /// Whether the same-host path has a ring either way, as its lock's last
+    /// holder left it ([`ShmGuard`]): a thread that transmits or polls
+    /// takes that device-wide lock only when there is a ring to build in or
+    /// read, so a device whose peers all go by UDP (or by its own loopback)
+    /// keeps the lock off its per-packet path. A hint: a ring that comes
+    /// meanwhile is found at the next look, and the datagrams meanwhile go
+    /// through the batch, whose flush asks the path (it waits for the
+    /// lock) before the socket.
+    pub(crate) shm_rings: AtomicBool,
+}
+
+/// The same-host path, locked; on release it records in
+/// [`Shared::shm_rings`] whether the path has a ring.
+pub(crate) struct ShmGuard<'a> {
+    path: MutexGuard<'a, crate::shm::ShmPath>,
+    rings: &'a AtomicBool,
+}
+
+impl<'a> ShmGuard<'a> {
+    /// `path`, locked, which records whether it has a ring in `rings` on release.
+    pub(crate) fn new(path: MutexGuard<'a, crate::shm::ShmPath>, rings: &'a AtomicBool) -> Self {
+        ShmGuard { path, rings }
+    }
+}
+
+impl std::ops::Deref for ShmGuard<'_> {
+    type Target = crate::shm::ShmPath;
+    fn deref(&self) -> &Self::Target {
+        &self.path
+    }
+}
+
+impl std::ops::DerefMut for ShmGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.path
+    }
+}
+
+impl Drop for ShmGuard<'_> {
+    fn drop(&mut self) {
+        let rings = self.path.has_rings();
+        if self.rings.load(Relaxed) != rings {
+            self.rings.store(rings, Release);
+        }
+    }
 }
 
 impl<E: Engine> Shared<E> {
@@ -187,6 +235,7 @@ impl<E: Engine> Shared<E> {
             caller_tx: None,
             wake_at: AtomicU64::new(0),
             shm: None,
+            shm_rings: AtomicBool::new(false),
         })
     }
 
@@ -207,18 +256,32 @@ impl<E: Engine> Shared<E> {
     }
 
     /// The same-host path, waited for (see `Shared::shm`'s lock order).
-    pub(crate) fn shm(&self) -> Option<MutexGuard<'_, crate::shm::ShmPath>> {
+    pub(crate) fn shm(&self) -> Option<ShmGuard<'_>> {
         let m = self.shm.as_ref()?;
-        Some(m.lock().unwrap_or_else(PoisonError::into_inner))
+        Some(self.guard(m.lock().unwrap_or_else(PoisonError::into_inner)))
+    }
+
+    fn guard<'a>(&'a self, path: MutexGuard<'a, crate::shm::ShmPath>) -> ShmGuard<'a> {
+        ShmGuard::new(path, &self.shm_rings)
+    }
+
+    /// The same-host path if it has a ring ([`Shared::shm_rings`]) and no
+    /// other thread holds it: a transmitting or polling thread's way in.
+    pub(crate) fn shm_with_rings(&self) -> Option<ShmGuard<'_>> {
+        if !self.shm_rings.load(Acquire) {
+            return None;
+        }
+        self.try_shm()
     }
 
     /// The same-host path if no other thread holds it.
-    pub(crate) fn try_shm(&self) -> Option<MutexGuard<'_, crate::shm::ShmPath>> {
-        match self.shm.as_ref()?.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+    pub(crate) fn try_shm(&self) -> Option<ShmGuard<'_>> {
+        let path = match self.shm.as_ref()?.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(self.guard(path))
     }
 
     /// Delivers the notifications the engine has made.

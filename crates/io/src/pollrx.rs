@@ -626,7 +626,7 @@ fn read_socket<E: Engine>(
 /// The same-host path's rings (crate::shm), read where the datagrams lie
 /// if no other thread reads them; how many went to the engine.
 fn read_rings<E: Engine>(shared: &Shared<E>, now: Nanos) -> usize {
-    let Some(mut shm) = shared.try_shm() else {
+    let Some(mut shm) = shared.shm_with_rings() else {
         return 0;
     };
     let c = &shared.counters;

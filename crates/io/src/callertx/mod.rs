@@ -377,7 +377,7 @@ impl<E: Engine> Shared<E> {
                 // shm: the path before the engine (the lock order), to build
                 // datagrams straight into a peer's ring while nothing is
                 // queued before them (shm::ShmPath::build_in_ring).
-                let mut path = self.try_shm();
+                let mut path = self.shm_with_rings();
                 let engine = match self.try_engine() {
                     Some(e) => e,
                     None if round == 0 => return None,
@@ -517,7 +517,7 @@ impl<E: Engine> Shared<E> {
         f: impl FnOnce(&E, &mut dyn crate::Room) -> Option<T>,
     ) -> Option<(T, bool)> {
         self.caller_tx.as_ref()?;
-        let mut path = self.try_shm()?;
+        let mut path = self.shm_with_rings()?;
         let engine = self.try_engine()?;
         let mut rooms = path.rooms_for(&self.counters, crate::shm::Whose::Posts)?;
         let n = f(&engine, &mut rooms)?;

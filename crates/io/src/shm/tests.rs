@@ -189,6 +189,48 @@ fn datagrams_cross_both_ways_and_end_with_the_peer() {
     assert_eq!(c.snapshot().shm_fallbacks, 1);
 }
 
+/// A path says whether it has a ring either way, and its lock's guard
+/// leaves that in the flag the transmitting and polling threads read
+/// before they take the lock (`Shared::shm_with_rings`).
+#[test]
+fn the_flag_follows_the_rings_either_way() {
+    use crate::driver::ShmGuard;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Mutex;
+    let ip: IpAddr = "127.0.91.11".parse().unwrap();
+    let (_sa, a) = path(ip);
+    let (sb, b) = path(ip);
+    let c = Counters::default();
+    let (a, b) = (Mutex::new(a), Mutex::new(b));
+    let (ra, rb) = (AtomicBool::new(true), AtomicBool::new(true));
+    {
+        let (ga, gb) = (
+            ShmGuard::new(a.lock().unwrap(), &ra),
+            ShmGuard::new(b.lock().unwrap(), &rb),
+        );
+        assert!(!ga.has_rings() && !gb.has_rings(), "no peer yet");
+    }
+    assert!(
+        !ra.load(Relaxed) && !rb.load(Relaxed),
+        "a guard's release records it"
+    );
+    {
+        let mut ga = ShmGuard::new(a.lock().unwrap(), &ra);
+        let mut gb = ShmGuard::new(b.lock().unwrap(), &rb);
+        ring_up(&mut ga, &mut gb, SocketAddr::new(ip, 4791), sb.index(), &c);
+    }
+    assert!(ra.load(Relaxed), "the sender has a ring to its peer");
+    assert!(rb.load(Relaxed), "the receiver has a ring it reads");
+    // The receiver goes: the sender's peer is refused, no ring is left.
+    drop(b);
+    drop(sb);
+    {
+        let mut ga = ShmGuard::new(a.lock().unwrap(), &ra);
+        sleep_and_check(&mut ga, &c);
+    }
+    assert!(!ra.load(Relaxed), "the peer went, and its ring");
+}
+
 #[test]
 fn no_path_there_means_udp() {
     let ip: IpAddr = "127.0.91.2".parse().unwrap();
