@@ -45,10 +45,10 @@ use std::sync::atomic::{
     Ordering::SeqCst,
 };
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-
-use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
+
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard};
 
 use crate::callertx::CallerTx;
 use crate::capture::Capture;
