@@ -159,6 +159,12 @@ counters! {
     /// from a ring (`Engine::handle_local_datagram` with room; counted in
     /// `shm_built_in_ring` too).
     shm_responses,
+    /// Frames the kernel queued to the RAW_PACKET QPs' packet sockets (past
+    /// their filters), as it counts them (`PACKET_STATISTICS`, read when the
+    /// counters are: `Driver::counters`).
+    raw_kernel_queued,
+    /// Of them, frames the kernel dropped for want of room in the socket.
+    raw_kernel_drops,
 }
 
 /// Live counters of one driver: one [`CounterCells`] per counting slot. A

@@ -741,6 +741,7 @@ impl<E: Engine> Driver<E> {
 
     /// A snapshot of the traffic counters.
     pub fn counters(&self) -> CounterSnapshot {
+        self.shared.raw.read_kernel_counts(&self.shared.counters);
         self.shared.counters.snapshot()
     }
 

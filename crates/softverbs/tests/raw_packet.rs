@@ -406,6 +406,9 @@ fn rss_spreads_frames_over_the_tables_wqs() {
         c.raw,
         c.io
     );
+    // The kernel queued each frame to the RSS QP's socket once (its own
+    // sends are not read back, and its filter takes this MAC alone).
+    assert_eq!((c.io.raw_kernel_queued, c.io.raw_kernel_drops), (32, 0));
     let wq_nums: Vec<u32> = wqs.iter().map(WorkQueue::wq_num).collect();
     let mut used = std::collections::BTreeSet::new();
     let mut scratch = Vec::new();

@@ -130,6 +130,17 @@ pub(crate) struct RawSockets {
 }
 
 impl RawSockets {
+    /// Adds the kernel's counts of each socket since the last reading to
+    /// `c` (`raw_kernel_queued`, `raw_kernel_drops`).
+    pub(crate) fn read_kernel_counts(&self, c: &Counters) {
+        for s in self.lock().iter() {
+            if let Ok((queued, drops)) = sys::packet::statistics(s.fd.as_fd()) {
+                Counters::add(&c.raw_kernel_queued, u64::from(queued));
+                Counters::add(&c.raw_kernel_drops, u64::from(drops));
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<RawSocket>>> {
         self.list.lock().unwrap_or_else(PoisonError::into_inner)
     }
