@@ -200,47 +200,8 @@ pub(crate) fn recv_with_uid(
 /// `init_peercred`, `unix_stream_connect` → `copy_peercred`). None when nobody
 /// listens there or its backlog is full.
 pub(crate) fn abstract_listener_cred(name: &[u8]) -> Option<(i32, u32)> {
-    // SAFETY: all-zero is a valid sockaddr_un.
-    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if name.len() + 1 > sun.sun_path.len() {
-        return None;
-    }
-    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (dst, &b) in sun.sun_path[1..].iter_mut().zip(name) {
-        *dst = b as libc::c_char;
-    }
-    let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
-    // SAFETY: socket(2) with constant arguments; the result is checked.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: `fd` was just opened and is owned here from now on.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: `sun` is a live sockaddr_un and `len` covers the family and the name.
-    if unsafe { libc::connect(fd.as_raw_fd(), (&raw const sun).cast(), len) } != 0 {
-        return None;
-    }
-    // SAFETY: all-zero is a valid ucred.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut clen = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `clen` are live locals the kernel writes at most `clen` bytes into.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&raw mut cred).cast(),
-            &raw mut clen,
-        )
-    };
-    (r == 0).then_some((cred.pid, cred.uid))
+    let conn = shm::connect_abstract(name).ok()?;
+    shm::peer_cred(conn.as_fd()).ok()
 }
 
 /// This process's effective user ID.
@@ -269,9 +230,22 @@ pub(crate) fn getsockopt_int(
     level: libc::c_int,
     name: libc::c_int,
 ) -> io::Result<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `value` and `len` are live locals the kernel writes at most `len` bytes into.
+    getsockopt_value(fd, level, name, 0)
+}
+
+/// getsockopt(2) of an option whose value is the C type `T`, which the
+/// kernel writes over `value` (a plain C struct or integer: every bit
+/// pattern of it is a valid value; `c_int`, `ucred`, `tpacket_stats`).
+pub(crate) fn getsockopt_value<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    mut value: T,
+) -> io::Result<T> {
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live locals the kernel writes at most
+    // `len` bytes into, and any bytes it writes make a valid `T` (the
+    // contract above); fd is open for the call.
     let ret = unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),

@@ -60,23 +60,12 @@ pub(crate) fn attach_filter(fd: BorrowedFd<'_>, program: &[libc::sock_filter]) -
 /// (`PACKET_STATISTICS`, packet(7); reading resets them): frames queued to
 /// it (past its filter) and of them dropped for want of room.
 pub(crate) fn statistics(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
-    let mut stats = libc::tpacket_stats {
+    let zero = libc::tpacket_stats {
         tp_packets: 0,
         tp_drops: 0,
     };
-    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-    // SAFETY: `stats` and `len` are live locals the kernel writes at most
-    // `len` bytes into; fd is open for the call.
-    let ret = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            (&raw mut stats).cast(),
-            &raw mut len,
-        )
-    };
-    cvt(ret).map(|_| (stats.tp_packets, stats.tp_drops))
+    let stats = super::getsockopt_value(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, zero)?;
+    Ok((stats.tp_packets, stats.tp_drops))
 }
 
 /// Sends one frame on the bound interface.

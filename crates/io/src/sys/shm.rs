@@ -331,19 +331,9 @@ pub(crate) fn connect_abstract(name: &[u8]) -> io::Result<OwnedFd> {
 /// `listen`; for an accepted one, the connector's as of its `connect`).
 pub(crate) fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<(i32, u32)> {
     // SAFETY: all-zero is a valid ucred.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `len` are live locals the kernel writes at most `len` bytes into.
-    let r = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&raw mut cred).cast(),
-            &raw mut len,
-        )
-    };
-    cvt(r).map(|_| (cred.pid, cred.uid))
+    let zero: libc::ucred = unsafe { std::mem::zeroed() };
+    let cred = super::getsockopt_value(sock, libc::SOL_SOCKET, libc::SO_PEERCRED, zero)?;
+    Ok((cred.pid, cred.uid))
 }
 
 /// Copies `src` into `dst` (of equal length) with process_vm_readv(2) on
