@@ -130,6 +130,14 @@ pub(crate) struct RawSockets {
 }
 
 impl RawSockets {
+    /// Opens QP `qpn`'s socket on `port` and lists it.
+    fn open(&self, qpn: u32, port: &RawPort) -> io::Result<()> {
+        let socket = RawSocket::open(qpn, port)?;
+        self.lock().push(Arc::new(socket));
+        self.version.fetch_add(1, SeqCst);
+        Ok(())
+    }
+
     /// Adds the kernel's counts of each socket since the last reading to
     /// `c` (`raw_kernel_queued`, `raw_kernel_drops`).
     pub(crate) fn read_kernel_counts(&self, c: &Counters) {
@@ -156,10 +164,7 @@ impl<E: Engine> Driver<E> {
     /// nothing until [`Driver::add_flow`].
     pub fn open_raw(&self, qpn: u32) -> io::Result<RawPort> {
         let port = RawPort::of(self.local_addr().ip())?;
-        let socket = RawSocket::open(qpn, &port)?;
-        let raw = &self.shared().raw;
-        raw.lock().push(Arc::new(socket));
-        raw.version.fetch_add(1, SeqCst);
+        self.shared().raw.open(qpn, &port)?;
         self.doorbell();
         Ok(port)
     }
@@ -229,16 +234,24 @@ impl RawPath {
     }
 
     fn refresh<E: Engine>(&mut self, shared: &Shared<E>) {
-        let v = shared.raw.version.load(SeqCst);
-        if v != self.seen {
-            self.sockets.clone_from(&shared.raw.lock());
-            self.seen = v;
+        if self.sync_sockets(shared) {
             if self.sockets.is_empty() {
                 self.buf = Vec::new();
             } else {
                 self.buf.resize(MAX_FRAME, 0);
             }
         }
+    }
+
+    /// Takes the device's socket list again if it changed since; whether it did.
+    fn sync_sockets<E: Engine>(&mut self, shared: &Shared<E>) -> bool {
+        let v = shared.raw.version.load(SeqCst);
+        if v == self.seen {
+            return false;
+        }
+        self.sockets.clone_from(&shared.raw.lock());
+        self.seen = v;
+        true
     }
 
     /// Reads up to `budget` frames per socket: each is captured as read,
@@ -306,14 +319,33 @@ impl RawPath {
                 break;
             };
             work = true;
-            let frame = &mut self.buf[..len.min(MAX_FRAME)];
-            let c = &shared.counters;
-            if let Fate::Pass = self.faults.inject(Dir::Tx, now, qpn, frame, c) {
-                send_frame(&self.sockets, shared, qpn, now, frame, capture);
-                self.faults.passed(Dir::Tx);
-            }
+            self.send_polled(shared, now, qpn, len, capture);
         }
         work
+    }
+
+    /// Sends the frame `poll_frame` just wrote (`len` bytes of QP `qpn`)
+    /// through the transmit faults. A QP whose socket opened after this
+    /// pass's refresh has its first frames here already (its post came
+    /// meanwhile): the list is taken again before the frame is given up as
+    /// a closed QP's.
+    fn send_polled<E: Engine>(
+        &mut self,
+        shared: &Shared<E>,
+        now: crate::clock::Nanos,
+        qpn: u32,
+        len: usize,
+        capture: &mut Option<Capture>,
+    ) {
+        if !self.sockets.iter().any(|s| s.qpn == qpn) {
+            self.sync_sockets(shared);
+        }
+        let frame = &mut self.buf[..len.min(MAX_FRAME)];
+        let c = &shared.counters;
+        if let Fate::Pass = self.faults.inject(Dir::Tx, now, qpn, frame, c) {
+            send_frame(&self.sockets, shared, qpn, now, frame, capture);
+            self.faults.passed(Dir::Tx);
+        }
     }
 
     /// Sends or delivers up to `budget` held frames that are due.
