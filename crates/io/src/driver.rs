@@ -802,31 +802,9 @@ impl<E: Engine> std::fmt::Debug for Driver<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Nanos;
-    use crate::engine::{Notification, Transmit};
+    use crate::engine::Idle;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Barrier;
-
-    /// An engine with nothing to do: these tests are about its lock.
-    struct Idle;
-
-    impl Engine for Idle {
-        type Claims = ();
-        fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
-        fn poll_transmit(&self, _: Nanos, _: &mut [u8]) -> Option<Transmit> {
-            None
-        }
-        fn poll_timeout(&self) -> Option<Nanos> {
-            None
-        }
-        fn has_work(&self) -> bool {
-            false
-        }
-        fn handle_timeout(&self, _: Nanos) {}
-        fn poll_notification(&self) -> Option<Notification> {
-            None
-        }
-    }
 
     fn shared() -> Arc<Shared<Idle>> {
         let socket = crate::socket::bind("127.0.0.1:0".parse().unwrap(), 1 << 16, 1 << 16).unwrap();

@@ -363,3 +363,27 @@ pub trait Engine: Send + Sync + 'static {
     /// A frame arrived on the packet socket of RAW_PACKET QP `qpn`.
     fn handle_frame(&self, _now: Nanos, _qpn: u32, _frame: &[u8]) {}
 }
+
+/// An engine with nothing to do, for tests of the driver's own parts (its
+/// locks, its packet sockets).
+#[cfg(test)]
+pub(crate) struct Idle;
+
+#[cfg(test)]
+impl Engine for Idle {
+    type Claims = ();
+    fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
+    fn poll_transmit(&self, _: Nanos, _: &mut [u8]) -> Option<Transmit> {
+        None
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        None
+    }
+    fn has_work(&self) -> bool {
+        false
+    }
+    fn handle_timeout(&self, _: Nanos) {}
+    fn poll_notification(&self) -> Option<Notification> {
+        None
+    }
+}

@@ -464,31 +464,12 @@ proptest! {
 #[test]
 fn a_frame_of_a_socket_opened_after_the_pass_began_leaves() {
     use super::{RawPath, RawPort};
-    use crate::clock::{Clock, Nanos};
+    use crate::clock::Clock;
     use crate::driver::Shared;
-    use crate::engine::{Engine, Notification, Transmit};
-    use std::net::SocketAddr;
+    use crate::engine::Idle;
     if crate::sys::euid() != 0 {
         eprintln!("skipping: packet sockets need CAP_NET_RAW");
         return;
-    }
-    struct Idle;
-    impl Engine for Idle {
-        type Claims = ();
-        fn handle_datagram(&self, _: Nanos, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
-        fn poll_transmit(&self, _: Nanos, _: &mut [u8]) -> Option<Transmit> {
-            None
-        }
-        fn poll_timeout(&self) -> Option<Nanos> {
-            None
-        }
-        fn has_work(&self) -> bool {
-            false
-        }
-        fn handle_timeout(&self, _: Nanos) {}
-        fn poll_notification(&self) -> Option<Notification> {
-            None
-        }
     }
     let opts = crate::DriverOptions::default();
     let socket = crate::socket::bind("127.0.0.1:0".parse().unwrap(), 1 << 16, 1 << 16).unwrap();
