@@ -672,12 +672,12 @@ impl ShmPath {
         ready
     }
 
-    /// Whether a datagram waits in a ring.
     /// Whether a ring goes either way: one we read, or one to a peer.
     pub(crate) fn has_rings(&self) -> bool {
         !self.inbound.is_empty() || self.peers.0.iter().any(|(_, p)| matches!(p, Peer::Open(_)))
     }
 
+    /// Whether a datagram waits in a ring.
     pub(crate) fn has_data(&self) -> bool {
         self.inbound.iter().any(|i| i.ring.has_data())
     }
